@@ -1,0 +1,167 @@
+//! The one place errors become HTTP: Magnum's error body, status codes and the 406 variants.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::microversion::{MAX_VERSION, MIN_VERSION, SERVICE_TYPE, Version};
+use crate::db::DbError;
+use crate::domain::error::DomainError;
+
+/// Marks responses produced below the version layer (unknown route, 405, malformed version
+/// header, version gates): Magnum sends no version headers on those.
+#[derive(Debug, Clone, Copy)]
+pub struct NoVersionHeaders;
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// Unknown path (pecan's 404).
+    #[error("Not Found")]
+    RouteNotFound,
+    /// Known path, wrong method (pecan's 405).
+    #[error("Method Not Allowed")]
+    MethodNotAllowed,
+    /// Pecan-level 406: malformed version header or an API absent at the requested version.
+    #[error("{0}")]
+    NotAcceptable(String),
+    /// A well-formed version outside the supported range.
+    #[error("microversion {0} unsupported")]
+    MicroversionUnsupported(Version),
+    /// Body with a content type other than JSON.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// No token or a token Keystone does not accept (keystonemiddleware's body).
+    #[error("authentication required")]
+    Unauthorized,
+    /// A dependency (database, Keystone) is down; the client may retry.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+fn magnum_body(status: StatusCode, code: &str, title: &str, detail: &str) -> serde_json::Value {
+    json!({"errors": [{
+        "request_id": "",
+        "code": code,
+        "status": status.as_u16(),
+        "title": title,
+        "detail": detail,
+        "links": [],
+    }]})
+}
+
+/// Magnum's `title`: the message up to (excluding) the first '.'.
+pub fn title_of(detail: &str) -> &str {
+    detail.split('.').next().unwrap_or(detail)
+}
+
+fn client_error(status: StatusCode, detail: &str) -> Response {
+    (status, axum::Json(magnum_body(status, "client", title_of(detail), detail))).into_response()
+}
+
+fn pecan_error(status: StatusCode, title: &str, detail: &str) -> Response {
+    let mut resp = (status, axum::Json(magnum_body(status, "", title, detail))).into_response();
+    resp.extensions_mut().insert(NoVersionHeaders);
+    resp
+}
+
+/// Magnum's 406 body for a version outside the supported range.
+pub fn microversion_unsupported_body(v: Version) -> serde_json::Value {
+    let range = format!(
+        "[{SERVICE_TYPE} {MIN_VERSION}, {SERVICE_TYPE} {MAX_VERSION}]"
+    );
+    let description = if v.major != MAX_VERSION.major {
+        format!(
+            "Mutually exclusive versions requested. Version {v} requested but not supported by this service.The supported version range is: {range}."
+        )
+    } else {
+        format!(
+            "Version {v} was requested but the minor version is not supported by this service. The supported version range is: {range}."
+        )
+    };
+    json!({"errors": [{
+        "code": "magnum.microversion-unsupported",
+        "title": "Requested microversion is unsupported",
+        "description": description,
+        "max_version": MAX_VERSION.to_string(),
+        "min_version": MIN_VERSION.to_string(),
+        "links": [{"rel": "help", "href": "http://docs.openstack.org/api-guide/compute/microversions.html"}],
+    }]})
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Domain(e) => {
+                let status = match &e {
+                    DomainError::BadRequest(_) => StatusCode::BAD_REQUEST,
+                    DomainError::Forbidden(_) => StatusCode::FORBIDDEN,
+                    DomainError::NotFound(_) => StatusCode::NOT_FOUND,
+                    DomainError::Conflict(_) => StatusCode::CONFLICT,
+                };
+                client_error(status, e.message())
+            }
+            ApiError::Db(DbError::Unavailable(e)) => {
+                tracing::error!(error = %e, "database unavailable");
+                let status = StatusCode::SERVICE_UNAVAILABLE;
+                let detail = "The database is temporarily unavailable, please retry.";
+                (status, axum::Json(magnum_body(status, "server", title_of(detail), detail)))
+                    .into_response()
+            }
+            ApiError::Db(e) => internal(&e.to_string()),
+            ApiError::Internal(e) => internal(&e),
+            ApiError::RouteNotFound => pecan_error(StatusCode::NOT_FOUND, "Not Found", ""),
+            ApiError::MethodNotAllowed => {
+                pecan_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed", "")
+            }
+            ApiError::NotAcceptable(detail) => {
+                pecan_error(StatusCode::NOT_ACCEPTABLE, "Not Acceptable", &detail)
+            }
+            ApiError::MicroversionUnsupported(v) => {
+                (StatusCode::NOT_ACCEPTABLE, axum::Json(microversion_unsupported_body(v)))
+                    .into_response()
+            }
+            ApiError::UnsupportedMediaType(detail) => {
+                client_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, &detail)
+            }
+            ApiError::Unauthorized => {
+                let mut resp = (
+                    StatusCode::UNAUTHORIZED,
+                    axum::Json(json!({"error": {
+                        "code": 401,
+                        "title": "Unauthorized",
+                        "message": "The request you have made requires authentication.",
+                    }})),
+                )
+                    .into_response();
+                resp.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Keystone uri=\"\""),
+                );
+                resp.extensions_mut().insert(NoVersionHeaders);
+                resp
+            }
+            ApiError::Unavailable(detail) => {
+                let status = StatusCode::SERVICE_UNAVAILABLE;
+                (status, axum::Json(magnum_body(status, "server", title_of(&detail), &detail)))
+                    .into_response()
+            }
+        }
+    }
+}
+
+fn internal(detail: &str) -> Response {
+    // 5xx: log the cause, answer generically (Magnum strips tracebacks too).
+    tracing::error!(error = %detail, "internal error");
+    let status = StatusCode::INTERNAL_SERVER_ERROR;
+    let msg = "An internal error occurred, see the service log for details.";
+    (status, axum::Json(magnum_body(status, "server", title_of(msg), msg))).into_response()
+}

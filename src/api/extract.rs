@@ -1,0 +1,156 @@
+//! Request extractors with Magnum's error behaviour: JSON bodies (415, bad JSON), query strings
+//! (unknown arguments, typed values), the request's own base URL for links.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::error::ApiError;
+use crate::domain::error::DomainError;
+use crate::domain::fields::bool_from_string;
+
+/// A request body parsed as JSON (any JSON value; schemas check the shape).
+#[derive(Debug)]
+pub struct JsonBody(pub Value);
+
+/// Largest body accepted (a CSR or a template is a few KiB).
+const MAX_BODY: usize = 1 << 20;
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+            .await
+            .map_err(|_| DomainError::BadRequest("Request body is too large".into()))?;
+        let _ = state;
+        parse_json(content_type.as_deref(), &bytes).map(JsonBody)
+    }
+}
+
+/// Parses a body whose `Content-Type` is `content_type`.
+pub fn parse_json(content_type: Option<&str>, bytes: &Bytes) -> Result<Value, ApiError> {
+    if let Some(ct) = content_type {
+        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let is_json = mime == "application/json" || mime.ends_with("+json");
+        if !is_json && !bytes.is_empty() {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "Unknown mimetype: {mime}"
+            )));
+        }
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|_| DomainError::BadRequest("Request is not in valid JSON format".into()).into())
+}
+
+/// The raw query arguments, in order.
+#[derive(Debug, Default)]
+pub struct QueryArgs(pub Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryArgs {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let q = parts.uri.query().unwrap_or("");
+        Ok(QueryArgs(
+            form_urlencoded::parse(q.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        ))
+    }
+}
+
+impl QueryArgs {
+    /// 400 `Unknown argument: "x"` for any argument outside `allowed`.
+    pub fn only(&self, allowed: &[&str]) -> Result<&Self, ApiError> {
+        if let Some((k, _)) = self.0.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
+            return Err(DomainError::BadRequest(format!("Unknown argument: \"{k}\"")).into());
+        }
+        Ok(self)
+    }
+    /// The last value given for `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+    pub fn int(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        self.get(key)
+            .map(|v| {
+                v.trim().parse::<i64>().map_err(|_| {
+                    DomainError::invalid_field(key, v, "unable to convert to int").into()
+                })
+            })
+            .transpose()
+    }
+    pub fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        self.get(key)
+            .map(|v| {
+                bool_from_string(v).ok_or_else(|| {
+                    DomainError::invalid_field(key, v, "Invalid boolean value").into()
+                })
+            })
+            .transpose()
+    }
+    pub fn uuid(&self, key: &str) -> Result<Option<Uuid>, ApiError> {
+        self.get(key)
+            .map(|v| {
+                parse_uuid(v).ok_or_else(|| {
+                    DomainError::BadRequest(format!("Expected a uuid but received {v}.")).into()
+                })
+            })
+            .transpose()
+    }
+}
+
+/// `oslo_utils.uuidutils.is_uuid_like`: hyphenated or not, any case, braces/urn tolerated.
+pub fn parse_uuid(s: &str) -> Option<Uuid> {
+    Uuid::try_parse(s.trim()).ok()
+}
+
+/// The application URL of this request (`scheme://host[/prefix]`), honouring proxy headers as
+/// oslo's `http_proxy_to_wsgi` does.
+#[derive(Debug, Clone)]
+pub struct BaseUrl(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for BaseUrl {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(BaseUrl(base_url(parts)))
+    }
+}
+
+fn forwarded_param<'a>(forwarded: &'a str, key: &str) -> Option<&'a str> {
+    forwarded
+        .split(',')
+        .next()?
+        .split(';')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.trim().trim_matches('"'))
+}
+
+pub fn base_url(parts: &Parts) -> String {
+    let h = &parts.headers;
+    let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::trim);
+    let forwarded = get("forwarded");
+    let scheme = forwarded
+        .and_then(|f| forwarded_param(f, "proto"))
+        .or_else(|| get("x-forwarded-proto").and_then(|p| p.split(',').next()).map(str::trim))
+        .unwrap_or("http");
+    let host = forwarded
+        .and_then(|f| forwarded_param(f, "host"))
+        .or_else(|| get("x-forwarded-host").and_then(|p| p.split(',').next()).map(str::trim))
+        .or_else(|| get("host"))
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()))
+        .unwrap_or("localhost:9511");
+    let prefix = get("x-forwarded-prefix").unwrap_or("").trim_end_matches('/');
+    format!("{scheme}://{host}{prefix}")
+}

@@ -1,0 +1,40 @@
+//! Shared application state handed to every handler and background task.
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+
+/// How requests are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// `serve --dev` only: identity from `X-User-Id` / `X-Project-Id` / `X-Roles` headers.
+    DevHeaders,
+    /// No identity provider configured: every authenticated route answers 401.
+    Reject,
+}
+
+/// Everything a request needs, behind one `Arc`.
+#[derive(Debug)]
+pub struct App {
+    pub pool: PgPool,
+    pub config: Config,
+    pub auth: AuthMode,
+    /// Wakes the operation worker when a new operation is recorded.
+    pub work_ready: Notify,
+}
+
+pub type AppState = Arc<App>;
+
+impl App {
+    pub fn new(pool: PgPool, config: Config, auth: AuthMode) -> AppState {
+        Arc::new(App {
+            pool,
+            config,
+            auth,
+            work_ready: Notify::new(),
+        })
+    }
+}

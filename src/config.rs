@@ -1,0 +1,263 @@
+//! Typed service configuration: the only place that reads the config file and the environment.
+//!
+//! One TOML file (`--config FILE`) plus `MAGNUM_CAPI__<SECTION>__<KEY>` environment overrides,
+//! parsed once at start-up into the documented sections below. Unknown keys are an error.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Errors while reading or validating configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration. Every section has defaults, so an empty file is valid.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub http: HttpConfig,
+    pub database: DatabaseConfig,
+    pub api: ApiConfig,
+    pub quotas: QuotasConfig,
+    pub service: ServiceConfig,
+    pub operations: OperationsConfig,
+    pub driver: DriverConfig,
+}
+
+/// `[http]`: where the API listens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Listen address (`127.0.0.1:9511` by default; Magnum's port).
+    pub bind: SocketAddr,
+    /// Seconds a request may take before it is answered 503; `0` disables the limit.
+    pub request_timeout_secs: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 9511)),
+            request_timeout_secs: 60,
+        }
+    }
+}
+
+/// `[database]`: the PostgreSQL that holds all state.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://user:pass@host:port/db`. Required outside `serve --dev`.
+    pub url: Option<String>,
+    /// Upper bound of pooled connections.
+    pub max_connections: u32,
+    /// Connections kept open while idle.
+    pub min_connections: u32,
+    /// Seconds to wait for a free connection before the request fails with 503.
+    pub acquire_timeout_secs: u64,
+    /// Run pending migrations when `serve` starts (otherwise use `magnum-capi migrate`).
+    pub migrate_on_start: bool,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            max_connections: 20,
+            min_connections: 1,
+            acquire_timeout_secs: 10,
+            migrate_on_start: true,
+        }
+    }
+}
+
+/// `[api]`: knobs of the HTTP surface.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Largest page a list returns (Magnum's `[api] max_limit`); also the default page size.
+    pub max_limit: i64,
+    /// Network drivers templates may use (Magnum's `kubernetes_allowed_network_drivers`).
+    pub allowed_network_drivers: Vec<String>,
+    /// Network driver stored when a template does not name one.
+    pub default_network_driver: String,
+    /// Driver name stored in `driver` of new templates when neither request nor image names one.
+    pub default_driver: String,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            max_limit: 1000,
+            allowed_network_drivers: vec!["all".into()],
+            default_network_driver: "calico".into(),
+            default_driver: "k8s_capi_rust_v1".into(),
+        }
+    }
+}
+
+/// `[quotas]`: defaults when no quota row exists for a project.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotasConfig {
+    /// Clusters a project may own when no quota row says otherwise.
+    pub max_clusters_per_project: i64,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        Self {
+            max_clusters_per_project: 20,
+        }
+    }
+}
+
+/// `[service]`: how this replica shows up in `GET /v1/mservices`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    /// Host name reported for this replica; defaults to the machine's host name.
+    pub host: Option<String>,
+    /// Seconds between heartbeats.
+    pub report_interval_secs: u64,
+    /// A replica not seen for this many seconds is reported `down` (Magnum's `service_down_time`).
+    pub service_down_time_secs: i64,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            host: None,
+            report_interval_secs: 10,
+            service_down_time_secs: 180,
+        }
+    }
+}
+
+/// `[operations]`: the durable queue of cluster operations.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OperationsConfig {
+    /// Run the queue worker in this process.
+    pub worker_enabled: bool,
+    /// Milliseconds between polls when the queue is idle (new work also wakes the worker at once).
+    pub poll_interval_ms: u64,
+    /// Seconds a claimed operation stays leased to a replica; a crashed replica's work is retried after it.
+    pub lease_secs: i64,
+    /// Attempts before an operation is given up and its resource marked `*_FAILED`.
+    pub max_attempts: i32,
+    /// First retry delay in milliseconds; doubles on every attempt.
+    pub retry_base_ms: i64,
+    /// Operations executed concurrently by this replica.
+    pub concurrency: usize,
+}
+
+impl Default for OperationsConfig {
+    fn default() -> Self {
+        Self {
+            worker_enabled: true,
+            poll_interval_ms: 1000,
+            lease_secs: 300,
+            max_attempts: 5,
+            retry_base_ms: 2000,
+            concurrency: 4,
+        }
+    }
+}
+
+/// Which driver executes recorded operations.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverKind {
+    /// Completes every operation without touching any infrastructure (development and tests).
+    Simulated,
+}
+
+/// `[driver]`: the executor of cluster operations.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriverConfig {
+    pub kind: DriverKind,
+    /// Simulated driver only: milliseconds each operation takes.
+    pub simulated_delay_ms: u64,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        Self {
+            kind: DriverKind::Simulated,
+            simulated_delay_ms: 0,
+        }
+    }
+}
+
+/// Prefix of the environment variables that override file values.
+pub const ENV_PREFIX: &str = "MAGNUM_CAPI";
+
+impl Config {
+    /// Reads `file` (if given) and the environment, then validates the result.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder();
+        if let Some(path) = file {
+            builder = builder.add_source(
+                config::File::from(path)
+                    .format(config::FileFormat::Toml)
+                    .required(true),
+            );
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix(ENV_PREFIX)
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("api.allowed_network_drivers"),
+        );
+        let cfg: Config = builder.build()?.try_deserialize()?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.api.max_limit < 1 {
+            return Err(ConfigError::Invalid("[api] max_limit must be >= 1".into()));
+        }
+        if self.quotas.max_clusters_per_project < 0 {
+            return Err(ConfigError::Invalid(
+                "[quotas] max_clusters_per_project must be >= 0".into(),
+            ));
+        }
+        if self.database.max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "[database] max_connections must be >= 1".into(),
+            ));
+        }
+        if self.operations.lease_secs < 1 || self.operations.max_attempts < 1 {
+            return Err(ConfigError::Invalid(
+                "[operations] lease_secs and max_attempts must be >= 1".into(),
+            ));
+        }
+        if self.operations.concurrency == 0 {
+            return Err(ConfigError::Invalid(
+                "[operations] concurrency must be >= 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The host name this replica reports.
+    pub fn service_host(&self) -> String {
+        self.service.host.clone().unwrap_or_else(|| {
+            hostname::get()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_else(|| "localhost".into())
+        })
+    }
+}

@@ -1,0 +1,255 @@
+//! `cluster` rows: insert, project-scoped lookups, paginated lists, status and health writes, delete.
+
+use chrono::{DateTime, Utc};
+use sqlx::AssertSqlSafe;
+use sqlx::types::Json;
+use sqlx::{FromRow, PgExecutor, PgPool};
+use uuid::Uuid;
+
+use super::page::PageQuery;
+use super::DbResult;
+use crate::domain::labels::Labels;
+
+#[derive(Debug, Clone, FromRow, PartialEq)]
+pub struct ClusterRow {
+    pub id: i64,
+    pub uuid: Uuid,
+    pub project_id: String,
+    pub user_id: String,
+    pub name: Option<String>,
+    pub cluster_template_id: Uuid,
+    pub keypair: Option<String>,
+    pub docker_volume_size: Option<i32>,
+    pub labels: Json<Labels>,
+    pub master_flavor_id: Option<String>,
+    pub flavor_id: Option<String>,
+    pub stack_id: Option<String>,
+    pub api_address: Option<String>,
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub health_status: Option<String>,
+    pub health_status_reason: Json<serde_json::Value>,
+    pub create_timeout: Option<i32>,
+    pub discovery_url: Option<String>,
+    pub coe_version: Option<String>,
+    pub container_version: Option<String>,
+    pub ca_cert_ref: Option<String>,
+    pub magnum_cert_ref: Option<String>,
+    pub etcd_ca_cert_ref: Option<String>,
+    pub front_proxy_ca_cert_ref: Option<String>,
+    pub fixed_network: Option<String>,
+    pub fixed_subnet: Option<String>,
+    pub floating_ip_enabled: Option<bool>,
+    pub master_lb_enabled: Option<bool>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// Columns a client may sort clusters by (`node_count` is computed, so it is not one).
+pub const SORT_KEYS: &[&str] = &[
+    "id", "uuid", "project_id", "user_id", "name", "cluster_template_id", "keypair",
+    "docker_volume_size", "labels", "master_flavor_id", "flavor_id", "stack_id", "api_address",
+    "status", "status_reason", "health_status", "health_status_reason", "create_timeout",
+    "discovery_url", "coe_version", "container_version", "ca_cert_ref", "magnum_cert_ref",
+    "etcd_ca_cert_ref", "front_proxy_ca_cert_ref", "fixed_network", "fixed_subnet",
+    "floating_ip_enabled", "master_lb_enabled", "created_at", "updated_at",
+];
+
+/// Which clusters a caller can see.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    All,
+    Project(String),
+}
+
+impl Scope {
+    fn sql(&self, param: usize) -> String {
+        match self {
+            Scope::All => "TRUE".into(),
+            Scope::Project(_) => format!("t.project_id = ${param}"),
+        }
+    }
+    fn project(&self) -> &str {
+        match self {
+            Scope::All => "",
+            Scope::Project(p) => p,
+        }
+    }
+}
+
+pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<ClusterRow> {
+    Ok(sqlx::query_as::<_, ClusterRow>(
+        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
+            docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
+            status_reason, health_status, health_status_reason, create_timeout, discovery_url,
+            fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)
+         RETURNING *",
+    )
+    .bind(c.uuid)
+    .bind(&c.project_id)
+    .bind(&c.user_id)
+    .bind(&c.name)
+    .bind(c.cluster_template_id)
+    .bind(&c.keypair)
+    .bind(c.docker_volume_size)
+    .bind(&c.labels)
+    .bind(&c.master_flavor_id)
+    .bind(&c.flavor_id)
+    .bind(&c.stack_id)
+    .bind(&c.status)
+    .bind(&c.status_reason)
+    .bind(&c.health_status)
+    .bind(&c.health_status_reason)
+    .bind(c.create_timeout)
+    .bind(&c.discovery_url)
+    .bind(&c.fixed_network)
+    .bind(&c.fixed_subnet)
+    .bind(c.floating_ip_enabled)
+    .bind(c.master_lb_enabled)
+    .fetch_one(ex)
+    .await?)
+}
+
+pub async fn by_uuid<'e>(ex: impl PgExecutor<'e>, scope: &Scope, uuid: Uuid) -> DbResult<Option<ClusterRow>> {
+    let sql = format!("SELECT * FROM cluster t WHERE t.uuid = $1 AND {}", scope.sql(2));
+    Ok(sqlx::query_as::<_, ClusterRow>(AssertSqlSafe(sql))
+        .bind(uuid)
+        .bind(scope.project())
+        .fetch_optional(ex)
+        .await?)
+}
+
+/// Up to two visible clusters called `name`.
+pub async fn by_name(pool: &PgPool, scope: &Scope, name: &str) -> DbResult<Vec<ClusterRow>> {
+    let sql = format!(
+        "SELECT * FROM cluster t WHERE t.name = $1 AND {} ORDER BY t.id LIMIT 2",
+        scope.sql(2)
+    );
+    Ok(sqlx::query_as::<_, ClusterRow>(AssertSqlSafe(sql))
+        .bind(name)
+        .bind(scope.project())
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Locks the cluster row for the rest of the transaction (serialises operations on one cluster).
+pub async fn lock<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<ClusterRow>> {
+    Ok(sqlx::query_as::<_, ClusterRow>("SELECT * FROM cluster WHERE uuid = $1 FOR UPDATE")
+        .bind(uuid)
+        .fetch_optional(ex)
+        .await?)
+}
+
+pub async fn list(pool: &PgPool, scope: &Scope, page: &PageQuery) -> DbResult<Vec<ClusterRow>> {
+    let mut sql = format!("SELECT * FROM cluster t WHERE {}", scope.sql(1));
+    if let Some(after) = page.after_marker_sql("cluster", 2) {
+        sql.push_str(" AND ");
+        sql.push_str(&after);
+    }
+    sql.push(' ');
+    sql.push_str(&page.order_sql());
+    sql.push_str(" LIMIT $3");
+    Ok(sqlx::query_as::<_, ClusterRow>(AssertSqlSafe(sql))
+        .bind(scope.project())
+        .bind(page.marker_id.unwrap_or(0))
+        .bind(page.limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+pub async fn count_in_project<'e>(ex: impl PgExecutor<'e>, project_id: &str) -> DbResult<i64> {
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM cluster WHERE project_id = $1")
+        .bind(project_id)
+        .fetch_one(ex)
+        .await?;
+    Ok(n)
+}
+
+pub async fn set_status<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+    status: &str,
+    reason: Option<&str>,
+) -> DbResult<()> {
+    sqlx::query("UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1")
+        .bind(uuid)
+        .bind(status)
+        .bind(reason)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+pub async fn set_health<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+    health_status: Option<&str>,
+    reason: &serde_json::Value,
+) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE cluster SET health_status = $2, health_status_reason = $3, updated_at = now() WHERE uuid = $1",
+    )
+    .bind(uuid)
+    .bind(health_status)
+    .bind(Json(reason))
+    .execute(ex)
+    .await?;
+    Ok(())
+}
+
+/// Fields a driver reports once the cluster exists.
+#[derive(Debug, Clone, Default)]
+pub struct DriverFacts {
+    pub api_address: Option<String>,
+    pub coe_version: Option<String>,
+    pub container_version: Option<String>,
+}
+
+pub async fn set_driver_facts<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, f: &DriverFacts) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE cluster SET api_address = COALESCE($2, api_address),
+            coe_version = COALESCE($3, coe_version),
+            container_version = COALESCE($4, container_version), updated_at = now()
+         WHERE uuid = $1",
+    )
+    .bind(uuid)
+    .bind(&f.api_address)
+    .bind(&f.coe_version)
+    .bind(&f.container_version)
+    .execute(ex)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_template<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, template: Uuid) -> DbResult<()> {
+    sqlx::query("UPDATE cluster SET cluster_template_id = $2, updated_at = now() WHERE uuid = $1")
+        .bind(uuid)
+        .bind(template)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+/// Hard-deletes the cluster; its nodegroups go with it (ON DELETE CASCADE).
+pub async fn delete<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<()> {
+    sqlx::query("DELETE FROM cluster WHERE uuid = $1")
+        .bind(uuid)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+/// `(clusters, nodes)` in scope; nodes count every nodegroup, masters included.
+pub async fn stats(pool: &PgPool, project: Option<&str>) -> DbResult<(i64, i64)> {
+    let (clusters, nodes): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM cluster WHERE $1::text IS NULL OR project_id = $1),
+                (SELECT COALESCE(sum(n.node_count), 0)::bigint FROM nodegroup n
+                   JOIN cluster c ON c.uuid = n.cluster_id
+                  WHERE $1::text IS NULL OR c.project_id = $1)",
+    )
+    .bind(project)
+    .fetch_one(pool)
+    .await?;
+    Ok((clusters, nodes))
+}

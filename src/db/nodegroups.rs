@@ -1,0 +1,251 @@
+//! `nodegroup` rows: insert, lookups within a cluster, paginated lists, counts and status writes.
+
+use chrono::{DateTime, Utc};
+use sqlx::AssertSqlSafe;
+use sqlx::types::Json;
+use sqlx::{FromRow, PgExecutor, PgPool};
+use uuid::Uuid;
+
+use super::page::PageQuery;
+use super::DbResult;
+use crate::domain::labels::Labels;
+
+#[derive(Debug, Clone, FromRow, PartialEq)]
+pub struct NodegroupRow {
+    pub id: i64,
+    pub uuid: Uuid,
+    pub name: String,
+    pub cluster_id: Uuid,
+    pub project_id: String,
+    pub docker_volume_size: Option<i32>,
+    pub labels: Json<Labels>,
+    pub flavor_id: Option<String>,
+    pub image_id: Option<String>,
+    pub node_addresses: Json<Vec<String>>,
+    pub node_count: i32,
+    pub role: String,
+    pub max_node_count: Option<i32>,
+    pub min_node_count: i32,
+    pub is_default: bool,
+    pub stack_id: Option<String>,
+    pub status: Option<String>,
+    pub status_reason: Option<String>,
+    pub version: Option<String>,
+    pub node_labels: Option<Json<serde_json::Value>>,
+    pub node_taints: Option<Json<serde_json::Value>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl NodegroupRow {
+    pub fn is_master(&self) -> bool {
+        self.role == "master"
+    }
+}
+
+pub const SORT_KEYS: &[&str] = &[
+    "id", "uuid", "name", "cluster_id", "project_id", "docker_volume_size", "labels", "flavor_id",
+    "image_id", "node_addresses", "node_count", "role", "max_node_count", "min_node_count",
+    "is_default", "stack_id", "status", "status_reason", "version", "created_at", "updated_at",
+];
+
+pub async fn insert<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbResult<NodegroupRow> {
+    Ok(sqlx::query_as::<_, NodegroupRow>(
+        "INSERT INTO nodegroup (uuid, name, cluster_id, project_id, docker_volume_size, labels,
+            flavor_id, image_id, node_addresses, node_count, role, max_node_count, min_node_count,
+            is_default, stack_id, status, status_reason, version, node_labels, node_taints)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)
+         RETURNING *",
+    )
+    .bind(n.uuid)
+    .bind(&n.name)
+    .bind(n.cluster_id)
+    .bind(&n.project_id)
+    .bind(n.docker_volume_size)
+    .bind(&n.labels)
+    .bind(&n.flavor_id)
+    .bind(&n.image_id)
+    .bind(&n.node_addresses)
+    .bind(n.node_count)
+    .bind(&n.role)
+    .bind(n.max_node_count)
+    .bind(n.min_node_count)
+    .bind(n.is_default)
+    .bind(&n.stack_id)
+    .bind(&n.status)
+    .bind(&n.status_reason)
+    .bind(&n.version)
+    .bind(&n.node_labels)
+    .bind(&n.node_taints)
+    .fetch_one(ex)
+    .await?)
+}
+
+/// All nodegroups of the given clusters, ordered by id (one query for a whole page of clusters).
+pub async fn of_clusters(pool: &PgPool, clusters: &[Uuid]) -> DbResult<Vec<NodegroupRow>> {
+    Ok(sqlx::query_as::<_, NodegroupRow>(
+        "SELECT * FROM nodegroup WHERE cluster_id = ANY($1) ORDER BY id",
+    )
+    .bind(clusters)
+    .fetch_all(pool)
+    .await?)
+}
+
+pub async fn of_cluster<'e>(ex: impl PgExecutor<'e>, cluster: Uuid) -> DbResult<Vec<NodegroupRow>> {
+    Ok(sqlx::query_as::<_, NodegroupRow>(
+        "SELECT * FROM nodegroup WHERE cluster_id = $1 ORDER BY id",
+    )
+    .bind(cluster)
+    .fetch_all(ex)
+    .await?)
+}
+
+/// How a nodegroup is named in a path.
+#[derive(Debug, Clone)]
+pub enum NgIdent {
+    Id(i64),
+    Uuid(Uuid),
+    Name(String),
+}
+
+/// Up to two nodegroups of `cluster` matching `ident` (visible to `project`, or to all if `None`).
+pub async fn find(
+    pool: &PgPool,
+    cluster: Uuid,
+    project: Option<&str>,
+    ident: &NgIdent,
+) -> DbResult<Vec<NodegroupRow>> {
+    let cond = match ident {
+        NgIdent::Id(_) => "id = $3",
+        NgIdent::Uuid(_) => "uuid = $3",
+        NgIdent::Name(_) => "name = $3",
+    };
+    let sql = format!(
+        "SELECT * FROM nodegroup WHERE cluster_id = $1 AND ($2::text IS NULL OR project_id = $2)
+           AND {cond} ORDER BY id LIMIT 2"
+    );
+    let query = sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(sql)).bind(cluster).bind(project);
+    let query = match ident {
+        NgIdent::Id(i) => query.bind(*i),
+        NgIdent::Uuid(u) => query.bind(*u),
+        NgIdent::Name(n) => query.bind(n.clone()),
+    };
+    Ok(query.fetch_all(pool).await?)
+}
+
+pub async fn list(
+    pool: &PgPool,
+    cluster: Uuid,
+    project: Option<&str>,
+    role: Option<&str>,
+    page: &PageQuery,
+) -> DbResult<Vec<NodegroupRow>> {
+    let mut sql = String::from(
+        "SELECT * FROM nodegroup t WHERE t.cluster_id = $1 AND ($2::text IS NULL OR t.project_id = $2)
+           AND ($3::text IS NULL OR t.role = $3)",
+    );
+    if let Some(after) = page.after_marker_sql("nodegroup", 4) {
+        sql.push_str(" AND ");
+        sql.push_str(&after);
+    }
+    sql.push(' ');
+    sql.push_str(&page.order_sql());
+    sql.push_str(" LIMIT $5");
+    Ok(sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(sql))
+        .bind(cluster)
+        .bind(project)
+        .bind(role)
+        .bind(page.marker_id.unwrap_or(0))
+        .bind(page.limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+pub async fn set_status<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+    status: &str,
+    reason: Option<&str>,
+) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE nodegroup SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1",
+    )
+    .bind(uuid)
+    .bind(status)
+    .bind(reason)
+    .execute(ex)
+    .await?;
+    Ok(())
+}
+
+/// Sets the status of every nodegroup of a cluster.
+pub async fn set_status_of_cluster<'e>(
+    ex: impl PgExecutor<'e>,
+    cluster: Uuid,
+    status: &str,
+    reason: Option<&str>,
+) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE nodegroup SET status = $2, status_reason = $3, updated_at = now() WHERE cluster_id = $1",
+    )
+    .bind(cluster)
+    .bind(status)
+    .bind(reason)
+    .execute(ex)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_node_count<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, count: i32) -> DbResult<()> {
+    sqlx::query("UPDATE nodegroup SET node_count = $2, updated_at = now() WHERE uuid = $1")
+        .bind(uuid)
+        .bind(count)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+/// Writes the PATCH-able fields.
+pub async fn update_spec<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbResult<NodegroupRow> {
+    Ok(sqlx::query_as::<_, NodegroupRow>(
+        "UPDATE nodegroup SET min_node_count = $2, max_node_count = $3, node_labels = $4,
+            node_taints = $5, updated_at = now() WHERE uuid = $1 RETURNING *",
+    )
+    .bind(n.uuid)
+    .bind(n.min_node_count)
+    .bind(n.max_node_count)
+    .bind(&n.node_labels)
+    .bind(&n.node_taints)
+    .fetch_one(ex)
+    .await?)
+}
+
+pub async fn set_version_and_image<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+    image_id: Option<&str>,
+) -> DbResult<()> {
+    sqlx::query("UPDATE nodegroup SET image_id = COALESCE($2, image_id), updated_at = now() WHERE uuid = $1")
+        .bind(uuid)
+        .bind(image_id)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+pub async fn delete<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<()> {
+    sqlx::query("DELETE FROM nodegroup WHERE uuid = $1")
+        .bind(uuid)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+pub async fn set_addresses<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, addresses: &[String]) -> DbResult<()> {
+    sqlx::query("UPDATE nodegroup SET node_addresses = $2, updated_at = now() WHERE uuid = $1")
+        .bind(uuid)
+        .bind(Json(addresses))
+        .execute(ex)
+        .await?;
+    Ok(())
+}

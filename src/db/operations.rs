@@ -1,0 +1,146 @@
+//! The durable operation queue: enqueue inside the API's transaction, claim with
+//! `FOR UPDATE SKIP LOCKED` under a lease, complete, retry with backoff, or give up.
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{FromRow, PgExecutor, PgPool};
+use uuid::Uuid;
+
+use super::DbResult;
+
+#[derive(Debug, Clone, FromRow, PartialEq)]
+pub struct OperationRow {
+    pub id: i64,
+    pub cluster_uuid: Uuid,
+    pub nodegroup_uuid: Option<Uuid>,
+    pub kind: String,
+    pub payload: Json<serde_json::Value>,
+    pub state: String,
+    pub attempts: i32,
+    pub not_before: DateTime<Utc>,
+    pub locked_by: Option<String>,
+    pub locked_until: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub request_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A new operation to record.
+#[derive(Debug, Clone)]
+pub struct NewOperation<'a> {
+    pub cluster_uuid: Uuid,
+    pub nodegroup_uuid: Option<Uuid>,
+    pub kind: &'a str,
+    pub payload: serde_json::Value,
+    pub request_id: Option<&'a str>,
+}
+
+/// Records an operation; call it inside the transaction that makes the state change.
+pub async fn enqueue<'e>(ex: impl PgExecutor<'e>, op: &NewOperation<'_>) -> DbResult<i64> {
+    let (id,): (i64,) = sqlx::query_as(
+        "INSERT INTO operation (cluster_uuid, nodegroup_uuid, kind, payload, request_id)
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    )
+    .bind(op.cluster_uuid)
+    .bind(op.nodegroup_uuid)
+    .bind(op.kind)
+    .bind(Json(&op.payload))
+    .bind(op.request_id)
+    .fetch_one(ex)
+    .await?;
+    Ok(id)
+}
+
+/// Claims the oldest runnable operation: pending and due, or running with an expired lease
+/// (its replica died). Operations of one cluster run in order, one at a time.
+pub async fn claim(pool: &PgPool, worker: &str, lease_secs: i64) -> DbResult<Option<OperationRow>> {
+    Ok(sqlx::query_as::<_, OperationRow>(
+        "UPDATE operation SET state = 'running', attempts = attempts + 1, locked_by = $1,
+                locked_until = now() + make_interval(secs => $2), updated_at = now()
+          WHERE id = (
+            SELECT o.id FROM operation o
+             WHERE ((o.state = 'pending' AND o.not_before <= now())
+                 OR (o.state = 'running' AND o.locked_until < now()))
+               AND NOT EXISTS (SELECT 1 FROM operation p
+                                WHERE p.cluster_uuid = o.cluster_uuid AND p.id < o.id
+                                  AND p.state IN ('pending', 'running'))
+             ORDER BY o.id
+             LIMIT 1
+             FOR UPDATE SKIP LOCKED)
+         RETURNING *",
+    )
+    .bind(worker)
+    .bind(lease_secs as f64)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Marks a claimed operation done (only if this worker still holds it).
+pub async fn finish<'e>(ex: impl PgExecutor<'e>, id: i64, worker: &str) -> DbResult<bool> {
+    let r = sqlx::query(
+        "UPDATE operation SET state = 'done', locked_by = NULL, locked_until = NULL,
+                finished_at = now(), updated_at = now()
+          WHERE id = $1 AND state = 'running' AND locked_by = $2",
+    )
+    .bind(id)
+    .bind(worker)
+    .execute(ex)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Puts a failed attempt back in the queue, due after `delay_ms`.
+pub async fn retry_later(pool: &PgPool, id: i64, worker: &str, error: &str, delay_ms: i64) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
+                last_error = $3, not_before = now() + make_interval(secs => $4), updated_at = now()
+          WHERE id = $1 AND locked_by = $2",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(error)
+    .bind(delay_ms as f64 / 1000.0)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Gives an operation up for good.
+pub async fn fail<'e>(ex: impl PgExecutor<'e>, id: i64, error: &str) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE operation SET state = 'failed', locked_by = NULL, locked_until = NULL,
+                last_error = $2, finished_at = now(), updated_at = now()
+          WHERE id = $1",
+    )
+    .bind(id)
+    .bind(error)
+    .execute(ex)
+    .await?;
+    Ok(())
+}
+
+/// Extends the lease of an operation this worker is running.
+pub async fn renew(pool: &PgPool, id: i64, worker: &str, lease_secs: i64) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE operation SET locked_until = now() + make_interval(secs => $3)
+          WHERE id = $1 AND locked_by = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(lease_secs as f64)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Every operation recorded for a cluster, oldest first.
+pub async fn of_cluster(pool: &PgPool, cluster: Uuid) -> DbResult<Vec<OperationRow>> {
+    Ok(sqlx::query_as::<_, OperationRow>(
+        "SELECT * FROM operation WHERE cluster_uuid = $1 ORDER BY id",
+    )
+    .bind(cluster)
+    .fetch_all(pool)
+    .await?)
+}

@@ -1,0 +1,276 @@
+//! `cluster_template` rows: insert, visibility-scoped lookups, paginated lists, update, delete.
+
+use chrono::{DateTime, Utc};
+use sqlx::AssertSqlSafe;
+use sqlx::types::Json;
+use sqlx::{FromRow, PgExecutor, PgPool};
+use uuid::Uuid;
+
+use super::page::PageQuery;
+use super::DbResult;
+use crate::domain::labels::Labels;
+
+#[derive(Debug, Clone, FromRow, PartialEq)]
+pub struct TemplateRow {
+    pub id: i64,
+    pub uuid: Uuid,
+    pub project_id: String,
+    pub user_id: String,
+    pub name: Option<String>,
+    pub image_id: Option<String>,
+    pub flavor_id: Option<String>,
+    pub master_flavor_id: Option<String>,
+    pub keypair_id: Option<String>,
+    pub external_network_id: Option<String>,
+    pub fixed_network: Option<String>,
+    pub fixed_subnet: Option<String>,
+    pub network_driver: Option<String>,
+    pub volume_driver: Option<String>,
+    pub dns_nameserver: Option<String>,
+    pub apiserver_port: Option<i32>,
+    pub docker_volume_size: Option<i32>,
+    pub docker_storage_driver: Option<String>,
+    pub cluster_distro: Option<String>,
+    pub coe: Option<String>,
+    pub http_proxy: Option<String>,
+    pub https_proxy: Option<String>,
+    pub no_proxy: Option<String>,
+    pub registry_enabled: bool,
+    pub labels: Json<Labels>,
+    pub tls_disabled: bool,
+    pub public: bool,
+    pub server_type: Option<String>,
+    pub insecure_registry: Option<String>,
+    pub master_lb_enabled: bool,
+    pub floating_ip_enabled: bool,
+    pub hidden: bool,
+    pub tags: Option<String>,
+    pub driver: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// Columns a client may sort templates by (Magnum accepts any model column).
+pub const SORT_KEYS: &[&str] = &[
+    "id", "uuid", "project_id", "user_id", "name", "image_id", "flavor_id", "master_flavor_id",
+    "keypair_id", "external_network_id", "fixed_network", "fixed_subnet", "network_driver",
+    "volume_driver", "dns_nameserver", "apiserver_port", "docker_volume_size",
+    "docker_storage_driver", "cluster_distro", "coe", "http_proxy", "https_proxy", "no_proxy",
+    "registry_enabled", "labels", "tls_disabled", "public", "server_type", "insecure_registry",
+    "master_lb_enabled", "floating_ip_enabled", "hidden", "tags", "driver", "created_at",
+    "updated_at",
+];
+
+/// Which templates a caller can see.
+#[derive(Debug, Clone)]
+pub enum Visibility {
+    /// Admin: every template.
+    All,
+    /// The project's own templates plus public, non-hidden ones.
+    Project(String),
+}
+
+impl Visibility {
+    fn sql(&self, param: usize) -> String {
+        match self {
+            Visibility::All => "TRUE".into(),
+            Visibility::Project(_) => {
+                format!("(t.project_id = ${param} OR (t.public AND NOT t.hidden))")
+            }
+        }
+    }
+    fn project(&self) -> &str {
+        match self {
+            Visibility::All => "",
+            Visibility::Project(p) => p,
+        }
+    }
+}
+
+pub async fn insert(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
+    let row = sqlx::query_as::<_, TemplateRow>(
+        "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id,
+            master_flavor_id, keypair_id, external_network_id, fixed_network, fixed_subnet,
+            network_driver, volume_driver, dns_nameserver, apiserver_port, docker_volume_size,
+            docker_storage_driver, cluster_distro, coe, http_proxy, https_proxy, no_proxy,
+            registry_enabled, labels, tls_disabled, public, server_type, insecure_registry,
+            master_lb_enabled, floating_ip_enabled, hidden, tags, driver)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,
+                 $23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
+         RETURNING *",
+    )
+    .bind(t.uuid)
+    .bind(&t.project_id)
+    .bind(&t.user_id)
+    .bind(&t.name)
+    .bind(&t.image_id)
+    .bind(&t.flavor_id)
+    .bind(&t.master_flavor_id)
+    .bind(&t.keypair_id)
+    .bind(&t.external_network_id)
+    .bind(&t.fixed_network)
+    .bind(&t.fixed_subnet)
+    .bind(&t.network_driver)
+    .bind(&t.volume_driver)
+    .bind(&t.dns_nameserver)
+    .bind(t.apiserver_port)
+    .bind(t.docker_volume_size)
+    .bind(&t.docker_storage_driver)
+    .bind(&t.cluster_distro)
+    .bind(&t.coe)
+    .bind(&t.http_proxy)
+    .bind(&t.https_proxy)
+    .bind(&t.no_proxy)
+    .bind(t.registry_enabled)
+    .bind(&t.labels)
+    .bind(t.tls_disabled)
+    .bind(t.public)
+    .bind(&t.server_type)
+    .bind(&t.insecure_registry)
+    .bind(t.master_lb_enabled)
+    .bind(t.floating_ip_enabled)
+    .bind(t.hidden)
+    .bind(&t.tags)
+    .bind(&t.driver)
+    .fetch_one(pool)
+    .await?;
+    Ok(row)
+}
+
+/// Writes every mutable column of `t` (matched by uuid) and bumps `updated_at`.
+pub async fn update(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
+    let row = sqlx::query_as::<_, TemplateRow>(
+        "UPDATE cluster_template SET name=$2, image_id=$3, flavor_id=$4, master_flavor_id=$5,
+            keypair_id=$6, external_network_id=$7, fixed_network=$8, fixed_subnet=$9,
+            network_driver=$10, volume_driver=$11, dns_nameserver=$12, apiserver_port=$13,
+            docker_volume_size=$14, docker_storage_driver=$15, cluster_distro=$16, coe=$17,
+            http_proxy=$18, https_proxy=$19, no_proxy=$20, registry_enabled=$21, labels=$22,
+            tls_disabled=$23, public=$24, server_type=$25, insecure_registry=$26,
+            master_lb_enabled=$27, floating_ip_enabled=$28, hidden=$29, tags=$30, driver=$31,
+            updated_at=now()
+         WHERE uuid=$1 RETURNING *",
+    )
+    .bind(t.uuid)
+    .bind(&t.name)
+    .bind(&t.image_id)
+    .bind(&t.flavor_id)
+    .bind(&t.master_flavor_id)
+    .bind(&t.keypair_id)
+    .bind(&t.external_network_id)
+    .bind(&t.fixed_network)
+    .bind(&t.fixed_subnet)
+    .bind(&t.network_driver)
+    .bind(&t.volume_driver)
+    .bind(&t.dns_nameserver)
+    .bind(t.apiserver_port)
+    .bind(t.docker_volume_size)
+    .bind(&t.docker_storage_driver)
+    .bind(&t.cluster_distro)
+    .bind(&t.coe)
+    .bind(&t.http_proxy)
+    .bind(&t.https_proxy)
+    .bind(&t.no_proxy)
+    .bind(t.registry_enabled)
+    .bind(&t.labels)
+    .bind(t.tls_disabled)
+    .bind(t.public)
+    .bind(&t.server_type)
+    .bind(&t.insecure_registry)
+    .bind(t.master_lb_enabled)
+    .bind(t.floating_ip_enabled)
+    .bind(t.hidden)
+    .bind(&t.tags)
+    .bind(&t.driver)
+    .fetch_one(pool)
+    .await?;
+    Ok(row)
+}
+
+pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Option<TemplateRow>> {
+    let sql = format!(
+        "SELECT * FROM cluster_template t WHERE t.uuid = $1 AND {}",
+        vis.sql(2)
+    );
+    Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
+        .bind(uuid)
+        .bind(vis.project())
+        .fetch_optional(pool)
+        .await?)
+}
+
+pub async fn by_id(pool: &PgPool, vis: &Visibility, id: i64) -> DbResult<Option<TemplateRow>> {
+    let sql = format!(
+        "SELECT * FROM cluster_template t WHERE t.id = $1 AND {}",
+        vis.sql(2)
+    );
+    Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
+        .bind(id)
+        .bind(vis.project())
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// Up to two visible templates called `name` (two are enough to detect ambiguity).
+pub async fn by_name(pool: &PgPool, vis: &Visibility, name: &str) -> DbResult<Vec<TemplateRow>> {
+    let sql = format!(
+        "SELECT * FROM cluster_template t WHERE t.name = $1 AND {} ORDER BY t.id LIMIT 2",
+        vis.sql(2)
+    );
+    Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
+        .bind(name)
+        .bind(vis.project())
+        .fetch_all(pool)
+        .await?)
+}
+
+pub async fn list(pool: &PgPool, vis: &Visibility, page: &PageQuery) -> DbResult<Vec<TemplateRow>> {
+    let mut sql = format!("SELECT * FROM cluster_template t WHERE {}", vis.sql(1));
+    if let Some(after) = page.after_marker_sql("cluster_template", 2) {
+        sql.push_str(" AND ");
+        sql.push_str(&after);
+    }
+    sql.push(' ');
+    sql.push_str(&page.order_sql());
+    sql.push_str(" LIMIT $3");
+    Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
+        .bind(vis.project())
+        .bind(page.marker_id.unwrap_or(0))
+        .bind(page.limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Whether any cluster references the template.
+pub async fn in_use<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<bool> {
+    let (used,): (bool,) =
+        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM cluster WHERE cluster_template_id = $1)")
+            .bind(uuid)
+            .fetch_one(ex)
+            .await?;
+    Ok(used)
+}
+
+/// Deletes the template; `false` if it is (still) referenced.
+pub async fn delete(pool: &PgPool, uuid: Uuid) -> DbResult<bool> {
+    let res = sqlx::query(
+        "DELETE FROM cluster_template WHERE uuid = $1
+           AND NOT EXISTS (SELECT 1 FROM cluster WHERE cluster_template_id = $1)",
+    )
+    .bind(uuid)
+    .execute(pool)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Labels of the given templates (any visibility), for label diffs of a page of clusters.
+pub async fn labels_of(
+    pool: &PgPool,
+    uuids: &[Uuid],
+) -> DbResult<std::collections::HashMap<Uuid, Labels>> {
+    let rows: Vec<(Uuid, Json<Labels>)> =
+        sqlx::query_as("SELECT uuid, labels FROM cluster_template WHERE uuid = ANY($1)")
+            .bind(uuids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|(u, l)| (u, l.0)).collect())
+}

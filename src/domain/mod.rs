@@ -1,0 +1,13 @@
+//! Pure rules of the Magnum API: statuses, request schemas, label semantics, JSON-PATCH,
+//! policy defaults, generated names. No I/O here.
+
+pub mod error;
+pub mod fields;
+pub mod labels;
+pub mod names;
+pub mod nodegroup_rules;
+pub mod patch;
+pub mod policy;
+pub mod pyliteral;
+pub mod schemas;
+pub mod status;

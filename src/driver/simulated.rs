@@ -1,0 +1,96 @@
+//! The simulated driver: completes every operation after a configurable delay, writing the
+//! statuses and facts a real cluster would produce. Used by `serve --dev` and the tests.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::{Driver, DriverError, DriverFuture};
+use crate::db::clusters::{self as cdb, DriverFacts};
+use crate::db::nodegroups as ndb;
+use crate::db::operations::OperationRow;
+use crate::db::{DbError, finalize};
+use crate::domain::status::Status;
+use crate::service::clusters::kind;
+
+#[derive(Debug, Clone)]
+pub struct SimulatedDriver {
+    pub delay: Duration,
+}
+
+fn transient(e: DbError) -> DriverError {
+    DriverError::Transient(e.to_string())
+}
+
+/// Documentation-range addresses (RFC 5737) for simulated nodes.
+fn addresses(prefix: u8, n: i32) -> Vec<String> {
+    (0..n.max(0)).map(|i| format!("192.0.2.{}", u32::from(prefix) + i as u32)).collect()
+}
+
+impl SimulatedDriver {
+    async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<(), DbError> {
+        tokio::time::sleep(self.delay).await;
+        let mut tx = pool.begin().await?;
+        let Some(cluster) = cdb::lock(&mut *tx, op.cluster_uuid).await? else {
+            // The cluster is gone: nothing left to do.
+            return Ok(());
+        };
+        let done = Status::UpdateComplete.as_str();
+        match op.kind.as_str() {
+            kind::CREATE => {
+                for ng in ndb::of_cluster(&mut *tx, cluster.uuid).await? {
+                    let prefix = if ng.is_master() { 10 } else { 100 };
+                    ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count)).await?;
+                    ndb::set_status(&mut *tx, ng.uuid, Status::CreateComplete.as_str(), None).await?;
+                }
+                let facts = DriverFacts {
+                    api_address: Some("https://192.0.2.1:6443".into()),
+                    coe_version: Some(cluster.labels.0.get("kube_tag").cloned().unwrap_or_else(|| "v1.31.4".into())),
+                    container_version: Some("containerd 1.7".into()),
+                };
+                cdb::set_driver_facts(&mut *tx, cluster.uuid, &facts).await?;
+                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, Status::CreateComplete.as_str()).await?;
+            }
+            kind::DELETE => cdb::delete(&mut *tx, cluster.uuid).await?,
+            kind::RESIZE | kind::NODEGROUP_CREATE | kind::NODEGROUP_UPDATE | kind::UPGRADE => {
+                if let Some(ng_uuid) = op.nodegroup_uuid {
+                    if let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid).await?.into_iter().find(|n| n.uuid == ng_uuid) {
+                        let prefix = if ng.is_master() { 10 } else { 100 };
+                        ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count)).await?;
+                        let st = if op.kind == kind::NODEGROUP_CREATE { Status::CreateComplete } else { Status::UpdateComplete };
+                        ndb::set_status(&mut *tx, ng.uuid, st.as_str(), None).await?;
+                        if op.kind == kind::UPGRADE {
+                            let image = op.payload.0.get("image_id").and_then(|v| v.as_str());
+                            ndb::set_version_and_image(&mut *tx, ng.uuid, image).await?;
+                            if ng.is_default {
+                                if let Some(ct) = op.payload.0.get("cluster_template").and_then(|v| v.as_str()).and_then(|s| uuid::Uuid::parse_str(s).ok()) {
+                                    cdb::set_template(&mut *tx, cluster.uuid, ct).await?;
+                                }
+                            }
+                        }
+                    }
+                }
+                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?;
+            }
+            kind::NODEGROUP_DELETE => {
+                if let Some(ng_uuid) = op.nodegroup_uuid {
+                    ndb::delete(&mut *tx, ng_uuid).await?;
+                }
+                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?;
+            }
+            kind::ROTATE_CA => finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?,
+            _ => {}
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl Driver for SimulatedDriver {
+    fn name(&self) -> &'static str {
+        "simulated"
+    }
+    fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a> {
+        Box::pin(async move { self.run(pool, op).await.map_err(transient) })
+    }
+}

@@ -1,0 +1,14 @@
+//! magnum-capi: the OpenStack Magnum (container-infra) v1 API on Postgres, provisioning
+//! Kubernetes clusters through Cluster API. Flow: api → service (domain rules + db, one
+//! transaction per write, operations recorded) → worker → driver → statuses back in db.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod db;
+pub mod devdb;
+pub mod domain;
+pub mod driver;
+pub mod server;
+pub mod service;
+pub mod worker;

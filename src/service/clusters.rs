@@ -1,0 +1,544 @@
+//! Cluster use cases: create (rows + default nodegroups + operation in one transaction), show,
+//! list, patch, delete, resize, upgrade.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value, json};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{cluster_scope, find_cluster, find_template, template_visibility};
+use crate::api::error::ApiResult;
+use crate::api::extract::QueryArgs;
+use crate::api::microversion::Mv;
+use crate::api::pagination::ListParams;
+use crate::api::views;
+use crate::app::App;
+use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
+use crate::db::operations::{self as odb, NewOperation};
+use crate::db::quotas as qdb;
+use crate::db::templates as tdb;
+use crate::domain::error::DomainError;
+use crate::domain::fields::Body;
+use crate::domain::labels::{self, Labels};
+use crate::domain::policy::{self, Caller, Target};
+use crate::domain::status::Status;
+use crate::domain::{names, patch, schemas};
+
+/// Kinds of recorded operations.
+pub mod kind {
+    pub const CREATE: &str = "cluster_create";
+    pub const DELETE: &str = "cluster_delete";
+    pub const RESIZE: &str = "cluster_resize";
+    pub const UPGRADE: &str = "cluster_upgrade";
+    pub const NODEGROUP_CREATE: &str = "nodegroup_create";
+    pub const NODEGROUP_UPDATE: &str = "nodegroup_update";
+    pub const NODEGROUP_DELETE: &str = "nodegroup_delete";
+    pub const ROTATE_CA: &str = "rotate_ca";
+    pub const ROTATE_CREDENTIAL: &str = "rotate_credential";
+}
+
+fn zero_nodes_unsupported() -> DomainError {
+    DomainError::BadRequest(
+        "Resizing a nodegroup to zero is not supported in the provided microversion.".into(),
+    )
+}
+
+fn target(c: &ClusterRow) -> Target<'_> {
+    Target {
+        project_id: &c.project_id,
+        user_id: &c.user_id,
+    }
+}
+
+/// Policy `rule` against the cluster, plus `rule_all_projects` when the cluster is someone else's.
+pub fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
+    if c.project_id != caller.project_id {
+        policy::enforce(&format!("{rule}_all_projects"), caller, None)?;
+        return Ok(());
+    }
+    policy::enforce(rule, caller, Some(target(c)))?;
+    Ok(())
+}
+
+fn status_of(c: &ClusterRow) -> Option<Status> {
+    c.status.parse().ok()
+}
+
+pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id: &str) -> ApiResult<Uuid> {
+    let b = schemas::CLUSTER.parse_body(body)?;
+    let ct_ident = b.str("cluster_template_id").unwrap_or_default();
+    let vis = template_visibility(caller);
+    let ct = match find_template(app, &vis, &ct_ident, true).await {
+        Ok(ct) => ct,
+        Err(crate::api::error::ApiError::Domain(DomainError::NotFound(m))) if !mv.at_least(10) => {
+            return Err(DomainError::BadRequest(m).into());
+        }
+        Err(e) => return Err(e),
+    };
+    let docker_volume_size = b.int("docker_volume_size").or(ct.docker_volume_size.map(i64::from));
+    super::templates::check_devicemapper(ct.docker_storage_driver.as_deref(), docker_volume_size)?;
+    let master_count = b.int("master_count").unwrap_or(1);
+    if master_count % 2 == 0 {
+        return Err(DomainError::BadRequest(format!(
+            "Master nodegroup size of {master_count} is invalid, size cannot be an even number."
+        ))
+        .into());
+    }
+    let node_count = b.int("node_count").unwrap_or(1);
+    if node_count == 0 && !mv.at_least(10) {
+        return Err(zero_nodes_unsupported().into());
+    }
+    policy::enforce("cluster:create", caller, None)?;
+    if ct.hidden && !caller.is_admin() {
+        return Err(DomainError::not_authorized().into());
+    }
+    let parent: &Labels = &ct.labels.0;
+    let labels = labels::inherit(parent, b.labels("labels"), b.bool("merge_labels").unwrap_or(false));
+    let inherit = |key: &str, from: &Option<String>| b.str(key).filter(|s| !s.is_empty()).or_else(|| from.clone());
+    let master_lb_enabled = if b.has("master_lb_enabled") { b.bool("master_lb_enabled") } else { Some(ct.master_lb_enabled) };
+    let floating_ip_enabled = if b.has("floating_ip_enabled") { b.bool("floating_ip_enabled") } else { Some(ct.floating_ip_enabled) };
+    if master_count > 1 && master_lb_enabled != Some(true) {
+        return Err(DomainError::BadRequest(
+            "master_count must be 1 when master_lb_enabled is False".into(),
+        )
+        .into());
+    }
+    let uuid = Uuid::new_v4();
+    let to_i32 = |v: i64| i32::try_from(v).map_err(|_| DomainError::invalid_field("node_count", &v.to_string(), "Value is too large"));
+    let create_timeout = if b.has("create_timeout") { b.int("create_timeout") } else { Some(60) };
+    let row = ClusterRow {
+        id: 0,
+        uuid,
+        project_id: caller.project_id.clone(),
+        user_id: caller.user_id.clone(),
+        name: Some(b.str("name").unwrap_or_else(|| names::generate("cluster"))),
+        cluster_template_id: ct.uuid,
+        keypair: inherit("keypair", &ct.keypair_id),
+        docker_volume_size: docker_volume_size.and_then(|v| i32::try_from(v).ok()),
+        labels: Json(labels.clone()),
+        master_flavor_id: inherit("master_flavor_id", &ct.master_flavor_id),
+        flavor_id: inherit("flavor_id", &ct.flavor_id),
+        stack_id: Some(names::capi_cluster_name(uuid)),
+        api_address: None,
+        status: Status::CreateInProgress.as_str().into(),
+        status_reason: None,
+        health_status: None,
+        health_status_reason: Json(json!({})),
+        create_timeout: create_timeout.and_then(|v| i32::try_from(v).ok()),
+        discovery_url: b.str("discovery_url"),
+        coe_version: None,
+        container_version: None,
+        ca_cert_ref: None,
+        magnum_cert_ref: None,
+        etcd_ca_cert_ref: None,
+        front_proxy_ca_cert_ref: None,
+        fixed_network: inherit("fixed_network", &ct.fixed_network),
+        fixed_subnet: inherit("fixed_subnet", &ct.fixed_subnet),
+        floating_ip_enabled,
+        master_lb_enabled,
+        created_at: chrono::Utc::now(),
+        updated_at: None,
+    };
+    let default_ng = |name: &str, role: &str, flavor: Option<String>, count: i64| -> Result<NodegroupRow, DomainError> {
+        Ok(NodegroupRow {
+            id: 0,
+            uuid: Uuid::new_v4(),
+            name: name.into(),
+            cluster_id: uuid,
+            project_id: caller.project_id.clone(),
+            docker_volume_size: row.docker_volume_size,
+            labels: Json(labels.clone()),
+            flavor_id: flavor,
+            image_id: ct.image_id.clone(),
+            node_addresses: Json(vec![]),
+            node_count: to_i32(count)?,
+            role: role.into(),
+            max_node_count: None,
+            min_node_count: if role == "master" {
+                0
+            } else {
+                labels.get("min_node_count").and_then(|v| v.parse().ok()).unwrap_or(0)
+            },
+            is_default: true,
+            stack_id: None,
+            status: Some(Status::CreateInProgress.as_str().into()),
+            status_reason: None,
+            version: None,
+            node_labels: None,
+            node_taints: None,
+            created_at: chrono::Utc::now(),
+            updated_at: None,
+        })
+    };
+    let master = default_ng("default-master", "master", row.master_flavor_id.clone(), master_count)?;
+    let worker = default_ng("default-worker", "worker", row.flavor_id.clone(), node_count)?;
+
+    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    // Serialise creates per project so the quota check cannot be raced.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))")
+        .bind(&caller.project_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(crate::db::DbError::from)?;
+    let limit = match qdb::get(&mut *tx, &caller.project_id, "Cluster").await? {
+        Some(q) => i64::from(q.hard_limit),
+        None => app.config.quotas.max_clusters_per_project,
+    };
+    if cdb::count_in_project(&mut *tx, &caller.project_id).await? >= limit {
+        return Err(DomainError::Forbidden(format!(
+            "Resource limit exceeded: You have reached the maximum clusters per project, {limit}. You may delete a cluster to make room for a new one."
+        ))
+        .into());
+    }
+    cdb::insert(&mut *tx, &row).await?;
+    ndb::insert(&mut *tx, &master).await?;
+    ndb::insert(&mut *tx, &worker).await?;
+    odb::enqueue(
+        &mut *tx,
+        &NewOperation {
+            cluster_uuid: uuid,
+            nodegroup_uuid: None,
+            kind: kind::CREATE,
+            payload: json!({}),
+            request_id: Some(request_id),
+        },
+    )
+    .await?;
+    tx.commit().await.map_err(crate::db::DbError::from)?;
+    app.work_ready.notify_one();
+    Ok(uuid)
+}
+
+/// A cluster with everything its full view needs.
+pub struct ClusterView {
+    pub cluster: ClusterRow,
+    pub nodegroups: Vec<NodegroupRow>,
+    pub template_labels: Labels,
+}
+
+pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<ClusterView> {
+    let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
+    authorize(caller, "cluster:get", &c)?;
+    let nodegroups = ndb::of_cluster(&app.pool, c.uuid).await?;
+    let template_labels = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id)
+        .await?
+        .map(|t| t.labels.0)
+        .unwrap_or_default();
+    Ok(ClusterView { cluster: c, nodegroups, template_labels })
+}
+
+pub async fn list(app: &App, caller: &Caller, mv: Mv, args: &QueryArgs, detail: bool, base: &str) -> ApiResult<Value> {
+    args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
+    let params = ListParams::parse(args, cdb::SORT_KEYS, app.config.api.max_limit)?;
+    let rule = if detail { "cluster:detail" } else { "cluster:get_all" };
+    policy::enforce(rule, caller, None)?;
+    if caller.is_admin() {
+        policy::enforce(&format!("{rule}_all_projects"), caller, None)?;
+    }
+    let scope = cluster_scope(caller, true);
+    let marker_id = match params.marker {
+        Some(m) => Some(
+            cdb::by_uuid(&app.pool, &scope, m)
+                .await?
+                .ok_or_else(|| DomainError::cluster_not_found(&m.to_string()))?
+                .id,
+        ),
+        None => None,
+    };
+    let rows = cdb::list(&app.pool, &scope, &params.page(marker_id)).await?;
+    let uuids: Vec<Uuid> = rows.iter().map(|c| c.uuid).collect();
+    let mut ngs = views::by_cluster(ndb::of_clusters(&app.pool, &uuids).await?);
+    let template_labels: HashMap<Uuid, Labels> = if detail {
+        let mut ct_uuids: Vec<Uuid> = rows.iter().map(|c| c.cluster_template_id).collect();
+        ct_uuids.sort_unstable();
+        ct_uuids.dedup();
+        tdb::labels_of(&app.pool, &ct_uuids).await?
+    } else {
+        HashMap::new()
+    };
+    let empty = Labels::new();
+    let items: Vec<Value> = rows
+        .iter()
+        .map(|c| {
+            let s = views::summarize(ngs.remove(&c.uuid).unwrap_or_default().iter());
+            if detail {
+                let parent = template_labels.get(&c.cluster_template_id).unwrap_or(&empty);
+                views::cluster_full(c, &s, parent, base, mv)
+            } else {
+                views::cluster_short(c, &s, base, mv)
+            }
+        })
+        .collect();
+    let mut body = Map::new();
+    body.insert("clusters".into(), Value::Array(items));
+    let path = if detail { "clusters/detail" } else { "clusters" };
+    Ok(views::with_next(body, rows.len(), params.limit, || {
+        rows.last().map(|c| params.next_url(base, path, &c.uuid.to_string()))
+    }))
+}
+
+fn default_worker(ngs: &[NodegroupRow]) -> Option<&NodegroupRow> {
+    ngs.iter().find(|n| n.is_default && !n.is_master())
+}
+
+/// Records a resize of `ng` to `count`: counts, statuses and the operation in one transaction.
+async fn record_resize(
+    app: &App,
+    c: &ClusterRow,
+    ng: &NodegroupRow,
+    count: i64,
+    nodes_to_remove: Vec<String>,
+    request_id: &str,
+) -> ApiResult<()> {
+    let count = i32::try_from(count)
+        .map_err(|_| DomainError::invalid_field("node_count", &count.to_string(), "Value is too large"))?;
+    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    ndb::set_node_count(&mut *tx, ng.uuid, count).await?;
+    ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    odb::enqueue(
+        &mut *tx,
+        &NewOperation {
+            cluster_uuid: c.uuid,
+            nodegroup_uuid: Some(ng.uuid),
+            kind: kind::RESIZE,
+            payload: json!({"node_count": count, "previous_node_count": ng.node_count, "nodes_to_remove": nodes_to_remove}),
+            request_id: Some(request_id),
+        },
+    )
+    .await?;
+    tx.commit().await.map_err(crate::db::DbError::from)?;
+    app.work_ready.notify_one();
+    Ok(())
+}
+
+pub async fn update(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    ident: &str,
+    args: &QueryArgs,
+    body: &Value,
+    request_id: &str,
+) -> ApiResult<Uuid> {
+    if mv.at_least(3) {
+        args.only(&["rollback"])?;
+        args.bool("rollback")?;
+    } else {
+        args.only(&[])?;
+    }
+    let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
+    authorize(caller, "cluster:update", &c)?;
+    let ops = patch::parse(body, &schemas::CLUSTER_PATCH)?;
+    let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
+    let worker = default_worker(&ngs);
+    let mut doc = views::cluster_full(&c, &views::summarize(ngs.iter()), &Labels::new(), "", Mv(crate::api::microversion::MIN_VERSION))
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    doc.insert("node_count".into(), json!(worker.map(|w| w.node_count).unwrap_or(0)));
+    for k in ["labels_overridden", "labels_added", "labels_skipped", "links", "faults"] {
+        doc.remove(k);
+    }
+    doc.insert("cluster_id".into(), json!(c.stack_id));
+    let patched = patch::apply(&doc, &ops, &schemas::CLUSTER_PATCH)?;
+    let before = schemas::CLUSTER.revalidate(&doc)?;
+    let after = schemas::CLUSTER.revalidate(&patched)?;
+    let mut changed: Vec<&str> = schemas::CLUSTER
+        .fields
+        .iter()
+        .filter(|f| !f.readonly && before.get(f.name) != after.get(f.name))
+        .map(|f| f.name)
+        .collect();
+    changed.retain(|f| !matches!(*f, "status" | "status_reason" | "faults" | "labels_overridden" | "labels_added" | "labels_skipped" | "merge_labels"));
+    let disallowed: Vec<&str> = changed
+        .iter()
+        .copied()
+        .filter(|f| !matches!(*f, "node_count" | "health_status" | "health_status_reason"))
+        .collect();
+    if !disallowed.is_empty() {
+        return Err(DomainError::BadRequest(format!(
+            "cannot change cluster property(ies) {}.",
+            disallowed.join(", ")
+        ))
+        .into());
+    }
+    let after = Body(after);
+    let new_count = after.int("node_count").unwrap_or(1);
+    if new_count == 0 && !mv.at_least(10) {
+        return Err(zero_nodes_unsupported().into());
+    }
+    if changed.contains(&"health_status") || changed.contains(&"health_status_reason") {
+        policy::enforce("cluster:update_health_status", caller, Some(target(&c)))?;
+        let reason = after.get("health_status_reason").cloned().unwrap_or_else(|| json!({}));
+        cdb::set_health(&app.pool, c.uuid, after.str("health_status").as_deref(), &reason).await?;
+    }
+    if changed.contains(&"node_count") {
+        match (worker, status_of(&c)) {
+            (Some(w), Some(st)) if st.is_stable_complete() => {
+                record_resize(app, &c, w, new_count, vec![], request_id).await?;
+            }
+            // Magnum's conductor silently ignores updates in other states; the API still says 202.
+            _ => tracing::warn!(cluster = %c.uuid, status = %c.status, "node_count update ignored in this status"),
+        }
+    }
+    Ok(c.uuid)
+}
+
+pub async fn delete(app: &App, caller: &Caller, ident: &str, request_id: &str) -> ApiResult<()> {
+    let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
+    authorize(caller, "cluster:delete", &c)?;
+    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    let Some(locked) = cdb::lock(&mut *tx, c.uuid).await? else {
+        return Err(DomainError::cluster_not_found(ident).into());
+    };
+    if locked.status != Status::DeleteInProgress.as_str() {
+        cdb::set_status(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
+        ndb::set_status_of_cluster(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
+        odb::enqueue(
+            &mut *tx,
+            &NewOperation {
+                cluster_uuid: c.uuid,
+                nodegroup_uuid: None,
+                kind: kind::DELETE,
+                payload: json!({}),
+                request_id: Some(request_id),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await.map_err(crate::db::DbError::from)?;
+    app.work_ready.notify_one();
+    Ok(())
+}
+
+/// Resolves a nodegroup ident (integer id, uuid or name) within a cluster.
+pub async fn find_nodegroup(app: &App, c: &ClusterRow, project: Option<&str>, ident: &str) -> ApiResult<NodegroupRow> {
+    let id = if let Ok(i) = ident.parse::<i64>() {
+        NgIdent::Id(i)
+    } else if let Some(u) = crate::api::extract::parse_uuid(ident) {
+        NgIdent::Uuid(u)
+    } else {
+        NgIdent::Name(ident.to_string())
+    };
+    let mut rows = ndb::find(&app.pool, c.uuid, project, &id).await?;
+    match rows.len() {
+        0 => Err(DomainError::nodegroup_not_found(ident).into()),
+        1 => Ok(rows.remove(0)),
+        _ => Err(DomainError::ambiguous_name("nodegroups", "nodegroup").into()),
+    }
+}
+
+pub async fn resize(app: &App, caller: &Caller, mv: Mv, ident: &str, body: &Value, request_id: &str) -> ApiResult<Uuid> {
+    mv.require(7, "resize")?;
+    let b = schemas::RESIZE.parse_body(body)?;
+    let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
+    policy::enforce("cluster:resize", caller, Some(target(&c)))?;
+    let node_count = b.int("node_count").unwrap_or(0);
+    if node_count == 0 && !mv.at_least(10) {
+        return Err(zero_nodes_unsupported().into());
+    }
+    let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
+    let ng = match b.str("nodegroup") {
+        Some(n) => find_nodegroup(app, &c, None, &n).await?,
+        None => default_worker(&ngs)
+            .cloned()
+            .ok_or_else(|| DomainError::nodegroup_not_found("default-worker"))?,
+    };
+    if ng.is_master() {
+        return Err(DomainError::BadRequest(
+            "Resizing the master nodegroup is not supported by this driver.".into(),
+        )
+        .into());
+    }
+    let min = i64::from(ng.min_node_count);
+    let max = ng.max_node_count.map(i64::from);
+    if node_count < min || max.is_some_and(|m| node_count > m) {
+        return Err(DomainError::BadRequest(format!(
+            "Resizing {} outside the allowed range: min_node_count = {}, max_node_count = {}",
+            ng.name,
+            min,
+            max.map(|m| m.to_string()).unwrap_or_else(|| "None".into())
+        ))
+        .into());
+    }
+    match status_of(&c) {
+        Some(st) if st.allows_resize() => {}
+        _ => {
+            return Err(DomainError::BadRequest(format!(
+                "Resizing a cluster when status is \"{}\" is not supported.",
+                c.status
+            ))
+            .into());
+        }
+    }
+    let nodes_to_remove: Vec<String> = b
+        .get("nodes_to_remove")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    record_resize(app, &c, &ng, node_count, nodes_to_remove, request_id).await?;
+    Ok(c.uuid)
+}
+
+pub async fn upgrade(app: &App, caller: &Caller, mv: Mv, ident: &str, body: &Value, request_id: &str) -> ApiResult<Uuid> {
+    mv.require(7, "upgrade")?;
+    if !mv.at_least(8) {
+        return Err(DomainError::BadRequest(
+            "Cluster upgrade is not supported in the provided microversion.".into(),
+        )
+        .into());
+    }
+    let b = schemas::UPGRADE.parse_body(body)?;
+    let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
+    authorize(caller, "cluster:upgrade", &c)?;
+    let ct_ident = b.str("cluster_template").unwrap_or_default();
+    let ct = find_template(app, &template_visibility(caller), &ct_ident, false).await?;
+    let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
+    let ng = match b.str("nodegroup") {
+        Some(n) => find_nodegroup(app, &c, None, &n).await?,
+        None => default_worker(&ngs)
+            .cloned()
+            .ok_or_else(|| DomainError::nodegroup_not_found("default-worker"))?,
+    };
+    if !ng.is_default && ct.uuid != c.cluster_template_id {
+        return Err(DomainError::Conflict(format!(
+            "Cluster Template is not valid for upgrade: Nodegroup {} can be upgraded only to match cluster's template ({}).",
+            ng.name, c.cluster_template_id
+        ))
+        .into());
+    }
+    match status_of(&c) {
+        Some(st) if st.is_stable_complete() => {}
+        _ => {
+            return Err(DomainError::BadRequest(format!(
+                "Upgrading a cluster when status is \"{}\" is not supported.",
+                c.status
+            ))
+            .into());
+        }
+    }
+    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    odb::enqueue(
+        &mut *tx,
+        &NewOperation {
+            cluster_uuid: c.uuid,
+            nodegroup_uuid: Some(ng.uuid),
+            kind: kind::UPGRADE,
+            payload: json!({
+                "cluster_template": ct.uuid,
+                "max_batch_size": b.int("max_batch_size").unwrap_or(1),
+                "image_id": ct.image_id,
+            }),
+            request_id: Some(request_id),
+        },
+    )
+    .await?;
+    tx.commit().await.map_err(crate::db::DbError::from)?;
+    app.work_ready.notify_one();
+    Ok(c.uuid)
+}

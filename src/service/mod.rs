@@ -1,0 +1,79 @@
+//! Use cases behind the handlers: each public function is one API operation, combining the
+//! pure rules of `domain` with `db`, inside one transaction where it writes.
+
+pub mod certificates;
+pub mod clusters;
+pub mod nodegroups;
+pub mod quotas;
+pub mod templates;
+
+use uuid::Uuid;
+
+use crate::api::error::ApiResult;
+use crate::api::extract::parse_uuid;
+use crate::app::App;
+use crate::db::clusters::{self as cdb, ClusterRow, Scope};
+use crate::db::templates::{self as tdb, TemplateRow, Visibility};
+use crate::domain::error::DomainError;
+use crate::domain::policy::Caller;
+
+/// Clusters the caller can see: everything for an admin (when `widen`), else the own project.
+pub fn cluster_scope(caller: &Caller, widen: bool) -> Scope {
+    if widen && caller.is_admin() {
+        Scope::All
+    } else {
+        Scope::Project(caller.project_id.clone())
+    }
+}
+
+pub fn template_visibility(caller: &Caller) -> Visibility {
+    if caller.is_admin() {
+        Visibility::All
+    } else {
+        Visibility::Project(caller.project_id.clone())
+    }
+}
+
+/// A cluster named by uuid or (unique) name within `scope`.
+pub async fn find_cluster(app: &App, scope: &Scope, ident: &str) -> ApiResult<ClusterRow> {
+    if let Some(u) = parse_uuid(ident) {
+        return cdb::by_uuid(&app.pool, scope, u)
+            .await?
+            .ok_or_else(|| DomainError::cluster_not_found(ident).into());
+    }
+    let mut rows = cdb::by_name(&app.pool, scope, ident).await?;
+    match rows.len() {
+        0 => Err(DomainError::cluster_not_found(ident).into()),
+        1 => Ok(rows.remove(0)),
+        _ => Err(DomainError::ambiguous_name("clusters", "cluster").into()),
+    }
+}
+
+/// A template named by uuid or (unique) name; with `allow_int_id`, an integer id too.
+pub async fn find_template(
+    app: &App,
+    vis: &Visibility,
+    ident: &str,
+    allow_int_id: bool,
+) -> ApiResult<TemplateRow> {
+    let not_found = || DomainError::template_not_found(ident);
+    if allow_int_id {
+        if let Ok(id) = ident.parse::<i64>() {
+            return tdb::by_id(&app.pool, vis, id).await?.ok_or_else(|| not_found().into());
+        }
+    }
+    if let Some(u) = parse_uuid(ident) {
+        return tdb::by_uuid(&app.pool, vis, u).await?.ok_or_else(|| not_found().into());
+    }
+    let mut rows = tdb::by_name(&app.pool, vis, ident).await?;
+    match rows.len() {
+        0 => Err(not_found().into()),
+        1 => Ok(rows.remove(0)),
+        _ => Err(DomainError::ambiguous_name("ClusterTemplates", "ClusterTemplate").into()),
+    }
+}
+
+/// The `{"uuid": ...}` body of asynchronous cluster operations.
+pub fn uuid_body(uuid: Uuid) -> serde_json::Value {
+    serde_json::json!({ "uuid": uuid })
+}

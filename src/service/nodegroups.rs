@@ -1,0 +1,262 @@
+//! Nodegroup use cases (API ≥ 1.9): list, show, create, patch, delete.
+
+use serde_json::{Map, Value, json};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::clusters::{find_nodegroup, kind};
+use super::{cluster_scope, find_cluster};
+use crate::api::error::ApiResult;
+use crate::api::extract::QueryArgs;
+use crate::api::microversion::Mv;
+use crate::api::pagination::ListParams;
+use crate::api::views;
+use crate::app::App;
+use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
+use crate::db::operations::{self as odb, NewOperation};
+use crate::db::templates as tdb;
+use crate::db::DbError;
+use crate::domain::error::DomainError;
+use crate::domain::fields::Body;
+use crate::domain::labels;
+use crate::domain::nodegroup_rules as rules;
+use crate::domain::policy::{self, Caller, Target};
+use crate::domain::status::Status;
+use crate::domain::{names, patch, schemas};
+
+/// Magnum reports every nodegroup method below 1.9 under this name.
+const GATE_NAME: &str = "delete";
+
+fn gate(mv: Mv) -> ApiResult<()> {
+    mv.require(9, GATE_NAME)
+}
+
+fn ng_project(caller: &Caller) -> Option<&str> {
+    if caller.is_admin() { None } else { Some(caller.project_id.as_str()) }
+}
+
+fn cluster_target(c: &ClusterRow) -> Target<'_> {
+    Target { project_id: &c.project_id, user_id: &c.user_id }
+}
+
+fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
+    if c.project_id != caller.project_id {
+        policy::enforce(&format!("{rule}_all_projects"), caller, None)?;
+        return Ok(());
+    }
+    policy::enforce(rule, caller, Some(cluster_target(c)))?;
+    Ok(())
+}
+
+pub async fn list(app: &App, caller: &Caller, mv: Mv, cluster: &str, args: &QueryArgs, base: &str) -> ApiResult<Value> {
+    gate(mv)?;
+    args.only(&["marker", "limit", "sort_key", "sort_dir", "role"])?;
+    let params = ListParams::parse(args, ndb::SORT_KEYS, app.config.api.max_limit)?;
+    let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
+    authorize(caller, "nodegroup:get_all", &c)?;
+    let project = ng_project(caller);
+    let marker_id = match params.marker {
+        Some(m) => Some(
+            ndb::find(&app.pool, c.uuid, project, &NgIdent::Uuid(m))
+                .await?
+                .first()
+                .ok_or_else(|| DomainError::nodegroup_not_found(&m.to_string()))?
+                .id,
+        ),
+        None => None,
+    };
+    let rows = ndb::list(&app.pool, c.uuid, project, args.get("role"), &params.page(marker_id)).await?;
+    let mut body = Map::new();
+    body.insert("nodegroups".into(), Value::Array(rows.iter().map(views::nodegroup_short).collect()));
+    let path = format!("clusters/{}/nodegroups", c.uuid);
+    Ok(views::with_next(body, rows.len(), params.limit, || {
+        rows.last().map(|n| params.next_url(base, &path, &n.uuid.to_string()))
+    }))
+}
+
+pub async fn get(app: &App, caller: &Caller, mv: Mv, cluster: &str, ident: &str) -> ApiResult<(NodegroupRow, ClusterRow)> {
+    gate(mv)?;
+    let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
+    authorize(caller, "nodegroup:get", &c)?;
+    let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
+    Ok((ng, c))
+}
+
+async fn record(
+    app: &App,
+    c: &ClusterRow,
+    ng_uuid: Uuid,
+    op_kind: &str,
+    payload: Value,
+    request_id: &str,
+    write: impl for<'t> FnOnce(&'t mut sqlx::PgConnection) -> futures_like::BoxFuture<'t, Result<(), DbError>>,
+) -> ApiResult<()> {
+    let mut tx = app.pool.begin().await.map_err(DbError::from)?;
+    write(&mut *tx).await?;
+    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    odb::enqueue(
+        &mut *tx,
+        &NewOperation {
+            cluster_uuid: c.uuid,
+            nodegroup_uuid: Some(ng_uuid),
+            kind: op_kind,
+            payload,
+            request_id: Some(request_id),
+        },
+    )
+    .await?;
+    tx.commit().await.map_err(DbError::from)?;
+    app.work_ready.notify_one();
+    Ok(())
+}
+
+/// Boxed futures for the transaction callbacks above (std has no alias for this).
+mod futures_like {
+    pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+}
+
+pub async fn create(app: &App, caller: &Caller, mv: Mv, cluster: &str, body: &Value, request_id: &str) -> ApiResult<(NodegroupRow, ClusterRow)> {
+    gate(mv)?;
+    let b = schemas::NODEGROUP.parse_body(body)?;
+    let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
+    policy::enforce("nodegroup:create", caller, Some(cluster_target(&c)))?;
+    if c.api_address.is_none() {
+        return Err(DomainError::Conflict("Cluster API address is not available yet".into()).into());
+    }
+    let role = b.str("role").unwrap_or_else(|| "worker".into());
+    let name = b.str("name").unwrap_or_else(|| names::generate("nodegroup"));
+    if role == "master" {
+        if b.get("node_labels").is_some() || b.get("node_taints").is_some() {
+            return Err(invalid_master(&name).into());
+        }
+        return Err(DomainError::BadRequest("Creating master nodegroups is currently not supported.".into()).into());
+    }
+    let node_count = b.int("node_count").unwrap_or(1);
+    let min = b.int("min_node_count").unwrap_or(0);
+    let max = b.int("max_node_count");
+    rules::check_counts(&name, node_count, min, max)?;
+    rules::check_node_labels(&name, b.get("node_labels"))?;
+    rules::check_node_taints(&name, b.get("node_taints"))?;
+    let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
+    let merged = labels::inherit(&c.labels.0, b.labels("labels"), b.bool("merge_labels").unwrap_or(false));
+    let to_i32 = |v: i64, f: &str| i32::try_from(v).map_err(|_| DomainError::invalid_field(f, &v.to_string(), "Value is too large"));
+    let ng = NodegroupRow {
+        id: 0,
+        uuid: Uuid::new_v4(),
+        name: name.clone(),
+        cluster_id: c.uuid,
+        project_id: c.project_id.clone(),
+        docker_volume_size: b.int("docker_volume_size").and_then(|v| i32::try_from(v).ok()).or(c.docker_volume_size),
+        labels: Json(merged),
+        flavor_id: b.str("flavor_id").or_else(|| c.flavor_id.clone()),
+        image_id: b.str("image_id").or_else(|| ct.and_then(|t| t.image_id)),
+        node_addresses: Json(vec![]),
+        node_count: to_i32(node_count, "node_count")?,
+        role,
+        max_node_count: max.map(|m| to_i32(m, "max_node_count")).transpose()?,
+        min_node_count: to_i32(min, "min_node_count")?,
+        is_default: false,
+        stack_id: None,
+        status: Some(Status::CreateInProgress.as_str().into()),
+        status_reason: None,
+        version: None,
+        node_labels: b.get("node_labels").cloned().map(Json),
+        node_taints: b.get("node_taints").cloned().map(Json),
+        created_at: chrono::Utc::now(),
+        updated_at: None,
+    };
+    let mut tx = app.pool.begin().await.map_err(DbError::from)?;
+    let inserted = ndb::insert(&mut *tx, &ng).await.map_err(|e| match e {
+        DbError::Constraint(_) => DomainError::Conflict(format!(
+            "A node group with name {name} already exists in the cluster {}.",
+            c.uuid
+        ))
+        .into(),
+        other => crate::api::error::ApiError::from(other),
+    })?;
+    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    odb::enqueue(
+        &mut *tx,
+        &NewOperation {
+            cluster_uuid: c.uuid,
+            nodegroup_uuid: Some(inserted.uuid),
+            kind: kind::NODEGROUP_CREATE,
+            payload: json!({}),
+            request_id: Some(request_id),
+        },
+    )
+    .await?;
+    tx.commit().await.map_err(DbError::from)?;
+    app.work_ready.notify_one();
+    Ok((inserted, c))
+}
+
+fn invalid_master(name: &str) -> DomainError {
+    DomainError::Conflict(format!(
+        "node_labels for {name} is invalid (node labels and taints are not supported for master nodegroups)."
+    ))
+}
+
+pub async fn update(app: &App, caller: &Caller, mv: Mv, cluster: &str, ident: &str, body: &Value, request_id: &str) -> ApiResult<(NodegroupRow, ClusterRow)> {
+    gate(mv)?;
+    let ops = patch::parse(body, &schemas::NODEGROUP_PATCH)?;
+    let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
+    policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
+    let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
+    let doc = views::nodegroup_full(&ng, &c.labels.0, "").as_object().cloned().unwrap_or_default();
+    let patched = patch::apply(&doc, &ops, &schemas::NODEGROUP_PATCH)?;
+    let after = Body(schemas::NODEGROUP.revalidate(&patched)?);
+    let min = after.int("min_node_count").unwrap_or(0);
+    let max = after.int("max_node_count");
+    rules::check_counts(&ng.name, i64::from(ng.node_count), min, max)?;
+    let node_labels = after.get("node_labels").cloned();
+    let node_taints = after.get("node_taints").cloned();
+    if ng.is_master() && (node_labels.is_some() || node_taints.is_some()) {
+        return Err(invalid_master(&ng.name).into());
+    }
+    rules::check_node_labels(&ng.name, node_labels.as_ref())?;
+    rules::check_node_taints(&ng.name, node_taints.as_ref())?;
+    let mut updated = ng.clone();
+    updated.min_node_count = i32::try_from(min).unwrap_or(i32::MAX);
+    updated.max_node_count = max.map(|m| i32::try_from(m).unwrap_or(i32::MAX));
+    updated.node_labels = node_labels.map(Json);
+    updated.node_taints = node_taints.map(Json);
+    if updated == ng {
+        return Ok((ng, c));
+    }
+    let allowed = ng.status.as_deref().and_then(|s| s.parse::<Status>().ok()).is_some_and(Status::allows_nodegroup_update);
+    if !allowed {
+        // Magnum's conductor ignores updates of a nodegroup in other states; the API still says 202.
+        tracing::warn!(nodegroup = %ng.uuid, status = ?ng.status, "nodegroup update ignored in this status");
+        return Ok((ng, c));
+    }
+    let spec = updated.clone();
+    record(app, &c, ng.uuid, kind::NODEGROUP_UPDATE, json!({}), request_id, move |conn| {
+        Box::pin(async move {
+            ndb::update_spec(&mut *conn, &spec).await?;
+            ndb::set_status(&mut *conn, spec.uuid, Status::UpdateInProgress.as_str(), None).await
+        })
+    })
+    .await?;
+    let fresh = find_nodegroup(app, &c, None, &ng.uuid.to_string()).await?;
+    Ok((fresh, c))
+}
+
+pub async fn delete(app: &App, caller: &Caller, mv: Mv, cluster: &str, ident: &str, request_id: &str) -> ApiResult<()> {
+    gate(mv)?;
+    let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
+    policy::enforce("nodegroup:delete", caller, Some(cluster_target(&c)))?;
+    let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
+    if ng.is_default {
+        return Err(DomainError::BadRequest("Deleting a default nodegroup is not supported.".into()).into());
+    }
+    if ng.status.as_deref() == Some(Status::DeleteInProgress.as_str()) {
+        return Ok(());
+    }
+    let uuid = ng.uuid;
+    record(app, &c, uuid, kind::NODEGROUP_DELETE, json!({}), request_id, move |conn| {
+        Box::pin(async move { ndb::set_status(&mut *conn, uuid, Status::DeleteInProgress.as_str(), None).await })
+    })
+    .await
+}

@@ -1,0 +1,130 @@
+//! Quotas, stats and mservices use cases.
+
+use serde_json::{Map, Value, json};
+
+use crate::api::error::ApiResult;
+use crate::api::extract::QueryArgs;
+use crate::api::pagination;
+use crate::api::views;
+use crate::app::App;
+use crate::db::page::PageQuery;
+use crate::db::{DbError, clusters as cdb, quotas as qdb, services as sdb};
+use crate::domain::error::DomainError;
+use crate::domain::policy::{self, Caller};
+use crate::domain::schemas;
+
+pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, base: &str) -> ApiResult<Value> {
+    args.only(&["marker", "limit", "sort_key", "sort_dir", "all_tenants"])?;
+    let (limit, sort_key, desc) = pagination::common(args, qdb::SORT_KEYS, app.config.api.max_limit)?;
+    let marker = args.int("marker")?;
+    let all = args.bool("all_tenants")?.unwrap_or(false);
+    policy::enforce("quota:get_all", caller, None)?;
+    let project = if all && caller.is_admin() { None } else { Some(caller.project_id.as_str()) };
+    if let Some(m) = marker {
+        if !qdb::exists_id(&app.pool, m, project).await? {
+            return Err(DomainError::NotFound(format!("Quota {m} could not be found.")).into());
+        }
+    }
+    let page = PageQuery { sort_key, desc, marker_id: marker, limit };
+    let rows = qdb::list(&app.pool, project, &page).await?;
+    let mut body = Map::new();
+    body.insert("quotas".into(), Value::Array(rows.iter().map(views::quota).collect()));
+    Ok(views::with_next(body, rows.len(), limit, || {
+        rows.last().map(|q| {
+            format!(
+                "{base}/v1/quotas?sort_key={sort_key}&sort_dir={}&limit={limit}&marker={}",
+                if desc { "desc" } else { "asc" },
+                q.id
+            )
+        })
+    }))
+}
+
+fn check_own(caller: &Caller, project_id: &str) -> ApiResult<()> {
+    if !caller.is_admin() && caller.project_id != project_id {
+        return Err(DomainError::not_authorized().into());
+    }
+    Ok(())
+}
+
+pub async fn get(app: &App, caller: &Caller, project_id: &str, resource: &str) -> ApiResult<Value> {
+    policy::enforce("quota:get", caller, None)?;
+    check_own(caller, project_id)?;
+    Ok(match qdb::get(&app.pool, project_id, resource).await? {
+        Some(q) => views::quota(&q),
+        None => json!({
+            "hard_limit": app.config.quotas.max_clusters_per_project,
+            "project_id": project_id,
+            "resource": resource,
+        }),
+    })
+}
+
+pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<Value> {
+    let b = schemas::QUOTA.parse_body(body)?;
+    policy::enforce("quota:create", caller, None)?;
+    let project_id = b.str("project_id").unwrap_or_default();
+    let resource = b.str("resource").unwrap_or_else(|| "Cluster".into());
+    let hard_limit = i32::try_from(b.int("hard_limit").unwrap_or(1))
+        .map_err(|_| DomainError::invalid_field("hard_limit", "", "Value is too large"))?;
+    match qdb::insert(&app.pool, &project_id, &resource, hard_limit).await {
+        Ok(q) => Ok(views::quota(&q)),
+        Err(DbError::Constraint(_)) => Err(DomainError::Conflict(format!(
+            "Quota for project {project_id} already exists for resource {resource}."
+        ))
+        .into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn update(app: &App, caller: &Caller, project_id: &str, resource: &str, body: &Value) -> ApiResult<Value> {
+    let b = schemas::QUOTA_UPDATE.parse_body(body)?;
+    policy::enforce("quota:update", caller, None)?;
+    let hard_limit = i32::try_from(b.int("hard_limit").unwrap_or(0))
+        .map_err(|_| DomainError::invalid_field("hard_limit", "", "Value is too large"))?;
+    qdb::update(&app.pool, project_id, resource, hard_limit)
+        .await?
+        .map(|q| views::quota(&q))
+        .ok_or_else(|| DomainError::quota_not_found(project_id, resource).into())
+}
+
+pub async fn delete(app: &App, caller: &Caller, project_id: &str, resource: &str) -> ApiResult<()> {
+    policy::enforce("quota:delete", caller, None)?;
+    if qdb::delete(&app.pool, project_id, resource).await? {
+        Ok(())
+    } else {
+        Err(DomainError::quota_not_found(project_id, resource).into())
+    }
+}
+
+pub async fn stats(app: &App, caller: &Caller, args: &QueryArgs) -> ApiResult<Value> {
+    args.only(&["project_id", "type"])?;
+    if let Some(t) = args.get("type") {
+        if !t.eq_ignore_ascii_case("cluster") {
+            return Err(DomainError::BadRequest(format!(
+                "Invalid parameter value for type: {t}. Acceptable values are 'cluster'"
+            ))
+            .into());
+        }
+    }
+    policy::enforce("stats:get_all", caller, None)?;
+    let requested = args.get("project_id");
+    let project = match (caller.is_admin(), requested) {
+        (true, p) => p.map(str::to_string),
+        (false, Some(p)) if p != caller.project_id => {
+            return Err(DomainError::not_authorized().into());
+        }
+        (false, _) => Some(caller.project_id.clone()),
+    };
+    let (clusters, nodes) = cdb::stats(&app.pool, project.as_deref()).await?;
+    Ok(json!({"clusters": clusters, "nodes": nodes}))
+}
+
+pub async fn mservices(app: &App, caller: &Caller, args: &QueryArgs) -> ApiResult<Value> {
+    args.only(&[])?;
+    policy::enforce("magnum-service:get_all", caller, None)?;
+    let rows = sdb::list(&app.pool).await?;
+    let now = chrono::Utc::now();
+    let down = app.config.service.service_down_time_secs;
+    Ok(json!({"mservices": rows.iter().map(|s| views::service(s, now, down)).collect::<Vec<_>>()}))
+}

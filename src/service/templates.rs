@@ -1,0 +1,298 @@
+//! Cluster template use cases: create, show, list, patch, delete.
+
+use serde_json::{Map, Value};
+use sqlx::types::Json;
+
+use super::{find_template, template_visibility};
+use crate::api::error::ApiResult;
+use crate::api::extract::QueryArgs;
+use crate::api::pagination::ListParams;
+use crate::api::views;
+use crate::app::App;
+use crate::db::templates::{self as tdb, TemplateRow, Visibility};
+use crate::domain::error::DomainError;
+use crate::domain::fields::{string_map, Body};
+use crate::domain::policy::{self, Caller, Target};
+use crate::domain::{names, patch, schemas};
+
+/// Network drivers any template may name.
+pub const SUPPORTED_NETWORK_DRIVERS: [&str; 3] = ["flannel", "calico", "cilium"];
+
+fn check_network_driver(app: &App, driver: &str) -> ApiResult<()> {
+    if !SUPPORTED_NETWORK_DRIVERS.contains(&driver) {
+        return Err(DomainError::BadRequest(format!(
+            "Network driver type {driver} is not supported, expecting a {}/unspecified network driver.",
+            SUPPORTED_NETWORK_DRIVERS.join("/")
+        ))
+        .into());
+    }
+    let allowed = &app.config.api.allowed_network_drivers;
+    if !allowed.iter().any(|a| a == "all" || a == driver) {
+        return Err(DomainError::BadRequest(format!(
+            "Network driver type {driver} is not allowed, expecting a {}/unspecified network driver.",
+            allowed.join("/")
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+fn check_volume_driver(driver: Option<&str>) -> ApiResult<()> {
+    match driver {
+        None | Some("cinder") => Ok(()),
+        Some(d) => Err(DomainError::BadRequest(format!(
+            "Volume driver type {d} is not supported, expecting a cinder/unspecified volume driver."
+        ))
+        .into()),
+    }
+}
+
+/// `docker_storage_driver=devicemapper` needs at least 3 GB.
+pub fn check_devicemapper(storage: Option<&str>, size: Option<i64>) -> ApiResult<()> {
+    if storage == Some("devicemapper") {
+        if let Some(s) = size.filter(|s| *s < 3) {
+            return Err(DomainError::BadRequest(format!(
+                "docker volume size {s} GB is not valid, expecting minimum value 3GB for devicemapper storage driver."
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn check_dns(dns: Option<&str>) -> ApiResult<()> {
+    if let Some(d) = dns {
+        if d.split(',').any(|ip| ip.trim().parse::<std::net::Ipv4Addr>().is_err()) {
+            return Err(DomainError::invalid_field("dns_nameserver", d, "Invalid DNS format").into());
+        }
+    }
+    Ok(())
+}
+
+fn check_publish(caller: &Caller) -> ApiResult<()> {
+    if policy::enforce("clustertemplate:publish", caller, None).is_err() {
+        return Err(DomainError::Forbidden(
+            "Not authorized to set public or hidden flag for cluster template.".into(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Builds the row a (validated) document describes.
+fn apply_doc(row: &mut TemplateRow, d: &Body) {
+    let s = |k: &str| d.str(k);
+    let i = |k: &str| d.int(k).and_then(|v| i32::try_from(v).ok());
+    row.name = s("name");
+    row.image_id = s("image_id");
+    row.flavor_id = s("flavor_id");
+    row.master_flavor_id = s("master_flavor_id");
+    row.keypair_id = s("keypair_id");
+    row.external_network_id = s("external_network_id");
+    row.fixed_network = s("fixed_network");
+    row.fixed_subnet = s("fixed_subnet");
+    row.network_driver = s("network_driver");
+    row.volume_driver = s("volume_driver");
+    row.dns_nameserver = s("dns_nameserver");
+    row.apiserver_port = i("apiserver_port");
+    row.docker_volume_size = i("docker_volume_size");
+    row.docker_storage_driver = s("docker_storage_driver");
+    row.cluster_distro = s("cluster_distro");
+    row.coe = s("coe");
+    row.http_proxy = s("http_proxy");
+    row.https_proxy = s("https_proxy");
+    row.no_proxy = s("no_proxy");
+    row.registry_enabled = d.bool("registry_enabled").unwrap_or(false);
+    row.labels = Json(d.get("labels").and_then(string_map).unwrap_or_default());
+    row.tls_disabled = d.bool("tls_disabled").unwrap_or(false);
+    row.public = d.bool("public").unwrap_or(false);
+    row.server_type = Some(s("server_type").unwrap_or_else(|| "vm".into()));
+    row.insecure_registry = s("insecure_registry");
+    row.master_lb_enabled = d.bool("master_lb_enabled").unwrap_or(false);
+    row.floating_ip_enabled = d.bool("floating_ip_enabled").unwrap_or(true);
+    row.hidden = d.bool("hidden").unwrap_or(false);
+    row.tags = s("tags");
+    row.driver = s("driver");
+}
+
+fn empty_row(caller: &Caller) -> TemplateRow {
+    TemplateRow {
+        id: 0,
+        uuid: uuid::Uuid::new_v4(),
+        project_id: caller.project_id.clone(),
+        user_id: caller.user_id.clone(),
+        name: None,
+        image_id: None,
+        flavor_id: None,
+        master_flavor_id: None,
+        keypair_id: None,
+        external_network_id: None,
+        fixed_network: None,
+        fixed_subnet: None,
+        network_driver: None,
+        volume_driver: None,
+        dns_nameserver: None,
+        apiserver_port: None,
+        docker_volume_size: None,
+        docker_storage_driver: None,
+        cluster_distro: None,
+        coe: None,
+        http_proxy: None,
+        https_proxy: None,
+        no_proxy: None,
+        registry_enabled: false,
+        labels: Json(Default::default()),
+        tls_disabled: false,
+        public: false,
+        server_type: None,
+        insecure_registry: None,
+        master_lb_enabled: false,
+        floating_ip_enabled: true,
+        hidden: false,
+        tags: None,
+        driver: None,
+        created_at: chrono::Utc::now(),
+        updated_at: None,
+    }
+}
+
+pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<TemplateRow> {
+    let mut b = schemas::TEMPLATE.parse_body(body)?;
+    let network_driver = b
+        .str("network_driver")
+        .unwrap_or_else(|| app.config.api.default_network_driver.clone());
+    check_network_driver(app, &network_driver)?;
+    b.0.insert("network_driver".into(), Value::String(network_driver));
+    check_volume_driver(b.str("volume_driver").as_deref())?;
+    check_devicemapper(b.str("docker_storage_driver").as_deref(), b.int("docker_volume_size"))?;
+    check_dns(b.str("dns_nameserver").as_deref())?;
+    if b.str("driver").is_none() {
+        b.0.insert("driver".into(), Value::String(app.config.api.default_driver.clone()));
+    }
+    policy::enforce("clustertemplate:create", caller, None)?;
+    if b.bool("public") == Some(true) || b.bool("hidden") == Some(true) {
+        check_publish(caller)?;
+    }
+    if b.str("name").is_none() {
+        b.0.insert("name".into(), Value::String(names::generate("template")));
+    }
+    let mut row = empty_row(caller);
+    if let Some(u) = b.str("uuid").and_then(|u| uuid::Uuid::try_parse(&u).ok()) {
+        row.uuid = u;
+    }
+    apply_doc(&mut row, &b);
+    tdb::insert(&app.pool, &row).await.map_err(|e| match e {
+        crate::db::DbError::Constraint(_) => {
+            DomainError::Conflict(format!("A ClusterTemplate with UUID {} already exists.", row.uuid)).into()
+        }
+        other => other.into(),
+    })
+}
+
+fn target(t: &TemplateRow) -> Target<'_> {
+    Target {
+        project_id: &t.project_id,
+        user_id: &t.user_id,
+    }
+}
+
+pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<TemplateRow> {
+    let t = find_template(app, &template_visibility(caller), ident, false).await?;
+    if !t.public {
+        policy::enforce("clustertemplate:get", caller, Some(target(&t)))?;
+    }
+    Ok(t)
+}
+
+pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, detail: bool, base: &str) -> ApiResult<Value> {
+    args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
+    let params = ListParams::parse(args, tdb::SORT_KEYS, app.config.api.max_limit)?;
+    policy::enforce(
+        if detail { "clustertemplate:detail" } else { "clustertemplate:get_all" },
+        caller,
+        None,
+    )?;
+    let vis = template_visibility(caller);
+    let marker_id = match params.marker {
+        Some(m) => Some(
+            tdb::by_uuid(&app.pool, &vis, m)
+                .await?
+                .ok_or_else(|| DomainError::template_not_found(&m.to_string()))?
+                .id,
+        ),
+        None => None,
+    };
+    let rows = tdb::list(&app.pool, &vis, &params.page(marker_id)).await?;
+    let items: Vec<Value> = rows.iter().map(|t| views::template(t, base)).collect();
+    let mut body = Map::new();
+    body.insert("clustertemplates".into(), Value::Array(items));
+    let path = if detail { "clustertemplates/detail" } else { "clustertemplates" };
+    Ok(views::with_next(body, rows.len(), params.limit, || {
+        rows.last().map(|t| params.next_url(base, path, &t.uuid.to_string()))
+    }))
+}
+
+/// Fields whose change is still allowed while clusters use the template.
+fn change_allowed_in_use(changed: &[&str], doc: &Map<String, Value>) -> bool {
+    match changed {
+        [] | ["name"] | ["hidden"] => true,
+        ["public"] => doc.get("public") == Some(&Value::Bool(true)),
+        ["tags"] => doc.get("tags").is_some_and(|v| !v.is_null()),
+        _ => false,
+    }
+}
+
+pub async fn update(app: &App, caller: &Caller, ident: &str, body: &Value) -> ApiResult<TemplateRow> {
+    let ops = patch::parse(body, &schemas::TEMPLATE_PATCH)?;
+    let vis = template_visibility(caller);
+    let t = find_template(app, &vis, ident, false).await?;
+    let before_doc = views::template(&t, "");
+    let before_map = before_doc.as_object().cloned().unwrap_or_default();
+    let patched = patch::apply(&before_map, &ops, &schemas::TEMPLATE_PATCH)?;
+    let after = schemas::TEMPLATE.revalidate(&patched)?;
+    let before = schemas::TEMPLATE.revalidate(&before_map)?;
+    let changed: Vec<&str> = schemas::TEMPLATE
+        .fields
+        .iter()
+        .filter(|f| !f.readonly && before.get(f.name) != after.get(f.name))
+        .map(|f| f.name)
+        .collect();
+    if changed.contains(&"uuid") {
+        return Err(DomainError::BadRequest(
+            "'/uuid' is an internal attribute and can not be updated".into(),
+        )
+        .into());
+    }
+    let b = Body(after);
+    if let Some(nd) = b.str("network_driver") {
+        check_network_driver(app, &nd)?;
+    }
+    check_volume_driver(b.str("volume_driver").as_deref())?;
+    check_devicemapper(b.str("docker_storage_driver").as_deref(), b.int("docker_volume_size"))?;
+    check_dns(b.str("dns_nameserver").as_deref())?;
+    if tdb::in_use(&app.pool, t.uuid).await? && !change_allowed_in_use(&changed, &b.0) {
+        return Err(DomainError::template_referenced(&t.uuid.to_string()).into());
+    }
+    policy::enforce("clustertemplate:update", caller, Some(target(&t)))?;
+    if matches!(vis, Visibility::All) && t.project_id != caller.project_id {
+        policy::enforce("clustertemplate:update_all_projects", caller, None)?;
+    }
+    if changed.contains(&"public") || changed.contains(&"hidden") {
+        check_publish(caller)?;
+    }
+    if changed.is_empty() {
+        return Ok(t);
+    }
+    let mut row = t.clone();
+    apply_doc(&mut row, &b);
+    Ok(tdb::update(&app.pool, &row).await?)
+}
+
+pub async fn delete(app: &App, caller: &Caller, ident: &str) -> ApiResult<()> {
+    let t = find_template(app, &template_visibility(caller), ident, false).await?;
+    policy::enforce("clustertemplate:delete", caller, Some(target(&t)))?;
+    if !tdb::delete(&app.pool, t.uuid).await? {
+        return Err(DomainError::template_referenced(ident).into());
+    }
+    Ok(())
+}

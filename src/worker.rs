@@ -1,0 +1,150 @@
+//! The operation worker: claims recorded operations from Postgres, runs them through the
+//! driver under a renewed lease, retries transient failures with exponential backoff, and marks
+//! resources `*_FAILED` when an operation is given up. Also the mservice heartbeat.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::app::AppState;
+use crate::db::operations::{self as odb, OperationRow};
+use crate::db::{finalize, services as sdb};
+use crate::driver::{Driver, DriverError};
+use crate::domain::status::Status;
+use crate::service::clusters::kind;
+
+/// The status a resource gets when its operation is given up.
+pub fn failed_status(op_kind: &str) -> Status {
+    match op_kind {
+        kind::CREATE => Status::CreateFailed,
+        kind::DELETE => Status::DeleteFailed,
+        _ => Status::UpdateFailed,
+    }
+}
+
+/// Delay before attempt `attempts + 1`: base · 2^(attempts-1), capped at 5 minutes.
+pub fn backoff_ms(base_ms: i64, attempts: i32) -> i64 {
+    let exp = u32::try_from(attempts.saturating_sub(1).clamp(0, 16)).unwrap_or(16);
+    base_ms.saturating_mul(1i64 << exp).min(300_000)
+}
+
+/// Runs `concurrency` workers until `shutdown` flips to true.
+pub async fn run(app: AppState, driver: Arc<dyn Driver>, worker_id: String, mut shutdown: watch::Receiver<bool>) {
+    let n = app.config.operations.concurrency;
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let app = app.clone();
+        let driver = driver.clone();
+        let id = format!("{worker_id}/{i}");
+        let shutdown = shutdown.clone();
+        tasks.push(tokio::spawn(async move { worker_loop(app, driver, id, shutdown).await }));
+    }
+    let _ = shutdown.wait_for(|stop| *stop).await;
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+async fn worker_loop(app: AppState, driver: Arc<dyn Driver>, id: String, mut shutdown: watch::Receiver<bool>) {
+    let cfg = app.config.operations.clone();
+    let idle = Duration::from_millis(cfg.poll_interval_ms.max(10));
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        match odb::claim(&app.pool, &id, cfg.lease_secs).await {
+            Ok(Some(op)) => {
+                execute(&app, driver.as_ref(), &id, op).await;
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "claiming an operation failed"),
+        }
+        tokio::select! {
+            _ = app.work_ready.notified() => {}
+            _ = tokio::time::sleep(idle) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+async fn execute(app: &AppState, driver: &dyn Driver, worker: &str, op: OperationRow) {
+    let cfg = &app.config.operations;
+    let span = tracing::info_span!("operation", id = op.id, kind = %op.kind, cluster = %op.cluster_uuid, attempt = op.attempts);
+    let _enter = span.enter();
+    tracing::info!(driver = driver.name(), "executing");
+    // Keep the lease alive while the driver works.
+    let renew_every = Duration::from_secs(u64::try_from(cfg.lease_secs / 3).unwrap_or(1).max(1));
+    let result = {
+        let work = driver.execute(&app.pool, &op);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                r = &mut work => break r,
+                _ = tokio::time::sleep(renew_every) => {
+                    if let Err(e) = odb::renew(&app.pool, op.id, worker, cfg.lease_secs).await {
+                        tracing::warn!(error = %e, "renewing the lease failed");
+                    }
+                }
+            }
+        }
+    };
+    let outcome = match result {
+        Ok(()) => odb::finish(&app.pool, op.id, worker).await.map(|_| ()),
+        Err(DriverError::Transient(e)) if op.attempts < cfg.max_attempts => {
+            let delay = backoff_ms(cfg.retry_base_ms, op.attempts);
+            tracing::warn!(error = %e, delay_ms = delay, "attempt failed, will retry");
+            odb::retry_later(&app.pool, op.id, worker, &e, delay).await
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "operation failed for good");
+            give_up(app, &op, &e.to_string()).await
+        }
+    };
+    if let Err(e) = outcome {
+        tracing::error!(error = %e, "recording the outcome failed; the lease will expire and the operation rerun");
+    }
+}
+
+async fn give_up(app: &AppState, op: &OperationRow, reason: &str) -> Result<(), crate::db::DbError> {
+    let mut tx = app.pool.begin().await?;
+    finalize::failed(&mut tx, op.cluster_uuid, op.nodegroup_uuid, failed_status(&op.kind).as_str(), reason).await?;
+    odb::fail(&mut *tx, op.id, reason).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Registers this replica as `magnum-conductor` and heartbeats until shutdown.
+pub async fn heartbeat(app: AppState, host: String, mut shutdown: watch::Receiver<bool>) {
+    let every = Duration::from_secs(app.config.service.report_interval_secs.max(1));
+    loop {
+        if let Err(e) = sdb::heartbeat(&app.pool, &host, "magnum-conductor").await {
+            tracing::warn!(error = %e, "service heartbeat failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff_ms(1000, 1), 1000);
+        assert_eq!(backoff_ms(1000, 2), 2000);
+        assert_eq!(backoff_ms(1000, 4), 8000);
+        assert_eq!(backoff_ms(1000, 40), 300_000);
+    }
+
+    #[test]
+    fn given_up_operations_fail_their_action() {
+        assert_eq!(failed_status(kind::CREATE), Status::CreateFailed);
+        assert_eq!(failed_status(kind::DELETE), Status::DeleteFailed);
+        assert_eq!(failed_status(kind::RESIZE), Status::UpdateFailed);
+    }
+}
