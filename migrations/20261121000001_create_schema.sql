@@ -119,7 +119,7 @@ CREATE TABLE quotas (
 CREATE TABLE magnum_service (
     id              BIGSERIAL PRIMARY KEY,
     host            TEXT NOT NULL,
-    binary          TEXT NOT NULL,
+    "binary"        TEXT NOT NULL,
     disabled        BOOLEAN NOT NULL DEFAULT FALSE,
     disabled_reason TEXT,
     last_seen_up    TIMESTAMPTZ,
@@ -127,7 +127,7 @@ CREATE TABLE magnum_service (
     report_count    INTEGER NOT NULL DEFAULT 0,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at      TIMESTAMPTZ,
-    CONSTRAINT uniq_magnum_service0host0binary UNIQUE (host, binary)
+    CONSTRAINT uniq_magnum_service0host0binary UNIQUE (host, "binary")
 );
 
 -- Durable cluster operations: written in the same transaction as the state change that the

@@ -10,7 +10,11 @@ use magnum_capi::config::Config;
 use magnum_capi::{api, db, devdb, server};
 
 #[derive(Parser)]
-#[command(name = "magnum-capi", version, about = "OpenStack Magnum API backed by Cluster API")]
+#[command(
+    name = "magnum-capi",
+    version,
+    about = "OpenStack Magnum API backed by Cluster API"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,7 +51,9 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(run(cli))
 }
 
@@ -59,7 +65,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Migrate { config } => {
             let cfg = Config::load(config.as_deref())?;
-            let url = cfg.database.url.clone().context("[database] url is required")?;
+            let url = cfg
+                .database
+                .url
+                .clone()
+                .context("[database] url is required")?;
             let pool = db::connect(&url, &cfg.database).await?;
             db::migrate(&pool).await?;
             tracing::info!("migrations applied");

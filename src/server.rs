@@ -16,7 +16,9 @@ use crate::driver::simulated::SimulatedDriver;
 /// Errors that stop the service from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("no database configured: set [database] url (or MAGNUM_CAPI__DATABASE__URL), or use `serve --dev`")]
+    #[error(
+        "no database configured: set [database] url (or MAGNUM_CAPI__DATABASE__URL), or use `serve --dev`"
+    )]
     NoDatabase,
     #[error(transparent)]
     Db(#[from] db::DbError),
@@ -48,11 +50,24 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), ServeEr
     let (stop_tx, stop_rx) = watch::channel(false);
     let host = state.config.service_host();
     let mut background = Vec::new();
-    background.push(tokio::spawn(crate::worker::heartbeat(state.clone(), host.clone(), stop_rx.clone())));
+    background.push(tokio::spawn(crate::worker::heartbeat(
+        state.clone(),
+        host.clone(),
+        stop_rx.clone(),
+    )));
     if state.config.operations.worker_enabled {
         let driver = driver_for(&state.config);
-        let worker_id = format!("{host}:{}:{}", std::process::id(), uuid::Uuid::new_v4().simple());
-        background.push(tokio::spawn(crate::worker::run(state.clone(), driver, worker_id, stop_rx.clone())));
+        let worker_id = format!(
+            "{host}:{}:{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        );
+        background.push(tokio::spawn(crate::worker::run(
+            state.clone(),
+            driver,
+            worker_id,
+            stop_rx.clone(),
+        )));
     }
     let svc = crate::api::service(state.clone());
     tracing::info!(addr = %listener.local_addr()?, "magnum-capi listening");

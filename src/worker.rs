@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use crate::app::AppState;
 use crate::db::operations::{self as odb, OperationRow};
 use crate::db::{finalize, services as sdb};
-use crate::driver::{Driver, DriverError};
 use crate::domain::status::Status;
+use crate::driver::{Driver, DriverError};
 use crate::service::clusters::kind;
 
 /// The status a resource gets when its operation is given up.
@@ -30,7 +30,12 @@ pub fn backoff_ms(base_ms: i64, attempts: i32) -> i64 {
 }
 
 /// Runs `concurrency` workers until `shutdown` flips to true.
-pub async fn run(app: AppState, driver: Arc<dyn Driver>, worker_id: String, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    app: AppState,
+    driver: Arc<dyn Driver>,
+    worker_id: String,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let n = app.config.operations.concurrency;
     let mut tasks = Vec::with_capacity(n);
     for i in 0..n {
@@ -38,7 +43,9 @@ pub async fn run(app: AppState, driver: Arc<dyn Driver>, worker_id: String, mut 
         let driver = driver.clone();
         let id = format!("{worker_id}/{i}");
         let shutdown = shutdown.clone();
-        tasks.push(tokio::spawn(async move { worker_loop(app, driver, id, shutdown).await }));
+        tasks.push(tokio::spawn(async move {
+            worker_loop(app, driver, id, shutdown).await
+        }));
     }
     let _ = shutdown.wait_for(|stop| *stop).await;
     for t in tasks {
@@ -46,7 +53,12 @@ pub async fn run(app: AppState, driver: Arc<dyn Driver>, worker_id: String, mut 
     }
 }
 
-async fn worker_loop(app: AppState, driver: Arc<dyn Driver>, id: String, mut shutdown: watch::Receiver<bool>) {
+async fn worker_loop(
+    app: AppState,
+    driver: Arc<dyn Driver>,
+    id: String,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let cfg = app.config.operations.clone();
     let idle = Duration::from_millis(cfg.poll_interval_ms.max(10));
     loop {
@@ -107,9 +119,20 @@ async fn execute(app: &AppState, driver: &dyn Driver, worker: &str, op: Operatio
     }
 }
 
-async fn give_up(app: &AppState, op: &OperationRow, reason: &str) -> Result<(), crate::db::DbError> {
+async fn give_up(
+    app: &AppState,
+    op: &OperationRow,
+    reason: &str,
+) -> Result<(), crate::db::DbError> {
     let mut tx = app.pool.begin().await?;
-    finalize::failed(&mut tx, op.cluster_uuid, op.nodegroup_uuid, failed_status(&op.kind).as_str(), reason).await?;
+    finalize::failed(
+        &mut tx,
+        op.cluster_uuid,
+        op.nodegroup_uuid,
+        failed_status(&op.kind).as_str(),
+        reason,
+    )
+    .await?;
     odb::fail(&mut *tx, op.id, reason).await?;
     tx.commit().await?;
     Ok(())

@@ -18,23 +18,44 @@ use crate::service::{certificates, uuid_body};
     params(("ident" = String, Path, description = "Cluster UUID or name"),
            ("ca_cert_type" = Option<String>, Query, description = "kubernetes (default), etcd or front_proxy")),
     responses((status = 200, description = "`{cluster_uuid, pem, links}`"), (status = 404, description = "No such cluster")))]
-pub async fn show(State(app): State<AppState>, caller: Caller, Path(ident): Path<String>, args: QueryArgs, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
-    Ok(Json(certificates::show(&app, &caller, &ident, &args, &base).await?))
+pub async fn show(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(ident): Path<String>,
+    args: QueryArgs,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        certificates::show(&app, &caller, &ident, &args, &base).await?,
+    ))
 }
 
 /// Sign a CSR with the cluster's CA; 201.
 #[utoipa::path(post, path = "/v1/certificates", tag = "certificates",
     request_body(content = Object, description = "`{cluster_uuid, csr, ca_cert_type?}`"),
     responses((status = 201, description = "`{cluster_uuid, csr, pem, links}`"), (status = 400, description = "Unknown cluster or invalid CSR")))]
-pub async fn sign(State(app): State<AppState>, caller: Caller, BaseUrl(base): BaseUrl, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
-    Ok((StatusCode::CREATED, Json(certificates::sign(&app, &caller, &body, &base).await?)))
+pub async fn sign(
+    State(app): State<AppState>,
+    caller: Caller,
+    BaseUrl(base): BaseUrl,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    Ok((
+        StatusCode::CREATED,
+        Json(certificates::sign(&app, &caller, &body, &base).await?),
+    ))
 }
 
 /// Rotate the cluster's CA; 202.
 #[utoipa::path(patch, path = "/v1/certificates/{ident}", tag = "certificates",
     params(("ident" = String, Path, description = "Cluster UUID or name")),
     responses((status = 202, description = "`{uuid}`")))]
-pub async fn rotate_ca(State(app): State<AppState>, caller: Caller, Path(ident): Path<String>, RequestId(rid): RequestId) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn rotate_ca(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(ident): Path<String>,
+    RequestId(rid): RequestId,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let uuid = certificates::rotate_ca(&app, &caller, &ident, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
@@ -43,7 +64,13 @@ pub async fn rotate_ca(State(app): State<AppState>, caller: Caller, Path(ident):
 #[utoipa::path(patch, path = "/v1/credentials/{ident}", tag = "credentials",
     params(("ident" = String, Path, description = "Cluster UUID or name")),
     responses((status = 202, description = "`{uuid}`"), (status = 406, description = "Below 1.12")))]
-pub async fn rotate_credential(State(app): State<AppState>, caller: Caller, mv: Mv, Path(ident): Path<String>, RequestId(rid): RequestId) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn rotate_credential(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path(ident): Path<String>,
+    RequestId(rid): RequestId,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let uuid = certificates::rotate_credential(&app, &caller, mv, &ident, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }

@@ -20,25 +20,53 @@ use crate::service::{clusters, uuid_body};
            ("sort_key" = Option<String>, Query, description = "Column to sort by"),
            ("sort_dir" = Option<String>, Query, description = "asc or desc")),
     responses((status = 200, description = "`{clusters: [...], next?}`")))]
-pub async fn list(State(app): State<AppState>, caller: Caller, mv: Mv, args: QueryArgs, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
-    Ok(Json(clusters::list(&app, &caller, mv, &args, false, &base).await?))
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    args: QueryArgs,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        clusters::list(&app, &caller, mv, &args, false, &base).await?,
+    ))
 }
 
 /// List clusters (full form).
 #[utoipa::path(get, path = "/v1/clusters/detail", tag = "clusters",
     responses((status = 200, description = "`{clusters: [...], next?}`")))]
-pub async fn detail(State(app): State<AppState>, caller: Caller, mv: Mv, args: QueryArgs, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
-    Ok(Json(clusters::list(&app, &caller, mv, &args, true, &base).await?))
+pub async fn detail(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    args: QueryArgs,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        clusters::list(&app, &caller, mv, &args, true, &base).await?,
+    ))
 }
 
 /// Show a cluster by UUID or name.
 #[utoipa::path(get, path = "/v1/clusters/{ident}", tag = "clusters",
     params(("ident" = String, Path, description = "UUID or name")),
     responses((status = 200, description = "The cluster"), (status = 404, description = "Not found")))]
-pub async fn show(State(app): State<AppState>, caller: Caller, mv: Mv, Path(ident): Path<String>, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
+pub async fn show(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path(ident): Path<String>,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
     let v = clusters::get(&app, &caller, &ident).await?;
     let s = views::summarize(v.nodegroups.iter());
-    Ok(Json(views::cluster_full(&v.cluster, &s, &v.template_labels, &base, mv)))
+    Ok(Json(views::cluster_full(
+        &v.cluster,
+        &s,
+        &v.template_labels,
+        &base,
+        mv,
+    )))
 }
 
 /// Create a cluster: the row exists (CREATE_IN_PROGRESS) before the 202 is sent.
@@ -46,7 +74,13 @@ pub async fn show(State(app): State<AppState>, caller: Caller, mv: Mv, Path(iden
     request_body(content = Object, description = "Cluster attributes"),
     responses((status = 202, description = "`{uuid}`"), (status = 400, description = "Invalid input"),
               (status = 403, description = "Quota exceeded")))]
-pub async fn create(State(app): State<AppState>, caller: Caller, mv: Mv, RequestId(rid): RequestId, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn create(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    RequestId(rid): RequestId,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let uuid = clusters::create(&app, &caller, mv, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
@@ -57,7 +91,15 @@ pub async fn create(State(app): State<AppState>, caller: Caller, mv: Mv, Request
            ("rollback" = Option<bool>, Query, description = "Accepted from 1.3")),
     request_body(content = Object, description = "RFC 6902 operations"),
     responses((status = 202, description = "`{uuid}`")))]
-pub async fn update(State(app): State<AppState>, caller: Caller, mv: Mv, Path(ident): Path<String>, args: QueryArgs, RequestId(rid): RequestId, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn update(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path(ident): Path<String>,
+    args: QueryArgs,
+    RequestId(rid): RequestId,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let uuid = clusters::update(&app, &caller, mv, &ident, &args, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
@@ -66,7 +108,12 @@ pub async fn update(State(app): State<AppState>, caller: Caller, mv: Mv, Path(id
 #[utoipa::path(delete, path = "/v1/clusters/{ident}", tag = "clusters",
     params(("ident" = String, Path, description = "UUID or name")),
     responses((status = 204, description = "Deletion recorded")))]
-pub async fn delete(State(app): State<AppState>, caller: Caller, Path(ident): Path<String>, RequestId(rid): RequestId) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(ident): Path<String>,
+    RequestId(rid): RequestId,
+) -> ApiResult<StatusCode> {
     clusters::delete(&app, &caller, &ident, &rid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -76,7 +123,14 @@ pub async fn delete(State(app): State<AppState>, caller: Caller, Path(ident): Pa
     params(("ident" = String, Path, description = "UUID or name")),
     request_body(content = Object, description = "`{node_count, nodes_to_remove?, nodegroup?}`"),
     responses((status = 202, description = "`{uuid}`")))]
-pub async fn resize(State(app): State<AppState>, caller: Caller, mv: Mv, Path(ident): Path<String>, RequestId(rid): RequestId, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn resize(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path(ident): Path<String>,
+    RequestId(rid): RequestId,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let uuid = clusters::resize(&app, &caller, mv, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
@@ -86,7 +140,14 @@ pub async fn resize(State(app): State<AppState>, caller: Caller, mv: Mv, Path(id
     params(("ident" = String, Path, description = "UUID or name")),
     request_body(content = Object, description = "`{cluster_template, max_batch_size?, nodegroup?}`"),
     responses((status = 202, description = "`{uuid}`")))]
-pub async fn upgrade(State(app): State<AppState>, caller: Caller, mv: Mv, Path(ident): Path<String>, RequestId(rid): RequestId, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn upgrade(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path(ident): Path<String>,
+    RequestId(rid): RequestId,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let uuid = clusters::upgrade(&app, &caller, mv, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }

@@ -20,15 +20,29 @@ use crate::service::templates;
            ("sort_key" = Option<String>, Query, description = "Column to sort by (default id)"),
            ("sort_dir" = Option<String>, Query, description = "asc or desc")),
     responses((status = 200, description = "`{clustertemplates: [...], next?}`")))]
-pub async fn list(State(app): State<AppState>, caller: Caller, args: QueryArgs, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
-    Ok(Json(templates::list(&app, &caller, &args, false, &base).await?))
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+    args: QueryArgs,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        templates::list(&app, &caller, &args, false, &base).await?,
+    ))
 }
 
 /// Same as the list: templates are always shown in full.
 #[utoipa::path(get, path = "/v1/clustertemplates/detail", tag = "clustertemplates",
     responses((status = 200, description = "`{clustertemplates: [...], next?}`")))]
-pub async fn detail(State(app): State<AppState>, caller: Caller, args: QueryArgs, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
-    Ok(Json(templates::list(&app, &caller, &args, true, &base).await?))
+pub async fn detail(
+    State(app): State<AppState>,
+    caller: Caller,
+    args: QueryArgs,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        templates::list(&app, &caller, &args, true, &base).await?,
+    ))
 }
 
 /// Show a template by UUID or name.
@@ -36,7 +50,12 @@ pub async fn detail(State(app): State<AppState>, caller: Caller, args: QueryArgs
     params(("ident" = String, Path, description = "UUID or name")),
     responses((status = 200, description = "The template"), (status = 404, description = "Not found"),
               (status = 409, description = "Name is ambiguous")))]
-pub async fn show(State(app): State<AppState>, caller: Caller, Path(ident): Path<String>, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
+pub async fn show(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(ident): Path<String>,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
     let t = templates::get(&app, &caller, &ident).await?;
     Ok(Json(views::template(&t, &base)))
 }
@@ -46,10 +65,20 @@ pub async fn show(State(app): State<AppState>, caller: Caller, Path(ident): Path
     request_body(content = Object, description = "ClusterTemplate attributes"),
     responses((status = 201, description = "The new template"), (status = 400, description = "Invalid input"),
               (status = 403, description = "Not allowed to publish")))]
-pub async fn create(State(app): State<AppState>, caller: Caller, BaseUrl(base): BaseUrl, JsonBody(body): JsonBody) -> ApiResult<Response> {
+pub async fn create(
+    State(app): State<AppState>,
+    caller: Caller,
+    BaseUrl(base): BaseUrl,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
     let t = templates::create(&app, &caller, &body).await?;
     let location = format!("{base}/v1/clustertemplates/{}", t.uuid);
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(views::template(&t, &base))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(views::template(&t, &base)),
+    )
+        .into_response())
 }
 
 /// JSON-PATCH a template; 200 with the template.
@@ -58,7 +87,13 @@ pub async fn create(State(app): State<AppState>, caller: Caller, BaseUrl(base): 
     request_body(content = Object, description = "RFC 6902 operations (add/replace/remove)"),
     responses((status = 200, description = "The updated template"),
               (status = 400, description = "Invalid patch or template in use")))]
-pub async fn update(State(app): State<AppState>, caller: Caller, Path(ident): Path<String>, BaseUrl(base): BaseUrl, JsonBody(body): JsonBody) -> ApiResult<Json<Value>> {
+pub async fn update(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(ident): Path<String>,
+    BaseUrl(base): BaseUrl,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<Value>> {
     let t = templates::update(&app, &caller, &ident, &body).await?;
     Ok(Json(views::template(&t, &base)))
 }
@@ -67,7 +102,11 @@ pub async fn update(State(app): State<AppState>, caller: Caller, Path(ident): Pa
 #[utoipa::path(delete, path = "/v1/clustertemplates/{ident}", tag = "clustertemplates",
     params(("ident" = String, Path, description = "UUID or name")),
     responses((status = 204, description = "Deleted"), (status = 400, description = "Template in use")))]
-pub async fn delete(State(app): State<AppState>, caller: Caller, Path(ident): Path<String>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(ident): Path<String>,
+) -> ApiResult<StatusCode> {
     templates::delete(&app, &caller, &ident).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -64,7 +64,11 @@ pub fn title_of(detail: &str) -> &str {
 }
 
 fn client_error(status: StatusCode, detail: &str) -> Response {
-    (status, axum::Json(magnum_body(status, "client", title_of(detail), detail))).into_response()
+    (
+        status,
+        axum::Json(magnum_body(status, "client", title_of(detail), detail)),
+    )
+        .into_response()
 }
 
 fn pecan_error(status: StatusCode, title: &str, detail: &str) -> Response {
@@ -75,9 +79,7 @@ fn pecan_error(status: StatusCode, title: &str, detail: &str) -> Response {
 
 /// Magnum's 406 body for a version outside the supported range.
 pub fn microversion_unsupported_body(v: Version) -> serde_json::Value {
-    let range = format!(
-        "[{SERVICE_TYPE} {MIN_VERSION}, {SERVICE_TYPE} {MAX_VERSION}]"
-    );
+    let range = format!("[{SERVICE_TYPE} {MIN_VERSION}, {SERVICE_TYPE} {MAX_VERSION}]");
     let description = if v.major != MAX_VERSION.major {
         format!(
             "Mutually exclusive versions requested. Version {v} requested but not supported by this service.The supported version range is: {range}."
@@ -113,7 +115,10 @@ impl IntoResponse for ApiError {
                 tracing::error!(error = %e, "database unavailable");
                 let status = StatusCode::SERVICE_UNAVAILABLE;
                 let detail = "The database is temporarily unavailable, please retry.";
-                (status, axum::Json(magnum_body(status, "server", title_of(detail), detail)))
+                (
+                    status,
+                    axum::Json(magnum_body(status, "server", title_of(detail), detail)),
+                )
                     .into_response()
             }
             ApiError::Db(e) => internal(&e.to_string()),
@@ -125,10 +130,11 @@ impl IntoResponse for ApiError {
             ApiError::NotAcceptable(detail) => {
                 pecan_error(StatusCode::NOT_ACCEPTABLE, "Not Acceptable", &detail)
             }
-            ApiError::MicroversionUnsupported(v) => {
-                (StatusCode::NOT_ACCEPTABLE, axum::Json(microversion_unsupported_body(v)))
-                    .into_response()
-            }
+            ApiError::MicroversionUnsupported(v) => (
+                StatusCode::NOT_ACCEPTABLE,
+                axum::Json(microversion_unsupported_body(v)),
+            )
+                .into_response(),
             ApiError::UnsupportedMediaType(detail) => {
                 client_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, &detail)
             }
@@ -151,7 +157,10 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unavailable(detail) => {
                 let status = StatusCode::SERVICE_UNAVAILABLE;
-                (status, axum::Json(magnum_body(status, "server", title_of(&detail), &detail)))
+                (
+                    status,
+                    axum::Json(magnum_body(status, "server", title_of(&detail), &detail)),
+                )
                     .into_response()
             }
         }
@@ -163,5 +172,9 @@ fn internal(detail: &str) -> Response {
     tracing::error!(error = %detail, "internal error");
     let status = StatusCode::INTERNAL_SERVER_ERROR;
     let msg = "An internal error occurred, see the service log for details.";
-    (status, axum::Json(magnum_body(status, "server", title_of(msg), msg))).into_response()
+    (
+        status,
+        axum::Json(magnum_body(status, "server", title_of(msg), msg)),
+    )
+        .into_response()
 }

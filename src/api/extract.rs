@@ -38,7 +38,12 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// Parses a body whose `Content-Type` is `content_type`.
 pub fn parse_json(content_type: Option<&str>, bytes: &Bytes) -> Result<Value, ApiError> {
     if let Some(ct) = content_type {
-        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let mime = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         let is_json = mime == "application/json" || mime.ends_with("+json");
         if !is_json && !bytes.is_empty() {
             return Err(ApiError::UnsupportedMediaType(format!(
@@ -79,7 +84,11 @@ impl QueryArgs {
     }
     /// The last value given for `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
     pub fn int(&self, key: &str) -> Result<Option<i64>, ApiError> {
         self.get(key)
@@ -143,14 +152,24 @@ pub fn base_url(parts: &Parts) -> String {
     let forwarded = get("forwarded");
     let scheme = forwarded
         .and_then(|f| forwarded_param(f, "proto"))
-        .or_else(|| get("x-forwarded-proto").and_then(|p| p.split(',').next()).map(str::trim))
+        .or_else(|| {
+            get("x-forwarded-proto")
+                .and_then(|p| p.split(',').next())
+                .map(str::trim)
+        })
         .unwrap_or("http");
     let host = forwarded
         .and_then(|f| forwarded_param(f, "host"))
-        .or_else(|| get("x-forwarded-host").and_then(|p| p.split(',').next()).map(str::trim))
+        .or_else(|| {
+            get("x-forwarded-host")
+                .and_then(|p| p.split(',').next())
+                .map(str::trim)
+        })
         .or_else(|| get("host"))
         .or_else(|| parts.uri.authority().map(|a| a.as_str()))
         .unwrap_or("localhost:9511");
-    let prefix = get("x-forwarded-prefix").unwrap_or("").trim_end_matches('/');
+    let prefix = get("x-forwarded-prefix")
+        .unwrap_or("")
+        .trim_end_matches('/');
     format!("{scheme}://{host}{prefix}")
 }

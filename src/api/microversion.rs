@@ -103,8 +103,14 @@ pub fn from_headers(headers: &HeaderMap) -> Result<Version, VersionError> {
 /// Adds Magnum's four version headers, naming `requested`.
 pub fn add_headers(headers: &mut HeaderMap, requested: Version) {
     let pairs = [
-        ("openstack-api-minimum-version", format!("{SERVICE_TYPE} {MIN_VERSION}")),
-        ("openstack-api-maximum-version", format!("{SERVICE_TYPE} {MAX_VERSION}")),
+        (
+            "openstack-api-minimum-version",
+            format!("{SERVICE_TYPE} {MIN_VERSION}"),
+        ),
+        (
+            "openstack-api-maximum-version",
+            format!("{SERVICE_TYPE} {MAX_VERSION}"),
+        ),
         (HEADER, format!("{SERVICE_TYPE} {requested}")),
         ("vary", HEADER.to_string()),
     ];
@@ -139,7 +145,11 @@ impl Mv {
 impl<S: Send + Sync> FromRequestParts<S> for Mv {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts.extensions.get::<Mv>().copied().unwrap_or(Mv(MIN_VERSION)))
+        Ok(parts
+            .extensions
+            .get::<Mv>()
+            .copied()
+            .unwrap_or(Mv(MIN_VERSION)))
     }
 }
 
@@ -153,23 +163,47 @@ mod tests {
         assert_eq!(parse(Some("container-infra latest")), Ok(MAX_VERSION));
         assert_eq!(parse(Some("magnum LATEST")), Ok(MAX_VERSION));
         assert_eq!(parse(Some("container-infra 1.10")), Ok(Version::new(1, 10)));
-        assert_eq!(parse(Some("Container-Infrastructure-Management 1.9")), Ok(Version::new(1, 9)));
+        assert_eq!(
+            parse(Some("Container-Infrastructure-Management 1.9")),
+            Ok(Version::new(1, 9))
+        );
     }
 
     #[test]
     fn malformed_headers_are_pecan_406() {
-        assert!(matches!(parse(Some("1.2")), Err(VersionError::Malformed(m)) if m.starts_with("Invalid service type")));
-        assert!(matches!(parse(Some("compute 1.2")), Err(VersionError::Malformed(m)) if m.starts_with("Invalid service type")));
-        assert!(matches!(parse(Some("container-infra abc")), Err(VersionError::Malformed(m)) if m.starts_with("Invalid value")));
-        assert!(matches!(parse(Some("container-infra 1.-1")), Err(VersionError::Malformed(_))));
-        assert!(matches!(parse(Some("container-infra 99999999999999999999.1")), Err(VersionError::Malformed(_))));
+        assert!(
+            matches!(parse(Some("1.2")), Err(VersionError::Malformed(m)) if m.starts_with("Invalid service type"))
+        );
+        assert!(
+            matches!(parse(Some("compute 1.2")), Err(VersionError::Malformed(m)) if m.starts_with("Invalid service type"))
+        );
+        assert!(
+            matches!(parse(Some("container-infra abc")), Err(VersionError::Malformed(m)) if m.starts_with("Invalid value"))
+        );
+        assert!(matches!(
+            parse(Some("container-infra 1.-1")),
+            Err(VersionError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse(Some("container-infra 99999999999999999999.1")),
+            Err(VersionError::Malformed(_))
+        ));
     }
 
     #[test]
     fn out_of_range_is_unsupported() {
-        assert_eq!(parse(Some("container-infra 1.15")), Err(VersionError::Unsupported(Version::new(1, 15))));
-        assert_eq!(parse(Some("container-infra 1.0")), Err(VersionError::Unsupported(Version::new(1, 0))));
-        assert_eq!(parse(Some("container-infra 9.99")), Err(VersionError::Unsupported(Version::new(9, 99))));
+        assert_eq!(
+            parse(Some("container-infra 1.15")),
+            Err(VersionError::Unsupported(Version::new(1, 15)))
+        );
+        assert_eq!(
+            parse(Some("container-infra 1.0")),
+            Err(VersionError::Unsupported(Version::new(1, 0)))
+        );
+        assert_eq!(
+            parse(Some("container-infra 9.99")),
+            Err(VersionError::Unsupported(Version::new(9, 99)))
+        );
     }
 
     proptest::proptest! {

@@ -14,7 +14,11 @@ use crate::service::quotas;
 /// Replicas of this service and whether they are up (admin).
 #[utoipa::path(get, path = "/v1/mservices", tag = "mservices",
     responses((status = 200, description = "`{mservices: [...]}`"), (status = 403, description = "Not an admin")))]
-pub async fn mservices(State(app): State<AppState>, caller: Caller, args: QueryArgs) -> ApiResult<Json<Value>> {
+pub async fn mservices(
+    State(app): State<AppState>,
+    caller: Caller,
+    args: QueryArgs,
+) -> ApiResult<Json<Value>> {
     Ok(Json(quotas::mservices(&app, &caller, &args).await?))
 }
 
@@ -23,7 +27,11 @@ pub async fn mservices(State(app): State<AppState>, caller: Caller, args: QueryA
     params(("project_id" = Option<String>, Query, description = "Project to count (admins: any)"),
            ("type" = Option<String>, Query, description = "Only `cluster`")),
     responses((status = 200, description = "`{clusters, nodes}`")))]
-pub async fn stats(State(app): State<AppState>, caller: Caller, args: QueryArgs) -> ApiResult<Json<Value>> {
+pub async fn stats(
+    State(app): State<AppState>,
+    caller: Caller,
+    args: QueryArgs,
+) -> ApiResult<Json<Value>> {
     Ok(Json(quotas::stats(&app, &caller, &args).await?))
 }
 
@@ -32,7 +40,12 @@ pub async fn stats(State(app): State<AppState>, caller: Caller, args: QueryArgs)
     params(("all_tenants" = Option<bool>, Query, description = "Every project's quotas"),
            ("marker" = Option<i64>, Query, description = "Integer id of the last quota of the previous page")),
     responses((status = 200, description = "`{quotas: [...], next?}`")))]
-pub async fn quota_list(State(app): State<AppState>, caller: Caller, args: QueryArgs, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
+pub async fn quota_list(
+    State(app): State<AppState>,
+    caller: Caller,
+    args: QueryArgs,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
     Ok(Json(quotas::list(&app, &caller, &args, &base).await?))
 }
 
@@ -40,7 +53,11 @@ pub async fn quota_list(State(app): State<AppState>, caller: Caller, args: Query
 #[utoipa::path(get, path = "/v1/quotas/{project_id}/{resource}", tag = "quotas",
     params(("project_id" = String, Path, description = "Project"), ("resource" = String, Path, description = "`Cluster`")),
     responses((status = 200, description = "The quota")))]
-pub async fn quota_show(State(app): State<AppState>, caller: Caller, Path((project, resource)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+pub async fn quota_show(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((project, resource)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(quotas::get(&app, &caller, &project, &resource).await?))
 }
 
@@ -48,8 +65,15 @@ pub async fn quota_show(State(app): State<AppState>, caller: Caller, Path((proje
 #[utoipa::path(post, path = "/v1/quotas", tag = "quotas",
     request_body(content = Object, description = "`{project_id, resource, hard_limit}`"),
     responses((status = 201, description = "The quota"), (status = 409, description = "Already exists")))]
-pub async fn quota_create(State(app): State<AppState>, caller: Caller, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
-    Ok((StatusCode::CREATED, Json(quotas::create(&app, &caller, &body).await?)))
+pub async fn quota_create(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    Ok((
+        StatusCode::CREATED,
+        Json(quotas::create(&app, &caller, &body).await?),
+    ))
 }
 
 /// Change a quota's hard limit (admin); 202. The body is a Quota object, not a JSON-PATCH.
@@ -57,15 +81,27 @@ pub async fn quota_create(State(app): State<AppState>, caller: Caller, JsonBody(
     params(("project_id" = String, Path, description = "Project"), ("resource" = String, Path, description = "`Cluster`")),
     request_body(content = Object, description = "`{hard_limit}`"),
     responses((status = 202, description = "The quota"), (status = 404, description = "No such quota")))]
-pub async fn quota_update(State(app): State<AppState>, caller: Caller, Path((project, resource)): Path<(String, String)>, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
-    Ok((StatusCode::ACCEPTED, Json(quotas::update(&app, &caller, &project, &resource, &body).await?)))
+pub async fn quota_update(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((project, resource)): Path<(String, String)>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(quotas::update(&app, &caller, &project, &resource, &body).await?),
+    ))
 }
 
 /// Delete a quota (admin).
 #[utoipa::path(delete, path = "/v1/quotas/{project_id}/{resource}", tag = "quotas",
     params(("project_id" = String, Path, description = "Project"), ("resource" = String, Path, description = "`Cluster`")),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such quota")))]
-pub async fn quota_delete(State(app): State<AppState>, caller: Caller, Path((project, resource)): Path<(String, String)>) -> ApiResult<StatusCode> {
+pub async fn quota_delete(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((project, resource)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
     quotas::delete(&app, &caller, &project, &resource).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -17,13 +17,13 @@ pub mod views;
 
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
-use axum::Router;
 use tower::Layer;
 
 use crate::app::AppState;
@@ -51,7 +51,11 @@ const UNVERSIONED: [&str; 4] = ["/", "/healthcheck", "/openapi.json", "/openapi.
 /// Rewrites Magnum's path aliases: trailing slashes are ignored and a missing `/v1` is implied.
 fn normalize(uri: &Uri) -> Option<Uri> {
     let path = uri.path();
-    let trimmed = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+    let trimmed = if path.len() > 1 {
+        path.trim_end_matches('/')
+    } else {
+        path
+    };
     let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
     let versioned = trimmed == "/v1" || trimmed.starts_with("/v1/");
     let new_path = if versioned || UNVERSIONED.contains(&trimmed) {
@@ -87,7 +91,9 @@ async fn front(mut req: Request, next: Next) -> Response {
                 }
                 resp
             }
-            Err(VersionError::Malformed(msg)) => ApiError::NotAcceptable(msg.into()).into_response(),
+            Err(VersionError::Malformed(msg)) => {
+                ApiError::NotAcceptable(msg.into()).into_response()
+            }
             Err(VersionError::Unsupported(v)) => {
                 let mut resp = ApiError::MicroversionUnsupported(v).into_response();
                 microversion::add_headers(resp.headers_mut(), v);
@@ -105,7 +111,9 @@ async fn front(mut req: Request, next: Next) -> Response {
 
 /// axum's own 405 has an empty body; give it Magnum's, keeping `Allow`.
 fn fix_405(resp: Response) -> Response {
-    if resp.status() != StatusCode::METHOD_NOT_ALLOWED || resp.headers().contains_key("content-type") {
+    if resp.status() != StatusCode::METHOD_NOT_ALLOWED
+        || resp.headers().contains_key("content-type")
+    {
         return resp;
     }
     let allow = resp.headers().get("allow").cloned();
@@ -123,40 +131,68 @@ async fn not_found() -> ApiError {
 /// The routes that need an authenticated caller.
 fn v1_routes(state: AppState) -> Router<AppState> {
     Router::new()
-        .route("/v1/clustertemplates", get(clustertemplates::list).post(clustertemplates::create))
+        .route(
+            "/v1/clustertemplates",
+            get(clustertemplates::list).post(clustertemplates::create),
+        )
         .route("/v1/clustertemplates/detail", get(clustertemplates::detail))
         .route(
             "/v1/clustertemplates/{ident}",
-            get(clustertemplates::show).patch(clustertemplates::update).delete(clustertemplates::delete),
+            get(clustertemplates::show)
+                .patch(clustertemplates::update)
+                .delete(clustertemplates::delete),
         )
         .route("/v1/clusters", get(clusters::list).post(clusters::create))
         .route("/v1/clusters/detail", get(clusters::detail))
         .route(
             "/v1/clusters/{ident}",
-            get(clusters::show).patch(clusters::update).delete(clusters::delete),
+            get(clusters::show)
+                .patch(clusters::update)
+                .delete(clusters::delete),
         )
-        .route("/v1/clusters/{ident}/actions/resize", post(clusters::resize))
-        .route("/v1/clusters/{ident}/actions/upgrade", post(clusters::upgrade))
-        .route("/v1/clusters/{ident}/nodegroups", get(nodegroups::list).post(nodegroups::create))
+        .route(
+            "/v1/clusters/{ident}/actions/resize",
+            post(clusters::resize),
+        )
+        .route(
+            "/v1/clusters/{ident}/actions/upgrade",
+            post(clusters::upgrade),
+        )
+        .route(
+            "/v1/clusters/{ident}/nodegroups",
+            get(nodegroups::list).post(nodegroups::create),
+        )
         .route(
             "/v1/clusters/{ident}/nodegroups/{ng}",
-            get(nodegroups::show).patch(nodegroups::update).delete(nodegroups::delete),
+            get(nodegroups::show)
+                .patch(nodegroups::update)
+                .delete(nodegroups::delete),
         )
         .route("/v1/certificates", post(certificates::sign))
-        .route("/v1/certificates/{ident}", get(certificates::show).patch(certificates::rotate_ca))
-        .route("/v1/credentials/{ident}", patch(certificates::rotate_credential))
+        .route(
+            "/v1/certificates/{ident}",
+            get(certificates::show).patch(certificates::rotate_ca),
+        )
+        .route(
+            "/v1/credentials/{ident}",
+            patch(certificates::rotate_credential),
+        )
         .route("/v1/mservices", get(misc::mservices))
         .route("/v1/stats", get(misc::stats))
         .route("/v1/quotas", get(misc::quota_list).post(misc::quota_create))
         .route(
             "/v1/quotas/{project_id}/{resource}",
-            get(misc::quota_show).patch(misc::quota_update).delete(misc::quota_delete),
+            get(misc::quota_show)
+                .patch(misc::quota_update)
+                .delete(misc::quota_delete),
         )
         .route_layer(middleware::from_fn_with_state(state, context::authenticate))
 }
 
 /// The whole HTTP service: front middleware around the router.
-pub fn service(state: AppState) -> impl tower::Service<
+pub fn service(
+    state: AppState,
+) -> impl tower::Service<
     Request,
     Response = Response,
     Error = std::convert::Infallible,
@@ -192,13 +228,18 @@ mod tests {
 
     fn n(s: &str) -> String {
         let uri: Uri = s.parse().unwrap();
-        normalize(&uri).map(|u| u.to_string()).unwrap_or_else(|| s.to_string())
+        normalize(&uri)
+            .map(|u| u.to_string())
+            .unwrap_or_else(|| s.to_string())
     }
 
     #[test]
     fn bookmarks_and_trailing_slashes_route_like_magnum() {
         assert_eq!(n("/clusters/x"), "/v1/clusters/x");
-        assert_eq!(n("/v1/clusters/x/?rollback=True"), "/v1/clusters/x?rollback=True");
+        assert_eq!(
+            n("/v1/clusters/x/?rollback=True"),
+            "/v1/clusters/x?rollback=True"
+        );
         assert_eq!(n("/v1/"), "/v1");
         assert_eq!(n("/"), "/");
         assert_eq!(n("/clusters/"), "/v1/clusters");

@@ -18,8 +18,17 @@ use crate::service::nodegroups;
     params(("ident" = String, Path, description = "Cluster UUID or name"),
            ("role" = Option<String>, Query, description = "Only this role")),
     responses((status = 200, description = "`{nodegroups: [...], next?}`"), (status = 406, description = "Below 1.9")))]
-pub async fn list(State(app): State<AppState>, caller: Caller, mv: Mv, Path(ident): Path<String>, args: QueryArgs, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
-    Ok(Json(nodegroups::list(&app, &caller, mv, &ident, &args, &base).await?))
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path(ident): Path<String>,
+    args: QueryArgs,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        nodegroups::list(&app, &caller, mv, &ident, &args, &base).await?,
+    ))
 }
 
 /// Show a nodegroup by integer id, UUID or name.
@@ -27,7 +36,13 @@ pub async fn list(State(app): State<AppState>, caller: Caller, mv: Mv, Path(iden
     params(("ident" = String, Path, description = "Cluster UUID or name"),
            ("ng" = String, Path, description = "Nodegroup id, UUID or name")),
     responses((status = 200, description = "The nodegroup")))]
-pub async fn show(State(app): State<AppState>, caller: Caller, mv: Mv, Path((ident, ng)): Path<(String, String)>, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
+pub async fn show(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path((ident, ng)): Path<(String, String)>,
+    BaseUrl(base): BaseUrl,
+) -> ApiResult<Json<Value>> {
     let (n, c) = nodegroups::get(&app, &caller, mv, &ident, &ng).await?;
     Ok(Json(views::nodegroup_full(&n, &c.labels.0, &base)))
 }
@@ -37,9 +52,20 @@ pub async fn show(State(app): State<AppState>, caller: Caller, mv: Mv, Path((ide
     params(("ident" = String, Path, description = "Cluster UUID or name")),
     request_body(content = Object, description = "NodeGroup attributes"),
     responses((status = 202, description = "The new nodegroup"), (status = 409, description = "Invalid counts, labels or taints")))]
-pub async fn create(State(app): State<AppState>, caller: Caller, mv: Mv, Path(ident): Path<String>, BaseUrl(base): BaseUrl, RequestId(rid): RequestId, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn create(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path(ident): Path<String>,
+    BaseUrl(base): BaseUrl,
+    RequestId(rid): RequestId,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let (n, c) = nodegroups::create(&app, &caller, mv, &ident, &body, &rid).await?;
-    Ok((StatusCode::ACCEPTED, Json(views::nodegroup_full(&n, &c.labels.0, &base))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(views::nodegroup_full(&n, &c.labels.0, &base)),
+    ))
 }
 
 /// JSON-PATCH min/max counts, node labels and taints; 202 with the full nodegroup.
@@ -48,9 +74,20 @@ pub async fn create(State(app): State<AppState>, caller: Caller, mv: Mv, Path(id
            ("ng" = String, Path, description = "Nodegroup id, UUID or name")),
     request_body(content = Object, description = "RFC 6902 operations"),
     responses((status = 202, description = "The nodegroup")))]
-pub async fn update(State(app): State<AppState>, caller: Caller, mv: Mv, Path((ident, ng)): Path<(String, String)>, BaseUrl(base): BaseUrl, RequestId(rid): RequestId, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn update(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path((ident, ng)): Path<(String, String)>,
+    BaseUrl(base): BaseUrl,
+    RequestId(rid): RequestId,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let (n, c) = nodegroups::update(&app, &caller, mv, &ident, &ng, &body, &rid).await?;
-    Ok((StatusCode::ACCEPTED, Json(views::nodegroup_full(&n, &c.labels.0, &base))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(views::nodegroup_full(&n, &c.labels.0, &base)),
+    ))
 }
 
 /// Delete a non-default nodegroup.
@@ -58,7 +95,13 @@ pub async fn update(State(app): State<AppState>, caller: Caller, mv: Mv, Path((i
     params(("ident" = String, Path, description = "Cluster UUID or name"),
            ("ng" = String, Path, description = "Nodegroup id, UUID or name")),
     responses((status = 204, description = "Deletion recorded"), (status = 400, description = "Default nodegroup")))]
-pub async fn delete(State(app): State<AppState>, caller: Caller, mv: Mv, Path((ident, ng)): Path<(String, String)>, RequestId(rid): RequestId) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(app): State<AppState>,
+    caller: Caller,
+    mv: Mv,
+    Path((ident, ng)): Path<(String, String)>,
+    RequestId(rid): RequestId,
+) -> ApiResult<StatusCode> {
     nodegroups::delete(&app, &caller, mv, &ident, &ng, &rid).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -44,7 +44,16 @@ pub async fn v1(BaseUrl(base): BaseUrl) -> Json<Value> {
         ],
     });
     if let Some(m) = doc.as_object_mut() {
-        for name in ["clustertemplates", "clusters", "quotas", "certificates", "mservices", "stats", "federations", "credentials"] {
+        for name in [
+            "clustertemplates",
+            "clusters",
+            "quotas",
+            "certificates",
+            "mservices",
+            "stats",
+            "federations",
+            "credentials",
+        ] {
             m.insert(name.into(), collection(&base, name));
         }
         m.insert(

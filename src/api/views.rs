@@ -33,7 +33,11 @@ pub fn links(base: &str, path: &str) -> Value {
 }
 
 fn labels_json(l: &Labels) -> Value {
-    Value::Object(l.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
+    Value::Object(
+        l.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect(),
+    )
 }
 
 pub fn template(t: &TemplateRow, base: &str) -> Value {
@@ -92,15 +96,23 @@ pub fn summarize<'a>(ngs: impl IntoIterator<Item = &'a NodegroupRow>) -> NgSumma
     for ng in ngs {
         if ng.is_master() {
             s.master_count += i64::from(ng.node_count);
-            s.master_addresses.extend(ng.node_addresses.0.iter().cloned());
+            s.master_addresses
+                .extend(ng.node_addresses.0.iter().cloned());
         } else {
             s.node_count += i64::from(ng.node_count);
             s.node_addresses.extend(ng.node_addresses.0.iter().cloned());
         }
-        if ng.status.as_deref().is_some_and(|st| st.ends_with("FAILED")) {
+        if ng
+            .status
+            .as_deref()
+            .is_some_and(|st| st.ends_with("FAILED"))
+        {
             s.faults.insert(
                 ng.name.clone(),
-                ng.status_reason.clone().map(Value::String).unwrap_or(Value::Null),
+                ng.status_reason
+                    .clone()
+                    .map(Value::String)
+                    .unwrap_or(Value::Null),
             );
         }
     }
@@ -117,7 +129,11 @@ pub fn by_cluster(ngs: Vec<NodegroupRow>) -> HashMap<Uuid, Vec<NodegroupRow>> {
 }
 
 fn put_stack_id(m: &mut Map<String, Value>, c: &ClusterRow, mv: Mv) {
-    let key = if mv.at_least(13) { "cluster_id" } else { "stack_id" };
+    let key = if mv.at_least(13) {
+        "cluster_id"
+    } else {
+        "stack_id"
+    };
     m.insert(key.into(), json!(c.stack_id));
 }
 
@@ -162,7 +178,10 @@ pub fn cluster_full(c: &ClusterRow, s: &NgSummary, parent: &Labels, base: &str, 
     m.insert("status".into(), json!(c.status));
     m.insert("status_reason".into(), json!(c.status_reason));
     m.insert("health_status".into(), json!(c.health_status));
-    m.insert("health_status_reason".into(), c.health_status_reason.0.clone());
+    m.insert(
+        "health_status_reason".into(),
+        c.health_status_reason.0.clone(),
+    );
     m.insert("discovery_url".into(), json!(c.discovery_url));
     m.insert("api_address".into(), json!(c.api_address));
     m.insert("coe_version".into(), json!(c.coe_version));
@@ -190,7 +209,10 @@ pub fn cluster_full(c: &ClusterRow, s: &NgSummary, parent: &Labels, base: &str, 
 }
 
 fn ng_links(base: &str, ng: &NodegroupRow) -> Value {
-    links(base, &format!("clusters/{}/nodegroups/{}", ng.cluster_id, ng.uuid))
+    links(
+        base,
+        &format!("clusters/{}/nodegroups/{}", ng.cluster_id, ng.uuid),
+    )
 }
 
 /// Nodegroup list item.

@@ -6,8 +6,8 @@ use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
-use super::page::PageQuery;
 use super::DbResult;
+use super::page::PageQuery;
 use crate::domain::labels::Labels;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
@@ -47,12 +47,37 @@ pub struct ClusterRow {
 
 /// Columns a client may sort clusters by (`node_count` is computed, so it is not one).
 pub const SORT_KEYS: &[&str] = &[
-    "id", "uuid", "project_id", "user_id", "name", "cluster_template_id", "keypair",
-    "docker_volume_size", "labels", "master_flavor_id", "flavor_id", "stack_id", "api_address",
-    "status", "status_reason", "health_status", "health_status_reason", "create_timeout",
-    "discovery_url", "coe_version", "container_version", "ca_cert_ref", "magnum_cert_ref",
-    "etcd_ca_cert_ref", "front_proxy_ca_cert_ref", "fixed_network", "fixed_subnet",
-    "floating_ip_enabled", "master_lb_enabled", "created_at", "updated_at",
+    "id",
+    "uuid",
+    "project_id",
+    "user_id",
+    "name",
+    "cluster_template_id",
+    "keypair",
+    "docker_volume_size",
+    "labels",
+    "master_flavor_id",
+    "flavor_id",
+    "stack_id",
+    "api_address",
+    "status",
+    "status_reason",
+    "health_status",
+    "health_status_reason",
+    "create_timeout",
+    "discovery_url",
+    "coe_version",
+    "container_version",
+    "ca_cert_ref",
+    "magnum_cert_ref",
+    "etcd_ca_cert_ref",
+    "front_proxy_ca_cert_ref",
+    "fixed_network",
+    "fixed_subnet",
+    "floating_ip_enabled",
+    "master_lb_enabled",
+    "created_at",
+    "updated_at",
 ];
 
 /// Which clusters a caller can see.
@@ -111,8 +136,15 @@ pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<Clu
     .await?)
 }
 
-pub async fn by_uuid<'e>(ex: impl PgExecutor<'e>, scope: &Scope, uuid: Uuid) -> DbResult<Option<ClusterRow>> {
-    let sql = format!("SELECT * FROM cluster t WHERE t.uuid = $1 AND {}", scope.sql(2));
+pub async fn by_uuid<'e>(
+    ex: impl PgExecutor<'e>,
+    scope: &Scope,
+    uuid: Uuid,
+) -> DbResult<Option<ClusterRow>> {
+    let sql = format!(
+        "SELECT * FROM cluster t WHERE t.uuid = $1 AND {}",
+        scope.sql(2)
+    );
     Ok(sqlx::query_as::<_, ClusterRow>(AssertSqlSafe(sql))
         .bind(uuid)
         .bind(scope.project())
@@ -135,10 +167,12 @@ pub async fn by_name(pool: &PgPool, scope: &Scope, name: &str) -> DbResult<Vec<C
 
 /// Locks the cluster row for the rest of the transaction (serialises operations on one cluster).
 pub async fn lock<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<ClusterRow>> {
-    Ok(sqlx::query_as::<_, ClusterRow>("SELECT * FROM cluster WHERE uuid = $1 FOR UPDATE")
-        .bind(uuid)
-        .fetch_optional(ex)
-        .await?)
+    Ok(
+        sqlx::query_as::<_, ClusterRow>("SELECT * FROM cluster WHERE uuid = $1 FOR UPDATE")
+            .bind(uuid)
+            .fetch_optional(ex)
+            .await?,
+    )
 }
 
 pub async fn list(pool: &PgPool, scope: &Scope, page: &PageQuery) -> DbResult<Vec<ClusterRow>> {
@@ -172,12 +206,14 @@ pub async fn set_status<'e>(
     status: &str,
     reason: Option<&str>,
 ) -> DbResult<()> {
-    sqlx::query("UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1")
-        .bind(uuid)
-        .bind(status)
-        .bind(reason)
-        .execute(ex)
-        .await?;
+    sqlx::query(
+        "UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1",
+    )
+    .bind(uuid)
+    .bind(status)
+    .bind(reason)
+    .execute(ex)
+    .await?;
     Ok(())
 }
 
@@ -206,7 +242,11 @@ pub struct DriverFacts {
     pub container_version: Option<String>,
 }
 
-pub async fn set_driver_facts<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, f: &DriverFacts) -> DbResult<()> {
+pub async fn set_driver_facts<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+    f: &DriverFacts,
+) -> DbResult<()> {
     sqlx::query(
         "UPDATE cluster SET api_address = COALESCE($2, api_address),
             coe_version = COALESCE($3, coe_version),

@@ -7,7 +7,12 @@ use super::DbResult;
 
 /// Sets the cluster's status to `status` unless another operation of the cluster is still open
 /// (then the cluster stays `*_IN_PROGRESS` for that one).
-pub async fn cluster_status<'e>(ex: impl PgExecutor<'e>, cluster: Uuid, op_id: i64, status: &str) -> DbResult<()> {
+pub async fn cluster_status<'e>(
+    ex: impl PgExecutor<'e>,
+    cluster: Uuid,
+    op_id: i64,
+    status: &str,
+) -> DbResult<()> {
     sqlx::query(
         "UPDATE cluster SET status = $3, status_reason = NULL, updated_at = now()
           WHERE uuid = $1 AND NOT EXISTS (
@@ -30,12 +35,14 @@ pub async fn failed(
     status: &str,
     reason: &str,
 ) -> DbResult<()> {
-    sqlx::query("UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1")
-        .bind(cluster)
-        .bind(status)
-        .bind(reason)
-        .execute(&mut *ex)
-        .await?;
+    sqlx::query(
+        "UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1",
+    )
+    .bind(cluster)
+    .bind(status)
+    .bind(reason)
+    .execute(&mut *ex)
+    .await?;
     if let Some(ng) = nodegroup {
         sqlx::query("UPDATE nodegroup SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1")
             .bind(ng)

@@ -6,8 +6,8 @@ use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
-use super::page::PageQuery;
 use super::DbResult;
+use super::page::PageQuery;
 use crate::domain::labels::Labels;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
@@ -44,9 +44,27 @@ impl NodegroupRow {
 }
 
 pub const SORT_KEYS: &[&str] = &[
-    "id", "uuid", "name", "cluster_id", "project_id", "docker_volume_size", "labels", "flavor_id",
-    "image_id", "node_addresses", "node_count", "role", "max_node_count", "min_node_count",
-    "is_default", "stack_id", "status", "status_reason", "version", "created_at", "updated_at",
+    "id",
+    "uuid",
+    "name",
+    "cluster_id",
+    "project_id",
+    "docker_volume_size",
+    "labels",
+    "flavor_id",
+    "image_id",
+    "node_addresses",
+    "node_count",
+    "role",
+    "max_node_count",
+    "min_node_count",
+    "is_default",
+    "stack_id",
+    "status",
+    "status_reason",
+    "version",
+    "created_at",
+    "updated_at",
 ];
 
 pub async fn insert<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbResult<NodegroupRow> {
@@ -124,7 +142,9 @@ pub async fn find(
         "SELECT * FROM nodegroup WHERE cluster_id = $1 AND ($2::text IS NULL OR project_id = $2)
            AND {cond} ORDER BY id LIMIT 2"
     );
-    let query = sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(sql)).bind(cluster).bind(project);
+    let query = sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(sql))
+        .bind(cluster)
+        .bind(project);
     let query = match ident {
         NgIdent::Id(i) => query.bind(*i),
         NgIdent::Uuid(u) => query.bind(*u),
@@ -241,7 +261,11 @@ pub async fn delete<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<()> {
     Ok(())
 }
 
-pub async fn set_addresses<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, addresses: &[String]) -> DbResult<()> {
+pub async fn set_addresses<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+    addresses: &[String],
+) -> DbResult<()> {
     sqlx::query("UPDATE nodegroup SET node_addresses = $2, updated_at = now() WHERE uuid = $1")
         .bind(uuid)
         .bind(Json(addresses))

@@ -92,7 +92,13 @@ pub async fn finish<'e>(ex: impl PgExecutor<'e>, id: i64, worker: &str) -> DbRes
 }
 
 /// Puts a failed attempt back in the queue, due after `delay_ms`.
-pub async fn retry_later(pool: &PgPool, id: i64, worker: &str, error: &str, delay_ms: i64) -> DbResult<()> {
+pub async fn retry_later(
+    pool: &PgPool,
+    id: i64,
+    worker: &str,
+    error: &str,
+    delay_ms: i64,
+) -> DbResult<()> {
     sqlx::query(
         "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
                 last_error = $3, not_before = now() + make_interval(secs => $4), updated_at = now()

@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 use sqlx::{FromRow, PgExecutor, PgPool};
 
-use super::page::PageQuery;
 use super::DbResult;
+use super::page::PageQuery;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
 pub struct QuotaRow {
@@ -18,10 +18,20 @@ pub struct QuotaRow {
 }
 
 pub const SORT_KEYS: &[&str] = &[
-    "id", "project_id", "resource", "hard_limit", "created_at", "updated_at",
+    "id",
+    "project_id",
+    "resource",
+    "hard_limit",
+    "created_at",
+    "updated_at",
 ];
 
-pub async fn insert(pool: &PgPool, project_id: &str, resource: &str, hard_limit: i32) -> DbResult<QuotaRow> {
+pub async fn insert(
+    pool: &PgPool,
+    project_id: &str,
+    resource: &str,
+    hard_limit: i32,
+) -> DbResult<QuotaRow> {
     Ok(sqlx::query_as::<_, QuotaRow>(
         "INSERT INTO quotas (project_id, resource, hard_limit) VALUES ($1, $2, $3) RETURNING *",
     )
@@ -32,7 +42,11 @@ pub async fn insert(pool: &PgPool, project_id: &str, resource: &str, hard_limit:
     .await?)
 }
 
-pub async fn get<'e>(ex: impl PgExecutor<'e>, project_id: &str, resource: &str) -> DbResult<Option<QuotaRow>> {
+pub async fn get<'e>(
+    ex: impl PgExecutor<'e>,
+    project_id: &str,
+    resource: &str,
+) -> DbResult<Option<QuotaRow>> {
     Ok(sqlx::query_as::<_, QuotaRow>(
         "SELECT * FROM quotas WHERE project_id = $1 AND resource = $2",
     )
@@ -53,8 +67,13 @@ pub async fn exists_id(pool: &PgPool, id: i64, project: Option<&str>) -> DbResul
     Ok(b)
 }
 
-pub async fn list(pool: &PgPool, project: Option<&str>, page: &PageQuery) -> DbResult<Vec<QuotaRow>> {
-    let mut sql = String::from("SELECT * FROM quotas t WHERE ($1::text IS NULL OR t.project_id = $1)");
+pub async fn list(
+    pool: &PgPool,
+    project: Option<&str>,
+    page: &PageQuery,
+) -> DbResult<Vec<QuotaRow>> {
+    let mut sql =
+        String::from("SELECT * FROM quotas t WHERE ($1::text IS NULL OR t.project_id = $1)");
     if let Some(after) = page.after_marker_sql("quotas", 2) {
         sql.push_str(" AND ");
         sql.push_str(&after);
@@ -70,7 +89,12 @@ pub async fn list(pool: &PgPool, project: Option<&str>, page: &PageQuery) -> DbR
         .await?)
 }
 
-pub async fn update(pool: &PgPool, project_id: &str, resource: &str, hard_limit: i32) -> DbResult<Option<QuotaRow>> {
+pub async fn update(
+    pool: &PgPool,
+    project_id: &str,
+    resource: &str,
+    hard_limit: i32,
+) -> DbResult<Option<QuotaRow>> {
     Ok(sqlx::query_as::<_, QuotaRow>(
         "UPDATE quotas SET hard_limit = $3, updated_at = now()
           WHERE project_id = $1 AND resource = $2 RETURNING *",

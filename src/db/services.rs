@@ -22,9 +22,9 @@ pub struct ServiceRow {
 /// Registers (or re-registers) a replica and counts one report.
 pub async fn heartbeat(pool: &PgPool, host: &str, binary: &str) -> DbResult<ServiceRow> {
     Ok(sqlx::query_as::<_, ServiceRow>(
-        "INSERT INTO magnum_service (host, binary, last_seen_up, report_count)
+        "INSERT INTO magnum_service (host, \"binary\", last_seen_up, report_count)
          VALUES ($1, $2, now(), 1)
-         ON CONFLICT (host, binary) DO UPDATE
+         ON CONFLICT (host, \"binary\") DO UPDATE
             SET last_seen_up = now(), report_count = magnum_service.report_count + 1,
                 updated_at = now()
          RETURNING *",
@@ -36,7 +36,9 @@ pub async fn heartbeat(pool: &PgPool, host: &str, binary: &str) -> DbResult<Serv
 }
 
 pub async fn list(pool: &PgPool) -> DbResult<Vec<ServiceRow>> {
-    Ok(sqlx::query_as::<_, ServiceRow>("SELECT * FROM magnum_service ORDER BY id")
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        sqlx::query_as::<_, ServiceRow>("SELECT * FROM magnum_service ORDER BY id")
+            .fetch_all(pool)
+            .await?,
+    )
 }

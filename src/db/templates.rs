@@ -6,8 +6,8 @@ use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
-use super::page::PageQuery;
 use super::DbResult;
+use super::page::PageQuery;
 use crate::domain::labels::Labels;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
@@ -52,12 +52,41 @@ pub struct TemplateRow {
 
 /// Columns a client may sort templates by (Magnum accepts any model column).
 pub const SORT_KEYS: &[&str] = &[
-    "id", "uuid", "project_id", "user_id", "name", "image_id", "flavor_id", "master_flavor_id",
-    "keypair_id", "external_network_id", "fixed_network", "fixed_subnet", "network_driver",
-    "volume_driver", "dns_nameserver", "apiserver_port", "docker_volume_size",
-    "docker_storage_driver", "cluster_distro", "coe", "http_proxy", "https_proxy", "no_proxy",
-    "registry_enabled", "labels", "tls_disabled", "public", "server_type", "insecure_registry",
-    "master_lb_enabled", "floating_ip_enabled", "hidden", "tags", "driver", "created_at",
+    "id",
+    "uuid",
+    "project_id",
+    "user_id",
+    "name",
+    "image_id",
+    "flavor_id",
+    "master_flavor_id",
+    "keypair_id",
+    "external_network_id",
+    "fixed_network",
+    "fixed_subnet",
+    "network_driver",
+    "volume_driver",
+    "dns_nameserver",
+    "apiserver_port",
+    "docker_volume_size",
+    "docker_storage_driver",
+    "cluster_distro",
+    "coe",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "registry_enabled",
+    "labels",
+    "tls_disabled",
+    "public",
+    "server_type",
+    "insecure_registry",
+    "master_lb_enabled",
+    "floating_ip_enabled",
+    "hidden",
+    "tags",
+    "driver",
+    "created_at",
     "updated_at",
 ];
 

@@ -119,7 +119,11 @@ impl Schema {
     /// normalised, mandatory fields must be present and non-null.
     pub fn parse_body(&self, body: &Value) -> DomainResult<Body> {
         let obj = body.as_object().ok_or_else(|| {
-            DomainError::invalid_field(self.arg, &to_python_str(body), "Wrong type. Expected an object")
+            DomainError::invalid_field(
+                self.arg,
+                &to_python_str(body),
+                "Wrong type. Expected an object",
+            )
         })?;
         let mut unknown: Vec<&str> = obj
             .keys()
@@ -199,7 +203,10 @@ fn wrong_type(field: &Field, v: &Value, expected: &str) -> DomainError {
     DomainError::invalid_field(
         field.name,
         &to_python_str(v),
-        &format!("Wrong type. Expected '{expected}', got '{}'", python_type(v)),
+        &format!(
+            "Wrong type. Expected '{expected}', got '{}'",
+            python_type(v)
+        ),
     )
 }
 
@@ -228,12 +235,16 @@ fn check(field: &Field, v: &Value) -> DomainResult<Value> {
     let invalid = |why: String| DomainError::invalid_field(field.name, &to_python_str(v), &why);
     match field.kind {
         Kind::Str { min, max } => {
-            let s = v.as_str().ok_or_else(|| wrong_type(field, v, "<class 'str'>"))?;
+            let s = v
+                .as_str()
+                .ok_or_else(|| wrong_type(field, v, "<class 'str'>"))?;
             check_len(s, min, max).map_err(invalid)?;
             Ok(v.clone())
         }
         Kind::ClusterName => {
-            let s = v.as_str().ok_or_else(|| wrong_type(field, v, "<class 'str'>"))?;
+            let s = v
+                .as_str()
+                .ok_or_else(|| wrong_type(field, v, "<class 'str'>"))?;
             check_len(s, 1, 242).map_err(invalid)?;
             if !is_cluster_name(s) {
                 return Err(invalid(format!(
@@ -250,7 +261,9 @@ fn check(field: &Field, v: &Value) -> DomainResult<Value> {
             }
             .ok_or_else(|| wrong_type(field, v, "<class 'int'>"))?;
             if let Some(min) = min.filter(|m| n < *m) {
-                return Err(invalid(format!("Value should be greater or equal to {min}")));
+                return Err(invalid(format!(
+                    "Value should be greater or equal to {min}"
+                )));
             }
             if let Some(max) = max.filter(|m| n > *m) {
                 return Err(invalid(format!("Value should be lower or equal to {max}")));
@@ -265,15 +278,22 @@ fn check(field: &Field, v: &Value) -> DomainResult<Value> {
             _ => Err(wrong_type(field, v, "<class 'bool'>")),
         },
         Kind::Enum(values) => {
-            let s = v.as_str().ok_or_else(|| wrong_type(field, v, "<class 'str'>"))?;
+            let s = v
+                .as_str()
+                .ok_or_else(|| wrong_type(field, v, "<class 'str'>"))?;
             if values.contains(&s) {
                 Ok(v.clone())
             } else {
-                Err(invalid(format!("Value should be one of: {}", values.join(", "))))
+                Err(invalid(format!(
+                    "Value should be one of: {}",
+                    values.join(", ")
+                )))
             }
         }
         Kind::Labels => {
-            let obj = v.as_object().ok_or_else(|| wrong_type(field, v, "<class 'dict'>"))?;
+            let obj = v
+                .as_object()
+                .ok_or_else(|| wrong_type(field, v, "<class 'dict'>"))?;
             let mut out = Map::new();
             for (k, val) in obj {
                 let s = label_value(val).ok_or_else(|| wrong_type(field, v, "<class 'dict'>"))?;
@@ -282,14 +302,18 @@ fn check(field: &Field, v: &Value) -> DomainResult<Value> {
             Ok(Value::Object(out))
         }
         Kind::StrDict => {
-            let obj = v.as_object().ok_or_else(|| wrong_type(field, v, "<class 'dict'>"))?;
+            let obj = v
+                .as_object()
+                .ok_or_else(|| wrong_type(field, v, "<class 'dict'>"))?;
             if obj.values().any(|x| !x.is_string()) {
                 return Err(wrong_type(field, v, "<class 'dict'>"));
             }
             Ok(v.clone())
         }
         Kind::StrList => {
-            let arr = v.as_array().ok_or_else(|| wrong_type(field, v, "<class 'list'>"))?;
+            let arr = v
+                .as_array()
+                .ok_or_else(|| wrong_type(field, v, "<class 'list'>"))?;
             if arr.iter().any(|x| !x.is_string()) {
                 return Err(wrong_type(field, v, "<class 'list'>"));
             }
@@ -359,15 +383,29 @@ mod tests {
 
     static FIELDS: [Field; 5] = [
         Field::new("name", Kind::ClusterName),
-        Field::new("node_count", Kind::Int { min: Some(0), max: None }).default(Default::Int(1)),
+        Field::new(
+            "node_count",
+            Kind::Int {
+                min: Some(0),
+                max: None,
+            },
+        )
+        .default(Default::Int(1)),
         Field::new("coe", Kind::Enum(&["kubernetes"])).mandatory(),
         Field::new("labels", Kind::Labels).default(Default::EmptyDict),
         Field::new("uuid", Kind::Str { min: 1, max: 36 }).readonly(),
     ];
-    static SCHEMA: Schema = Schema { arg: "cluster", fields: &FIELDS };
+    static SCHEMA: Schema = Schema {
+        arg: "cluster",
+        fields: &FIELDS,
+    };
 
     fn err(v: Value) -> String {
-        SCHEMA.parse_body(&v).err().map(|e| e.message().to_string()).unwrap_or_default()
+        SCHEMA
+            .parse_body(&v)
+            .err()
+            .map(|e| e.message().to_string())
+            .unwrap_or_default()
     }
 
     #[test]
@@ -409,9 +447,14 @@ mod tests {
     #[test]
     fn label_values_become_python_strings() {
         let body = SCHEMA
-            .parse_body(&json!({"coe": "kubernetes", "labels": {"a": true, "b": 5, "c": 1.5, "d": "x"}}))
+            .parse_body(
+                &json!({"coe": "kubernetes", "labels": {"a": true, "b": 5, "c": 1.5, "d": "x"}}),
+            )
             .unwrap();
-        assert_eq!(body.0["labels"], json!({"a": "True", "b": "5", "c": "1.5", "d": "x"}));
+        assert_eq!(
+            body.0["labels"],
+            json!({"a": "True", "b": "5", "c": "1.5", "d": "x"})
+        );
     }
 
     #[test]

@@ -57,7 +57,10 @@ mod tests {
     use super::*;
 
     fn l(pairs: &[(&str, &str)]) -> Labels {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -72,7 +75,10 @@ mod tests {
     fn empty_labels_inherit_and_merge_lets_the_child_win() {
         let parent = l(&[("a", "1"), ("b", "2")]);
         assert_eq!(inherit(&parent, Some(Labels::new()), false), parent);
-        assert_eq!(inherit(&parent, Some(l(&[("a", "9")])), false), l(&[("a", "9")]));
+        assert_eq!(
+            inherit(&parent, Some(l(&[("a", "9")])), false),
+            l(&[("a", "9")])
+        );
         assert_eq!(
             inherit(&parent, Some(l(&[("a", "9")])), true),
             l(&[("a", "9"), ("b", "2")])

@@ -42,7 +42,10 @@ mod tests {
         let u = Uuid::new_v4();
         let n = capi_cluster_name(u);
         assert_eq!(n.len(), 33);
-        assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(
+            n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
         assert_eq!(n, capi_cluster_name(u));
     }
 }

@@ -9,7 +9,12 @@ fn invalid(attr: &str, ng: &str, why: &str) -> DomainError {
 }
 
 /// `min <= node_count <= max` (max optional) and `min <= max`.
-pub fn check_counts(ng: &str, node_count: i64, min: i64, max: Option<i64>) -> Result<(), DomainError> {
+pub fn check_counts(
+    ng: &str,
+    node_count: i64,
+    min: i64,
+    max: Option<i64>,
+) -> Result<(), DomainError> {
     if let Some(max) = max {
         if max < min {
             return Err(invalid(
@@ -93,13 +98,26 @@ pub fn check_node_taints(ng: &str, taints: Option<&Value>) -> Result<(), DomainE
         let Value::Object(obj) = t else {
             return Err(invalid("node_taints", ng, "each taint must be an object"));
         };
-        if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "key" | "value" | "effect")) {
-            return Err(invalid("node_taints", ng, &format!("unknown taint field {k}")));
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "key" | "value" | "effect"))
+        {
+            return Err(invalid(
+                "node_taints",
+                ng,
+                &format!("unknown taint field {k}"),
+            ));
         }
-        if !obj.get("key").is_some_and(|k| k.as_str().is_some_and(|s| !s.is_empty())) {
+        if !obj
+            .get("key")
+            .is_some_and(|k| k.as_str().is_some_and(|s| !s.is_empty()))
+        {
             return Err(invalid("node_taints", ng, "taint key is required"));
         }
-        if obj.get("value").is_some_and(|v| !v.is_string() && !v.is_null()) {
+        if obj
+            .get("value")
+            .is_some_and(|v| !v.is_string() && !v.is_null())
+        {
             return Err(invalid("node_taints", ng, "taint value must be a string"));
         }
         let effect = obj.get("effect").and_then(Value::as_str).unwrap_or("");
@@ -122,9 +140,18 @@ mod tests {
     #[test]
     fn count_bounds_are_conflicts() {
         assert!(check_counts("ng", 1, 0, None).is_ok());
-        assert!(matches!(check_counts("ng", 1, 2, None), Err(DomainError::Conflict(_))));
-        assert!(matches!(check_counts("ng", 5, 0, Some(3)), Err(DomainError::Conflict(_))));
-        assert!(matches!(check_counts("ng", 2, 3, Some(1)), Err(DomainError::Conflict(_))));
+        assert!(matches!(
+            check_counts("ng", 1, 2, None),
+            Err(DomainError::Conflict(_))
+        ));
+        assert!(matches!(
+            check_counts("ng", 5, 0, Some(3)),
+            Err(DomainError::Conflict(_))
+        ));
+        assert!(matches!(
+            check_counts("ng", 2, 3, Some(1)),
+            Err(DomainError::Conflict(_))
+        ));
     }
 
     #[test]
@@ -132,16 +159,37 @@ mod tests {
         assert!(check_node_labels("ng", Some(&json!({"node-role.kubernetes.io/x": "y"}))).is_err());
         assert!(check_node_labels("ng", Some(&json!({"foo.k8s.io/x": "y"}))).is_err());
         assert!(check_node_labels("ng", Some(&json!({"node.kubernetes.io/pool": "a"}))).is_ok());
-        assert!(check_node_labels("ng", Some(&json!({"topology.kubernetes.io/zone": "a"}))).is_ok());
-        assert!(check_node_labels("ng", Some(&json!({"example.com/team": "a", "plain": "b"}))).is_ok());
+        assert!(
+            check_node_labels("ng", Some(&json!({"topology.kubernetes.io/zone": "a"}))).is_ok()
+        );
+        assert!(
+            check_node_labels("ng", Some(&json!({"example.com/team": "a", "plain": "b"}))).is_ok()
+        );
     }
 
     #[test]
     fn taints_need_a_key_and_a_known_effect() {
-        assert!(check_node_taints("ng", Some(&json!([{"key": "a", "value": "b", "effect": "NoSchedule"}]))).is_ok());
-        assert!(check_node_taints("ng", Some(&json!([{"value": "b", "effect": "NoSchedule"}]))).is_err());
-        assert!(check_node_taints("ng", Some(&json!([{"key": "a", "effect": "Sometimes"}]))).is_err());
-        assert!(check_node_taints("ng", Some(&json!([{"key": "a", "effect": "NoSchedule", "x": 1}]))).is_err());
+        assert!(
+            check_node_taints(
+                "ng",
+                Some(&json!([{"key": "a", "value": "b", "effect": "NoSchedule"}]))
+            )
+            .is_ok()
+        );
+        assert!(
+            check_node_taints("ng", Some(&json!([{"value": "b", "effect": "NoSchedule"}])))
+                .is_err()
+        );
+        assert!(
+            check_node_taints("ng", Some(&json!([{"key": "a", "effect": "Sometimes"}]))).is_err()
+        );
+        assert!(
+            check_node_taints(
+                "ng",
+                Some(&json!([{"key": "a", "effect": "NoSchedule", "x": 1}]))
+            )
+            .is_err()
+        );
         assert!(check_node_taints("ng", Some(&json!(["a"]))).is_err());
     }
 }

@@ -58,7 +58,10 @@ fn is_valid_path(path: &str) -> bool {
     // ^(/[\w-]+)+$
     path.starts_with('/')
         && path[1..].split('/').all(|seg| {
-            !seg.is_empty() && seg.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+            !seg.is_empty()
+                && seg
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
         })
 }
 
@@ -74,7 +77,11 @@ pub fn parse(body: &Value, rules: &PatchRules) -> DomainResult<Vec<PatchOp>> {
     let mut ops = Vec::with_capacity(items.len());
     for item in items {
         let obj = item.as_object().ok_or_else(|| {
-            DomainError::invalid_field("patch", &to_python_str(item), "Wrong type. Expected an object")
+            DomainError::invalid_field(
+                "patch",
+                &to_python_str(item),
+                "Wrong type. Expected an object",
+            )
         })?;
         let mut unknown: Vec<&str> = obj
             .keys()
@@ -90,7 +97,13 @@ pub fn parse(body: &Value, rules: &PatchRules) -> DomainResult<Vec<PatchOp>> {
         }
         let path_value = obj.get("path").filter(|v| !v.is_null());
         let path = match path_value {
-            None => return Err(DomainError::invalid_field("path", "None", "Mandatory field missing.")),
+            None => {
+                return Err(DomainError::invalid_field(
+                    "path",
+                    "None",
+                    "Mandatory field missing.",
+                ));
+            }
             Some(Value::String(p)) => p.clone(),
             Some(other) => {
                 return Err(DomainError::invalid_field(
@@ -108,7 +121,13 @@ pub fn parse(body: &Value, rules: &PatchRules) -> DomainResult<Vec<PatchOp>> {
             ));
         }
         let op = match obj.get("op").filter(|v| !v.is_null()) {
-            None => return Err(DomainError::invalid_field("op", "None", "Mandatory field missing.")),
+            None => {
+                return Err(DomainError::invalid_field(
+                    "op",
+                    "None",
+                    "Mandatory field missing.",
+                ));
+            }
             Some(Value::String(s)) if s == "add" => Op::Add,
             Some(Value::String(s)) if s == "replace" => Op::Replace,
             Some(Value::String(s)) if s == "remove" => Op::Remove,
@@ -140,7 +159,11 @@ pub fn parse(body: &Value, rules: &PatchRules) -> DomainResult<Vec<PatchOp>> {
             }
         };
         let covers = |p: &&str| path == *p || path.starts_with(&format!("{p}/"));
-        if COMMON_INTERNAL.iter().chain(rules.internal).any(|p| covers(&p)) {
+        if COMMON_INTERNAL
+            .iter()
+            .chain(rules.internal)
+            .any(|p| covers(&p))
+        {
             return Err(DomainError::BadRequest(format!(
                 "'{path}' is an internal attribute and can not be updated"
             )));
@@ -184,7 +207,11 @@ fn patch_error(ops: &[PatchOp], reason: impl std::fmt::Display) -> DomainError {
 }
 
 /// Applies `ops` to `doc` the way Magnum's `apply_jsonpatch` does.
-pub fn apply(doc: &Map<String, Value>, ops: &[PatchOp], rules: &PatchRules) -> DomainResult<Map<String, Value>> {
+pub fn apply(
+    doc: &Map<String, Value>,
+    ops: &[PatchOp],
+    rules: &PatchRules,
+) -> DomainResult<Map<String, Value>> {
     let mut resolved = Vec::with_capacity(ops.len());
     for p in ops {
         if p.op == Op::Add && p.path.matches('/').count() == 1 {
@@ -300,14 +327,25 @@ mod tests {
             msg(json!([{"op": "add", "path": "/name", "value": "x"}])),
             "The attribute /name has existed, please use 'replace' operation instead."
         );
-        assert_eq!(msg(json!([{"op": "add", "path": "/keypair", "value": "k"}])), "");
-        assert_eq!(msg(json!([{"op": "add", "path": "/labels/new", "value": "k"}])), "");
+        assert_eq!(
+            msg(json!([{"op": "add", "path": "/keypair", "value": "k"}])),
+            ""
+        );
+        assert_eq!(
+            msg(json!([{"op": "add", "path": "/labels/new", "value": "k"}])),
+            ""
+        );
     }
 
     #[test]
     fn values_must_be_strings_or_integers() {
-        assert!(msg(json!([{"op": "replace", "path": "/name", "value": 1.5}])).contains("Wrong type"));
-        assert!(msg(json!([{"op": "replace", "path": "/name", "value": {"a": 1}}])).contains("Wrong type"));
+        assert!(
+            msg(json!([{"op": "replace", "path": "/name", "value": 1.5}])).contains("Wrong type")
+        );
+        assert!(
+            msg(json!([{"op": "replace", "path": "/name", "value": {"a": 1}}]))
+                .contains("Wrong type")
+        );
     }
 
     #[test]
@@ -316,19 +354,32 @@ mod tests {
         let doc = json!({"labels": {}});
         let out = apply(doc.as_object().unwrap(), &ops, &RULES).unwrap();
         assert_eq!(out["labels"], json!({"kube_tag": "v1.30", "a": "b"}));
-        let ops = parse(&json!([{"op": "replace", "path": "/labels", "value": "{'a'"}]), &RULES).unwrap();
+        let ops = parse(
+            &json!([{"op": "replace", "path": "/labels", "value": "{'a'"}]),
+            &RULES,
+        )
+        .unwrap();
         let err = apply(doc.as_object().unwrap(), &ops, &RULES).unwrap_err();
         assert!(err.message().starts_with("Couldn't apply patch '[{'op': 'replace', 'path': '/labels', 'value': \"{'a'\"}]'. Reason: "));
     }
 
     #[test]
     fn removing_a_missing_key_is_a_patch_error() {
-        assert!(msg(json!([{"op": "remove", "path": "/labels/nope"}])).starts_with("Couldn't apply patch"));
+        assert!(
+            msg(json!([{"op": "remove", "path": "/labels/nope"}]))
+                .starts_with("Couldn't apply patch")
+        );
     }
 
     #[test]
     fn paths_must_match_the_pattern() {
-        assert!(msg(json!([{"op": "replace", "path": "/labels/a.b", "value": "x"}])).contains("should match the pattern"));
-        assert!(msg(json!([{"op": "replace", "path": "name", "value": "x"}])).contains("should match the pattern"));
+        assert!(
+            msg(json!([{"op": "replace", "path": "/labels/a.b", "value": "x"}]))
+                .contains("should match the pattern")
+        );
+        assert!(
+            msg(json!([{"op": "replace", "path": "name", "value": "x"}]))
+                .contains("should match the pattern")
+        );
     }
 }

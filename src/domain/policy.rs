@@ -50,7 +50,9 @@ pub fn enforce(rule: &str, caller: &Caller, target: Option<Target<'_>>) -> Domai
         | "quota:get_all"
         | "magnum-service:get_all" => admin,
         "credential:rotate" => caller.member_of(t.project_id),
-        "certificate:get" => admin || (caller.reader_of(t.project_id) && caller.user_id == t.user_id),
+        "certificate:get" => {
+            admin || (caller.reader_of(t.project_id) && caller.user_id == t.user_id)
+        }
         "certificate:create" => {
             admin || (caller.member_of(t.project_id) && caller.user_id == t.user_id)
         }
@@ -96,19 +98,28 @@ mod tests {
     #[test]
     fn denial_uses_magnums_message() {
         let e = enforce("magnum-service:get_all", &caller(&["member"]), None).unwrap_err();
-        assert_eq!(e.message(), "Policy doesn't allow magnum-service:get_all to be performed.");
+        assert_eq!(
+            e.message(),
+            "Policy doesn't allow magnum-service:get_all to be performed."
+        );
     }
 
     #[test]
     fn credential_rotation_has_no_admin_shortcut() {
-        let other = Target { project_id: "q", user_id: "x" };
+        let other = Target {
+            project_id: "q",
+            user_id: "x",
+        };
         assert!(enforce("credential:rotate", &caller(&["admin"]), Some(other)).is_err());
         assert!(enforce("credential:rotate", &caller(&["member"]), None).is_ok());
     }
 
     #[test]
     fn certificates_belong_to_the_cluster_creator() {
-        let other_user = Target { project_id: "p", user_id: "someone" };
+        let other_user = Target {
+            project_id: "p",
+            user_id: "someone",
+        };
         assert!(enforce("certificate:get", &caller(&["member"]), Some(other_user)).is_err());
         assert!(enforce("certificate:get", &caller(&["admin"]), Some(other_user)).is_ok());
     }

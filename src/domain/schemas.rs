@@ -7,7 +7,13 @@ const fn s255(name: &'static str) -> Field {
     Field::new(name, Kind::Str { min: 1, max: 255 })
 }
 const fn int_min(name: &'static str, min: i64) -> Field {
-    Field::new(name, Kind::Int { min: Some(min), max: None })
+    Field::new(
+        name,
+        Kind::Int {
+            min: Some(min),
+            max: None,
+        },
+    )
 }
 const fn boolean(name: &'static str, d: bool) -> Field {
     Field::new(name, Kind::Bool).default(D::Bool(d))
@@ -35,7 +41,13 @@ static TEMPLATE_FIELDS: [Field; 38] = [
     s255("fixed_subnet"),
     s255("network_driver"),
     s255("volume_driver"),
-    Field::new("apiserver_port", Kind::Int { min: Some(1024), max: Some(65535) }),
+    Field::new(
+        "apiserver_port",
+        Kind::Int {
+            min: Some(1024),
+            max: Some(65535),
+        },
+    ),
     int_min("docker_volume_size", 1),
     s255("docker_storage_driver"),
     s255("cluster_distro"),
@@ -257,7 +269,13 @@ pub static UPGRADE: Schema = Schema {
 
 static CERTIFICATE_FIELDS: [Field; 7] = [
     s255("cluster_uuid").mandatory(),
-    Field::new("csr", Kind::Str { min: 1, max: 1 << 20 }),
+    Field::new(
+        "csr",
+        Kind::Str {
+            min: 1,
+            max: 1 << 20,
+        },
+    ),
     Field::new("pem", Kind::Ignored),
     s255("ca_cert_type"),
     ro("links"),

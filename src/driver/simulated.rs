@@ -24,7 +24,9 @@ fn transient(e: DbError) -> DriverError {
 
 /// Documentation-range addresses (RFC 5737) for simulated nodes.
 fn addresses(prefix: u8, n: i32) -> Vec<String> {
-    (0..n.max(0)).map(|i| format!("192.0.2.{}", u32::from(prefix) + i as u32)).collect()
+    (0..n.max(0))
+        .map(|i| format!("192.0.2.{}", u32::from(prefix) + i as u32))
+        .collect()
 }
 
 impl SimulatedDriver {
@@ -40,30 +42,60 @@ impl SimulatedDriver {
             kind::CREATE => {
                 for ng in ndb::of_cluster(&mut *tx, cluster.uuid).await? {
                     let prefix = if ng.is_master() { 10 } else { 100 };
-                    ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count)).await?;
-                    ndb::set_status(&mut *tx, ng.uuid, Status::CreateComplete.as_str(), None).await?;
+                    ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
+                        .await?;
+                    ndb::set_status(&mut *tx, ng.uuid, Status::CreateComplete.as_str(), None)
+                        .await?;
                 }
                 let facts = DriverFacts {
                     api_address: Some("https://192.0.2.1:6443".into()),
-                    coe_version: Some(cluster.labels.0.get("kube_tag").cloned().unwrap_or_else(|| "v1.31.4".into())),
+                    coe_version: Some(
+                        cluster
+                            .labels
+                            .0
+                            .get("kube_tag")
+                            .cloned()
+                            .unwrap_or_else(|| "v1.31.4".into()),
+                    ),
                     container_version: Some("containerd 1.7".into()),
                 };
                 cdb::set_driver_facts(&mut *tx, cluster.uuid, &facts).await?;
-                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, Status::CreateComplete.as_str()).await?;
+                finalize::cluster_status(
+                    &mut *tx,
+                    cluster.uuid,
+                    op.id,
+                    Status::CreateComplete.as_str(),
+                )
+                .await?;
             }
             kind::DELETE => cdb::delete(&mut *tx, cluster.uuid).await?,
             kind::RESIZE | kind::NODEGROUP_CREATE | kind::NODEGROUP_UPDATE | kind::UPGRADE => {
                 if let Some(ng_uuid) = op.nodegroup_uuid {
-                    if let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid).await?.into_iter().find(|n| n.uuid == ng_uuid) {
+                    if let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid)
+                        .await?
+                        .into_iter()
+                        .find(|n| n.uuid == ng_uuid)
+                    {
                         let prefix = if ng.is_master() { 10 } else { 100 };
-                        ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count)).await?;
-                        let st = if op.kind == kind::NODEGROUP_CREATE { Status::CreateComplete } else { Status::UpdateComplete };
+                        ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
+                            .await?;
+                        let st = if op.kind == kind::NODEGROUP_CREATE {
+                            Status::CreateComplete
+                        } else {
+                            Status::UpdateComplete
+                        };
                         ndb::set_status(&mut *tx, ng.uuid, st.as_str(), None).await?;
                         if op.kind == kind::UPGRADE {
                             let image = op.payload.0.get("image_id").and_then(|v| v.as_str());
                             ndb::set_version_and_image(&mut *tx, ng.uuid, image).await?;
                             if ng.is_default {
-                                if let Some(ct) = op.payload.0.get("cluster_template").and_then(|v| v.as_str()).and_then(|s| uuid::Uuid::parse_str(s).ok()) {
+                                if let Some(ct) = op
+                                    .payload
+                                    .0
+                                    .get("cluster_template")
+                                    .and_then(|v| v.as_str())
+                                    .and_then(|s| uuid::Uuid::parse_str(s).ok())
+                                {
                                     cdb::set_template(&mut *tx, cluster.uuid, ct).await?;
                                 }
                             }
@@ -78,7 +110,9 @@ impl SimulatedDriver {
                 }
                 finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?;
             }
-            kind::ROTATE_CA => finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?,
+            kind::ROTATE_CA => {
+                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?
+            }
             _ => {}
         }
         tx.commit().await?;

@@ -13,10 +13,10 @@ use crate::api::extract::QueryArgs;
 use crate::api::microversion::Mv;
 use crate::api::views;
 use crate::app::App;
+use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::operations::{self as odb, NewOperation};
 use crate::db::templates as tdb;
-use crate::db::DbError;
 use crate::domain::error::DomainError;
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::schemas;
@@ -38,7 +38,10 @@ fn check_ca_type(t: Option<&str>) -> ApiResult<()> {
 }
 
 fn target(c: &ClusterRow) -> Target<'_> {
-    Target { project_id: &c.project_id, user_id: &c.user_id }
+    Target {
+        project_id: &c.project_id,
+        user_id: &c.user_id,
+    }
 }
 
 fn no_ca(c: &ClusterRow) -> DomainError {
@@ -48,7 +51,13 @@ fn no_ca(c: &ClusterRow) -> DomainError {
     ))
 }
 
-pub async fn show(app: &App, caller: &Caller, ident: &str, args: &QueryArgs, base: &str) -> ApiResult<Value> {
+pub async fn show(
+    app: &App,
+    caller: &Caller,
+    ident: &str,
+    args: &QueryArgs,
+    base: &str,
+) -> ApiResult<Value> {
     args.only(&["ca_cert_type"])?;
     check_ca_type(args.get("ca_cert_type"))?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
@@ -69,21 +78,38 @@ pub async fn sign(app: &App, caller: &Caller, body: &Value, base: &str) -> ApiRe
         Err(e) => return Err(e),
     };
     policy::enforce("certificate:create", caller, Some(target(&c)))?;
-    if b.str("csr").is_none_or(|s| !s.contains("CERTIFICATE REQUEST")) {
-        return Err(DomainError::BadRequest("Invalid CSR: it is not a PEM certificate signing request.".into()).into());
+    if b.str("csr")
+        .is_none_or(|s| !s.contains("CERTIFICATE REQUEST"))
+    {
+        return Err(DomainError::BadRequest(
+            "Invalid CSR: it is not a PEM certificate signing request.".into(),
+        )
+        .into());
     }
     let _ = (base, views::links);
     Err(no_ca(&c).into())
 }
 
-async fn record_op(app: &App, c: &ClusterRow, op_kind: &str, status: Option<Status>, request_id: &str) -> ApiResult<()> {
+async fn record_op(
+    app: &App,
+    c: &ClusterRow,
+    op_kind: &str,
+    status: Option<Status>,
+    request_id: &str,
+) -> ApiResult<()> {
     let mut tx = app.pool.begin().await.map_err(DbError::from)?;
     if let Some(st) = status {
         cdb::set_status(&mut *tx, c.uuid, st.as_str(), None).await?;
     }
     odb::enqueue(
         &mut *tx,
-        &NewOperation { cluster_uuid: c.uuid, nodegroup_uuid: None, kind: op_kind, payload: json!({}), request_id: Some(request_id) },
+        &NewOperation {
+            cluster_uuid: c.uuid,
+            nodegroup_uuid: None,
+            kind: op_kind,
+            payload: json!({}),
+            request_id: Some(request_id),
+        },
     )
     .await?;
     tx.commit().await.map_err(DbError::from)?;
@@ -91,12 +117,20 @@ async fn record_op(app: &App, c: &ClusterRow, op_kind: &str, status: Option<Stat
     Ok(())
 }
 
-pub async fn rotate_ca(app: &App, caller: &Caller, ident: &str, request_id: &str) -> ApiResult<Uuid> {
+pub async fn rotate_ca(
+    app: &App,
+    caller: &Caller,
+    ident: &str,
+    request_id: &str,
+) -> ApiResult<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:rotate_ca", caller, Some(target(&c)))?;
     let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
     if ct.is_some_and(|t| t.tls_disabled) {
-        return Err(DomainError::BadRequest("Rotating the CA certificate on a non-TLS cluster is not supported".into()).into());
+        return Err(DomainError::BadRequest(
+            "Rotating the CA certificate on a non-TLS cluster is not supported".into(),
+        )
+        .into());
     }
     match c.status.parse::<Status>() {
         Ok(st) if st.is_stable_complete() => {}
@@ -108,15 +142,31 @@ pub async fn rotate_ca(app: &App, caller: &Caller, ident: &str, request_id: &str
             .into());
         }
     }
-    record_op(app, &c, kind::ROTATE_CA, Some(Status::UpdateInProgress), request_id).await?;
+    record_op(
+        app,
+        &c,
+        kind::ROTATE_CA,
+        Some(Status::UpdateInProgress),
+        request_id,
+    )
+    .await?;
     Ok(c.uuid)
 }
 
-pub async fn rotate_credential(app: &App, caller: &Caller, mv: Mv, ident: &str, request_id: &str) -> ApiResult<Uuid> {
+pub async fn rotate_credential(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    ident: &str,
+    request_id: &str,
+) -> ApiResult<Uuid> {
     mv.require(12, "rotate")?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     authorize(caller, "credential:rotate", &c)?;
-    if c.status.parse::<Status>().is_ok_and(|s| s == Status::DeleteInProgress) {
+    if c.status
+        .parse::<Status>()
+        .is_ok_and(|s| s == Status::DeleteInProgress)
+    {
         return Err(DomainError::BadRequest(format!(
             "Rotating the credential of a cluster when status is \"{}\" is not supported.",
             c.status

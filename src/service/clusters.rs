@@ -66,7 +66,13 @@ fn status_of(c: &ClusterRow) -> Option<Status> {
     c.status.parse().ok()
 }
 
-pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id: &str) -> ApiResult<Uuid> {
+pub async fn create(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    body: &Value,
+    request_id: &str,
+) -> ApiResult<Uuid> {
     let b = schemas::CLUSTER.parse_body(body)?;
     let ct_ident = b.str("cluster_template_id").unwrap_or_default();
     let vis = template_visibility(caller);
@@ -77,7 +83,9 @@ pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id
         }
         Err(e) => return Err(e),
     };
-    let docker_volume_size = b.int("docker_volume_size").or(ct.docker_volume_size.map(i64::from));
+    let docker_volume_size = b
+        .int("docker_volume_size")
+        .or(ct.docker_volume_size.map(i64::from));
     super::templates::check_devicemapper(ct.docker_storage_driver.as_deref(), docker_volume_size)?;
     let master_count = b.int("master_count").unwrap_or(1);
     if master_count % 2 == 0 {
@@ -95,10 +103,26 @@ pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id
         return Err(DomainError::not_authorized().into());
     }
     let parent: &Labels = &ct.labels.0;
-    let labels = labels::inherit(parent, b.labels("labels"), b.bool("merge_labels").unwrap_or(false));
-    let inherit = |key: &str, from: &Option<String>| b.str(key).filter(|s| !s.is_empty()).or_else(|| from.clone());
-    let master_lb_enabled = if b.has("master_lb_enabled") { b.bool("master_lb_enabled") } else { Some(ct.master_lb_enabled) };
-    let floating_ip_enabled = if b.has("floating_ip_enabled") { b.bool("floating_ip_enabled") } else { Some(ct.floating_ip_enabled) };
+    let labels = labels::inherit(
+        parent,
+        b.labels("labels"),
+        b.bool("merge_labels").unwrap_or(false),
+    );
+    let inherit = |key: &str, from: &Option<String>| {
+        b.str(key)
+            .filter(|s| !s.is_empty())
+            .or_else(|| from.clone())
+    };
+    let master_lb_enabled = if b.has("master_lb_enabled") {
+        b.bool("master_lb_enabled")
+    } else {
+        Some(ct.master_lb_enabled)
+    };
+    let floating_ip_enabled = if b.has("floating_ip_enabled") {
+        b.bool("floating_ip_enabled")
+    } else {
+        Some(ct.floating_ip_enabled)
+    };
     if master_count > 1 && master_lb_enabled != Some(true) {
         return Err(DomainError::BadRequest(
             "master_count must be 1 when master_lb_enabled is False".into(),
@@ -106,8 +130,16 @@ pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id
         .into());
     }
     let uuid = Uuid::new_v4();
-    let to_i32 = |v: i64| i32::try_from(v).map_err(|_| DomainError::invalid_field("node_count", &v.to_string(), "Value is too large"));
-    let create_timeout = if b.has("create_timeout") { b.int("create_timeout") } else { Some(60) };
+    let to_i32 = |v: i64| {
+        i32::try_from(v).map_err(|_| {
+            DomainError::invalid_field("node_count", &v.to_string(), "Value is too large")
+        })
+    };
+    let create_timeout = if b.has("create_timeout") {
+        b.int("create_timeout")
+    } else {
+        Some(60)
+    };
     let row = ClusterRow {
         id: 0,
         uuid,
@@ -141,7 +173,11 @@ pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id
         created_at: chrono::Utc::now(),
         updated_at: None,
     };
-    let default_ng = |name: &str, role: &str, flavor: Option<String>, count: i64| -> Result<NodegroupRow, DomainError> {
+    let default_ng = |name: &str,
+                      role: &str,
+                      flavor: Option<String>,
+                      count: i64|
+     -> Result<NodegroupRow, DomainError> {
         Ok(NodegroupRow {
             id: 0,
             uuid: Uuid::new_v4(),
@@ -159,7 +195,10 @@ pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id
             min_node_count: if role == "master" {
                 0
             } else {
-                labels.get("min_node_count").and_then(|v| v.parse().ok()).unwrap_or(0)
+                labels
+                    .get("min_node_count")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
             },
             is_default: true,
             stack_id: None,
@@ -172,8 +211,18 @@ pub async fn create(app: &App, caller: &Caller, mv: Mv, body: &Value, request_id
             updated_at: None,
         })
     };
-    let master = default_ng("default-master", "master", row.master_flavor_id.clone(), master_count)?;
-    let worker = default_ng("default-worker", "worker", row.flavor_id.clone(), node_count)?;
+    let master = default_ng(
+        "default-master",
+        "master",
+        row.master_flavor_id.clone(),
+        master_count,
+    )?;
+    let worker = default_ng(
+        "default-worker",
+        "worker",
+        row.flavor_id.clone(),
+        node_count,
+    )?;
 
     let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
     // Serialise creates per project so the quota check cannot be raced.
@@ -226,13 +275,28 @@ pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<ClusterVi
         .await?
         .map(|t| t.labels.0)
         .unwrap_or_default();
-    Ok(ClusterView { cluster: c, nodegroups, template_labels })
+    Ok(ClusterView {
+        cluster: c,
+        nodegroups,
+        template_labels,
+    })
 }
 
-pub async fn list(app: &App, caller: &Caller, mv: Mv, args: &QueryArgs, detail: bool, base: &str) -> ApiResult<Value> {
+pub async fn list(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    args: &QueryArgs,
+    detail: bool,
+    base: &str,
+) -> ApiResult<Value> {
     args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
     let params = ListParams::parse(args, cdb::SORT_KEYS, app.config.api.max_limit)?;
-    let rule = if detail { "cluster:detail" } else { "cluster:get_all" };
+    let rule = if detail {
+        "cluster:detail"
+    } else {
+        "cluster:get_all"
+    };
     policy::enforce(rule, caller, None)?;
     if caller.is_admin() {
         policy::enforce(&format!("{rule}_all_projects"), caller, None)?;
@@ -264,7 +328,9 @@ pub async fn list(app: &App, caller: &Caller, mv: Mv, args: &QueryArgs, detail: 
         .map(|c| {
             let s = views::summarize(ngs.remove(&c.uuid).unwrap_or_default().iter());
             if detail {
-                let parent = template_labels.get(&c.cluster_template_id).unwrap_or(&empty);
+                let parent = template_labels
+                    .get(&c.cluster_template_id)
+                    .unwrap_or(&empty);
                 views::cluster_full(c, &s, parent, base, mv)
             } else {
                 views::cluster_short(c, &s, base, mv)
@@ -273,9 +339,14 @@ pub async fn list(app: &App, caller: &Caller, mv: Mv, args: &QueryArgs, detail: 
         .collect();
     let mut body = Map::new();
     body.insert("clusters".into(), Value::Array(items));
-    let path = if detail { "clusters/detail" } else { "clusters" };
+    let path = if detail {
+        "clusters/detail"
+    } else {
+        "clusters"
+    };
     Ok(views::with_next(body, rows.len(), params.limit, || {
-        rows.last().map(|c| params.next_url(base, path, &c.uuid.to_string()))
+        rows.last()
+            .map(|c| params.next_url(base, path, &c.uuid.to_string()))
     }))
 }
 
@@ -292,8 +363,9 @@ async fn record_resize(
     nodes_to_remove: Vec<String>,
     request_id: &str,
 ) -> ApiResult<()> {
-    let count = i32::try_from(count)
-        .map_err(|_| DomainError::invalid_field("node_count", &count.to_string(), "Value is too large"))?;
+    let count = i32::try_from(count).map_err(|_| {
+        DomainError::invalid_field("node_count", &count.to_string(), "Value is too large")
+    })?;
     let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
     ndb::set_node_count(&mut *tx, ng.uuid, count).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
@@ -334,12 +406,27 @@ pub async fn update(
     let ops = patch::parse(body, &schemas::CLUSTER_PATCH)?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
     let worker = default_worker(&ngs);
-    let mut doc = views::cluster_full(&c, &views::summarize(ngs.iter()), &Labels::new(), "", Mv(crate::api::microversion::MIN_VERSION))
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    doc.insert("node_count".into(), json!(worker.map(|w| w.node_count).unwrap_or(0)));
-    for k in ["labels_overridden", "labels_added", "labels_skipped", "links", "faults"] {
+    let mut doc = views::cluster_full(
+        &c,
+        &views::summarize(ngs.iter()),
+        &Labels::new(),
+        "",
+        Mv(crate::api::microversion::MIN_VERSION),
+    )
+    .as_object()
+    .cloned()
+    .unwrap_or_default();
+    doc.insert(
+        "node_count".into(),
+        json!(worker.map(|w| w.node_count).unwrap_or(0)),
+    );
+    for k in [
+        "labels_overridden",
+        "labels_added",
+        "labels_skipped",
+        "links",
+        "faults",
+    ] {
         doc.remove(k);
     }
     doc.insert("cluster_id".into(), json!(c.stack_id));
@@ -352,7 +439,18 @@ pub async fn update(
         .filter(|f| !f.readonly && before.get(f.name) != after.get(f.name))
         .map(|f| f.name)
         .collect();
-    changed.retain(|f| !matches!(*f, "status" | "status_reason" | "faults" | "labels_overridden" | "labels_added" | "labels_skipped" | "merge_labels"));
+    changed.retain(|f| {
+        !matches!(
+            *f,
+            "status"
+                | "status_reason"
+                | "faults"
+                | "labels_overridden"
+                | "labels_added"
+                | "labels_skipped"
+                | "merge_labels"
+        )
+    });
     let disallowed: Vec<&str> = changed
         .iter()
         .copied()
@@ -372,8 +470,17 @@ pub async fn update(
     }
     if changed.contains(&"health_status") || changed.contains(&"health_status_reason") {
         policy::enforce("cluster:update_health_status", caller, Some(target(&c)))?;
-        let reason = after.get("health_status_reason").cloned().unwrap_or_else(|| json!({}));
-        cdb::set_health(&app.pool, c.uuid, after.str("health_status").as_deref(), &reason).await?;
+        let reason = after
+            .get("health_status_reason")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        cdb::set_health(
+            &app.pool,
+            c.uuid,
+            after.str("health_status").as_deref(),
+            &reason,
+        )
+        .await?;
     }
     if changed.contains(&"node_count") {
         match (worker, status_of(&c)) {
@@ -381,7 +488,9 @@ pub async fn update(
                 record_resize(app, &c, w, new_count, vec![], request_id).await?;
             }
             // Magnum's conductor silently ignores updates in other states; the API still says 202.
-            _ => tracing::warn!(cluster = %c.uuid, status = %c.status, "node_count update ignored in this status"),
+            _ => {
+                tracing::warn!(cluster = %c.uuid, status = %c.status, "node_count update ignored in this status")
+            }
         }
     }
     Ok(c.uuid)
@@ -396,7 +505,8 @@ pub async fn delete(app: &App, caller: &Caller, ident: &str, request_id: &str) -
     };
     if locked.status != Status::DeleteInProgress.as_str() {
         cdb::set_status(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
-        ndb::set_status_of_cluster(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
+        ndb::set_status_of_cluster(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None)
+            .await?;
         odb::enqueue(
             &mut *tx,
             &NewOperation {
@@ -415,7 +525,12 @@ pub async fn delete(app: &App, caller: &Caller, ident: &str, request_id: &str) -
 }
 
 /// Resolves a nodegroup ident (integer id, uuid or name) within a cluster.
-pub async fn find_nodegroup(app: &App, c: &ClusterRow, project: Option<&str>, ident: &str) -> ApiResult<NodegroupRow> {
+pub async fn find_nodegroup(
+    app: &App,
+    c: &ClusterRow,
+    project: Option<&str>,
+    ident: &str,
+) -> ApiResult<NodegroupRow> {
     let id = if let Ok(i) = ident.parse::<i64>() {
         NgIdent::Id(i)
     } else if let Some(u) = crate::api::extract::parse_uuid(ident) {
@@ -431,7 +546,14 @@ pub async fn find_nodegroup(app: &App, c: &ClusterRow, project: Option<&str>, id
     }
 }
 
-pub async fn resize(app: &App, caller: &Caller, mv: Mv, ident: &str, body: &Value, request_id: &str) -> ApiResult<Uuid> {
+pub async fn resize(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    ident: &str,
+    body: &Value,
+    request_id: &str,
+) -> ApiResult<Uuid> {
     mv.require(7, "resize")?;
     let b = schemas::RESIZE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
@@ -477,13 +599,24 @@ pub async fn resize(app: &App, caller: &Caller, mv: Mv, ident: &str, body: &Valu
     let nodes_to_remove: Vec<String> = b
         .get("nodes_to_remove")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default();
     record_resize(app, &c, &ng, node_count, nodes_to_remove, request_id).await?;
     Ok(c.uuid)
 }
 
-pub async fn upgrade(app: &App, caller: &Caller, mv: Mv, ident: &str, body: &Value, request_id: &str) -> ApiResult<Uuid> {
+pub async fn upgrade(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    ident: &str,
+    body: &Value,
+    request_id: &str,
+) -> ApiResult<Uuid> {
     mv.require(7, "upgrade")?;
     if !mv.at_least(8) {
         return Err(DomainError::BadRequest(

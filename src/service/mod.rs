@@ -59,11 +59,15 @@ pub async fn find_template(
     let not_found = || DomainError::template_not_found(ident);
     if allow_int_id {
         if let Ok(id) = ident.parse::<i64>() {
-            return tdb::by_id(&app.pool, vis, id).await?.ok_or_else(|| not_found().into());
+            return tdb::by_id(&app.pool, vis, id)
+                .await?
+                .ok_or_else(|| not_found().into());
         }
     }
     if let Some(u) = parse_uuid(ident) {
-        return tdb::by_uuid(&app.pool, vis, u).await?.ok_or_else(|| not_found().into());
+        return tdb::by_uuid(&app.pool, vis, u)
+            .await?
+            .ok_or_else(|| not_found().into());
     }
     let mut rows = tdb::by_name(&app.pool, vis, ident).await?;
     match rows.len() {

@@ -12,11 +12,11 @@ use crate::api::microversion::Mv;
 use crate::api::pagination::ListParams;
 use crate::api::views;
 use crate::app::App;
+use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::{self as odb, NewOperation};
 use crate::db::templates as tdb;
-use crate::db::DbError;
 use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
 use crate::domain::labels;
@@ -33,11 +33,18 @@ fn gate(mv: Mv) -> ApiResult<()> {
 }
 
 fn ng_project(caller: &Caller) -> Option<&str> {
-    if caller.is_admin() { None } else { Some(caller.project_id.as_str()) }
+    if caller.is_admin() {
+        None
+    } else {
+        Some(caller.project_id.as_str())
+    }
 }
 
 fn cluster_target(c: &ClusterRow) -> Target<'_> {
-    Target { project_id: &c.project_id, user_id: &c.user_id }
+    Target {
+        project_id: &c.project_id,
+        user_id: &c.user_id,
+    }
 }
 
 fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
@@ -49,7 +56,14 @@ fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
     Ok(())
 }
 
-pub async fn list(app: &App, caller: &Caller, mv: Mv, cluster: &str, args: &QueryArgs, base: &str) -> ApiResult<Value> {
+pub async fn list(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    cluster: &str,
+    args: &QueryArgs,
+    base: &str,
+) -> ApiResult<Value> {
     gate(mv)?;
     args.only(&["marker", "limit", "sort_key", "sort_dir", "role"])?;
     let params = ListParams::parse(args, ndb::SORT_KEYS, app.config.api.max_limit)?;
@@ -66,16 +80,33 @@ pub async fn list(app: &App, caller: &Caller, mv: Mv, cluster: &str, args: &Quer
         ),
         None => None,
     };
-    let rows = ndb::list(&app.pool, c.uuid, project, args.get("role"), &params.page(marker_id)).await?;
+    let rows = ndb::list(
+        &app.pool,
+        c.uuid,
+        project,
+        args.get("role"),
+        &params.page(marker_id),
+    )
+    .await?;
     let mut body = Map::new();
-    body.insert("nodegroups".into(), Value::Array(rows.iter().map(views::nodegroup_short).collect()));
+    body.insert(
+        "nodegroups".into(),
+        Value::Array(rows.iter().map(views::nodegroup_short).collect()),
+    );
     let path = format!("clusters/{}/nodegroups", c.uuid);
     Ok(views::with_next(body, rows.len(), params.limit, || {
-        rows.last().map(|n| params.next_url(base, &path, &n.uuid.to_string()))
+        rows.last()
+            .map(|n| params.next_url(base, &path, &n.uuid.to_string()))
     }))
 }
 
-pub async fn get(app: &App, caller: &Caller, mv: Mv, cluster: &str, ident: &str) -> ApiResult<(NodegroupRow, ClusterRow)> {
+pub async fn get(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    cluster: &str,
+    ident: &str,
+) -> ApiResult<(NodegroupRow, ClusterRow)> {
     gate(mv)?;
     let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
     authorize(caller, "nodegroup:get", &c)?;
@@ -90,7 +121,9 @@ async fn record(
     op_kind: &str,
     payload: Value,
     request_id: &str,
-    write: impl for<'t> FnOnce(&'t mut sqlx::PgConnection) -> futures_like::BoxFuture<'t, Result<(), DbError>>,
+    write: impl for<'t> FnOnce(
+        &'t mut sqlx::PgConnection,
+    ) -> futures_like::BoxFuture<'t, Result<(), DbError>>,
 ) -> ApiResult<()> {
     let mut tx = app.pool.begin().await.map_err(DbError::from)?;
     write(&mut *tx).await?;
@@ -116,21 +149,35 @@ mod futures_like {
     pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 }
 
-pub async fn create(app: &App, caller: &Caller, mv: Mv, cluster: &str, body: &Value, request_id: &str) -> ApiResult<(NodegroupRow, ClusterRow)> {
+pub async fn create(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    cluster: &str,
+    body: &Value,
+    request_id: &str,
+) -> ApiResult<(NodegroupRow, ClusterRow)> {
     gate(mv)?;
     let b = schemas::NODEGROUP.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:create", caller, Some(cluster_target(&c)))?;
     if c.api_address.is_none() {
-        return Err(DomainError::Conflict("Cluster API address is not available yet".into()).into());
+        return Err(
+            DomainError::Conflict("Cluster API address is not available yet".into()).into(),
+        );
     }
     let role = b.str("role").unwrap_or_else(|| "worker".into());
-    let name = b.str("name").unwrap_or_else(|| names::generate("nodegroup"));
+    let name = b
+        .str("name")
+        .unwrap_or_else(|| names::generate("nodegroup"));
     if role == "master" {
         if b.get("node_labels").is_some() || b.get("node_taints").is_some() {
             return Err(invalid_master(&name).into());
         }
-        return Err(DomainError::BadRequest("Creating master nodegroups is currently not supported.".into()).into());
+        return Err(DomainError::BadRequest(
+            "Creating master nodegroups is currently not supported.".into(),
+        )
+        .into());
     }
     let node_count = b.int("node_count").unwrap_or(1);
     let min = b.int("min_node_count").unwrap_or(0);
@@ -139,15 +186,25 @@ pub async fn create(app: &App, caller: &Caller, mv: Mv, cluster: &str, body: &Va
     rules::check_node_labels(&name, b.get("node_labels"))?;
     rules::check_node_taints(&name, b.get("node_taints"))?;
     let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
-    let merged = labels::inherit(&c.labels.0, b.labels("labels"), b.bool("merge_labels").unwrap_or(false));
-    let to_i32 = |v: i64, f: &str| i32::try_from(v).map_err(|_| DomainError::invalid_field(f, &v.to_string(), "Value is too large"));
+    let merged = labels::inherit(
+        &c.labels.0,
+        b.labels("labels"),
+        b.bool("merge_labels").unwrap_or(false),
+    );
+    let to_i32 = |v: i64, f: &str| {
+        i32::try_from(v)
+            .map_err(|_| DomainError::invalid_field(f, &v.to_string(), "Value is too large"))
+    };
     let ng = NodegroupRow {
         id: 0,
         uuid: Uuid::new_v4(),
         name: name.clone(),
         cluster_id: c.uuid,
         project_id: c.project_id.clone(),
-        docker_volume_size: b.int("docker_volume_size").and_then(|v| i32::try_from(v).ok()).or(c.docker_volume_size),
+        docker_volume_size: b
+            .int("docker_volume_size")
+            .and_then(|v| i32::try_from(v).ok())
+            .or(c.docker_volume_size),
         labels: Json(merged),
         flavor_id: b.str("flavor_id").or_else(|| c.flavor_id.clone()),
         image_id: b.str("image_id").or_else(|| ct.and_then(|t| t.image_id)),
@@ -198,13 +255,24 @@ fn invalid_master(name: &str) -> DomainError {
     ))
 }
 
-pub async fn update(app: &App, caller: &Caller, mv: Mv, cluster: &str, ident: &str, body: &Value, request_id: &str) -> ApiResult<(NodegroupRow, ClusterRow)> {
+pub async fn update(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    cluster: &str,
+    ident: &str,
+    body: &Value,
+    request_id: &str,
+) -> ApiResult<(NodegroupRow, ClusterRow)> {
     gate(mv)?;
     let ops = patch::parse(body, &schemas::NODEGROUP_PATCH)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
-    let doc = views::nodegroup_full(&ng, &c.labels.0, "").as_object().cloned().unwrap_or_default();
+    let doc = views::nodegroup_full(&ng, &c.labels.0, "")
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     let patched = patch::apply(&doc, &ops, &schemas::NODEGROUP_PATCH)?;
     let after = Body(schemas::NODEGROUP.revalidate(&patched)?);
     let min = after.int("min_node_count").unwrap_or(0);
@@ -225,38 +293,76 @@ pub async fn update(app: &App, caller: &Caller, mv: Mv, cluster: &str, ident: &s
     if updated == ng {
         return Ok((ng, c));
     }
-    let allowed = ng.status.as_deref().and_then(|s| s.parse::<Status>().ok()).is_some_and(Status::allows_nodegroup_update);
+    let allowed = ng
+        .status
+        .as_deref()
+        .and_then(|s| s.parse::<Status>().ok())
+        .is_some_and(Status::allows_nodegroup_update);
     if !allowed {
         // Magnum's conductor ignores updates of a nodegroup in other states; the API still says 202.
         tracing::warn!(nodegroup = %ng.uuid, status = ?ng.status, "nodegroup update ignored in this status");
         return Ok((ng, c));
     }
     let spec = updated.clone();
-    record(app, &c, ng.uuid, kind::NODEGROUP_UPDATE, json!({}), request_id, move |conn| {
-        Box::pin(async move {
-            ndb::update_spec(&mut *conn, &spec).await?;
-            ndb::set_status(&mut *conn, spec.uuid, Status::UpdateInProgress.as_str(), None).await
-        })
-    })
+    record(
+        app,
+        &c,
+        ng.uuid,
+        kind::NODEGROUP_UPDATE,
+        json!({}),
+        request_id,
+        move |conn| {
+            Box::pin(async move {
+                ndb::update_spec(&mut *conn, &spec).await?;
+                ndb::set_status(
+                    &mut *conn,
+                    spec.uuid,
+                    Status::UpdateInProgress.as_str(),
+                    None,
+                )
+                .await
+            })
+        },
+    )
     .await?;
     let fresh = find_nodegroup(app, &c, None, &ng.uuid.to_string()).await?;
     Ok((fresh, c))
 }
 
-pub async fn delete(app: &App, caller: &Caller, mv: Mv, cluster: &str, ident: &str, request_id: &str) -> ApiResult<()> {
+pub async fn delete(
+    app: &App,
+    caller: &Caller,
+    mv: Mv,
+    cluster: &str,
+    ident: &str,
+    request_id: &str,
+) -> ApiResult<()> {
     gate(mv)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:delete", caller, Some(cluster_target(&c)))?;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
     if ng.is_default {
-        return Err(DomainError::BadRequest("Deleting a default nodegroup is not supported.".into()).into());
+        return Err(DomainError::BadRequest(
+            "Deleting a default nodegroup is not supported.".into(),
+        )
+        .into());
     }
     if ng.status.as_deref() == Some(Status::DeleteInProgress.as_str()) {
         return Ok(());
     }
     let uuid = ng.uuid;
-    record(app, &c, uuid, kind::NODEGROUP_DELETE, json!({}), request_id, move |conn| {
-        Box::pin(async move { ndb::set_status(&mut *conn, uuid, Status::DeleteInProgress.as_str(), None).await })
-    })
+    record(
+        app,
+        &c,
+        uuid,
+        kind::NODEGROUP_DELETE,
+        json!({}),
+        request_id,
+        move |conn| {
+            Box::pin(async move {
+                ndb::set_status(&mut *conn, uuid, Status::DeleteInProgress.as_str(), None).await
+            })
+        },
+    )
     .await
 }

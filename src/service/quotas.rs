@@ -15,20 +15,33 @@ use crate::domain::schemas;
 
 pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, base: &str) -> ApiResult<Value> {
     args.only(&["marker", "limit", "sort_key", "sort_dir", "all_tenants"])?;
-    let (limit, sort_key, desc) = pagination::common(args, qdb::SORT_KEYS, app.config.api.max_limit)?;
+    let (limit, sort_key, desc) =
+        pagination::common(args, qdb::SORT_KEYS, app.config.api.max_limit)?;
     let marker = args.int("marker")?;
     let all = args.bool("all_tenants")?.unwrap_or(false);
     policy::enforce("quota:get_all", caller, None)?;
-    let project = if all && caller.is_admin() { None } else { Some(caller.project_id.as_str()) };
+    let project = if all && caller.is_admin() {
+        None
+    } else {
+        Some(caller.project_id.as_str())
+    };
     if let Some(m) = marker {
         if !qdb::exists_id(&app.pool, m, project).await? {
             return Err(DomainError::NotFound(format!("Quota {m} could not be found.")).into());
         }
     }
-    let page = PageQuery { sort_key, desc, marker_id: marker, limit };
+    let page = PageQuery {
+        sort_key,
+        desc,
+        marker_id: marker,
+        limit,
+    };
     let rows = qdb::list(&app.pool, project, &page).await?;
     let mut body = Map::new();
-    body.insert("quotas".into(), Value::Array(rows.iter().map(views::quota).collect()));
+    body.insert(
+        "quotas".into(),
+        Value::Array(rows.iter().map(views::quota).collect()),
+    );
     Ok(views::with_next(body, rows.len(), limit, || {
         rows.last().map(|q| {
             format!(
@@ -77,7 +90,13 @@ pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<Value
     }
 }
 
-pub async fn update(app: &App, caller: &Caller, project_id: &str, resource: &str, body: &Value) -> ApiResult<Value> {
+pub async fn update(
+    app: &App,
+    caller: &Caller,
+    project_id: &str,
+    resource: &str,
+    body: &Value,
+) -> ApiResult<Value> {
     let b = schemas::QUOTA_UPDATE.parse_body(body)?;
     policy::enforce("quota:update", caller, None)?;
     let hard_limit = i32::try_from(b.int("hard_limit").unwrap_or(0))

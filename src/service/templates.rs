@@ -11,7 +11,7 @@ use crate::api::views;
 use crate::app::App;
 use crate::db::templates::{self as tdb, TemplateRow, Visibility};
 use crate::domain::error::DomainError;
-use crate::domain::fields::{string_map, Body};
+use crate::domain::fields::{Body, string_map};
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::{names, patch, schemas};
 
@@ -62,8 +62,12 @@ pub fn check_devicemapper(storage: Option<&str>, size: Option<i64>) -> ApiResult
 
 fn check_dns(dns: Option<&str>) -> ApiResult<()> {
     if let Some(d) = dns {
-        if d.split(',').any(|ip| ip.trim().parse::<std::net::Ipv4Addr>().is_err()) {
-            return Err(DomainError::invalid_field("dns_nameserver", d, "Invalid DNS format").into());
+        if d.split(',')
+            .any(|ip| ip.trim().parse::<std::net::Ipv4Addr>().is_err())
+        {
+            return Err(
+                DomainError::invalid_field("dns_nameserver", d, "Invalid DNS format").into(),
+            );
         }
     }
     Ok(())
@@ -164,10 +168,16 @@ pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<Templ
     check_network_driver(app, &network_driver)?;
     b.0.insert("network_driver".into(), Value::String(network_driver));
     check_volume_driver(b.str("volume_driver").as_deref())?;
-    check_devicemapper(b.str("docker_storage_driver").as_deref(), b.int("docker_volume_size"))?;
+    check_devicemapper(
+        b.str("docker_storage_driver").as_deref(),
+        b.int("docker_volume_size"),
+    )?;
     check_dns(b.str("dns_nameserver").as_deref())?;
     if b.str("driver").is_none() {
-        b.0.insert("driver".into(), Value::String(app.config.api.default_driver.clone()));
+        b.0.insert(
+            "driver".into(),
+            Value::String(app.config.api.default_driver.clone()),
+        );
     }
     policy::enforce("clustertemplate:create", caller, None)?;
     if b.bool("public") == Some(true) || b.bool("hidden") == Some(true) {
@@ -182,9 +192,11 @@ pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<Templ
     }
     apply_doc(&mut row, &b);
     tdb::insert(&app.pool, &row).await.map_err(|e| match e {
-        crate::db::DbError::Constraint(_) => {
-            DomainError::Conflict(format!("A ClusterTemplate with UUID {} already exists.", row.uuid)).into()
-        }
+        crate::db::DbError::Constraint(_) => DomainError::Conflict(format!(
+            "A ClusterTemplate with UUID {} already exists.",
+            row.uuid
+        ))
+        .into(),
         other => other.into(),
     })
 }
@@ -204,11 +216,21 @@ pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<TemplateR
     Ok(t)
 }
 
-pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, detail: bool, base: &str) -> ApiResult<Value> {
+pub async fn list(
+    app: &App,
+    caller: &Caller,
+    args: &QueryArgs,
+    detail: bool,
+    base: &str,
+) -> ApiResult<Value> {
     args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
     let params = ListParams::parse(args, tdb::SORT_KEYS, app.config.api.max_limit)?;
     policy::enforce(
-        if detail { "clustertemplate:detail" } else { "clustertemplate:get_all" },
+        if detail {
+            "clustertemplate:detail"
+        } else {
+            "clustertemplate:get_all"
+        },
         caller,
         None,
     )?;
@@ -226,9 +248,14 @@ pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, detail: bool, ba
     let items: Vec<Value> = rows.iter().map(|t| views::template(t, base)).collect();
     let mut body = Map::new();
     body.insert("clustertemplates".into(), Value::Array(items));
-    let path = if detail { "clustertemplates/detail" } else { "clustertemplates" };
+    let path = if detail {
+        "clustertemplates/detail"
+    } else {
+        "clustertemplates"
+    };
     Ok(views::with_next(body, rows.len(), params.limit, || {
-        rows.last().map(|t| params.next_url(base, path, &t.uuid.to_string()))
+        rows.last()
+            .map(|t| params.next_url(base, path, &t.uuid.to_string()))
     }))
 }
 
@@ -242,7 +269,12 @@ fn change_allowed_in_use(changed: &[&str], doc: &Map<String, Value>) -> bool {
     }
 }
 
-pub async fn update(app: &App, caller: &Caller, ident: &str, body: &Value) -> ApiResult<TemplateRow> {
+pub async fn update(
+    app: &App,
+    caller: &Caller,
+    ident: &str,
+    body: &Value,
+) -> ApiResult<TemplateRow> {
     let ops = patch::parse(body, &schemas::TEMPLATE_PATCH)?;
     let vis = template_visibility(caller);
     let t = find_template(app, &vis, ident, false).await?;
@@ -268,7 +300,10 @@ pub async fn update(app: &App, caller: &Caller, ident: &str, body: &Value) -> Ap
         check_network_driver(app, &nd)?;
     }
     check_volume_driver(b.str("volume_driver").as_deref())?;
-    check_devicemapper(b.str("docker_storage_driver").as_deref(), b.int("docker_volume_size"))?;
+    check_devicemapper(
+        b.str("docker_storage_driver").as_deref(),
+        b.int("docker_volume_size"),
+    )?;
     check_dns(b.str("dns_nameserver").as_deref())?;
     if tdb::in_use(&app.pool, t.uuid).await? && !change_allowed_in_use(&changed, &b.0) {
         return Err(DomainError::template_referenced(&t.uuid.to_string()).into());

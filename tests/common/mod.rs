@@ -1,0 +1,336 @@
+//! Test harness: one private PostgreSQL per test binary (started from the local binaries, gone
+//! when the process exits), a migrated template database, and a fresh database per test.
+//! Requests go through the real router in-process; the worker runs only when asked for.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use magnum_capi::app::{App, AppState, AuthMode};
+use magnum_capi::config::Config;
+use magnum_capi::db;
+use magnum_capi::devdb::EmbeddedPostgres;
+use serde_json::Value;
+use sqlx::Connection;
+use tokio::sync::{OnceCell, watch};
+use tower::ServiceExt;
+
+static PG: OnceLock<EmbeddedPostgres> = OnceLock::new();
+static TEMPLATE: OnceCell<()> = OnceCell::const_new();
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+const TEMPLATE_DB: &str = "magnum_template";
+
+pub fn pg() -> &'static EmbeddedPostgres {
+    PG.get_or_init(|| {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        EmbeddedPostgres::start()
+            .expect("start the test PostgreSQL (is Debian's postgresql installed?)")
+    })
+}
+
+async fn ensure_template() {
+    TEMPLATE
+        .get_or_init(|| async {
+            let mut admin = sqlx::PgConnection::connect(&pg().url("postgres"))
+                .await
+                .expect("connect admin");
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE DATABASE {TEMPLATE_DB}"
+            )))
+            .execute(&mut admin)
+            .await
+            .expect("create template");
+            let cfg = Config::default();
+            let pool = db::connect(&pg().url(TEMPLATE_DB), &cfg.database)
+                .await
+                .expect("template pool");
+            db::migrate(&pool).await.expect("migrate template");
+            pool.close().await;
+            admin.close().await.ok();
+        })
+        .await;
+}
+
+/// A fresh, migrated database; returns its URL.
+pub async fn fresh_database() -> String {
+    let pg = pg();
+    ensure_template().await;
+    let name = format!(
+        "t_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    let mut admin = sqlx::PgConnection::connect(&pg.url("postgres"))
+        .await
+        .expect("connect admin");
+    // Concurrent clones of one template can collide; retry briefly.
+    let mut last_err = None;
+    for _ in 0..50 {
+        match sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}"
+        )))
+        .execute(&mut admin)
+        .await
+        {
+            Ok(_) => {
+                last_err = None;
+                break;
+            }
+            Err(e) => {
+                last_err = Some(e);
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    if let Some(e) = last_err {
+        panic!("create test database: {e}");
+    }
+    admin.close().await.ok();
+    pg.url(&name)
+}
+
+pub fn test_config(url: &str) -> Config {
+    let mut cfg = Config::default();
+    cfg.database.url = Some(url.to_string());
+    cfg.database.max_connections = 5;
+    cfg.database.min_connections = 0;
+    cfg.database.migrate_on_start = false;
+    cfg.operations.poll_interval_ms = 50;
+    cfg.operations.retry_base_ms = 50;
+    cfg
+}
+
+/// A service instance on its own database.
+pub struct TestApp {
+    pub state: AppState,
+    pub url: String,
+    stop: Option<watch::Sender<bool>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(true);
+        }
+    }
+}
+
+/// A response: status, headers and the body parsed as JSON (Null when empty).
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    /// `errors[0].detail` of a Magnum error body.
+    pub fn detail(&self) -> &str {
+        self.body["errors"][0]["detail"].as_str().unwrap_or("")
+    }
+    #[track_caller]
+    pub fn assert_status(&self, status: u16) -> &Self {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected status; body: {}",
+            self.body
+        );
+        self
+    }
+}
+
+pub async fn app() -> TestApp {
+    app_with(|_| {}).await
+}
+
+pub async fn app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let url = fresh_database().await;
+    let mut cfg = test_config(&url);
+    tweak(&mut cfg);
+    let pool = db::connect(&url, &cfg.database).await.expect("pool");
+    TestApp {
+        state: App::new(pool, cfg, AuthMode::DevHeaders),
+        url,
+        stop: None,
+    }
+}
+
+/// An instance whose worker executes operations with the simulated driver.
+pub async fn app_with_worker() -> TestApp {
+    let mut t = app().await;
+    let (tx, rx) = watch::channel(false);
+    let driver = magnum_capi::server::driver_for(&t.state.config);
+    tokio::spawn(magnum_capi::worker::run(
+        t.state.clone(),
+        driver,
+        "test-worker".into(),
+        rx,
+    ));
+    t.stop = Some(tx);
+    t
+}
+
+/// Who sends a request.
+#[derive(Debug, Clone)]
+pub struct As {
+    pub user: &'static str,
+    pub project: &'static str,
+    pub roles: &'static str,
+}
+
+pub const ADMIN: As = As {
+    user: "admin-user",
+    project: "admin-project",
+    roles: "admin,member,reader",
+};
+pub const ALICE: As = As {
+    user: "alice",
+    project: "p-alice",
+    roles: "member,reader",
+};
+pub const BOB: As = As {
+    user: "bob",
+    project: "p-bob",
+    roles: "member,reader",
+};
+pub const READER: As = As {
+    user: "rita",
+    project: "p-alice",
+    roles: "reader",
+};
+
+impl TestApp {
+    pub async fn raw(&self, req: Request<Body>) -> Resp {
+        let svc = magnum_capi::api::service(self.state.clone());
+        let resp = svc.oneshot(req).await.expect("infallible");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// A request as `who`, with an optional microversion and JSON body.
+    pub async fn call(
+        &self,
+        who: &As,
+        method: &str,
+        path: &str,
+        version: Option<&str>,
+        body: Option<Value>,
+    ) -> Resp {
+        let mut b = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).expect("method"))
+            .uri(path)
+            .header("host", "127.0.0.1:9511")
+            .header("accept", "application/json")
+            .header("x-user-id", who.user)
+            .header("x-project-id", who.project)
+            .header("x-roles", who.roles);
+        if let Some(v) = version {
+            b = b.header("openstack-api-version", format!("container-infra {v}"));
+        }
+        let req = match body {
+            Some(v) => b
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&v).expect("json"))),
+            None => b.body(Body::empty()),
+        }
+        .expect("request");
+        self.raw(req).await
+    }
+
+    pub async fn get(&self, who: &As, path: &str) -> Resp {
+        self.call(who, "GET", path, None, None).await
+    }
+    pub async fn get_v(&self, who: &As, path: &str, v: &str) -> Resp {
+        self.call(who, "GET", path, Some(v), None).await
+    }
+    pub async fn post(&self, who: &As, path: &str, body: Value) -> Resp {
+        self.call(who, "POST", path, None, Some(body)).await
+    }
+    pub async fn post_v(&self, who: &As, path: &str, v: &str, body: Value) -> Resp {
+        self.call(who, "POST", path, Some(v), Some(body)).await
+    }
+    pub async fn patch(&self, who: &As, path: &str, body: Value) -> Resp {
+        self.call(who, "PATCH", path, None, Some(body)).await
+    }
+    pub async fn patch_v(&self, who: &As, path: &str, v: &str, body: Value) -> Resp {
+        self.call(who, "PATCH", path, Some(v), Some(body)).await
+    }
+    pub async fn delete(&self, who: &As, path: &str) -> Resp {
+        self.call(who, "DELETE", path, None, None).await
+    }
+    pub async fn delete_v(&self, who: &As, path: &str, v: &str) -> Resp {
+        self.call(who, "DELETE", path, Some(v), None).await
+    }
+
+    /// Creates a template as `who` and returns its uuid.
+    pub async fn template(&self, who: &As, name: &str) -> String {
+        let r = self
+            .post(
+                who,
+                "/v1/clustertemplates",
+                serde_json::json!({
+                    "name": name, "image_id": "ubuntu-jammy", "coe": "kubernetes",
+                    "flavor_id": "m1.small", "master_flavor_id": "m1.medium", "keypair_id": "kp",
+                    "docker_volume_size": 10, "labels": {"kube_tag": "v1.30.4"},
+                }),
+            )
+            .await;
+        r.assert_status(201);
+        r.body["uuid"].as_str().expect("uuid").to_string()
+    }
+
+    /// Creates a cluster as `who` from `template` and returns its uuid.
+    pub async fn cluster(&self, who: &As, name: &str, template: &str) -> String {
+        let r = self
+            .post(
+                who,
+                "/v1/clusters",
+                serde_json::json!({"name": name, "cluster_template_id": template}),
+            )
+            .await;
+        r.assert_status(202);
+        r.body["uuid"].as_str().expect("uuid").to_string()
+    }
+
+    /// Polls the cluster until its status is `status` (or it is gone, for "GONE").
+    pub async fn wait_cluster(&self, who: &As, uuid: &str, status: &str) -> Resp {
+        for _ in 0..200 {
+            let r = self.get(who, &format!("/v1/clusters/{uuid}")).await;
+            if (status == "GONE" && r.status == StatusCode::NOT_FOUND) || r.body["status"] == status
+            {
+                return r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("cluster {uuid} never reached {status}");
+    }
+
+    /// Runs SQL against this test's database.
+    pub async fn sql_i64(&self, sql: &str) -> i64 {
+        let sql = sqlx::AssertSqlSafe(sql.to_string());
+        let (n,): (i64,) = sqlx::query_as(sql)
+            .fetch_one(&self.state.pool)
+            .await
+            .expect("sql");
+        n
+    }
+}
