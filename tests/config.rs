@@ -1,0 +1,58 @@
+//! Configuration: defaults, the documented example, environment overrides, unknown keys.
+
+use magnum_capi::config::Config;
+
+#[test]
+fn the_documented_example_parses_to_the_defaults_it_claims() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/etc/magnum-capi.toml.example");
+    let cfg = Config::load(Some(std::path::Path::new(path))).expect("example parses");
+    assert_eq!(cfg.http.bind.to_string(), "127.0.0.1:9511");
+    assert_eq!(cfg.api.max_limit, 1000);
+    assert_eq!(cfg.quotas.max_clusters_per_project, 20);
+    assert_eq!(cfg.service.service_down_time_secs, 180);
+}
+
+#[test]
+fn unknown_keys_are_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[http]\nbind = \"127.0.0.1:1\"\nbogus = 1\n").unwrap();
+    let err = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(err.contains("bogus"), "{err}");
+    std::fs::write(&path, "[nosuchsection]\nx = 1\n").unwrap();
+    assert!(Config::load(Some(&path)).is_err());
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    // One test touches the environment so parallel tests cannot race on it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[http]\nbind = \"127.0.0.1:1111\"\n[api]\nmax_limit = 5\n").unwrap();
+    // SAFETY: no other test in this binary reads or writes these variables.
+    unsafe {
+        std::env::set_var("MAGNUM_CAPI__HTTP__BIND", "127.0.0.1:2222");
+        std::env::set_var("MAGNUM_CAPI__DATABASE__URL", "postgres://u@h/db");
+        std::env::set_var("MAGNUM_CAPI__QUOTAS__MAX_CLUSTERS_PER_PROJECT", "7");
+    }
+    let cfg = Config::load(Some(&path)).expect("loads");
+    unsafe {
+        std::env::remove_var("MAGNUM_CAPI__HTTP__BIND");
+        std::env::remove_var("MAGNUM_CAPI__DATABASE__URL");
+        std::env::remove_var("MAGNUM_CAPI__QUOTAS__MAX_CLUSTERS_PER_PROJECT");
+    }
+    assert_eq!(cfg.http.bind.to_string(), "127.0.0.1:2222");
+    assert_eq!(cfg.database.url.as_deref(), Some("postgres://u@h/db"));
+    assert_eq!(cfg.quotas.max_clusters_per_project, 7);
+    assert_eq!(cfg.api.max_limit, 5);
+}
+
+#[test]
+fn invalid_values_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[api]\nmax_limit = 0\n").unwrap();
+    assert!(Config::load(Some(&path)).is_err());
+    std::fs::write(&path, "[driver]\nkind = \"heat\"\n").unwrap();
+    assert!(Config::load(Some(&path)).is_err());
+}
