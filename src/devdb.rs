@@ -28,6 +28,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::{Gid, Pid, Uid, User};
 
@@ -39,6 +40,10 @@ const DEBIAN_PG_ROOT: &str = "/usr/lib/postgresql";
 const PG_SYSTEM_USER: &str = "postgres";
 /// Database superuser created by `initdb`.
 const PG_SUPERUSER: &str = "postgres";
+/// Prefix of our temporary directories.
+const DIR_PREFIX: &str = "magnum-capi-devdb-";
+/// Lock file inside each temporary directory, flock-ed by the owning process for its lifetime.
+const OWNER_LOCK: &str = ".owner.lock";
 
 const START_ATTEMPTS: u32 = 3;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -126,6 +131,9 @@ pub struct EmbeddedPostgres {
     port: u16,
     child: Option<Child>,
     dir: Option<tempfile::TempDir>,
+    /// Held while the server is ours; released by the kernel if this process dies without
+    /// running `Drop`, which lets a later `start` sweep the leftover directory.
+    owner_lock: Option<Flock<File>>,
 }
 
 impl EmbeddedPostgres {
@@ -145,8 +153,10 @@ impl EmbeddedPostgres {
         };
 
         let parent = temp_parent(run_as.is_some());
+        sweep_stale(&parent);
         let dir = tempfile::Builder::new()
-            .prefix("magnum-capi-devdb-")
+            .prefix(DIR_PREFIX)
+            .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(&parent)
             .map_err(io_err(format!(
                 "creating temporary directory in {}",
@@ -156,11 +166,12 @@ impl EmbeddedPostgres {
         let data = root.join("data");
         let sock = root.join("sock");
         let log = root.join("postgres.log");
+        let owner_lock = lock_owner(&root)?;
 
         fs::create_dir(&sock).map_err(io_err(format!("creating {}", sock.display())))?;
         if let Some(ra) = run_as {
-            // tempfile creates the directory 0700, so after the chown only that user (and root)
-            // can enter it; `/tmp` above it is world-traversable.
+            // The directory is 0700, so after the chown only that user (and root) can enter it;
+            // `temp_parent` made sure everything above it is world-traversable.
             ra.chown(&root)?;
             ra.chown(&sock)?;
         }
@@ -182,6 +193,7 @@ impl EmbeddedPostgres {
                         port,
                         child: Some(child),
                         dir: Some(dir),
+                        owner_lock: Some(owner_lock),
                     });
                 }
                 Err(err @ DevDbError::StartFailed { .. })
@@ -220,6 +232,7 @@ impl EmbeddedPostgres {
                 tracing::warn!(dir = %path.display(), error = %err, "could not remove throwaway PostgreSQL directory");
             }
         }
+        self.owner_lock = None;
     }
 }
 
@@ -367,6 +380,57 @@ fn temp_parent(for_other_user: bool) -> PathBuf {
     } else {
         tracing::debug!(tmp = %tmp.display(), "temp dir not traversable by the postgres user, using /tmp");
         PathBuf::from("/tmp")
+    }
+}
+
+/// Creates `<root>/.owner.lock` and takes an exclusive flock on it. The file is created under a
+/// temporary name and renamed only once locked, so [`sweep_stale`] never sees it unlocked while
+/// its owner is alive.
+fn lock_owner(root: &Path) -> Result<Flock<File>, DevDbError> {
+    let tmp = root.join(".owner.lock.new");
+    let file = File::create(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
+    let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, errno)| nix_err(format!("locking {}", tmp.display()))(errno))?;
+    let dest = root.join(OWNER_LOCK);
+    fs::rename(&tmp, &dest).map_err(io_err(format!("renaming to {}", dest.display())))?;
+    Ok(lock)
+}
+
+/// Removes directories left behind by processes that died without running `Drop` (SIGKILL,
+/// `std::process::exit`, servers kept in statics): the parent-death signal stopped their server,
+/// but nobody deleted the data. A directory is stale when its owner lock can be taken (the
+/// owner is gone) and it has no `postmaster.pid` (the server has finished shutting down).
+/// Directories without an owner lock are left alone. Best effort: errors are ignored.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(DIR_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(file) = File::open(dir.join(OWNER_LOCK)) else {
+            continue;
+        };
+        let Ok(_lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        if dir.join("data").join("postmaster.pid").exists() {
+            continue;
+        }
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => {
+                tracing::debug!(dir = %dir.display(), "removed stale throwaway PostgreSQL directory")
+            }
+            Err(err) => {
+                tracing::debug!(dir = %dir.display(), error = %err, "could not remove stale directory")
+            }
+        }
     }
 }
 
@@ -655,6 +719,7 @@ fn spawn_from_spawner_thread(cmd: Command) -> io::Result<Child> {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
     use std::io::BufRead;
@@ -744,6 +809,31 @@ mod tests {
         assert_eq!(version_key("foo"), None);
     }
 
+    #[test]
+    fn sweep_removes_only_orphaned_dirs() {
+        let parent = tempfile::tempdir().expect("parent");
+        let mk = |name: &str| {
+            let d = parent.path().join(name);
+            fs::create_dir_all(d.join("data")).expect("mkdir");
+            d
+        };
+        let orphan = mk("magnum-capi-devdb-orphan");
+        File::create(orphan.join(OWNER_LOCK)).expect("lock file");
+        let owned = mk("magnum-capi-devdb-owned");
+        let _held = lock_owner(&owned).expect("lock");
+        let running = mk("magnum-capi-devdb-running");
+        File::create(running.join(OWNER_LOCK)).expect("lock file");
+        File::create(running.join("data").join("postmaster.pid")).expect("pid file");
+        let unmarked = mk("magnum-capi-devdb-unmarked");
+        let foreign = mk("something-else");
+        File::create(foreign.join(OWNER_LOCK)).expect("lock file");
+
+        sweep_stale(parent.path());
+
+        assert!(!orphan.exists());
+        assert!(owned.exists() && running.exists() && unmarked.exists() && foreign.exists());
+    }
+
     const HELPER_ENV: &str = "MAGNUM_CAPI_DEVDB_TEST_HELPER";
 
     /// Child half of `server_dies_with_sigkilled_parent`: starts a server, reports it, hangs.
@@ -790,14 +880,26 @@ mod tests {
             .spawn()
             .expect("spawn helper");
         let stdout = helper.stdout.take().expect("stdout");
-        let mut line = String::new();
-        for l in io::BufReader::new(stdout).lines() {
-            let l = l.expect("read helper");
-            if l.starts_with("DEVDB_HELPER ") {
-                line = l;
-                break;
+        // libtest prints "test tests::helper_start_and_hang ... " without a newline first, so the
+        // marker may be in the middle of a line. Read on a thread so a broken helper cannot hang us.
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for l in io::BufReader::new(stdout).lines() {
+                let Ok(l) = l else { break };
+                if let Some(idx) = l.find("DEVDB_HELPER ") {
+                    let _ = tx.send(l[idx..].to_owned());
+                    break;
+                }
             }
-        }
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => line,
+            Err(err) => {
+                let _ = helper.kill();
+                let _ = helper.wait();
+                panic!("helper did not report a server: {err}");
+            }
+        };
         let parts: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(parts.len(), 4, "helper said {line:?}");
         let port: u16 = parts[1].parse().expect("port");
@@ -817,8 +919,14 @@ mod tests {
         if alive {
             let _ = signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
         }
-        let _ = fs::remove_dir_all(&dir);
         assert!(!alive, "postgres {pid} outlived its SIGKILLed parent");
         assert!(!port_open(port));
+        // The orphaned directory is swept by the next start.
+        assert!(dir.join(OWNER_LOCK).exists());
+        let pg = EmbeddedPostgres::start().expect("start after orphan");
+        let swept = !dir.exists();
+        let _ = fs::remove_dir_all(&dir);
+        drop(pg);
+        assert!(swept, "{} was not swept", dir.display());
     }
 }

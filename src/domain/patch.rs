@@ -382,4 +382,50 @@ mod tests {
                 .contains("should match the pattern")
         );
     }
+
+    fn arb_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f)
+                .map(Value::Number)
+                .unwrap_or(Value::Null)),
+            "(/[a-z_]{0,6}){0,3}".prop_map(Value::String),
+            "\\PC{0,12}".prop_map(Value::String),
+            prop::sample::select(vec!["add", "replace", "remove", "test", "move"])
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["op", "path", "value", "from", "x"])
+                        .prop_map(String::from),
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_patch_body_is_applied_or_refused_without_panicking(body in arb_json()) {
+            let doc = json!({"name": "a", "labels": {"x": "1"}, "keypair": null, "coe": "kubernetes", "list": [1, 2]});
+            if let Ok(ops) = parse(&body, &RULES) {
+                let _ = apply(doc.as_object().unwrap(), &ops, &RULES);
+            }
+        }
+
+        #[test]
+        fn any_labels_literal_is_applied_or_refused_without_panicking(lit in "\\PC{0,40}") {
+            let doc = json!({"labels": {}});
+            let body = json!([{"op": "replace", "path": "/labels", "value": lit}]);
+            let ops = parse(&body, &RULES).unwrap();
+            let _ = apply(doc.as_object().unwrap(), &ops, &RULES);
+        }
+    }
 }

@@ -1,0 +1,223 @@
+//! Load benchmark: the service in-process on loopback with a private PostgreSQL, 20 concurrent
+//! connections, fixed duration per scenario; prints req/s and p50/p99 latency.
+//!
+//! Scenarios match the figures measured for the real magnum-api: `GET /v1/clustertemplates`
+//! with 50 templates, `GET /v1/clusters/detail?limit=1000` with 10,000 clusters (2 nodegroups
+//! each) in one project, `GET /v1/clusters/{uuid}`, and `POST /v1/clusters`.
+//! Run: `cargo bench --bench api_load` (BENCH_SECS=N to change the duration per scenario).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use magnum_capi::app::{App, AuthMode};
+use magnum_capi::config::Config;
+use magnum_capi::db;
+use magnum_capi::devdb::EmbeddedPostgres;
+use reqwest::header::{HeaderMap, HeaderValue};
+
+const CONCURRENCY: usize = 20;
+
+struct Stats {
+    count: usize,
+    secs: f64,
+    p50: Duration,
+    p99: Duration,
+    bytes: usize,
+}
+
+async fn load(client: &reqwest::Client, url: &str, secs: u64, post: Option<String>) -> Stats {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..CONCURRENCY {
+        let client = client.clone();
+        let url = url.to_string();
+        let post = post.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut bytes = 0;
+            let mut i = 0usize;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let req = match &post {
+                    Some(body) => client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .header("x-project-id", format!("bench-{worker}-{i}"))
+                        .body(body.clone()),
+                    None => client.get(&url),
+                };
+                let resp = req.send().await.expect("request");
+                assert!(resp.status().is_success(), "{} {}", resp.status(), url);
+                bytes = resp.bytes().await.expect("body").len();
+                lat.push(t.elapsed());
+                i += 1;
+            }
+            (lat, bytes)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut bytes = 0;
+    for t in tasks {
+        let (lat, b) = t.await.expect("task");
+        all.extend(lat);
+        bytes = b;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    all.sort_unstable();
+    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    Stats {
+        count: all.len(),
+        secs,
+        p50: pct(0.50),
+        p99: pct(0.99),
+        bytes,
+    }
+}
+
+fn report(name: &str, s: &Stats) {
+    println!(
+        "{name:<48} {:>9.1} req/s   p50 {:>8.2} ms   p99 {:>8.2} ms   ({} requests, body {} B)",
+        s.count as f64 / s.secs,
+        s.p50.as_secs_f64() * 1000.0,
+        s.p99.as_secs_f64() * 1000.0,
+        s.count,
+        s.bytes
+    );
+}
+
+async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
+    sqlx::query(
+        "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id, master_flavor_id,
+            keypair_id, external_network_id, network_driver, docker_volume_size, coe, labels, server_type, driver, dns_nameserver)
+         SELECT gen_random_uuid(), $1, 'bench-user', 'template-' || g, 'ubuntu-jammy', 'm1.small', 'm1.medium',
+            'kp', 'public', 'calico', 20, 'kubernetes', '{\"kube_tag\": \"v1.30.4\", \"auto_healing_enabled\": \"true\"}',
+            'vm', 'k8s_capi_rust_v1', '8.8.8.8'
+           FROM generate_series(1, 50) g",
+    )
+    .bind(project)
+    .execute(pool)
+    .await
+    .expect("templates");
+    let (ct,): (uuid::Uuid,) =
+        sqlx::query_as("SELECT uuid FROM cluster_template ORDER BY id LIMIT 1")
+            .fetch_one(pool)
+            .await
+            .expect("template");
+    sqlx::query(
+        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair, docker_volume_size,
+            labels, master_flavor_id, flavor_id, stack_id, status, create_timeout, api_address, coe_version)
+         SELECT gen_random_uuid(), $1, 'bench-user', 'cluster-' || g, $2, 'kp', 20,
+            '{\"kube_tag\": \"v1.30.4\", \"extra\": \"x\"}', 'm1.medium', 'm1.small', 'c' || md5(g::text),
+            'CREATE_COMPLETE', 60, 'https://192.0.2.1:6443', 'v1.30.4'
+           FROM generate_series(1, 10000) g",
+    )
+    .bind(project)
+    .bind(ct)
+    .execute(pool)
+    .await
+    .expect("clusters");
+    sqlx::query(
+        "INSERT INTO nodegroup (uuid, name, cluster_id, project_id, labels, flavor_id, image_id, node_addresses,
+            node_count, role, is_default, status)
+         SELECT gen_random_uuid(), r.name, c.uuid, c.project_id, c.labels, 'm1.small', 'ubuntu-jammy',
+            '[\"192.0.2.10\"]', 1, r.role, true, 'CREATE_COMPLETE'
+           FROM cluster c CROSS JOIN (VALUES ('default-master', 'master'), ('default-worker', 'worker')) AS r(name, role)",
+    )
+    .execute(pool)
+    .await
+    .expect("nodegroups");
+    sqlx::query("ANALYZE").execute(pool).await.expect("analyze");
+    let (cl,): (uuid::Uuid,) = sqlx::query_as("SELECT uuid FROM cluster ORDER BY id DESC LIMIT 1")
+        .fetch_one(pool)
+        .await
+        .expect("cluster");
+    (ct.to_string(), cl.to_string())
+}
+
+fn main() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let secs: u64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let pg = EmbeddedPostgres::start().expect("PostgreSQL");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let url = pg.url("postgres");
+        let mut cfg = Config::default();
+        cfg.database.url = Some(url.clone());
+        cfg.database.max_connections = 24;
+        cfg.operations.worker_enabled = false;
+        let pool = db::connect(&url, &cfg.database).await.expect("pool");
+        db::migrate(&pool).await.expect("migrate");
+        let project = "bench-project";
+        let (template, cluster) = seed(&pool, project).await;
+        let state = App::new(pool, cfg, AuthMode::DevHeaders);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let svc = magnum_capi::api::service(state);
+        tokio::spawn(async move {
+            axum::serve(listener, tower::make::Shared::new(svc))
+                .await
+                .expect("serve");
+        });
+        let mut headers = HeaderMap::new();
+        headers.insert("x-project-id", HeaderValue::from_static("bench-project"));
+        headers.insert("x-user-id", HeaderValue::from_static("bench-user"));
+        headers.insert("x-roles", HeaderValue::from_static("member,reader"));
+        headers.insert("accept", HeaderValue::from_static("application/json"));
+        let client = Arc::new(
+            reqwest::Client::builder()
+                .default_headers(headers)
+                .pool_max_idle_per_host(CONCURRENCY)
+                .build()
+                .expect("client"),
+        );
+        let base = format!("http://{addr}");
+        println!(
+            "magnum-capi load benchmark: {CONCURRENCY} connections, {secs} s per scenario, loopback"
+        );
+        let s = load(&client, &format!("{base}/v1/clustertemplates"), secs, None).await;
+        report("GET /v1/clustertemplates (50 templates)", &s);
+        let s = load(
+            &client,
+            &format!("{base}/v1/clusters/detail?limit=1000"),
+            secs,
+            None,
+        )
+        .await;
+        report("GET /v1/clusters/detail?limit=1000 (10,000)", &s);
+        let s = load(
+            &client,
+            &format!("{base}/v1/clusters?limit=1000"),
+            secs,
+            None,
+        )
+        .await;
+        report("GET /v1/clusters?limit=1000 (10,000)", &s);
+        let s = load(
+            &client,
+            &format!("{base}/v1/clusters/{cluster}"),
+            secs,
+            None,
+        )
+        .await;
+        report("GET /v1/clusters/{uuid}", &s);
+        let body = format!("{{\"cluster_template_id\": \"{template}\", \"node_count\": 1}}");
+        let s = load(
+            &client,
+            &format!("{base}/v1/clusters"),
+            secs.min(5),
+            Some(body),
+        )
+        .await;
+        report("POST /v1/clusters (202, rows + operation)", &s);
+    });
+    drop(pg);
+}
