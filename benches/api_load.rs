@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Load benchmark: the service in-process on loopback with a private PostgreSQL, 20 concurrent
 //! connections, fixed duration per scenario; prints req/s and p50/p99 latency.
 //!
@@ -146,8 +147,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let url = pg.url("postgres");
     rt.block_on(async move {
-        let url = pg.url("postgres");
         let mut cfg = Config::default();
         cfg.database.url = Some(url.clone());
         cfg.database.max_connections = 24;

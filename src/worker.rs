@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::app::AppState;
 use crate::db::operations::{self as odb, OperationRow};
@@ -67,7 +68,11 @@ async fn worker_loop(
         }
         match odb::claim(&app.pool, &id, cfg.lease_secs).await {
             Ok(Some(op)) => {
-                execute(&app, driver.as_ref(), &id, op).await;
+                let span = tracing::info_span!("operation", id = op.id, kind = %op.kind,
+                    cluster = %op.cluster_uuid, attempt = op.attempts);
+                execute(&app, driver.as_ref(), &id, op, &mut shutdown)
+                    .instrument(span)
+                    .await;
                 continue;
             }
             Ok(None) => {}
@@ -81,37 +86,81 @@ async fn worker_loop(
     }
 }
 
-async fn execute(app: &AppState, driver: &dyn Driver, worker: &str, op: OperationRow) {
+/// Resolves once `rx` says stop (never, if the sender is gone).
+async fn stopping(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// How a driver run ended, seen from the queue.
+enum Run {
+    Finished(Result<(), DriverError>),
+    /// Another replica took the operation over after our lease ran out.
+    LeaseLost,
+    /// This replica is stopping.
+    Interrupted,
+}
+
+async fn execute(
+    app: &AppState,
+    driver: &dyn Driver,
+    worker: &str,
+    op: OperationRow,
+    shutdown: &mut watch::Receiver<bool>,
+) {
     let cfg = &app.config.operations;
-    let span = tracing::info_span!("operation", id = op.id, kind = %op.kind, cluster = %op.cluster_uuid, attempt = op.attempts);
-    let _enter = span.enter();
     tracing::info!(driver = driver.name(), "executing");
     // Keep the lease alive while the driver works.
     let renew_every = Duration::from_secs(u64::try_from(cfg.lease_secs / 3).unwrap_or(1).max(1));
-    let result = {
+    let run = {
         let work = driver.execute(&app.pool, &op);
         tokio::pin!(work);
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
         loop {
             tokio::select! {
-                r = &mut work => break r,
-                _ = tokio::time::sleep(renew_every) => {
-                    if let Err(e) = odb::renew(&app.pool, op.id, worker, cfg.lease_secs).await {
-                        tracing::warn!(error = %e, "renewing the lease failed");
+                r = &mut work => break Run::Finished(r),
+                _ = ticker.tick() => {
+                    match odb::renew(&app.pool, op.id, worker, cfg.lease_secs).await {
+                        Ok(true) => {}
+                        Ok(false) => break Run::LeaseLost,
+                        Err(e) => tracing::warn!(error = %e, "renewing the lease failed"),
                     }
                 }
+                _ = stopping(shutdown) => break Run::Interrupted,
             }
         }
     };
-    let outcome = match result {
-        Ok(()) => odb::finish(&app.pool, op.id, worker).await.map(|_| ()),
-        Err(DriverError::Transient(e)) if op.attempts < cfg.max_attempts => {
+    let outcome = match run {
+        Run::Finished(Ok(())) => odb::finish(&app.pool, op.id, worker).await.map(|held| {
+            if !held {
+                tracing::warn!("finished after the lease was lost; the new holder decides");
+            }
+        }),
+        Run::Finished(Err(DriverError::Transient(e))) if op.attempts < cfg.max_attempts => {
             let delay = backoff_ms(cfg.retry_base_ms, op.attempts);
             tracing::warn!(error = %e, delay_ms = delay, "attempt failed, will retry");
-            odb::retry_later(&app.pool, op.id, worker, &e, delay).await
+            odb::retry_later(&app.pool, op.id, worker, &e, delay)
+                .await
+                .map(|_| ())
         }
-        Err(e) => {
+        Run::Finished(Err(e)) => {
             tracing::error!(error = %e, "operation failed for good");
-            give_up(app, &op, &e.to_string()).await
+            give_up(app, &op, worker, &e.to_string()).await
+        }
+        Run::LeaseLost => {
+            tracing::warn!("lease lost to another replica; abandoning this attempt");
+            Ok(())
+        }
+        Run::Interrupted => {
+            tracing::info!("shutting down; handing the operation back to the queue");
+            odb::release(&app.pool, op.id, worker).await.map(|_| ())
         }
     };
     if let Err(e) = outcome {
@@ -122,9 +171,16 @@ async fn execute(app: &AppState, driver: &dyn Driver, worker: &str, op: Operatio
 async fn give_up(
     app: &AppState,
     op: &OperationRow,
+    worker: &str,
     reason: &str,
 ) -> Result<(), crate::db::DbError> {
     let mut tx = app.pool.begin().await?;
+    if !odb::fail(&mut *tx, op.id, worker, reason).await? {
+        // The lease was lost meanwhile: the operation is another replica's now.
+        tracing::warn!("lease lost before giving up; leaving the operation to its holder");
+        tx.rollback().await?;
+        return Ok(());
+    }
     finalize::failed(
         &mut tx,
         op.cluster_uuid,
@@ -133,7 +189,6 @@ async fn give_up(
         reason,
     )
     .await?;
-    odb::fail(&mut *tx, op.id, reason).await?;
     tx.commit().await?;
     Ok(())
 }

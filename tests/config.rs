@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Configuration: defaults, the documented example, environment overrides, unknown keys.
 
 use magnum_capi::config::Config;
@@ -28,7 +29,11 @@ fn environment_overrides_the_file() {
     // One test touches the environment so parallel tests cannot race on it.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
-    std::fs::write(&path, "[http]\nbind = \"127.0.0.1:1111\"\n[api]\nmax_limit = 5\n").unwrap();
+    std::fs::write(
+        &path,
+        "[http]\nbind = \"127.0.0.1:1111\"\n[api]\nmax_limit = 5\n",
+    )
+    .unwrap();
     // SAFETY: no other test in this binary reads or writes these variables.
     unsafe {
         std::env::set_var("MAGNUM_CAPI__HTTP__BIND", "127.0.0.1:2222");

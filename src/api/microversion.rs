@@ -112,7 +112,8 @@ pub fn add_headers(headers: &mut HeaderMap, requested: Version) {
             format!("{SERVICE_TYPE} {MAX_VERSION}"),
         ),
         (HEADER, format!("{SERVICE_TYPE} {requested}")),
-        ("vary", HEADER.to_string()),
+        // Magnum's spelling of the header name.
+        ("vary", "OpenStack-API-Version".to_string()),
     ];
     for (name, value) in pairs {
         if let Ok(v) = HeaderValue::from_str(&value) {

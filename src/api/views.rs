@@ -302,10 +302,10 @@ pub fn with_next(
     limit: i64,
     next: impl FnOnce() -> Option<String>,
 ) -> Value {
-    if i64::try_from(len).is_ok_and(|l| l == limit) {
-        if let Some(url) = next() {
-            body.insert("next".into(), Value::String(url));
-        }
+    if i64::try_from(len).is_ok_and(|l| l == limit)
+        && let Some(url) = next()
+    {
+        body.insert("next".into(), Value::String(url));
     }
     Value::Object(body)
 }

@@ -91,18 +91,18 @@ pub async fn finish<'e>(ex: impl PgExecutor<'e>, id: i64, worker: &str) -> DbRes
     Ok(r.rows_affected() == 1)
 }
 
-/// Puts a failed attempt back in the queue, due after `delay_ms`.
+/// Puts a failed attempt back in the queue, due after `delay_ms` (only by the lease holder).
 pub async fn retry_later(
     pool: &PgPool,
     id: i64,
     worker: &str,
     error: &str,
     delay_ms: i64,
-) -> DbResult<()> {
-    sqlx::query(
+) -> DbResult<bool> {
+    let r = sqlx::query(
         "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
                 last_error = $3, not_before = now() + make_interval(secs => $4), updated_at = now()
-          WHERE id = $1 AND locked_by = $2",
+          WHERE id = $1 AND locked_by = $2 AND state = 'running'",
     )
     .bind(id)
     .bind(worker)
@@ -110,26 +110,33 @@ pub async fn retry_later(
     .bind(delay_ms as f64 / 1000.0)
     .execute(pool)
     .await?;
-    Ok(())
+    Ok(r.rows_affected() == 1)
 }
 
-/// Gives an operation up for good.
-pub async fn fail<'e>(ex: impl PgExecutor<'e>, id: i64, error: &str) -> DbResult<()> {
-    sqlx::query(
+/// Gives an operation up for good (only if `worker` still holds it); true when it did.
+pub async fn fail<'e>(
+    ex: impl PgExecutor<'e>,
+    id: i64,
+    worker: &str,
+    error: &str,
+) -> DbResult<bool> {
+    let r = sqlx::query(
         "UPDATE operation SET state = 'failed', locked_by = NULL, locked_until = NULL,
-                last_error = $2, finished_at = now(), updated_at = now()
-          WHERE id = $1",
+                last_error = $3, finished_at = now(), updated_at = now()
+          WHERE id = $1 AND state = 'running' AND locked_by = $2",
     )
     .bind(id)
+    .bind(worker)
     .bind(error)
     .execute(ex)
     .await?;
-    Ok(())
+    Ok(r.rows_affected() == 1)
 }
 
-/// Extends the lease of an operation this worker is running.
-pub async fn renew(pool: &PgPool, id: i64, worker: &str, lease_secs: i64) -> DbResult<()> {
-    sqlx::query(
+/// Extends the lease of an operation this worker is running; false when the lease was lost
+/// (it expired and another replica took the operation over).
+pub async fn renew(pool: &PgPool, id: i64, worker: &str, lease_secs: i64) -> DbResult<bool> {
+    let r = sqlx::query(
         "UPDATE operation SET locked_until = now() + make_interval(secs => $3)
           WHERE id = $1 AND locked_by = $2 AND state = 'running'",
     )
@@ -138,7 +145,22 @@ pub async fn renew(pool: &PgPool, id: i64, worker: &str, lease_secs: i64) -> DbR
     .bind(lease_secs as f64)
     .execute(pool)
     .await?;
-    Ok(())
+    Ok(r.rows_affected() == 1)
+}
+
+/// Hands an interrupted operation back to the queue at once (graceful shutdown): pending, due
+/// now, and the interrupted attempt not counted.
+pub async fn release(pool: &PgPool, id: i64, worker: &str) -> DbResult<bool> {
+    let r = sqlx::query(
+        "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
+                attempts = GREATEST(attempts - 1, 0), not_before = now(), updated_at = now()
+          WHERE id = $1 AND locked_by = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(worker)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected() == 1)
 }
 
 /// Every operation recorded for a cluster, oldest first.

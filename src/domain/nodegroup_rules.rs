@@ -108,9 +108,9 @@ pub fn check_node_taints(ng: &str, taints: Option<&Value>) -> Result<(), DomainE
                 &format!("unknown taint field {k}"),
             ));
         }
-        if !obj
+        if obj
             .get("key")
-            .is_some_and(|k| k.as_str().is_some_and(|s| !s.is_empty()))
+            .is_none_or(|k| k.as_str().is_none_or(|s| s.is_empty()))
         {
             return Err(invalid("node_taints", ng, "taint key is required"));
         }

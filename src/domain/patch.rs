@@ -159,11 +159,7 @@ pub fn parse(body: &Value, rules: &PatchRules) -> DomainResult<Vec<PatchOp>> {
             }
         };
         let covers = |p: &&str| path == *p || path.starts_with(&format!("{p}/"));
-        if COMMON_INTERNAL
-            .iter()
-            .chain(rules.internal)
-            .any(|p| covers(&p))
-        {
+        if COMMON_INTERNAL.iter().chain(rules.internal).any(covers) {
             return Err(DomainError::BadRequest(format!(
                 "'{path}' is an internal attribute and can not be updated"
             )));
@@ -233,11 +229,12 @@ pub fn apply(
             }
         }
         let mut value = p.value.clone();
-        if p.op == Op::Replace && rules.literal_paths.contains(&p.path.as_str()) {
-            if let Some(Value::String(s)) = &value {
-                let parsed = pyliteral::parse(s).map_err(|e| patch_error(ops, e))?;
-                value = Some(parsed);
-            }
+        if p.op == Op::Replace
+            && rules.literal_paths.contains(&p.path.as_str())
+            && let Some(Value::String(s)) = &value
+        {
+            let parsed = pyliteral::parse(s).map_err(|e| patch_error(ops, e))?;
+            value = Some(parsed);
         }
         let mut op = Map::new();
         op.insert("op".into(), Value::from(p.op.as_str()));

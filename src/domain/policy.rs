@@ -49,7 +49,8 @@ pub fn enforce(rule: &str, caller: &Caller, target: Option<Target<'_>>) -> Domai
         | "quota:delete"
         | "quota:get_all"
         | "magnum-service:get_all" => admin,
-        "credential:rotate" => caller.member_of(t.project_id),
+        // `project_member` literally: `role:member`, an admin role alone does not qualify.
+        "credential:rotate" => caller.has_role("member") && caller.project_id == t.project_id,
         "certificate:get" => {
             admin || (caller.reader_of(t.project_id) && caller.user_id == t.user_id)
         }

@@ -70,35 +70,33 @@ impl SimulatedDriver {
             }
             kind::DELETE => cdb::delete(&mut *tx, cluster.uuid).await?,
             kind::RESIZE | kind::NODEGROUP_CREATE | kind::NODEGROUP_UPDATE | kind::UPGRADE => {
-                if let Some(ng_uuid) = op.nodegroup_uuid {
-                    if let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid)
+                if let Some(ng_uuid) = op.nodegroup_uuid
+                    && let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid)
                         .await?
                         .into_iter()
                         .find(|n| n.uuid == ng_uuid)
-                    {
-                        let prefix = if ng.is_master() { 10 } else { 100 };
-                        ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
-                            .await?;
-                        let st = if op.kind == kind::NODEGROUP_CREATE {
-                            Status::CreateComplete
-                        } else {
-                            Status::UpdateComplete
-                        };
-                        ndb::set_status(&mut *tx, ng.uuid, st.as_str(), None).await?;
-                        if op.kind == kind::UPGRADE {
-                            let image = op.payload.0.get("image_id").and_then(|v| v.as_str());
-                            ndb::set_version_and_image(&mut *tx, ng.uuid, image).await?;
-                            if ng.is_default {
-                                if let Some(ct) = op
-                                    .payload
-                                    .0
-                                    .get("cluster_template")
-                                    .and_then(|v| v.as_str())
-                                    .and_then(|s| uuid::Uuid::parse_str(s).ok())
-                                {
-                                    cdb::set_template(&mut *tx, cluster.uuid, ct).await?;
-                                }
-                            }
+                {
+                    let prefix = if ng.is_master() { 10 } else { 100 };
+                    ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
+                        .await?;
+                    let st = if op.kind == kind::NODEGROUP_CREATE {
+                        Status::CreateComplete
+                    } else {
+                        Status::UpdateComplete
+                    };
+                    ndb::set_status(&mut *tx, ng.uuid, st.as_str(), None).await?;
+                    if op.kind == kind::UPGRADE {
+                        let image = op.payload.0.get("image_id").and_then(|v| v.as_str());
+                        ndb::set_version_and_image(&mut *tx, ng.uuid, image).await?;
+                        if ng.is_default
+                            && let Some(ct) = op
+                                .payload
+                                .0
+                                .get("cluster_template")
+                                .and_then(|v| v.as_str())
+                                .and_then(|s| uuid::Uuid::parse_str(s).ok())
+                        {
+                            cdb::set_template(&mut *tx, cluster.uuid, ct).await?;
                         }
                     }
                 }

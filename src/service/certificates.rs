@@ -161,6 +161,8 @@ pub async fn rotate_credential(
     request_id: &str,
 ) -> ApiResult<Uuid> {
     mv.require(12, "rotate")?;
+    // Magnum checks the rule against the caller's own project before looking the cluster up.
+    policy::enforce("credential:rotate", caller, None)?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     authorize(caller, "credential:rotate", &c)?;
     if c.status

@@ -99,9 +99,6 @@ pub async fn create(
         return Err(zero_nodes_unsupported().into());
     }
     policy::enforce("cluster:create", caller, None)?;
-    if ct.hidden && !caller.is_admin() {
-        return Err(DomainError::not_authorized().into());
-    }
     let parent: &Labels = &ct.labels.0;
     let labels = labels::inherit(
         parent,
@@ -123,12 +120,16 @@ pub async fn create(
     } else {
         Some(ct.floating_ip_enabled)
     };
-    if master_count > 1 && master_lb_enabled != Some(true) {
-        return Err(DomainError::BadRequest(
+    // Checked after the quota, in Magnum's order: hidden template, then the master/LB rule.
+    let late_error = if ct.hidden && !caller.is_admin() {
+        Some(DomainError::not_authorized())
+    } else if master_count > 1 && master_lb_enabled != Some(true) {
+        Some(DomainError::BadRequest(
             "master_count must be 1 when master_lb_enabled is False".into(),
-        )
-        .into());
-    }
+        ))
+    } else {
+        None
+    };
     let uuid = Uuid::new_v4();
     let to_i32 = |v: i64| {
         i32::try_from(v).map_err(|_| {
@@ -240,6 +241,9 @@ pub async fn create(
             "Resource limit exceeded: You have reached the maximum clusters per project, {limit}. You may delete a cluster to make room for a new one."
         ))
         .into());
+    }
+    if let Some(e) = late_error {
+        return Err(e.into());
     }
     cdb::insert(&mut *tx, &row).await?;
     ndb::insert(&mut *tx, &master).await?;
@@ -586,15 +590,11 @@ pub async fn resize(
         ))
         .into());
     }
-    match status_of(&c) {
-        Some(st) if st.allows_resize() => {}
-        _ => {
-            return Err(DomainError::BadRequest(format!(
-                "Resizing a cluster when status is \"{}\" is not supported.",
-                c.status
-            ))
-            .into());
-        }
+    // Magnum casts the resize to the conductor, which refuses other statuses without telling the
+    // client: the API still answers 202 and nothing changes.
+    if !status_of(&c).is_some_and(Status::allows_resize) {
+        tracing::warn!(cluster = %c.uuid, status = %c.status, "resize ignored in this status");
+        return Ok(c.uuid);
     }
     let nodes_to_remove: Vec<String> = b
         .get("nodes_to_remove")

@@ -57,12 +57,10 @@ pub async fn find_template(
     allow_int_id: bool,
 ) -> ApiResult<TemplateRow> {
     let not_found = || DomainError::template_not_found(ident);
-    if allow_int_id {
-        if let Ok(id) = ident.parse::<i64>() {
-            return tdb::by_id(&app.pool, vis, id)
-                .await?
-                .ok_or_else(|| not_found().into());
-        }
+    if allow_int_id && let Ok(id) = ident.parse::<i64>() {
+        return tdb::by_id(&app.pool, vis, id)
+            .await?
+            .ok_or_else(|| not_found().into());
     }
     if let Some(u) = parse_uuid(ident) {
         return tdb::by_uuid(&app.pool, vis, u)

@@ -126,7 +126,7 @@ async fn record(
     ) -> futures_like::BoxFuture<'t, Result<(), DbError>>,
 ) -> ApiResult<()> {
     let mut tx = app.pool.begin().await.map_err(DbError::from)?;
-    write(&mut *tx).await?;
+    write(&mut tx).await?;
     cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
     odb::enqueue(
         &mut *tx,
@@ -300,8 +300,9 @@ pub async fn update(
         .is_some_and(Status::allows_nodegroup_update);
     if !allowed {
         // Magnum's conductor ignores updates of a nodegroup in other states; the API still says 202.
+        // Like Magnum, the response still shows the patched (unsaved) nodegroup.
         tracing::warn!(nodegroup = %ng.uuid, status = ?ng.status, "nodegroup update ignored in this status");
-        return Ok((ng, c));
+        return Ok((updated, c));
     }
     let spec = updated.clone();
     record(

@@ -25,10 +25,10 @@ pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, base: &str) -> A
     } else {
         Some(caller.project_id.as_str())
     };
-    if let Some(m) = marker {
-        if !qdb::exists_id(&app.pool, m, project).await? {
-            return Err(DomainError::NotFound(format!("Quota {m} could not be found.")).into());
-        }
+    if let Some(m) = marker
+        && !qdb::exists_id(&app.pool, m, project).await?
+    {
+        return Err(DomainError::NotFound(format!("Quota {m} could not be found.")).into());
     }
     let page = PageQuery {
         sort_key,
@@ -65,10 +65,12 @@ pub async fn get(app: &App, caller: &Caller, project_id: &str, resource: &str) -
     check_own(caller, project_id)?;
     Ok(match qdb::get(&app.pool, project_id, resource).await? {
         Some(q) => views::quota(&q),
+        // Magnum synthesizes `Quota(project_id=…, hard_limit=…)`: `resource` is the type's
+        // default, whatever the URL named.
         None => json!({
             "hard_limit": app.config.quotas.max_clusters_per_project,
             "project_id": project_id,
-            "resource": resource,
+            "resource": "Cluster",
         }),
     })
 }
@@ -118,13 +120,13 @@ pub async fn delete(app: &App, caller: &Caller, project_id: &str, resource: &str
 
 pub async fn stats(app: &App, caller: &Caller, args: &QueryArgs) -> ApiResult<Value> {
     args.only(&["project_id", "type"])?;
-    if let Some(t) = args.get("type") {
-        if !t.eq_ignore_ascii_case("cluster") {
-            return Err(DomainError::BadRequest(format!(
-                "Invalid parameter value for type: {t}. Acceptable values are 'cluster'"
-            ))
-            .into());
-        }
+    if let Some(t) = args.get("type")
+        && !t.eq_ignore_ascii_case("cluster")
+    {
+        return Err(DomainError::BadRequest(format!(
+            "Invalid parameter value for type: {t}. Acceptable values are 'cluster'"
+        ))
+        .into());
     }
     policy::enforce("stats:get_all", caller, None)?;
     let requested = args.get("project_id");

@@ -49,26 +49,23 @@ fn check_volume_driver(driver: Option<&str>) -> ApiResult<()> {
 
 /// `docker_storage_driver=devicemapper` needs at least 3 GB.
 pub fn check_devicemapper(storage: Option<&str>, size: Option<i64>) -> ApiResult<()> {
-    if storage == Some("devicemapper") {
-        if let Some(s) = size.filter(|s| *s < 3) {
-            return Err(DomainError::BadRequest(format!(
+    if storage == Some("devicemapper")
+        && let Some(s) = size.filter(|s| *s < 3)
+    {
+        return Err(DomainError::BadRequest(format!(
                 "docker volume size {s} GB is not valid, expecting minimum value 3GB for devicemapper storage driver."
             ))
             .into());
-        }
     }
     Ok(())
 }
 
 fn check_dns(dns: Option<&str>) -> ApiResult<()> {
-    if let Some(d) = dns {
-        if d.split(',')
+    if let Some(d) = dns
+        && d.split(',')
             .any(|ip| ip.trim().parse::<std::net::Ipv4Addr>().is_err())
-        {
-            return Err(
-                DomainError::invalid_field("dns_nameserver", d, "Invalid DNS format").into(),
-            );
-        }
+    {
+        return Err(DomainError::invalid_field("dns_nameserver", d, "Invalid DNS format").into());
     }
     Ok(())
 }
@@ -327,7 +324,8 @@ pub async fn delete(app: &App, caller: &Caller, ident: &str) -> ApiResult<()> {
     let t = find_template(app, &template_visibility(caller), ident, false).await?;
     policy::enforce("clustertemplate:delete", caller, Some(target(&t)))?;
     if !tdb::delete(&app.pool, t.uuid).await? {
-        return Err(DomainError::template_referenced(ident).into());
+        // Magnum names the uuid whatever the client used to address the template.
+        return Err(DomainError::template_referenced(&t.uuid.to_string()).into());
     }
     Ok(())
 }
