@@ -867,7 +867,9 @@ mod tests {
     fn server_dies_with_sigkilled_parent() {
         let exe = std::env::current_exe().expect("current_exe");
         // libtest names tests by their path without the crate name.
-        let path = module_path!().split_once("::").map_or("tests", |(_, rest)| rest);
+        let path = module_path!()
+            .split_once("::")
+            .map_or("tests", |(_, rest)| rest);
         let name = format!("{path}::helper_start_and_hang");
         let mut helper = Command::new(exe)
             .args([

@@ -7,7 +7,6 @@ use common::*;
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 const SAMPLES: &str = "/work/shared/reference/magnum-samples";
 
@@ -25,31 +24,6 @@ fn keys(v: &Value) -> BTreeSet<String> {
         .keys()
         .cloned()
         .collect::<BTreeSet<_>>()
-}
-
-/// A worker on an existing test app; `stop` waits until it is gone.
-struct Worker {
-    tx: watch::Sender<bool>,
-    handle: tokio::task::JoinHandle<()>,
-}
-
-fn start_worker(t: &TestApp) -> Worker {
-    let (tx, rx) = watch::channel(false);
-    let driver = magnum_capi::server::driver_for(&t.state.config);
-    let handle = tokio::spawn(magnum_capi::worker::run(
-        t.state.clone(),
-        driver,
-        "test-worker".into(),
-        rx,
-    ));
-    Worker { tx, handle }
-}
-
-impl Worker {
-    async fn stop(self) {
-        let _ = self.tx.send(true);
-        let _ = self.handle.await;
-    }
 }
 
 /// A cluster that reached CREATE_COMPLETE; no worker runs afterwards.

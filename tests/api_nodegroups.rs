@@ -7,7 +7,6 @@ use common::*;
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 const SAMPLES: &str = "/work/shared/reference/magnum-samples";
 const V: &str = "1.9";
@@ -25,30 +24,6 @@ fn keys(v: &Value) -> BTreeSet<String> {
         .keys()
         .cloned()
         .collect()
-}
-
-struct Worker {
-    tx: watch::Sender<bool>,
-    handle: tokio::task::JoinHandle<()>,
-}
-
-fn start_worker(t: &TestApp) -> Worker {
-    let (tx, rx) = watch::channel(false);
-    let driver = magnum_capi::server::driver_for(&t.state.config);
-    let handle = tokio::spawn(magnum_capi::worker::run(
-        t.state.clone(),
-        driver,
-        "test-worker".into(),
-        rx,
-    ));
-    Worker { tx, handle }
-}
-
-impl Worker {
-    async fn stop(self) {
-        let _ = self.tx.send(true);
-        let _ = self.handle.await;
-    }
 }
 
 /// A template and a cluster of `who` in CREATE_COMPLETE (api_address set); no worker afterwards.

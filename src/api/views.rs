@@ -137,8 +137,8 @@ fn put_stack_id(m: &mut Map<String, Value>, c: &ClusterRow, mv: Mv) {
     m.insert(key.into(), json!(c.stack_id));
 }
 
-/// The short form used by `GET /v1/clusters`.
-pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Value {
+/// The fields the short and the full cluster views share, in Magnum's order.
+fn cluster_common(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("uuid".into(), json!(c.uuid));
     m.insert("name".into(), json!(c.name));
@@ -154,6 +154,12 @@ pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Value
     m.insert("links".into(), links(base, &format!("clusters/{}", c.uuid)));
     put_stack_id(&mut m, c, mv);
     m.insert("status".into(), json!(c.status));
+    m
+}
+
+/// The short form used by `GET /v1/clusters`.
+pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Value {
+    let mut m = cluster_common(c, s, base, mv);
     m.insert("health_status".into(), json!(c.health_status));
     m.insert("merge_labels".into(), json!(false));
     Value::Object(m)
@@ -161,21 +167,7 @@ pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Value
 
 /// The full form (`GET /v1/clusters/{id}`, `/detail`).
 pub fn cluster_full(c: &ClusterRow, s: &NgSummary, parent: &Labels, base: &str, mv: Mv) -> Value {
-    let mut m = Map::new();
-    m.insert("uuid".into(), json!(c.uuid));
-    m.insert("name".into(), json!(c.name));
-    m.insert("cluster_template_id".into(), json!(c.cluster_template_id));
-    m.insert("keypair".into(), json!(c.keypair));
-    m.insert("node_count".into(), json!(s.node_count));
-    m.insert("master_count".into(), json!(s.master_count));
-    m.insert("docker_volume_size".into(), json!(c.docker_volume_size));
-    m.insert("labels".into(), labels_json(&c.labels.0));
-    m.insert("master_flavor_id".into(), json!(c.master_flavor_id));
-    m.insert("flavor_id".into(), json!(c.flavor_id));
-    m.insert("create_timeout".into(), json!(c.create_timeout));
-    m.insert("links".into(), links(base, &format!("clusters/{}", c.uuid)));
-    put_stack_id(&mut m, c, mv);
-    m.insert("status".into(), json!(c.status));
+    let mut m = cluster_common(c, s, base, mv);
     m.insert("status_reason".into(), json!(c.status_reason));
     m.insert("health_status".into(), json!(c.health_status));
     m.insert(

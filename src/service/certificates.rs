@@ -15,7 +15,7 @@ use crate::api::views;
 use crate::app::App;
 use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
-use crate::db::operations::{self as odb, NewOperation};
+use crate::db::operations::NewOperation;
 use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
 use crate::domain::policy::{self, Caller, Target};
@@ -101,8 +101,9 @@ async fn record_op(
     if let Some(st) = status {
         cdb::set_status(&mut *tx, c.uuid, st.as_str(), None).await?;
     }
-    odb::enqueue(
-        &mut *tx,
+    super::commit_with_operation(
+        app,
+        tx,
         &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: None,
@@ -112,8 +113,6 @@ async fn record_op(
         },
     )
     .await?;
-    tx.commit().await.map_err(DbError::from)?;
-    app.work_ready.notify_one();
     Ok(())
 }
 

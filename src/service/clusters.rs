@@ -16,7 +16,7 @@ use crate::api::views;
 use crate::app::App;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
-use crate::db::operations::{self as odb, NewOperation};
+use crate::db::operations::NewOperation;
 use crate::db::quotas as qdb;
 use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
@@ -248,8 +248,9 @@ pub async fn create(
     cdb::insert(&mut *tx, &row).await?;
     ndb::insert(&mut *tx, &master).await?;
     ndb::insert(&mut *tx, &worker).await?;
-    odb::enqueue(
-        &mut *tx,
+    super::commit_with_operation(
+        app,
+        tx,
         &NewOperation {
             cluster_uuid: uuid,
             nodegroup_uuid: None,
@@ -259,8 +260,6 @@ pub async fn create(
         },
     )
     .await?;
-    tx.commit().await.map_err(crate::db::DbError::from)?;
-    app.work_ready.notify_one();
     Ok(uuid)
 }
 
@@ -374,19 +373,13 @@ async fn record_resize(
     ndb::set_node_count(&mut *tx, ng.uuid, count).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
     cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    odb::enqueue(
-        &mut *tx,
-        &NewOperation {
+    super::commit_with_operation(app, tx, &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: Some(ng.uuid),
             kind: kind::RESIZE,
             payload: json!({"node_count": count, "previous_node_count": ng.node_count, "nodes_to_remove": nodes_to_remove}),
             request_id: Some(request_id),
-        },
-    )
-    .await?;
-    tx.commit().await.map_err(crate::db::DbError::from)?;
-    app.work_ready.notify_one();
+        }).await?;
     Ok(())
 }
 
@@ -507,25 +500,24 @@ pub async fn delete(app: &App, caller: &Caller, ident: &str, request_id: &str) -
     let Some(locked) = cdb::lock(&mut *tx, c.uuid).await? else {
         return Err(DomainError::cluster_not_found(ident).into());
     };
-    if locked.status != Status::DeleteInProgress.as_str() {
-        cdb::set_status(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
-        ndb::set_status_of_cluster(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None)
-            .await?;
-        odb::enqueue(
-            &mut *tx,
-            &NewOperation {
-                cluster_uuid: c.uuid,
-                nodegroup_uuid: None,
-                kind: kind::DELETE,
-                payload: json!({}),
-                request_id: Some(request_id),
-            },
-        )
-        .await?;
+    if locked.status == Status::DeleteInProgress.as_str() {
+        // Already being deleted: one operation is enough.
+        return Ok(());
     }
-    tx.commit().await.map_err(crate::db::DbError::from)?;
-    app.work_ready.notify_one();
-    Ok(())
+    cdb::set_status(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
+    ndb::set_status_of_cluster(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
+    super::commit_with_operation(
+        app,
+        tx,
+        &NewOperation {
+            cluster_uuid: c.uuid,
+            nodegroup_uuid: None,
+            kind: kind::DELETE,
+            payload: json!({}),
+            request_id: Some(request_id),
+        },
+    )
+    .await
 }
 
 /// Resolves a nodegroup ident (integer id, uuid or name) within a cluster.
@@ -656,8 +648,9 @@ pub async fn upgrade(
     let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
     cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    odb::enqueue(
-        &mut *tx,
+    super::commit_with_operation(
+        app,
+        tx,
         &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: Some(ng.uuid),
@@ -671,7 +664,5 @@ pub async fn upgrade(
         },
     )
     .await?;
-    tx.commit().await.map_err(crate::db::DbError::from)?;
-    app.work_ready.notify_one();
     Ok(c.uuid)
 }

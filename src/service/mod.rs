@@ -79,3 +79,16 @@ pub async fn find_template(
 pub fn uuid_body(uuid: Uuid) -> serde_json::Value {
     serde_json::json!({ "uuid": uuid })
 }
+
+/// Records `op` in `tx`, commits the state change and the operation together, and wakes the
+/// worker. Every acknowledged cluster operation goes through here.
+pub async fn commit_with_operation(
+    app: &App,
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    op: &crate::db::operations::NewOperation<'_>,
+) -> ApiResult<()> {
+    crate::db::operations::enqueue(&mut *tx, op).await?;
+    tx.commit().await.map_err(crate::db::DbError::from)?;
+    app.work_ready.notify_one();
+    Ok(())
+}

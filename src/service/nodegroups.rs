@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
-use crate::db::operations::{self as odb, NewOperation};
+use crate::db::operations::NewOperation;
 use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
@@ -128,8 +128,9 @@ async fn record(
     let mut tx = app.pool.begin().await.map_err(DbError::from)?;
     write(&mut tx).await?;
     cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    odb::enqueue(
-        &mut *tx,
+    super::commit_with_operation(
+        app,
+        tx,
         &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: Some(ng_uuid),
@@ -139,8 +140,6 @@ async fn record(
         },
     )
     .await?;
-    tx.commit().await.map_err(DbError::from)?;
-    app.work_ready.notify_one();
     Ok(())
 }
 
@@ -233,8 +232,9 @@ pub async fn create(
         other => crate::api::error::ApiError::from(other),
     })?;
     cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    odb::enqueue(
-        &mut *tx,
+    super::commit_with_operation(
+        app,
+        tx,
         &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: Some(inserted.uuid),
@@ -244,8 +244,6 @@ pub async fn create(
         },
     )
     .await?;
-    tx.commit().await.map_err(DbError::from)?;
-    app.work_ready.notify_one();
     Ok((inserted, c))
 }
 

@@ -334,3 +334,29 @@ impl TestApp {
         n
     }
 }
+
+/// A worker on an existing test app, so a test can observe `*_IN_PROGRESS` first and then let
+/// the simulated driver finish; `stop` waits until it is gone.
+pub struct Worker {
+    tx: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+pub fn start_worker(t: &TestApp) -> Worker {
+    let (tx, rx) = watch::channel(false);
+    let driver = magnum_capi::server::driver_for(&t.state.config);
+    let handle = tokio::spawn(magnum_capi::worker::run(
+        t.state.clone(),
+        driver,
+        "test-worker".into(),
+        rx,
+    ));
+    Worker { tx, handle }
+}
+
+impl Worker {
+    pub async fn stop(self) {
+        let _ = self.tx.send(true);
+        let _ = self.handle.await;
+    }
+}
