@@ -90,10 +90,10 @@ fn report(name: &str, s: &Stats) {
 async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
     sqlx::query(
         "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id, master_flavor_id,
-            keypair_id, external_network_id, network_driver, docker_volume_size, coe, labels, server_type, driver, dns_nameserver)
+            keypair_id, external_network_id, network_driver, docker_volume_size, coe, labels, server_type, driver, dns_nameserver, public)
          SELECT gen_random_uuid(), $1, 'bench-user', 'template-' || g, 'ubuntu-jammy', 'm1.small', 'm1.medium',
             'kp', 'public', 'calico', 20, 'kubernetes', '{\"kube_tag\": \"v1.30.4\", \"auto_healing_enabled\": \"true\"}',
-            'vm', 'k8s_capi_rust_v1', '8.8.8.8'
+            'vm', 'k8s_capi_rust_v1', '8.8.8.8', true
            FROM generate_series(1, 50) g",
     )
     .bind(project)
