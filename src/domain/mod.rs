@@ -8,6 +8,7 @@ pub mod names;
 pub mod nodegroup_rules;
 pub mod patch;
 pub mod policy;
+pub mod policy_lang;
 pub mod pyliteral;
 pub mod schemas;
 pub mod status;
