@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::RequestId;
 use super::error::ApiResult;
-use super::extract::{BaseUrl, JsonBody, QueryArgs};
+use super::extract::{JsonBody, QueryArgs};
 use super::microversion::Mv;
 use crate::app::AppState;
 use crate::domain::policy::Caller;
@@ -23,10 +23,9 @@ pub async fn show(
     caller: Caller,
     Path(ident): Path<String>,
     args: QueryArgs,
-    BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
     Ok(Json(
-        certificates::show(&app, &caller, &ident, &args, &base).await?,
+        certificates::show(&app, &caller, &ident, &args).await?,
     ))
 }
 
@@ -37,12 +36,11 @@ pub async fn show(
 pub async fn sign(
     State(app): State<AppState>,
     caller: Caller,
-    BaseUrl(base): BaseUrl,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     Ok((
         StatusCode::CREATED,
-        Json(certificates::sign(&app, &caller, &body, &base).await?),
+        Json(certificates::sign(&app, &caller, &body).await?),
     ))
 }
 

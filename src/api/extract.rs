@@ -21,7 +21,7 @@ const MAX_BODY: usize = 1 << 20;
 
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -30,7 +30,6 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
             .await
             .map_err(|_| DomainError::BadRequest("Request body is too large".into()))?;
-        let _ = state;
         parse_json(content_type.as_deref(), &bytes).map(JsonBody)
     }
 }

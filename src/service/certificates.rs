@@ -11,7 +11,6 @@ use super::{cluster_scope, find_cluster};
 use crate::api::error::ApiResult;
 use crate::api::extract::QueryArgs;
 use crate::api::microversion::Mv;
-use crate::api::views;
 use crate::app::App;
 use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
@@ -51,22 +50,15 @@ fn no_ca(c: &ClusterRow) -> DomainError {
     ))
 }
 
-pub async fn show(
-    app: &App,
-    caller: &Caller,
-    ident: &str,
-    args: &QueryArgs,
-    base: &str,
-) -> ApiResult<Value> {
+pub async fn show(app: &App, caller: &Caller, ident: &str, args: &QueryArgs) -> ApiResult<Value> {
     args.only(&["ca_cert_type"])?;
     check_ca_type(args.get("ca_cert_type"))?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:get", caller, Some(target(&c)))?;
-    let _ = base;
     Err(no_ca(&c).into())
 }
 
-pub async fn sign(app: &App, caller: &Caller, body: &Value, base: &str) -> ApiResult<Value> {
+pub async fn sign(app: &App, caller: &Caller, body: &Value) -> ApiResult<Value> {
     let b = schemas::CERTIFICATE.parse_body(body)?;
     check_ca_type(b.str("ca_cert_type").as_deref())?;
     let ident = b.str("cluster_uuid").unwrap_or_default();
@@ -86,7 +78,6 @@ pub async fn sign(app: &App, caller: &Caller, body: &Value, base: &str) -> ApiRe
         )
         .into());
     }
-    let _ = (base, views::links);
     Err(no_ca(&c).into())
 }
 
