@@ -211,7 +211,7 @@ async fn create_network_driver_default_and_allowed_list_follow_config() {
     r.assert_status(400);
     assert_eq!(
         r.detail(),
-        "Network driver type cilium is not allowed, expecting a flannel/calico/unspecified network driver."
+        "Network driver type cilium is not allowed, expecting a flannel/calico/unspecified network driver. "
     );
 }
 

@@ -90,7 +90,7 @@ pub async fn create(
     let master_count = b.int("master_count").unwrap_or(1);
     if master_count % 2 == 0 {
         return Err(DomainError::BadRequest(format!(
-            "Master nodegroup size of {master_count} is invalid, size cannot be an even number."
+            "master nodegroup size of {master_count} is invalid, size cannot be an even number."
         ))
         .into());
     }

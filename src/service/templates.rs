@@ -29,7 +29,8 @@ fn check_network_driver(app: &App, driver: &str) -> ApiResult<()> {
     let allowed = &app.config.api.allowed_network_drivers;
     if !allowed.iter().any(|a| a == "all" || a == driver) {
         return Err(DomainError::BadRequest(format!(
-            "Network driver type {driver} is not allowed, expecting a {}/unspecified network driver.",
+            // Magnum's message ends with ". " (a trailing space) — kept byte for byte.
+            "Network driver type {driver} is not allowed, expecting a {}/unspecified network driver. ",
             allowed.join("/")
         ))
         .into());
