@@ -28,6 +28,16 @@ pub struct Config {
     pub service: ServiceConfig,
     pub operations: OperationsConfig,
     pub driver: DriverConfig,
+    pub policy: PolicyConfig,
+}
+
+/// `[policy]`: operator overrides of Magnum's default policy.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// oslo.policy YAML (or JSON) file with rule overrides, e.g. `/etc/magnum/policy.yaml`;
+    /// rules it does not name keep Magnum's defaults. A bad rule stops start-up.
+    pub file: Option<std::path::PathBuf>,
 }
 
 /// `[http]`: where the API listens.

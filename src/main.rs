@@ -77,6 +77,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve { config, dev } => {
             let cfg = Config::load(config.as_deref())?;
+            server::load_policy(&cfg)?;
             let mut embedded = None;
             let url = match (&cfg.database.url, dev) {
                 (Some(url), _) => url.clone(),

@@ -26,6 +26,24 @@ pub enum ServeError {
     Bind(std::net::SocketAddr, std::io::Error),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
+    #[error("policy file {0}: {1}")]
+    Policy(String, String),
+}
+
+/// Loads `[policy] file` (if any) and installs it for the process; Magnum's defaults otherwise.
+pub fn load_policy(cfg: &Config) -> Result<(), ServeError> {
+    let Some(path) = &cfg.policy.file else {
+        return Ok(());
+    };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ServeError::Policy(shown.clone(), e.to_string()))?;
+    let policy = crate::domain::policy_lang::Policy::from_yaml_overrides(&text)
+        .map_err(|e| ServeError::Policy(shown.clone(), e.to_string()))?;
+    crate::domain::policy::install(policy)
+        .map_err(|_| ServeError::Policy(shown, "a policy is already installed".into()))?;
+    tracing::info!(file = %path.display(), "policy overrides loaded");
+    Ok(())
 }
 
 pub fn driver_for(cfg: &Config) -> Arc<dyn Driver> {

@@ -1,6 +1,10 @@
-//! Magnum's default policy (contract §8), evaluated in one place from the caller's roles.
+//! Authorisation: who the caller is, and the one place rules are enforced. The rules are
+//! Magnum's defaults (contract §8) plus any operator overrides, evaluated by `policy_lang`.
+
+use std::sync::OnceLock;
 
 use super::error::{DomainError, DomainResult};
+use super::policy_lang::{Credentials, Policy, PolicyError, TargetDict};
 
 /// Who is calling: what the policy and the visibility rules need to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,16 +18,17 @@ impl Caller {
     pub fn has_role(&self, role: &str) -> bool {
         self.roles.iter().any(|r| r.eq_ignore_ascii_case(role))
     }
-    /// `context_is_admin = role:admin`; admins see every project.
+    fn credentials(&self, is_admin: bool) -> Credentials<'_> {
+        Credentials {
+            user_id: &self.user_id,
+            project_id: &self.project_id,
+            roles: &self.roles,
+            is_admin,
+        }
+    }
+    /// The `context_is_admin` rule (default `role:admin`); admins see every project.
     pub fn is_admin(&self) -> bool {
-        self.has_role("admin")
-    }
-    fn member_of(&self, project: &str) -> bool {
-        (self.has_role("member") || self.has_role("admin")) && self.project_id == project
-    }
-    fn reader_of(&self, project: &str) -> bool {
-        (self.has_role("reader") || self.has_role("member") || self.has_role("admin"))
-            && self.project_id == project
+        current().context_is_admin(&self.credentials(false))
     }
 }
 
@@ -34,44 +39,50 @@ pub struct Target<'a> {
     pub user_id: &'a str,
 }
 
+/// The rule an admin additionally needs to act on another project's object: Magnum names the
+/// single-object read `…:get_one_all_projects` and every other one `…:<action>_all_projects`.
+pub fn all_projects_rule(rule: &str) -> String {
+    match rule.strip_suffix(":get") {
+        Some(resource) => format!("{resource}:get_one_all_projects"),
+        None => format!("{rule}_all_projects"),
+    }
+}
+
+static POLICY: OnceLock<Policy> = OnceLock::new();
+
+/// Installs the operator's policy (defaults + overrides) for this process; call once at start-up,
+/// before the first request. Later calls are refused (the first policy stays).
+pub fn install(policy: Policy) -> Result<(), Policy> {
+    POLICY.set(policy)
+}
+
+fn current() -> &'static Policy {
+    POLICY.get_or_init(Policy::defaults)
+}
+
 /// Checks `rule` for `caller` against `target` (the caller's own project and user when `None`).
 pub fn enforce(rule: &str, caller: &Caller, target: Option<Target<'_>>) -> DomainResult<()> {
     let t = target.unwrap_or(Target {
         project_id: &caller.project_id,
         user_id: &caller.user_id,
     });
-    let admin = caller.is_admin();
-    let allowed = match rule {
-        r if r.ends_with("_all_projects") => admin,
-        "clustertemplate:publish"
-        | "quota:create"
-        | "quota:update"
-        | "quota:delete"
-        | "quota:get_all"
-        | "magnum-service:get_all" => admin,
-        // `project_member` literally: `role:member`, an admin role alone does not qualify.
-        "credential:rotate" => caller.has_role("member") && caller.project_id == t.project_id,
-        "certificate:get" => {
-            admin || (caller.reader_of(t.project_id) && caller.user_id == t.user_id)
-        }
-        "certificate:create" => {
-            admin || (caller.member_of(t.project_id) && caller.user_id == t.user_id)
-        }
-        "cluster:update_health_status" => admin || caller.member_of(t.project_id),
-        r if r.ends_with(":get")
-            || r.ends_with(":get_all")
-            || r.ends_with(":detail")
-            || r == "quota:get"
-            || r == "stats:get_all" =>
-        {
-            admin || caller.reader_of(t.project_id)
-        }
-        _ => admin || caller.member_of(t.project_id),
+    let creds = caller.credentials(caller.is_admin());
+    let target = TargetDict {
+        project_id: t.project_id,
+        user_id: t.user_id,
     };
-    if allowed {
-        Ok(())
-    } else {
-        Err(DomainError::policy(rule))
+    match current().enforce(rule, &creds, &target) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(DomainError::policy(rule)),
+        Err(e @ PolicyError::Unknown(_)) => {
+            // A rule the code names but the policy lacks is a bug: deny, loudly.
+            tracing::error!(error = %e, "policy rule is not defined");
+            Err(DomainError::policy(rule))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "policy evaluation failed");
+            Err(DomainError::policy(rule))
+        }
     }
 }
 
@@ -123,5 +134,61 @@ mod tests {
         };
         assert!(enforce("certificate:get", &caller(&["member"]), Some(other_user)).is_err());
         assert!(enforce("certificate:get", &caller(&["admin"]), Some(other_user)).is_ok());
+    }
+
+    #[test]
+    fn every_rule_the_service_names_is_defined() {
+        let names: std::collections::BTreeSet<&str> = super::current().rule_names().collect();
+        let used = [
+            "cluster:create",
+            "cluster:get",
+            "cluster:get_all",
+            "cluster:detail",
+            "cluster:update",
+            "cluster:delete",
+            "cluster:resize",
+            "cluster:upgrade",
+            "cluster:update_health_status",
+            "clustertemplate:create",
+            "clustertemplate:get",
+            "clustertemplate:get_all",
+            "clustertemplate:detail",
+            "clustertemplate:update",
+            "clustertemplate:delete",
+            "clustertemplate:publish",
+            "nodegroup:get",
+            "nodegroup:get_all",
+            "nodegroup:create",
+            "nodegroup:update",
+            "nodegroup:delete",
+            "certificate:get",
+            "certificate:create",
+            "certificate:rotate_ca",
+            "credential:rotate",
+            "quota:create",
+            "quota:update",
+            "quota:delete",
+            "quota:get",
+            "quota:get_all",
+            "stats:get_all",
+            "magnum-service:get_all",
+        ];
+        for rule in used {
+            assert!(names.contains(rule), "{rule} is not defined");
+        }
+        for rule in [
+            "cluster:get",
+            "cluster:get_all",
+            "cluster:detail",
+            "cluster:update",
+            "cluster:delete",
+            "cluster:upgrade",
+            "nodegroup:get",
+            "nodegroup:get_all",
+            "clustertemplate:update",
+        ] {
+            let wide = all_projects_rule(rule);
+            assert!(names.contains(wide.as_str()), "{wide} is not defined");
+        }
     }
 }

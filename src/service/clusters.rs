@@ -55,7 +55,11 @@ fn target(c: &ClusterRow) -> Target<'_> {
 /// Policy `rule` against the cluster, plus `rule_all_projects` when the cluster is someone else's.
 pub fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
     if c.project_id != caller.project_id {
-        policy::enforce(&format!("{rule}_all_projects"), caller, None)?;
+        policy::enforce(
+            &crate::domain::policy::all_projects_rule(rule),
+            caller,
+            None,
+        )?;
         return Ok(());
     }
     policy::enforce(rule, caller, Some(target(c)))?;
@@ -302,7 +306,11 @@ pub async fn list(
     };
     policy::enforce(rule, caller, None)?;
     if caller.is_admin() {
-        policy::enforce(&format!("{rule}_all_projects"), caller, None)?;
+        policy::enforce(
+            &crate::domain::policy::all_projects_rule(rule),
+            caller,
+            None,
+        )?;
     }
     let scope = cluster_scope(caller, true);
     let marker_id = match params.marker {
@@ -466,7 +474,8 @@ pub async fn update(
         return Err(zero_nodes_unsupported().into());
     }
     if changed.contains(&"health_status") || changed.contains(&"health_status_reason") {
-        policy::enforce("cluster:update_health_status", caller, Some(target(&c)))?;
+        // Magnum checks this rule against the caller's own project and user, not the cluster's.
+        policy::enforce("cluster:update_health_status", caller, None)?;
         let reason = after
             .get("health_status_reason")
             .cloned()

@@ -49,7 +49,11 @@ fn cluster_target(c: &ClusterRow) -> Target<'_> {
 
 fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
     if c.project_id != caller.project_id {
-        policy::enforce(&format!("{rule}_all_projects"), caller, None)?;
+        policy::enforce(
+            &crate::domain::policy::all_projects_rule(rule),
+            caller,
+            None,
+        )?;
         return Ok(());
     }
     policy::enforce(rule, caller, Some(cluster_target(c)))?;
