@@ -8,24 +8,6 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-const SAMPLES: &str = "/work/shared/reference/magnum-samples";
-
-/// The `body` of a real-Magnum capture.
-fn sample(name: &str) -> Value {
-    let path = format!("{SAMPLES}/{name}.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let v: Value = serde_json::from_str(&text).expect("sample json");
-    v["body"].clone()
-}
-
-fn keys(v: &Value) -> BTreeSet<String> {
-    v.as_object()
-        .expect("object")
-        .keys()
-        .cloned()
-        .collect::<BTreeSet<_>>()
-}
-
 /// A cluster that reached CREATE_COMPLETE; no worker runs afterwards.
 async fn ready_cluster(t: &TestApp, who: &As, name: &str, body: Value) -> String {
     let w = start_worker(t);
@@ -602,7 +584,7 @@ async fn show_full_view_has_magnums_keys_without_faults_when_not_failed() {
     let uuid = t.cluster(&ALICE, "c1", &ct).await;
     let r = t.get(&ALICE, &format!("/v1/clusters/{uuid}")).await;
     let mut expected = keys(&sample("cluster_show_after_create"));
-    expected.remove("faults");
+    expected.retain(|k| k != "faults");
     assert_eq!(keys(&r.body), expected);
     assert_eq!(r.body["merge_labels"], false);
     assert_eq!(r.body["health_status_reason"], json!({}));

@@ -4,27 +4,9 @@
 mod common;
 use common::*;
 
-use std::collections::BTreeSet;
-
 use serde_json::{Value, json};
 
-const SAMPLES: &str = "/work/shared/reference/magnum-samples";
 const V: &str = "1.9";
-
-fn sample(name: &str) -> Value {
-    let path = format!("{SAMPLES}/{name}.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let v: Value = serde_json::from_str(&text).expect("sample json");
-    v["body"].clone()
-}
-
-fn keys(v: &Value) -> BTreeSet<String> {
-    v.as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .cloned()
-        .collect()
-}
 
 /// A template and a cluster of `who` in CREATE_COMPLETE (api_address set); no worker afterwards.
 async fn ready_cluster(t: &TestApp, who: &As) -> String {
@@ -83,8 +65,10 @@ const FULL_KEYS: [&str; 28] = [
     "updated_at",
 ];
 
-fn full_keys() -> BTreeSet<String> {
-    FULL_KEYS.iter().map(|s| s.to_string()).collect()
+fn full_keys() -> Vec<String> {
+    let mut k: Vec<String> = FULL_KEYS.iter().map(|s| s.to_string()).collect();
+    k.sort();
+    k
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `/v1/clustertemplates`: create, show, list/pagination, visibility, PATCH, in-use rules, delete.
 //! Expected bodies are copied from the real-Magnum captures in
-//! `/work/shared/reference/magnum-samples/*.json` (named next to each literal).
+//! `../shared/reference/magnum-samples/*.json` (named next to each literal).
 mod common;
 use common::*;
 
@@ -65,12 +65,6 @@ fn json_type(v: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
-}
-
-fn keys(v: &Value) -> Vec<String> {
-    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
-    k.sort();
-    k
 }
 
 /// Asserts `ours` has exactly the sample's keys, the same JSON types (except cluster_distro),

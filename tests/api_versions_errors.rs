@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Version documents, microversion negotiation, Magnum's routing quirks and the error format.
 //! Expected bodies are copied from the real-Magnum captures in
-//! `/work/shared/reference/magnum-samples/*.json` (named next to each literal).
+//! `../shared/reference/magnum-samples/*.json` (named next to each literal).
 mod common;
 use common::*;
 

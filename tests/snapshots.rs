@@ -5,22 +5,7 @@
 mod common;
 use common::*;
 use insta::assert_json_snapshot;
-use serde_json::{Value, json};
-
-fn sample(name: &str) -> Value {
-    let path = format!(
-        "{}/../shared/reference/magnum-samples/{name}.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str::<Value>(&text).unwrap()["body"].clone()
-}
-
-fn keys(v: &Value) -> Vec<String> {
-    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
-    k.sort();
-    k
-}
+use serde_json::json;
 
 macro_rules! snap {
     ($name:expr, $value:expr) => {

@@ -360,3 +360,27 @@ impl Worker {
         let _ = self.handle.await;
     }
 }
+
+/// The `body` of a response captured from a real Magnum (`../shared/reference/magnum-samples`,
+/// beside the checkout).
+pub fn sample(name: &str) -> Value {
+    let path = format!(
+        "{}/../shared/reference/magnum-samples/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    v["body"].clone()
+}
+
+/// The sorted keys of a JSON object (for shape comparisons with the samples).
+pub fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect();
+    k.sort();
+    k
+}
