@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 const ALICE2: As = As {
     user: "alice2",
@@ -16,12 +16,6 @@ const OTHER_ADMIN: As = As {
     project: "p-ops",
     roles: "admin,member,reader",
 };
-
-fn error_body(status: u16, detail: &str) -> Value {
-    let title = detail.split('.').next().unwrap_or(detail);
-    json!({"errors": [{"request_id": "", "code": "client", "status": status,
-                       "title": title, "detail": detail, "links": []}]})
-}
 
 // ---------------------------------------------------------------- quotas
 
@@ -69,7 +63,7 @@ async fn quota_create_matches_capture_and_rejects_duplicates() {
     dup.assert_status(409);
     assert_eq!(
         dup.body,
-        error_body(
+        magnum_error(
             409,
             &format!("Quota for project {p} already exists for resource Cluster.")
         )
@@ -97,7 +91,7 @@ async fn quota_create_defaults_and_validation() {
     r.assert_status(403);
     assert_eq!(
         r.body,
-        error_body(403, "Policy doesn't allow quota:create to be performed.")
+        magnum_error(403, "Policy doesn't allow quota:create to be performed.")
     );
 }
 
@@ -164,7 +158,7 @@ async fn quota_show_is_limited_to_own_project_for_non_admins() {
     assert_eq!(r.body["project_id"], "p-alice");
     let r = t.get(&ALICE, "/v1/quotas/p-bob/Cluster").await;
     r.assert_status(403);
-    assert_eq!(r.body, error_body(403, "Not authorized."));
+    assert_eq!(r.body, magnum_error(403, "Not authorized."));
 }
 
 #[tokio::test]
@@ -247,7 +241,7 @@ async fn quota_list_own_all_tenants_and_paging() {
     r.assert_status(403);
     assert_eq!(
         r.body,
-        error_body(403, "Policy doesn't allow quota:get_all to be performed.")
+        magnum_error(403, "Policy doesn't allow quota:get_all to be performed.")
     );
 }
 
@@ -287,7 +281,7 @@ async fn stats_scopes_and_counts_masters() {
     assert_eq!(r.body, json!({"clusters": 1, "nodes": 4}));
     let r = t.get(&BOB, "/v1/stats?project_id=p-alice").await;
     r.assert_status(403);
-    assert_eq!(r.body, error_body(403, "Not authorized."));
+    assert_eq!(r.body, magnum_error(403, "Not authorized."));
     // An empty project.
     let r = t.get(&ADMIN, "/v1/stats?project_id=nobody").await;
     assert_eq!(r.body, json!({"clusters": 0, "nodes": 0}));
@@ -367,7 +361,7 @@ async fn mservices_rejects_query_and_non_admins() {
         .assert_status(400);
     let r = t.get(&ALICE, "/v1/mservices").await;
     r.assert_status(403);
-    let expected = error_body(
+    let expected = magnum_error(
         403,
         "Policy doesn't allow magnum-service:get_all to be performed.",
     );
@@ -384,7 +378,7 @@ async fn certificate_of_unknown_cluster() {
     r.assert_status(404);
     assert_eq!(
         r.body,
-        error_body(404, "Cluster no-such-cluster could not be found.")
+        magnum_error(404, "Cluster no-such-cluster could not be found.")
     );
     // POST: the lookup failure is a 400.
     let csr = "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n";
@@ -429,7 +423,7 @@ async fn certificate_get_belongs_to_the_cluster_creator() {
         r.assert_status(403);
         assert_eq!(
             r.body,
-            error_body(403, "Policy doesn't allow certificate:get to be performed.")
+            magnum_error(403, "Policy doesn't allow certificate:get to be performed.")
         );
     }
     let csr = "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n";

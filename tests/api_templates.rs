@@ -9,13 +9,6 @@ use serde_json::{Value, json};
 
 const BASE: &str = "http://127.0.0.1:9511";
 
-/// Magnum's error body for an exception raised in the app.
-fn client_error(status: u16, detail: &str) -> Value {
-    let title = detail.split('.').next().unwrap();
-    json!({"errors": [{"request_id": "", "code": "client", "status": status,
-        "title": title, "detail": detail, "links": []}]})
-}
-
 /// The request body of clustertemplate_create.json (and most error samples).
 fn sample_request() -> Value {
     json!({"name": "k8s-sample-200219", "image_id": "ubuntu-jammy", "keypair_id": "magnum-test",
@@ -339,7 +332,7 @@ async fn create_public_by_non_admin_is_403_as_demo_public_forbidden() {
     r.assert_status(403);
     assert_eq!(
         r.body,
-        client_error(
+        magnum_error(
             403,
             "Not authorized to set public or hidden flag for cluster template."
         )
@@ -382,7 +375,7 @@ async fn create_duplicate_uuid_is_409() {
     r.assert_status(409);
     assert_eq!(
         r.body,
-        client_error(
+        magnum_error(
             409,
             &format!("A ClusterTemplate with UUID {u} already exists.")
         )
@@ -478,7 +471,7 @@ async fn delete_unknown_is_404_as_error_404_clustertemplate_delete() {
     r.assert_status(404);
     assert_eq!(
         r.body,
-        client_error(404, "ClusterTemplate no-such-template could not be found.")
+        magnum_error(404, "ClusterTemplate no-such-template could not be found.")
     );
     let r = t
         .patch(
@@ -490,7 +483,7 @@ async fn delete_unknown_is_404_as_error_404_clustertemplate_delete() {
     r.assert_status(404);
     assert_eq!(
         r.body,
-        client_error(404, "ClusterTemplate no-such-template could not be found.")
+        magnum_error(404, "ClusterTemplate no-such-template could not be found.")
     );
 }
 
@@ -645,7 +638,7 @@ async fn list_limit_not_positive_is_400() {
             .get(&ALICE, &format!("/v1/clustertemplates?limit={l}"))
             .await;
         r.assert_status(400);
-        assert_eq!(r.body, client_error(400, "Limit must be positive"));
+        assert_eq!(r.body, magnum_error(400, "Limit must be positive"));
     }
 }
 
@@ -679,7 +672,7 @@ async fn list_marker_not_a_uuid_is_400() {
     let t = app().await;
     let r = t.get(&ALICE, "/v1/clustertemplates?marker=x").await;
     r.assert_status(400);
-    assert_eq!(r.body, client_error(400, "Expected a uuid but received x."));
+    assert_eq!(r.body, magnum_error(400, "Expected a uuid but received x."));
 }
 
 #[tokio::test]
@@ -972,7 +965,7 @@ async fn patch_internal_path_is_400_as_error_400_patch_invalid_path() {
     r.assert_status(400);
     assert_eq!(
         r.body,
-        client_error(
+        magnum_error(
             400,
             "'/uuid' is an internal attribute and can not be updated"
         )
@@ -1019,7 +1012,7 @@ async fn patch_remove_of_mandatory_attribute_is_400() {
         r.assert_status(400);
         assert_eq!(
             r.body,
-            client_error(
+            magnum_error(
                 400,
                 &format!("'{path}' is a mandatory attribute and can not be removed")
             )
@@ -1139,7 +1132,7 @@ async fn patch_add_on_existing_attribute_is_400() {
     r.assert_status(400);
     assert_eq!(
         r.body,
-        client_error(
+        magnum_error(
             400,
             "The attribute /name has existed, please use 'replace' operation instead."
         )
@@ -1247,11 +1240,11 @@ async fn in_use_delete_is_400_as_error_400_clustertemplate_delete_in_use() {
         .delete(&ALICE, &format!("/v1/clustertemplates/{uuid}"))
         .await;
     r.assert_status(400);
-    assert_eq!(r.body, client_error(400, &msg));
+    assert_eq!(r.body, magnum_error(400, &msg));
     // By name, Magnum still names the uuid.
     let r = t.delete(&ALICE, "/v1/clustertemplates/used").await;
     r.assert_status(400);
-    assert_eq!(r.body, client_error(400, &msg));
+    assert_eq!(r.body, magnum_error(400, &msg));
     t.get(&ALICE, &format!("/v1/clustertemplates/{uuid}"))
         .await
         .assert_status(200);
@@ -1317,7 +1310,7 @@ async fn in_use_patch_of_other_fields_is_400() {
             .patch(&ADMIN, &format!("/v1/clustertemplates/{uuid}"), ops.clone())
             .await;
         r.assert_status(400);
-        assert_eq!(r.body, client_error(400, &msg), "{ops}");
+        assert_eq!(r.body, magnum_error(400, &msg), "{ops}");
     }
     let g = t.get(&ALICE, &format!("/v1/clustertemplates/{uuid}")).await;
     assert_eq!(g.body["docker_volume_size"], 10);
@@ -1337,7 +1330,7 @@ async fn delete_returns_204_then_404() {
     r.assert_status(404);
     assert_eq!(
         r.body,
-        client_error(404, &format!("ClusterTemplate {uuid} could not be found."))
+        magnum_error(404, &format!("ClusterTemplate {uuid} could not be found."))
     );
     let r = t
         .delete(&ALICE, &format!("/v1/clustertemplates/{uuid}"))
@@ -1409,7 +1402,7 @@ async fn patch_of_another_projects_public_template_is_policy_403() {
     r.assert_status(403);
     assert_eq!(
         r.body,
-        client_error(
+        magnum_error(
             403,
             "Policy doesn't allow clustertemplate:update to be performed."
         )

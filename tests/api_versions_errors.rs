@@ -669,3 +669,19 @@ async fn error_title_is_detail_up_to_first_dot_and_code_client() {
         assert_eq!(r.header("content-type"), Some("application/json"));
     }
 }
+
+#[tokio::test]
+async fn database_outage_is_503_in_magnums_format_not_500() {
+    let t = app().await;
+    t.state.pool.close().await;
+    let r = t.get(&ALICE, "/v1/clusters").await;
+    r.assert_status(503);
+    let detail = "The database is temporarily unavailable, please retry.";
+    assert_eq!(
+        r.body,
+        json!({"errors": [{"request_id": "", "code": "server", "status": 503,
+            "title": "The database is temporarily unavailable, please retry",
+            "detail": detail, "links": []}]})
+    );
+    assert_request_id(&r);
+}

@@ -316,17 +316,6 @@ impl Driver for Flaky {
     }
 }
 
-fn start_worker(t: &TestApp, driver: Arc<Flaky>) -> watch::Sender<bool> {
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(magnum_capi::worker::run(
-        t.state.clone(),
-        driver,
-        "flaky-worker".into(),
-        rx,
-    ));
-    tx
-}
-
 async fn ops_of(t: &TestApp, cluster: &str) -> Vec<OperationRow> {
     odb::of_cluster(&t.state.pool, Uuid::parse_str(cluster).expect("uuid"))
         .await
@@ -354,14 +343,14 @@ async fn transient_failures_are_retried_until_success() {
     let ct = t.template(&ALICE, "ct").await;
     let c = t.cluster(&ALICE, "c", &ct).await;
     let driver = Flaky::new(2, None);
-    let stop = start_worker(&t, driver.clone());
+    let worker = start_worker_with(&t, driver.clone());
     let r = t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
     assert!(r.body.get("faults").is_none());
     let o = wait_op_state(&t, &c, "done").await;
     assert_eq!(o.attempts, 3);
     assert_eq!(o.last_error.as_deref(), Some("backend unreachable"));
     assert_eq!(driver.calls.load(Ordering::SeqCst), 3);
-    let _ = stop.send(true);
+    worker.stop().await;
 }
 
 #[tokio::test]
@@ -370,7 +359,7 @@ async fn permanent_failure_fails_the_cluster() {
     let ct = t.template(&ALICE, "ct").await;
     let c = t.cluster(&ALICE, "c", &ct).await;
     let driver = Flaky::new(0, Some("flavor m1.small is not available"));
-    let stop = start_worker(&t, driver.clone());
+    let worker = start_worker_with(&t, driver.clone());
     let r = t.wait_cluster(&ALICE, &c, "CREATE_FAILED").await;
     assert_eq!(r.body["status_reason"], "flavor m1.small is not available");
     assert!(r.body["faults"].is_object(), "{}", r.body);
@@ -384,7 +373,7 @@ async fn permanent_failure_fails_the_cluster() {
     // The list (short view) carries the status too; nothing runs it again.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(driver.calls.load(Ordering::SeqCst), 1);
-    let _ = stop.send(true);
+    worker.stop().await;
 }
 
 #[tokio::test]
@@ -397,14 +386,14 @@ async fn exhausted_retries_fail_the_cluster() {
     let ct = t.template(&ALICE, "ct").await;
     let c = t.cluster(&ALICE, "c", &ct).await;
     let driver = Flaky::new(usize::MAX, None);
-    let stop = start_worker(&t, driver.clone());
+    let worker = start_worker_with(&t, driver.clone());
     let r = t.wait_cluster(&ALICE, &c, "CREATE_FAILED").await;
     assert_eq!(r.body["status_reason"], "backend unreachable");
     assert!(r.body["faults"].is_object());
     let o = wait_op_state(&t, &c, "failed").await;
     assert_eq!(o.attempts, 3);
     assert_eq!(driver.calls.load(Ordering::SeqCst), 3);
-    let _ = stop.send(true);
+    worker.stop().await;
 }
 
 // ------------------------------------------------------------ (c) restart of the real binary

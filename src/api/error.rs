@@ -47,6 +47,13 @@ pub enum ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// Transactions are opened and committed in the service layer; their errors are database errors.
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        ApiError::Db(DbError::from(e))
+    }
+}
+
 fn magnum_body(status: StatusCode, code: &str, title: &str, detail: &str) -> serde_json::Value {
     json!({"errors": [{
         "request_id": "",
@@ -113,13 +120,10 @@ impl IntoResponse for ApiError {
             }
             ApiError::Db(DbError::Unavailable(e)) => {
                 tracing::error!(error = %e, "database unavailable");
-                let status = StatusCode::SERVICE_UNAVAILABLE;
-                let detail = "The database is temporarily unavailable, please retry.";
-                (
-                    status,
-                    axum::Json(magnum_body(status, "server", title_of(detail), detail)),
+                ApiError::Unavailable(
+                    "The database is temporarily unavailable, please retry.".into(),
                 )
-                    .into_response()
+                .into_response()
             }
             ApiError::Db(e) => internal(&e.to_string()),
             ApiError::Internal(e) => internal(&e),

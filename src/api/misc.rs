@@ -9,7 +9,7 @@ use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::quotas;
+use crate::service::misc;
 
 /// Replicas of this service and whether they are up (admin).
 #[utoipa::path(get, path = "/v1/mservices", tag = "mservices",
@@ -19,7 +19,7 @@ pub async fn mservices(
     caller: Caller,
     args: QueryArgs,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(quotas::mservices(&app, &caller, &args).await?))
+    Ok(Json(misc::mservices(&app, &caller, &args).await?))
 }
 
 /// Cluster and node counts.
@@ -32,7 +32,7 @@ pub async fn stats(
     caller: Caller,
     args: QueryArgs,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(quotas::stats(&app, &caller, &args).await?))
+    Ok(Json(misc::stats(&app, &caller, &args).await?))
 }
 
 /// List quotas (admin); `all_tenants=true` for every project.
@@ -46,7 +46,7 @@ pub async fn quota_list(
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(quotas::list(&app, &caller, &args, &base).await?))
+    Ok(Json(misc::list(&app, &caller, &args, &base).await?))
 }
 
 /// Show a project's quota (the configured default when none is stored).
@@ -58,7 +58,7 @@ pub async fn quota_show(
     caller: Caller,
     Path((project, resource)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(quotas::get(&app, &caller, &project, &resource).await?))
+    Ok(Json(misc::get(&app, &caller, &project, &resource).await?))
 }
 
 /// Create a quota (admin); 201.
@@ -72,7 +72,7 @@ pub async fn quota_create(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     Ok((
         StatusCode::CREATED,
-        Json(quotas::create(&app, &caller, &body).await?),
+        Json(misc::create(&app, &caller, &body).await?),
     ))
 }
 
@@ -89,7 +89,7 @@ pub async fn quota_update(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     Ok((
         StatusCode::ACCEPTED,
-        Json(quotas::update(&app, &caller, &project, &resource, &body).await?),
+        Json(misc::update(&app, &caller, &project, &resource, &body).await?),
     ))
 }
 
@@ -102,6 +102,6 @@ pub async fn quota_delete(
     caller: Caller,
     Path((project, resource)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    quotas::delete(&app, &caller, &project, &resource).await?;
+    misc::delete(&app, &caller, &project, &resource).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -240,7 +240,7 @@ pub async fn update_spec<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbRes
     .await?)
 }
 
-pub async fn set_version_and_image<'e>(
+pub async fn set_image<'e>(
     ex: impl PgExecutor<'e>,
     uuid: Uuid,
     image_id: Option<&str>,

@@ -87,7 +87,7 @@ impl SimulatedDriver {
                     ndb::set_status(&mut *tx, ng.uuid, st.as_str(), None).await?;
                     if op.kind == kind::UPGRADE {
                         let image = op.payload.0.get("image_id").and_then(|v| v.as_str());
-                        ndb::set_version_and_image(&mut *tx, ng.uuid, image).await?;
+                        ndb::set_image(&mut *tx, ng.uuid, image).await?;
                         if ng.is_default
                             && let Some(ct) = op
                                 .payload

@@ -12,7 +12,6 @@ use crate::api::error::ApiResult;
 use crate::api::extract::QueryArgs;
 use crate::api::microversion::Mv;
 use crate::app::App;
-use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::operations::NewOperation;
 use crate::db::templates as tdb;
@@ -88,7 +87,7 @@ async fn record_op(
     status: Option<Status>,
     request_id: &str,
 ) -> ApiResult<()> {
-    let mut tx = app.pool.begin().await.map_err(DbError::from)?;
+    let mut tx = app.pool.begin().await?;
     if let Some(st) = status {
         cdb::set_status(&mut *tx, c.uuid, st.as_str(), None).await?;
     }

@@ -229,13 +229,12 @@ pub async fn create(
         node_count,
     )?;
 
-    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    let mut tx = app.pool.begin().await?;
     // Serialise creates per project so the quota check cannot be raced.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))")
         .bind(&caller.project_id)
         .execute(&mut *tx)
-        .await
-        .map_err(crate::db::DbError::from)?;
+        .await?;
     let limit = match qdb::get(&mut *tx, &caller.project_id, "Cluster").await? {
         Some(q) => i64::from(q.hard_limit),
         None => app.config.quotas.max_clusters_per_project,
@@ -377,7 +376,7 @@ async fn record_resize(
     let count = i32::try_from(count).map_err(|_| {
         DomainError::invalid_field("node_count", &count.to_string(), "Value is too large")
     })?;
-    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    let mut tx = app.pool.begin().await?;
     ndb::set_node_count(&mut *tx, ng.uuid, count).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
     cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
@@ -505,7 +504,7 @@ pub async fn update(
 pub async fn delete(app: &App, caller: &Caller, ident: &str, request_id: &str) -> ApiResult<()> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:delete", &c)?;
-    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    let mut tx = app.pool.begin().await?;
     let Some(locked) = cdb::lock(&mut *tx, c.uuid).await? else {
         return Err(DomainError::cluster_not_found(ident).into());
     };
@@ -654,7 +653,7 @@ pub async fn upgrade(
             .into());
         }
     }
-    let mut tx = app.pool.begin().await.map_err(crate::db::DbError::from)?;
+    let mut tx = app.pool.begin().await?;
     cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
     super::commit_with_operation(

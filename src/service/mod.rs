@@ -3,8 +3,8 @@
 
 pub mod certificates;
 pub mod clusters;
+pub mod misc;
 pub mod nodegroups;
-pub mod quotas;
 pub mod templates;
 
 use uuid::Uuid;
@@ -88,7 +88,7 @@ pub async fn commit_with_operation(
     op: &crate::db::operations::NewOperation<'_>,
 ) -> ApiResult<()> {
     crate::db::operations::enqueue(&mut *tx, op).await?;
-    tx.commit().await.map_err(crate::db::DbError::from)?;
+    tx.commit().await?;
     app.work_ready.notify_one();
     Ok(())
 }

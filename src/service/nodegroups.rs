@@ -118,38 +118,28 @@ pub async fn get(
     Ok((ng, c))
 }
 
-async fn record(
+/// Marks the cluster `UPDATE_IN_PROGRESS` and commits `tx` with the nodegroup operation.
+async fn commit_nodegroup_op(
     app: &App,
-    c: &ClusterRow,
-    ng_uuid: Uuid,
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    cluster: Uuid,
+    nodegroup: Uuid,
     op_kind: &str,
-    payload: Value,
     request_id: &str,
-    write: impl for<'t> FnOnce(
-        &'t mut sqlx::PgConnection,
-    ) -> futures_like::BoxFuture<'t, Result<(), DbError>>,
 ) -> ApiResult<()> {
-    let mut tx = app.pool.begin().await.map_err(DbError::from)?;
-    write(&mut tx).await?;
-    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    cdb::set_status(&mut *tx, cluster, Status::UpdateInProgress.as_str(), None).await?;
     super::commit_with_operation(
         app,
         tx,
         &NewOperation {
-            cluster_uuid: c.uuid,
-            nodegroup_uuid: Some(ng_uuid),
+            cluster_uuid: cluster,
+            nodegroup_uuid: Some(nodegroup),
             kind: op_kind,
-            payload,
+            payload: json!({}),
             request_id: Some(request_id),
         },
     )
-    .await?;
-    Ok(())
-}
-
-/// Boxed futures for the transaction callbacks above (std has no alias for this).
-mod futures_like {
-    pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+    .await
 }
 
 pub async fn create(
@@ -226,7 +216,7 @@ pub async fn create(
         created_at: chrono::Utc::now(),
         updated_at: None,
     };
-    let mut tx = app.pool.begin().await.map_err(DbError::from)?;
+    let mut tx = app.pool.begin().await?;
     let inserted = ndb::insert(&mut *tx, &ng).await.map_err(|e| match e {
         DbError::Constraint(_) => DomainError::Conflict(format!(
             "A node group with name {name} already exists in the cluster {}.",
@@ -235,17 +225,13 @@ pub async fn create(
         .into(),
         other => crate::api::error::ApiError::from(other),
     })?;
-    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    super::commit_with_operation(
+    commit_nodegroup_op(
         app,
         tx,
-        &NewOperation {
-            cluster_uuid: c.uuid,
-            nodegroup_uuid: Some(inserted.uuid),
-            kind: kind::NODEGROUP_CREATE,
-            payload: json!({}),
-            request_id: Some(request_id),
-        },
+        c.uuid,
+        inserted.uuid,
+        kind::NODEGROUP_CREATE,
+        request_id,
     )
     .await?;
     Ok((inserted, c))
@@ -306,28 +292,10 @@ pub async fn update(
         tracing::warn!(nodegroup = %ng.uuid, status = ?ng.status, "nodegroup update ignored in this status");
         return Ok((updated, c));
     }
-    let spec = updated.clone();
-    record(
-        app,
-        &c,
-        ng.uuid,
-        kind::NODEGROUP_UPDATE,
-        json!({}),
-        request_id,
-        move |conn| {
-            Box::pin(async move {
-                ndb::update_spec(&mut *conn, &spec).await?;
-                ndb::set_status(
-                    &mut *conn,
-                    spec.uuid,
-                    Status::UpdateInProgress.as_str(),
-                    None,
-                )
-                .await
-            })
-        },
-    )
-    .await?;
+    let mut tx = app.pool.begin().await?;
+    ndb::update_spec(&mut *tx, &updated).await?;
+    ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
+    commit_nodegroup_op(app, tx, c.uuid, ng.uuid, kind::NODEGROUP_UPDATE, request_id).await?;
     let fresh = find_nodegroup(app, &c, None, &ng.uuid.to_string()).await?;
     Ok((fresh, c))
 }
@@ -354,18 +322,7 @@ pub async fn delete(
         return Ok(());
     }
     let uuid = ng.uuid;
-    record(
-        app,
-        &c,
-        uuid,
-        kind::NODEGROUP_DELETE,
-        json!({}),
-        request_id,
-        move |conn| {
-            Box::pin(async move {
-                ndb::set_status(&mut *conn, uuid, Status::DeleteInProgress.as_str(), None).await
-            })
-        },
-    )
-    .await
+    let mut tx = app.pool.begin().await?;
+    ndb::set_status(&mut *tx, uuid, Status::DeleteInProgress.as_str(), None).await?;
+    commit_nodegroup_op(app, tx, c.uuid, uuid, kind::NODEGROUP_DELETE, request_id).await
 }

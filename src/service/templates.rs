@@ -287,12 +287,6 @@ pub async fn update(
         .filter(|f| !f.readonly && before.get(f.name) != after.get(f.name))
         .map(|f| f.name)
         .collect();
-    if changed.contains(&"uuid") {
-        return Err(DomainError::BadRequest(
-            "'/uuid' is an internal attribute and can not be updated".into(),
-        )
-        .into());
-    }
     let b = Body(after);
     if let Some(nd) = b.str("network_driver") {
         check_network_driver(app, &nd)?;

@@ -343,8 +343,15 @@ pub struct Worker {
 }
 
 pub fn start_worker(t: &TestApp) -> Worker {
+    start_worker_with(t, magnum_capi::server::driver_for(&t.state.config))
+}
+
+/// A worker running `driver` (e.g. one that fails on purpose).
+pub fn start_worker_with(
+    t: &TestApp,
+    driver: std::sync::Arc<dyn magnum_capi::driver::Driver>,
+) -> Worker {
     let (tx, rx) = watch::channel(false);
-    let driver = magnum_capi::server::driver_for(&t.state.config);
     let handle = tokio::spawn(magnum_capi::worker::run(
         t.state.clone(),
         driver,
@@ -383,4 +390,12 @@ pub fn keys(v: &Value) -> Vec<String> {
         .collect();
     k.sort();
     k
+}
+
+/// Magnum's error body for an exception raised in the app (`code: "client"`, title = the
+/// detail up to its first '.'; `api_versions_errors.rs` pins titles literally).
+pub fn magnum_error(status: u16, detail: &str) -> Value {
+    let title = detail.split('.').next().unwrap_or(detail);
+    serde_json::json!({"errors": [{"request_id": "", "code": "client", "status": status,
+        "title": title, "detail": detail, "links": []}]})
 }

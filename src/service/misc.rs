@@ -1,4 +1,4 @@
-//! Quotas, stats and mservices use cases.
+//! Quotas, stats and mservices use cases (the admin-ish surfaces behind `api/misc.rs`).
 
 use serde_json::{Map, Value, json};
 
