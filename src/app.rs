@@ -6,14 +6,25 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 
 use crate::config::Config;
+use crate::openstack::Keystone;
 
 /// How requests are authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum AuthMode {
     /// `serve --dev` only: identity from `X-User-Id` / `X-Project-Id` / `X-Roles` headers.
     DevHeaders,
-    /// No identity provider configured: every authenticated route answers 401.
-    Reject,
+    /// Every `X-Auth-Token` is validated by Keystone.
+    Keystone(Arc<Keystone>),
+}
+
+impl AuthMode {
+    /// The Keystone client, when requests are authenticated by Keystone.
+    pub fn keystone(&self) -> Option<&Keystone> {
+        match self {
+            AuthMode::Keystone(k) => Some(k),
+            AuthMode::DevHeaders => None,
+        }
+    }
 }
 
 /// Everything a request needs, behind one `Arc`.

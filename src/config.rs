@@ -29,6 +29,133 @@ pub struct Config {
     pub operations: OperationsConfig,
     pub driver: DriverConfig,
     pub policy: PolicyConfig,
+    pub keystone: KeystoneConfig,
+    pub openstack: OpenStackConfig,
+}
+
+/// `[keystone]`: how tokens are validated (what keystonemiddleware's `[keystone_authtoken]` is for
+/// Magnum). The service authenticates with its own password or application credential and checks
+/// every `X-Auth-Token` with `GET /v3/auth/tokens`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeystoneConfig {
+    /// `false` is accepted only with `serve --dev` (identity then comes from development headers).
+    pub enabled: bool,
+    /// Keystone's URL, e.g. `http://keystone:5000/v3` (`/v3` optional).
+    pub auth_url: Option<String>,
+    /// Password authentication of the service user.
+    pub username: Option<String>,
+    pub password: Option<secrecy::SecretString>,
+    pub project_name: Option<String>,
+    pub user_domain_name: String,
+    pub project_domain_name: String,
+    /// Application-credential authentication (instead of username/password).
+    pub application_credential_id: Option<String>,
+    pub application_credential_secret: Option<secrecy::SecretString>,
+    /// Region whose endpoints are used (catalog look-ups); any region when unset.
+    pub region_name: Option<String>,
+    /// Endpoint interface used from the catalog: `public`, `internal` or `admin`.
+    pub interface: String,
+    /// CA bundle (PEM) for Keystone and the services found in the catalog.
+    pub cafile: Option<std::path::PathBuf>,
+    /// Skip TLS verification (testing only).
+    pub insecure: bool,
+    /// Seconds a validated token is trusted before it is checked again (never past its expiry).
+    pub token_cache_time: u64,
+    /// Upper bound of cached token validations.
+    pub token_cache_size: u64,
+    /// Seconds each call to Keystone may take.
+    pub timeout_secs: u64,
+    /// URI announced in `WWW-Authenticate: Keystone uri="…"` on 401 (default: `auth_url`).
+    pub www_authenticate_uri: Option<String>,
+}
+
+impl Default for KeystoneConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            auth_url: None,
+            username: None,
+            password: None,
+            project_name: None,
+            user_domain_name: "Default".into(),
+            project_domain_name: "Default".into(),
+            application_credential_id: None,
+            application_credential_secret: None,
+            region_name: None,
+            interface: "public".into(),
+            cafile: None,
+            insecure: false,
+            token_cache_time: 300,
+            token_cache_size: 10_000,
+            timeout_secs: 10,
+            www_authenticate_uri: None,
+        }
+    }
+}
+
+impl KeystoneConfig {
+    /// Whether requests are authenticated by Keystone (else: `--dev` header identity).
+    pub fn active(&self) -> bool {
+        self.enabled && self.auth_url.is_some()
+    }
+
+    fn validate(&self, dev: bool) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(format!("[keystone] {m}")));
+        if !self.enabled {
+            return if dev {
+                Ok(())
+            } else {
+                bad("enabled = false is only accepted with `serve --dev`")
+            };
+        }
+        if self.auth_url.is_none() {
+            return if dev {
+                Ok(())
+            } else {
+                bad("auth_url is required (or run `serve --dev`)")
+            };
+        }
+        let app_cred = self.application_credential_id.is_some();
+        if app_cred && self.application_credential_secret.is_none() {
+            return bad("application_credential_id needs application_credential_secret");
+        }
+        if !app_cred
+            && (self.username.is_none() || self.password.is_none() || self.project_name.is_none())
+        {
+            return bad(
+                "username, password and project_name (or application_credential_id and \
+                 application_credential_secret) are required",
+            );
+        }
+        if !["public", "internal", "admin"].contains(&self.interface.as_str()) {
+            return bad("interface must be public, internal or admin");
+        }
+        if self.token_cache_size == 0 || self.timeout_secs == 0 {
+            return bad("token_cache_size and timeout_secs must be >= 1");
+        }
+        Ok(())
+    }
+}
+
+/// `[openstack]`: calls to Glance, Nova and Neutron made with the caller's token.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenStackConfig {
+    /// Seconds each call may take before the request fails with 503.
+    pub timeout_secs: u64,
+    /// Boot volume size (GB) assumed when the `boot_volume_size` label is absent (Magnum's
+    /// `[cinder] default_boot_volume_size`); with 0, flavors need a root disk.
+    pub default_boot_volume_size: i64,
+}
+
+impl Default for OpenStackConfig {
+    fn default() -> Self {
+        Self {
+            timeout_secs: 10,
+            default_boot_volume_size: 0,
+        }
+    }
 }
 
 /// `[policy]`: operator overrides of Magnum's default policy.
@@ -232,6 +359,11 @@ impl Config {
         let cfg: Config = builder.build()?.try_deserialize()?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Checks what only `serve` needs (the other commands never authenticate anyone).
+    pub fn validate_for_serve(&self, dev: bool) -> Result<(), ConfigError> {
+        self.keystone.validate(dev)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {

@@ -9,6 +9,7 @@ pub mod db;
 pub mod devdb;
 pub mod domain;
 pub mod driver;
+pub mod openstack;
 pub mod server;
 pub mod service;
 pub mod worker;

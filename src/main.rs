@@ -1,12 +1,14 @@
 //! CLI: `serve [--config FILE] [--dev]`, `migrate`, `openapi`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use magnum_capi::app::AuthMode;
 use magnum_capi::config::Config;
+use magnum_capi::openstack::Keystone;
 use magnum_capi::{api, db, devdb, server};
 
 #[derive(Parser)]
@@ -46,8 +48,9 @@ fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "info,sqlx=warn,openstack_sdk=warn,openstack_sdk_core=warn".into()
+            }),
         )
         .init();
     let cli = Cli::parse();
@@ -77,6 +80,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve { config, dev } => {
             let cfg = Config::load(config.as_deref())?;
+            cfg.validate_for_serve(dev)?;
             server::load_policy(&cfg)?;
             let mut embedded = None;
             let url = match (&cfg.database.url, dev) {
@@ -90,15 +94,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 (None, false) => return Err(server::ServeError::NoDatabase.into()),
             };
-            let auth = if dev {
+            let auth = if cfg.keystone.active() {
+                let ks = Keystone::new(&cfg.keystone, &cfg.openstack)?;
+                tracing::info!(auth_url = ?cfg.keystone.auth_url, "tokens are validated by Keystone");
+                AuthMode::Keystone(Arc::new(ks))
+            } else {
                 tracing::warn!(
-                    "INSECURE DEVELOPMENT MODE: identity is taken from X-User-Id / X-Project-Id / X-Roles \
-                     headers (default: admin of project 'dev'); never expose this to a network"
+                    "INSECURE DEVELOPMENT MODE: no Keystone; identity is taken from X-User-Id / \
+                     X-Project-Id / X-Roles headers (default: admin of project 'dev') and nothing is \
+                     looked up in Glance/Nova/Neutron; never expose this to a network"
                 );
                 AuthMode::DevHeaders
-            } else {
-                tracing::warn!("no identity provider configured: authenticated routes answer 401");
-                AuthMode::Reject
             };
             let listener = server::bind(&cfg).await?;
             let state = server::build_state(cfg, &url, auth).await?;

@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
 
+use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
@@ -77,11 +78,12 @@ pub async fn show(
 pub async fn create(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::create(&app, &caller, mv, &body, &rid).await?;
+    let uuid = clusters::create(&app, &caller, cloud.as_ref(), mv, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 

@@ -6,6 +6,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::views;
@@ -68,10 +69,11 @@ pub async fn show(
 pub async fn create(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     BaseUrl(base): BaseUrl,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    let t = templates::create(&app, &caller, &body).await?;
+    let t = templates::create(&app, &caller, cloud.as_ref(), &body).await?;
     let location = format!("{base}/v1/clustertemplates/{}", t.uuid);
     Ok((
         StatusCode::CREATED,
@@ -90,11 +92,12 @@ pub async fn create(
 pub async fn update(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     Path(ident): Path<String>,
     BaseUrl(base): BaseUrl,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<Value>> {
-    let t = templates::update(&app, &caller, &ident, &body).await?;
+    let t = templates::update(&app, &caller, cloud.as_ref(), &ident, &body).await?;
     Ok(Json(views::template(&t, &base)))
 }
 

@@ -1,4 +1,5 @@
-//! The caller's identity as an extractor, and the middleware that establishes it.
+//! The caller's identity as an extractor, and the middleware that establishes it: Keystone
+//! token validation (or, with `serve --dev` only, development headers).
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::HeaderMap;
@@ -9,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use crate::app::{AppState, AuthMode};
 use crate::domain::policy::Caller;
+use crate::openstack::{Identity, OpenStackError, UserSession};
 
 /// Default development identity: an admin of project `dev`.
 pub const DEV_USER: &str = "dev-user";
@@ -33,17 +35,60 @@ pub fn dev_caller(h: &HeaderMap) -> Caller {
             .map(|r| r.trim().to_ascii_lowercase())
             .filter(|r| !r.is_empty())
             .collect(),
+        system_scope: false,
+    }
+}
+
+/// The policy's view of a validated token.
+fn keystone_caller(id: &Identity) -> Caller {
+    Caller {
+        user_id: id.user_id.clone(),
+        // Unscoped and domain-scoped tokens have no project: every project rule then denies.
+        project_id: id.project_id.clone().unwrap_or_default(),
+        roles: id.roles.iter().map(|r| r.to_ascii_lowercase()).collect(),
+        system_scope: id.system_scope,
     }
 }
 
 /// Authenticates every request except `/`, `/v1` and the health/spec endpoints.
 pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
-    let caller = match app.auth {
-        AuthMode::DevHeaders => dev_caller(req.headers()),
-        AuthMode::Reject => return ApiError::Unauthorized.into_response(),
-    };
-    req.extensions_mut().insert(caller);
+    match &app.auth {
+        AuthMode::DevHeaders => {
+            let caller = dev_caller(req.headers());
+            req.extensions_mut().insert(caller);
+        }
+        AuthMode::Keystone(ks) => {
+            let unauthorized = || ApiError::Unauthorized(ks.www_authenticate()).into_response();
+            let Some(token) = header(req.headers(), "x-auth-token").map(str::to_owned) else {
+                return unauthorized();
+            };
+            match ks.validate(&token).await {
+                Ok(identity) => {
+                    req.extensions_mut().insert(keystone_caller(&identity));
+                    req.extensions_mut()
+                        .insert(Cloud(Some(ks.user_session(&token, identity))));
+                }
+                Err(OpenStackError::InvalidToken) => return unauthorized(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot validate a token");
+                    return ApiError::AuthUnavailable.into_response();
+                }
+            }
+        }
+    }
     next.run(req).await
+}
+
+/// The caller's OpenStack session (their token and catalog) for Glance/Nova/Neutron look-ups;
+/// `None` in `serve --dev` without Keystone, where nothing is looked up.
+#[derive(Debug, Clone, Default)]
+pub struct Cloud(pub Option<UserSession>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Cloud {
+    type Rejection = std::convert::Infallible;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts.extensions.get::<Cloud>().cloned().unwrap_or_default())
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -53,6 +98,6 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .extensions
             .get::<Caller>()
             .cloned()
-            .ok_or(ApiError::Unauthorized)
+            .ok_or(ApiError::Unauthorized(String::new()))
     }
 }

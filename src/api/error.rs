@@ -7,6 +7,7 @@ use serde_json::json;
 use super::microversion::{MAX_VERSION, MIN_VERSION, SERVICE_TYPE, Version};
 use crate::db::DbError;
 use crate::domain::error::DomainError;
+use crate::openstack::OpenStackError;
 
 /// Marks responses produced below the version layer (unknown route, 405, malformed version
 /// header, version gates): Magnum sends no version headers on those.
@@ -35,9 +36,13 @@ pub enum ApiError {
     /// Body with a content type other than JSON.
     #[error("{0}")]
     UnsupportedMediaType(String),
-    /// No token or a token Keystone does not accept (keystonemiddleware's body).
+    /// No token or a token Keystone does not accept (keystonemiddleware's body); carries the
+    /// `WWW-Authenticate` value (`Keystone uri="…"`).
     #[error("authentication required")]
-    Unauthorized,
+    Unauthorized(String),
+    /// Keystone cannot be reached and the token is not cached (keystonemiddleware's 503).
+    #[error("the Keystone service is unavailable")]
+    AuthUnavailable,
     /// A dependency (database, Keystone) is down; the client may retry.
     #[error("{0}")]
     Unavailable(String),
@@ -46,6 +51,23 @@ pub enum ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// OpenStack failures the service layer did not give a Magnum meaning of their own.
+impl From<OpenStackError> for ApiError {
+    fn from(e: OpenStackError) -> Self {
+        match e {
+            OpenStackError::InvalidToken => ApiError::Unauthorized(String::new()),
+            OpenStackError::NotFound(what) => {
+                ApiError::Domain(DomainError::NotFound(format!("{what} could not be found.")))
+            }
+            OpenStackError::Forbidden(_) => ApiError::Domain(DomainError::not_authorized()),
+            e @ (OpenStackError::Unavailable { .. } | OpenStackError::NoEndpoint(_)) => {
+                tracing::warn!(error = %e, "OpenStack call failed");
+                ApiError::Unavailable(format!("{e}. Please retry later."))
+            }
+        }
+    }
+}
 
 /// Transactions are opened and committed in the service layer; their errors are database errors.
 impl From<sqlx::Error> for ApiError {
@@ -142,23 +164,20 @@ impl IntoResponse for ApiError {
             ApiError::UnsupportedMediaType(detail) => {
                 client_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, &detail)
             }
-            ApiError::Unauthorized => {
-                let mut resp = (
+            ApiError::Unauthorized(www_authenticate) => {
+                let mut resp = middleware_error(
                     StatusCode::UNAUTHORIZED,
-                    axum::Json(json!({"error": {
-                        "code": 401,
-                        "title": "Unauthorized",
-                        "message": "The request you have made requires authentication.",
-                    }})),
-                )
-                    .into_response();
-                resp.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Keystone uri=\"\""),
+                    "The request you have made requires authentication.",
                 );
-                resp.extensions_mut().insert(NoVersionHeaders);
+                if let Ok(v) = HeaderValue::from_str(&www_authenticate) {
+                    resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+                }
                 resp
             }
+            ApiError::AuthUnavailable => middleware_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The Keystone service is temporarily unavailable.",
+            ),
             ApiError::Unavailable(detail) => {
                 let status = StatusCode::SERVICE_UNAVAILABLE;
                 (
@@ -169,6 +188,21 @@ impl IntoResponse for ApiError {
             }
         }
     }
+}
+
+/// keystonemiddleware's own error body (it answers before Magnum's error middleware runs).
+fn middleware_error(status: StatusCode, message: &str) -> Response {
+    let mut resp = (
+        status,
+        axum::Json(json!({"error": {
+            "code": status.as_u16(),
+            "title": status.canonical_reason().unwrap_or_default(),
+            "message": message,
+        }})),
+    )
+        .into_response();
+    resp.extensions_mut().insert(NoVersionHeaders);
+    resp
 }
 
 fn internal(detail: &str) -> Response {

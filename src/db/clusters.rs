@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::DbResult;
 use super::page::PageQuery;
 use crate::domain::labels::Labels;
+use crate::domain::resources::Resolved;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
 pub struct ClusterRow {
@@ -41,6 +42,8 @@ pub struct ClusterRow {
     pub fixed_subnet: Option<String>,
     pub floating_ip_enabled: Option<bool>,
     pub master_lb_enabled: Option<bool>,
+    /// OpenStack ids the cluster resolved to at create (image, flavors, networks).
+    pub resolved: Json<Resolved>,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }
@@ -107,8 +110,8 @@ pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<Clu
         "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
             docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
             status_reason, health_status, health_status_reason, create_timeout, discovery_url,
-            fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)
+            fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled, resolved)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
          RETURNING *",
     )
     .bind(c.uuid)
@@ -132,6 +135,7 @@ pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<Clu
     .bind(&c.fixed_subnet)
     .bind(c.floating_ip_enabled)
     .bind(c.master_lb_enabled)
+    .bind(&c.resolved)
     .fetch_one(ex)
     .await?)
 }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::DbResult;
 use super::page::PageQuery;
 use crate::domain::labels::Labels;
+use crate::domain::resources::Resolved;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
 pub struct TemplateRow {
@@ -46,6 +47,8 @@ pub struct TemplateRow {
     pub hidden: bool,
     pub tags: Option<String>,
     pub driver: Option<String>,
+    /// OpenStack ids the template resolved to (Glance/Nova/Neutron).
+    pub resolved: Json<Resolved>,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }
@@ -123,9 +126,9 @@ pub async fn insert(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
             network_driver, volume_driver, dns_nameserver, apiserver_port, docker_volume_size,
             docker_storage_driver, cluster_distro, coe, http_proxy, https_proxy, no_proxy,
             registry_enabled, labels, tls_disabled, public, server_type, insecure_registry,
-            master_lb_enabled, floating_ip_enabled, hidden, tags, driver)
+            master_lb_enabled, floating_ip_enabled, hidden, tags, driver, resolved)
          VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,
-                 $23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
+                 $23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33,$34)
          RETURNING *",
     )
     .bind(t.uuid)
@@ -161,6 +164,7 @@ pub async fn insert(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
     .bind(t.hidden)
     .bind(&t.tags)
     .bind(&t.driver)
+    .bind(&t.resolved)
     .fetch_one(pool)
     .await?;
     Ok(row)
@@ -176,7 +180,7 @@ pub async fn update(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
             http_proxy=$18, https_proxy=$19, no_proxy=$20, registry_enabled=$21, labels=$22,
             tls_disabled=$23, public=$24, server_type=$25, insecure_registry=$26,
             master_lb_enabled=$27, floating_ip_enabled=$28, hidden=$29, tags=$30, driver=$31,
-            updated_at=now()
+            resolved=$32, updated_at=now()
          WHERE uuid=$1 RETURNING *",
     )
     .bind(t.uuid)
@@ -210,6 +214,7 @@ pub async fn update(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
     .bind(t.hidden)
     .bind(&t.tags)
     .bind(&t.driver)
+    .bind(&t.resolved)
     .fetch_one(pool)
     .await?;
     Ok(row)

@@ -10,5 +10,6 @@ pub mod patch;
 pub mod policy;
 pub mod policy_lang;
 pub mod pyliteral;
+pub mod resources;
 pub mod schemas;
 pub mod status;

@@ -12,6 +12,9 @@ pub struct Caller {
     pub user_id: String,
     pub project_id: String,
     pub roles: Vec<String>,
+    /// A system-scoped token: Magnum's rules are all `scope_types=["project"]`, so every rule
+    /// denies it (oslo.policy's enforce_scope).
+    pub system_scope: bool,
 }
 
 impl Caller {
@@ -28,7 +31,7 @@ impl Caller {
     }
     /// The `context_is_admin` rule (default `role:admin`); admins see every project.
     pub fn is_admin(&self) -> bool {
-        current().context_is_admin(&self.credentials(false))
+        !self.system_scope && current().context_is_admin(&self.credentials(false))
     }
 }
 
@@ -62,6 +65,9 @@ fn current() -> &'static Policy {
 
 /// Checks `rule` for `caller` against `target` (the caller's own project and user when `None`).
 pub fn enforce(rule: &str, caller: &Caller, target: Option<Target<'_>>) -> DomainResult<()> {
+    if caller.system_scope {
+        return Err(DomainError::policy(rule));
+    }
     let t = target.unwrap_or(Target {
         project_id: &caller.project_id,
         user_id: &caller.user_id,
@@ -95,7 +101,20 @@ mod tests {
             user_id: "u".into(),
             project_id: "p".into(),
             roles: roles.iter().map(|r| r.to_string()).collect(),
+            system_scope: false,
         }
+    }
+
+    #[test]
+    fn system_scoped_tokens_are_denied_everything() {
+        let mut admin = caller(&["admin", "member", "reader"]);
+        admin.system_scope = true;
+        assert!(!admin.is_admin());
+        let e = enforce("cluster:get_all", &admin, None).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "Policy doesn't allow cluster:get_all to be performed."
+        );
     }
 
     #[test]

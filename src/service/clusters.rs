@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{cluster_scope, find_cluster, find_template, template_visibility};
+use super::{cloud, cluster_scope, find_cluster, find_template, template_visibility};
 use crate::api::error::ApiResult;
 use crate::api::extract::QueryArgs;
 use crate::api::microversion::Mv;
@@ -23,8 +23,10 @@ use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
 use crate::domain::labels::{self, Labels};
 use crate::domain::policy::{self, Caller, Target};
+use crate::domain::resources::Resolved;
 use crate::domain::status::Status;
 use crate::domain::{names, patch, schemas};
+use crate::openstack::UserSession;
 
 /// Kinds of recorded operations.
 pub mod kind {
@@ -73,6 +75,7 @@ fn status_of(c: &ClusterRow) -> Option<Status> {
 pub async fn create(
     app: &App,
     caller: &Caller,
+    cloud: Option<&UserSession>,
     mv: Mv,
     body: &Value,
     request_id: &str,
@@ -145,7 +148,7 @@ pub async fn create(
     } else {
         Some(60)
     };
-    let row = ClusterRow {
+    let mut row = ClusterRow {
         id: 0,
         uuid,
         project_id: caller.project_id.clone(),
@@ -175,6 +178,7 @@ pub async fn create(
         fixed_subnet: inherit("fixed_subnet", &ct.fixed_subnet),
         floating_ip_enabled,
         master_lb_enabled,
+        resolved: Json(Resolved::default()),
         created_at: chrono::Utc::now(),
         updated_at: None,
     };
@@ -229,6 +233,19 @@ pub async fn create(
         node_count,
     )?;
 
+    if let (Some(s), None) = (cloud, &late_error) {
+        // Outside the transaction: remote calls must not hold the project's quota lock.
+        let boot = cloud::boot_volume_size(&labels, app.config.openstack.default_boot_volume_size)?;
+        let wanted = cloud::Wanted {
+            flavor: row.flavor_id.as_deref(),
+            master_flavor: row.master_flavor_id.as_deref(),
+            fixed_network: row.fixed_network.as_deref(),
+            fixed_subnet: row.fixed_subnet.as_deref(),
+            keypair: row.keypair.as_deref(),
+            ..cloud::Wanted::template(&ct, boot)
+        };
+        row.resolved = Json(cloud::validate(s, &wanted).await?);
+    }
     let mut tx = app.pool.begin().await?;
     // Serialise creates per project so the quota check cannot be raced.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))")

@@ -77,8 +77,17 @@ pub async fn get(app: &App, caller: &Caller, project_id: &str, resource: &str) -
 
 pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<Value> {
     let b = schemas::QUOTA.parse_body(body)?;
-    policy::enforce("quota:create", caller, None)?;
     let project_id = b.str("project_id").unwrap_or_default();
+    // Magnum checks the project in Keystone before the policy (a decorator around the handler).
+    if let Some(ks) = app.auth.keystone()
+        && !ks.project_exists(&project_id).await?
+    {
+        return Err(DomainError::NotFound(format!(
+            "The project_id {project_id} could not be found."
+        ))
+        .into());
+    }
+    policy::enforce("quota:create", caller, None)?;
     let resource = b.str("resource").unwrap_or_else(|| "Cluster".into());
     let hard_limit = i32::try_from(b.int("hard_limit").unwrap_or(1))
         .map_err(|_| DomainError::invalid_field("hard_limit", "", "Value is too large"))?;

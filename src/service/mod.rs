@@ -2,6 +2,7 @@
 //! pure rules of `domain` with `db`, inside one transaction where it writes.
 
 pub mod certificates;
+pub mod cloud;
 pub mod clusters;
 pub mod misc;
 pub mod nodegroups;

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 use sqlx::types::Json;
 
-use super::{find_template, template_visibility};
+use super::{cloud, find_template, template_visibility};
 use crate::api::error::ApiResult;
 use crate::api::extract::QueryArgs;
 use crate::api::pagination::ListParams;
@@ -14,6 +14,7 @@ use crate::domain::error::DomainError;
 use crate::domain::fields::{Body, string_map};
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::{names, patch, schemas};
+use crate::openstack::UserSession;
 
 /// Network drivers any template may name.
 pub const SUPPORTED_NETWORK_DRIVERS: [&str; 3] = ["flannel", "calico", "cilium"];
@@ -153,12 +154,30 @@ fn empty_row(caller: &Caller) -> TemplateRow {
         hidden: false,
         tags: None,
         driver: None,
+        resolved: Json(Default::default()),
         created_at: chrono::Utc::now(),
         updated_at: None,
     }
 }
 
-pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<TemplateRow> {
+/// Checks the template's image, flavors and networks with the caller's token (when there is a
+/// cloud to ask) and records what they resolved to.
+async fn resolve(app: &App, cloud: Option<&UserSession>, row: &mut TemplateRow) -> ApiResult<()> {
+    let Some(s) = cloud else {
+        return Ok(());
+    };
+    let boot =
+        cloud::boot_volume_size(&row.labels.0, app.config.openstack.default_boot_volume_size)?;
+    row.resolved = Json(cloud::validate(s, &cloud::Wanted::template(row, boot)).await?);
+    Ok(())
+}
+
+pub async fn create(
+    app: &App,
+    caller: &Caller,
+    cloud: Option<&UserSession>,
+    body: &Value,
+) -> ApiResult<TemplateRow> {
     let mut b = schemas::TEMPLATE.parse_body(body)?;
     let network_driver = b
         .str("network_driver")
@@ -189,6 +208,11 @@ pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<Templ
         row.uuid = u;
     }
     apply_doc(&mut row, &b);
+    resolve(app, cloud, &mut row).await?;
+    if cloud.is_some() {
+        // Magnum takes the distro from the image, whatever the client sent.
+        row.cluster_distro = row.resolved.os_distro.clone();
+    }
     tdb::insert(&app.pool, &row).await.map_err(|e| match e {
         crate::db::DbError::Constraint(_) => DomainError::Conflict(format!(
             "A ClusterTemplate with UUID {} already exists.",
@@ -270,6 +294,7 @@ fn change_allowed_in_use(changed: &[&str], doc: &Map<String, Value>) -> bool {
 pub async fn update(
     app: &App,
     caller: &Caller,
+    cloud: Option<&UserSession>,
     ident: &str,
     body: &Value,
 ) -> ApiResult<TemplateRow> {
@@ -312,6 +337,9 @@ pub async fn update(
     }
     let mut row = t.clone();
     apply_doc(&mut row, &b);
+    // Magnum re-validates every reference on PATCH; cluster_distro stays as created.
+    row.cluster_distro = t.cluster_distro.clone();
+    resolve(app, cloud, &mut row).await?;
     Ok(tdb::update(&app.pool, &row).await?)
 }
 

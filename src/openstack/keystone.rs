@@ -1,0 +1,414 @@
+//! Keystone: validates callers' tokens with the service's own credentials (what keystonemiddleware
+//! does for Magnum), caches the results, and answers project look-ups.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use http::{HeaderName, HeaderValue};
+use moka::Expiry;
+use moka::future::Cache;
+use openstack_sdk::AsyncOpenStack;
+use openstack_sdk::api::identity::v3::auth::token::get as token_get;
+use openstack_sdk::api::identity::v3::project::get as project_get;
+use openstack_sdk::config::{Auth, CloudConfig};
+use openstack_sdk_core::api::QueryAsync;
+use secrecy::SecretString;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+
+use super::catalog::Catalog;
+use super::session::UserSession;
+use super::{OpenStackError, from_api_error};
+use crate::config::{KeystoneConfig, OpenStackConfig};
+
+const SERVICE: &str = "Keystone";
+
+/// Who a validated token speaks for: the request context of contract §8.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub user_id: String,
+    pub user_name: String,
+    pub user_domain_id: String,
+    pub user_domain_name: String,
+    /// `None` for unscoped, domain- and system-scoped tokens.
+    pub project_id: Option<String>,
+    pub project_name: Option<String>,
+    pub project_domain_id: Option<String>,
+    /// Set for domain-scoped tokens.
+    pub domain_id: Option<String>,
+    /// Role names, implied roles included (Keystone expands them in the token).
+    pub roles: Vec<String>,
+    /// A system-scoped token (`"system": {"all": true}`): Magnum's rules are project-scoped.
+    pub system_scope: bool,
+    pub expires_at: DateTime<Utc>,
+    pub catalog: Arc<Catalog>,
+}
+
+impl Identity {
+    /// `is_admin` as Magnum's context computes it (`role:admin`).
+    pub fn is_admin(&self) -> bool {
+        self.roles.iter().any(|r| r.eq_ignore_ascii_case("admin"))
+    }
+}
+
+/// The parts of Keystone's token document we read (`GET /v3/auth/tokens` → `token`).
+#[derive(Debug, Deserialize)]
+struct TokenDoc {
+    expires_at: DateTime<Utc>,
+    user: Named,
+    #[serde(default)]
+    project: Option<Named>,
+    #[serde(default)]
+    domain: Option<IdName>,
+    #[serde(default)]
+    system: Option<serde_json::Value>,
+    #[serde(default)]
+    roles: Vec<IdName>,
+    #[serde(default)]
+    catalog: Catalog,
+}
+
+#[derive(Debug, Deserialize)]
+struct Named {
+    id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    domain: Option<IdName>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct IdName {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    name: String,
+}
+
+impl From<TokenDoc> for Identity {
+    fn from(t: TokenDoc) -> Self {
+        let user_domain = t.user.domain.unwrap_or_default();
+        let project = t.project;
+        Identity {
+            user_id: t.user.id,
+            user_name: t.user.name,
+            user_domain_id: user_domain.id,
+            user_domain_name: user_domain.name,
+            project_domain_id: project
+                .as_ref()
+                .and_then(|p| p.domain.as_ref().map(|d| d.id.clone())),
+            project_name: project.as_ref().map(|p| p.name.clone()),
+            project_id: project.map(|p| p.id),
+            domain_id: t.domain.map(|d| d.id),
+            roles: t.roles.into_iter().map(|r| r.name).collect(),
+            system_scope: t.system.is_some_and(|s| !s.is_null()),
+            expires_at: t.expires_at,
+            catalog: Arc::new(t.catalog),
+        }
+    }
+}
+
+/// A cached validation: invalid tokens are remembered too, so a flood of bad tokens does not
+/// become a flood of Keystone calls (keystonemiddleware does the same).
+#[derive(Debug, Clone)]
+enum Cached {
+    Valid(Arc<Identity>),
+    Invalid,
+}
+
+/// Keeps an entry for `token_cache_time`, and never past the token's own expiry.
+struct TokenExpiry {
+    cache_time: Duration,
+}
+
+impl Expiry<[u8; 32], Cached> for TokenExpiry {
+    fn expire_after_create(&self, _: &[u8; 32], v: &Cached, _: Instant) -> Option<Duration> {
+        Some(match v {
+            Cached::Valid(id) => {
+                let left = (id.expires_at - Utc::now()).to_std().unwrap_or_default();
+                left.min(self.cache_time)
+            }
+            Cached::Invalid => self.cache_time,
+        })
+    }
+}
+
+/// The Keystone client of this replica. Connects lazily (and again after a failure), so the
+/// service starts and serves cached tokens even while Keystone is down.
+pub struct Keystone {
+    cloud: CloudConfig,
+    timeout: Duration,
+    session: Mutex<Option<AsyncOpenStack>>,
+    cache: Cache<[u8; 32], Cached>,
+    /// For calls made with callers' tokens (Glance, Nova, Neutron).
+    user_http: reqwest::Client,
+    user_timeout: Duration,
+    interface: String,
+    region: Option<String>,
+    www_authenticate: String,
+}
+
+impl std::fmt::Debug for Keystone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keystone")
+            .field("www_authenticate", &self.www_authenticate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keystone {
+    /// Builds the client from validated configuration (`[keystone]` active).
+    pub fn new(cfg: &KeystoneConfig, os: &OpenStackConfig) -> Result<Self, OpenStackError> {
+        let bad = |m: String| OpenStackError::unavailable(SERVICE, m);
+        let auth_url = cfg
+            .auth_url
+            .clone()
+            .ok_or_else(|| bad("[keystone] auth_url is not set".into()))?;
+        let mut auth = Auth {
+            auth_url: Some(auth_url.clone()),
+            ..Default::default()
+        };
+        let auth_type = if let Some(id) = &cfg.application_credential_id {
+            auth.application_credential_id = Some(id.clone());
+            auth.application_credential_secret = cfg.application_credential_secret.clone();
+            "v3applicationcredential"
+        } else {
+            auth.username = cfg.username.clone();
+            auth.password = cfg.password.clone();
+            auth.user_domain_name = Some(cfg.user_domain_name.clone());
+            auth.project_name = cfg.project_name.clone();
+            auth.project_domain_name = Some(cfg.project_domain_name.clone());
+            "v3password"
+        };
+        let cloud = CloudConfig {
+            auth: Some(auth),
+            auth_type: Some(auth_type.into()),
+            interface: Some(cfg.interface.clone()),
+            region_name: cfg.region_name.clone(),
+            name: Some("magnum-capi".into()),
+            cacert: cfg.cafile.as_ref().map(|p| p.display().to_string()),
+            verify: Some(!cfg.insecure),
+            auth_cache: Some(false),
+            ..Default::default()
+        };
+        let mut http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(os.timeout_secs))
+            .connect_timeout(Duration::from_secs(os.timeout_secs.min(5)))
+            .danger_accept_invalid_certs(cfg.insecure);
+        if let Some(path) = &cfg.cafile {
+            let pem = std::fs::read(path).map_err(|e| {
+                bad(format!(
+                    "cannot read [keystone] cafile {}: {e}",
+                    path.display()
+                ))
+            })?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| bad(format!("[keystone] cafile {}: {e}", path.display())))?
+            {
+                http = http.add_root_certificate(cert);
+            }
+        }
+        let user_http = http.build().map_err(|e| bad(format!("HTTP client: {e}")))?;
+        let cache = Cache::builder()
+            .max_capacity(cfg.token_cache_size)
+            .expire_after(TokenExpiry {
+                cache_time: Duration::from_secs(cfg.token_cache_time),
+            })
+            .build();
+        Ok(Keystone {
+            cloud,
+            timeout: Duration::from_secs(cfg.timeout_secs),
+            session: Mutex::new(None),
+            cache,
+            user_http,
+            user_timeout: Duration::from_secs(os.timeout_secs),
+            interface: cfg.interface.clone(),
+            region: cfg.region_name.clone(),
+            www_authenticate: cfg.www_authenticate_uri.clone().unwrap_or(auth_url),
+        })
+    }
+
+    /// Value of `WWW-Authenticate` on 401: `Keystone uri="…"`.
+    pub fn www_authenticate(&self) -> String {
+        format!("Keystone uri=\"{}\"", self.www_authenticate)
+    }
+
+    /// The service's own authenticated session, connecting first when needed.
+    async fn service(&self) -> Result<AsyncOpenStack, OpenStackError> {
+        let mut guard = self.session.lock().await;
+        if let Some(s) = guard.as_ref() {
+            return Ok(s.clone());
+        }
+        let connect = AsyncOpenStack::builder(&self.cloud)
+            .disable_auth_cache(true)
+            .http_timeout(self.timeout)
+            .http_connect_timeout(self.timeout.min(Duration::from_secs(5)))
+            .connect();
+        let session = tokio::time::timeout(self.timeout, connect)
+            .await
+            .map_err(|_| OpenStackError::unavailable(SERVICE, "timed out authenticating"))?
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot authenticate the service user with Keystone");
+                OpenStackError::unavailable(SERVICE, "cannot authenticate the service user")
+            })?;
+        *guard = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Forgets the service session (after a failure it may be stale).
+    async fn reset(&self) {
+        *self.session.lock().await = None;
+    }
+
+    /// The identity `token` speaks for: from the cache, or validated with Keystone.
+    pub async fn validate(&self, token: &str) -> Result<Arc<Identity>, OpenStackError> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let cached = self
+            .cache
+            .try_get_with(key, self.fetch(token))
+            .await
+            .map_err(|e| (*e).clone())?;
+        match cached {
+            Cached::Valid(id) if id.expires_at > Utc::now() => Ok(id),
+            _ => Err(OpenStackError::InvalidToken),
+        }
+    }
+
+    async fn fetch(&self, token: &str) -> Result<Cached, OpenStackError> {
+        let mut subject = HeaderValue::from_str(token).map_err(|_| OpenStackError::InvalidToken)?;
+        subject.set_sensitive(true);
+        let ep = token_get::Request::builder()
+            .header(HeaderName::from_static("x-subject-token"), subject)
+            .build()
+            .map_err(|e| OpenStackError::unavailable(SERVICE, e))?;
+        let session = self.service().await?;
+        let started = Instant::now();
+        let answer: Result<TokenDoc, _> =
+            match tokio::time::timeout(self.timeout, ep.query_async(&session)).await {
+                Ok(r) => r.map_err(|e| from_api_error(SERVICE, e)),
+                Err(_) => Err(OpenStackError::unavailable(SERVICE, "timed out")),
+            };
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_millis(),
+            "token validated with Keystone"
+        );
+        match answer {
+            Ok(doc) => Ok(Cached::Valid(Arc::new(doc.into()))),
+            Err(OpenStackError::NotFound(_)) => Ok(Cached::Invalid),
+            Err(e) => {
+                tracing::warn!(error = %e, "token validation failed");
+                self.reset().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether a project exists (quota creation checks it), asked with the service's credentials.
+    pub async fn project_exists(&self, project_id: &str) -> Result<bool, OpenStackError> {
+        let ep = project_get::Request::builder()
+            .id(project_id)
+            .build()
+            .map_err(|e| OpenStackError::unavailable(SERVICE, e))?;
+        let session = self.service().await?;
+        let answer: Result<serde_json::Value, _> =
+            match tokio::time::timeout(self.timeout, ep.query_async(&session)).await {
+                Ok(r) => r.map_err(|e| from_api_error(SERVICE, e)),
+                Err(_) => Err(OpenStackError::unavailable(SERVICE, "timed out")),
+            };
+        match answer {
+            Ok(_) => Ok(true),
+            Err(OpenStackError::NotFound(_)) => Ok(false),
+            Err(e) => {
+                self.reset().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// A client for the other services, acting with the caller's token and catalog.
+    pub fn user_session(&self, token: &str, identity: Arc<Identity>) -> UserSession {
+        UserSession::new(
+            self.user_http.clone(),
+            SecretString::from(token.to_string()),
+            identity.catalog.clone(),
+            self.interface.clone(),
+            self.region.clone(),
+            self.user_timeout,
+        )
+    }
+
+    /// Drops every cached validation (tests and operators' reload hooks).
+    pub fn clear_cache(&self) {
+        self.cache.invalidate_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_keystone_token_documents() {
+        let doc: TokenDoc = serde_json::from_value(json!({
+            "methods": ["password"], "audit_ids": ["x"], "is_domain": false,
+            "expires_at": "2099-01-01T00:00:00.000000Z", "issued_at": "2026-11-21T10:00:00.000000Z",
+            "user": {"id": "u1", "name": "alice", "domain": {"id": "default", "name": "Default"},
+                     "password_expires_at": null},
+            "project": {"id": "p1", "name": "alpha", "domain": {"id": "default", "name": "Default"}},
+            "roles": [{"id": "r1", "name": "member"}, {"id": "r2", "name": "reader"}],
+            "catalog": [{"type": "image", "id": "s", "name": "glance", "endpoints": [
+                {"id": "e", "interface": "public", "region": "RegionOne", "region_id": "RegionOne",
+                 "url": "http://glance"}]}]
+        }))
+        .unwrap();
+        let id = Identity::from(doc);
+        assert_eq!(id.user_id, "u1");
+        assert_eq!(id.user_domain_name, "Default");
+        assert_eq!(id.project_id.as_deref(), Some("p1"));
+        assert_eq!(id.project_name.as_deref(), Some("alpha"));
+        assert_eq!(id.roles, ["member", "reader"]);
+        assert!(!id.is_admin());
+        assert!(!id.system_scope);
+        assert_eq!(
+            id.catalog.url("image", "public", None),
+            Some("http://glance")
+        );
+    }
+
+    #[test]
+    fn system_scope_and_admin() {
+        let doc: TokenDoc = serde_json::from_value(json!({
+            "expires_at": "2099-01-01T00:00:00Z", "user": {"id": "u", "name": "admin"},
+            "system": {"all": true}, "roles": [{"id": "r", "name": "admin"}]
+        }))
+        .unwrap();
+        let id = Identity::from(doc);
+        assert!(id.system_scope);
+        assert!(id.is_admin());
+        assert_eq!(id.project_id, None);
+    }
+
+    #[test]
+    fn cache_never_outlives_the_token() {
+        let exp = TokenExpiry {
+            cache_time: Duration::from_secs(300),
+        };
+        let soon = Identity::from(
+            serde_json::from_value::<TokenDoc>(json!({
+                "expires_at": (Utc::now() + chrono::Duration::seconds(10)).to_rfc3339(),
+                "user": {"id": "u"}}))
+            .unwrap(),
+        );
+        let d = exp
+            .expire_after_create(&[0; 32], &Cached::Valid(Arc::new(soon)), Instant::now())
+            .unwrap();
+        assert!(d <= Duration::from_secs(10), "{d:?}");
+        let d = exp
+            .expire_after_create(&[0; 32], &Cached::Invalid, Instant::now())
+            .unwrap();
+        assert_eq!(d, Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,166 @@
+//! Look-ups in Glance, Nova and Neutron with the caller's token: every match for a name or id,
+//! so the caller (the service layer) applies Magnum's rules (none → 400/404, several → 409).
+
+use openstack_sdk::api::compute::v2::flavor::list_detailed_20 as flavor_list;
+use openstack_sdk::api::compute::v2::keypair::get_20 as keypair_get;
+use openstack_sdk::api::image::v2::image::{get as image_get, list as image_list};
+use openstack_sdk::api::network::v2::network::list as network_list;
+use openstack_sdk::api::network::v2::subnet::list as subnet_list;
+use openstack_sdk_core::api::{QueryAsync, RestEndpoint};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::session::UserSession;
+use super::{OpenStackError, from_api_error};
+
+/// A Glance image, with the properties Magnum reads.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct Image {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub os_distro: Option<String>,
+    #[serde(default)]
+    pub kube_version: Option<String>,
+}
+
+/// A Nova flavor: what the zero-root-disk rule needs.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct Flavor {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub disk: i64,
+}
+
+/// A Neutron network.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct Network {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A Neutron subnet.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct Subnet {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    pub network_id: String,
+}
+
+/// One query with the per-call timeout, its errors mapped to ours.
+async fn query<T, E>(s: &UserSession, service: &str, ep: E) -> Result<T, OpenStackError>
+where
+    E: RestEndpoint + Sync,
+    T: DeserializeOwned + Send + 'static,
+{
+    match tokio::time::timeout(s.timeout(), ep.query_async(s)).await {
+        Ok(r) => r.map_err(|e| from_api_error(service, e)),
+        Err(_) => Err(OpenStackError::unavailable(
+            service,
+            format!("no answer within {}s", s.timeout().as_secs()),
+        )),
+    }
+}
+
+fn builder_error(service: &str, e: impl std::fmt::Display) -> OpenStackError {
+    OpenStackError::unavailable(service, format!("building the request: {e}"))
+}
+
+/// Images whose id (when `ident` is a UUID) or name is `ident`.
+pub async fn images(s: &UserSession, ident: &str) -> Result<Vec<Image>, OpenStackError> {
+    const SVC: &str = "Glance";
+    if uuid::Uuid::parse_str(ident).is_ok() {
+        let ep = image_get::Request::builder()
+            .id(ident)
+            .build()
+            .map_err(|e| builder_error(SVC, e))?;
+        match query::<Image, _>(s, SVC, ep).await {
+            Ok(img) => return Ok(vec![img]),
+            Err(OpenStackError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let ep = image_list::Request::builder()
+        .name(ident)
+        .build()
+        .map_err(|e| builder_error(SVC, e))?;
+    query(s, SVC, ep).await
+}
+
+/// Every flavor the caller can see (Magnum matches name or id over the whole list).
+pub async fn flavors(s: &UserSession) -> Result<Vec<Flavor>, OpenStackError> {
+    const SVC: &str = "Nova";
+    let ep = flavor_list::Request::builder()
+        .build()
+        .map_err(|e| builder_error(SVC, e))?;
+    query(s, SVC, ep).await
+}
+
+/// Whether the caller owns a keypair named `name`.
+pub async fn keypair_exists(s: &UserSession, name: &str) -> Result<bool, OpenStackError> {
+    const SVC: &str = "Nova";
+    let ep = keypair_get::Request::builder()
+        .id(name)
+        .build()
+        .map_err(|e| builder_error(SVC, e))?;
+    match query::<serde_json::Value, _>(s, SVC, ep).await {
+        Ok(_) => Ok(true),
+        Err(OpenStackError::NotFound(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Networks whose name or id is `ident`; only `router:external` ones when `external`.
+pub async fn networks(
+    s: &UserSession,
+    ident: &str,
+    external: bool,
+) -> Result<Vec<Network>, OpenStackError> {
+    const SVC: &str = "Neutron";
+    let mut found: Vec<Network> = Vec::new();
+    for by_id in [false, true] {
+        let mut b = network_list::Request::builder();
+        if by_id {
+            b.id(ident);
+        } else {
+            b.name(ident);
+        }
+        if external {
+            b.router_external(true);
+        }
+        let ep = b.build().map_err(|e| builder_error(SVC, e))?;
+        let page: Vec<Network> = query(s, SVC, ep).await?;
+        found.extend(
+            page.into_iter()
+                .filter(|n| !found.iter().any(|f| f.id == n.id))
+                .collect::<Vec<_>>(),
+        );
+    }
+    Ok(found)
+}
+
+/// Subnets whose name or id is `ident`.
+pub async fn subnets(s: &UserSession, ident: &str) -> Result<Vec<Subnet>, OpenStackError> {
+    const SVC: &str = "Neutron";
+    let mut found: Vec<Subnet> = Vec::new();
+    for by_id in [false, true] {
+        let mut b = subnet_list::Request::builder();
+        if by_id {
+            b.id(ident);
+        } else {
+            b.name(ident);
+        }
+        let ep = b.build().map_err(|e| builder_error(SVC, e))?;
+        let page: Vec<Subnet> = query(s, SVC, ep).await?;
+        found.extend(
+            page.into_iter()
+                .filter(|n| !found.iter().any(|f| f.id == n.id))
+                .collect::<Vec<_>>(),
+        );
+    }
+    Ok(found)
+}

@@ -1,0 +1,72 @@
+//! OpenStack clients: Keystone (token validation and project look-ups with the service's own
+//! credentials) and Glance/Nova/Neutron look-ups made with the caller's token and catalog.
+
+pub mod catalog;
+pub mod keystone;
+pub mod lookups;
+pub mod session;
+
+pub use catalog::Catalog;
+pub use keystone::{Identity, Keystone};
+pub use session::UserSession;
+
+/// What can go wrong talking to OpenStack. The API layer maps each variant to a status.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OpenStackError {
+    /// The caller's token is unknown, expired or revoked (401).
+    #[error("the token is not valid")]
+    InvalidToken,
+    /// A service could not be reached, timed out or answered unexpectedly (503).
+    #[error("{service} is unavailable: {detail}")]
+    Unavailable { service: String, detail: String },
+    /// The caller's catalog has no endpoint of this service type (503: the cloud is misregistered).
+    #[error("the service catalog has no {0} endpoint")]
+    NoEndpoint(String),
+    /// The remote service answered 404.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The remote service answered 403.
+    #[error("{0} forbidden")]
+    Forbidden(String),
+}
+
+impl OpenStackError {
+    pub fn unavailable(service: &str, detail: impl std::fmt::Display) -> Self {
+        Self::Unavailable {
+            service: service.to_string(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// Turns an SDK query error into ours: 404/403 keep their meaning, everything else (connection
+/// refused, timeouts, 5xx, undecodable answers) means the service is unavailable.
+pub(crate) fn from_api_error<E>(
+    service: &str,
+    e: openstack_sdk_core::api::ApiError<E>,
+) -> OpenStackError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use openstack_sdk_core::api::ApiError as A;
+    let status = match &e {
+        A::OpenStack { status, .. }
+        | A::OpenStackService { status, .. }
+        | A::OpenStackUnrecognized { status, .. } => Some(*status),
+        _ => None,
+    };
+    match status.map(|s| s.as_u16()) {
+        Some(404) => OpenStackError::NotFound(service.to_string()),
+        Some(403) => OpenStackError::Forbidden(service.to_string()),
+        _ => OpenStackError::unavailable(service, first_line(&e.to_string())),
+    }
+}
+
+/// SDK errors span several lines (uri, status, body); logs and messages want the first.
+fn first_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,221 @@
+//! Template and cluster input checked against Glance, Nova and Neutron with the caller's token
+//! (contract §7, Magnum's `attr_validator`): Magnum's messages and status codes, and the ids the
+//! names resolved to.
+
+use crate::api::error::{ApiError, ApiResult};
+use crate::db::templates::TemplateRow;
+use crate::domain::error::DomainError;
+use crate::domain::labels::Labels;
+use crate::domain::resources::Resolved;
+use crate::openstack::lookups::{self, Flavor};
+use crate::openstack::{OpenStackError, UserSession};
+
+/// OpenStack failures keep Magnum's meaning only where Magnum gives one; the rest (service
+/// down, timeouts, missing catalog entries) become 503 through `ApiError`'s conversion.
+fn or_else(e: OpenStackError, forbidden: impl FnOnce() -> DomainError) -> ApiError {
+    match e {
+        OpenStackError::Forbidden(_) => forbidden().into(),
+        other => other.into(),
+    }
+}
+
+/// Glance image by id or unique name, which must carry `os_distro`.
+pub async fn image(s: &UserSession, ident: &str) -> ApiResult<lookups::Image> {
+    let not_found = || DomainError::BadRequest(format!("Image {ident} could not be found."));
+    let found = match lookups::images(s, ident).await {
+        Ok(v) => v,
+        Err(OpenStackError::NotFound(_)) => return Err(not_found().into()),
+        Err(e) => {
+            return Err(or_else(e, || {
+                DomainError::Forbidden(format!("Not authorized for image {ident}."))
+            }));
+        }
+    };
+    let img = match <[_; 1]>::try_from(found) {
+        Ok([img]) => img,
+        Err(v) if v.is_empty() => return Err(not_found().into()),
+        Err(_) => {
+            return Err(DomainError::Conflict(format!(
+                "Multiple images exist with same name '{ident}'. Please use the image ID instead."
+            ))
+            .into());
+        }
+    };
+    if img.os_distro.as_deref().is_none_or(str::is_empty) {
+        return Err(DomainError::BadRequest(format!(
+            "Image {ident} doesn't contain os_distro field."
+        ))
+        .into());
+    }
+    Ok(img)
+}
+
+/// Nova's flavors, fetched once per request and matched by name or id as Magnum does.
+pub struct Flavors(Vec<Flavor>);
+
+impl Flavors {
+    pub async fn fetch(s: &UserSession) -> ApiResult<Self> {
+        Ok(Self(
+            lookups::flavors(s)
+                .await
+                .map_err(|e| or_else(e, DomainError::not_authorized))?,
+        ))
+    }
+
+    /// The flavor named or numbered `ident`, which must have a root disk when the machines boot
+    /// from it (`boot_volume_size` of 0).
+    pub fn check(&self, ident: &str, boot_volume_size: i64) -> ApiResult<String> {
+        let f = self
+            .0
+            .iter()
+            .find(|f| f.name == ident || f.id == ident)
+            .ok_or_else(|| DomainError::BadRequest(format!("Unable to find flavor {ident}.")))?;
+        if boot_volume_size <= 0 && f.disk == 0 {
+            return Err(DomainError::BadRequest(
+                "Flavor with zero root volume size is not supported when boot_volume_size is zero."
+                    .into(),
+            )
+            .into());
+        }
+        Ok(f.id.clone())
+    }
+}
+
+/// `boot_volume_size` from the labels, else the configured default (Magnum's
+/// `[cinder] default_boot_volume_size`).
+pub fn boot_volume_size(labels: &Labels, default: i64) -> ApiResult<i64> {
+    match labels.get("boot_volume_size") {
+        None => Ok(default),
+        Some(v) => v.trim().parse::<i64>().map_err(|_| {
+            DomainError::invalid_field("boot_volume_size", v, "boot_volume_size must be an integer")
+                .into()
+        }),
+    }
+}
+
+/// The caller's Nova keypair (404 when missing, as Magnum).
+pub async fn keypair(s: &UserSession, name: &str) -> ApiResult<()> {
+    match lookups::keypair_exists(s, name).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(DomainError::NotFound(format!("Unable to find keypair {name}.")).into()),
+        Err(e) => Err(or_else(e, DomainError::not_authorized)),
+    }
+}
+
+/// One match or Magnum's errors for none (400) and several (409).
+fn unique<T>(found: Vec<T>, none: String, many: String) -> ApiResult<T> {
+    match <[_; 1]>::try_from(found) {
+        Ok([one]) => Ok(one),
+        Err(v) if v.is_empty() => Err(DomainError::BadRequest(none).into()),
+        Err(_) => Err(DomainError::Conflict(many).into()),
+    }
+}
+
+/// A `router:external` Neutron network by name or id.
+pub async fn external_network(s: &UserSession, ident: &str) -> ApiResult<String> {
+    let found = lookups::networks(s, ident, true)
+        .await
+        .map_err(|e| or_else(e, DomainError::not_authorized))?;
+    Ok(unique(
+        found,
+        format!("Unable to find external network {ident}."),
+        format!(
+            "Multiple external networks exist with same name '{ident}'. Please use the external network ID instead."
+        ),
+    )?
+    .id)
+}
+
+/// Any Neutron network by name or id.
+pub async fn fixed_network(s: &UserSession, ident: &str) -> ApiResult<String> {
+    let found = lookups::networks(s, ident, false)
+        .await
+        .map_err(|e| or_else(e, DomainError::not_authorized))?;
+    Ok(unique(
+        found,
+        format!("Unable to find fixed network {ident}."),
+        format!(
+            "Multiple networks exist with same name '{ident}'. Please use the network ID instead."
+        ),
+    )?
+    .id)
+}
+
+/// A Neutron subnet by name or id.
+pub async fn fixed_subnet(s: &UserSession, ident: &str) -> ApiResult<String> {
+    let found = lookups::subnets(s, ident)
+        .await
+        .map_err(|e| or_else(e, DomainError::not_authorized))?;
+    Ok(unique(
+        found,
+        format!("Unable to find fixed subnet {ident}."),
+        format!(
+            "Multiple subnets exist with same name '{ident}'. Please use the subnet ID instead."
+        ),
+    )?
+    .id)
+}
+
+/// What a template or cluster names in OpenStack, after inheritance.
+#[derive(Debug, Default)]
+pub struct Wanted<'a> {
+    pub image: Option<&'a str>,
+    pub flavor: Option<&'a str>,
+    pub master_flavor: Option<&'a str>,
+    pub external_network: Option<&'a str>,
+    pub fixed_network: Option<&'a str>,
+    pub fixed_subnet: Option<&'a str>,
+    /// Checked for clusters only (templates' keypairs are not validated by Magnum).
+    pub keypair: Option<&'a str>,
+    pub boot_volume_size: i64,
+}
+
+impl<'a> Wanted<'a> {
+    /// A template's references (also what a cluster inherits).
+    pub fn template(t: &'a TemplateRow, boot_volume_size: i64) -> Self {
+        Wanted {
+            image: t.image_id.as_deref(),
+            flavor: t.flavor_id.as_deref(),
+            master_flavor: t.master_flavor_id.as_deref(),
+            external_network: t.external_network_id.as_deref(),
+            fixed_network: t.fixed_network.as_deref(),
+            fixed_subnet: t.fixed_subnet.as_deref(),
+            keypair: None,
+            boot_volume_size,
+        }
+    }
+}
+
+/// Validates everything `w` names, in Magnum's order (image, flavors, external network, fixed
+/// network, fixed subnet, then the keypair), and returns the resolved ids.
+pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> ApiResult<Resolved> {
+    let mut r = Resolved::default();
+    if let Some(ident) = w.image {
+        let img = image(s, ident).await?;
+        r.image_id = Some(img.id);
+        r.os_distro = img.os_distro;
+        r.kube_version = img.kube_version;
+    }
+    if w.flavor.is_some() || w.master_flavor.is_some() {
+        let flavors = Flavors::fetch(s).await?;
+        if let Some(f) = w.flavor {
+            r.flavor_id = Some(flavors.check(f, w.boot_volume_size)?);
+        }
+        if let Some(f) = w.master_flavor {
+            r.master_flavor_id = Some(flavors.check(f, w.boot_volume_size)?);
+        }
+    }
+    if let Some(n) = w.external_network {
+        r.external_network_id = Some(external_network(s, n).await?);
+    }
+    if let Some(n) = w.fixed_network {
+        r.fixed_network_id = Some(fixed_network(s, n).await?);
+    }
+    if let Some(n) = w.fixed_subnet {
+        r.fixed_subnet_id = Some(fixed_subnet(s, n).await?);
+    }
+    if let Some(k) = w.keypair {
+        keypair(s, k).await?;
+    }
+    Ok(r)
+}
