@@ -157,6 +157,11 @@ impl AsyncClient for UserSession {
             .cloned()
             .or_else(|| ApiVersion::from_endpoint_url(&url))
             .unwrap_or_else(|| ApiVersion::new(2, 0));
-        Ok(ServiceEndpoint::new(parsed, version))
+        let mut ep = ServiceEndpoint::new(parsed, version);
+        if *service_type == ServiceType::Compute {
+            // Nova's floor is 2.1; the SDK's `_20` requests would otherwise ask for 2.0 (406).
+            ep.set_min_version(Some("2.1"));
+        }
+        Ok(ep)
     }
 }

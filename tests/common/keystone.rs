@@ -293,10 +293,25 @@ impl Keystone {
 
     /// Issues a new token (never cached).
     pub async fn issue_token(&self, user: &str, project: &str) -> Result<String> {
+        self.issue_scoped(
+            user,
+            json!({"project": {"name": project, "domain": {"id": DOMAIN}}}),
+        )
+        .await
+    }
+
+    /// Issues a system-scoped token (`{"system": {"all": true}}`) for `user` (admin has the
+    /// system role assignment from bootstrap).
+    pub async fn system_token(&self, user: &str) -> Result<String> {
+        self.issue_scoped(user, json!({"system": {"all": true}}))
+            .await
+    }
+
+    async fn issue_scoped(&self, user: &str, scope: Value) -> Result<String> {
         let body = json!({"auth": {
             "identity": {"methods": ["password"], "password": {"user": {
                 "name": user, "domain": {"id": DOMAIN}, "password": password(user)}}},
-            "scope": {"project": {"name": project, "domain": {"id": DOMAIN}}},
+            "scope": scope,
         }});
         let resp = self
             .client
@@ -425,6 +440,29 @@ impl Keystone {
                 Ok(())
             }
         }
+    }
+
+    /// Registers another service (`image`, `compute`, `network`, …) with one public endpoint in
+    /// RegionOne, so it appears in every token's catalog.
+    pub async fn register_service(&self, service_type: &str, name: &str, url: &str) -> Result<()> {
+        let admin = self.try_token(ADMIN_USER, ADMIN_PROJECT).await?;
+        let body = json!({"service": {"type": service_type, "name": name}});
+        let v = expect(
+            201,
+            self.request("POST", "/services", Some(&admin), None, Some(body)),
+        )
+        .await?;
+        let service_id = str_at(&v, "/service/id")?;
+        let body = json!({"endpoint": {"service_id": service_id, "interface": "public",
+            "region_id": REGION, "url": url}});
+        expect(
+            201,
+            self.request("POST", "/endpoints", Some(&admin), None, Some(body)),
+        )
+        .await?;
+        // Tokens issued before carry the old catalog.
+        self.lock_tokens().clear();
+        Ok(())
     }
 
     /// The URL last given to [`Keystone::register_endpoint`].

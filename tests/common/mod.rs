@@ -3,6 +3,10 @@
 //! Requests go through the real router in-process; the worker runs only when asked for.
 #![allow(dead_code)]
 
+pub mod fakecloud;
+pub mod keystone;
+pub mod stack;
+
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -151,12 +155,21 @@ pub async fn app() -> TestApp {
 }
 
 pub async fn app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    app_with_auth(tweak, |_| AuthMode::DevHeaders).await
+}
+
+/// An instance whose requests are authenticated as `auth` decides from the final config.
+pub async fn app_with_auth(
+    tweak: impl FnOnce(&mut Config),
+    auth: impl FnOnce(&Config) -> AuthMode,
+) -> TestApp {
     let url = fresh_database().await;
     let mut cfg = test_config(&url);
     tweak(&mut cfg);
     let pool = db::connect(&url, &cfg.database).await.expect("pool");
+    let auth = auth(&cfg);
     TestApp {
-        state: App::new(pool, cfg, AuthMode::DevHeaders),
+        state: App::new(pool, cfg, auth),
         url,
         stop: None,
     }
@@ -164,17 +177,28 @@ pub async fn app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
 
 /// An instance whose worker executes operations with the simulated driver.
 pub async fn app_with_worker() -> TestApp {
-    let mut t = app().await;
-    let (tx, rx) = watch::channel(false);
-    let driver = magnum_capi::server::driver_for(&t.state.config);
-    tokio::spawn(magnum_capi::worker::run(
-        t.state.clone(),
-        driver,
-        "test-worker".into(),
-        rx,
-    ));
-    t.stop = Some(tx);
-    t
+    app().await.with_worker()
+}
+
+impl TestApp {
+    /// Starts the worker (simulated driver) for this instance; it stops when the app is dropped.
+    pub fn with_worker(mut self) -> TestApp {
+        self.start_worker();
+        self
+    }
+
+    fn start_worker(&mut self) {
+        let t = self;
+        let (tx, rx) = watch::channel(false);
+        let driver = magnum_capi::server::driver_for(&t.state.config);
+        tokio::spawn(magnum_capi::worker::run(
+            t.state.clone(),
+            driver,
+            "test-worker".into(),
+            rx,
+        ));
+        t.stop = Some(tx);
+    }
 }
 
 /// Who sends a request.
@@ -235,14 +259,43 @@ impl TestApp {
         version: Option<&str>,
         body: Option<Value>,
     ) -> Resp {
+        let headers = [
+            ("x-user-id", who.user),
+            ("x-project-id", who.project),
+            ("x-roles", who.roles),
+        ];
+        self.send(&headers, method, path, version, body).await
+    }
+
+    /// A request carrying a Keystone token (`None`: no token at all).
+    pub async fn call_token(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        version: Option<&str>,
+        body: Option<Value>,
+    ) -> Resp {
+        let headers: Vec<(&str, &str)> = token.map(|t| ("x-auth-token", t)).into_iter().collect();
+        self.send(&headers, method, path, version, body).await
+    }
+
+    async fn send(
+        &self,
+        headers: &[(&str, &str)],
+        method: &str,
+        path: &str,
+        version: Option<&str>,
+        body: Option<Value>,
+    ) -> Resp {
         let mut b = Request::builder()
             .method(Method::from_bytes(method.as_bytes()).expect("method"))
             .uri(path)
             .header("host", "127.0.0.1:9511")
-            .header("accept", "application/json")
-            .header("x-user-id", who.user)
-            .header("x-project-id", who.project)
-            .header("x-roles", who.roles);
+            .header("accept", "application/json");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
         if let Some(v) = version {
             b = b.header("openstack-api-version", format!("container-infra {v}"));
         }

@@ -1,0 +1,94 @@
+//! The service under test wired to the real Keystone (tokens, catalog) and the fake
+//! Nova/Glance/Neutron registered in that catalog.
+
+use std::sync::{Arc, OnceLock};
+
+use magnum_capi::app::AuthMode;
+use magnum_capi::config::{Config, KeystoneConfig};
+use magnum_capi::openstack::Keystone as KeystoneClient;
+
+use super::fakecloud::FakeCloud;
+use super::keystone::{Keystone, SERVICE_PROJECT, SERVICE_USER, keystone, password};
+use super::{TestApp, app_with_auth};
+
+static CLOUD: OnceLock<FakeCloud> = OnceLock::new();
+
+/// The fake cloud of this process: served from its own runtime thread (it outlives every
+/// test's runtime) and registered in the Keystone catalog as `image`, `compute`, `network`.
+pub fn cloud() -> &'static FakeCloud {
+    CLOUD.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let c = FakeCloud::start().await;
+                let ks = keystone();
+                for (kind, name, url) in [
+                    ("image", "glance", c.image_url()),
+                    ("compute", "nova", c.compute_url()),
+                    ("network", "neutron", c.network_url()),
+                ] {
+                    ks.register_service(kind, name, &url)
+                        .await
+                        .expect("registering the fake cloud");
+                }
+                tx.send(c).expect("handing over the fake cloud");
+                std::future::pending::<()>().await
+            })
+        });
+        rx.recv().expect("fake cloud started")
+    })
+}
+
+/// `[keystone]` for the harness Keystone with the service user's password.
+pub fn keystone_config(ks: &Keystone) -> KeystoneConfig {
+    KeystoneConfig {
+        auth_url: Some(ks.url.clone()),
+        username: Some(SERVICE_USER.into()),
+        password: Some(password(SERVICE_USER).into()),
+        project_name: Some(SERVICE_PROJECT.into()),
+        ..Default::default()
+    }
+}
+
+/// Keystone and the fake cloud, started (blocking work kept off the test's runtime).
+pub async fn parts() -> (&'static Keystone, &'static FakeCloud) {
+    tokio::task::spawn_blocking(|| (keystone(), cloud()))
+        .await
+        .expect("starting Keystone and the fake cloud")
+}
+
+/// An instance on its own database whose requests are authenticated by the real Keystone, with
+/// the worker running.
+pub async fn keystone_app(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let (ks, _) = parts().await;
+    app_with_auth(
+        |cfg| {
+            cfg.keystone = keystone_config(ks);
+            tweak(cfg)
+        },
+        |cfg| {
+            AuthMode::Keystone(Arc::new(
+                KeystoneClient::new(&cfg.keystone, &cfg.openstack).expect("keystone client"),
+            ))
+        },
+    )
+    .await
+    .with_worker()
+}
+
+/// Tests that take the shared fake cloud or Keystone down, slow them or inspect the request log
+/// hold this exclusively; every other test of the process holds it shared.
+static ENV_USE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+pub async fn env_shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    ENV_USE.read().await
+}
+
+pub async fn env_exclusive() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    ENV_USE.write().await
+}
