@@ -61,3 +61,50 @@ fn invalid_values_are_refused() {
     std::fs::write(&path, "[driver]\nkind = \"heat\"\n").unwrap();
     assert!(Config::load(Some(&path)).is_err());
 }
+
+#[test]
+fn keystone_is_required_outside_dev_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    // Nothing configured: only `serve --dev` may run without Keystone.
+    std::fs::write(&path, "").unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(!cfg.keystone.active());
+    assert!(cfg.validate_for_serve(true).is_ok());
+    let err = cfg.validate_for_serve(false).unwrap_err().to_string();
+    assert!(err.contains("auth_url"), "{err}");
+    // Explicitly disabled: refused without --dev.
+    std::fs::write(&path, "[keystone]\nenabled = false\n").unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(cfg.validate_for_serve(true).is_ok());
+    let err = cfg.validate_for_serve(false).unwrap_err().to_string();
+    assert!(err.contains("only accepted with `serve --dev`"), "{err}");
+    // Configured: credentials are required, and secrets never show in Debug output.
+    std::fs::write(
+        &path,
+        "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\n",
+    )
+    .unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(cfg.keystone.active());
+    assert!(cfg.validate_for_serve(true).is_err());
+    std::fs::write(
+        &path,
+        "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\npassword = \"S3cret-pw\"\nproject_name = \"service\"\n",
+    )
+    .unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(cfg.validate_for_serve(false).is_ok());
+    assert!(!format!("{cfg:?}").contains("S3cret-pw"));
+    std::fs::write(
+        &path,
+        "[keystone]\nauth_url = \"http://k/v3\"\napplication_credential_id = \"id\"\n",
+    )
+    .unwrap();
+    let err = Config::load(Some(&path))
+        .unwrap()
+        .validate_for_serve(false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("application_credential_secret"), "{err}");
+}
