@@ -6,12 +6,21 @@
 //! with 50 templates, `GET /v1/clusters/detail?limit=1000` with 10,000 clusters (2 nodegroups
 //! each) in one project, `GET /v1/clusters/{uuid}`, and `POST /v1/clusters`.
 //! Run: `cargo bench --bench api_load` (BENCH_SECS=N to change the duration per scenario).
+//! `BENCH_KEYSTONE=1` runs the same scenarios with real tokens: the test harness's Keystone
+//! (tests/common/keystone.rs) validates them (cache warm after the first request) and the fake
+//! Glance/Nova/Neutron answers the look-ups of `POST /v1/clusters`; it also reports what a cold
+//! (uncached) token validation costs.
+
+#[path = "../tests/common/fakecloud.rs"]
+mod fakecloud;
+#[path = "../tests/common/keystone.rs"]
+mod keystone;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use magnum_capi::app::{App, AuthMode};
-use magnum_capi::config::Config;
+use magnum_capi::config::{Config, KeystoneConfig};
 use magnum_capi::db;
 use magnum_capi::devdb::EmbeddedPostgres;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -91,8 +100,8 @@ async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
     sqlx::query(
         "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id, master_flavor_id,
             keypair_id, external_network_id, network_driver, docker_volume_size, coe, labels, server_type, driver, dns_nameserver, public)
-         SELECT gen_random_uuid(), $1, 'bench-user', 'template-' || g, 'ubuntu-jammy', 'm1.small', 'm1.medium',
-            'kp', 'public', 'calico', 20, 'kubernetes', '{\"kube_tag\": \"v1.30.4\", \"auto_healing_enabled\": \"true\"}',
+         SELECT gen_random_uuid(), $1, 'bench-user', 'template-' || g, 'fedora-coreos-40', 'm1.small', 'm1.medium',
+            'default', 'public', 'calico', 20, 'kubernetes', '{\"kube_tag\": \"v1.30.4\", \"auto_healing_enabled\": \"true\"}',
             'vm', 'k8s_capi_rust_v1', '8.8.8.8', true
            FROM generate_series(1, 50) g",
     )
@@ -108,7 +117,7 @@ async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
     sqlx::query(
         "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair, docker_volume_size,
             labels, master_flavor_id, flavor_id, stack_id, status, create_timeout, api_address, coe_version)
-         SELECT gen_random_uuid(), $1, 'bench-user', 'cluster-' || g, $2, 'kp', 20,
+         SELECT gen_random_uuid(), $1, 'bench-user', 'cluster-' || g, $2, 'default', 20,
             '{\"kube_tag\": \"v1.30.4\", \"extra\": \"x\"}', 'm1.medium', 'm1.small', 'c' || md5(g::text),
             'CREATE_COMPLETE', 60, 'https://192.0.2.1:6443', 'v1.30.4'
            FROM generate_series(1, 10000) g",
@@ -136,12 +145,47 @@ async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
     (ct.to_string(), cl.to_string())
 }
 
+/// What a request costs when its token is not cached yet: fresh tokens, one request each.
+async fn cold_validations(ks: &keystone::Keystone, base: &str) {
+    const N: usize = 10;
+    let mut tokens = Vec::new();
+    for _ in 0..N {
+        tokens.push(ks.issue_token("alice", "alpha").await.expect("token"));
+    }
+    let client = reqwest::Client::new();
+    let url = format!("{base}/v1/clusters/detail?limit=1");
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for t in &tokens {
+        for lat in [&mut cold, &mut warm] {
+            let start = Instant::now();
+            let r = client
+                .get(&url)
+                .header("x-auth-token", t)
+                .send()
+                .await
+                .expect("request");
+            assert!(r.status().is_success(), "{}", r.status());
+            lat.push(start.elapsed());
+        }
+    }
+    let avg = |v: &[Duration]| v.iter().sum::<Duration>().as_secs_f64() * 1000.0 / v.len() as f64;
+    println!(
+        "token validation: first request with a new token {:.1} ms (mean of {N}), the next {:.2} ms",
+        avg(&cold),
+        avg(&warm)
+    );
+}
+
 fn main() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let secs: u64 = std::env::var("BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
+    let with_keystone = std::env::var("BENCH_KEYSTONE").is_ok_and(|v| v == "1");
+    // Started before the runtime: the harness blocks while Keystone boots.
+    let ks = with_keystone.then(keystone::keystone);
     let pg = EmbeddedPostgres::start().expect("PostgreSQL");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -153,11 +197,47 @@ fn main() {
         cfg.database.url = Some(url.clone());
         cfg.database.max_connections = 24;
         cfg.operations.worker_enabled = false;
+        cfg.quotas.max_clusters_per_project = 1_000_000;
         let pool = db::connect(&url, &cfg.database).await.expect("pool");
         db::migrate(&pool).await.expect("migrate");
-        let project = "bench-project";
-        let (template, cluster) = seed(&pool, project).await;
-        let state = App::new(pool, cfg, AuthMode::DevHeaders);
+        let mut headers = HeaderMap::new();
+        let mut _cloud = None;
+        let (project, auth) = match ks {
+            Some(ks) => {
+                let cloud = fakecloud::FakeCloud::start().await;
+                for (kind, name, u) in [
+                    ("image", "glance", cloud.image_url()),
+                    ("compute", "nova", cloud.compute_url()),
+                    ("network", "neutron", cloud.network_url()),
+                ] {
+                    ks.register_service(kind, name, &u).await.expect("catalog");
+                }
+                _cloud = Some(cloud);
+                cfg.keystone = KeystoneConfig {
+                    auth_url: Some(ks.url.clone()),
+                    username: Some(keystone::SERVICE_USER.into()),
+                    password: Some(keystone::password(keystone::SERVICE_USER).into()),
+                    project_name: Some(keystone::SERVICE_PROJECT.into()),
+                    ..Default::default()
+                };
+                let client = magnum_capi::openstack::Keystone::new(&cfg.keystone, &cfg.openstack)
+                    .expect("keystone client");
+                let token = ks.token("alice", "alpha").await;
+                headers.insert("x-auth-token", HeaderValue::from_str(&token).expect("token"));
+                (
+                    ks.project_id("alpha").to_string(),
+                    AuthMode::Keystone(Arc::new(client)),
+                )
+            }
+            None => {
+                headers.insert("x-project-id", HeaderValue::from_static("bench-project"));
+                headers.insert("x-user-id", HeaderValue::from_static("bench-user"));
+                headers.insert("x-roles", HeaderValue::from_static("member,reader"));
+                ("bench-project".to_string(), AuthMode::DevHeaders)
+            }
+        };
+        let (template, cluster) = seed(&pool, &project).await;
+        let state = App::new(pool, cfg, auth);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -168,10 +248,6 @@ fn main() {
                 .await
                 .expect("serve");
         });
-        let mut headers = HeaderMap::new();
-        headers.insert("x-project-id", HeaderValue::from_static("bench-project"));
-        headers.insert("x-user-id", HeaderValue::from_static("bench-user"));
-        headers.insert("x-roles", HeaderValue::from_static("member,reader"));
         headers.insert("accept", HeaderValue::from_static("application/json"));
         let client = Arc::new(
             reqwest::Client::builder()
@@ -182,8 +258,12 @@ fn main() {
         );
         let base = format!("http://{addr}");
         println!(
-            "magnum-capi load benchmark: {CONCURRENCY} connections, {secs} s per scenario, loopback"
+            "magnum-capi load benchmark: {CONCURRENCY} connections, {secs} s per scenario, loopback, {}",
+            if with_keystone { "real Keystone tokens (cache warm)" } else { "--dev identity headers" }
         );
+        if let Some(ks) = ks {
+            cold_validations(ks, &base).await;
+        }
         let s = load(&client, &format!("{base}/v1/clustertemplates"), secs, None).await;
         report("GET /v1/clustertemplates (50 templates)", &s);
         let s = load(

@@ -16,7 +16,10 @@ async fn root_advertises_1_14() {
 fn serve_without_keystone_needs_dev_mode() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
         .args(["serve"])
-        .env("MAGNUM_CAPI__DATABASE__URL", "postgres://nobody@127.0.0.1:1/none")
+        .env(
+            "MAGNUM_CAPI__DATABASE__URL",
+            "postgres://nobody@127.0.0.1:1/none",
+        )
         .env("MAGNUM_CAPI__HTTP__BIND", "127.0.0.1:0")
         .output()
         .unwrap();
@@ -26,7 +29,10 @@ fn serve_without_keystone_needs_dev_mode() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
         .args(["serve"])
         .env("MAGNUM_CAPI__KEYSTONE__ENABLED", "false")
-        .env("MAGNUM_CAPI__DATABASE__URL", "postgres://nobody@127.0.0.1:1/none")
+        .env(
+            "MAGNUM_CAPI__DATABASE__URL",
+            "postgres://nobody@127.0.0.1:1/none",
+        )
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -114,6 +114,40 @@ pub async fn keypair_exists(s: &UserSession, name: &str) -> Result<bool, OpenSta
     }
 }
 
+/// Rows that have an id (to merge the by-name and by-id answers).
+trait HasId {
+    fn id(&self) -> &str;
+}
+
+impl HasId for Network {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl HasId for Subnet {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Neutron filters by one attribute at a time; Magnum matches name or id, so ask both ways and
+/// merge (`fetch(by_id)`).
+async fn by_name_or_id<T, F, Fut>(fetch: F) -> Result<Vec<T>, OpenStackError>
+where
+    T: HasId,
+    F: Fn(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, OpenStackError>>,
+{
+    let mut found = fetch(false).await?;
+    for row in fetch(true).await? {
+        if !found.iter().any(|f| f.id() == row.id()) {
+            found.push(row);
+        }
+    }
+    Ok(found)
+}
+
 /// Networks whose name or id is `ident`; only `router:external` ones when `external`.
 pub async fn networks(
     s: &UserSession,
@@ -121,8 +155,7 @@ pub async fn networks(
     external: bool,
 ) -> Result<Vec<Network>, OpenStackError> {
     const SVC: &str = "Neutron";
-    let mut found: Vec<Network> = Vec::new();
-    for by_id in [false, true] {
+    by_name_or_id(|by_id| async move {
         let mut b = network_list::Request::builder();
         if by_id {
             b.id(ident);
@@ -132,35 +165,22 @@ pub async fn networks(
         if external {
             b.router_external(true);
         }
-        let ep = b.build().map_err(|e| builder_error(SVC, e))?;
-        let page: Vec<Network> = query(s, SVC, ep).await?;
-        found.extend(
-            page.into_iter()
-                .filter(|n| !found.iter().any(|f| f.id == n.id))
-                .collect::<Vec<_>>(),
-        );
-    }
-    Ok(found)
+        query(s, SVC, b.build().map_err(|e| builder_error(SVC, e))?).await
+    })
+    .await
 }
 
 /// Subnets whose name or id is `ident`.
 pub async fn subnets(s: &UserSession, ident: &str) -> Result<Vec<Subnet>, OpenStackError> {
     const SVC: &str = "Neutron";
-    let mut found: Vec<Subnet> = Vec::new();
-    for by_id in [false, true] {
+    by_name_or_id(|by_id| async move {
         let mut b = subnet_list::Request::builder();
         if by_id {
             b.id(ident);
         } else {
             b.name(ident);
         }
-        let ep = b.build().map_err(|e| builder_error(SVC, e))?;
-        let page: Vec<Subnet> = query(s, SVC, ep).await?;
-        found.extend(
-            page.into_iter()
-                .filter(|n| !found.iter().any(|f| f.id == n.id))
-                .collect::<Vec<_>>(),
-        );
-    }
-    Ok(found)
+        query(s, SVC, b.build().map_err(|e| builder_error(SVC, e))?).await
+    })
+    .await
 }

@@ -102,12 +102,18 @@ pub async fn keypair(s: &UserSession, name: &str) -> ApiResult<()> {
     }
 }
 
-/// One match or Magnum's errors for none (400) and several (409).
-fn unique<T>(found: Vec<T>, none: String, many: String) -> ApiResult<T> {
+/// One match or Magnum's errors for none (400: "Unable to find <kind> X.") and several (409).
+fn unique<T>(found: Vec<T>, kind: &str, plural: &str, ident: &str) -> ApiResult<T> {
     match <[_; 1]>::try_from(found) {
         Ok([one]) => Ok(one),
-        Err(v) if v.is_empty() => Err(DomainError::BadRequest(none).into()),
-        Err(_) => Err(DomainError::Conflict(many).into()),
+        Err(v) if v.is_empty() => {
+            Err(DomainError::BadRequest(format!("Unable to find {kind} {ident}.")).into())
+        }
+        Err(_) => Err(DomainError::Conflict(format!(
+            "Multiple {plural} exist with same name '{ident}'. Please use the {} ID instead.",
+            kind.trim_start_matches("fixed ")
+        ))
+        .into()),
     }
 }
 
@@ -116,14 +122,7 @@ pub async fn external_network(s: &UserSession, ident: &str) -> ApiResult<String>
     let found = lookups::networks(s, ident, true)
         .await
         .map_err(|e| or_else(e, DomainError::not_authorized))?;
-    Ok(unique(
-        found,
-        format!("Unable to find external network {ident}."),
-        format!(
-            "Multiple external networks exist with same name '{ident}'. Please use the external network ID instead."
-        ),
-    )?
-    .id)
+    Ok(unique(found, "external network", "external networks", ident)?.id)
 }
 
 /// Any Neutron network by name or id.
@@ -131,14 +130,7 @@ pub async fn fixed_network(s: &UserSession, ident: &str) -> ApiResult<String> {
     let found = lookups::networks(s, ident, false)
         .await
         .map_err(|e| or_else(e, DomainError::not_authorized))?;
-    Ok(unique(
-        found,
-        format!("Unable to find fixed network {ident}."),
-        format!(
-            "Multiple networks exist with same name '{ident}'. Please use the network ID instead."
-        ),
-    )?
-    .id)
+    Ok(unique(found, "fixed network", "networks", ident)?.id)
 }
 
 /// A Neutron subnet by name or id.
@@ -146,14 +138,7 @@ pub async fn fixed_subnet(s: &UserSession, ident: &str) -> ApiResult<String> {
     let found = lookups::subnets(s, ident)
         .await
         .map_err(|e| or_else(e, DomainError::not_authorized))?;
-    Ok(unique(
-        found,
-        format!("Unable to find fixed subnet {ident}."),
-        format!(
-            "Multiple subnets exist with same name '{ident}'. Please use the subnet ID instead."
-        ),
-    )?
-    .id)
+    Ok(unique(found, "fixed subnet", "subnets", ident)?.id)
 }
 
 /// What a template or cluster names in OpenStack, after inheritance.
