@@ -80,8 +80,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve { config, dev } => {
             let cfg = Config::load(config.as_deref())?;
-            cfg.validate_for_serve(dev)?;
             server::load_policy(&cfg)?;
+            cfg.validate_for_serve(dev)?;
             let mut embedded = None;
             let url = match (&cfg.database.url, dev) {
                 (Some(url), _) => url.clone(),
