@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use magnum_capi::app::{App, AuthMode};
-use magnum_capi::config::{Config, KeystoneConfig};
+use magnum_capi::config::Config;
 use magnum_capi::db;
 use magnum_capi::devdb::EmbeddedPostgres;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -205,21 +205,11 @@ fn main() {
         let (project, auth) = match ks {
             Some(ks) => {
                 let cloud = fakecloud::FakeCloud::start().await;
-                for (kind, name, u) in [
-                    ("image", "glance", cloud.image_url()),
-                    ("compute", "nova", cloud.compute_url()),
-                    ("network", "neutron", cloud.network_url()),
-                ] {
-                    ks.register_service(kind, name, &u).await.expect("catalog");
-                }
+                ks.register_services(&cloud.catalog())
+                    .await
+                    .expect("catalog");
                 _cloud = Some(cloud);
-                cfg.keystone = KeystoneConfig {
-                    auth_url: Some(ks.url.clone()),
-                    username: Some(keystone::SERVICE_USER.into()),
-                    password: Some(keystone::password(keystone::SERVICE_USER).into()),
-                    project_name: Some(keystone::SERVICE_PROJECT.into()),
-                    ..Default::default()
-                };
+                cfg.keystone = ks.service_config();
                 let client = magnum_capi::openstack::Keystone::new(&cfg.keystone, &cfg.openstack)
                     .expect("keystone client");
                 let token = ks.token("alice", "alpha").await;

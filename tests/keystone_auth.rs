@@ -760,3 +760,46 @@ async fn resolved_of(app: &common::TestApp, table: &str, uuid: &str) -> Value {
         .await
         .unwrap()
 }
+
+/// The service may authenticate with an application credential instead of a password; a wrong
+/// secret leaves it unable to validate anything (503, never 500 or a pass).
+#[tokio::test]
+async fn the_service_can_authenticate_with_an_application_credential() {
+    let _env = env_shared().await;
+    let (ks, _) = parts().await;
+    let svc = ks.service_token().await;
+    let path = format!(
+        "/users/{}/application_credentials",
+        ks.user_id(common::keystone::SERVICE_USER)
+    );
+    let body = json!({"application_credential": {
+        "name": format!("magnum-capi-test-{}", uuid::Uuid::new_v4().simple())}});
+    let (status, cred) = ks
+        .request("POST", &path, Some(&svc), None, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "{cred}");
+    let id = cred["application_credential"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let secret = cred["application_credential"]["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let alice = ks.token("alice", "alpha").await;
+    // (Keystone hashes secrets with bcrypt, which reads 72 bytes: a wrong one must differ early.)
+    for (secret, want) in [("not-the-secret".to_string(), 503), (secret, 200)] {
+        let app = keystone_app(|c| {
+            c.keystone.username = None;
+            c.keystone.password = None;
+            c.keystone.project_name = None;
+            c.keystone.application_credential_id = Some(id.clone());
+            c.keystone.application_credential_secret = Some(secret.into());
+        })
+        .await;
+        app.call_token(Some(&alice), "GET", "/v1/clusters", None, None)
+            .await
+            .assert_status(want);
+    }
+}

@@ -61,7 +61,7 @@ impl From<OpenStackError> for ApiError {
                 ApiError::Domain(DomainError::NotFound(format!("{what} could not be found.")))
             }
             OpenStackError::Forbidden(_) => ApiError::Domain(DomainError::not_authorized()),
-            e @ (OpenStackError::Unavailable { .. } | OpenStackError::NoEndpoint(_)) => {
+            e @ OpenStackError::Unavailable { .. } => {
                 tracing::warn!(error = %e, "OpenStack call failed");
                 ApiError::Unavailable(format!("{e}. Please retry later."))
             }

@@ -12,15 +12,14 @@ use openstack_sdk::AsyncOpenStack;
 use openstack_sdk::api::identity::v3::auth::token::get as token_get;
 use openstack_sdk::api::identity::v3::project::get as project_get;
 use openstack_sdk::config::{Auth, CloudConfig};
-use openstack_sdk_core::api::QueryAsync;
 use secrecy::SecretString;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
+use tokio::sync::OnceCell;
 
 use super::catalog::Catalog;
 use super::session::UserSession;
-use super::{OpenStackError, from_api_error};
+use super::{OpenStackError, builder_error, query_found};
 use crate::config::{KeystoneConfig, OpenStackConfig};
 
 const SERVICE: &str = "Keystone";
@@ -44,13 +43,6 @@ pub struct Identity {
     pub system_scope: bool,
     pub expires_at: DateTime<Utc>,
     pub catalog: Arc<Catalog>,
-}
-
-impl Identity {
-    /// `is_admin` as Magnum's context computes it (`role:admin`).
-    pub fn is_admin(&self) -> bool {
-        self.roles.iter().any(|r| r.eq_ignore_ascii_case("admin"))
-    }
 }
 
 /// The parts of Keystone's token document we read (`GET /v3/auth/tokens` → `token`).
@@ -140,7 +132,7 @@ impl Expiry<[u8; 32], Cached> for TokenExpiry {
 pub struct Keystone {
     cloud: CloudConfig,
     timeout: Duration,
-    session: Mutex<Option<AsyncOpenStack>>,
+    session: OnceCell<AsyncOpenStack>,
     cache: Cache<[u8; 32], Cached>,
     /// For calls made with callers' tokens (Glance, Nova, Neutron).
     user_http: reqwest::Client,
@@ -161,6 +153,10 @@ impl std::fmt::Debug for Keystone {
 impl Keystone {
     /// Builds the client from validated configuration (`[keystone]` active).
     pub fn new(cfg: &KeystoneConfig, os: &OpenStackConfig) -> Result<Self, OpenStackError> {
+        // The SDK finds auth plugins by registration; the ones we configure must be linked in
+        // (see Cargo.toml: the SDK's own anchors are empty in the published crate).
+        std::hint::black_box(&openstack_sdk_auth_password::ANCHOR);
+        std::hint::black_box(&openstack_sdk_auth_applicationcredential::ANCHOR);
         let bad = |m: String| OpenStackError::unavailable(SERVICE, m);
         let auth_url = cfg
             .auth_url
@@ -220,7 +216,7 @@ impl Keystone {
         Ok(Keystone {
             cloud,
             timeout: Duration::from_secs(cfg.timeout_secs),
-            session: Mutex::new(None),
+            session: OnceCell::new(),
             cache,
             user_http,
             user_timeout: Duration::from_secs(os.timeout_secs),
@@ -235,31 +231,25 @@ impl Keystone {
         format!("Keystone uri=\"{}\"", self.www_authenticate)
     }
 
-    /// The service's own authenticated session, connecting first when needed.
-    async fn service(&self) -> Result<AsyncOpenStack, OpenStackError> {
-        let mut guard = self.session.lock().await;
-        if let Some(s) = guard.as_ref() {
-            return Ok(s.clone());
-        }
-        let connect = AsyncOpenStack::builder(&self.cloud)
-            .disable_auth_cache(true)
-            .http_timeout(self.timeout)
-            .http_connect_timeout(self.timeout.min(Duration::from_secs(5)))
-            .connect();
-        let session = tokio::time::timeout(self.timeout, connect)
+    /// The service's own authenticated session, connecting on first use (and again on the next
+    /// call after a failed attempt). The SDK re-authenticates by itself when its token expires.
+    async fn service(&self) -> Result<&AsyncOpenStack, OpenStackError> {
+        self.session
+            .get_or_try_init(|| async {
+                let connect = AsyncOpenStack::builder(&self.cloud)
+                    .disable_auth_cache(true)
+                    .http_timeout(self.timeout)
+                    .http_connect_timeout(self.timeout.min(Duration::from_secs(5)))
+                    .connect();
+                tokio::time::timeout(self.timeout, connect)
+                    .await
+                    .map_err(|_| OpenStackError::unavailable(SERVICE, "timed out authenticating"))?
+                    .map_err(|e| {
+                        tracing::error!(error = %e, "cannot authenticate the service user with Keystone");
+                        OpenStackError::unavailable(SERVICE, "cannot authenticate the service user")
+                    })
+            })
             .await
-            .map_err(|_| OpenStackError::unavailable(SERVICE, "timed out authenticating"))?
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot authenticate the service user with Keystone");
-                OpenStackError::unavailable(SERVICE, "cannot authenticate the service user")
-            })?;
-        *guard = Some(session.clone());
-        Ok(session)
-    }
-
-    /// Forgets the service session (after a failure it may be stale).
-    async fn reset(&self) {
-        *self.session.lock().await = None;
     }
 
     /// The identity `token` speaks for: from the cache, or validated with Keystone.
@@ -282,24 +272,20 @@ impl Keystone {
         let ep = token_get::Request::builder()
             .header(HeaderName::from_static("x-subject-token"), subject)
             .build()
-            .map_err(|e| OpenStackError::unavailable(SERVICE, e))?;
+            .map_err(|e| builder_error(SERVICE, e))?;
         let session = self.service().await?;
         let started = Instant::now();
-        let answer: Result<TokenDoc, _> =
-            match tokio::time::timeout(self.timeout, ep.query_async(&session)).await {
-                Ok(r) => r.map_err(|e| from_api_error(SERVICE, e)),
-                Err(_) => Err(OpenStackError::unavailable(SERVICE, "timed out")),
-            };
+        let answer: Result<Option<TokenDoc>, _> =
+            query_found(session, SERVICE, self.timeout, ep).await;
         tracing::debug!(
             elapsed_ms = started.elapsed().as_millis(),
             "token validated with Keystone"
         );
         match answer {
-            Ok(doc) => Ok(Cached::Valid(Arc::new(doc.into()))),
-            Err(OpenStackError::NotFound(_)) => Ok(Cached::Invalid),
+            Ok(Some(doc)) => Ok(Cached::Valid(Arc::new(doc.into()))),
+            Ok(None) => Ok(Cached::Invalid),
             Err(e) => {
                 tracing::warn!(error = %e, "token validation failed");
-                self.reset().await;
                 Err(e)
             }
         }
@@ -310,21 +296,11 @@ impl Keystone {
         let ep = project_get::Request::builder()
             .id(project_id)
             .build()
-            .map_err(|e| OpenStackError::unavailable(SERVICE, e))?;
+            .map_err(|e| builder_error(SERVICE, e))?;
         let session = self.service().await?;
-        let answer: Result<serde_json::Value, _> =
-            match tokio::time::timeout(self.timeout, ep.query_async(&session)).await {
-                Ok(r) => r.map_err(|e| from_api_error(SERVICE, e)),
-                Err(_) => Err(OpenStackError::unavailable(SERVICE, "timed out")),
-            };
-        match answer {
-            Ok(_) => Ok(true),
-            Err(OpenStackError::NotFound(_)) => Ok(false),
-            Err(e) => {
-                self.reset().await;
-                Err(e)
-            }
-        }
+        let found: Option<serde_json::Value> =
+            query_found(session, SERVICE, self.timeout, ep).await?;
+        Ok(found.is_some())
     }
 
     /// A client for the other services, acting with the caller's token and catalog.
@@ -337,11 +313,6 @@ impl Keystone {
             self.region.clone(),
             self.user_timeout,
         )
-    }
-
-    /// Drops every cached validation (tests and operators' reload hooks).
-    pub fn clear_cache(&self) {
-        self.cache.invalidate_all();
     }
 }
 
@@ -370,7 +341,6 @@ mod tests {
         assert_eq!(id.project_id.as_deref(), Some("p1"));
         assert_eq!(id.project_name.as_deref(), Some("alpha"));
         assert_eq!(id.roles, ["member", "reader"]);
-        assert!(!id.is_admin());
         assert!(!id.system_scope);
         assert_eq!(
             id.catalog.url("image", "public", None),
@@ -387,7 +357,7 @@ mod tests {
         .unwrap();
         let id = Identity::from(doc);
         assert!(id.system_scope);
-        assert!(id.is_admin());
+        assert_eq!(id.roles, ["admin"]);
         assert_eq!(id.project_id, None);
     }
 

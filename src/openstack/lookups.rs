@@ -6,12 +6,12 @@ use openstack_sdk::api::compute::v2::keypair::get_20 as keypair_get;
 use openstack_sdk::api::image::v2::image::{get as image_get, list as image_list};
 use openstack_sdk::api::network::v2::network::list as network_list;
 use openstack_sdk::api::network::v2::subnet::list as subnet_list;
-use openstack_sdk_core::api::{QueryAsync, RestEndpoint};
+use openstack_sdk_core::api::RestEndpoint;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::session::UserSession;
-use super::{OpenStackError, from_api_error};
+use super::{OpenStackError, builder_error, query_found};
 
 /// A Glance image, with the properties Magnum reads.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -51,23 +51,13 @@ pub struct Subnet {
     pub network_id: String,
 }
 
-/// One query with the per-call timeout, its errors mapped to ours.
+/// One query as the caller, within the configured per-call timeout.
 async fn query<T, E>(s: &UserSession, service: &str, ep: E) -> Result<T, OpenStackError>
 where
     E: RestEndpoint + Sync,
     T: DeserializeOwned + Send + 'static,
 {
-    match tokio::time::timeout(s.timeout(), ep.query_async(s)).await {
-        Ok(r) => r.map_err(|e| from_api_error(service, e)),
-        Err(_) => Err(OpenStackError::unavailable(
-            service,
-            format!("no answer within {}s", s.timeout().as_secs()),
-        )),
-    }
-}
-
-fn builder_error(service: &str, e: impl std::fmt::Display) -> OpenStackError {
-    OpenStackError::unavailable(service, format!("building the request: {e}"))
+    super::query(s, service, s.timeout(), ep).await
 }
 
 /// Images whose id (when `ident` is a UUID) or name is `ident`.
@@ -78,10 +68,8 @@ pub async fn images(s: &UserSession, ident: &str) -> Result<Vec<Image>, OpenStac
             .id(ident)
             .build()
             .map_err(|e| builder_error(SVC, e))?;
-        match query::<Image, _>(s, SVC, ep).await {
-            Ok(img) => return Ok(vec![img]),
-            Err(OpenStackError::NotFound(_)) => {}
-            Err(e) => return Err(e),
+        if let Some(img) = query_found::<Image, _, _>(s, SVC, s.timeout(), ep).await? {
+            return Ok(vec![img]);
         }
     }
     let ep = image_list::Request::builder()
@@ -107,11 +95,8 @@ pub async fn keypair_exists(s: &UserSession, name: &str) -> Result<bool, OpenSta
         .id(name)
         .build()
         .map_err(|e| builder_error(SVC, e))?;
-    match query::<serde_json::Value, _>(s, SVC, ep).await {
-        Ok(_) => Ok(true),
-        Err(OpenStackError::NotFound(_)) => Ok(false),
-        Err(e) => Err(e),
-    }
+    let found: Option<serde_json::Value> = query_found(s, SVC, s.timeout(), ep).await?;
+    Ok(found.is_some())
 }
 
 /// Rows that have an id (to merge the by-name and by-id answers).

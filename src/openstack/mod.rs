@@ -19,9 +19,6 @@ pub enum OpenStackError {
     /// A service could not be reached, timed out or answered unexpectedly (503).
     #[error("{service} is unavailable: {detail}")]
     Unavailable { service: String, detail: String },
-    /// The caller's catalog has no endpoint of this service type (503: the cloud is misregistered).
-    #[error("the service catalog has no {0} endpoint")]
-    NoEndpoint(String),
     /// The remote service answered 404.
     #[error("{0} not found")]
     NotFound(String),
@@ -37,6 +34,53 @@ impl OpenStackError {
             detail: detail.to_string(),
         }
     }
+}
+
+/// One SDK request on `client` within `timeout`, its errors mapped to ours. Every call to
+/// Keystone, Glance, Nova and Neutron goes through here.
+pub(crate) async fn query<T, E, C>(
+    client: &C,
+    service: &str,
+    timeout: std::time::Duration,
+    ep: E,
+) -> Result<T, OpenStackError>
+where
+    E: openstack_sdk_core::api::RestEndpoint + Sync,
+    C: openstack_sdk_core::api::AsyncClient + Sync,
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    use openstack_sdk_core::api::QueryAsync;
+    match tokio::time::timeout(timeout, ep.query_async(client)).await {
+        Ok(r) => r.map_err(|e| from_api_error(service, e)),
+        Err(_) => Err(OpenStackError::unavailable(
+            service,
+            format!("no answer within {}s", timeout.as_secs()),
+        )),
+    }
+}
+
+/// As [`query`], with the service's 404 as `None`.
+pub(crate) async fn query_found<T, E, C>(
+    client: &C,
+    service: &str,
+    timeout: std::time::Duration,
+    ep: E,
+) -> Result<Option<T>, OpenStackError>
+where
+    E: openstack_sdk_core::api::RestEndpoint + Sync,
+    C: openstack_sdk_core::api::AsyncClient + Sync,
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    match query(client, service, timeout, ep).await {
+        Ok(v) => Ok(Some(v)),
+        Err(OpenStackError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A request builder refused its input (a value that cannot be sent, e.g. in a header).
+pub(crate) fn builder_error(service: &str, e: impl std::fmt::Display) -> OpenStackError {
+    OpenStackError::unavailable(service, format!("building the request: {e}"))
 }
 
 /// Turns an SDK query error into ours: 404/403 keep their meaning, everything else (connection

@@ -220,6 +220,15 @@ impl FakeCloud {
     }
 
     /// Glance, unversioned (clients append `/v2`).
+    /// `(service type, name, URL)` of each fake service, for registering in a catalog.
+    pub fn catalog(&self) -> [(&'static str, &'static str, String); 3] {
+        [
+            ("image", "glance", self.image_url()),
+            ("compute", "nova", self.compute_url()),
+            ("network", "neutron", self.network_url()),
+        ]
+    }
+
     pub fn image_url(&self) -> String {
         format!("{}/image", self.base)
     }

@@ -442,6 +442,26 @@ impl Keystone {
         }
     }
 
+    /// `[keystone]` of the service under test: this Keystone, the service user's password.
+    pub fn service_config(&self) -> magnum_capi::config::KeystoneConfig {
+        magnum_capi::config::KeystoneConfig {
+            auth_url: Some(self.url.clone()),
+            username: Some(SERVICE_USER.into()),
+            password: Some(password(SERVICE_USER).into()),
+            project_name: Some(SERVICE_PROJECT.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Registers `(type, name, url)` services (e.g. a fake cloud's), each with one public
+    /// endpoint in RegionOne.
+    pub async fn register_services(&self, services: &[(&str, &str, String)]) -> Result<()> {
+        for (kind, name, url) in services {
+            self.register_service(kind, name, url).await?;
+        }
+        Ok(())
+    }
+
     /// Registers another service (`image`, `compute`, `network`, …) with one public endpoint in
     /// RegionOne, so it appears in every token's catalog.
     pub async fn register_service(&self, service_type: &str, name: &str, url: &str) -> Result<()> {

@@ -4,11 +4,11 @@
 use std::sync::{Arc, OnceLock};
 
 use magnum_capi::app::AuthMode;
-use magnum_capi::config::{Config, KeystoneConfig};
+use magnum_capi::config::Config;
 use magnum_capi::openstack::Keystone as KeystoneClient;
 
 use super::fakecloud::FakeCloud;
-use super::keystone::{Keystone, SERVICE_PROJECT, SERVICE_USER, keystone, password};
+use super::keystone::{Keystone, keystone};
 use super::{TestApp, app_with_auth};
 
 static CLOUD: OnceLock<FakeCloud> = OnceLock::new();
@@ -27,32 +27,15 @@ pub fn cloud() -> &'static FakeCloud {
             rt.block_on(async move {
                 let c = FakeCloud::start().await;
                 let ks = keystone();
-                for (kind, name, url) in [
-                    ("image", "glance", c.image_url()),
-                    ("compute", "nova", c.compute_url()),
-                    ("network", "neutron", c.network_url()),
-                ] {
-                    ks.register_service(kind, name, &url)
-                        .await
-                        .expect("registering the fake cloud");
-                }
+                ks.register_services(&c.catalog())
+                    .await
+                    .expect("registering the fake cloud");
                 tx.send(c).expect("handing over the fake cloud");
                 std::future::pending::<()>().await
             })
         });
         rx.recv().expect("fake cloud started")
     })
-}
-
-/// `[keystone]` for the harness Keystone with the service user's password.
-pub fn keystone_config(ks: &Keystone) -> KeystoneConfig {
-    KeystoneConfig {
-        auth_url: Some(ks.url.clone()),
-        username: Some(SERVICE_USER.into()),
-        password: Some(password(SERVICE_USER).into()),
-        project_name: Some(SERVICE_PROJECT.into()),
-        ..Default::default()
-    }
 }
 
 /// Keystone and the fake cloud, started (blocking work kept off the test's runtime).
@@ -68,7 +51,7 @@ pub async fn keystone_app(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let (ks, _) = parts().await;
     app_with_auth(
         |cfg| {
-            cfg.keystone = keystone_config(ks);
+            cfg.keystone = ks.service_config();
             tweak(cfg)
         },
         |cfg| {
