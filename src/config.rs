@@ -31,6 +31,7 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub keystone: KeystoneConfig,
     pub openstack: OpenStackConfig,
+    pub capi: CapiConfig,
 }
 
 /// `[keystone]`: how tokens are validated (what keystonemiddleware's `[keystone_authtoken]` is for
@@ -154,6 +155,68 @@ impl Default for OpenStackConfig {
         Self {
             timeout_secs: 10,
             default_boot_volume_size: 0,
+        }
+    }
+}
+
+/// `[capi]`: the management cluster and what is rendered onto it. The first four key names are
+/// fixed for deployment tooling (devstack writes them).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CapiConfig {
+    /// Kubeconfig of the management cluster; unset: `KUBECONFIG`, then in-cluster. With
+    /// `serve --dev` and neither, an in-process simulated management cluster is started.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Namespaces are `<prefix>-<project_id>`.
+    pub namespace_prefix: String,
+    /// Operator overrides: a file here replaces the built-in template of the same name.
+    pub templates_dir: Option<std::path::PathBuf>,
+    /// Server-side-apply field manager.
+    pub field_manager: String,
+    /// Pod network of every workload cluster (`calico_ipv4pool` / `cilium_ipv4pool` override it).
+    pub pod_cidr: String,
+    /// Service network (`service_cluster_ip_range` overrides it).
+    pub service_cidr: String,
+    /// Node subnet CAPO creates when no fixed network is given (`fixed_subnet_cidr` overrides it).
+    pub node_cidr: String,
+    /// Kubernetes version when neither `kube_tag` nor the image's `kube_version` gives one.
+    pub default_kube_version: String,
+    /// Octavia provider of the API load balancer and CCM (`octavia_provider` overrides it).
+    pub octavia_provider: String,
+    /// Minutes an update (resize, upgrade, nodegroup change) may take before `UPDATE_FAILED`.
+    pub update_timeout_mins: u64,
+    /// Minutes a delete may wait for CAPI before the operation reports `DELETE_FAILED`.
+    pub delete_timeout_mins: u64,
+    /// CA bundle written as `cacert` into each cluster's cloud-credentials Secret (the CA of the
+    /// OpenStack endpoints); unset: `[keystone] cafile`, else none.
+    pub cloud_ca_file: Option<std::path::PathBuf>,
+    /// Interface the workload cluster's OpenStack clients use (`public` or `internal`).
+    pub app_cred_interface: String,
+    /// Directory of CAPI/CAPO CRD files; when set, the simulated management cluster validates
+    /// every write against them.
+    pub crd_dir: Option<std::path::PathBuf>,
+    /// Simulated management cluster (`serve --dev` / tests only): milliseconds each step takes.
+    pub sim_step_ms: u64,
+}
+
+impl Default for CapiConfig {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            namespace_prefix: "magnum".into(),
+            templates_dir: None,
+            field_manager: "magnum-capi".into(),
+            pod_cidr: "172.16.0.0/13".into(),
+            service_cidr: "172.24.0.0/13".into(),
+            node_cidr: "10.0.0.0/24".into(),
+            default_kube_version: "v1.33.5".into(),
+            octavia_provider: "amphora".into(),
+            update_timeout_mins: 60,
+            delete_timeout_mins: 30,
+            cloud_ca_file: None,
+            app_cred_interface: "public".into(),
+            crd_dir: None,
+            sim_step_ms: 1000,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod app;
+pub mod capi;
 pub mod config;
 pub mod db;
 pub mod devdb;
@@ -12,4 +13,5 @@ pub mod driver;
 pub mod openstack;
 pub mod server;
 pub mod service;
+pub mod simkube;
 pub mod worker;

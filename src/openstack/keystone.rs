@@ -303,6 +303,17 @@ impl Keystone {
         Ok(found.is_some())
     }
 
+    /// Deletes a cluster's application credential with the service's credentials (its owner may
+    /// be gone or unable to act); already deleted counts as done.
+    pub async fn delete_app_credential(
+        &self,
+        user_id: &str,
+        id: &str,
+    ) -> Result<(), OpenStackError> {
+        let session = self.service().await?;
+        super::appcred::delete(session, self.timeout, user_id, id).await
+    }
+
     /// A client for the other services, acting with the caller's token and catalog.
     pub fn user_session(&self, token: &str, identity: Arc<Identity>) -> UserSession {
         UserSession::new(

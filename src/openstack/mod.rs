@@ -1,6 +1,7 @@
 //! OpenStack clients: Keystone (token validation and project look-ups with the service's own
 //! credentials) and Glance/Nova/Neutron look-ups made with the caller's token and catalog.
 
+pub mod appcred;
 pub mod catalog;
 pub mod keystone;
 pub mod lookups;

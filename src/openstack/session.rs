@@ -76,6 +76,7 @@ impl UserSession {
             ServiceType::Image => ("image", "v2"),
             ServiceType::Compute => ("compute", "v2.1"),
             ServiceType::Network => ("network", "v2.0"),
+            ServiceType::Identity => ("identity", "v3"),
             other => return Err(SessionError::NoEndpoint(other.to_string())),
         };
         let url = self
@@ -83,6 +84,21 @@ impl UserSession {
             .url(catalog_type, &self.interface, self.region.as_deref())
             .ok_or_else(|| SessionError::NoEndpoint(catalog_type.into()))?;
         Ok(versioned(url, version))
+    }
+}
+
+impl UserSession {
+    /// The unversioned-or-versioned identity URL workload clusters authenticate against
+    /// (`clouds.yaml` `auth_url`), from the caller's catalog at `interface`.
+    pub fn identity_url(&self, interface: &str) -> Option<String> {
+        self.catalog
+            .url("identity", interface, self.region.as_deref())
+            .map(|u| versioned(u, "v3"))
+    }
+
+    /// The region the caller's endpoints were chosen in.
+    pub fn region(&self) -> Option<&str> {
+        self.region.as_deref()
     }
 }
 

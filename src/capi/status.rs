@@ -1,0 +1,585 @@
+//! From what CAPI/CAPO report to Magnum statuses (pure): nodegroup readiness from the
+//! KubeadmControlPlane and MachineDeployments, failures from Machine/OpenStackMachine conditions
+//! and the OpenStackCluster, the operation deadline, addresses, version and health.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::LABEL_NODEGROUP_UUID;
+use crate::domain::status::Status;
+
+/// Everything the watchers know about one cluster's objects.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub cluster: Option<Value>,
+    pub openstack_cluster: Option<Value>,
+    pub control_plane: Option<Value>,
+    pub machine_deployments: Vec<Value>,
+    pub machines: Vec<Value>,
+}
+
+impl Observed {
+    /// Nothing of the cluster exists on the management cluster.
+    pub fn is_empty(&self) -> bool {
+        self.cluster.is_none()
+            && self.openstack_cluster.is_none()
+            && self.control_plane.is_none()
+            && self.machine_deployments.is_empty()
+            && self.machines.is_empty()
+    }
+}
+
+/// A nodegroup as Postgres has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodegroupState {
+    pub uuid: Uuid,
+    pub is_master: bool,
+    pub status: Option<Status>,
+    pub status_reason: Option<String>,
+    pub node_count: i32,
+    pub addresses: Vec<String>,
+}
+
+/// The cluster as Postgres has it, plus what the queue says.
+#[derive(Debug, Clone)]
+pub struct ClusterState {
+    pub status: Status,
+    pub status_reason: Option<String>,
+    pub nodegroups: Vec<NodegroupState>,
+    /// An operation is recorded but not yet applied: what CAPI shows is not the new spec yet.
+    pub operation_open: bool,
+    /// When the current create/update must have finished.
+    pub deadline: Option<DateTime<Utc>>,
+    pub api_address: Option<String>,
+    pub coe_version: Option<String>,
+    pub health_status: Option<String>,
+    pub health_status_reason: Value,
+}
+
+/// What should change in Postgres; `None`/empty = leave as is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Evaluation {
+    pub status: Option<(Status, Option<String>)>,
+    pub api_address: Option<String>,
+    pub coe_version: Option<String>,
+    pub health: Option<(String, Value)>,
+    pub nodegroups: Vec<NodegroupChange>,
+}
+
+impl Evaluation {
+    pub fn is_noop(&self) -> bool {
+        *self == Evaluation::default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodegroupChange {
+    pub uuid: Uuid,
+    pub status: Option<(Status, Option<String>)>,
+    pub addresses: Option<Vec<String>>,
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+    v.pointer(ptr).and_then(Value::as_str)
+}
+
+fn int(v: &Value, ptr: &str) -> Option<i64> {
+    v.pointer(ptr).and_then(Value::as_i64)
+}
+
+fn label<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.pointer("/metadata/labels")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
+}
+
+fn conditions(v: &Value) -> impl Iterator<Item = &Value> {
+    v.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// The status (`True`/`False`/`Unknown`) of condition `t`.
+fn condition<'a>(v: &'a Value, t: &str) -> Option<&'a Value> {
+    conditions(v).find(|c| s(c, "/type") == Some(t))
+}
+
+fn condition_true(v: &Value, t: &str) -> bool {
+    condition(v, t).and_then(|c| s(c, "/status")) == Some("True")
+}
+
+/// The object has seen its latest spec (no `observedGeneration` = assume so).
+fn observed_current(v: &Value) -> bool {
+    match (
+        int(v, "/status/observedGeneration"),
+        int(v, "/metadata/generation"),
+    ) {
+        (Some(o), Some(g)) => o >= g,
+        _ => true,
+    }
+}
+
+/// A replica set (KCP or MD) that has converged on `want` ready, up-to-date replicas.
+fn replicas_ready(v: &Value, want: i32) -> bool {
+    let want = i64::from(want);
+    let spec = int(v, "/spec/replicas").unwrap_or(want);
+    let n = |p: &str| int(v, p).unwrap_or(0);
+    observed_current(v)
+        && v.pointer("/metadata/deletionTimestamp").is_none()
+        && spec == want
+        && n("/status/replicas") == want
+        && n("/status/readyReplicas") == want
+        && int(v, "/status/upToDateReplicas").unwrap_or(want) == want
+        && int(v, "/status/availableReplicas").unwrap_or(want) == want
+}
+
+/// Why an object says it failed (CAPO's failure fields, or a condition that is `False` with a
+/// failure reason), if it does.
+fn failure_of(v: &Value) -> Option<String> {
+    if let Some(m) = s(v, "/status/failureMessage").filter(|m| !m.is_empty()) {
+        return Some(m.to_string());
+    }
+    conditions(v).find_map(|c| {
+        let failed = s(c, "/status") == Some("False")
+            && (s(c, "/severity") == Some("Error")
+                || s(c, "/reason").is_some_and(|r| r.contains("Failed") || r.contains("Error")));
+        failed.then(|| {
+            let reason = s(c, "/reason").unwrap_or_default();
+            match s(c, "/message").filter(|m| !m.is_empty()) {
+                Some(m) => format!("{reason}: {m}"),
+                None => reason.to_string(),
+            }
+        })
+    })
+}
+
+fn name(v: &Value) -> &str {
+    s(v, "/metadata/name").unwrap_or_default()
+}
+
+/// The addresses of the machines of one nodegroup: external first, else internal.
+fn addresses(machines: &[&Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in machines {
+        let addrs = m
+            .pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let pick = |t: &str| {
+            addrs
+                .iter()
+                .find(|a| s(a, "/type") == Some(t))
+                .and_then(|a| s(a, "/address"))
+                .map(str::to_string)
+        };
+        if let Some(a) = pick("ExternalIP").or_else(|| pick("InternalIP")) {
+            out.push(a);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `https://host:port` once CAPI knows the control-plane endpoint.
+pub fn api_address(cluster: &Value) -> Option<String> {
+    let host = s(cluster, "/spec/controlPlaneEndpoint/host").filter(|h| !h.is_empty())?;
+    let port = int(cluster, "/spec/controlPlaneEndpoint/port").unwrap_or(6443);
+    if host.contains(':') {
+        Some(format!("https://[{host}]:{port}"))
+    } else {
+        Some(format!("https://{host}:{port}"))
+    }
+}
+
+fn completed(s: Status) -> Status {
+    match s {
+        Status::CreateInProgress | Status::CreateFailed | Status::CreateComplete => {
+            Status::CreateComplete
+        }
+        _ => Status::UpdateComplete,
+    }
+}
+
+fn failed(s: Status) -> Status {
+    match s {
+        Status::CreateInProgress | Status::CreateFailed => Status::CreateFailed,
+        _ => Status::UpdateFailed,
+    }
+}
+
+/// Statuses a watcher may move on from (in progress, or failed and possibly recovering).
+fn watched(s: Status) -> bool {
+    matches!(
+        s,
+        Status::CreateInProgress
+            | Status::UpdateInProgress
+            | Status::CreateFailed
+            | Status::UpdateFailed
+    )
+}
+
+/// Compares what CAPI reports with what Postgres has, at `now`.
+pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evaluation {
+    let mut ev = Evaluation::default();
+    if db.status == Status::DeleteInProgress || db.status == Status::DeleteComplete {
+        return ev; // the delete operation reports its own progress
+    }
+    if let Some(addr) = obs.cluster.as_ref().and_then(api_address)
+        && db.api_address.as_deref() != Some(addr.as_str())
+    {
+        ev.api_address = Some(addr);
+    }
+    if let Some(cp) = &obs.control_plane
+        && let Some(v) = s(cp, "/status/version").or_else(|| s(cp, "/spec/version"))
+        && db.coe_version.as_deref() != Some(v)
+    {
+        ev.coe_version = Some(v.to_string());
+    }
+
+    // Per nodegroup: its objects, its machines, ready or failed.
+    let mut all_ready = obs.cluster.is_some();
+    let mut first_failure: Option<String> = None;
+    let mut waiting: Vec<String> = Vec::new();
+    for ng in &db.nodegroups {
+        let id = ng.uuid.to_string();
+        let owner = if ng.is_master {
+            obs.control_plane.as_ref()
+        } else {
+            obs.machine_deployments
+                .iter()
+                .find(|md| label(md, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
+        };
+        let machines: Vec<&Value> = obs
+            .machines
+            .iter()
+            .filter(|m| label(m, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
+            .collect();
+        let ready = !db.operation_open && owner.is_some_and(|o| replicas_ready(o, ng.node_count));
+        let failure = machines
+            .iter()
+            .find_map(|m| failure_of(m).map(|f| format!("Machine {}: {f}", name(m))))
+            .or_else(|| owner.and_then(failure_of));
+        let what = if ng.is_master {
+            "control plane"
+        } else {
+            "nodegroup"
+        };
+        if !ready {
+            all_ready = false;
+            waiting.push(match owner {
+                Some(o) => format!(
+                    "{what} {}: {}/{} machines ready",
+                    name(o),
+                    int(o, "/status/readyReplicas").unwrap_or(0),
+                    ng.node_count
+                ),
+                None => format!("{what} {id}: not created yet"),
+            });
+        }
+        if first_failure.is_none() {
+            first_failure.clone_from(&failure);
+        }
+        let mut change = NodegroupChange {
+            uuid: ng.uuid,
+            status: None,
+            addresses: None,
+        };
+        let addrs = addresses(&machines);
+        if addrs != ng.addresses && !(machines.is_empty() && owner.is_none()) {
+            change.addresses = Some(addrs);
+        }
+        if let Some(st) = ng.status.filter(|s| watched(*s)) {
+            let next = if ready {
+                Some((completed(st), None))
+            } else if let Some(f) = &failure {
+                Some((failed(st), Some(f.clone())))
+            } else {
+                None
+            };
+            if let Some(n) = next
+                && (n.0 != st || n.1 != ng.status_reason)
+            {
+                change.status = Some(n);
+            }
+        }
+        if change.status.is_some() || change.addresses.is_some() {
+            ev.nodegroups.push(change);
+        }
+    }
+    let infra_failure = obs.openstack_cluster.as_ref().and_then(failure_of);
+    let failure = infra_failure
+        .map(|f| format!("OpenStackCluster: {f}"))
+        .or(first_failure);
+
+    if watched(db.status) && !db.operation_open {
+        let next = if all_ready {
+            Some((completed(db.status), None))
+        } else if let Some(f) = failure {
+            Some((failed(db.status), Some(f)))
+        } else if db.deadline.is_some_and(|d| now >= d)
+            && matches!(
+                db.status,
+                Status::CreateInProgress | Status::UpdateInProgress
+            )
+        {
+            Some((
+                failed(db.status),
+                Some(format!(
+                    "Timed out waiting for the cluster: {}",
+                    if waiting.is_empty() {
+                        "the Cluster object does not exist".to_string()
+                    } else {
+                        waiting.join("; ")
+                    }
+                )),
+            ))
+        } else {
+            None
+        };
+        if let Some(n) = next
+            && (n.0 != db.status || n.1 != db.status_reason)
+        {
+            ev.status = Some(n);
+        }
+    }
+
+    let health = health(obs);
+    if Some(health.0.as_str()) != db.health_status.as_deref() || health.1 != db.health_status_reason
+    {
+        ev.health = Some(health);
+    }
+    ev
+}
+
+/// `HEALTHY` when the Cluster is available and every machine's node is ready; the reason maps
+/// `api` and `<node>.Ready` as Magnum's own monitor does.
+fn health(obs: &Observed) -> (String, Value) {
+    let Some(cluster) = &obs.cluster else {
+        return ("UNKNOWN".into(), json!({}));
+    };
+    let mut reason = Map::new();
+    let api_ok =
+        condition_true(cluster, "ControlPlaneAvailable") || condition_true(cluster, "Available");
+    reason.insert("api".into(), json!(if api_ok { "ok" } else { "nok" }));
+    let mut nodes: BTreeMap<String, bool> = BTreeMap::new();
+    for m in &obs.machines {
+        let node = s(m, "/status/nodeRef/name").unwrap_or_else(|| name(m));
+        let ready = condition_true(m, "NodeReady") || condition_true(m, "Ready");
+        nodes.insert(format!("{node}.Ready"), ready);
+    }
+    let all = api_ok && !nodes.is_empty() && nodes.values().all(|r| *r);
+    for (k, v) in nodes {
+        reason.insert(k, json!(if v { "True" } else { "False" }));
+    }
+    let status = if all { "HEALTHY" } else { "UNHEALTHY" };
+    (status.into(), Value::Object(reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ng(master: bool, count: i32, status: Status) -> NodegroupState {
+        NodegroupState {
+            uuid: Uuid::new_v4(),
+            is_master: master,
+            status: Some(status),
+            status_reason: None,
+            node_count: count,
+            addresses: vec![],
+        }
+    }
+
+    fn state(status: Status, ngs: Vec<NodegroupState>) -> ClusterState {
+        ClusterState {
+            status,
+            status_reason: None,
+            nodegroups: ngs,
+            operation_open: false,
+            deadline: None,
+            api_address: None,
+            coe_version: None,
+            health_status: None,
+            health_status_reason: json!({}),
+        }
+    }
+
+    fn ready_set(n: i32) -> Value {
+        json!({"metadata": {"generation": 2}, "spec": {"replicas": n},
+               "status": {"observedGeneration": 2, "replicas": n, "readyReplicas": n,
+                          "upToDateReplicas": n, "availableReplicas": n, "version": "v1.33.5"}})
+    }
+
+    fn machine(ng: Uuid, ip: &str, ready: bool) -> Value {
+        json!({"metadata": {"name": format!("m-{ip}"), "labels": {LABEL_NODEGROUP_UUID: ng.to_string()}},
+               "status": {"addresses": [{"type": "InternalIP", "address": ip}],
+                          "nodeRef": {"name": format!("node-{ip}")},
+                          "conditions": [{"type": "NodeReady", "status": if ready {"True"} else {"False"}, "reason": "x"}]}})
+    }
+
+    fn observed(master: &NodegroupState, worker: &NodegroupState) -> Observed {
+        let mut md = ready_set(worker.node_count);
+        md["metadata"]["labels"] = json!({LABEL_NODEGROUP_UUID: worker.uuid.to_string()});
+        md["metadata"]["name"] = json!("k-md");
+        Observed {
+            cluster: Some(
+                json!({"spec": {"controlPlaneEndpoint": {"host": "203.0.113.9", "port": 6443}},
+                                 "status": {"conditions": [{"type": "Available", "status": "True"}]}}),
+            ),
+            openstack_cluster: Some(json!({"status": {"ready": true}})),
+            control_plane: Some(ready_set(master.node_count)),
+            machine_deployments: vec![md],
+            machines: vec![
+                machine(master.uuid, "10.0.0.3", true),
+                machine(worker.uuid, "10.0.0.9", true),
+            ],
+        }
+    }
+
+    #[test]
+    fn ready_objects_complete_the_create_with_addresses_and_version() {
+        let (m, w) = (
+            ng(true, 1, Status::CreateInProgress),
+            ng(false, 1, Status::CreateInProgress),
+        );
+        let db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
+        let ev = evaluate(&observed(&m, &w), &db, Utc::now());
+        assert_eq!(ev.status, Some((Status::CreateComplete, None)));
+        assert_eq!(ev.api_address.as_deref(), Some("https://203.0.113.9:6443"));
+        assert_eq!(ev.coe_version.as_deref(), Some("v1.33.5"));
+        assert_eq!(ev.nodegroups.len(), 2);
+        assert_eq!(
+            ev.nodegroups[0].addresses,
+            Some(vec!["10.0.0.3".to_string()])
+        );
+        assert_eq!(
+            ev.nodegroups[1].status,
+            Some((Status::CreateComplete, None))
+        );
+        let (h, reason) = ev.health.unwrap();
+        assert_eq!(h, "HEALTHY");
+        assert_eq!(reason["api"], "ok");
+        assert_eq!(reason["node-10.0.0.9.Ready"], "True");
+    }
+
+    #[test]
+    fn nothing_concludes_while_an_operation_is_not_applied_yet() {
+        let (m, w) = (
+            ng(true, 1, Status::UpdateInProgress),
+            ng(false, 3, Status::UpdateInProgress),
+        );
+        let mut db = state(Status::UpdateInProgress, vec![m.clone(), w.clone()]);
+        let mut obs = observed(&m, &ng(false, 1, Status::UpdateComplete));
+        obs.machine_deployments[0]["metadata"]["labels"] =
+            json!({LABEL_NODEGROUP_UUID: w.uuid.to_string()});
+        // The MD still shows one replica: not ready for three.
+        assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
+        db.operation_open = true;
+        obs.machine_deployments[0] = {
+            let mut md = ready_set(3);
+            md["metadata"]["labels"] = json!({LABEL_NODEGROUP_UUID: w.uuid.to_string()});
+            md
+        };
+        assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
+        db.operation_open = false;
+        assert_eq!(
+            evaluate(&obs, &db, Utc::now()).status,
+            Some((Status::UpdateComplete, None))
+        );
+        // A spec the controller has not observed yet is not ready.
+        obs.machine_deployments[0]["metadata"]["generation"] = json!(3);
+        assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
+    }
+
+    #[test]
+    fn machine_failures_fail_the_create_and_convergence_recovers() {
+        let (m, w) = (
+            ng(true, 1, Status::CreateInProgress),
+            ng(false, 2, Status::CreateInProgress),
+        );
+        let db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
+        let mut obs = observed(&m, &w);
+        let mut bad = machine(w.uuid, "10.0.0.10", false);
+        bad["status"]["conditions"] = json!([{"type": "InfrastructureReady", "status": "False",
+            "reason": "InstanceCreateFailed", "message": "No valid host was found"}]);
+        obs.machines.push(bad);
+        obs.machine_deployments[0]["status"]["readyReplicas"] = json!(1);
+        let ev = evaluate(&obs, &db, Utc::now());
+        let (st, reason) = ev.status.unwrap();
+        assert_eq!(st, Status::CreateFailed);
+        assert!(reason.unwrap().contains("No valid host was found"));
+        let ngc = ev.nodegroups.iter().find(|c| c.uuid == w.uuid).unwrap();
+        assert_eq!(ngc.status.as_ref().unwrap().0, Status::CreateFailed);
+        // Later everything converges: the failed cluster recovers.
+        let mut db = state(Status::CreateFailed, vec![m.clone(), w.clone()]);
+        db.status_reason = Some("x".into());
+        let mut obs = observed(&m, &w);
+        obs.machines.push(machine(w.uuid, "10.0.0.11", true));
+        assert_eq!(
+            evaluate(&obs, &db, Utc::now()).status,
+            Some((Status::CreateComplete, None))
+        );
+    }
+
+    #[test]
+    fn the_deadline_fails_with_what_is_missing() {
+        let (m, w) = (
+            ng(true, 1, Status::CreateInProgress),
+            ng(false, 1, Status::CreateInProgress),
+        );
+        let mut db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
+        let mut obs = observed(&m, &w);
+        obs.control_plane.as_mut().unwrap()["status"]["readyReplicas"] = json!(0);
+        assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
+        db.deadline = Some(Utc::now() - chrono::Duration::seconds(1));
+        let (st, reason) = evaluate(&obs, &db, Utc::now()).status.unwrap();
+        assert_eq!(st, Status::CreateFailed);
+        assert!(reason.unwrap().contains("0/1 machines ready"));
+    }
+
+    #[test]
+    fn infrastructure_failures_are_reported_and_health_follows_nodes() {
+        let (m, w) = (
+            ng(true, 1, Status::CreateInProgress),
+            ng(false, 1, Status::CreateInProgress),
+        );
+        let db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
+        let mut obs = observed(&m, &w);
+        obs.control_plane = None;
+        obs.openstack_cluster = Some(json!({"status": {"ready": false,
+            "failureReason": "CreateError", "failureMessage": "failed to reconcile external network"}}));
+        let ev = evaluate(&obs, &db, Utc::now());
+        assert_eq!(ev.status.as_ref().unwrap().0, Status::CreateFailed);
+        assert!(
+            ev.status
+                .unwrap()
+                .1
+                .unwrap()
+                .starts_with("OpenStackCluster: failed to reconcile")
+        );
+        obs.machines[1] = machine(w.uuid, "10.0.0.9", false);
+        assert_eq!(ev.health.unwrap().0, "HEALTHY");
+        let (h, r) = health(&obs);
+        assert_eq!(h, "UNHEALTHY");
+        assert_eq!(r["node-10.0.0.9.Ready"], "False");
+        assert_eq!(health(&Observed::default()).0, "UNKNOWN");
+    }
+
+    #[test]
+    fn ipv6_endpoints_are_bracketed() {
+        let c = json!({"spec": {"controlPlaneEndpoint": {"host": "2001:db8::1", "port": 443}}});
+        assert_eq!(
+            api_address(&c).as_deref(),
+            Some("https://[2001:db8::1]:443")
+        );
+        assert_eq!(
+            api_address(&json!({"spec": {"controlPlaneEndpoint": {"host": ""}}})),
+            None
+        );
+    }
+}
