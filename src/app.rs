@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
+use crate::capi::driver::Capi;
 use crate::config::Config;
 use crate::openstack::Keystone;
 
@@ -35,17 +36,30 @@ pub struct App {
     pub auth: AuthMode,
     /// Wakes the operation worker when a new operation is recorded.
     pub work_ready: Notify,
+    /// The Cluster API driver's runtime (management cluster, renderer, watchers), when the
+    /// configured driver is `capi`.
+    pub capi: Option<Arc<Capi>>,
 }
 
 pub type AppState = Arc<App>;
 
 impl App {
     pub fn new(pool: PgPool, config: Config, auth: AuthMode) -> AppState {
+        Self::with_capi(pool, config, auth, None)
+    }
+
+    pub fn with_capi(
+        pool: PgPool,
+        config: Config,
+        auth: AuthMode,
+        capi: Option<Arc<Capi>>,
+    ) -> AppState {
         Arc::new(App {
             pool,
             config,
             auth,
             work_ready: Notify::new(),
+            capi,
         })
     }
 }

@@ -197,6 +197,27 @@ pub struct CapiConfig {
     pub crd_dir: Option<std::path::PathBuf>,
     /// Simulated management cluster (`serve --dev` / tests only): milliseconds each step takes.
     pub sim_step_ms: u64,
+    /// Root volume size (GiB) of every machine when the `boot_volume_size` label is absent; 0
+    /// boots from the flavor's disk. Keep it equal to `[openstack] default_boot_volume_size`,
+    /// which decides whether diskless flavors pass validation.
+    pub default_boot_volume_size: u32,
+    /// Cinder type of those root volumes when `boot_volume_type` is absent (unset: Cinder's default).
+    pub default_boot_volume_type: Option<String>,
+    /// Helm repository of the Calico `tigera-operator` chart.
+    pub calico_chart_repo: String,
+    /// `tigera-operator` chart version (= Calico version; the `calico_tag` label overrides it).
+    pub calico_chart_version: String,
+    /// Helm repository of the `cilium` chart.
+    pub cilium_chart_repo: String,
+    /// `cilium` chart version (the `cilium_tag` label overrides it).
+    pub cilium_chart_version: String,
+    /// Helm repository of the cloud-provider-openstack charts (CCM and Cinder CSI).
+    pub openstack_chart_repo: String,
+    /// `openstack-cloud-controller-manager` chart version; match it to the Kubernetes minor
+    /// (chart 2.33.x is cloud-provider-openstack 1.33).
+    pub ccm_chart_version: String,
+    /// `openstack-cinder-csi` chart version (same rule).
+    pub cinder_csi_chart_version: String,
 }
 
 impl Default for CapiConfig {
@@ -217,6 +238,15 @@ impl Default for CapiConfig {
             app_cred_interface: "public".into(),
             crd_dir: None,
             sim_step_ms: 1000,
+            default_boot_volume_size: 0,
+            default_boot_volume_type: None,
+            calico_chart_repo: "https://docs.tigera.io/calico/charts".into(),
+            calico_chart_version: "v3.31.5".into(),
+            cilium_chart_repo: "https://helm.cilium.io/".into(),
+            cilium_chart_version: "1.19.3".into(),
+            openstack_chart_repo: "https://kubernetes.github.io/cloud-provider-openstack".into(),
+            ccm_chart_version: "2.33.1".into(),
+            cinder_csi_chart_version: "2.33.1".into(),
         }
     }
 }
@@ -375,7 +405,10 @@ impl Default for OperationsConfig {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverKind {
-    /// Completes every operation without touching any infrastructure (development and tests).
+    /// Cluster API on a management cluster (`[capi]`); with `serve --dev` and no kubeconfig, an
+    /// in-process simulated management cluster.
+    Capi,
+    /// Completes every operation at once without any management cluster (API tests only).
     Simulated,
 }
 
@@ -391,7 +424,7 @@ pub struct DriverConfig {
 impl Default for DriverConfig {
     fn default() -> Self {
         Self {
-            kind: DriverKind::Simulated,
+            kind: DriverKind::Capi,
             simulated_delay_ms: 0,
         }
     }

@@ -1,4 +1,4 @@
-//! CLI: `serve [--config FILE] [--dev]`, `migrate`, `openapi`.
+//! CLI: `serve [--config FILE] [--dev]`, `migrate`, `openapi`, `render --template T --cluster C`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +41,24 @@ enum Command {
     },
     /// Print the OpenAPI document (YAML).
     Openapi,
+    /// Print the CAPI/CAPO manifests of a hypothetical cluster (multi-document YAML), with
+    /// placeholder credentials and CAs.
+    Render {
+        /// A cluster template as `GET /v1/clustertemplates/{id}` shows it (JSON).
+        #[arg(long)]
+        template: PathBuf,
+        /// A cluster as `GET /v1/clusters/{id}` shows it (JSON); absent fields take the API's
+        /// defaults.
+        #[arg(long)]
+        cluster: PathBuf,
+        /// Its nodegroups (`GET /v1/clusters/{id}/nodegroups` body or a list); default master
+        /// and worker nodegroups when absent.
+        #[arg(long)]
+        nodegroups: Option<PathBuf>,
+        /// TOML configuration file (`[capi]` settings and template overrides).
+        #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
+        config: Option<PathBuf>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,6 +80,23 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Render {
+            template,
+            cluster,
+            nodegroups,
+            config,
+        } => {
+            print!(
+                "{}",
+                render_manifests(
+                    &template,
+                    &cluster,
+                    nodegroups.as_deref(),
+                    config.as_deref()
+                )?
+            );
+            Ok(())
+        }
         Command::Openapi => {
             print!("{}", api::openapi::yaml_text().map_err(anyhow::Error::msg)?);
             Ok(())
@@ -107,7 +142,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 AuthMode::DevHeaders
             };
             let listener = server::bind(&cfg).await?;
-            let state = server::build_state(cfg, &url, auth).await?;
+            let setup = server::build_capi(&cfg, &auth, dev).await?;
+            let (capi, _sim) = match setup {
+                Some(s) => (Some(s.capi), s.sim),
+                None => (None, None),
+            };
+            let state = server::build_state(cfg, &url, auth, capi).await?;
             let result = server::serve(state, listener).await;
             if let Some(mut pg) = embedded {
                 tokio::task::spawn_blocking(move || pg.stop()).await?;
@@ -115,4 +155,40 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(result?)
         }
     }
+}
+
+/// `render`: the manifests the driver would apply for the cluster these API bodies describe.
+/// Nothing is looked up in OpenStack; the credential and the CAs are marked placeholders.
+fn render_manifests(
+    template: &std::path::Path,
+    cluster: &std::path::Path,
+    nodegroups: Option<&std::path::Path>,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<String> {
+    use magnum_capi::capi::{render, values};
+    let cfg = Config::load(config)?;
+    let read = |path: &std::path::Path| -> anyhow::Result<serde_json::Value> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+    };
+    let (t, c) = (read(template)?, read(cluster)?);
+    let n = nodegroups.map(read).transpose()?;
+    let rows = values::rows_from_api(&t, &c, n.as_ref())?;
+    let cas = values::placeholder_cas();
+    let v = values::build(values::Inputs {
+        template: &rows.template,
+        cluster: &rows.cluster,
+        nodegroups: &rows.nodegroups,
+        config: &cfg.capi,
+        credentials: Some(values::placeholder_credentials()),
+        cas: Some(&cas),
+    })?;
+    let objects = render::Renderer::new(cfg.capi.templates_dir.as_deref())?.render(&v)?;
+    Ok(format!(
+        "# Manifests for a hypothetical cluster, rendered by `magnum-capi render`.\n\
+         # The application credential and the CAs in the Secrets are PLACEHOLDERS, not secrets;\n\
+         # images, flavors and networks are referenced as given (nothing was looked up).\n{}",
+        render::to_yaml(&objects)
+    ))
 }

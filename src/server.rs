@@ -8,10 +8,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::{App, AppState, AuthMode};
+use crate::capi::apply::Mgmt;
+use crate::capi::driver::{Capi, CapiDriver};
+use crate::capi::render::Renderer;
+use crate::capi::watch::Observer;
 use crate::config::{Config, DriverKind};
 use crate::db;
+use crate::domain::status::Status;
 use crate::driver::Driver;
 use crate::driver::simulated::SimulatedDriver;
+use crate::simkube::{SimCluster, SimOptions};
 
 /// Errors that stop the service from starting.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +34,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("policy file {0}: {1}")]
     Policy(String, String),
+    #[error("{0}")]
+    Capi(String),
 }
 
 /// Loads `[policy] file` (if any) and installs it for the process; Magnum's defaults otherwise.
@@ -46,21 +54,187 @@ pub fn load_policy(cfg: &Config) -> Result<(), ServeError> {
     Ok(())
 }
 
+/// The operation-completing driver without a management cluster (`[driver] kind = "simulated"`).
 pub fn driver_for(cfg: &Config) -> Arc<dyn Driver> {
-    match cfg.driver.kind {
-        DriverKind::Simulated => Arc::new(SimulatedDriver {
-            delay: Duration::from_millis(cfg.driver.simulated_delay_ms),
-        }),
+    Arc::new(SimulatedDriver {
+        delay: Duration::from_millis(cfg.driver.simulated_delay_ms),
+    })
+}
+
+/// The driver of a built app: CAPI when it has a management cluster, else the simulated one.
+pub fn driver_of(app: &App) -> Arc<dyn Driver> {
+    match &app.capi {
+        Some(c) => Arc::new(CapiDriver(c.clone())),
+        None => driver_for(&app.config),
     }
 }
 
+/// The management cluster the CAPI driver talks to, and the simulated one it may have started.
+pub struct CapiSetup {
+    pub capi: Arc<Capi>,
+    /// `serve --dev` without a kubeconfig (and tests): the in-process management cluster; it
+    /// lives as long as this value.
+    pub sim: Option<SimCluster>,
+}
+
+fn read_cloud_ca(cfg: &Config) -> Result<Option<String>, ServeError> {
+    let path = cfg
+        .capi
+        .cloud_ca_file
+        .as_ref()
+        .or(cfg.keystone.cafile.as_ref());
+    path.map(|p| {
+        std::fs::read_to_string(p)
+            .map_err(|e| ServeError::Capi(format!("cannot read {}: {e}", p.display())))
+    })
+    .transpose()
+}
+
+/// The CRD schemas of `[capi] crd_dir`, as a write validator for the simulated cluster.
+fn crd_validator(cfg: &Config) -> Result<Option<crate::simkube::Validator>, ServeError> {
+    let Some(dir) = &cfg.capi.crd_dir else {
+        return Ok(None);
+    };
+    let schemas = crate::capi::schema::CrdSchemas::load(dir)
+        .map_err(|e| ServeError::Capi(format!("[capi] crd_dir {}: {e}", dir.display())))?;
+    Ok(Some(Arc::new(move |obj: &serde_json::Value| {
+        schemas.validate(obj).map(|_| ())
+    })))
+}
+
+/// Builds the CAPI runtime when `[driver] kind = "capi"`: a kube client from `[capi] kubeconfig`,
+/// `KUBECONFIG` or in-cluster config; with `dev` and none of them, a simulated management
+/// cluster started here.
+pub async fn build_capi(
+    cfg: &Config,
+    auth: &AuthMode,
+    dev: bool,
+) -> Result<Option<CapiSetup>, ServeError> {
+    if cfg.driver.kind != DriverKind::Capi {
+        return Ok(None);
+    }
+    let kube_err = |e: String| ServeError::Capi(format!("management cluster: {e}"));
+    let configured = cfg.capi.kubeconfig.is_some() || std::env::var_os("KUBECONFIG").is_some();
+    let (client, sim) = if let Some(path) = &cfg.capi.kubeconfig {
+        let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| kube_err(e.to_string()))?;
+        let kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| kube_err(e.to_string()))?;
+        (
+            kube::Client::try_from(kcfg).map_err(|e| kube_err(e.to_string()))?,
+            None,
+        )
+    } else if configured || !dev {
+        let kcfg = kube::Config::infer()
+            .await
+            .map_err(|e| kube_err(e.to_string()))?;
+        (
+            kube::Client::try_from(kcfg).map_err(|e| kube_err(e.to_string()))?,
+            None,
+        )
+    } else {
+        let opts = SimOptions {
+            step: Duration::from_millis(cfg.capi.sim_step_ms),
+            validator: crd_validator(cfg)?,
+            ..SimOptions::default()
+        };
+        let sim = SimCluster::start(opts)
+            .await
+            .map_err(|e| kube_err(e.to_string()))?;
+        tracing::warn!(url = %sim.url(), "DEVELOPMENT MODE: simulated management cluster (no real CAPI)");
+        (sim.client(), Some(sim))
+    };
+    let capi = capi_runtime(cfg, auth, client)?;
+    Ok(Some(CapiSetup { capi, sim }))
+}
+
+/// The CAPI driver's runtime on an existing management-cluster client.
+pub fn capi_runtime(
+    cfg: &Config,
+    auth: &AuthMode,
+    client: kube::Client,
+) -> Result<Arc<Capi>, ServeError> {
+    let renderer = Renderer::new(cfg.capi.templates_dir.as_deref())
+        .map_err(|e| ServeError::Capi(format!("templates: {e}")))?;
+    let (observer, feed) = Observer::new();
+    Ok(Arc::new(Capi {
+        mgmt: Mgmt::new(client, &cfg.capi.field_manager),
+        renderer,
+        observer,
+        config: cfg.capi.clone(),
+        keystone: match auth {
+            AuthMode::Keystone(k) => Some(k.clone()),
+            AuthMode::DevHeaders => None,
+        },
+        cloud_ca: read_cloud_ca(cfg)?,
+        feed: std::sync::Mutex::new(Some(feed)),
+    }))
+}
+
+/// Starts the watchers, the status writer and the leftover-credential sweeper of the CAPI
+/// driver; they stop with `stop`.
+pub fn spawn_capi(app: &AppState, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(capi) = app.capi.clone() else {
+        return Vec::new();
+    };
+    let mut tasks = capi
+        .observer
+        .spawn_watchers(capi.mgmt.client().clone(), stop.clone());
+    let feed = capi
+        .feed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(feed) = feed {
+        let collector = capi.clone();
+        let pool = app.pool.clone();
+        let on_status: crate::capi::watch::OnStatus = Arc::new(move |cluster, status| {
+            if matches!(status, Status::CreateComplete | Status::UpdateComplete) {
+                let (c, pool) = (collector.clone(), pool.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = c.collect_templates(&pool, cluster).await {
+                        tracing::warn!(cluster = %cluster, error = %e, "removing superseded machine templates failed");
+                    }
+                });
+            }
+        });
+        tasks.push(tokio::spawn(crate::capi::watch::run_writer(
+            app.pool.clone(),
+            capi.observer.clone(),
+            feed,
+            Duration::from_secs(capi.config.update_timeout_mins.max(1) * 60),
+            Duration::from_secs(2),
+            on_status,
+            stop.clone(),
+        )));
+    }
+    let (pool, sweeper, mut stop) = (app.pool.clone(), capi.clone(), stop);
+    tasks.push(tokio::spawn(async move {
+        loop {
+            if let Err(e) = sweeper.sweep_leftover_credentials(&pool).await {
+                tracing::warn!(error = %e, "sweeping leftover application credentials failed");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }));
+    tasks
+}
+
 /// Connects, migrates (if configured) and builds the shared state.
-pub async fn build_state(cfg: Config, url: &str, auth: AuthMode) -> Result<AppState, ServeError> {
+pub async fn build_state(
+    cfg: Config,
+    url: &str,
+    auth: AuthMode,
+    capi: Option<Arc<Capi>>,
+) -> Result<AppState, ServeError> {
     let pool = db::connect(url, &cfg.database).await?;
     if cfg.database.migrate_on_start {
         db::migrate(&pool).await?;
     }
-    Ok(App::new(pool, cfg, auth))
+    Ok(App::with_capi(pool, cfg, auth, capi))
 }
 
 /// Serves until a shutdown signal, then drains requests and stops the background tasks.
@@ -73,8 +247,9 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), ServeEr
         host.clone(),
         stop_rx.clone(),
     )));
+    background.extend(spawn_capi(&state, stop_rx.clone()));
     if state.config.operations.worker_enabled {
-        let driver = driver_for(&state.config);
+        let driver = driver_of(&state);
         let worker_id = format!(
             "{host}:{}:{}",
             std::process::id(),

@@ -139,6 +139,7 @@ async fn execute(
     };
     let outcome = match run {
         Run::Finished(Ok(())) => odb::finish(&app.pool, op.id, worker).await.map(|held| {
+            driver.finished(&op);
             if !held {
                 tracing::warn!("finished after the lease was lost; the new holder decides");
             }

@@ -69,6 +69,24 @@ impl From<OpenStackError> for ApiError {
     }
 }
 
+/// Driver failures while provisioning a create: bad values are the client's (400), an
+/// unreachable management cluster or Keystone is a 503, anything else a 500 with the reason.
+impl From<crate::capi::driver::CapiError> for ApiError {
+    fn from(e: crate::capi::driver::CapiError) -> Self {
+        use crate::capi::driver::CapiError as C;
+        match e {
+            C::OpenStack(o) => o.into(),
+            C::Values(v) => ApiError::Domain(DomainError::BadRequest(v.to_string())),
+            C::Db(d) => ApiError::Db(d),
+            C::Kube(k) if k.is_transient() => {
+                tracing::warn!(error = %k, "management cluster call failed");
+                ApiError::Unavailable(format!("{k}. Please retry later."))
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
 /// Transactions are opened and committed in the service layer; their errors are database errors.
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {

@@ -3,10 +3,14 @@
 //! Magnum statuses (`watch` → `status`).
 
 pub mod apply;
+
+pub mod driver;
 pub mod pki;
 pub mod render;
+pub mod schema;
 pub mod status;
 pub mod values;
+pub mod watch;
 
 /// Label on every object we create: the Magnum cluster's uuid.
 pub const LABEL_CLUSTER_UUID: &str = "magnum.openstack.org/cluster-uuid";
@@ -23,7 +27,7 @@ pub const LABEL_ROLE: &str = "magnum.openstack.org/role";
 /// The CAPI cluster name of a Magnum cluster (stored as `stack_id`): derived from the uuid, so it
 /// never collides and never changes when the cluster is renamed. Starts with a letter (DNS-1035).
 pub fn capi_name(cluster_uuid: uuid::Uuid) -> String {
-    format!("k{}", cluster_uuid.simple())
+    crate::domain::names::capi_cluster_name(cluster_uuid)
 }
 
 /// The namespace of a project's clusters: `<prefix>-<project id, [a-z0-9-] only>`.
@@ -43,7 +47,7 @@ mod tests {
     #[test]
     fn names_are_stable_and_dns_safe() {
         let u = uuid::Uuid::parse_str("5d12f6fd-a196-4bf0-ae4c-1f639a523a52").unwrap();
-        assert_eq!(capi_name(u), "k5d12f6fda1964bf0ae4c1f639a523a52");
+        assert_eq!(capi_name(u), "c5d12f6fda1964bf0ae4c1f639a523a52");
         assert_eq!(namespace("magnum", "AB_cd-12"), "magnum-abcd-12");
     }
 }

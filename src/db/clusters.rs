@@ -297,3 +297,112 @@ pub async fn stats(pool: &PgPool, project: Option<&str>) -> DbResult<(i64, i64)>
     .await?;
     Ok((clusters, nodes))
 }
+
+/// Records the cluster's application credential id (the secret is never stored).
+pub async fn set_app_cred<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+    id: Option<&str>,
+) -> DbResult<()> {
+    sqlx::query("UPDATE cluster SET app_cred_id = $2 WHERE uuid = $1")
+        .bind(uuid)
+        .bind(id)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+/// The cluster's application credential id, if it has one.
+pub async fn app_cred<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<String>> {
+    let row: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT app_cred_id FROM cluster WHERE uuid = $1")
+            .bind(uuid)
+            .fetch_optional(ex)
+            .await?;
+    Ok(row.and_then(|(id,)| id))
+}
+
+/// Remembers a credential that could not be deleted yet, for the retry loop.
+pub async fn add_leftover_cred<'e>(
+    ex: impl PgExecutor<'e>,
+    id: &str,
+    user_id: &str,
+    cluster: Uuid,
+    error: &str,
+) -> DbResult<()> {
+    sqlx::query(
+        "INSERT INTO app_credential_leftover (id, user_id, cluster_uuid, last_error)
+         VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET last_error = $4",
+    )
+    .bind(id)
+    .bind(user_id)
+    .bind(cluster)
+    .bind(error)
+    .execute(ex)
+    .await?;
+    Ok(())
+}
+
+/// Leftover credentials due for another delete attempt.
+pub async fn due_leftover_creds(pool: &PgPool) -> DbResult<Vec<(String, String, i32)>> {
+    Ok(sqlx::query_as(
+        "SELECT id, user_id, attempts FROM app_credential_leftover WHERE not_before <= now() ORDER BY created_at LIMIT 100",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// A leftover deleted (`done`) or to be retried later with backoff.
+pub async fn leftover_cred_result(
+    pool: &PgPool,
+    id: &str,
+    done: bool,
+    error: Option<&str>,
+    delay_secs: f64,
+) -> DbResult<()> {
+    if done {
+        sqlx::query("DELETE FROM app_credential_leftover WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await?;
+    } else {
+        sqlx::query(
+            "UPDATE app_credential_leftover SET attempts = attempts + 1, last_error = $2,
+                not_before = now() + make_interval(secs => $3) WHERE id = $1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(delay_secs)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Sets (or, with `None`, removes) one label of the cluster and of its default nodegroups.
+pub async fn set_label(
+    ex: &mut sqlx::PgConnection,
+    uuid: Uuid,
+    key: &str,
+    value: Option<&str>,
+) -> DbResult<()> {
+    for table in ["cluster", "nodegroup"] {
+        let filter = if table == "cluster" {
+            "uuid = $1"
+        } else {
+            "cluster_id = $1 AND is_default"
+        };
+        let sql = format!(
+            "UPDATE {table} SET labels = CASE WHEN $3::text IS NULL THEN labels - $2
+                                              ELSE labels || jsonb_build_object($2::text, $3::text) END
+              WHERE {filter}"
+        );
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(uuid)
+            .bind(key)
+            .bind(value)
+            .execute(&mut *ex)
+            .await?;
+    }
+    Ok(())
+}

@@ -13,3 +13,4 @@ pub mod pyliteral;
 pub mod resources;
 pub mod schemas;
 pub mod status;
+pub mod upgrade;

@@ -29,4 +29,7 @@ pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<(), DriverError>>
 pub trait Driver: Send + Sync {
     fn name(&self) -> &'static str;
     fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a>;
+    /// Called once the queue has recorded the operation as done (e.g. to re-evaluate statuses
+    /// that waited for it).
+    fn finished(&self, _op: &OperationRow) {}
 }

@@ -246,6 +246,58 @@ pub async fn create(
         };
         row.resolved = Json(cloud::validate(s, &wanted).await?);
     }
+    // The application credential and its Secret exist before the cluster is recorded, created
+    // with the caller's token while we have it (the operation runs later, without it).
+    let provisioned = match (&app.capi, &late_error) {
+        (Some(capi), None) => {
+            let ct_row = &ct;
+            Some(
+                capi.provision(
+                    ct_row,
+                    &row,
+                    &[master.clone(), worker.clone()],
+                    cloud,
+                    &caller.roles,
+                )
+                .await
+                .map_err(crate::api::error::ApiError::from)?,
+            )
+        }
+        _ => None,
+    };
+    let recorded = record_create(
+        app,
+        caller,
+        &row,
+        &master,
+        &worker,
+        late_error,
+        provisioned.as_ref(),
+        request_id,
+    )
+    .await;
+    if recorded.is_err()
+        && let (Some(capi), Some(p)) = (&app.capi, &provisioned)
+    {
+        capi.revoke(p).await;
+    }
+    recorded?;
+    Ok(uuid)
+}
+
+/// The create's transaction: quota under the project lock, rows, credential id, operation.
+#[allow(clippy::too_many_arguments)]
+async fn record_create(
+    app: &App,
+    caller: &Caller,
+    row: &ClusterRow,
+    master: &NodegroupRow,
+    worker: &NodegroupRow,
+    late_error: Option<DomainError>,
+    provisioned: Option<&crate::capi::driver::Provisioned>,
+    request_id: &str,
+) -> ApiResult<()> {
+    let uuid = row.uuid;
     let mut tx = app.pool.begin().await?;
     // Serialise creates per project so the quota check cannot be raced.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))")
@@ -265,9 +317,12 @@ pub async fn create(
     if let Some(e) = late_error {
         return Err(e.into());
     }
-    cdb::insert(&mut *tx, &row).await?;
-    ndb::insert(&mut *tx, &master).await?;
-    ndb::insert(&mut *tx, &worker).await?;
+    cdb::insert(&mut *tx, row).await?;
+    ndb::insert(&mut *tx, master).await?;
+    ndb::insert(&mut *tx, worker).await?;
+    if let Some(id) = provisioned.and_then(|p| p.app_cred_id.as_deref()) {
+        cdb::set_app_cred(&mut *tx, uuid, Some(id)).await?;
+    }
     super::commit_with_operation(
         app,
         tx,
@@ -280,7 +335,7 @@ pub async fn create(
         },
     )
     .await?;
-    Ok(uuid)
+    Ok(())
 }
 
 /// A cluster with everything its full view needs.
@@ -646,6 +701,27 @@ pub async fn upgrade(
     authorize(caller, "cluster:upgrade", &c)?;
     let ct_ident = b.str("cluster_template").unwrap_or_default();
     let ct = find_template(app, &template_visibility(caller), &ct_ident, false).await?;
+    let old_ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
+    let version_of = |t: &tdb::TemplateRow| {
+        t.labels
+            .0
+            .get("kube_tag")
+            .cloned()
+            .or_else(|| t.resolved.0.kube_version.clone())
+    };
+    let from = c
+        .coe_version
+        .clone()
+        .or_else(|| old_ct.as_ref().and_then(version_of));
+    crate::domain::upgrade::check(
+        old_ct
+            .as_ref()
+            .and_then(|t| t.coe.as_deref())
+            .unwrap_or("kubernetes"),
+        from.as_deref(),
+        ct.coe.as_deref().unwrap_or("kubernetes"),
+        version_of(&ct).as_deref(),
+    )?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
     let ng = match b.str("nodegroup") {
         Some(n) => find_nodegroup(app, &c, None, &n).await?,

@@ -209,6 +209,14 @@ pub async fn create(
     }
     apply_doc(&mut row, &b);
     resolve(app, cloud, &mut row).await?;
+    // The Kubernetes version: `kube_tag` and the image's `kube_version` must agree (checked at
+    // create; a later label change that disagrees fails the clusters built from it, clearly).
+    crate::capi::values::kube_version(
+        &row.labels.0,
+        row.resolved.kube_version.as_deref(),
+        &app.config.capi.default_kube_version,
+    )
+    .map_err(|e| DomainError::BadRequest(e.to_string()))?;
     if cloud.is_some() {
         // Magnum takes the distro from the image, whatever the client sent.
         row.cluster_distro = row.resolved.os_distro.clone();

@@ -1,2 +1,259 @@
 //! A simulated management cluster for `serve --dev` and the tests: an in-process Kubernetes API
 //! and a CAPI/CAPO simulator that plays the controllers. Never used against real infrastructure.
+//!
+//! `SimCluster::start` binds an axum server (`api`) over an in-memory object store (`store`)
+//! and, unless disabled, starts the simulator (`controllers` + `reconcile`) on the same store.
+
+mod api;
+pub mod controllers;
+mod kubeconfig;
+pub mod objects;
+mod reconcile;
+pub mod selector;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use controllers::Simulator;
+pub use selector::Selector;
+pub use store::{
+    Event, EventType, ObjectKey, Patch, Resource, Store, StoreError, StoreOptions, Target,
+    Validator,
+};
+
+/// How a simulated management cluster runs.
+#[derive(Clone)]
+pub struct SimOptions {
+    /// Listen address; port 0 picks a free one.
+    pub addr: SocketAddr,
+    /// Run the CAPI/CAPO simulator (false: a bare API server).
+    pub controllers: bool,
+    /// Time between simulated transitions.
+    pub step: Duration,
+    /// Image/flavor or external-network substrings that make provisioning fail.
+    pub fail_markers: Vec<String>,
+    /// Optional schema check of every write (422 `Invalid` on `Err`).
+    pub validator: Option<Validator>,
+    /// Watch events kept for resumption (older resourceVersions get 410 `Expired`).
+    pub watch_history: usize,
+    /// How often open watches that asked for bookmarks receive one.
+    pub bookmark_interval: Duration,
+    /// Namespaced writes need an existing Namespace, as on a real apiserver.
+    pub require_namespaces: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            controllers: true,
+            step: Duration::from_secs(1),
+            fail_markers: vec!["sim-fail".to_string()],
+            validator: None,
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(5),
+            require_namespaces: true,
+        }
+    }
+}
+
+impl SimOptions {
+    /// Fast transitions for tests (50 ms steps, 1 s bookmarks).
+    pub fn for_tests() -> Self {
+        SimOptions {
+            step: Duration::from_millis(50),
+            bookmark_interval: Duration::from_secs(1),
+            ..SimOptions::default()
+        }
+    }
+}
+
+impl std::fmt::Debug for SimOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimOptions")
+            .field("addr", &self.addr)
+            .field("controllers", &self.controllers)
+            .field("step", &self.step)
+            .field("fail_markers", &self.fail_markers)
+            .field("validator", &self.validator.is_some())
+            .field("watch_history", &self.watch_history)
+            .field("bookmark_interval", &self.bookmark_interval)
+            .field("require_namespaces", &self.require_namespaces)
+            .finish()
+    }
+}
+
+/// Why the simulated cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("invalid server URL {0}")]
+    Url(String),
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A running simulated management cluster. Dropping it stops the server and the simulator.
+pub struct SimCluster {
+    url: String,
+    addr: SocketAddr,
+    client: kube::Client,
+    store: Arc<Store>,
+    simulator: Option<Arc<Simulator>>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("url", &self.url)
+            .field("simulator", &self.simulator)
+            .finish()
+    }
+}
+
+impl SimCluster {
+    /// Binds the API server, serves it, and starts the simulator when `opts.controllers`.
+    pub async fn start(opts: SimOptions) -> Result<SimCluster, SimError> {
+        let listener = tokio::net::TcpListener::bind(opts.addr)
+            .await
+            .map_err(|source| SimError::Bind {
+                addr: opts.addr,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            addr: opts.addr,
+            source,
+        })?;
+        let url = format!("http://{addr}");
+        let uri: http::Uri = url.parse().map_err(|_| SimError::Url(url.clone()))?;
+        let client = kube::Client::try_from(kube::Config::new(uri))?;
+        let store = Arc::new(Store::new(StoreOptions {
+            validator: opts.validator.clone(),
+            history: opts.watch_history,
+            require_namespaces: opts.require_namespaces,
+            ..StoreOptions::default()
+        }));
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let app = api::router(api::ApiState {
+            store: store.clone(),
+            shutdown: shutdown_rx.clone(),
+            bookmark_interval: opts.bookmark_interval,
+        });
+        let mut stop = shutdown_rx.clone();
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|v| *v).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "simulated API server failed");
+            }
+        });
+        let mut tasks = vec![server];
+        let simulator = if opts.controllers {
+            let (sim, sim_tasks) =
+                Simulator::start(store.clone(), opts.step, opts.fail_markers, shutdown_rx);
+            tasks.extend(sim_tasks);
+            Some(sim)
+        } else {
+            None
+        };
+        tracing::info!(%url, controllers = opts.controllers, "simulated management cluster started");
+        Ok(SimCluster {
+            url,
+            addr,
+            client,
+            store,
+            simulator,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kube client for this API server (plain HTTP, default namespace `default`).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Direct access to the objects, bypassing HTTP.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The simulator, when controllers run.
+    pub fn simulator(&self) -> Option<&Arc<Simulator>> {
+        self.simulator.as_ref()
+    }
+
+    /// Replaces the failure markers at runtime (no-op without controllers).
+    pub fn set_fail_markers(&self, markers: Vec<String>) {
+        if let Some(sim) = &self.simulator {
+            sim.set_fail_markers(markers);
+        }
+    }
+
+    /// Stops the simulated controllers until `resume` (the API keeps serving).
+    pub fn pause(&self) {
+        if let Some(sim) = &self.simulator {
+            sim.pause();
+        }
+    }
+
+    pub fn resume(&self) {
+        if let Some(sim) = &self.simulator {
+            sim.resume();
+        }
+    }
+
+    /// A kubeconfig document (YAML) pointing at this server, for tools and `serve --dev`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: simkube\n  cluster:\n    server: {}\n\
+             contexts:\n- name: simkube\n  context:\n    cluster: simkube\n    user: simkube\n    \
+             namespace: default\ncurrent-context: simkube\nusers:\n- name: simkube\n  user: {{}}\n",
+            self.url
+        )
+    }
+
+    /// Stops watches, the server and the simulator, waiting briefly for them.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        for task in std::mem::take(&mut self.tasks) {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

@@ -3,6 +3,7 @@
 //! Requests go through the real router in-process; the worker runs only when asked for.
 #![allow(dead_code)]
 
+pub mod capi;
 pub mod fakecloud;
 pub mod keystone;
 pub mod stack;
@@ -104,6 +105,8 @@ pub fn test_config(url: &str) -> Config {
     cfg.database.migrate_on_start = false;
     cfg.operations.poll_interval_ms = 50;
     cfg.operations.retry_base_ms = 50;
+    // API tests: operations complete at once, no management cluster (tests/capi_*.rs use one).
+    cfg.driver.kind = magnum_capi::config::DriverKind::Simulated;
     cfg
 }
 

@@ -1,0 +1,676 @@
+//! The CAPI driver: executes recorded operations against the management cluster (render →
+//! server-side apply, or delete and wait), provisions each cluster's application credential and
+//! CAs, and cleans up credentials that could not be deleted at the time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde_json::{Map, Value, json};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::apply::{KubeError, Mgmt, ObjectRef};
+use super::pki::{ClusterCas, PkiError};
+use super::render::{RenderError, Renderer};
+use super::values::{self, CloudCredentials, Inputs, ValuesError};
+use super::watch::Observer;
+use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID};
+use crate::config::CapiConfig;
+use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::nodegroups::{self as ndb, NodegroupRow};
+use crate::db::operations::OperationRow;
+use crate::db::templates::{self as tdb, TemplateRow};
+use crate::db::{DbError, finalize};
+use crate::domain::status::Status;
+use crate::driver::{Driver, DriverError, DriverFuture};
+use crate::openstack::{Keystone, OpenStackError, UserSession, appcred};
+use crate::service::clusters::kind;
+
+/// How a CAPI driver step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CapiError {
+    #[error(transparent)]
+    Kube(#[from] KubeError),
+    #[error(transparent)]
+    Values(#[from] ValuesError),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    OpenStack(#[from] OpenStackError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Waiting(String),
+}
+
+impl From<CapiError> for DriverError {
+    fn from(e: CapiError) -> Self {
+        let transient = match &e {
+            CapiError::Kube(k) => k.is_transient(),
+            CapiError::Db(_) | CapiError::Waiting(_) => true,
+            CapiError::OpenStack(OpenStackError::Unavailable { .. }) => true,
+            _ => false,
+        };
+        if transient {
+            DriverError::Transient(e.to_string())
+        } else {
+            DriverError::Permanent(e.to_string())
+        }
+    }
+}
+
+/// The kinds we create besides the watched ones; deleted by label once the cluster is gone.
+const OWNED_KINDS: &[(&str, &str)] = &[
+    (
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+    ),
+    (
+        "bootstrap.cluster.x-k8s.io/v1beta2",
+        "KubeadmConfigTemplate",
+    ),
+    ("cluster.x-k8s.io/v1beta2", "MachineHealthCheck"),
+    ("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy"),
+    ("addons.cluster.x-k8s.io/v1beta2", "ClusterResourceSet"),
+    ("v1", "Secret"),
+];
+
+/// Machine templates: immutable, named by the hash of their spec; superseded ones are deleted.
+const TEMPLATE_KINDS: &[(&str, &str)] = &[
+    (
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+    ),
+    (
+        "bootstrap.cluster.x-k8s.io/v1beta2",
+        "KubeadmConfigTemplate",
+    ),
+];
+
+/// Everything the driver needs, shared with the API (credentials at create) and the watchers.
+pub struct Capi {
+    pub mgmt: Mgmt,
+    pub renderer: Renderer,
+    pub observer: Arc<Observer>,
+    pub config: CapiConfig,
+    pub keystone: Option<Arc<Keystone>>,
+    /// The CA bundle of the OpenStack endpoints, written into each credentials Secret.
+    pub cloud_ca: Option<String>,
+    /// The observer's change feed, taken once by the status writer.
+    pub feed: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
+}
+
+impl std::fmt::Debug for Capi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capi")
+            .field("mgmt", &self.mgmt)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A credential created for a cluster at create, to revoke if the create is not recorded.
+pub struct Provisioned {
+    pub app_cred_id: Option<String>,
+    user_id: String,
+    session: Option<UserSession>,
+}
+
+fn namespace_of(cfg: &CapiConfig, c: &ClusterRow) -> String {
+    super::namespace(&cfg.namespace_prefix, &c.project_id)
+}
+
+fn name_of(c: &ClusterRow) -> String {
+    c.stack_id
+        .clone()
+        .unwrap_or_else(|| super::capi_name(c.uuid))
+}
+
+fn obj(api_version: &str, kind: &str, ns: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: Some(ns.into()),
+        name: name.into(),
+    }
+}
+
+impl Capi {
+    fn inputs<'a>(
+        &'a self,
+        template: &'a TemplateRow,
+        cluster: &'a ClusterRow,
+        nodegroups: &'a [NodegroupRow],
+        credentials: Option<CloudCredentials>,
+        cas: Option<&'a ClusterCas>,
+    ) -> Inputs<'a> {
+        Inputs {
+            template,
+            cluster,
+            nodegroups,
+            config: &self.config,
+            credentials,
+            cas,
+        }
+    }
+
+    /// Credentials for the cluster's Secret: a new application credential created as the caller
+    /// (`session`), or, in `--dev` without Keystone, clearly fake ones.
+    async fn new_credentials(
+        &self,
+        cluster: &ClusterRow,
+        session: Option<&UserSession>,
+        roles: &[String],
+    ) -> Result<(Option<String>, CloudCredentials), CapiError> {
+        let iface = self.config.app_cred_interface.clone();
+        match session {
+            Some(s) => {
+                let auth_url = s
+                    .identity_url(&iface)
+                    .or_else(|| s.identity_url("public"))
+                    .ok_or_else(|| {
+                        CapiError::Invalid("no identity endpoint in the service catalog".into())
+                    })?;
+                let name = cluster.name.clone().unwrap_or_default();
+                let cred =
+                    appcred::create(s, &cluster.user_id, roles, cluster.uuid, &name, None).await?;
+                tracing::info!(cluster = %cluster.uuid, app_cred = %cred.id, "application credential created");
+                Ok((
+                    Some(cred.id.clone()),
+                    CloudCredentials {
+                        auth_url,
+                        region_name: s.region().map(str::to_string),
+                        interface: iface,
+                        application_credential_id: cred.id,
+                        application_credential_secret: cred.secret,
+                        cacert: self.cloud_ca.clone(),
+                        verify: true,
+                    },
+                ))
+            }
+            None => Ok((
+                None,
+                CloudCredentials {
+                    auth_url: "http://keystone.invalid/v3".into(),
+                    region_name: None,
+                    interface: iface,
+                    application_credential_id: "dev-mode-without-keystone".into(),
+                    application_credential_secret: SecretString::from("dev-mode-without-keystone"),
+                    cacert: None,
+                    verify: true,
+                },
+            )),
+        }
+    }
+
+    /// At create, before the cluster is recorded: the namespace and the cloud-credentials Secret
+    /// with a fresh application credential, so the credential secret exists only in Keystone and
+    /// on the management cluster. On failure nothing is left behind.
+    pub async fn provision(
+        &self,
+        template: &TemplateRow,
+        cluster: &ClusterRow,
+        nodegroups: &[NodegroupRow],
+        session: Option<&UserSession>,
+        roles: &[String],
+    ) -> Result<Provisioned, CapiError> {
+        let (id, creds) = self.new_credentials(cluster, session, roles).await?;
+        let p = Provisioned {
+            app_cred_id: id,
+            user_id: cluster.user_id.clone(),
+            session: session.cloned(),
+        };
+        let applied = async {
+            let v = values::build(self.inputs(template, cluster, nodegroups, Some(creds), None))?;
+            let objs = self.renderer.render_credentials(&v)?;
+            self.mgmt.apply_all(&objs).await?;
+            Ok::<_, CapiError>(())
+        }
+        .await;
+        if let Err(e) = applied {
+            self.revoke(&p).await;
+            return Err(e);
+        }
+        Ok(p)
+    }
+
+    /// Undoes [`Capi::provision`] when the create could not be recorded.
+    pub async fn revoke(&self, p: &Provisioned) {
+        if let (Some(id), Some(s)) = (&p.app_cred_id, &p.session)
+            && let Err(e) = appcred::delete(s, s.timeout(), &p.user_id, id).await
+        {
+            tracing::warn!(app_cred = %id, error = %e, "could not delete an unused application credential");
+        }
+    }
+
+    /// The cluster's CAs to write, if its `<name>-ca` Secret does not exist yet.
+    async fn cas_to_write(&self, ns: &str, name: &str) -> Result<Option<ClusterCas>, CapiError> {
+        let existing = self
+            .mgmt
+            .get(&obj("v1", "Secret", ns, &format!("{name}-ca")))
+            .await?;
+        Ok(match existing {
+            Some(_) => None,
+            None => Some(ClusterCas::generate()?),
+        })
+    }
+
+    /// Renders the cluster as Postgres has it and applies it. `create` also writes the CAs (once)
+    /// and, without Keystone, placeholder credentials.
+    async fn apply_cluster(
+        &self,
+        pool: &PgPool,
+        cluster: &ClusterRow,
+        skip_nodegroup: Option<Uuid>,
+        create: bool,
+    ) -> Result<Vec<Value>, CapiError> {
+        let template = tdb::by_uuid(pool, &tdb::Visibility::All, cluster.cluster_template_id)
+            .await?
+            .ok_or_else(|| CapiError::Invalid("the cluster's template no longer exists".into()))?;
+        let ngs: Vec<NodegroupRow> = ndb::of_cluster(pool, cluster.uuid)
+            .await?
+            .into_iter()
+            .filter(|n| Some(n.uuid) != skip_nodegroup)
+            .collect();
+        let (ns, name) = (namespace_of(&self.config, cluster), name_of(cluster));
+        let cas = if create {
+            self.cas_to_write(&ns, &name).await?
+        } else {
+            None
+        };
+        let creds = if create
+            && self
+                .mgmt
+                .get(&obj(
+                    "v1",
+                    "Secret",
+                    &ns,
+                    &format!("{name}-cloud-credentials"),
+                ))
+                .await?
+                .is_none()
+        {
+            if self.keystone.is_some() {
+                return Err(CapiError::Invalid(
+                    "the cluster's cloud credentials are missing from the management cluster"
+                        .into(),
+                ));
+            }
+            Some(self.new_credentials(cluster, None, &[]).await?.1)
+        } else {
+            None
+        };
+        let v = values::build(self.inputs(&template, cluster, &ngs, creds, cas.as_ref()))?;
+        let objs = self.renderer.render(&v)?;
+        self.mgmt.apply_all(&objs).await?;
+        Ok(objs)
+    }
+
+    /// Deletes machine templates of the cluster that the live control plane and
+    /// MachineDeployments no longer reference (after a rollout completed).
+    pub async fn collect_templates(
+        &self,
+        pool: &PgPool,
+        cluster: Uuid,
+    ) -> Result<usize, CapiError> {
+        let Some(c) = cdb::lock(pool, cluster).await? else {
+            return Ok(0);
+        };
+        let ns = namespace_of(&self.config, &c);
+        let sel = format!("{LABEL_CLUSTER_UUID}={cluster}");
+        let mut referenced = std::collections::HashSet::new();
+        for (av, k) in [
+            (
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "KubeadmControlPlane",
+            ),
+            ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            ("cluster.x-k8s.io/v1beta2", "MachineSet"),
+        ] {
+            for o in self
+                .mgmt
+                .list(
+                    av,
+                    k,
+                    &ns,
+                    &format!("cluster.x-k8s.io/cluster-name={}", name_of(&c)),
+                )
+                .await?
+            {
+                for p in [
+                    "/spec/machineTemplate/spec/infrastructureRef/name",
+                    "/spec/machineTemplate/infrastructureRef/name",
+                    "/spec/template/spec/infrastructureRef/name",
+                    "/spec/template/spec/bootstrap/configRef/name",
+                ] {
+                    if let Some(n) = o.data.pointer(p).and_then(Value::as_str) {
+                        referenced.insert(n.to_string());
+                    }
+                }
+                // MachineSets still scaled up keep their templates.
+                if k == "MachineSet"
+                    && o.data
+                        .pointer("/status/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                        == 0
+                {
+                    for p in [
+                        "/spec/template/spec/infrastructureRef/name",
+                        "/spec/template/spec/bootstrap/configRef/name",
+                    ] {
+                        if let Some(n) = o.data.pointer(p).and_then(Value::as_str) {
+                            referenced.remove(n);
+                        }
+                    }
+                }
+            }
+        }
+        if referenced.is_empty() {
+            return Ok(0); // nothing live to compare with: keep everything
+        }
+        let mut removed = 0;
+        for (av, k) in TEMPLATE_KINDS {
+            for t in self.mgmt.list(av, k, &ns, &sel).await? {
+                let name = t.metadata.name.clone().unwrap_or_default();
+                if !referenced.contains(&name) {
+                    self.mgmt.delete(&obj(av, k, &ns, &name)).await?;
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// `cluster.x-k8s.io/delete-machine` on the machines a resize should remove (by machine
+    /// name, node name or the Nova server id at the end of the provider id).
+    async fn mark_for_removal(
+        &self,
+        cluster: &ClusterRow,
+        nodegroup: Uuid,
+        which: &[String],
+    ) -> Result<(), CapiError> {
+        if which.is_empty() {
+            return Ok(());
+        }
+        let ns = namespace_of(&self.config, cluster);
+        let sel = format!("{LABEL_NODEGROUP_UUID}={nodegroup}");
+        let mut ann = Map::new();
+        ann.insert("cluster.x-k8s.io/delete-machine".into(), json!("yes"));
+        for m in self
+            .mgmt
+            .list("cluster.x-k8s.io/v1beta2", "Machine", &ns, &sel)
+            .await?
+        {
+            let name = m.metadata.name.clone().unwrap_or_default();
+            let node = m
+                .data
+                .pointer("/status/nodeRef/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let provider = m
+                .data
+                .pointer("/spec/providerID")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let hit = which.iter().any(|w| {
+                !w.is_empty() && (*w == name || w == node || provider.ends_with(&format!("/{w}")))
+            });
+            if hit {
+                self.mgmt
+                    .annotate(
+                        &obj("cluster.x-k8s.io/v1beta2", "Machine", &ns, &name),
+                        &ann,
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_cluster(&self, pool: &PgPool, c: &ClusterRow) -> Result<(), CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        self.mgmt
+            .delete(&obj("cluster.x-k8s.io/v1beta2", "Cluster", &ns, &name))
+            .await?;
+        // Wait (watch-driven) for CAPI to tear everything down, reporting what blocks.
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_secs(self.config.delete_timeout_mins.max(1) * 60);
+        loop {
+            let slice = Duration::from_secs(10)
+                .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            if self
+                .observer
+                .wait_for(c.uuid, slice, |o| o.is_empty())
+                .await
+            {
+                break;
+            }
+            let what = blocking(&self.observer.observed(c.uuid));
+            cdb::set_status(pool, c.uuid, Status::DeleteInProgress.as_str(), Some(&what)).await?;
+            if tokio::time::Instant::now() >= deadline {
+                return Err(CapiError::Waiting(format!(
+                    "Timed out deleting the cluster: {what}"
+                )));
+            }
+        }
+        // Then what CAPI does not own: our Secrets, machine templates, addons.
+        let sel = format!("{LABEL_CLUSTER_UUID}={}", c.uuid);
+        for (av, k) in OWNED_KINDS {
+            for o in self.mgmt.list(av, k, &ns, &sel).await? {
+                let n = o.metadata.name.clone().unwrap_or_default();
+                self.mgmt.delete(&obj(av, k, &ns, &n)).await?;
+            }
+        }
+        // The credential: with the service's credentials (its owner may be gone).
+        if let Some(id) = cdb::app_cred(pool, c.uuid).await? {
+            let result = match &self.keystone {
+                Some(k) => k.delete_app_credential(&c.user_id, &id).await,
+                None => Ok(()),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(cluster = %c.uuid, app_cred = %id, "application credential deleted")
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %c.uuid, app_cred = %id, error = %e, "application credential not deleted yet; will retry");
+                    cdb::add_leftover_cred(pool, &id, &c.user_id, c.uuid, &e.to_string()).await?;
+                }
+            }
+        }
+        cdb::delete(pool, c.uuid).await?;
+        Ok(())
+    }
+
+    async fn delete_nodegroup(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        ng: Uuid,
+        op: i64,
+    ) -> Result<(), CapiError> {
+        let ns = namespace_of(&self.config, c);
+        self.apply_cluster(pool, c, Some(ng), false).await?;
+        let sel = format!("{LABEL_NODEGROUP_UUID}={ng}");
+        for (av, k) in [
+            ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            ("cluster.x-k8s.io/v1beta2", "MachineHealthCheck"),
+        ] {
+            for o in self.mgmt.list(av, k, &ns, &sel).await? {
+                let n = o.metadata.name.clone().unwrap_or_default();
+                self.mgmt.delete(&obj(av, k, &ns, &n)).await?;
+            }
+        }
+        let id = ng.to_string();
+        let gone = |o: &super::status::Observed| {
+            let has = |v: &Value| {
+                v.pointer("/metadata/labels")
+                    .and_then(|l| l.get(LABEL_NODEGROUP_UUID))
+                    .and_then(Value::as_str)
+                    == Some(id.as_str())
+            };
+            !o.machine_deployments.iter().any(has) && !o.machines.iter().any(has)
+        };
+        let timeout = Duration::from_secs(self.config.delete_timeout_mins.max(1) * 60);
+        if !self.observer.wait_for(c.uuid, timeout, gone).await {
+            return Err(CapiError::Waiting(
+                "Timed out waiting for the nodegroup's machines to be deleted".into(),
+            ));
+        }
+        for (av, k) in TEMPLATE_KINDS {
+            for o in self.mgmt.list(av, k, &ns, &sel).await? {
+                let n = o.metadata.name.clone().unwrap_or_default();
+                self.mgmt.delete(&obj(av, k, &ns, &n)).await?;
+            }
+        }
+        let mut tx = pool.begin().await.map_err(DbError::from)?;
+        ndb::delete(&mut *tx, ng).await?;
+        finalize::cluster_status(&mut *tx, c.uuid, op, Status::UpdateComplete.as_str()).await?;
+        tx.commit().await.map_err(DbError::from)?;
+        Ok(())
+    }
+
+    async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<(), CapiError> {
+        let Some(c) = cdb::lock(pool, op.cluster_uuid).await? else {
+            return Ok(()); // already gone
+        };
+        match op.kind.as_str() {
+            kind::CREATE => {
+                self.apply_cluster(pool, &c, None, true).await?;
+            }
+            kind::RESIZE => {
+                if let Some(ng) = op.nodegroup_uuid {
+                    let which: Vec<String> = op
+                        .payload
+                        .0
+                        .get("nodes_to_remove")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    self.mark_for_removal(&c, ng, &which).await?;
+                }
+                self.apply_cluster(pool, &c, None, false).await?;
+            }
+            kind::UPGRADE => {
+                let image = op.payload.0.get("image_id").and_then(Value::as_str);
+                let ct = op
+                    .payload
+                    .0
+                    .get("cluster_template")
+                    .and_then(Value::as_str)
+                    .and_then(|s| Uuid::parse_str(s).ok());
+                let new_ct = match ct {
+                    Some(u) => tdb::by_uuid(pool, &tdb::Visibility::All, u).await?,
+                    None => None,
+                };
+                let mut tx = pool.begin().await.map_err(DbError::from)?;
+                if let Some(t) = &new_ct {
+                    cdb::set_template(&mut *tx, c.uuid, t.uuid).await?;
+                    // The version follows the new template: its kube_tag, else its image's.
+                    cdb::set_label(
+                        &mut *tx,
+                        c.uuid,
+                        "kube_tag",
+                        t.labels.0.get("kube_tag").map(String::as_str),
+                    )
+                    .await?;
+                }
+                for ng in ndb::of_cluster(&mut *tx, c.uuid).await? {
+                    if ng.is_default || Some(ng.uuid) == op.nodegroup_uuid {
+                        ndb::set_image(&mut *tx, ng.uuid, image).await?;
+                    }
+                }
+                tx.commit().await.map_err(DbError::from)?;
+                let c = cdb::lock(pool, c.uuid).await?.unwrap_or(c);
+                self.apply_cluster(pool, &c, None, false).await?;
+            }
+            kind::NODEGROUP_CREATE | kind::NODEGROUP_UPDATE => {
+                self.apply_cluster(pool, &c, None, false).await?;
+            }
+            kind::NODEGROUP_DELETE => {
+                if let Some(ng) = op.nodegroup_uuid {
+                    self.delete_nodegroup(pool, &c, ng, op.id).await?;
+                }
+            }
+            kind::DELETE => self.delete_cluster(pool, &c).await?,
+            other => {
+                return Err(CapiError::Invalid(format!(
+                    "the Cluster API driver does not support {other} yet"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Retries deleting credentials that could not be deleted when their cluster went away.
+    pub async fn sweep_leftover_credentials(&self, pool: &PgPool) -> Result<usize, CapiError> {
+        let Some(k) = &self.keystone else {
+            return Ok(0);
+        };
+        let mut done = 0;
+        for (id, user, attempts) in cdb::due_leftover_creds(pool).await? {
+            match k.delete_app_credential(&user, &id).await {
+                Ok(()) => {
+                    cdb::leftover_cred_result(pool, &id, true, None, 0.0).await?;
+                    tracing::info!(app_cred = %id, "leftover application credential deleted");
+                    done += 1;
+                }
+                Err(e) => {
+                    let delay = crate::worker::backoff_ms(5000, attempts + 1) as f64 / 1000.0;
+                    tracing::warn!(app_cred = %id, error = %e, attempts, "leftover application credential still not deleted");
+                    cdb::leftover_cred_result(pool, &id, false, Some(&e.to_string()), delay)
+                        .await?;
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// What still exists of a cluster being deleted, for `status_reason`.
+fn blocking(o: &super::status::Observed) -> String {
+    let mut parts = Vec::new();
+    if o.cluster.is_some() {
+        parts.push("Cluster".to_string());
+    }
+    if o.openstack_cluster.is_some() {
+        parts.push("OpenStackCluster".to_string());
+    }
+    if o.control_plane.is_some() {
+        parts.push("KubeadmControlPlane".to_string());
+    }
+    if !o.machine_deployments.is_empty() {
+        parts.push(format!(
+            "{} MachineDeployments",
+            o.machine_deployments.len()
+        ));
+    }
+    if !o.machines.is_empty() {
+        parts.push(format!("{} Machines", o.machines.len()));
+    }
+    format!("Waiting for Cluster API to delete: {}", parts.join(", "))
+}
+
+/// The driver the worker runs.
+#[derive(Debug, Clone)]
+pub struct CapiDriver(pub Arc<Capi>);
+
+impl Driver for CapiDriver {
+    fn name(&self) -> &'static str {
+        "capi"
+    }
+    fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a> {
+        Box::pin(async move { self.0.run(pool, op).await.map_err(DriverError::from) })
+    }
+    fn finished(&self, op: &OperationRow) {
+        self.0.observer.touch(op.cluster_uuid);
+    }
+}

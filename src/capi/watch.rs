@@ -1,0 +1,504 @@
+//! Watching the management cluster: one `kube::runtime` watcher per kind (Cluster,
+//! KubeadmControlPlane, MachineDeployment, Machine, OpenStackCluster) across namespaces,
+//! selected by our cluster-uuid label, feeding an in-memory index per Magnum cluster; and the
+//! status writer that turns index changes into Postgres statuses, one replica at a time.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde_json::{Map, Value};
+use sqlx::PgPool;
+use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
+
+use super::LABEL_CLUSTER_UUID;
+use super::apply::resource;
+use super::status::{self, ClusterState, NodegroupState, Observed};
+use crate::db::DbResult;
+use crate::db::clusters::{self as cdb, DriverFacts};
+use crate::db::nodegroups as ndb;
+use crate::domain::status::Status;
+
+/// The kinds we watch, with the slot each fills in [`Observed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Cluster,
+    OpenStackCluster,
+    ControlPlane,
+    MachineDeployment,
+    Machine,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Cluster,
+        Kind::OpenStackCluster,
+        Kind::ControlPlane,
+        Kind::MachineDeployment,
+        Kind::Machine,
+    ];
+
+    pub fn api_version_kind(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Cluster => ("cluster.x-k8s.io/v1beta2", "Cluster"),
+            Kind::OpenStackCluster => (
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackCluster",
+            ),
+            Kind::ControlPlane => (
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "KubeadmControlPlane",
+            ),
+            Kind::MachineDeployment => ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            Kind::Machine => ("cluster.x-k8s.io/v1beta2", "Machine"),
+        }
+    }
+}
+
+/// The part of an object status evaluation reads (managedFields, annotations and most of the
+/// spec are dropped: 10,000 clusters' worth of full objects would not fit comfortably).
+fn prune(obj: &DynamicObject) -> Value {
+    let mut meta = Map::new();
+    let m = &obj.metadata;
+    meta.insert(
+        "name".into(),
+        Value::from(m.name.clone().unwrap_or_default()),
+    );
+    if let Some(ns) = &m.namespace {
+        meta.insert("namespace".into(), Value::from(ns.clone()));
+    }
+    if let Some(l) = &m.labels {
+        meta.insert("labels".into(), serde_json::to_value(l).unwrap_or_default());
+    }
+    if let Some(g) = m.generation {
+        meta.insert("generation".into(), Value::from(g));
+    }
+    if m.deletion_timestamp.is_some() {
+        meta.insert("deletionTimestamp".into(), Value::from("set"));
+    }
+    let mut spec = Map::new();
+    if let Some(s) = obj.data.get("spec").and_then(Value::as_object) {
+        for k in ["replicas", "version", "controlPlaneEndpoint", "providerID"] {
+            if let Some(v) = s.get(k) {
+                spec.insert(k.into(), v.clone());
+            }
+        }
+    }
+    let mut out = Map::new();
+    out.insert("metadata".into(), Value::Object(meta));
+    out.insert("spec".into(), Value::Object(spec));
+    if let Some(st) = obj.data.get("status") {
+        out.insert("status".into(), st.clone());
+    }
+    Value::Object(out)
+}
+
+fn cluster_uuid(obj: &DynamicObject) -> Option<Uuid> {
+    obj.metadata
+        .labels
+        .as_ref()?
+        .get(LABEL_CLUSTER_UUID)
+        .and_then(|s| Uuid::parse_str(s).ok())
+}
+
+type Objects = BTreeMap<(Kind, String), Value>;
+
+#[derive(Default)]
+struct Index {
+    by_cluster: HashMap<Uuid, Objects>,
+    /// Objects being relisted by a restarting watcher, per kind.
+    relist: HashMap<Kind, Vec<(Uuid, String, Value)>>,
+    synced: HashSet<Kind>,
+}
+
+/// The watchers' shared view, and the channel that tells the writer what changed.
+pub struct Observer {
+    index: Mutex<Index>,
+    dirty: mpsc::UnboundedSender<Uuid>,
+    /// Bumped on every change; waiters (delete) re-check when it moves.
+    version: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// A new observer and the receiving end of its change feed (for [`StatusWriter`]).
+    pub fn new() -> (Arc<Observer>, mpsc::UnboundedReceiver<Uuid>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (version, _) = watch::channel(0);
+        (
+            Arc::new(Observer {
+                index: Mutex::new(Index::default()),
+                dirty: tx,
+                version,
+            }),
+            rx,
+        )
+    }
+
+    fn with_index<T>(&self, f: impl FnOnce(&mut Index) -> T) -> T {
+        let mut guard = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut guard)
+    }
+
+    /// Marks a cluster for re-evaluation (e.g. when its operation finished).
+    pub fn touch(&self, cluster: Uuid) {
+        let _ = self.dirty.send(cluster);
+    }
+
+    fn changed(&self, clusters: impl IntoIterator<Item = Uuid>) {
+        for c in clusters {
+            let _ = self.dirty.send(c);
+        }
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    fn apply_event(&self, kind: Kind, ev: Event<DynamicObject>) {
+        let key = |o: &DynamicObject| {
+            format!(
+                "{}/{}",
+                o.metadata.namespace.clone().unwrap_or_default(),
+                o.metadata.name.clone().unwrap_or_default()
+            )
+        };
+        let touched: Vec<Uuid> = self.with_index(|ix| match ev {
+            Event::Apply(o) => cluster_uuid(&o)
+                .map(|u| {
+                    ix.by_cluster
+                        .entry(u)
+                        .or_default()
+                        .insert((kind, key(&o)), prune(&o));
+                    vec![u]
+                })
+                .unwrap_or_default(),
+            Event::Delete(o) => cluster_uuid(&o)
+                .map(|u| {
+                    if let Some(objs) = ix.by_cluster.get_mut(&u) {
+                        objs.remove(&(kind, key(&o)));
+                        if objs.is_empty() {
+                            ix.by_cluster.remove(&u);
+                        }
+                    }
+                    vec![u]
+                })
+                .unwrap_or_default(),
+            Event::Init => {
+                ix.relist.insert(kind, Vec::new());
+                Vec::new()
+            }
+            Event::InitApply(o) => {
+                if let Some(u) = cluster_uuid(&o) {
+                    let k = key(&o);
+                    ix.relist.entry(kind).or_default().push((u, k, prune(&o)));
+                }
+                Vec::new()
+            }
+            Event::InitDone => {
+                let fresh = ix.relist.remove(&kind).unwrap_or_default();
+                let mut touched: HashSet<Uuid> = HashSet::new();
+                for (u, objs) in ix.by_cluster.iter_mut() {
+                    let before = objs.len();
+                    objs.retain(|(k, _), _| *k != kind);
+                    if objs.len() != before {
+                        touched.insert(*u);
+                    }
+                }
+                for (u, k, v) in fresh {
+                    ix.by_cluster.entry(u).or_default().insert((kind, k), v);
+                    touched.insert(u);
+                }
+                ix.by_cluster.retain(|_, objs| !objs.is_empty());
+                ix.synced.insert(kind);
+                touched.into_iter().collect()
+            }
+        });
+        self.changed(touched);
+    }
+
+    /// Every watched kind has listed its objects at least once.
+    pub fn synced(&self) -> bool {
+        self.with_index(|ix| Kind::ALL.iter().all(|k| ix.synced.contains(k)))
+    }
+
+    /// What is known about one cluster.
+    pub fn observed(&self, cluster: Uuid) -> Observed {
+        self.with_index(|ix| {
+            let mut o = Observed::default();
+            if let Some(objs) = ix.by_cluster.get(&cluster) {
+                for ((kind, _), v) in objs {
+                    match kind {
+                        Kind::Cluster => o.cluster = Some(v.clone()),
+                        Kind::OpenStackCluster => o.openstack_cluster = Some(v.clone()),
+                        Kind::ControlPlane => o.control_plane = Some(v.clone()),
+                        Kind::MachineDeployment => o.machine_deployments.push(v.clone()),
+                        Kind::Machine => o.machines.push(v.clone()),
+                    }
+                }
+            }
+            o
+        })
+    }
+
+    /// Every cluster with objects on the management cluster.
+    pub fn clusters(&self) -> Vec<Uuid> {
+        self.with_index(|ix| ix.by_cluster.keys().copied().collect())
+    }
+
+    /// Resolves when `pred` holds for the cluster's observed objects (checked after every
+    /// change), or with `false` after `timeout`.
+    pub async fn wait_for(
+        &self,
+        cluster: Uuid,
+        timeout: Duration,
+        pred: impl Fn(&Observed) -> bool,
+    ) -> bool {
+        let mut rx = self.version.subscribe();
+        let check = async {
+            loop {
+                if self.synced() && pred(&self.observed(cluster)) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, check).await.is_ok()
+    }
+
+    /// Starts one watcher per kind on `client`; they run until `shutdown`.
+    pub fn spawn_watchers(
+        self: &Arc<Self>,
+        client: kube::Client,
+        shutdown: watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        Kind::ALL
+            .iter()
+            .map(|&kind| {
+                let this = self.clone();
+                let client = client.clone();
+                let mut stop = shutdown.clone();
+                tokio::spawn(async move {
+                    let (av, k) = kind.api_version_kind();
+                    let api: Api<DynamicObject> = Api::all_with(client, &resource(av, k));
+                    let cfg = watcher::Config::default().labels(LABEL_CLUSTER_UUID);
+                    let mut stream = watcher::watcher(api, cfg)
+                        .default_backoff()
+                        .boxed();
+                    loop {
+                        tokio::select! {
+                            ev = stream.next() => match ev {
+                                Some(Ok(ev)) => this.apply_event(kind, ev),
+                                Some(Err(e)) => tracing::warn!(kind = k, error = %e, "watch failed; retrying"),
+                                None => return,
+                            },
+                            _ = stop.changed() => return,
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+}
+
+/// Which cluster state Postgres has, for [`status::evaluate`].
+async fn load_state(
+    tx: &mut sqlx::PgConnection,
+    cluster: &cdb::ClusterRow,
+    update_timeout: Duration,
+) -> DbResult<ClusterState> {
+    let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
+    let (open, last): (bool, Option<DateTime<Utc>>) = sqlx::query_as(
+        "SELECT COALESCE(bool_or(state IN ('pending', 'running')), false), max(created_at)
+           FROM operation WHERE cluster_uuid = $1",
+    )
+    .bind(cluster.uuid)
+    .fetch_one(&mut *tx)
+    .await?;
+    let status: Status = cluster.status.parse().unwrap_or(Status::CreateInProgress);
+    let deadline = match status {
+        Status::CreateInProgress => Some(
+            cluster.created_at
+                + chrono::Duration::minutes(i64::from(cluster.create_timeout.unwrap_or(60).max(1))),
+        ),
+        Status::UpdateInProgress => last.map(|t| {
+            t + chrono::Duration::from_std(update_timeout).unwrap_or(chrono::Duration::hours(1))
+        }),
+        _ => None,
+    };
+    Ok(ClusterState {
+        status,
+        status_reason: cluster.status_reason.clone(),
+        nodegroups: ngs
+            .iter()
+            .map(|n| NodegroupState {
+                uuid: n.uuid,
+                is_master: n.is_master(),
+                status: n.status.as_deref().and_then(|s| s.parse().ok()),
+                status_reason: n.status_reason.clone(),
+                node_count: n.node_count,
+                addresses: n.node_addresses.0.clone(),
+            })
+            .collect(),
+        operation_open: open,
+        deadline,
+        api_address: cluster.api_address.clone(),
+        coe_version: cluster.coe_version.clone(),
+        health_status: cluster.health_status.clone(),
+        health_status_reason: cluster.health_status_reason.0.clone(),
+    })
+}
+
+/// Evaluates one cluster and writes what changed, under the cluster's row lock (so an API
+/// write that starts a new operation is never overwritten by a stale conclusion).
+pub async fn sync_cluster(
+    pool: &PgPool,
+    observer: &Observer,
+    cluster: Uuid,
+    update_timeout: Duration,
+) -> DbResult<Option<Status>> {
+    let mut tx = pool.begin().await?;
+    let Some(row) = cdb::lock(&mut *tx, cluster).await? else {
+        return Ok(None);
+    };
+    let state = load_state(&mut tx, &row, update_timeout).await?;
+    let ev = status::evaluate(&observer.observed(cluster), &state, Utc::now());
+    if ev.is_noop() {
+        return Ok(None);
+    }
+    if ev.api_address.is_some() || ev.coe_version.is_some() {
+        cdb::set_driver_facts(
+            &mut *tx,
+            cluster,
+            &DriverFacts {
+                api_address: ev.api_address.clone(),
+                coe_version: ev.coe_version.clone(),
+                container_version: None,
+            },
+        )
+        .await?;
+    }
+    if let Some((h, reason)) = &ev.health {
+        cdb::set_health(&mut *tx, cluster, Some(h), reason).await?;
+    }
+    for ng in &ev.nodegroups {
+        if let Some((st, reason)) = &ng.status {
+            ndb::set_status(&mut *tx, ng.uuid, st.as_str(), reason.as_deref()).await?;
+        }
+        if let Some(a) = &ng.addresses {
+            ndb::set_addresses(&mut *tx, ng.uuid, a).await?;
+        }
+    }
+    let new_status = ev.status.as_ref().map(|(s, _)| *s);
+    if let Some((st, reason)) = &ev.status {
+        cdb::set_status(&mut *tx, cluster, st.as_str(), reason.as_deref()).await?;
+        tracing::info!(cluster = %cluster, status = st.as_str(), reason = reason.as_deref().unwrap_or(""), "cluster status from CAPI");
+    }
+    tx.commit().await?;
+    Ok(new_status)
+}
+
+/// Advisory-lock key of the status writer (one replica writes statuses at a time).
+const WRITER_LOCK: i64 = 0x6d61_676e_756d_0001;
+
+/// Called with every cluster that reached a new status (e.g. to collect superseded templates).
+pub type OnStatus = Arc<dyn Fn(Uuid, Status) + Send + Sync>;
+
+/// Drains the observer's change feed into Postgres while this replica holds the writer lock;
+/// re-checks in-progress clusters every `tick` (deadlines, operations finished elsewhere).
+pub async fn run_writer(
+    pool: PgPool,
+    observer: Arc<Observer>,
+    mut dirty: mpsc::UnboundedReceiver<Uuid>,
+    update_timeout: Duration,
+    tick: Duration,
+    on_status: OnStatus,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut leader: Option<sqlx::PgConnection> = None;
+    let mut ticker = tokio::time::interval(tick);
+    let mut pending: HashSet<Uuid> = HashSet::new();
+    loop {
+        tokio::select! {
+            got = dirty.recv() => match got {
+                Some(u) => { pending.insert(u); }
+                None => return,
+            },
+            _ = ticker.tick() => {
+                if leader.is_none() {
+                    leader = try_lead(&pool).await;
+                    if leader.is_some() {
+                        tracing::info!("this replica writes cluster statuses");
+                        pending.extend(observer.clusters());
+                    }
+                }
+                if let Some(conn) = leader.as_mut()
+                    && sqlx::query("SELECT 1").execute(&mut *conn).await.is_err()
+                {
+                    tracing::warn!("lost the status-writer lock's connection");
+                    leader = None;
+                }
+                if leader.is_some() {
+                    match in_progress(&pool).await {
+                        Ok(ids) => pending.extend(ids),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "listing in-progress clusters failed");
+                        }
+                    }
+                }
+            }
+            _ = shutdown.changed() => return,
+        }
+        // Take everything queued so far, then write.
+        while let Ok(u) = dirty.try_recv() {
+            pending.insert(u);
+        }
+        if leader.is_none() || !observer.synced() {
+            if leader.is_none() {
+                pending.clear();
+            }
+            continue;
+        }
+        for u in std::mem::take(&mut pending) {
+            match sync_cluster(&pool, &observer, u, update_timeout).await {
+                Ok(Some(st)) => on_status(u, st),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
+                    pending.insert(u);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn try_lead(pool: &PgPool) -> Option<sqlx::PgConnection> {
+    let mut conn = pool.acquire().await.ok()?.detach();
+    let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(WRITER_LOCK)
+        .fetch_one(&mut conn)
+        .await
+        .ok()?;
+    // Keep the connection (outside the pool): the lock lives as long as its session.
+    got.then_some(conn)
+}
+
+async fn in_progress(pool: &PgPool) -> DbResult<Vec<Uuid>> {
+    let rows: Vec<(Uuid,)> = sqlx::query_as(
+        "SELECT uuid FROM cluster WHERE status IN ('CREATE_IN_PROGRESS', 'UPDATE_IN_PROGRESS')",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(u,)| u).collect())
+}

@@ -1,0 +1,657 @@
+//! The HTTP surface of the simulated management cluster: an axum router speaking enough of the
+//! Kubernetes REST API (paths, verbs, patch types, watch streams, `Status` errors, minimal
+//! discovery) for kube-rs clients, translating every request into one `Store` call.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::selector::Selector;
+use super::store::{Event, Patch, Resource, Store, StoreError, Target, watch_line};
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 64 << 20;
+/// Watch duration when the client sends no `timeoutSeconds` (kube-apiserver's minimum).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// What the router shares between requests.
+#[derive(Clone)]
+pub(crate) struct ApiState {
+    pub store: Arc<Store>,
+    pub shutdown: watch::Receiver<bool>,
+    pub bookmark_interval: Duration,
+}
+
+pub(crate) fn router(state: ApiState) -> Router {
+    Router::new().fallback(handle).with_state(state)
+}
+
+/// A request path resolved to a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ResourcePath {
+    resource: Resource,
+    /// `v1` or `group/version`, used for list and bookmark type fields.
+    api_version: String,
+    /// `None` for cluster-scoped or all-namespaces paths.
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    ApiVersions,
+    ApiGroups,
+    Version,
+    Health,
+    ResourceList(String),
+    Object(ResourcePath),
+}
+
+fn parse_route(path: &str) -> Option<Route> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, api_version, rest) = match segs.as_slice() {
+        ["api"] => return Some(Route::ApiVersions),
+        ["apis"] => return Some(Route::ApiGroups),
+        ["version"] => return Some(Route::Version),
+        ["healthz" | "readyz" | "livez"] => return Some(Route::Health),
+        ["api", v] => return Some(Route::ResourceList((*v).to_string())),
+        ["apis", g, v] => return Some(Route::ResourceList(format!("{g}/{v}"))),
+        ["api", v, rest @ ..] => ("", (*v).to_string(), rest),
+        ["apis", g, v, rest @ ..] => (*g, format!("{g}/{v}"), rest),
+        _ => return None,
+    };
+    let object =
+        |plural: &str, namespace: Option<&str>, name: Option<&&str>, sub: Option<&&str>| {
+            Route::Object(ResourcePath {
+                resource: Resource::new(group, plural),
+                api_version: api_version.clone(),
+                namespace: namespace.map(str::to_string),
+                name: name.map(|s| (*s).to_string()),
+                subresource: sub.map(|s| (*s).to_string()),
+            })
+        };
+    Some(match rest {
+        ["namespaces", ns, plural, more @ ..]
+            if !(more.is_empty() && matches!(*plural, "status" | "finalize")) =>
+        {
+            if more.len() > 2 {
+                return None;
+            }
+            object(plural, Some(ns), more.first(), more.get(1))
+        }
+        [plural, more @ ..] if more.len() <= 2 => object(plural, None, more.first(), more.get(1)),
+        _ => return None,
+    })
+}
+
+fn parse_query(query: Option<&str>) -> HashMap<String, String> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+fn error_response(err: &StoreError) -> Response {
+    let code = StatusCode::from_u16(err.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(code, &err.status_body())
+}
+
+fn kind_for(store: &Store, res: &Resource) -> String {
+    if let Some((_, kind)) = store.kind_of(res) {
+        return kind;
+    }
+    let known = match res.plural.as_str() {
+        "namespaces" => "Namespace",
+        "secrets" => "Secret",
+        "configmaps" => "ConfigMap",
+        "services" => "Service",
+        "serviceaccounts" => "ServiceAccount",
+        "pods" => "Pod",
+        "nodes" => "Node",
+        "events" => "Event",
+        "clusters" => "Cluster",
+        "machines" => "Machine",
+        "machinesets" => "MachineSet",
+        "machinedeployments" => "MachineDeployment",
+        "machinehealthchecks" => "MachineHealthCheck",
+        "kubeadmcontrolplanes" => "KubeadmControlPlane",
+        "kubeadmconfigs" => "KubeadmConfig",
+        "kubeadmconfigtemplates" => "KubeadmConfigTemplate",
+        "openstackclusters" => "OpenStackCluster",
+        "openstackmachines" => "OpenStackMachine",
+        "openstackmachinetemplates" => "OpenStackMachineTemplate",
+        other => {
+            let singular = other.strip_suffix('s').unwrap_or(other);
+            let mut chars = singular.chars();
+            return chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default();
+        }
+    };
+    known.to_string()
+}
+
+/// A list body written item by item (no copy of the stored objects into a new `Value`).
+fn list_response(api_version: &str, kind: &str, rv: u64, items: &[Arc<Value>]) -> Response {
+    let mut buf = Vec::with_capacity(256 + items.len() * 1024);
+    buf.extend_from_slice(
+        format!(
+            "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{{\"resourceVersion\":\"{rv}\"}},\"items\":[",
+            json!(api_version),
+            json!(format!("{kind}List"))
+        )
+        .as_bytes(),
+    );
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        if serde_json::to_writer(&mut buf, &**item).is_err() {
+            buf.extend_from_slice(b"{}");
+        }
+    }
+    buf.extend_from_slice(b"]}");
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        buf,
+    )
+        .into_response()
+}
+
+fn parse_body(bytes: &Bytes, allow_yaml: bool) -> Result<Value, StoreError> {
+    if bytes.is_empty() {
+        return Ok(Value::Null);
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => Ok(v),
+        Err(e) if allow_yaml => yaml_serde::from_slice::<Value>(bytes).map_err(|y| {
+            StoreError::BadRequest(format!("body is neither JSON ({e}) nor YAML ({y})"))
+        }),
+        Err(e) => Err(StoreError::BadRequest(format!("invalid JSON body: {e}"))),
+    }
+}
+
+fn selectors(q: &HashMap<String, String>) -> Result<(Selector, Selector), StoreError> {
+    let labels = Selector::parse(
+        q.get("labelSelector")
+            .map(String::as_str)
+            .unwrap_or_default(),
+    )
+    .map_err(StoreError::BadRequest)?;
+    let fields = Selector::parse(
+        q.get("fieldSelector")
+            .map(String::as_str)
+            .unwrap_or_default(),
+    )
+    .map_err(StoreError::BadRequest)?;
+    Ok((labels, fields))
+}
+
+fn target_of(path: &ResourcePath) -> Result<Target, StoreError> {
+    match path.subresource.as_deref() {
+        None | Some("finalize") => Ok(Target::Main),
+        Some("status") => Ok(Target::Status),
+        Some(other) => Err(StoreError::NotFound(format!(
+            "the server could not find the requested resource ({} {other})",
+            path.resource.qualified()
+        ))),
+    }
+}
+
+async fn handle(State(st): State<ApiState>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let query = parse_query(parts.uri.query());
+    let Some(route) = parse_route(parts.uri.path()) else {
+        return error_response(&StoreError::NotFound(format!(
+            "the server could not find the requested resource ({})",
+            parts.uri.path()
+        )));
+    };
+    let path = match route {
+        Route::ApiVersions => {
+            return json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+            );
+        }
+        Route::ApiGroups => return json_response(StatusCode::OK, &api_groups(&st.store)),
+        Route::Version => return json_response(StatusCode::OK, &version()),
+        Route::Health => return (StatusCode::OK, "ok").into_response(),
+        Route::ResourceList(gv) => {
+            return json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": []}),
+            );
+        }
+        Route::Object(p) => p,
+    };
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&StoreError::BadRequest(format!("reading body: {e}"))),
+    };
+    match dispatch(&st, &parts.method, &parts.headers, path, &query, &bytes) {
+        Ok(resp) => resp,
+        Err(e) => error_response(&e),
+    }
+}
+
+fn dispatch(
+    st: &ApiState,
+    method: &Method,
+    headers: &HeaderMap,
+    path: ResourcePath,
+    q: &HashMap<String, String>,
+    bytes: &Bytes,
+) -> Result<Response, StoreError> {
+    let store = &st.store;
+    let ns = path.namespace.clone().unwrap_or_default();
+    let is_watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    match (method.as_str(), path.name.clone()) {
+        ("GET", None) if is_watch => start_watch(st, path, q),
+        ("GET", None) => {
+            let (labels, fields) = selectors(q)?;
+            let (items, rv) =
+                store.list_matching(&path.resource, path.namespace.as_deref(), &labels, &fields);
+            let kind = kind_for(store, &path.resource);
+            Ok(list_response(&path.api_version, &kind, rv, &items))
+        }
+        ("GET", Some(name)) => {
+            target_of(&path)?;
+            match store.get(&path.resource, &ns, &name) {
+                Some(o) => Ok(json_response(StatusCode::OK, &o)),
+                None => Err(StoreError::NotFound(format!(
+                    "{} \"{name}\" not found",
+                    path.resource.qualified()
+                ))),
+            }
+        }
+        ("POST", None) => {
+            let body = parse_body(bytes, true)?;
+            let ns = match path.namespace {
+                Some(ns) => ns,
+                None => body
+                    .get("metadata")
+                    .and_then(|m| m.get("namespace"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            let o = store.create(&path.resource, &ns, body)?;
+            Ok(json_response(StatusCode::CREATED, &o))
+        }
+        ("PUT", Some(name)) => {
+            let target = target_of(&path)?;
+            let body = parse_body(bytes, true)?;
+            let o = store.replace(&path.resource, &ns, &name, body, target)?;
+            Ok(json_response(StatusCode::OK, &o))
+        }
+        ("PATCH", Some(name)) => {
+            let target = target_of(&path)?;
+            let ctype = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let patch = if ctype.starts_with("application/apply-patch") {
+                Patch::Apply(parse_body(bytes, true)?)
+            } else if ctype.starts_with("application/json-patch+json") {
+                let p: json_patch::Patch = serde_json::from_slice(bytes)
+                    .map_err(|e| StoreError::BadRequest(format!("invalid JSON patch: {e}")))?;
+                Patch::Json(p)
+            } else if ctype.starts_with("application/merge-patch+json")
+                || ctype.starts_with("application/strategic-merge-patch+json")
+            {
+                Patch::Merge(parse_body(bytes, false)?)
+            } else {
+                return Err(StoreError::UnsupportedMediaType(format!(
+                    "the body of the request was in an unknown format - accepted media types \
+                     include: application/json-patch+json, application/merge-patch+json, \
+                     application/apply-patch+yaml (got {ctype:?})"
+                )));
+            };
+            let (o, created) = store.patch(&path.resource, &ns, &name, patch, target)?;
+            let code = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(json_response(code, &o))
+        }
+        ("DELETE", Some(name)) => {
+            let o = store.delete(&path.resource, &ns, &name)?;
+            Ok(json_response(StatusCode::OK, &o))
+        }
+        ("DELETE", None) => {
+            let (labels, fields) = selectors(q)?;
+            let items = store.delete_collection(
+                &path.resource,
+                path.namespace.as_deref(),
+                &labels,
+                &fields,
+            );
+            let kind = kind_for(store, &path.resource);
+            Ok(list_response(
+                &path.api_version,
+                &kind,
+                store.resource_version(),
+                &items,
+            ))
+        }
+        (m, _) => Err(StoreError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({m})"
+        ))),
+    }
+}
+
+fn api_groups(store: &Store) -> Value {
+    let groups: Vec<Value> = store
+        .groups()
+        .into_iter()
+        .map(|(name, api_version)| {
+            let version = api_version
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            json!({
+                "name": name,
+                "versions": [{"groupVersion": api_version, "version": version}],
+                "preferredVersion": {"groupVersion": api_version, "version": version},
+            })
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1", "minor": "33", "gitVersion": "v1.33.0-simkube", "gitCommit": "simkube",
+        "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "none",
+        "compiler": "simkube", "platform": "linux/amd64",
+    })
+}
+
+/// Which events one watch delivers.
+struct WatchFilter {
+    resource: Resource,
+    namespace: Option<String>,
+    labels: Selector,
+    fields: Selector,
+}
+
+impl WatchFilter {
+    fn matches(&self, e: &Event) -> bool {
+        e.key.resource == self.resource
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| *ns == e.key.namespace)
+            && self.labels.matches_labels(&e.object)
+            && self.fields.matches_fields(&e.object)
+    }
+}
+
+fn bookmark_line(api_version: &str, kind: &str, rv: u64, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    watch_line(
+        "BOOKMARK",
+        &json!({"apiVersion": api_version, "kind": kind, "metadata": meta}),
+    )
+}
+
+fn start_watch(
+    st: &ApiState,
+    path: ResourcePath,
+    q: &HashMap<String, String>,
+) -> Result<Response, StoreError> {
+    let (labels, fields) = selectors(q)?;
+    let from = match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => None,
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| StoreError::BadRequest(format!("invalid resourceVersion {rv:?}")))?,
+        ),
+    };
+    let send_initial = q.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let from = if send_initial { None } else { from };
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_WATCH_TIMEOUT);
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<Bytes, Infallible>));
+    let filter = WatchFilter {
+        resource: path.resource.clone(),
+        namespace: path.namespace.clone(),
+        labels,
+        fields,
+    };
+    let kind = kind_for(&st.store, &path.resource);
+    match st.store.watch(
+        &path.resource,
+        path.namespace.as_deref(),
+        from,
+        &filter.labels,
+        &filter.fields,
+    ) {
+        Ok(start) => {
+            let task = WatchTask {
+                store: st.store.clone(),
+                filter,
+                api_version: path.api_version,
+                kind,
+                tx,
+                bookmarks,
+                bookmark_interval: st.bookmark_interval,
+                shutdown: st.shutdown.clone(),
+            };
+            tokio::spawn(task.run(start, from, send_initial, timeout));
+        }
+        Err(e) => {
+            // As kube-apiserver does: 200 with one ERROR event, so clients re-list.
+            let line = watch_line("ERROR", &e.status_body());
+            tokio::spawn(async move {
+                let _ = tx.send(line).await;
+            });
+        }
+    }
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
+}
+
+/// One open watch: forwards matching events from the store's broadcast to the HTTP body.
+struct WatchTask {
+    store: Arc<Store>,
+    filter: WatchFilter,
+    api_version: String,
+    kind: String,
+    tx: mpsc::Sender<Bytes>,
+    bookmarks: bool,
+    bookmark_interval: Duration,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl WatchTask {
+    /// Sends one line; false when the client is gone.
+    async fn send(&self, line: Bytes) -> bool {
+        self.tx.send(line).await.is_ok()
+    }
+
+    /// Sends `events` newer than `*last` that match; false when the client is gone.
+    async fn forward(&self, events: &[Arc<Event>], last: &mut u64) -> bool {
+        for e in events {
+            if e.resource_version <= *last {
+                continue;
+            }
+            *last = e.resource_version;
+            if self.filter.matches(e) && !self.send(e.line()).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn run(
+        self,
+        start: super::store::WatchStart,
+        from: Option<u64>,
+        send_initial: bool,
+        timeout: Duration,
+    ) {
+        let mut rx = start.receiver;
+        let mut last = from.unwrap_or(start.resource_version);
+        for obj in &start.snapshot {
+            if !self.send(watch_line("ADDED", obj)).await {
+                return;
+            }
+        }
+        if send_initial
+            && !self
+                .send(bookmark_line(&self.api_version, &self.kind, last, true))
+                .await
+        {
+            return;
+        }
+        if !self.forward(&start.replay, &mut last).await {
+            return;
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let period = self.bookmark_interval.max(Duration::from_millis(10));
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut bookmarked = last;
+        let mut shutdown = self.shutdown.clone();
+        if *shutdown.borrow_and_update() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = &mut deadline => return,
+                _ = self.tx.closed() => return,
+                r = rx.recv() => match r {
+                    Ok(e) => {
+                        if !self.forward(std::slice::from_ref(&e), &mut last).await {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        match self.store.events_after(last) {
+                            Ok(events) => {
+                                if !self.forward(&events, &mut last).await {
+                                    return;
+                                }
+                            }
+                            Err(e) => {
+                                let _ = self.send(watch_line("ERROR", &e.status_body())).await;
+                                return;
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = ticker.tick(), if self.bookmarks => {
+                    if last != bookmarked {
+                        bookmarked = last;
+                        if !self.send(bookmark_line(&self.api_version, &self.kind, last, false)).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(
+        ns: Option<&str>,
+        plural: &str,
+        group: &str,
+        name: Option<&str>,
+        sub: Option<&str>,
+    ) -> Route {
+        Route::Object(ResourcePath {
+            resource: Resource::new(group, plural),
+            api_version: if group.is_empty() {
+                "v1".into()
+            } else {
+                format!("{group}/v1beta2")
+            },
+            namespace: ns.map(str::to_string),
+            name: name.map(str::to_string),
+            subresource: sub.map(str::to_string),
+        })
+    }
+
+    #[test]
+    fn paths_resolve_to_resources() {
+        let g = "cluster.x-k8s.io";
+        for (path, want) in [
+            (
+                "/api/v1/namespaces",
+                obj(None, "namespaces", "", None, None),
+            ),
+            (
+                "/api/v1/namespaces/p1",
+                obj(None, "namespaces", "", Some("p1"), None),
+            ),
+            (
+                "/api/v1/namespaces/p1/status",
+                obj(None, "namespaces", "", Some("p1"), Some("status")),
+            ),
+            (
+                "/api/v1/namespaces/p1/secrets",
+                obj(Some("p1"), "secrets", "", None, None),
+            ),
+            (
+                "/api/v1/namespaces/p1/secrets/s",
+                obj(Some("p1"), "secrets", "", Some("s"), None),
+            ),
+            ("/api/v1/secrets", obj(None, "secrets", "", None, None)),
+            (
+                "/apis/cluster.x-k8s.io/v1beta2/clusters",
+                obj(None, "clusters", g, None, None),
+            ),
+            (
+                "/apis/cluster.x-k8s.io/v1beta2/namespaces/p1/clusters/c/status",
+                obj(Some("p1"), "clusters", g, Some("c"), Some("status")),
+            ),
+        ] {
+            assert_eq!(parse_route(path), Some(want), "{path}");
+        }
+        assert_eq!(parse_route("/api"), Some(Route::ApiVersions));
+        assert_eq!(parse_route("/nope"), None);
+        assert_eq!(parse_route("/api/v1/namespaces/p1/secrets/s/x/y"), None);
+    }
+}

@@ -1,0 +1,404 @@
+//! The simulator's engine, standing in for the CAPI and CAPO controller managers: it follows the
+//! store's change feed, marks affected objects dirty (plus an index from each CAPI cluster to
+//! its parts), and every `step` reconciles only the dirty objects, one transition each, on the
+//! blocking pool. The per-kind behaviour lives in `reconcile`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use super::objects::{Kind, LABEL_CLUSTER_UUID, cluster_names, label, owners, str_at};
+use super::reconcile;
+use super::store::{Event, EventType, ObjectKey, Store, StoreError};
+
+/// Objects related to CAPI clusters, kept current from the change feed.
+#[derive(Default)]
+struct Links {
+    /// (namespace, cluster name) → parts naming that cluster.
+    by_cluster: HashMap<(String, String), HashSet<ObjectKey>>,
+    /// (namespace, Magnum cluster uuid) → parts carrying that uuid label.
+    by_uuid: HashMap<(String, String), HashSet<ObjectKey>>,
+    /// (namespace, Magnum cluster uuid) → the CAPI Cluster with that label.
+    cluster_by_uuid: HashMap<(String, String), String>,
+    /// Object named by a Cluster's infrastructureRef / controlPlaneRef → that Cluster.
+    referenced_by: HashMap<ObjectKey, ObjectKey>,
+}
+
+fn insert_or_remove(
+    map: &mut HashMap<(String, String), HashSet<ObjectKey>>,
+    at: (String, String),
+    key: &ObjectKey,
+    present: bool,
+) {
+    if present {
+        map.entry(at).or_default().insert(key.clone());
+    } else if let Some(set) = map.get_mut(&at) {
+        set.remove(key);
+        if set.is_empty() {
+            map.remove(&at);
+        }
+    }
+}
+
+/// Addresses handed out to simulated infrastructure.
+#[derive(Default)]
+struct Addresses {
+    next_host: HashMap<(String, String), u32>,
+}
+
+/// The running simulator; shared by its tasks and the `SimCluster` handle.
+pub struct Simulator {
+    store: Arc<Store>,
+    step: Duration,
+    markers: RwLock<Vec<String>>,
+    paused: AtomicBool,
+    dirty: Mutex<HashSet<ObjectKey>>,
+    links: Mutex<Links>,
+    addresses: Mutex<Addresses>,
+    floating_ips: AtomicU32,
+}
+
+impl std::fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulator")
+            .field("step", &self.step)
+            .field("paused", &self.paused.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Simulator {
+    /// Starts the feed and the step loop; both stop when `shutdown` turns true.
+    pub(crate) fn start(
+        store: Arc<Store>,
+        step: Duration,
+        fail_markers: Vec<String>,
+        shutdown: watch::Receiver<bool>,
+    ) -> (Arc<Simulator>, Vec<JoinHandle<()>>) {
+        let feed = store.subscribe();
+        let sim = Arc::new(Simulator {
+            store,
+            step: step.max(Duration::from_millis(1)),
+            markers: RwLock::new(fail_markers),
+            paused: AtomicBool::new(false),
+            dirty: Mutex::new(HashSet::new()),
+            links: Mutex::new(Links::default()),
+            addresses: Mutex::new(Addresses::default()),
+            floating_ips: AtomicU32::new(0),
+        });
+        sim.resync();
+        let tasks = vec![
+            tokio::spawn(sim.clone().follow(feed, shutdown.clone())),
+            tokio::spawn(sim.clone().run_steps(shutdown)),
+        ];
+        (sim, tasks)
+    }
+
+    /// The store the simulator acts on.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Replaces the failure markers and re-examines every object.
+    pub fn set_fail_markers(&self, markers: Vec<String>) {
+        *self.markers.write().unwrap_or_else(|e| e.into_inner()) = markers;
+        self.resync();
+    }
+
+    pub fn fail_markers(&self) -> Vec<String> {
+        self.markers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Stops reconciling (changes still accumulate as dirty objects).
+    pub fn pause(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    pub fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Rebuilds the index and marks every simulated object dirty (after a lagged feed).
+    pub fn resync(&self) {
+        for kind in Kind::ALL {
+            if kind == Kind::Secret {
+                continue;
+            }
+            let (objects, _) = self.store.list_matching(
+                &kind.resource(),
+                None,
+                &Default::default(),
+                &Default::default(),
+            );
+            for obj in objects {
+                let key = ObjectKey::new(
+                    &kind.resource(),
+                    super::objects::namespace(&obj),
+                    super::objects::name(&obj),
+                );
+                self.observe(kind, &key, &obj, false);
+            }
+        }
+    }
+
+    pub(crate) fn mark(&self, key: ObjectKey) {
+        lock(&self.dirty).insert(key);
+    }
+
+    fn mark_all(&self, keys: impl IntoIterator<Item = ObjectKey>) {
+        lock(&self.dirty).extend(keys);
+    }
+
+    async fn follow(
+        self: Arc<Self>,
+        mut feed: broadcast::Receiver<Arc<Event>>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                r = feed.recv() => match r {
+                    Ok(event) => {
+                        if let Some(kind) = Kind::of(&event.key.resource) {
+                            self.observe(kind, &event.key, &event.object, event.event_type == EventType::Deleted);
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "simulator fell behind the change feed; resyncing");
+                        self.resync();
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    }
+
+    async fn run_steps(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(self.step);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = ticker.tick() => {}
+            }
+            if self.is_paused() {
+                continue;
+            }
+            let mut batch: Vec<ObjectKey> = std::mem::take(&mut *lock(&self.dirty))
+                .into_iter()
+                .collect();
+            if batch.is_empty() {
+                continue;
+            }
+            batch.sort();
+            let this = self.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || this.process(batch)).await {
+                tracing::error!(error = %e, "simulator step panicked");
+            }
+        }
+    }
+
+    /// One step: reconcile each dirty object once.
+    fn process(&self, batch: Vec<ObjectKey>) {
+        let markers = self.fail_markers();
+        let cx = reconcile::Ctx {
+            sim: self,
+            store: &self.store,
+            markers: &markers,
+        };
+        for key in batch {
+            match reconcile::reconcile(&cx, &key) {
+                Ok(()) => {}
+                Err(e @ StoreError::Conflict(_)) => {
+                    tracing::debug!(?key, error = %e, "simulator retrying");
+                    self.mark(key);
+                }
+                Err(e) => tracing::warn!(?key, error = %e, "simulated controller failed"),
+            }
+        }
+    }
+
+    /// Index maintenance and dirty marking for one object change.
+    fn observe(&self, kind: Kind, key: &ObjectKey, obj: &Value, deleted: bool) {
+        let ns = key.namespace.clone();
+        let mut dirty: Vec<ObjectKey> = Vec::new();
+        let mut links = lock(&self.links);
+        let uuid = label(obj, LABEL_CLUSTER_UUID).map(str::to_string);
+        if kind == Kind::Cluster {
+            for (path, target) in [
+                ("infrastructureRef", Kind::InfraCluster),
+                ("controlPlaneRef", Kind::ControlPlane),
+            ] {
+                if let Some(n) = str_at(obj, &["spec", path, "name"]) {
+                    let target_key = ObjectKey::new(&target.resource(), &ns, n);
+                    if deleted {
+                        links.referenced_by.remove(&target_key);
+                    } else {
+                        links.referenced_by.insert(target_key.clone(), key.clone());
+                        dirty.push(target_key);
+                    }
+                }
+            }
+            if let Some(u) = &uuid {
+                if deleted {
+                    links.cluster_by_uuid.remove(&(ns.clone(), u.clone()));
+                } else {
+                    links
+                        .cluster_by_uuid
+                        .insert((ns.clone(), u.clone()), key.name.clone());
+                }
+            }
+            dirty.push(key.clone());
+            if !deleted {
+                let parts = links.by_cluster.get(&(ns.clone(), key.name.clone()));
+                dirty.extend(
+                    parts
+                        .into_iter()
+                        .flatten()
+                        .filter(|k| {
+                            matches!(
+                                Kind::of(&k.resource),
+                                Some(
+                                    Kind::MachineDeployment
+                                        | Kind::MachineHealthCheck
+                                        | Kind::ControlPlane
+                                        | Kind::InfraCluster
+                                )
+                            )
+                        })
+                        .cloned(),
+                );
+            }
+        } else if kind.is_cluster_part() {
+            let names = cluster_names(obj);
+            for n in &names {
+                insert_or_remove(
+                    &mut links.by_cluster,
+                    (ns.clone(), n.clone()),
+                    key,
+                    !deleted,
+                );
+            }
+            if let Some(u) = &uuid {
+                insert_or_remove(&mut links.by_uuid, (ns.clone(), u.clone()), key, !deleted);
+            }
+            let clusters =
+                || {
+                    names
+                        .iter()
+                        .cloned()
+                        .chain(uuid.as_ref().and_then(|u| {
+                            links.cluster_by_uuid.get(&(ns.clone(), u.clone())).cloned()
+                        }))
+                        .map(|n| ObjectKey::new(&Kind::Cluster.resource(), &ns, &n))
+                        .chain(links.referenced_by.get(key).cloned())
+                        .collect::<Vec<_>>()
+                };
+            match kind {
+                Kind::Machine => {
+                    dirty.push(key.clone());
+                    for (owner_kind, owner_res) in [
+                        ("KubeadmControlPlane", Kind::ControlPlane),
+                        ("MachineDeployment", Kind::MachineDeployment),
+                    ] {
+                        for (n, _) in owners(obj, owner_kind) {
+                            dirty.push(ObjectKey::new(&owner_res.resource(), &ns, &n));
+                        }
+                    }
+                    if deleted {
+                        dirty.extend(clusters());
+                    }
+                }
+                Kind::InfraMachine => {
+                    for (n, _) in owners(obj, "Machine") {
+                        dirty.push(ObjectKey::new(&Kind::Machine.resource(), &ns, &n));
+                    }
+                    if deleted {
+                        dirty.extend(clusters());
+                    }
+                }
+                Kind::InfraCluster | Kind::ControlPlane | Kind::MachineDeployment => {
+                    dirty.push(key.clone());
+                    dirty.extend(clusters());
+                }
+                Kind::MachineHealthCheck => {
+                    dirty.push(key.clone());
+                    if deleted {
+                        dirty.extend(clusters());
+                    }
+                }
+                _ => {
+                    if deleted {
+                        dirty.extend(clusters());
+                    }
+                }
+            }
+        } else if kind == Kind::Secret && deleted {
+            // A removed kubeconfig Secret may be what a deleting Cluster waits for.
+            if let Some(n) = label(obj, super::objects::LABEL_CLUSTER_NAME) {
+                dirty.push(ObjectKey::new(&Kind::Cluster.resource(), &ns, n));
+            }
+        }
+        drop(links);
+        self.mark_all(dirty);
+    }
+
+    /// Keys of the parts of a cluster (by name and by Magnum uuid label).
+    pub(crate) fn cluster_parts(
+        &self,
+        ns: &str,
+        cluster: &str,
+        uuid: Option<&str>,
+    ) -> Vec<ObjectKey> {
+        let links = lock(&self.links);
+        let mut out: Vec<ObjectKey> = links
+            .by_cluster
+            .get(&(ns.to_string(), cluster.to_string()))
+            .into_iter()
+            .flatten()
+            .chain(
+                uuid.and_then(|u| links.by_uuid.get(&(ns.to_string(), u.to_string())))
+                    .into_iter()
+                    .flatten(),
+            )
+            .cloned()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The next node address of a cluster: 10.0.0.10, 10.0.0.11, …
+    pub(crate) fn next_node_address(&self, ns: &str, cluster: &str) -> String {
+        let mut a = lock(&self.addresses);
+        let n = a
+            .next_host
+            .entry((ns.to_string(), cluster.to_string()))
+            .or_insert(9);
+        *n += 1;
+        let a = *n - 10;
+        format!("10.0.{}.{}", a / 240, 10 + a % 240)
+    }
+
+    /// A floating IP from the documentation range 203.0.113.0/24.
+    pub(crate) fn next_floating_ip(&self) -> String {
+        let n = self.floating_ips.fetch_add(1, Ordering::Relaxed);
+        format!("203.0.113.{}", n % 254 + 1)
+    }
+}

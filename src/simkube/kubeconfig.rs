@@ -1,0 +1,169 @@
+//! The `<cluster>-kubeconfig` Secret the simulated control plane publishes, as CAPI does once
+//! the first control-plane machine is up: server `https://<endpoint>`, the cluster CA from
+//! `<cluster>-ca` when present, and an admin client certificate signed by that CA.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use serde_json::{Value, json};
+
+use super::objects::{
+    CAPI_VERSION, Kind, LABEL_CLUSTER_NAME, i64_at, name, namespace, owner_ref, str_at,
+};
+use super::store::{Store, StoreError};
+
+/// Name of a cluster's kubeconfig Secret.
+pub fn secret_name(cluster: &str) -> String {
+    format!("{cluster}-kubeconfig")
+}
+
+fn secret_field(secret: &Value, key: &str) -> Option<String> {
+    let encoded = secret.get("data")?.get(key)?.as_str()?;
+    let bytes = STANDARD.decode(encoded).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// An admin client certificate and key signed by the cluster CA.
+fn admin_credentials(ca_cert_pem: &str, ca_key_pem: &str) -> Option<(String, String)> {
+    let ca_key = KeyPair::from_pem(ca_key_pem).ok()?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).ok()?;
+    let key = KeyPair::generate().ok()?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).ok()?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "system:masters");
+    dn.push(DnType::CommonName, "kubernetes-admin");
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).ok()?;
+    Some((cert.pem(), key.serialize_pem()))
+}
+
+/// The kubeconfig document for a cluster whose API is at `server`.
+pub fn render(
+    cluster: &str,
+    server: &str,
+    ca_pem: Option<&str>,
+    credentials: Option<(String, String)>,
+) -> Value {
+    let mut cluster_entry = json!({"server": server});
+    match ca_pem {
+        Some(ca) => cluster_entry["certificate-authority-data"] = json!(STANDARD.encode(ca)),
+        None => cluster_entry["insecure-skip-tls-verify"] = json!(true),
+    }
+    let user_name = format!("{cluster}-admin");
+    let user = match credentials {
+        Some((cert, key)) => json!({
+            "client-certificate-data": STANDARD.encode(cert),
+            "client-key-data": STANDARD.encode(key),
+        }),
+        None => json!({"token": format!("simkube-{}", uuid::Uuid::new_v4().simple())}),
+    };
+    let context = format!("{user_name}@{cluster}");
+    json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": cluster_entry}],
+        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user_name}}],
+        "current-context": context,
+        "preferences": {},
+        "users": [{"name": user_name, "user": user}],
+    })
+}
+
+/// Creates `<cluster>-kubeconfig` (owned by the Cluster) unless it exists or the cluster has no
+/// control-plane endpoint yet.
+pub fn ensure(store: &Store, cluster: &Value) -> Result<(), StoreError> {
+    let (ns, cluster_name) = (namespace(cluster), name(cluster));
+    let secrets = Kind::Secret.resource();
+    let secret = secret_name(cluster_name);
+    if store.get(&secrets, ns, &secret).is_some() {
+        return Ok(());
+    }
+    let Some(host) = str_at(cluster, &["spec", "controlPlaneEndpoint", "host"]) else {
+        return Ok(());
+    };
+    let port = i64_at(cluster, &["spec", "controlPlaneEndpoint", "port"]).unwrap_or(6443);
+    let ca = store.get(&secrets, ns, &format!("{cluster_name}-ca"));
+    let ca_pem = ca.as_deref().and_then(|s| secret_field(s, "tls.crt"));
+    let credentials = match (
+        &ca_pem,
+        ca.as_deref().and_then(|s| secret_field(s, "tls.key")),
+    ) {
+        (Some(cert), Some(key)) => admin_credentials(cert, &key),
+        _ => None,
+    };
+    let doc = render(
+        cluster_name,
+        &format!("https://{host}:{port}"),
+        ca_pem.as_deref(),
+        credentials,
+    );
+    let yaml = yaml_serde::to_string(&doc)
+        .map_err(|e| StoreError::Invalid(format!("kubeconfig rendering failed: {e}")))?;
+    let obj = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret,
+            "namespace": ns,
+            "labels": {LABEL_CLUSTER_NAME: cluster_name},
+            "ownerReferences": [owner_ref(CAPI_VERSION, "Cluster", cluster, true)],
+        },
+        "type": "cluster.x-k8s.io/secret",
+        "data": {"value": STANDARD.encode(yaml)},
+    });
+    match store.create(&secrets, ns, obj) {
+        Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_certificate_is_signed_by_the_cluster_ca() {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kubernetes");
+        let ca_cert = params.self_signed(&ca_key).unwrap();
+        let (ca_pem_text, ca_key_pem) = (ca_cert.pem(), ca_key.serialize_pem());
+        let (cert, key) = admin_credentials(&ca_pem_text, &ca_key_pem).unwrap();
+        assert!(key.contains("PRIVATE KEY"));
+        let (_, pem) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).unwrap();
+        let parsed = pem.parse_x509().unwrap();
+        let (_, ca_pem) = x509_parser::pem::parse_x509_pem(ca_pem_text.as_bytes()).unwrap();
+        let ca_parsed = ca_pem.parse_x509().unwrap();
+        assert_eq!(parsed.issuer(), ca_parsed.subject());
+        assert!(
+            parsed
+                .verify_signature(Some(ca_parsed.public_key()))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn kubeconfig_points_at_the_endpoint_with_the_ca() {
+        let doc = render("demo", "https://203.0.113.5:6443", Some("PEM"), None);
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "https://203.0.113.5:6443"
+        );
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["certificate-authority-data"],
+            STANDARD.encode("PEM")
+        );
+        assert_eq!(doc["current-context"], "demo-admin@demo");
+    }
+}

@@ -1,0 +1,212 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Application credentials with the real Keystone: created as the requesting user at create
+//! (admin role dropped), only in the management cluster's Secret (never in Postgres or a
+//! response), deleted with the cluster.
+
+mod common;
+use common::capi::{capi_app_on, eventually};
+use common::fakecloud::*;
+use common::keystone::keystone;
+use common::stack::env_shared;
+
+use serde_json::{Value, json};
+
+async fn app_creds(token: &str, user_id: &str) -> Vec<Value> {
+    let (status, body) = keystone()
+        .request(
+            "GET",
+            &format!("/users/{user_id}/application_credentials"),
+            Some(token),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    body["application_credentials"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
+    let _env = env_shared().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let ks = keystone();
+    let token = ks.token("alice", "alpha").await;
+    let alice = ks.user_id("alice").to_string();
+    let before = app_creds(&token, &alice).await.len();
+
+    let r = t
+        .call_token(
+            Some(&token),
+            "POST",
+            "/v1/clustertemplates",
+            Some("latest"),
+            Some(json!({
+            "name": "kube", "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
+            "flavor_id": "m1.small", "master_flavor_id": "m1.medium", "keypair_id": KEYPAIR_DEFAULT,
+            "external_network_id": NETWORK_PUBLIC, "labels": {"kube_tag": "v1.30.4"}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let ct = r.body["uuid"].as_str().unwrap().to_string();
+    // kube_tag and the image's kube_version must agree.
+    let r = t
+        .call_token(
+            Some(&token),
+            "POST",
+            "/v1/clustertemplates",
+            Some("latest"),
+            Some(json!({
+            "name": "bad", "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
+            "external_network_id": NETWORK_PUBLIC, "labels": {"kube_tag": "v1.31.0"}})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.to_string().contains("v1.30.4"), "{}", r.body);
+
+    let r = t
+        .call_token(
+            Some(&token),
+            "POST",
+            "/v1/clusters",
+            Some("latest"),
+            Some(json!({"name": "c1", "cluster_template_id": ct})),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+
+    // One new credential, named for the cluster, without admin.
+    let creds = app_creds(&token, &alice).await;
+    assert_eq!(creds.len(), before + 1);
+    let cred = creds
+        .iter()
+        .find(|a| {
+            a["name"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("magnum-{c}-"))
+        })
+        .expect("the cluster's credential");
+    let roles: Vec<&str> = cred["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        roles.contains(&"member") && !roles.contains(&"admin"),
+        "{roles:?}"
+    );
+    let id = cred["id"].as_str().unwrap().to_string();
+
+    // Its secret is in the management cluster's Secret and nowhere in Postgres.
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT app_cred_id FROM cluster WHERE uuid = $1::uuid")
+            .bind(&c)
+            .fetch_one(&t.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored.as_deref(), Some(id.as_str()));
+    let secrets = common::capi::objects(&app, "v1", "Secret", &c);
+    let creds_secret = secrets
+        .iter()
+        .find(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-cloud-credentials")
+        })
+        .expect("credentials secret");
+    let clouds = common::capi::secret_text(creds_secret, "clouds.yaml");
+    assert!(clouds.contains(&id), "{clouds}");
+    let secret = clouds
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("application_credential_secret:"))
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .expect("secret in clouds.yaml");
+    assert!(secret.len() > 20);
+    let dump: String = sqlx::query_scalar(
+        "SELECT coalesce(string_agg(t::text, ' '), '') FROM (
+            SELECT row_to_json(c)::text AS t FROM cluster c
+            UNION ALL SELECT row_to_json(o)::text FROM operation o
+            UNION ALL SELECT row_to_json(n)::text FROM nodegroup n) x",
+    )
+    .fetch_one(&t.state.pool)
+    .await
+    .unwrap();
+    assert!(
+        !dump.contains(&secret),
+        "the credential secret reached Postgres"
+    );
+    // The credential works: it authenticates with Keystone.
+    let (status, _) = ks
+        .request(
+            "POST",
+            "/auth/tokens",
+            None,
+            None,
+            Some(json!({"auth": {"identity": {
+            "methods": ["application_credential"],
+            "application_credential": {"id": id, "secret": secret}}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 201);
+
+    eventually(30, "CREATE_COMPLETE", || async {
+        let r = t
+            .call_token(
+                Some(&token),
+                "GET",
+                &format!("/v1/clusters/{c}"),
+                None,
+                None,
+            )
+            .await;
+        (r.body["status"] == "CREATE_COMPLETE").then_some(())
+    })
+    .await;
+    let r = t
+        .call_token(
+            Some(&token),
+            "GET",
+            &format!("/v1/clusters/{c}"),
+            None,
+            None,
+        )
+        .await;
+    assert!(!r.body.to_string().contains(&secret));
+
+    // Delete: the cluster goes, and so does its credential.
+    let r = t
+        .call_token(
+            Some(&token),
+            "DELETE",
+            &format!("/v1/clusters/{c}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    eventually(30, "the cluster to be gone", || async {
+        let r = t
+            .call_token(
+                Some(&token),
+                "GET",
+                &format!("/v1/clusters/{c}"),
+                None,
+                None,
+            )
+            .await;
+        (r.status == 404).then_some(())
+    })
+    .await;
+    let left = app_creds(&token, &alice).await;
+    assert!(
+        !left.iter().any(|a| a["id"] == id.as_str()),
+        "credential left behind: {left:?}"
+    );
+    assert_eq!(left.len(), before);
+}

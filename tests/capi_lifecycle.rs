@@ -1,0 +1,339 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Cluster API driver end to end through the HTTP API: real Postgres, the real `kube`
+//! client against the simulated management cluster (every write validated against the CAPI/CAPO
+//! CRD schemas), statuses from the watchers; with the real Keystone where credentials matter.
+
+mod common;
+use common::capi::{capi_app_on, eventually, objects};
+use common::*;
+
+use serde_json::{Value, json};
+
+async fn wait_status(t: &TestApp, who: &As, uuid: &str, want: &str) -> Value {
+    eventually(30, &format!("cluster {uuid} to reach {want}"), || async {
+        let r = t.get(who, &format!("/v1/clusters/{uuid}")).await;
+        if want == "GONE" && r.status == 404 {
+            return Some(Value::Null);
+        }
+        (r.body["status"] == want).then_some(r.body)
+    })
+    .await
+}
+
+async fn nodegroups(t: &TestApp, who: &As, cluster: &str) -> Vec<Value> {
+    let r = t
+        .get_v(who, &format!("/v1/clusters/{cluster}/nodegroups"), "1.9")
+        .await;
+    r.assert_status(200);
+    r.body["nodegroups"].as_array().expect("list").clone()
+}
+
+async fn template(t: &TestApp, name: &str, image: &str, kube_tag: &str) -> String {
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clustertemplates",
+            json!({"name": name, "image_id": image, "coe": "kubernetes",
+                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+                   "external_network_id": "public", "dns_nameserver": "8.8.8.8",
+                   "labels": {"kube_tag": kube_tag}}),
+        )
+        .await;
+    r.assert_status(201);
+    r.body["uuid"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn create_resize_nodegroups_upgrade_delete() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "c1", "cluster_template_id": ct,
+              "master_count": 1, "node_count": 2}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    let done = wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
+    assert!(
+        done["api_address"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://"),
+        "{done}"
+    );
+    assert_eq!(done["coe_version"], "v1.33.5");
+    assert_eq!(
+        done["master_addresses"].as_array().unwrap().len(),
+        1,
+        "{done}"
+    );
+    assert_eq!(
+        done["node_addresses"].as_array().unwrap().len(),
+        2,
+        "{done}"
+    );
+    assert_eq!(done["health_status"], "HEALTHY", "{done}");
+    let stack = done["stack_id"].as_str().unwrap().to_string();
+    // The CAs and the credentials Secret exist, labelled with project, user and cluster.
+    let secrets = objects(&app, "v1", "Secret", &c);
+    let names: Vec<&str> = secrets
+        .iter()
+        .filter_map(|s| s["metadata"]["name"].as_str())
+        .collect();
+    for suffix in ["ca", "etcd", "proxy", "sa", "cloud-credentials"] {
+        assert!(
+            names.contains(&format!("{stack}-{suffix}").as_str()),
+            "{names:?}"
+        );
+    }
+    for s in &secrets {
+        assert_eq!(
+            s["metadata"]["labels"]["magnum.openstack.org/user-id"],
+            ALICE.user
+        );
+        assert_eq!(
+            s["metadata"]["labels"]["magnum.openstack.org/project-id"],
+            ALICE.project
+        );
+    }
+
+    // Resize the default worker to 1, removing a named machine.
+    let machines = objects(&app, "cluster.x-k8s.io/v1beta2", "Machine", &c);
+    let workers: Vec<String> = machines
+        .iter()
+        .filter(|m| m["metadata"]["labels"]["magnum.openstack.org/role"] == "worker")
+        .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(workers.len(), 2);
+    let r = t
+        .post_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/actions/resize"),
+            "1.7",
+            json!({"node_count": 1, "nodes_to_remove": [workers[0]]}),
+        )
+        .await;
+    r.assert_status(202);
+    let done = wait_status(t, &ALICE, &c, "UPDATE_COMPLETE").await;
+    assert_eq!(done["node_count"], 1);
+    eventually(10, "the named machine to be removed", || async {
+        let left: Vec<String> = objects(&app, "cluster.x-k8s.io/v1beta2", "Machine", &c)
+            .iter()
+            .filter(|m| m["metadata"]["labels"]["magnum.openstack.org/role"] == "worker")
+            .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        (left.len() == 1 && left[0] == workers[1]).then_some(())
+    })
+    .await;
+
+    // Add a nodegroup, then remove it.
+    let r = t
+        .post_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/nodegroups"),
+            "1.9",
+            json!({"name": "gpu", "node_count": 2, "flavor_id": "g1.large"}),
+        )
+        .await;
+    r.assert_status(202);
+    wait_status(t, &ALICE, &c, "UPDATE_COMPLETE").await;
+    let gpu = t
+        .get_v(&ALICE, &format!("/v1/clusters/{c}/nodegroups/gpu"), "1.9")
+        .await
+        .body;
+    assert_eq!(gpu["status"], "CREATE_COMPLETE", "{gpu}");
+    assert_eq!(gpu["node_addresses"].as_array().unwrap().len(), 2);
+    let mds = objects(&app, "cluster.x-k8s.io/v1beta2", "MachineDeployment", &c);
+    assert_eq!(mds.len(), 2);
+    let r = t
+        .delete_v(&ALICE, &format!("/v1/clusters/{c}/nodegroups/gpu"), "1.9")
+        .await;
+    r.assert_status(204);
+    eventually(30, "the gpu nodegroup to be gone", || async {
+        let ngs = nodegroups(t, &ALICE, &c).await;
+        (!ngs.iter().any(|n| n["name"] == "gpu")).then_some(())
+    })
+    .await;
+    wait_status(t, &ALICE, &c, "UPDATE_COMPLETE").await;
+    assert_eq!(
+        objects(&app, "cluster.x-k8s.io/v1beta2", "MachineDeployment", &c).len(),
+        1
+    );
+
+    // Upgrade to a template with a new image and the next patch release: machines roll.
+    let before: Vec<String> = objects(
+        &app,
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+        &c,
+    )
+    .iter()
+    .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+    .collect();
+    let ct2 = template(t, "k134", "ubuntu-2404-kube-v1.34.1", "v1.34.1").await;
+    let skip = template(t, "k136", "ubuntu-2404-kube-v1.36.0", "v1.36.0").await;
+    let r = t
+        .post_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/actions/upgrade"),
+            "1.8",
+            json!({"cluster_template": skip}),
+        )
+        .await;
+    r.assert_status(400);
+    assert!(r.body.to_string().contains("skips a minor"), "{}", r.body);
+    let r = t
+        .post_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/actions/upgrade"),
+            "1.8",
+            json!({"cluster_template": ct2}),
+        )
+        .await;
+    r.assert_status(202);
+    let done = wait_status(t, &ALICE, &c, "UPDATE_COMPLETE").await;
+    assert_eq!(done["cluster_template_id"], ct2.as_str());
+    assert_eq!(done["coe_version"], "v1.34.1");
+    let after: Vec<String> =
+        eventually(10, "superseded machine templates to be removed", || async {
+            let names: Vec<String> = objects(
+                &app,
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachineTemplate",
+                &c,
+            )
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+            (!names.iter().any(|n| before.contains(n))).then_some(names)
+        })
+        .await;
+    assert!(!after.is_empty());
+
+    // Delete: everything goes, then the row (404).
+    let r = t.delete(&ALICE, &format!("/v1/clusters/{c}")).await;
+    r.assert_status(204);
+    wait_status(t, &ALICE, &c, "GONE").await;
+    for (av, k) in [
+        ("cluster.x-k8s.io/v1beta2", "Cluster"),
+        ("cluster.x-k8s.io/v1beta2", "Machine"),
+        ("v1", "Secret"),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackMachineTemplate",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io/v1beta2",
+            "KubeadmConfigTemplate",
+        ),
+    ] {
+        assert!(objects(&app, av, k, &c).is_empty(), "{k} left behind");
+    }
+}
+
+#[tokio::test]
+async fn a_failing_image_fails_the_create_with_the_reason() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let ct = template(t, "bad", "sim-fail-image", "v1.33.5").await;
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "c1", "cluster_template_id": ct}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    let failed = wait_status(t, &ALICE, &c, "CREATE_FAILED").await;
+    let reason = failed["status_reason"].as_str().unwrap();
+    assert!(reason.contains("No valid host was found"), "{reason}");
+    // And it can still be deleted.
+    t.delete(&ALICE, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(204);
+    wait_status(t, &ALICE, &c, "GONE").await;
+}
+
+#[tokio::test]
+async fn a_create_past_its_deadline_fails_with_what_it_waited_for() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    app.sim.pause();
+    let ct = template(t, "slow", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "c1", "cluster_template_id": ct, "create_timeout": 1}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    // Time passes: the cluster was created two minutes ago.
+    sqlx::query(
+        "UPDATE cluster SET created_at = now() - interval '2 minutes' WHERE uuid = $1::uuid",
+    )
+    .bind(&c)
+    .execute(&t.state.pool)
+    .await
+    .unwrap();
+    let failed = wait_status(t, &ALICE, &c, "CREATE_FAILED").await;
+    assert!(
+        failed["status_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("Timed out"),
+        "{failed}"
+    );
+    // CAPI converges later: the cluster recovers.
+    app.sim.resume();
+    wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
+}
+
+#[tokio::test]
+async fn a_create_interrupted_by_a_crash_completes_once_after_restart() {
+    let app = capi_app_on(None, None, false, |cfg| cfg.operations.lease_secs = 2).await;
+    let ct = template(&app.t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let r = app
+        .t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "c1", "cluster_template_id": ct}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    // Crash as soon as the first CAPI object is on the management cluster.
+    eventually(10, "the apply to start", || async {
+        (!objects(&app, "v1", "Secret", &c).is_empty()).then_some(())
+    })
+    .await;
+    let (url, sim) = app.kill().await;
+    let app = capi_app_on(Some(url), Some(sim), false, |cfg| {
+        cfg.operations.lease_secs = 2
+    })
+    .await;
+    wait_status(&app.t, &ALICE, &c, "CREATE_COMPLETE").await;
+    let ops: Vec<(String, String)> =
+        sqlx::query_as("SELECT kind, state FROM operation WHERE cluster_uuid = $1::uuid")
+            .bind(&c)
+            .fetch_all(&app.t.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(ops, [("cluster_create".to_string(), "done".to_string())]);
+    assert_eq!(
+        objects(&app, "cluster.x-k8s.io/v1beta2", "Cluster", &c).len(),
+        1
+    );
+    assert_eq!(
+        objects(&app, "cluster.x-k8s.io/v1beta2", "MachineDeployment", &c).len(),
+        1
+    );
+}

@@ -1,0 +1,180 @@
+//! The service with the Cluster API driver on a simulated management cluster: real Postgres,
+//! real Keystone (optional), the real `kube` client over HTTP to the in-process API, the CAPI
+//! simulator playing the controllers, the watchers and the status writer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use magnum_capi::app::{App, AuthMode};
+use magnum_capi::config::{Config, DriverKind};
+use magnum_capi::openstack::Keystone as KeystoneClient;
+use magnum_capi::simkube::{SimCluster, SimOptions};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::{TestApp, fresh_database, test_config};
+
+/// The CRD directory beside the checkout (`MAGNUM_CAPI_CRD_DIR` overrides); its absence fails.
+pub fn crd_dir() -> std::path::PathBuf {
+    let dir = std::env::var_os("MAGNUM_CAPI_CRD_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/crds"));
+    assert!(
+        dir.join("cluster.x-k8s.io_clusters.yaml").exists(),
+        "the CAPI/CAPO CRDs are missing: {} (set MAGNUM_CAPI_CRD_DIR)",
+        dir.display()
+    );
+    dir
+}
+
+/// A service instance (API, worker, watchers, status writer) on a simulated management cluster.
+pub struct CapiApp {
+    pub t: TestApp,
+    pub sim: Arc<SimCluster>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl CapiApp {
+    /// Stops the worker, watchers and writer, as a crash would (nothing is handed back).
+    pub async fn kill(mut self) -> (String, Arc<SimCluster>) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        let _ = self.stop.send(true);
+        (self.t.url.clone(), self.sim.clone())
+    }
+}
+
+impl Drop for CapiApp {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Options of a simulated cluster for tests: fast steps, CRD validation of every write.
+pub fn sim_options(step_ms: u64) -> SimOptions {
+    let schemas =
+        magnum_capi::capi::schema::CrdSchemas::load(&crd_dir()).expect("loading the CRD schemas");
+    SimOptions {
+        step: Duration::from_millis(step_ms),
+        validator: Some(Arc::new(move |obj: &Value| {
+            schemas.validate(obj).map(|_| ())
+        })),
+        ..SimOptions::default()
+    }
+}
+
+/// Builds an instance on database `url` (fresh when `None`) and management cluster `sim` (new
+/// when `None`). `keystone`: authenticate with the real Keystone (and create real application
+/// credentials) instead of dev headers.
+pub async fn capi_app_on(
+    url: Option<String>,
+    sim: Option<Arc<SimCluster>>,
+    keystone: bool,
+    tweak: impl FnOnce(&mut Config),
+) -> CapiApp {
+    let url = match url {
+        Some(u) => u,
+        None => fresh_database().await,
+    };
+    let mut cfg = test_config(&url);
+    cfg.driver.kind = DriverKind::Capi;
+    cfg.capi.sim_step_ms = 50;
+    if keystone {
+        let (ks, _) = super::stack::parts().await;
+        cfg.keystone = ks.service_config();
+    }
+    tweak(&mut cfg);
+    let sim = match sim {
+        Some(s) => s,
+        None => Arc::new(
+            SimCluster::start(sim_options(cfg.capi.sim_step_ms))
+                .await
+                .expect("simulated management cluster"),
+        ),
+    };
+    let auth = if keystone {
+        AuthMode::Keystone(Arc::new(
+            KeystoneClient::new(&cfg.keystone, &cfg.openstack).expect("keystone client"),
+        ))
+    } else {
+        AuthMode::DevHeaders
+    };
+    let capi = magnum_capi::server::capi_runtime(&cfg, &auth, sim.client()).expect("capi runtime");
+    let pool = magnum_capi::db::connect(&url, &cfg.database)
+        .await
+        .expect("pool");
+    let state = App::with_capi(pool, cfg, auth, Some(capi));
+    let (stop, rx) = watch::channel(false);
+    let mut tasks = magnum_capi::server::spawn_capi(&state, rx.clone());
+    tasks.push(tokio::spawn(magnum_capi::worker::run(
+        state.clone(),
+        magnum_capi::server::driver_of(&state),
+        format!("test-worker-{}", uuid::Uuid::new_v4().simple()),
+        rx,
+    )));
+    CapiApp {
+        t: TestApp {
+            state,
+            url,
+            stop: None,
+        },
+        sim,
+        stop,
+        tasks,
+    }
+}
+
+/// Polls `f` (every 20 ms) until it returns `Some`, or panics after `secs` with `what`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A Secret's value for `key`, from `data` (base64) or `stringData`.
+pub fn secret_text(secret: &Value, key: &str) -> String {
+    use base64::Engine;
+    if let Some(v) = secret["data"][key].as_str() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v)
+            .expect("base64 secret data");
+        return String::from_utf8(bytes).expect("utf-8 secret");
+    }
+    secret["stringData"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {key} in the secret"))
+        .to_string()
+}
+
+/// Objects of one kind on the simulated cluster carrying our label for `cluster`.
+pub fn objects(app: &CapiApp, api_version: &str, kind: &str, cluster: &str) -> Vec<Value> {
+    let res = magnum_capi::simkube::Resource::of(api_version, kind);
+    app.sim
+        .store()
+        .list(
+            &res,
+            None,
+            &format!("magnum.openstack.org/cluster-uuid={cluster}"),
+        )
+        .expect("label selector")
+        .iter()
+        .map(|v| (**v).clone())
+        .collect()
+}

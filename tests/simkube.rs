@@ -1,0 +1,1166 @@
+//! The simulated management cluster driven through the real kube client over HTTP: the API
+//! semantics the driver relies on (SSA, selectors, watches, /status, finalizers, GC, errors) and
+//! the CAPI/CAPO simulator (provisioning, scaling, rollout, injected failures, deletion).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::runtime::watcher;
+use magnum_capi::simkube::{Resource, SimCluster, SimOptions};
+use serde_json::{Value, json};
+
+const UUID_LABEL: &str = "magnum.openstack.org/cluster-uuid";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn resource(api_version: &str, kind: &str) -> ApiResource {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+fn api(sim: &SimCluster, ns: &str, api_version: &str, kind: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(sim.client(), ns, &resource(api_version, kind))
+}
+
+fn all(sim: &SimCluster, api_version: &str, kind: &str) -> Api<DynamicObject> {
+    Api::all_with(sim.client(), &resource(api_version, kind))
+}
+
+fn ssa() -> PatchParams {
+    PatchParams::apply("magnum-capi").force()
+}
+
+async fn start() -> SimCluster {
+    SimCluster::start(SimOptions::for_tests()).await.unwrap()
+}
+
+async fn namespace(sim: &SimCluster, ns: &str) {
+    let ns_obj: Namespace = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    )
+    .unwrap();
+    Api::<Namespace>::all(sim.client())
+        .patch(ns, &ssa(), &Patch::Apply(&ns_obj))
+        .await
+        .unwrap();
+}
+
+/// Applies one object (apiVersion/kind/metadata.name/namespace from the body).
+async fn apply(sim: &SimCluster, obj: Value) -> DynamicObject {
+    let av = obj["apiVersion"].as_str().unwrap().to_string();
+    let kind = obj["kind"].as_str().unwrap().to_string();
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    let ns = obj["metadata"]["namespace"].as_str().unwrap().to_string();
+    let dynobj: DynamicObject = serde_json::from_value(obj).unwrap();
+    api(sim, &ns, &av, &kind)
+        .patch(&name, &ssa(), &Patch::Apply(&dynobj))
+        .await
+        .unwrap()
+}
+
+/// Polls `probe` until it yields a value, failing after `WAIT`.
+async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn widget(name: &str, uuid: &str, size: i64) -> Value {
+    json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default", "labels": {UUID_LABEL: uuid}},
+        "spec": {"size": size},
+    })
+}
+
+fn api_status(err: kube::Error) -> (u16, String, String) {
+    match err {
+        kube::Error::Api(s) => (s.code, s.reason.clone(), s.message.clone()),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+// ---- API semantics ----
+
+#[tokio::test]
+async fn server_side_apply_creates_then_merges_and_bumps_generation_on_spec_changes() {
+    let sim = start().await;
+    let widgets = api(&sim, "default", "example.com/v1", "Widget");
+    let mut body = widget("w1", "u1", 1);
+    body["status"] = json!({"ready": true});
+    let created = apply(&sim, body).await;
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
+    assert!(
+        created.data.get("status").is_none(),
+        "status is a subresource"
+    );
+
+    let same = apply(&sim, widget("w1", "u1", 1)).await;
+    assert_eq!(
+        same.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let mut changed = widget("w1", "u1", 2);
+    changed["metadata"]["labels"]["extra"] = json!("yes");
+    let changed = apply(&sim, changed).await;
+    assert_eq!(changed.metadata.generation, Some(2));
+    assert_eq!(changed.data["spec"]["size"], 2);
+    assert_eq!(changed.metadata.uid, created.metadata.uid);
+    assert_eq!(widgets.get("w1").await.unwrap().labels()["extra"], "yes");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn lists_filter_by_label_selectors_across_namespaces() {
+    let sim = start().await;
+    namespace(&sim, "p1").await;
+    namespace(&sim, "p2").await;
+    for (ns, name, uuid) in [
+        ("p1", "a", Some("u1")),
+        ("p2", "b", Some("u2")),
+        ("p2", "c", None),
+    ] {
+        let mut w = widget(name, uuid.unwrap_or_default(), 1);
+        w["metadata"]["namespace"] = json!(ns);
+        if uuid.is_none() {
+            w["metadata"]["labels"] = json!({"other": "x"});
+        }
+        apply(&sim, w).await;
+    }
+    let everywhere = all(&sim, "example.com/v1", "Widget");
+    let names = |l: kube::core::ObjectList<DynamicObject>| {
+        let mut n: Vec<String> = l
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .collect();
+        n.sort();
+        n
+    };
+    let list = everywhere
+        .list(&ListParams::default().labels(UUID_LABEL))
+        .await
+        .unwrap();
+    assert!(list.metadata.resource_version.is_some());
+    assert_eq!(names(list), ["a", "b"]);
+    let eq = everywhere
+        .list(&ListParams::default().labels(&format!("{UUID_LABEL}=u2")))
+        .await
+        .unwrap();
+    assert_eq!(names(eq), ["b"]);
+    let ne = everywhere
+        .list(&ListParams::default().labels(&format!("{UUID_LABEL}!=u2")))
+        .await
+        .unwrap();
+    assert_eq!(names(ne), ["a", "c"]);
+    let absent = everywhere
+        .list(&ListParams::default().labels(&format!("!{UUID_LABEL}")))
+        .await
+        .unwrap();
+    assert_eq!(names(absent), ["c"]);
+    let one_ns = api(&sim, "p2", "example.com/v1", "Widget")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(names(one_ns), ["b", "c"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn watcher_sees_init_apply_and_delete_and_watches_resume_from_a_version() {
+    let sim = start().await;
+    apply(&sim, widget("before", "u0", 1)).await;
+    let everywhere = all(&sim, "example.com/v1", "Widget");
+    let mut stream = watcher(
+        everywhere.clone(),
+        watcher::Config::default().labels(UUID_LABEL),
+    )
+    .boxed();
+    let mut seen = Vec::new();
+    while !seen.contains(&"InitDone".to_string()) {
+        let ev = tokio::time::timeout(WAIT, stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push(match ev {
+            watcher::Event::Init => "Init".to_string(),
+            watcher::Event::InitApply(o) => format!("InitApply({})", o.name_any()),
+            watcher::Event::InitDone => "InitDone".to_string(),
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    assert_eq!(seen, ["Init", "InitApply(before)", "InitDone"]);
+
+    let created = apply(&sim, widget("w", "u1", 1)).await;
+    apply(&sim, widget("w", "u1", 2)).await;
+    api(&sim, "default", "example.com/v1", "Widget")
+        .delete("w", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        match tokio::time::timeout(WAIT, stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            watcher::Event::Apply(o) => events.push(format!(
+                "Apply({}, {})",
+                o.name_any(),
+                o.data["spec"]["size"]
+            )),
+            watcher::Event::Delete(o) => events.push(format!("Delete({})", o.name_any())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(events, ["Apply(w, 1)", "Apply(w, 2)", "Delete(w)"]);
+
+    // A raw watch from the creation's resourceVersion replays what came after it.
+    let rv = created.metadata.resource_version.unwrap();
+    let raw = everywhere
+        .watch(&WatchParams::default().labels(UUID_LABEL).timeout(5), &rv)
+        .await
+        .unwrap();
+    let replay: Vec<String> = raw
+        .take(2)
+        .map(|e| match e.unwrap() {
+            WatchEvent::Modified(o) => format!("MODIFIED {}", o.name_any()),
+            WatchEvent::Deleted(o) => format!("DELETED {}", o.name_any()),
+            other => format!("{other:?}"),
+        })
+        .collect()
+        .await;
+    assert_eq!(replay, ["MODIFIED w", "DELETED w"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_subresource_and_main_resource_change_only_their_own_part() {
+    let sim = start().await;
+    let widgets = api(&sim, "default", "example.com/v1", "Widget");
+    apply(&sim, widget("w", "u1", 1)).await;
+    let patched = widgets
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": true}, "spec": {"size": 7}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data["status"]["ready"], true);
+    assert_eq!(patched.data["spec"]["size"], 1);
+    assert_eq!(patched.metadata.generation, Some(1));
+    let main = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": false}, "spec": {"size": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(main.data["status"]["ready"], true);
+    assert_eq!(main.data["spec"]["size"], 3);
+    let json_patched = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::<()>::Json(
+                serde_json::from_value(
+                    json!([{"op": "replace", "path": "/spec/size", "value": 4}]),
+                )
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(json_patched.data["spec"]["size"], 4);
+    assert_eq!(
+        widgets.get_status("w").await.unwrap().data["status"]["ready"],
+        true
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_waits_for_finalizers_and_removing_the_last_one_removes_the_object() {
+    let sim = start().await;
+    let widgets = api(&sim, "default", "example.com/v1", "Widget");
+    let mut w = widget("w", "u1", 1);
+    w["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    apply(&sim, w).await;
+    let pending = widgets.delete("w", &DeleteParams::default()).await.unwrap();
+    let pending = pending
+        .left()
+        .expect("object returned while finalizers remain");
+    assert!(pending.metadata.deletion_timestamp.is_some());
+    assert!(
+        widgets
+            .get("w")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": []}})),
+        )
+        .await
+        .unwrap();
+    let (code, reason, _) = api_status(widgets.get("w").await.unwrap_err());
+    assert_eq!((code, reason.as_str()), (404, "NotFound"));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn removing_an_owner_garbage_collects_its_dependents() {
+    let sim = start().await;
+    let owner = apply(&sim, widget("owner", "u1", 1)).await;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "owned", "namespace": "default", "ownerReferences": [{
+            "apiVersion": "example.com/v1", "kind": "Widget", "name": "owner",
+            "uid": owner.metadata.uid.clone().unwrap(),
+        }]},
+        "stringData": {"k": "v"},
+    }))
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(sim.client(), "default");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    api(&sim, "default", "example.com/v1", "Widget")
+        .delete("owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(secrets.get_opt("owned").await.unwrap().is_none());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn errors_are_kubernetes_status_objects() {
+    let rejects_bad = Arc::new(|obj: &Value| {
+        if obj["spec"]["size"].as_i64().is_some_and(|s| s < 0) {
+            Err(vec!["spec.size: Invalid value: must be >= 0".to_string()])
+        } else {
+            Ok(())
+        }
+    });
+    let sim = SimCluster::start(SimOptions {
+        validator: Some(rejects_bad),
+        watch_history: 5,
+        ..SimOptions::for_tests()
+    })
+    .await
+    .unwrap();
+    let widgets = api(&sim, "default", "example.com/v1", "Widget");
+    let (code, reason, message) = api_status(widgets.get("nope").await.unwrap_err());
+    assert_eq!((code, reason.as_str()), (404, "NotFound"));
+    assert!(message.contains("\"nope\" not found"), "{message}");
+
+    let created = apply(&sim, widget("w", "u1", 1)).await;
+    let dup: DynamicObject = serde_json::from_value(widget("w", "u1", 1)).unwrap();
+    let (code, reason, _) = api_status(
+        widgets
+            .create(&PostParams::default(), &dup)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (409, "AlreadyExists"));
+
+    apply(&sim, widget("w", "u1", 2)).await;
+    let (code, reason, _) = api_status(
+        widgets
+            .replace("w", &PostParams::default(), &created)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+
+    let bad: DynamicObject = serde_json::from_value(widget("w", "u1", -1)).unwrap();
+    let (code, reason, message) = api_status(
+        widgets
+            .patch("w", &ssa(), &Patch::Apply(&bad))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert!(message.contains("must be >= 0"), "{message}");
+
+    for i in 0..10 {
+        apply(&sim, widget(&format!("x{i}"), "u1", 1)).await;
+    }
+    let mut stream = widgets
+        .watch(&WatchParams::default(), "1")
+        .await
+        .unwrap()
+        .boxed();
+    match stream.next().await.unwrap().unwrap() {
+        WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn many_concurrent_clients_each_see_their_own_writes() {
+    let sim = Arc::new(start().await);
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let sim = sim.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = format!("c{i}");
+            for size in 1..=3 {
+                apply(&sim, widget(&name, &format!("u{i}"), size)).await;
+            }
+            let got = api(&sim, "default", "example.com/v1", "Widget")
+                .get(&name)
+                .await
+                .unwrap();
+            assert_eq!(got.data["spec"]["size"], 3);
+            assert_eq!(got.metadata.generation, Some(3));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let listed = all(&sim, "example.com/v1", "Widget")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 24);
+}
+
+// ---- the CAPI/CAPO simulator ----
+
+const NS: &str = "magnum-p1";
+const CLUSTER: &str = "kdemo";
+
+fn ca_secret() -> Value {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kubernetes");
+    let cert = params.self_signed(&key).unwrap();
+    json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": format!("{CLUSTER}-ca"), "namespace": NS, "labels": {UUID_LABEL: "u-demo"}},
+        "data": {"tls.crt": STANDARD.encode(cert.pem()), "tls.key": STANDARD.encode(key.serialize_pem())},
+    })
+}
+
+fn ext_net() -> Value {
+    json!({"id": "5f8d2d42-6a3b-4c8e-9d5a-0b1c2d3e4f50"})
+}
+
+/// A hand-written minimal cluster: `cp` control-plane and `workers` worker machines.
+fn cluster_objects(
+    cp: i64,
+    workers: i64,
+    worker_flavor: &str,
+    external_network: Value,
+) -> Vec<Value> {
+    let labels = json!({UUID_LABEL: "u-demo"});
+    let meta = |name: &str| json!({"name": name, "namespace": NS, "labels": labels});
+    let infra_ref = |kind: &str, name: &str| json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": kind, "name": name});
+    let machine_template = |name: &str, flavor: &str| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachineTemplate",
+            "metadata": meta(name),
+            "spec": {"template": {"spec": {"flavor": flavor, "image": {"filter": {"name": "ubuntu-2204-kube-v1.33.1"}}, "sshKeyName": "k"}}},
+        })
+    };
+    vec![
+        ca_secret(),
+        machine_template(&format!("{CLUSTER}-control-plane"), "m1.medium"),
+        machine_template(&format!("{CLUSTER}-md-0"), worker_flavor),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
+            "metadata": meta(&format!("{CLUSTER}-md-0")),
+            "spec": {"template": {"spec": {"format": "cloud-config"}}},
+        }),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackCluster",
+            "metadata": meta(CLUSTER),
+            "spec": {
+                "identityRef": {"cloudName": "openstack", "name": format!("{CLUSTER}-cloud-config"), "type": "Secret"},
+                "externalNetwork": external_network,
+                "apiServerLoadBalancer": {"enabled": true},
+                "managedSubnets": [{"cidr": "10.6.0.0/24"}],
+            },
+        }),
+        json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+            "metadata": meta(&format!("{CLUSTER}-control-plane")),
+            "spec": {
+                "replicas": cp, "version": "v1.33.1", "kubeadmConfigSpec": {"format": "cloud-config"},
+                "machineTemplate": {
+                    "metadata": {"labels": {UUID_LABEL: "u-demo", "magnum.openstack.org/role": "master"}},
+                    "spec": {"infrastructureRef": infra_ref("OpenStackMachineTemplate", &format!("{CLUSTER}-control-plane"))},
+                },
+            },
+        }),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": meta(&format!("{CLUSTER}-md-0")),
+            "spec": {
+                "clusterName": CLUSTER, "replicas": workers, "selector": {"matchLabels": {}},
+                "template": {
+                    "metadata": {"labels": {UUID_LABEL: "u-demo", "magnum.openstack.org/role": "worker"}},
+                    "spec": {
+                        "clusterName": CLUSTER, "version": "v1.33.1",
+                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": format!("{CLUSTER}-md-0")}},
+                        "infrastructureRef": infra_ref("OpenStackMachineTemplate", &format!("{CLUSTER}-md-0")),
+                    },
+                },
+            },
+        }),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+            "metadata": meta(&format!("{CLUSTER}-workers")),
+            "spec": {"clusterName": CLUSTER, "selector": {"matchLabels": {"magnum.openstack.org/role": "worker"}}},
+        }),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": meta(CLUSTER),
+            "spec": {
+                "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}, "serviceDomain": "cluster.local"},
+                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": format!("{CLUSTER}-control-plane")},
+                "infrastructureRef": infra_ref("OpenStackCluster", CLUSTER),
+            },
+        }),
+    ]
+}
+
+async fn create_cluster(sim: &SimCluster, objects: Vec<Value>) {
+    namespace(sim, NS).await;
+    for obj in objects {
+        apply(sim, obj).await;
+    }
+}
+
+fn condition<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn is_true(obj: &DynamicObject, kind: &str) -> bool {
+    condition(obj, kind).is_some_and(|c| c["status"] == "True")
+}
+
+async fn wait_available(sim: &SimCluster) -> DynamicObject {
+    let clusters = api(sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster");
+    wait_for("the Cluster to become Available", || {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .get(CLUSTER)
+                .await
+                .ok()
+                .filter(|c| is_true(c, "Available"))
+        }
+    })
+    .await
+}
+
+async fn machines(sim: &SimCluster, selector: &str) -> Vec<DynamicObject> {
+    let mut items = api(sim, NS, "cluster.x-k8s.io/v1beta2", "Machine")
+        .list(&ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items;
+    items.sort_by_key(|m| m.name_any());
+    items
+}
+
+#[tokio::test]
+async fn a_minimal_cluster_becomes_available_with_addresses_and_a_kubeconfig() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(3, 2, "m1.small", ext_net())).await;
+    let cluster = wait_available(&sim).await;
+    assert_eq!(cluster.data["status"]["phase"], "Provisioned");
+    assert_eq!(
+        cluster.data["status"]["initialization"]["controlPlaneInitialized"],
+        true
+    );
+    assert_eq!(cluster.data["status"]["controlPlane"]["readyReplicas"], 3);
+    assert_eq!(cluster.data["status"]["workers"]["readyReplicas"], 2);
+    assert!(
+        cluster
+            .finalizers()
+            .contains(&"cluster.cluster.x-k8s.io".to_string())
+    );
+    let host = cluster.data["spec"]["controlPlaneEndpoint"]["host"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(host.starts_with("203.0.113."), "{host}");
+    for kind in [
+        "InfrastructureReady",
+        "ControlPlaneAvailable",
+        "WorkersAvailable",
+    ] {
+        assert!(is_true(&cluster, kind), "{kind}");
+    }
+
+    let osc = api(
+        &sim,
+        NS,
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackCluster",
+    )
+    .get(CLUSTER)
+    .await
+    .unwrap();
+    assert_eq!(osc.data["status"]["ready"], true);
+    assert_eq!(
+        osc.data["status"]["apiServerLoadBalancer"]["ip"],
+        host.as_str()
+    );
+    assert_eq!(
+        osc.data["status"]["network"]["subnets"][0]["cidr"],
+        "10.6.0.0/24"
+    );
+
+    let kcp = api(
+        &sim,
+        NS,
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+    )
+    .get(&format!("{CLUSTER}-control-plane"))
+    .await
+    .unwrap();
+    assert_eq!(kcp.data["status"]["readyReplicas"], 3);
+    assert_eq!(kcp.data["status"]["version"], "v1.33.1");
+    for kind in [
+        "Available",
+        "MachinesReady",
+        "EtcdClusterHealthy",
+        "ControlPlaneComponentsHealthy",
+    ] {
+        assert!(is_true(&kcp, kind), "{kind}");
+    }
+
+    let all_machines = machines(&sim, UUID_LABEL).await;
+    assert_eq!(all_machines.len(), 5);
+    let cp = machines(&sim, "cluster.x-k8s.io/control-plane").await;
+    assert_eq!(cp.len(), 3);
+    for m in &all_machines {
+        assert_eq!(m.data["status"]["phase"], "Running");
+        assert_eq!(m.labels()["cluster.x-k8s.io/cluster-name"], CLUSTER);
+        assert_eq!(m.data["status"]["addresses"][0]["type"], "InternalIP");
+        assert!(
+            m.data["status"]["addresses"][0]["address"]
+                .as_str()
+                .unwrap()
+                .starts_with("10.0.0.")
+        );
+        assert_eq!(m.data["status"]["nodeRef"]["name"], m.name_any().as_str());
+        for kind in [
+            "Ready",
+            "Available",
+            "NodeReady",
+            "InfrastructureReady",
+            "BootstrapConfigReady",
+        ] {
+            assert!(is_true(m, kind), "{} {kind}", m.name_any());
+        }
+    }
+    assert_eq!(
+        cp[0].labels()["cluster.x-k8s.io/control-plane-name"],
+        format!("{CLUSTER}-control-plane")
+    );
+    assert_eq!(cp[0].labels()["magnum.openstack.org/role"], "master");
+    let workers = machines(&sim, "cluster.x-k8s.io/deployment-name").await;
+    assert_eq!(workers.len(), 2);
+    assert_eq!(workers[0].labels()["magnum.openstack.org/role"], "worker");
+
+    let secret = Api::<Secret>::namespaced(sim.client(), NS)
+        .get(&format!("{CLUSTER}-kubeconfig"))
+        .await
+        .unwrap();
+    assert_eq!(secret.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+    assert_eq!(
+        secret.metadata.labels.unwrap()["cluster.x-k8s.io/cluster-name"],
+        CLUSTER
+    );
+    let kubeconfig: Value = yaml_serde::from_slice(&secret.data.unwrap()["value"].0).unwrap();
+    assert_eq!(
+        kubeconfig["clusters"][0]["cluster"]["server"],
+        format!("https://{host}:6443")
+    );
+    let ca = Api::<Secret>::namespaced(sim.client(), NS)
+        .get(&format!("{CLUSTER}-ca"))
+        .await
+        .unwrap();
+    let ca_pem = &ca.data.unwrap()["tls.crt"].0;
+    assert_eq!(
+        kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"],
+        STANDARD.encode(ca_pem)
+    );
+    assert!(kubeconfig["users"][0]["user"]["client-certificate-data"].is_string());
+
+    let mhc = wait_for("the health check to count the workers", || {
+        let api = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "MachineHealthCheck");
+        async move {
+            api.get(&format!("{CLUSTER}-workers"))
+                .await
+                .ok()
+                .filter(|m| m.data["status"]["currentHealthy"] == 2)
+        }
+    })
+    .await;
+    assert_eq!(mhc.data["status"]["expectedMachines"], 2);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn scale_down_removes_the_machine_annotated_for_deletion() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 3, "m1.small", ext_net())).await;
+    wait_available(&sim).await;
+    let workers = machines(&sim, "cluster.x-k8s.io/deployment-name").await;
+    assert_eq!(workers.len(), 3);
+    let doomed = workers[1].name_any();
+    api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Machine")
+        .patch(
+            &doomed,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"cluster.x-k8s.io/delete-machine": "yes"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let mds = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment");
+    mds.patch(
+        &format!("{CLUSTER}-md-0"),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    let left = wait_for("the annotated machine to go", || {
+        let sim = &sim;
+        async move {
+            let m = machines(sim, "cluster.x-k8s.io/deployment-name").await;
+            (m.len() == 2).then_some(m)
+        }
+    })
+    .await;
+    assert!(left.iter().all(|m| m.name_any() != doomed));
+    let md = wait_for("the deployment to report 2 ready replicas", || {
+        let mds = mds.clone();
+        async move {
+            mds.get(&format!("{CLUSTER}-md-0")).await.ok().filter(|m| {
+                m.data["status"]["readyReplicas"] == 2 && m.data["status"]["replicas"] == 2
+            })
+        }
+    })
+    .await;
+    assert_eq!(md.data["status"]["phase"], "Running");
+    assert!(is_true(&md, "Available"));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_kubernetes_version_rolls_the_workers_one_by_one() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 2, "m1.small", ext_net())).await;
+    wait_available(&sim).await;
+    let before: Vec<String> = machines(&sim, "cluster.x-k8s.io/deployment-name")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let mds = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment");
+    mds.patch(
+        &format!("{CLUSTER}-md-0"),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"spec": {"version": "v1.34.0"}}}})),
+    )
+    .await
+    .unwrap();
+    let after = wait_for("all workers on v1.34.0", || {
+        let sim = &sim;
+        async move {
+            let m = machines(sim, "cluster.x-k8s.io/deployment-name").await;
+            (m.len() == 2
+                && m.iter()
+                    .all(|m| m.data["spec"]["version"] == "v1.34.0" && is_true(m, "Ready")))
+            .then_some(m)
+        }
+    })
+    .await;
+    assert!(after.iter().all(|m| !before.contains(&m.name_any())));
+    let md = wait_for("the rollout to finish", || {
+        let mds = mds.clone();
+        async move {
+            mds.get(&format!("{CLUSTER}-md-0"))
+                .await
+                .ok()
+                .filter(|m| m.data["status"]["upToDateReplicas"] == 2 && !is_true(m, "RollingOut"))
+        }
+    })
+    .await;
+    assert_eq!(md.data["status"]["readyReplicas"], 2);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fail_marker_in_the_flavor_leaves_workers_not_ready_until_it_is_lifted() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 1, "m1.sim-fail", ext_net())).await;
+    let worker = wait_for("the worker to fail", || {
+        let sim = &sim;
+        async move {
+            machines(sim, "cluster.x-k8s.io/deployment-name")
+                .await
+                .into_iter()
+                .find(|m| {
+                    condition(m, "InfrastructureReady")
+                        .is_some_and(|c| c["reason"] == "InstanceCreateFailed")
+                })
+        }
+    })
+    .await;
+    let infra = condition(&worker, "InfrastructureReady").unwrap();
+    assert_eq!(infra["status"], "False");
+    let message = infra["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Failed to create server: No valid host was found."),
+        "{message}"
+    );
+    assert!(message.contains("flavor m1.sim-fail"), "{message}");
+    assert_eq!(condition(&worker, "Ready").unwrap()["status"], "False");
+    let osm = api(
+        &sim,
+        NS,
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachine",
+    )
+    .get(&worker.name_any())
+    .await
+    .unwrap();
+    assert_eq!(osm.data["status"]["ready"], false);
+    assert_eq!(
+        condition(&osm, "InstanceReady").unwrap()["reason"],
+        "InstanceCreateFailed"
+    );
+    let clusters = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster");
+    let cluster = wait_for("the cluster to report the failing workers", || {
+        let clusters = clusters.clone();
+        async move {
+            clusters.get(CLUSTER).await.ok().filter(|c| {
+                condition(c, "WorkersAvailable").is_some_and(|w| {
+                    w["status"] == "False"
+                        && w["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .contains("No valid host")
+                })
+            })
+        }
+    })
+    .await;
+    assert!(!is_true(&cluster, "Available"));
+    assert!(is_true(&cluster, "ControlPlaneAvailable"));
+
+    sim.set_fail_markers(vec![]);
+    wait_available(&sim).await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fail_marker_in_the_external_network_fails_the_openstack_cluster() {
+    let sim = start().await;
+    create_cluster(
+        &sim,
+        cluster_objects(
+            1,
+            1,
+            "m1.small",
+            json!({"filter": {"name": "public-sim-fail"}}),
+        ),
+    )
+    .await;
+    let oscs = api(
+        &sim,
+        NS,
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackCluster",
+    );
+    let osc = wait_for("the OpenStackCluster to fail", || {
+        let oscs = oscs.clone();
+        async move {
+            oscs.get(CLUSTER)
+                .await
+                .ok()
+                .filter(|o| o.data["status"]["failureMessage"].is_string())
+        }
+    })
+    .await;
+    assert_eq!(osc.data["status"]["ready"], false);
+    assert!(
+        osc.data["status"]["failureMessage"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed to reconcile external network: ")
+    );
+    let clusters = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster");
+    let cluster = wait_for("the cluster to show it", || {
+        let clusters = clusters.clone();
+        async move {
+            clusters.get(CLUSTER).await.ok().filter(|c| {
+                condition(c, "InfrastructureReady").is_some_and(|i| {
+                    i["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .starts_with("failed to reconcile external network")
+                })
+            })
+        }
+    })
+    .await;
+    assert_eq!(cluster.data["status"]["phase"], "Provisioning");
+    assert!(machines(&sim, UUID_LABEL).await.is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_a_cluster_cascades_and_the_cluster_disappears() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 1, "m1.small", ext_net())).await;
+    wait_available(&sim).await;
+    let clusters = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster");
+    clusters
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Cluster to disappear", || {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .get_opt(CLUSTER)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    for (av, kind) in [
+        ("cluster.x-k8s.io/v1beta2", "Machine"),
+        ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+        ("cluster.x-k8s.io/v1beta2", "MachineHealthCheck"),
+        (
+            "controlplane.cluster.x-k8s.io/v1beta2",
+            "KubeadmControlPlane",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io/v1beta2",
+            "KubeadmConfigTemplate",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackCluster",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackMachine",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackMachineTemplate",
+        ),
+    ] {
+        let left = api(&sim, NS, av, kind)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        assert!(
+            left.is_empty(),
+            "{kind} left: {:?}",
+            left.iter().map(|o| o.name_any()).collect::<Vec<_>>()
+        );
+    }
+    let secrets = Api::<Secret>::namespaced(sim.client(), NS);
+    assert!(
+        secrets
+            .get_opt(&format!("{CLUSTER}-kubeconfig"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        secrets
+            .get_opt(&format!("{CLUSTER}-ca"))
+            .await
+            .unwrap()
+            .is_some(),
+        "the driver's own Secrets stay"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn paused_controllers_leave_new_objects_alone_until_resumed() {
+    let sim = start().await;
+    sim.pause();
+    create_cluster(&sim, cluster_objects(1, 1, "m1.small", ext_net())).await;
+    let cluster = sim
+        .store()
+        .get(&Resource::new("cluster.x-k8s.io", "clusters"), NS, CLUSTER)
+        .unwrap();
+    assert!(cluster["metadata"].get("finalizers").is_none());
+    sim.resume();
+    wait_available(&sim).await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_control_plane_version_replaces_control_plane_machines_one_at_a_time() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(3, 1, "m1.small", ext_net())).await;
+    wait_available(&sim).await;
+    let kcps = api(
+        &sim,
+        NS,
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+    );
+    let name = format!("{CLUSTER}-control-plane");
+    kcps.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"version": "v1.34.0"}})),
+    )
+    .await
+    .unwrap();
+    let max_seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let kcp = wait_for("the control plane on v1.34.0", || {
+        let (kcps, sim, name, max_seen) = (kcps.clone(), &sim, name.clone(), max_seen.clone());
+        async move {
+            let count = machines(sim, "cluster.x-k8s.io/control-plane").await.len();
+            max_seen.fetch_max(count, std::sync::atomic::Ordering::SeqCst);
+            kcps.get(&name).await.ok().filter(|k| {
+                k.data["status"]["version"] == "v1.34.0"
+                    && k.data["status"]["upToDateReplicas"] == 3
+                    && k.data["status"]["replicas"] == 3
+            })
+        }
+    })
+    .await;
+    let max_seen = max_seen.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(max_seen <= 4, "at most one surge machine, saw {max_seen}");
+    assert!(is_true(&kcp, "Available") && !is_true(&kcp, "RollingOut"));
+    let cp = machines(&sim, "cluster.x-k8s.io/control-plane").await;
+    assert!(cp.iter().all(|m| m.data["spec"]["version"] == "v1.34.0"));
+    sim.shutdown().await;
+}
+
+/// Load check, not run by default: `SIMKUBE_CLUSTERS=10000 cargo test --release --test simkube
+/// -- --ignored --nocapture many_clusters`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn many_clusters_become_available() {
+    let n: usize = std::env::var("SIMKUBE_CLUSTERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let sim = SimCluster::start(SimOptions {
+        step: Duration::from_millis(200),
+        ..SimOptions::for_tests()
+    })
+    .await
+    .unwrap();
+    let store = sim.store().clone();
+    let started = std::time::Instant::now();
+    for i in 0..n {
+        let ns = format!("magnum-p{}", i % 100);
+        store.ensure_namespace(&ns).unwrap();
+        for obj in cluster_objects(1, 1, "m1.small", ext_net()) {
+            let text = obj
+                .to_string()
+                .replace(CLUSTER, &format!("k{i}"))
+                .replace(NS, &ns);
+            let obj: Value = serde_json::from_str(&text).unwrap();
+            let res = Resource::of(
+                obj["apiVersion"].as_str().unwrap(),
+                obj["kind"].as_str().unwrap(),
+            );
+            store.create(&res, &ns, obj).unwrap();
+        }
+    }
+    println!(
+        "seeded {n} clusters ({} objects) in {:?}",
+        store.len(),
+        started.elapsed()
+    );
+    let clusters = Resource::new("cluster.x-k8s.io", "clusters");
+    let deadline = std::time::Instant::now() + Duration::from_secs(1800);
+    loop {
+        let ready = store
+            .list(&clusters, None, "")
+            .unwrap()
+            .iter()
+            .filter(|c| {
+                c["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|x| x["type"] == "Available" && x["status"] == "True")
+                })
+            })
+            .count();
+        println!(
+            "{:?}: {ready}/{n} available, {} objects, rv {}",
+            started.elapsed(),
+            store.len(),
+            store.resource_version()
+        );
+        if ready == n {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let listed = all(&sim, "cluster.x-k8s.io/v1beta2", "Machine")
+        .list(&ListParams::default().labels(UUID_LABEL))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 2 * n);
+}
