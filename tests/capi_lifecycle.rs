@@ -337,3 +337,43 @@ async fn a_create_interrupted_by_a_crash_completes_once_after_restart() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_create_refused_after_provisioning_leaves_nothing_behind() {
+    let app = capi_app_on(None, None, false, |cfg| {
+        cfg.quotas.max_clusters_per_project = 1
+    })
+    .await;
+    let t = &app.t;
+    let ct = template(t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "c1", "cluster_template_id": ct}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    let secrets = |app: &common::capi::CapiApp| {
+        let res = magnum_capi::simkube::Resource::of("v1", "Secret");
+        app.sim.store().list(&res, None, "").unwrap().len()
+    };
+    wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
+    let before = secrets(&app);
+    // Over quota: the credentials Secret written before the quota check is removed again.
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "c2", "cluster_template_id": ct}),
+        )
+        .await;
+    r.assert_status(403);
+    assert_eq!(
+        secrets(&app),
+        before,
+        "a Secret of the refused create was left behind"
+    );
+    assert!(!objects(&app, "v1", "Secret", &c).is_empty());
+}

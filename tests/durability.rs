@@ -435,6 +435,9 @@ impl Server {
             .env("MAGNUM_CAPI__HTTP__BIND", format!("127.0.0.1:{port}"))
             .env("MAGNUM_CAPI__OPERATIONS__POLL_INTERVAL_MS", "100")
             .env("MAGNUM_CAPI__SERVICE__HOST", "durability-test")
+            // The queue's guarantees with the delay-controlled driver; the CAPI driver's crash
+            // recovery is tests/capi_lifecycle.rs.
+            .env("MAGNUM_CAPI__DRIVER__KIND", "simulated")
             .env("RUST_LOG", "info,sqlx=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -260,6 +260,58 @@ async fn watcher_sees_init_apply_and_delete_and_watches_resume_from_a_version() 
 }
 
 #[tokio::test]
+async fn label_selected_watches_see_objects_enter_and_leave_the_selection() {
+    let sim = start().await;
+    let everywhere = all(&sim, "example.com/v1", "Widget");
+    let mut stream = watcher(everywhere, watcher::Config::default().labels(UUID_LABEL)).boxed();
+    loop {
+        if let watcher::Event::InitDone = tokio::time::timeout(WAIT, stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            break;
+        }
+    }
+    let mut w = widget("w", "u1", 1);
+    w["metadata"]["labels"] = json!({"other": "x"});
+    apply(&sim, w).await;
+    let widgets = api(&sim, "default", "example.com/v1", "Widget");
+    widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {UUID_LABEL: "u1"}}})),
+        )
+        .await
+        .unwrap();
+    widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {UUID_LABEL: null}}})),
+        )
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while events.len() < 2 {
+        match tokio::time::timeout(WAIT, stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            watcher::Event::Apply(o) => events.push(format!("Apply({})", o.name_any())),
+            watcher::Event::Delete(o) => events.push(format!("Delete({})", o.name_any())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(events, ["Apply(w)", "Delete(w)"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn status_subresource_and_main_resource_change_only_their_own_part() {
     let sim = start().await;
     let widgets = api(&sim, "default", "example.com/v1", "Widget");
@@ -967,10 +1019,19 @@ async fn deleting_a_cluster_cascades_and_the_cluster_disappears() {
     create_cluster(&sim, cluster_objects(1, 1, "m1.small", ext_net())).await;
     wait_available(&sim).await;
     let clusters = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster");
-    clusters
-        .delete(CLUSTER, &DeleteParams::default())
+    // Foreground, as the driver deletes.
+    let deleting = clusters
+        .delete(CLUSTER, &DeleteParams::foreground())
         .await
         .unwrap();
+    assert!(
+        deleting
+            .left()
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
     wait_for("the Cluster to disappear", || {
         let clusters = clusters.clone();
         async move {

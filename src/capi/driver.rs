@@ -118,6 +118,8 @@ pub struct Provisioned {
     pub app_cred_id: Option<String>,
     user_id: String,
     session: Option<UserSession>,
+    /// The Secrets written (namespace, name), removed again by [`Capi::revoke`].
+    secrets: Vec<(String, String)>,
 }
 
 fn namespace_of(cfg: &CapiConfig, c: &ClusterRow) -> String {
@@ -219,14 +221,23 @@ impl Capi {
         roles: &[String],
     ) -> Result<Provisioned, CapiError> {
         let (id, creds) = self.new_credentials(cluster, session, roles).await?;
-        let p = Provisioned {
+        let mut p = Provisioned {
             app_cred_id: id,
             user_id: cluster.user_id.clone(),
             session: session.cloned(),
+            secrets: Vec::new(),
         };
         let applied = async {
             let v = values::build(self.inputs(template, cluster, nodegroups, Some(creds), None))?;
             let objs = self.renderer.render_credentials(&v)?;
+            for o in &objs {
+                let r = ObjectRef::of(o)?;
+                if r.kind == "Secret"
+                    && let Some(ns) = r.namespace
+                {
+                    p.secrets.push((ns, r.name));
+                }
+            }
             self.mgmt.apply_all(&objs).await?;
             Ok::<_, CapiError>(())
         }
@@ -240,6 +251,11 @@ impl Capi {
 
     /// Undoes [`Capi::provision`] when the create could not be recorded.
     pub async fn revoke(&self, p: &Provisioned) {
+        for (ns, name) in &p.secrets {
+            if let Err(e) = self.mgmt.delete(&obj("v1", "Secret", ns, name)).await {
+                tracing::warn!(secret = %name, error = %e, "could not delete an unused credentials Secret");
+            }
+        }
         if let (Some(id), Some(s)) = (&p.app_cred_id, &p.session)
             && let Err(e) = appcred::delete(s, s.timeout(), &p.user_id, id).await
         {
@@ -576,7 +592,7 @@ impl Capi {
                     cdb::set_template(&mut *tx, c.uuid, t.uuid).await?;
                     // The version follows the new template: its kube_tag, else its image's.
                     cdb::set_label(
-                        &mut *tx,
+                        &mut tx,
                         c.uuid,
                         "kube_tag",
                         t.labels.0.get("kube_tag").map(String::as_str),

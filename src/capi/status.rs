@@ -296,10 +296,8 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         if let Some(st) = ng.status.filter(|s| watched(*s)) {
             let next = if ready {
                 Some((completed(st), None))
-            } else if let Some(f) = &failure {
-                Some((failed(st), Some(f.clone())))
             } else {
-                None
+                failure.as_ref().map(|f| (failed(st), Some(f.clone())))
             };
             if let Some(n) = next
                 && (n.0 != st || n.1 != ng.status_reason)

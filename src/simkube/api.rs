@@ -19,7 +19,9 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::selector::Selector;
-use super::store::{Event, Patch, Resource, Store, StoreError, Target, watch_line};
+use super::store::{
+    Event, EventType, Patch, Propagation, Resource, Store, StoreError, Target, watch_line,
+};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -206,6 +208,21 @@ fn selectors(q: &HashMap<String, String>) -> Result<(Selector, Selector), StoreE
     Ok((labels, fields))
 }
 
+/// `propagationPolicy` from the DeleteOptions body or the query (default Background).
+fn propagation(q: &HashMap<String, String>, bytes: &Bytes) -> Propagation {
+    let body: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    let policy = body
+        .get("propagationPolicy")
+        .and_then(Value::as_str)
+        .or_else(|| q.get("propagationPolicy").map(String::as_str));
+    match policy {
+        Some("Foreground") => Propagation::Foreground,
+        Some("Orphan") => Propagation::Orphan,
+        _ if body.get("orphanDependents") == Some(&Value::Bool(true)) => Propagation::Orphan,
+        _ => Propagation::Background,
+    }
+}
+
 fn target_of(path: &ResourcePath) -> Result<Target, StoreError> {
     match path.subresource.as_deref() {
         None | Some("finalize") => Ok(Target::Main),
@@ -336,7 +353,7 @@ fn dispatch(
             Ok(json_response(code, &o))
         }
         ("DELETE", Some(name)) => {
-            let o = store.delete(&path.resource, &ns, &name)?;
+            let o = store.delete_with(&path.resource, &ns, &name, propagation(q, bytes))?;
             Ok(json_response(StatusCode::OK, &o))
         }
         ("DELETE", None) => {
@@ -398,14 +415,39 @@ struct WatchFilter {
 }
 
 impl WatchFilter {
-    fn matches(&self, e: &Event) -> bool {
-        e.key.resource == self.resource
-            && self
+    fn selects(&self, obj: &Value) -> bool {
+        self.labels.matches_labels(obj) && self.fields.matches_fields(obj)
+    }
+
+    /// The line this watch sends for an event, if any. As kube-apiserver does, an object that
+    /// starts matching the selectors arrives as `ADDED` and one that stops as `DELETED`.
+    fn line_for(&self, e: &Event) -> Option<Bytes> {
+        if e.key.resource != self.resource
+            || self
                 .namespace
                 .as_ref()
-                .is_none_or(|ns| *ns == e.key.namespace)
-            && self.labels.matches_labels(&e.object)
-            && self.fields.matches_fields(&e.object)
+                .is_some_and(|ns| *ns != e.key.namespace)
+        {
+            return None;
+        }
+        let now = self.selects(&e.object);
+        let event_type = match e.event_type {
+            EventType::Added | EventType::Deleted => now.then_some(e.event_type),
+            EventType::Modified => {
+                let before = e.old.as_deref().is_none_or(|o| self.selects(o));
+                match (before, now) {
+                    (true, true) => Some(EventType::Modified),
+                    (false, true) => Some(EventType::Added),
+                    (true, false) => Some(EventType::Deleted),
+                    (false, false) => None,
+                }
+            }
+        }?;
+        Some(if event_type == e.event_type {
+            e.line()
+        } else {
+            watch_line(event_type.as_str(), &e.object)
+        })
     }
 }
 
@@ -511,7 +553,9 @@ impl WatchTask {
                 continue;
             }
             *last = e.resource_version;
-            if self.filter.matches(e) && !self.send(e.line()).await {
+            if let Some(line) = self.filter.line_for(e)
+                && !self.send(line).await
+            {
                 return false;
             }
         }

@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 pub use controllers::Simulator;
 pub use selector::Selector;
 pub use store::{
-    Event, EventType, ObjectKey, Patch, Resource, Store, StoreError, StoreOptions, Target,
-    Validator,
+    Event, EventType, ObjectKey, Patch, Propagation, Resource, Store, StoreError, StoreOptions,
+    Target, Validator,
 };
 
 /// How a simulated management cluster runs.

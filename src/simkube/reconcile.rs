@@ -132,6 +132,58 @@ fn parts_of(cx: &Ctx<'_>, kind: Kind, ns: &str, cluster: &str) -> Vec<Arc<Value>
         .collect()
 }
 
+/// A Cluster condition that is True while the same condition is True on its control plane or
+/// any deployment, listing which.
+fn rollup(
+    kind: &'static str,
+    sources: &[(&str, &Value)],
+    yes: &'static str,
+    no: &'static str,
+) -> Cond {
+    let active: Vec<String> = sources
+        .iter()
+        .filter(|(_, o)| condition_true(o, kind))
+        .map(|(what, o)| {
+            let m = condition_message(o, kind);
+            format!(
+                "* {what} {}: {}",
+                name(o),
+                if m.is_empty() { kind.to_string() } else { m }
+            )
+        })
+        .collect();
+    if active.is_empty() {
+        Cond::new(kind, CondStatus::False, no, "")
+    } else {
+        Cond::new(kind, CondStatus::True, yes, active.join("\n"))
+    }
+}
+
+/// A Cluster condition summarising `MachinesReady` of the given owners.
+fn machines_ready(kind: &'static str, sources: &[(&str, &Value)]) -> Cond {
+    if sources.is_empty() {
+        return Cond::new(kind, CondStatus::True, "NoReplicas", "");
+    }
+    let not_ready: Vec<String> = sources
+        .iter()
+        .filter(|(_, o)| !condition_true(o, "MachinesReady"))
+        .map(|(what, o)| {
+            format!(
+                "* {what} {}: {}",
+                name(o),
+                condition_message(o, "MachinesReady")
+            )
+        })
+        .collect();
+    Cond::check(
+        kind,
+        not_ready.is_empty(),
+        "Ready",
+        "NotReady",
+        not_ready.join("\n"),
+    )
+}
+
 fn replicas_summary(obj: &Value, desired: i64) -> Value {
     let get = |f: &str| i64_at(obj, &["status", f]).unwrap_or(0);
     json!({
@@ -287,6 +339,25 @@ fn cluster(cx: &Ctx<'_>, mut c: Arc<Value>) -> Result<(), StoreError> {
         failed_condition_message(&[&infra, &initialized, &cp, &workers]),
     );
     let deleting = Cond::new("Deleting", CondStatus::False, "NotDeleting", "");
+    let control_plane: Vec<(&str, &Value)> =
+        kcp.iter().map(|k| ("KubeadmControlPlane", &**k)).collect();
+    let deployments: Vec<(&str, &Value)> =
+        mds.iter().map(|m| ("MachineDeployment", &**m)).collect();
+    let both: Vec<(&str, &Value)> = control_plane.iter().chain(&deployments).copied().collect();
+    let rollups = [
+        rollup("RollingOut", &both, "RollingOut", "NotRollingOut"),
+        rollup("ScalingUp", &both, "ScalingUp", "NotScalingUp"),
+        rollup("ScalingDown", &both, "ScalingDown", "NotScalingDown"),
+        machines_ready("ControlPlaneMachinesReady", &control_plane),
+        machines_ready("WorkerMachinesReady", &deployments),
+        Cond::check(
+            "RemoteConnectionProbe",
+            cp_initialized,
+            "ProbeSucceeded",
+            "ProbeFailed",
+            "Remote connection not established yet",
+        ),
+    ];
     let endpoint_set = str_at(&c, &["spec", "controlPlaneEndpoint", "host"]).is_some();
     let phase = if infra_provisioned && endpoint_set {
         "Provisioned"
@@ -303,7 +374,12 @@ fn cluster(cx: &Ctx<'_>, mut c: Arc<Value>) -> Result<(), StoreError> {
             "infrastructureProvisioned": infra_provisioned,
             "controlPlaneInitialized": cp_initialized,
         },
-        "conditions": conditions_v1beta2(prev, &[available, infra, initialized, cp, workers, deleting], observed, &now_rfc3339()),
+        "conditions": conditions_v1beta2(
+            prev,
+            &[[available, infra, initialized, cp, workers, deleting].as_slice(), &rollups].concat(),
+            observed,
+            &now_rfc3339(),
+        ),
     });
     if let Some(k) = &kcp {
         status["controlPlane"] = replicas_summary(k, i64_at(k, &["spec", "replicas"]).unwrap_or(1));

@@ -111,6 +111,9 @@ pub struct Event {
     pub event_type: EventType,
     pub key: ObjectKey,
     pub object: Arc<Value>,
+    /// The previous state, for `MODIFIED` (lets label-selected watches see objects enter and
+    /// leave the selection).
+    pub old: Option<Arc<Value>>,
     line: OnceLock<Bytes>,
 }
 
@@ -232,7 +235,7 @@ impl Default for StoreOptions {
         StoreOptions {
             validator: None,
             history: 10_000,
-            channel_capacity: 65_536,
+            channel_capacity: 16_384,
             require_namespaces: true,
         }
     }
@@ -261,8 +264,37 @@ pub struct WatchStart {
     pub resource_version: u64,
 }
 
-/// A removed object's key and uid (what garbage collection starts from).
-type Removed = (ObjectKey, String);
+/// A removed object: where garbage collection and foreground deletion continue from.
+struct Removed {
+    key: ObjectKey,
+    uid: String,
+    owners: Vec<String>,
+}
+
+impl Removed {
+    fn of(key: &ObjectKey, obj: &Value) -> Self {
+        Removed {
+            key: key.clone(),
+            uid: meta_str(obj, "uid").unwrap_or_default().to_string(),
+            owners: owner_uids(obj),
+        }
+    }
+}
+
+/// The finalizer a foreground deletion holds until the dependents are gone.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// What happens to an object's dependents when it is deleted (`propagationPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// Remove the object now, collect dependents afterwards.
+    #[default]
+    Background,
+    /// Keep the object (`foregroundDeletion` finalizer) until its dependents are removed.
+    Foreground,
+    /// Remove the object and leave its dependents, minus the owner reference.
+    Orphan,
+}
 
 type NameMap = BTreeMap<(String, String), Arc<Value>>;
 
@@ -375,6 +407,33 @@ fn strip_nulls(v: &mut Value) {
         }
         Value::Array(a) => a.iter_mut().for_each(strip_nulls),
         _ => {}
+    }
+}
+
+/// A Secret's `stringData` is write-only: the apiserver folds it into `data` (base64).
+fn fold_string_data(res: &Resource, obj: &mut Value) {
+    use base64::Engine;
+    if !(res.is_core() && res.plural == "secrets") {
+        return;
+    }
+    let Some(Value::Object(strings)) = obj.as_object_mut().and_then(|m| m.remove("stringData"))
+    else {
+        return;
+    };
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let data = root.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (k, v) in strings {
+            if let Some(text) = v.as_str() {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(k, json!(encoded));
+            }
+        }
     }
 }
 
@@ -588,6 +647,7 @@ impl Store {
         };
         let mut new = obj;
         strip_nulls(&mut new);
+        fold_string_data(res, &mut new);
         Self::carry_system_metadata(&old, &mut new);
         self.commit(&mut inner, key, Some(old), new)
     }
@@ -707,19 +767,71 @@ impl Store {
         self.commit(&mut inner, key, Some(old), new)
     }
 
-    /// Deletes an object: with finalizers it gets `deletionTimestamp` and stays; without, it
-    /// is removed and its dependents are garbage-collected. Returns the object's last state.
+    /// Deletes an object in the background: with finalizers it gets `deletionTimestamp` and
+    /// stays; without, it is removed and its dependents are garbage-collected. Returns the
+    /// object's last state.
     pub fn delete(
         &self,
         res: &Resource,
         namespace: &str,
         name: &str,
     ) -> Result<Arc<Value>, StoreError> {
+        self.delete_with(res, namespace, name, Propagation::Background)
+    }
+
+    /// Deletes an object with a propagation policy.
+    pub fn delete_with(
+        &self,
+        res: &Resource,
+        namespace: &str,
+        name: &str,
+        propagation: Propagation,
+    ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.write();
         let key = ObjectKey::new(res, namespace, name);
+        let old = inner
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(res, name))?;
+        let uid = meta_str(&old, "uid").unwrap_or_default().to_string();
+        let has_dependents = inner.dependents.get(&uid).is_some_and(|d| !d.is_empty());
+        if propagation == Propagation::Foreground && has_dependents && !is_deleting(&old) {
+            let mut new = (*old).clone();
+            if let Some(meta) = meta_mut(&mut new) {
+                meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                match meta.get_mut("finalizers") {
+                    Some(Value::Array(list)) => list.push(json!(FOREGROUND_FINALIZER)),
+                    _ => {
+                        meta.insert("finalizers".into(), json!([FOREGROUND_FINALIZER]));
+                    }
+                }
+            }
+            let marked = self.commit(&mut inner, key.clone(), Some(old), new)?;
+            let mut dependents: Vec<ObjectKey> = inner
+                .dependents
+                .get(&uid)
+                .map(|d| d.iter().cloned().collect())
+                .unwrap_or_default();
+            dependents.sort();
+            for dep in dependents {
+                if let Ok((_, Some(removed))) = self.delete_one(&mut inner, &dep) {
+                    self.cascade(&mut inner, removed);
+                }
+            }
+            self.finish_foreground(&mut inner, &uid);
+            return Ok(inner.get(&key).cloned().unwrap_or(marked));
+        }
         let (obj, removed) = self.delete_one(&mut inner, &key)?;
-        if let Some(removed) = removed {
-            self.cascade(&mut inner, removed);
+        match (removed, propagation) {
+            (Some(removed), Propagation::Orphan) => {
+                self.orphan(&mut inner, &removed.uid);
+                for owner in &removed.owners {
+                    self.finish_foreground(&mut inner, owner);
+                }
+            }
+            (Some(removed), _) => self.cascade(&mut inner, removed),
+            (None, _) => {}
         }
         Ok(obj)
     }
@@ -828,6 +940,7 @@ impl Store {
             return Err(StoreError::BadRequest("the body must be an object".into()));
         }
         strip_nulls(&mut obj);
+        fold_string_data(res, &mut obj);
         let name = match (meta_str(&obj, "name"), meta_str(&obj, "generateName")) {
             (Some(n), _) if !n.is_empty() => n.to_string(),
             (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
@@ -972,6 +1085,7 @@ impl Store {
             }
             Target::Main => {
                 strip_nulls(&mut new);
+                fold_string_data(res, &mut new);
                 if res.has_status_subresource()
                     && let Some(m) = new.as_object_mut()
                 {
@@ -1033,9 +1147,8 @@ impl Store {
         set_meta(&mut new, "resourceVersion", json!(rv.to_string()));
         let new = Arc::new(new);
         if is_deleting(&new) && !has_finalizers(&new) {
-            let uid = meta_str(&new, "uid").unwrap_or_default().to_string();
             self.remove_locked(inner, &key, new.clone(), rv);
-            self.cascade(inner, (key, uid));
+            self.cascade(inner, Removed::of(&key, &new));
             return Ok(new);
         }
         Self::reindex(inner, &key, old.as_deref(), Some(&new));
@@ -1049,7 +1162,7 @@ impl Store {
         } else {
             EventType::Added
         };
-        self.emit(inner, rv, event_type, key, new.clone());
+        self.emit(inner, rv, event_type, key, new.clone(), old);
         Ok(new)
     }
 
@@ -1088,7 +1201,7 @@ impl Store {
             .get_mut(&key.resource)
             .and_then(|m| m.remove(&(key.namespace.clone(), key.name.clone())));
         Self::reindex(inner, key, Some(stored.as_deref().unwrap_or(&last)), None);
-        self.emit(inner, rv, EventType::Deleted, key.clone(), last);
+        self.emit(inner, rv, EventType::Deleted, key.clone(), last, None);
     }
 
     /// Marks or removes one object; returns its last state and, when removed, its key and uid.
@@ -1117,7 +1230,14 @@ impl Store {
                 .entry(key.resource.clone())
                 .or_default()
                 .insert((key.namespace.clone(), key.name.clone()), new.clone());
-            self.emit(inner, rv, EventType::Modified, key.clone(), new.clone());
+            self.emit(
+                inner,
+                rv,
+                EventType::Modified,
+                key.clone(),
+                new.clone(),
+                Some(old),
+            );
             return Ok((new, None));
         }
         inner.rv += 1;
@@ -1126,15 +1246,19 @@ impl Store {
         set_meta(&mut last, "resourceVersion", json!(rv.to_string()));
         let last = Arc::new(last);
         self.remove_locked(inner, key, last.clone(), rv);
-        let uid = meta_str(&last, "uid").unwrap_or_default().to_string();
-        Ok((last, Some((key.clone(), uid))))
+        let removed = Removed::of(key, &last);
+        Ok((last, Some(removed)))
     }
 
     /// Garbage collection after a removal: dependents with no remaining owner are deleted
-    /// (recursively, by a work list), and a removed Namespace takes its contents with it.
+    /// (recursively, by a work list), a removed Namespace takes its contents with it, and an
+    /// owner waiting in foreground deletion is released once its last dependent is gone.
     fn cascade(&self, inner: &mut Inner, removed: Removed) {
         let mut work = vec![removed];
-        while let Some((key, uid)) = work.pop() {
+        while let Some(Removed { key, uid, owners }) = work.pop() {
+            for owner in &owners {
+                self.finish_foreground(inner, owner);
+            }
             let mut victims: Vec<ObjectKey> = inner
                 .dependents
                 .remove(&uid)
@@ -1165,6 +1289,65 @@ impl Store {
         }
     }
 
+    /// Drops the `foregroundDeletion` finalizer of a deleting owner without dependents.
+    fn finish_foreground(&self, inner: &mut Inner, owner_uid: &str) {
+        if inner
+            .dependents
+            .get(owner_uid)
+            .is_some_and(|d| !d.is_empty())
+        {
+            return;
+        }
+        let Some(key) = inner.uids.get(owner_uid).cloned() else {
+            return;
+        };
+        let Some(owner) = inner.get(&key).cloned() else {
+            return;
+        };
+        let waiting = owner
+            .get("metadata")
+            .and_then(|m| m.get("finalizers"))
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|x| x == FOREGROUND_FINALIZER));
+        if !is_deleting(&owner) || !waiting {
+            return;
+        }
+        let mut new = (*owner).clone();
+        if let Some(Value::Array(list)) = new
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("finalizers"))
+        {
+            list.retain(|x| x != FOREGROUND_FINALIZER);
+        }
+        if let Err(e) = self.commit(inner, key, Some(owner), new) {
+            tracing::warn!(error = %e, "releasing a foreground deletion failed");
+        }
+    }
+
+    /// Orphan propagation: the dependents lose their reference to the removed owner.
+    fn orphan(&self, inner: &mut Inner, owner_uid: &str) {
+        let dependents: Vec<ObjectKey> = inner
+            .dependents
+            .remove(owner_uid)
+            .map(|d| d.into_iter().collect())
+            .unwrap_or_default();
+        for dep in dependents {
+            let Some(old) = inner.get(&dep).cloned() else {
+                continue;
+            };
+            let mut new = (*old).clone();
+            if let Some(Value::Array(refs)) = new
+                .get_mut("metadata")
+                .and_then(|m| m.get_mut("ownerReferences"))
+            {
+                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
+            }
+            if let Err(e) = self.commit(inner, dep, Some(old), new) {
+                tracing::warn!(error = %e, "orphaning a dependent failed");
+            }
+        }
+    }
+
     fn emit(
         &self,
         inner: &mut Inner,
@@ -1172,12 +1355,14 @@ impl Store {
         event_type: EventType,
         key: ObjectKey,
         obj: Arc<Value>,
+        old: Option<Arc<Value>>,
     ) {
         let event = Arc::new(Event {
             resource_version: rv,
             event_type,
             key,
             object: obj,
+            old,
             line: OnceLock::new(),
         });
         if self.opts.history > 0 {
@@ -1340,6 +1525,71 @@ mod tests {
         s.delete(&widgets(), "default", "owner").unwrap();
         assert!(s.get(&widgets(), "default", "child").is_none());
         assert!(s.get(&Resource::core("secrets"), "default", "gc").is_none());
+    }
+
+    fn owned_secret(name: &str, owner: &Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "default",
+            "finalizers": ["x/hold"],
+            "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Widget", "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}]}})
+    }
+
+    #[test]
+    fn foreground_deletion_keeps_the_owner_until_its_dependents_are_gone() {
+        let s = store();
+        let secrets = Resource::core("secrets");
+        let owner = s.create(&widgets(), "default", cr("owner")).unwrap();
+        s.create(&secrets, "default", owned_secret("dep", &owner))
+            .unwrap();
+        let marked = s
+            .delete_with(&widgets(), "default", "owner", Propagation::Foreground)
+            .unwrap();
+        assert!(marked["metadata"]["deletionTimestamp"].is_string());
+        assert_eq!(
+            marked["metadata"]["finalizers"],
+            json!([FOREGROUND_FINALIZER])
+        );
+        let dep = s.get(&secrets, "default", "dep").unwrap();
+        assert!(dep["metadata"]["deletionTimestamp"].is_string());
+        s.patch(
+            &secrets,
+            "default",
+            "dep",
+            Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            Target::Main,
+        )
+        .unwrap();
+        assert!(s.get(&secrets, "default", "dep").is_none());
+        assert!(s.get(&widgets(), "default", "owner").is_none());
+    }
+
+    #[test]
+    fn orphan_deletion_leaves_dependents_without_the_owner_reference() {
+        let s = store();
+        let secrets = Resource::core("secrets");
+        let owner = s.create(&widgets(), "default", cr("owner")).unwrap();
+        s.create(&secrets, "default", owned_secret("dep", &owner))
+            .unwrap();
+        s.delete_with(&widgets(), "default", "owner", Propagation::Orphan)
+            .unwrap();
+        assert!(s.get(&widgets(), "default", "owner").is_none());
+        let dep = s.get(&secrets, "default", "dep").unwrap();
+        assert!(dep["metadata"].get("deletionTimestamp").is_none());
+        assert_eq!(dep["metadata"]["ownerReferences"], json!([]));
+    }
+
+    #[test]
+    fn secret_string_data_is_folded_into_data() {
+        let s = store();
+        let o = s
+            .create(
+                &Resource::core("secrets"),
+                "default",
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                       "stringData": {"a": "hi"}, "data": {"b": "eA=="}}),
+            )
+            .unwrap();
+        assert_eq!(o["data"], json!({"a": "aGk=", "b": "eA=="}));
+        assert!(o.get("stringData").is_none());
     }
 
     #[test]
