@@ -9,7 +9,6 @@
 //!
 //! Run: `cargo bench --bench capi` (BENCH_CLUSTERS=N for scenario 4, default 10000).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use magnum_capi::app::{App, AuthMode};
@@ -205,6 +204,7 @@ fn main() {
             ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
             ("cluster.x-k8s.io/v1beta2", "Machine"),
         ];
+        sim.store().ensure_namespace("magnum-mem").expect("namespace");
         let t = Instant::now();
         for i in 0..clusters {
             let uuid = uuid::Uuid::new_v4().to_string();

@@ -560,17 +560,8 @@ impl Capi {
             }
             kind::RESIZE => {
                 if let Some(ng) = op.nodegroup_uuid {
-                    let which: Vec<String> = op
-                        .payload
-                        .0
-                        .get("nodes_to_remove")
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|v| v.as_str().map(str::to_string))
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let which =
+                        crate::domain::fields::string_list(op.payload.0.get("nodes_to_remove"));
                     self.mark_for_removal(&c, ng, &which).await?;
                 }
                 self.apply_cluster(pool, &c, None, false).await?;

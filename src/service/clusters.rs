@@ -668,15 +668,7 @@ pub async fn resize(
         tracing::warn!(cluster = %c.uuid, status = %c.status, "resize ignored in this status");
         return Ok(c.uuid);
     }
-    let nodes_to_remove: Vec<String> = b
-        .get("nodes_to_remove")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let nodes_to_remove = crate::domain::fields::string_list(b.get("nodes_to_remove"));
     record_resize(app, &c, &ng, node_count, nodes_to_remove, request_id).await?;
     Ok(c.uuid)
 }
