@@ -376,6 +376,17 @@ pub fn string_map(v: &Value) -> Option<BTreeMap<String, String>> {
     })
 }
 
+/// The strings of a JSON array (other items and non-arrays are ignored).
+pub fn string_list(v: Option<&serde_json::Value>) -> Vec<String> {
+    v.and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,15 +483,4 @@ mod tests {
         assert_eq!(bool_from_string("off"), Some(false));
         assert_eq!(bool_from_string("maybe"), None);
     }
-}
-
-/// The strings of a JSON array (other items and non-arrays are ignored).
-pub fn string_list(v: Option<&serde_json::Value>) -> Vec<String> {
-    v.and_then(serde_json::Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
