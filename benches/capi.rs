@@ -158,9 +158,7 @@ fn main() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        if let Some(s) = sim.simulator() {
-            s.pause();
-        }
+        sim.pause();
         let machine_res = Resource::of("cluster.x-k8s.io/v1beta2", "Machine");
         let mut lat = Vec::new();
         for (i, u) in uuids.iter().enumerate().take(40) {

@@ -90,16 +90,13 @@ fn read_cloud_ca(cfg: &Config) -> Result<Option<String>, ServeError> {
     .transpose()
 }
 
-/// The CRD schemas of `[capi] crd_dir`, as a write validator for the simulated cluster.
-fn crd_validator(cfg: &Config) -> Result<Option<crate::simkube::Validator>, ServeError> {
-    let Some(dir) = &cfg.capi.crd_dir else {
-        return Ok(None);
-    };
+/// The CRD schemas in `dir` as a write validator for the simulated management cluster.
+pub fn crd_validator(dir: &std::path::Path) -> Result<crate::simkube::Validator, ServeError> {
     let schemas = crate::capi::schema::CrdSchemas::load(dir)
-        .map_err(|e| ServeError::Capi(format!("[capi] crd_dir {}: {e}", dir.display())))?;
-    Ok(Some(Arc::new(move |obj: &serde_json::Value| {
+        .map_err(|e| ServeError::Capi(format!("CRD directory {}: {e}", dir.display())))?;
+    Ok(Arc::new(move |obj: &serde_json::Value| {
         schemas.validate(obj).map(|_| ())
-    })))
+    }))
 }
 
 /// Builds the CAPI runtime when `[driver] kind = "capi"`: a kube client from `[capi] kubeconfig`,
@@ -135,7 +132,7 @@ pub async fn build_capi(
     } else {
         let opts = SimOptions {
             step: Duration::from_millis(cfg.capi.sim_step_ms),
-            validator: crd_validator(cfg)?,
+            validator: cfg.capi.crd_dir.as_deref().map(crd_validator).transpose()?,
             ..SimOptions::default()
         };
         let sim = SimCluster::start(opts)

@@ -4,6 +4,7 @@
 //! response), deleted with the cluster.
 
 mod common;
+use common::TestApp;
 use common::capi::{capi_app_on, eventually};
 use common::fakecloud::*;
 use common::keystone::keystone;
@@ -26,6 +27,39 @@ async fn app_creds(token: &str, user_id: &str) -> Vec<Value> {
     body["application_credentials"].as_array().unwrap().clone()
 }
 
+/// POSTs `body` to `path` as the token's user, expecting `status`; the created uuid.
+async fn create(t: &TestApp, token: &str, path: &str, body: Value, status: u16) -> Value {
+    let r = t
+        .call_token(Some(token), "POST", path, Some("latest"), Some(body))
+        .await;
+    assert_eq!(r.status, status, "{}", r.body);
+    r.body
+}
+
+/// A template on the fake cloud's Ubuntu image (kube_version v1.30.4) and a cluster from it.
+async fn cluster(t: &TestApp, token: &str) -> String {
+    let ct = create(
+        t,
+        token,
+        "/v1/clustertemplates",
+        json!({
+        "name": "kube", "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
+        "flavor_id": "m1.small", "master_flavor_id": "m1.medium", "keypair_id": KEYPAIR_DEFAULT,
+        "external_network_id": NETWORK_PUBLIC, "labels": {"kube_tag": "v1.30.4"}}),
+        201,
+    )
+    .await;
+    let c = create(
+        t,
+        token,
+        "/v1/clusters",
+        json!({"name": "c1", "cluster_template_id": ct["uuid"]}),
+        202,
+    )
+    .await;
+    c["uuid"].as_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
     let _env = env_shared().await;
@@ -36,46 +70,19 @@ async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
     let alice = ks.user_id("alice").to_string();
     let before = app_creds(&token, &alice).await.len();
 
-    let r = t
-        .call_token(
-            Some(&token),
-            "POST",
-            "/v1/clustertemplates",
-            Some("latest"),
-            Some(json!({
-            "name": "kube", "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
-            "flavor_id": "m1.small", "master_flavor_id": "m1.medium", "keypair_id": KEYPAIR_DEFAULT,
-            "external_network_id": NETWORK_PUBLIC, "labels": {"kube_tag": "v1.30.4"}})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
-    let ct = r.body["uuid"].as_str().unwrap().to_string();
     // kube_tag and the image's kube_version must agree.
-    let r = t
-        .call_token(
-            Some(&token),
-            "POST",
-            "/v1/clustertemplates",
-            Some("latest"),
-            Some(json!({
-            "name": "bad", "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
-            "external_network_id": NETWORK_PUBLIC, "labels": {"kube_tag": "v1.31.0"}})),
-        )
-        .await;
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert!(r.body.to_string().contains("v1.30.4"), "{}", r.body);
-
-    let r = t
-        .call_token(
-            Some(&token),
-            "POST",
-            "/v1/clusters",
-            Some("latest"),
-            Some(json!({"name": "c1", "cluster_template_id": ct})),
-        )
-        .await;
-    assert_eq!(r.status, 202, "{}", r.body);
-    let c = r.body["uuid"].as_str().unwrap().to_string();
+    let bad = create(
+        t,
+        &token,
+        "/v1/clustertemplates",
+        json!({
+        "name": "bad", "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
+        "external_network_id": NETWORK_PUBLIC, "labels": {"kube_tag": "v1.31.0"}}),
+        400,
+    )
+    .await;
+    assert!(bad.to_string().contains("v1.30.4"), "{bad}");
+    let c = cluster(t, &token).await;
 
     // One new credential, named for the cluster, without admin.
     let creds = app_creds(&token, &alice).await;
@@ -155,51 +162,23 @@ async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
         .unwrap();
     assert_eq!(status, 201);
 
+    let path = format!("/v1/clusters/{c}");
+    let get = || t.call_token(Some(&token), "GET", &path, None, None);
     eventually(30, "CREATE_COMPLETE", || async {
-        let r = t
-            .call_token(
-                Some(&token),
-                "GET",
-                &format!("/v1/clusters/{c}"),
-                None,
-                None,
-            )
-            .await;
+        let r = get().await;
         (r.body["status"] == "CREATE_COMPLETE").then_some(())
     })
     .await;
-    let r = t
-        .call_token(
-            Some(&token),
-            "GET",
-            &format!("/v1/clusters/{c}"),
-            None,
-            None,
-        )
-        .await;
+    let r = get().await;
     assert!(!r.body.to_string().contains(&secret));
 
     // Delete: the cluster goes, and so does its credential.
     let r = t
-        .call_token(
-            Some(&token),
-            "DELETE",
-            &format!("/v1/clusters/{c}"),
-            None,
-            None,
-        )
+        .call_token(Some(&token), "DELETE", &path, None, None)
         .await;
     assert_eq!(r.status, 204, "{}", r.body);
     eventually(30, "the cluster to be gone", || async {
-        let r = t
-            .call_token(
-                Some(&token),
-                "GET",
-                &format!("/v1/clusters/{c}"),
-                None,
-                None,
-            )
-            .await;
+        let r = get().await;
         (r.status == 404).then_some(())
     })
     .await;
@@ -209,4 +188,67 @@ async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
         "credential left behind: {left:?}"
     );
     assert_eq!(left.len(), before);
+}
+
+#[tokio::test]
+async fn a_credential_keystone_would_not_delete_is_retried_until_it_is_gone() {
+    let _env = common::stack::env_exclusive().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let ks = keystone();
+    let token = ks.token("alice", "alpha").await;
+    let alice = ks.user_id("alice").to_string();
+    let c = cluster(t, &token).await;
+    let path = format!("/v1/clusters/{c}");
+    let get = || t.call_token(Some(&token), "GET", &path, None, None);
+    eventually(30, "CREATE_COMPLETE", || async {
+        (get().await.body["status"] == "CREATE_COMPLETE").then_some(())
+    })
+    .await;
+    let id: String = sqlx::query_scalar("SELECT app_cred_id FROM cluster WHERE uuid = $1::uuid")
+        .bind(&c)
+        .fetch_one(&t.state.pool)
+        .await
+        .unwrap();
+
+    // Keystone goes away during the delete: the cluster is still deleted (the token is cached),
+    // the credential is recorded as a leftover.
+    tokio::task::spawn_blocking(move || keystone().stop())
+        .await
+        .unwrap();
+    let r = t
+        .call_token(Some(&token), "DELETE", &path, None, None)
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    eventually(60, "the cluster to be gone", || async {
+        (get().await.status == 404).then_some(())
+    })
+    .await;
+    let left: Vec<String> = sqlx::query_scalar("SELECT id FROM app_credential_leftover")
+        .fetch_all(&t.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, std::slice::from_ref(&id));
+
+    // Keystone is back: the sweep deletes it.
+    tokio::task::spawn_blocking(move || keystone().start())
+        .await
+        .unwrap();
+    let capi = t.state.capi.clone().unwrap();
+    eventually(60, "the leftover credential to be deleted", || async {
+        let _ = capi.sweep_leftover_credentials(&t.state.pool).await;
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM app_credential_leftover")
+            .fetch_one(&t.state.pool)
+            .await
+            .unwrap();
+        (n == 0).then_some(())
+    })
+    .await;
+    let token = ks.token("alice", "alpha").await;
+    assert!(
+        !app_creds(&token, &alice)
+            .await
+            .iter()
+            .any(|a| a["id"] == id.as_str())
+    );
 }

@@ -377,3 +377,26 @@ async fn a_create_refused_after_provisioning_leaves_nothing_behind() {
     );
     assert!(!objects(&app, "v1", "Secret", &c).is_empty());
 }
+
+#[tokio::test]
+async fn one_replica_at_a_time_writes_statuses() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let cfg = test_config(&app.t.url);
+    let other = magnum_capi::db::connect(&app.t.url, &cfg.database)
+        .await
+        .unwrap();
+    // This instance's writer holds the lock: a second replica does not get it.
+    eventually(10, "the first writer to hold the lock", || async {
+        magnum_capi::capi::watch::try_lead(&other)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // That replica dies (its connection closes): the second one takes over.
+    let _ = app.kill().await;
+    eventually(10, "the lock to pass to the second replica", || async {
+        magnum_capi::capi::watch::try_lead(&other).await.map(|_| ())
+    })
+    .await;
+}

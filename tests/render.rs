@@ -116,6 +116,20 @@ fn build_values(r: &ApiRows, config: &CapiConfig) -> Result<Values, ValuesError>
     })
 }
 
+/// Values as at create: with a credential and (placeholder) CAs.
+fn build_for_create(r: &ApiRows, credentials: values::CloudCredentials) -> Values {
+    let cas = placeholder_cas();
+    values::build(Inputs {
+        template: &r.template,
+        cluster: &r.cluster,
+        nodegroups: &r.nodegroups,
+        config: &CapiConfig::default(),
+        credentials: Some(credentials),
+        cas: Some(&cas),
+    })
+    .unwrap()
+}
+
 fn render_rows(r: &ApiRows) -> Vec<Value> {
     let v = build_values(r, &CapiConfig::default()).unwrap();
     renderer().render(&v).unwrap()
@@ -190,16 +204,7 @@ fn decode(b64: &Value) -> String {
 #[test]
 fn single_master_cluster_with_credentials_and_cas() {
     let r = rows(template_body(), cluster_body(), None);
-    let cas = placeholder_cas();
-    let v = values::build(Inputs {
-        template: &r.template,
-        cluster: &r.cluster,
-        nodegroups: &r.nodegroups,
-        config: &CapiConfig::default(),
-        credentials: Some(credentials()),
-        cas: Some(&cas),
-    })
-    .unwrap();
+    let v = build_for_create(&r, credentials());
     let objects = renderer().render(&v).unwrap();
     assert_valid(&objects);
     assert_eq!(
@@ -601,13 +606,17 @@ fn label_dialects_render_the_same_objects() {
             json!({"master_lb_allowed_cidrs": "10.0.0.0/8"}),
         ),
     ];
+    let render = |labels: Value| {
+        let (mut t, c) = with_labels(labels);
+        t["master_lb_enabled"] = json!(true);
+        render_rows(&rows(t, c, None))
+    };
+    let unlabelled = render(json!({}));
     for (a, b) in pairs {
-        let render = |labels: Value| {
-            let (mut t, c) = with_labels(labels);
-            t["master_lb_enabled"] = json!(true);
-            render_rows(&rows(t, c, None))
-        };
-        assert_eq!(render(a.clone()), render(b), "{a}");
+        let (a_objects, b_objects) = (render(a.clone()), render(b));
+        // Equal outputs would prove nothing if both spellings were ignored.
+        assert_ne!(a_objects, unlabelled, "{a} changes nothing");
+        assert_eq!(a_objects, b_objects, "{a}");
     }
     // Both spellings with different values: refused, naming both labels.
     let (t, c) = with_labels(json!({"etcd_blockdevice_size": "8", "etcd_volume_size": "9"}));
@@ -773,6 +782,21 @@ fn strict_mode_reports_a_missing_value() {
         err.contains("cluster.yaml.hbs") && err.contains("nmae"),
         "{err}"
     );
+
+    // `nodeGroup` exists only while nodegroup.yaml.hbs renders: later templates cannot use the
+    // last one by mistake.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("healthchecks.yaml.hbs"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{json nodeGroup.name}}\n",
+    )
+    .unwrap();
+    let r = Renderer::new(Some(dir.path())).unwrap();
+    let err = r.render(&v).unwrap_err().to_string();
+    assert!(
+        err.contains("healthchecks.yaml.hbs") && err.contains("nodeGroup"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -790,16 +814,7 @@ fn credentials_render_alone_and_only_when_given() {
 #[test]
 fn secrets_never_appear_in_debug_or_serialised_values() {
     let r = rows(template_body(), cluster_body(), None);
-    let cas = placeholder_cas();
-    let v = values::build(Inputs {
-        template: &r.template,
-        cluster: &r.cluster,
-        nodegroups: &r.nodegroups,
-        config: &CapiConfig::default(),
-        credentials: Some(credentials()),
-        cas: Some(&cas),
-    })
-    .unwrap();
+    let v = build_for_create(&r, credentials());
     let debug = format!("{v:?} {:?}", credentials());
     assert!(!debug.contains("s3cr3t"));
     assert!(!debug.contains("private key"));
@@ -807,6 +822,71 @@ fn secrets_never_appear_in_debug_or_serialised_values() {
     assert!(!json.contains("s3cr3t"));
     assert!(!json.contains("private key"));
     assert!(json.contains("appcred-id-123"));
+}
+
+#[test]
+fn a_nodegroup_on_the_master_flavor_gets_its_resolved_id() {
+    let ngs = json!([
+        {"name": "default-master", "role": "master", "node_count": 1},
+        {"name": "big", "node_count": 1, "flavor_id": "m1.large"},
+        {"name": "other", "node_count": 1, "flavor_id": "m1.tiny"}
+    ]);
+    let objects = render_rows(&rows(template_body(), cluster_body(), Some(ngs)));
+    let flavor_of = |ng: &str| {
+        let osmt = find(&objects, "OpenStackMachineTemplate")
+            .into_iter()
+            .find(|o| o["metadata"]["name"].as_str().unwrap().contains(ng))
+            .unwrap();
+        let spec = &osmt["spec"]["template"]["spec"];
+        (spec.get("flavorID").cloned(), spec.get("flavor").cloned())
+    };
+    // `rows` resolves the master flavor m1.large to "4"; m1.tiny was never looked up.
+    assert_eq!(flavor_of("-big-"), (Some(json!("4")), None));
+    assert_eq!(flavor_of("-other-"), (None, Some(json!("m1.tiny"))));
+}
+
+#[test]
+fn the_ovn_provider_balances_by_source_ip_and_port_only() {
+    let lb_method = |labels: Value| {
+        let (t, c) = with_labels(labels);
+        let v = build_values(&rows(t, c, None), &CapiConfig::default())?;
+        Ok::<_, ValuesError>(v.addons.cloud_config.load_balancer.method)
+    };
+    assert_eq!(lb_method(json!({})).unwrap(), "ROUND_ROBIN");
+    assert_eq!(
+        lb_method(json!({"octavia_provider": "ovn"})).unwrap(),
+        "SOURCE_IP_PORT"
+    );
+    let err = lb_method(json!({"octavia_provider": "ovn", "octavia_lb_algorithm": "round_robin"}))
+        .unwrap_err();
+    assert!(
+        matches!(&err, ValuesError::BadLabel { label, .. } if label == "octavia_lb_algorithm"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn nodegroups_whose_object_names_collide_are_refused() {
+    // Same sanitised name, same first 8 hex digits of the uuid.
+    let ngs = json!([
+        {"name": "default-master", "role": "master", "node_count": 1},
+        {"uuid": "55555555-0000-4000-8000-000000000001", "name": "gpu pool", "node_count": 1},
+        {"uuid": "55555555-0000-4000-8000-000000000002", "name": "GPU-pool", "node_count": 1}
+    ]);
+    let err = build_values(
+        &rows(template_body(), cluster_body(), Some(ngs)),
+        &CapiConfig::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("share the object name"), "{err}");
+}
+
+#[test]
+fn a_fixed_subnet_needs_its_fixed_network() {
+    let mut t = template_body();
+    t["fixed_subnet"] = json!("private-subnet");
+    let err = build_values(&rows(t, cluster_body(), None), &CapiConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("fixed_network"), "{err}");
 }
 
 #[test]
@@ -836,16 +916,7 @@ fn api_bodies_take_the_api_defaults() {
 #[test]
 fn printed_yaml_parses_back_to_the_same_objects() {
     let r = rows(template_body(), cluster_body(), None);
-    let cas = placeholder_cas();
-    let v = values::build(Inputs {
-        template: &r.template,
-        cluster: &r.cluster,
-        nodegroups: &r.nodegroups,
-        config: &CapiConfig::default(),
-        credentials: Some(placeholder_credentials()),
-        cas: Some(&cas),
-    })
-    .unwrap();
+    let v = build_for_create(&r, placeholder_credentials());
     let objects = renderer().render(&v).unwrap();
     let text = to_yaml(&objects);
     let all: Vec<Value> = yaml_serde::Deserializer::from_str(&text)
@@ -895,4 +966,21 @@ fn schema_validation_catches_what_the_apiserver_would_reject() {
     assert!(!schemas().has("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy"));
     // A missing CRD directory is an error, not an empty set.
     assert!(CrdSchemas::load(std::path::Path::new("/nonexistent/crds")).is_err());
+}
+
+#[test]
+fn auto_healing_is_per_group_with_nodegroup_labels_winning() {
+    let (t, c) = with_labels(json!({"auto_healing_enabled": "false"}));
+    let ngs = json!([
+        {"name": "default-master", "role": "master", "node_count": 1},
+        {"name": "healed", "node_count": 1, "labels": {"auto_healing_enabled": "true"}},
+        {"name": "left-alone", "node_count": 1}
+    ]);
+    let objects = render_rows(&rows(t, c, Some(ngs)));
+    let checked: Vec<&str> = find(&objects, "MachineHealthCheck")
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(checked.len(), 1, "{checked:?}");
+    assert!(checked[0].contains("-healed-"), "{checked:?}");
 }

@@ -312,6 +312,53 @@ async fn label_selected_watches_see_objects_enter_and_leave_the_selection() {
 }
 
 #[tokio::test]
+async fn streaming_watches_end_the_initial_events_with_a_bookmark_and_bookmark_progress() {
+    let sim = start().await;
+    apply(&sim, widget("a", "u1", 1)).await;
+    let everywhere = all(&sim, "example.com/v1", "Widget");
+    let mut stream = everywhere
+        .watch(&WatchParams::default().initial_events().timeout(20), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let mut next = async || {
+        tokio::time::timeout(WAIT, stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    };
+    match next().await {
+        WatchEvent::Added(o) => assert_eq!(o.name_any(), "a"),
+        other => panic!("expected ADDED a, got {other:?}"),
+    }
+    match next().await {
+        WatchEvent::Bookmark(b) => assert_eq!(
+            b.metadata.annotations.get("k8s.io/initial-events-end"),
+            Some(&"true".to_string())
+        ),
+        other => panic!("expected the initial-events-end bookmark, got {other:?}"),
+    }
+    let b = apply(&sim, widget("b", "u1", 1)).await;
+    match next().await {
+        WatchEvent::Added(o) => assert_eq!(o.name_any(), "b"),
+        other => panic!("expected ADDED b, got {other:?}"),
+    }
+    // The periodic bookmark (every second in tests) carries the newest version seen.
+    match next().await {
+        WatchEvent::Bookmark(bm) => {
+            assert_eq!(
+                Some(bm.metadata.resource_version),
+                b.metadata.resource_version
+            );
+            assert!(bm.metadata.annotations.is_empty());
+        }
+        other => panic!("expected a progress bookmark, got {other:?}"),
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn status_subresource_and_main_resource_change_only_their_own_part() {
     let sim = start().await;
     let widgets = api(&sim, "default", "example.com/v1", "Widget");
@@ -867,10 +914,16 @@ async fn a_new_kubernetes_version_rolls_the_workers_one_by_one() {
     )
     .await
     .unwrap();
+    let max_seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let after = wait_for("all workers on v1.34.0", || {
-        let sim = &sim;
+        let (sim, max_seen) = (&sim, max_seen.clone());
         async move {
             let m = machines(sim, "cluster.x-k8s.io/deployment-name").await;
+            let live = m
+                .iter()
+                .filter(|m| m.metadata.deletion_timestamp.is_none())
+                .count();
+            max_seen.fetch_max(live, std::sync::atomic::Ordering::SeqCst);
             (m.len() == 2
                 && m.iter()
                     .all(|m| m.data["spec"]["version"] == "v1.34.0" && is_true(m, "Ready")))
@@ -879,6 +932,11 @@ async fn a_new_kubernetes_version_rolls_the_workers_one_by_one() {
     })
     .await;
     assert!(after.iter().all(|m| !before.contains(&m.name_any())));
+    let max_seen = max_seen.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        max_seen <= 3,
+        "at most one surge machine, saw {max_seen} live"
+    );
     let md = wait_for("the rollout to finish", || {
         let mds = mds.clone();
         async move {
@@ -1104,11 +1162,14 @@ async fn paused_controllers_leave_new_objects_alone_until_resumed() {
     let sim = start().await;
     sim.pause();
     create_cluster(&sim, cluster_objects(1, 1, "m1.small", ext_net())).await;
+    // Several 50 ms steps: a simulator that ignored the pause would have acted by now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let cluster = sim
         .store()
         .get(&Resource::new("cluster.x-k8s.io", "clusters"), NS, CLUSTER)
         .unwrap();
     assert!(cluster["metadata"].get("finalizers").is_none());
+    assert!(cluster.get("status").is_none());
     sim.resume();
     wait_available(&sim).await;
     sim.shutdown().await;

@@ -58,6 +58,16 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
+    /// A namespaced object of kind `gvk`.
+    pub fn new(gvk: super::kinds::Gvk, namespace: &str, name: &str) -> Self {
+        ObjectRef {
+            api_version: gvk.0.into(),
+            kind: gvk.1.into(),
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        }
+    }
+
     pub fn of(obj: &Value) -> Result<Self, KubeError> {
         let s = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_string);
         let api_version =
@@ -219,21 +229,34 @@ impl Mgmt {
     /// Objects of one kind in `ns` carrying `selector`.
     pub async fn list(
         &self,
-        api_version: &str,
-        kind: &str,
+        gvk: super::kinds::Gvk,
         ns: &str,
         selector: &str,
     ) -> Result<Vec<DynamicObject>, KubeError> {
         match self
-            .api(api_version, kind, Some(ns))
+            .api(gvk.0, gvk.1, Some(ns))
             .list(&ListParams::default().labels(selector))
             .await
         {
             Ok(l) => Ok(l.items),
             // A kind whose CRD is not installed has no objects.
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
-            Err(e) => Err(KubeError::from_kube(kind, e)),
+            Err(e) => Err(KubeError::from_kube(gvk.1, e)),
         }
+    }
+
+    /// Deletes every object of one kind in `ns` carrying `selector`.
+    pub async fn delete_labelled(
+        &self,
+        gvk: super::kinds::Gvk,
+        ns: &str,
+        selector: &str,
+    ) -> Result<(), KubeError> {
+        for o in self.list(gvk, ns, selector).await? {
+            let name = o.metadata.name.unwrap_or_default();
+            self.delete(&ObjectRef::new(gvk, ns, &name)).await?;
+        }
+        Ok(())
     }
 
     /// Merge-patches the annotations of one object.
@@ -359,6 +382,38 @@ mod tests {
             assert!(uri.contains("fieldManager=magnum-capi"), "{uri}");
             assert!(uri.contains("force=true"), "{uri}");
         }
+    }
+
+    /// An OpenStackCluster is read before it is applied, and what CAPO made immutable is sent
+    /// as the live object has it.
+    #[tokio::test]
+    async fn openstackcluster_apply_keeps_the_live_immutable_fields() {
+        let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let mgmt = Mgmt::new(kube::Client::new(svc, "default"), "magnum-capi");
+        let rendered = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackCluster",
+            "metadata": {"name": "k1", "namespace": "magnum-p"},
+            "spec": {"apiServerLoadBalancer": {"enabled": true, "provider": "ovn"}}});
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.unwrap();
+            assert_eq!(req.method(), "GET");
+            let live = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackCluster",
+                "metadata": {"name": "k1", "namespace": "magnum-p"},
+                "spec": {"apiServerLoadBalancer": {"enabled": true, "provider": "amphora"}}});
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&live).unwrap()))
+                    .unwrap(),
+            );
+            let (req, send) = handle.next_request().await.unwrap();
+            assert_eq!(req.method(), "PATCH");
+            let body = req.into_body().collect_bytes().await.unwrap();
+            let sent: Value = serde_json::from_slice(&body).unwrap();
+            send.send_response(Response::builder().body(Body::from(body)).unwrap());
+            sent
+        });
+        mgmt.apply(&rendered).await.unwrap();
+        let sent = server.await.unwrap();
+        assert_eq!(sent["spec"]["apiServerLoadBalancer"]["provider"], "amphora");
     }
 
     /// Deletes are foreground (CAPI cascades) and a 404 counts as deleted.

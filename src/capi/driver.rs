@@ -5,17 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use secrecy::SecretString;
 use serde_json::{Map, Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::apply::{KubeError, Mgmt, ObjectRef};
 use super::pki::{ClusterCas, PkiError};
-use super::render::{RenderError, Renderer};
+use super::render::{RenderError, Renderer, TemplateRef, referenced_templates};
 use super::values::{self, CloudCredentials, Inputs, ValuesError};
 use super::watch::Observer;
-use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID};
+use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, kinds};
 use crate::config::CapiConfig;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NodegroupRow};
@@ -65,31 +64,13 @@ impl From<CapiError> for DriverError {
 }
 
 /// The kinds we create besides the watched ones; deleted by label once the cluster is gone.
-const OWNED_KINDS: &[(&str, &str)] = &[
-    (
-        "infrastructure.cluster.x-k8s.io/v1beta1",
-        "OpenStackMachineTemplate",
-    ),
-    (
-        "bootstrap.cluster.x-k8s.io/v1beta2",
-        "KubeadmConfigTemplate",
-    ),
-    ("cluster.x-k8s.io/v1beta2", "MachineHealthCheck"),
-    ("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy"),
-    ("addons.cluster.x-k8s.io/v1beta2", "ClusterResourceSet"),
-    ("v1", "Secret"),
-];
-
-/// Machine templates: immutable, named by the hash of their spec; superseded ones are deleted.
-const TEMPLATE_KINDS: &[(&str, &str)] = &[
-    (
-        "infrastructure.cluster.x-k8s.io/v1beta1",
-        "OpenStackMachineTemplate",
-    ),
-    (
-        "bootstrap.cluster.x-k8s.io/v1beta2",
-        "KubeadmConfigTemplate",
-    ),
+const OWNED_KINDS: [kinds::Gvk; 6] = [
+    kinds::OPENSTACK_MACHINE_TEMPLATE,
+    kinds::KUBEADM_CONFIG_TEMPLATE,
+    kinds::MACHINE_HEALTH_CHECK,
+    kinds::HELM_CHART_PROXY,
+    kinds::CLUSTER_RESOURCE_SET,
+    kinds::SECRET,
 ];
 
 /// Everything the driver needs, shared with the API (credentials at create) and the watchers.
@@ -132,13 +113,30 @@ fn name_of(c: &ClusterRow) -> String {
         .unwrap_or_else(|| super::capi_name(c.uuid))
 }
 
-fn obj(api_version: &str, kind: &str, ns: &str, name: &str) -> ObjectRef {
-    ObjectRef {
-        api_version: api_version.into(),
-        kind: kind.into(),
-        namespace: Some(ns.into()),
-        name: name.into(),
+/// The machine templates among `templates` that no live object needs any more: neither the
+/// control plane, a MachineDeployment, nor a MachineSet that still has machines refers to them.
+/// With nothing live to compare with, nothing is superseded.
+pub fn superseded(templates: &[TemplateRef], live: &[Value]) -> Vec<TemplateRef> {
+    let needed: Vec<Value> = live
+        .iter()
+        .filter(|o| {
+            o.get("kind").and_then(Value::as_str) != Some(kinds::MACHINE_SET.1)
+                || o.pointer("/status/replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0)
+                    > 0
+        })
+        .cloned()
+        .collect();
+    let referenced = referenced_templates(&needed);
+    if referenced.is_empty() {
+        return Vec::new();
     }
+    templates
+        .iter()
+        .filter(|t| !referenced.contains(t))
+        .cloned()
+        .collect()
 }
 
 impl Capi {
@@ -194,16 +192,12 @@ impl Capi {
                     },
                 ))
             }
+            // `--dev` without Keystone: nothing can authenticate, say so in the Secret.
             None => Ok((
                 None,
                 CloudCredentials {
-                    auth_url: "http://keystone.invalid/v3".into(),
-                    region_name: None,
                     interface: iface,
-                    application_credential_id: "dev-mode-without-keystone".into(),
-                    application_credential_secret: SecretString::from("dev-mode-without-keystone"),
-                    cacert: None,
-                    verify: true,
+                    ..values::placeholder_credentials()
                 },
             )),
         }
@@ -252,7 +246,11 @@ impl Capi {
     /// Undoes [`Capi::provision`] when the create could not be recorded.
     pub async fn revoke(&self, p: &Provisioned) {
         for (ns, name) in &p.secrets {
-            if let Err(e) = self.mgmt.delete(&obj("v1", "Secret", ns, name)).await {
+            if let Err(e) = self
+                .mgmt
+                .delete(&ObjectRef::new(kinds::SECRET, ns, name))
+                .await
+            {
                 tracing::warn!(secret = %name, error = %e, "could not delete an unused credentials Secret");
             }
         }
@@ -267,7 +265,7 @@ impl Capi {
     async fn cas_to_write(&self, ns: &str, name: &str) -> Result<Option<ClusterCas>, CapiError> {
         let existing = self
             .mgmt
-            .get(&obj("v1", "Secret", ns, &format!("{name}-ca")))
+            .get(&ObjectRef::new(kinds::SECRET, ns, &format!("{name}-ca")))
             .await?;
         Ok(match existing {
             Some(_) => None,
@@ -301,9 +299,8 @@ impl Capi {
         let creds = if create
             && self
                 .mgmt
-                .get(&obj(
-                    "v1",
-                    "Secret",
+                .get(&ObjectRef::new(
+                    kinds::SECRET,
                     &ns,
                     &format!("{name}-cloud-credentials"),
                 ))
@@ -326,80 +323,51 @@ impl Capi {
         Ok(objs)
     }
 
-    /// Deletes machine templates of the cluster that the live control plane and
-    /// MachineDeployments no longer reference (after a rollout completed).
+    /// Deletes the cluster's machine templates that nothing live refers to any more (after a
+    /// rollout completed).
     pub async fn collect_templates(
         &self,
         pool: &PgPool,
         cluster: Uuid,
     ) -> Result<usize, CapiError> {
-        let Some(c) = cdb::lock(pool, cluster).await? else {
+        let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, cluster).await? else {
             return Ok(0);
         };
         let ns = namespace_of(&self.config, &c);
-        let sel = format!("{LABEL_CLUSTER_UUID}={cluster}");
-        let mut referenced = std::collections::HashSet::new();
-        for (av, k) in [
-            (
-                "controlplane.cluster.x-k8s.io/v1beta2",
-                "KubeadmControlPlane",
-            ),
-            ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
-            ("cluster.x-k8s.io/v1beta2", "MachineSet"),
+        let owned = format!("{}={}", super::LABEL_CAPI_CLUSTER_NAME, name_of(&c));
+        let mut live = Vec::new();
+        for gvk in [
+            kinds::CONTROL_PLANE,
+            kinds::MACHINE_DEPLOYMENT,
+            kinds::MACHINE_SET,
         ] {
-            for o in self
-                .mgmt
-                .list(
-                    av,
-                    k,
-                    &ns,
-                    &format!("cluster.x-k8s.io/cluster-name={}", name_of(&c)),
-                )
-                .await?
-            {
-                for p in [
-                    "/spec/machineTemplate/spec/infrastructureRef/name",
-                    "/spec/machineTemplate/infrastructureRef/name",
-                    "/spec/template/spec/infrastructureRef/name",
-                    "/spec/template/spec/bootstrap/configRef/name",
-                ] {
-                    if let Some(n) = o.data.pointer(p).and_then(Value::as_str) {
-                        referenced.insert(n.to_string());
-                    }
-                }
-                // MachineSets still scaled up keep their templates.
-                if k == "MachineSet"
-                    && o.data
-                        .pointer("/status/replicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0)
-                        == 0
-                {
-                    for p in [
-                        "/spec/template/spec/infrastructureRef/name",
-                        "/spec/template/spec/bootstrap/configRef/name",
-                    ] {
-                        if let Some(n) = o.data.pointer(p).and_then(Value::as_str) {
-                            referenced.remove(n);
-                        }
-                    }
-                }
+            for o in self.mgmt.list(gvk, &ns, &owned).await? {
+                let mut v =
+                    serde_json::to_value(&o).map_err(|e| CapiError::Invalid(e.to_string()))?;
+                // Lists do not repeat the kind on their items.
+                v["kind"] = Value::from(gvk.1);
+                live.push(v);
             }
         }
-        if referenced.is_empty() {
-            return Ok(0); // nothing live to compare with: keep everything
-        }
-        let mut removed = 0;
-        for (av, k) in TEMPLATE_KINDS {
-            for t in self.mgmt.list(av, k, &ns, &sel).await? {
-                let name = t.metadata.name.clone().unwrap_or_default();
-                if !referenced.contains(&name) {
-                    self.mgmt.delete(&obj(av, k, &ns, &name)).await?;
-                    removed += 1;
-                }
+        let sel = format!("{LABEL_CLUSTER_UUID}={cluster}");
+        let mut templates = Vec::new();
+        for gvk in kinds::TEMPLATES {
+            for t in self.mgmt.list(gvk, &ns, &sel).await? {
+                templates.push(TemplateRef {
+                    kind: gvk.1.to_string(),
+                    name: t.metadata.name.unwrap_or_default(),
+                });
             }
         }
-        Ok(removed)
+        let old = superseded(&templates, &live);
+        for t in &old {
+            let gvk = kinds::TEMPLATES
+                .into_iter()
+                .find(|g| g.1 == t.kind)
+                .unwrap_or(kinds::OPENSTACK_MACHINE_TEMPLATE);
+            self.mgmt.delete(&ObjectRef::new(gvk, &ns, &t.name)).await?;
+        }
+        Ok(old.len())
     }
 
     /// `cluster.x-k8s.io/delete-machine` on the machines a resize should remove (by machine
@@ -417,11 +385,7 @@ impl Capi {
         let sel = format!("{LABEL_NODEGROUP_UUID}={nodegroup}");
         let mut ann = Map::new();
         ann.insert("cluster.x-k8s.io/delete-machine".into(), json!("yes"));
-        for m in self
-            .mgmt
-            .list("cluster.x-k8s.io/v1beta2", "Machine", &ns, &sel)
-            .await?
-        {
+        for m in self.mgmt.list(kinds::MACHINE, &ns, &sel).await? {
             let name = m.metadata.name.clone().unwrap_or_default();
             let node = m
                 .data
@@ -438,10 +402,7 @@ impl Capi {
             });
             if hit {
                 self.mgmt
-                    .annotate(
-                        &obj("cluster.x-k8s.io/v1beta2", "Machine", &ns, &name),
-                        &ann,
-                    )
+                    .annotate(&ObjectRef::new(kinds::MACHINE, &ns, &name), &ann)
                     .await?;
             }
         }
@@ -451,7 +412,7 @@ impl Capi {
     async fn delete_cluster(&self, pool: &PgPool, c: &ClusterRow) -> Result<(), CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         self.mgmt
-            .delete(&obj("cluster.x-k8s.io/v1beta2", "Cluster", &ns, &name))
+            .delete(&ObjectRef::new(kinds::CLUSTER, &ns, &name))
             .await?;
         // Wait (watch-driven) for CAPI to tear everything down, reporting what blocks.
         let deadline = tokio::time::Instant::now()
@@ -476,11 +437,8 @@ impl Capi {
         }
         // Then what CAPI does not own: our Secrets, machine templates, addons.
         let sel = format!("{LABEL_CLUSTER_UUID}={}", c.uuid);
-        for (av, k) in OWNED_KINDS {
-            for o in self.mgmt.list(av, k, &ns, &sel).await? {
-                let n = o.metadata.name.clone().unwrap_or_default();
-                self.mgmt.delete(&obj(av, k, &ns, &n)).await?;
-            }
+        for gvk in OWNED_KINDS {
+            self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
         }
         // The credential: with the service's credentials (its owner may be gone).
         if let Some(id) = cdb::app_cred(pool, c.uuid).await? {
@@ -512,14 +470,8 @@ impl Capi {
         let ns = namespace_of(&self.config, c);
         self.apply_cluster(pool, c, Some(ng), false).await?;
         let sel = format!("{LABEL_NODEGROUP_UUID}={ng}");
-        for (av, k) in [
-            ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
-            ("cluster.x-k8s.io/v1beta2", "MachineHealthCheck"),
-        ] {
-            for o in self.mgmt.list(av, k, &ns, &sel).await? {
-                let n = o.metadata.name.clone().unwrap_or_default();
-                self.mgmt.delete(&obj(av, k, &ns, &n)).await?;
-            }
+        for gvk in [kinds::MACHINE_DEPLOYMENT, kinds::MACHINE_HEALTH_CHECK] {
+            self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
         }
         let id = ng.to_string();
         let gone = |o: &super::status::Observed| {
@@ -537,11 +489,8 @@ impl Capi {
                 "Timed out waiting for the nodegroup's machines to be deleted".into(),
             ));
         }
-        for (av, k) in TEMPLATE_KINDS {
-            for o in self.mgmt.list(av, k, &ns, &sel).await? {
-                let n = o.metadata.name.clone().unwrap_or_default();
-                self.mgmt.delete(&obj(av, k, &ns, &n)).await?;
-            }
+        for gvk in kinds::TEMPLATES {
+            self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
         }
         let mut tx = pool.begin().await.map_err(DbError::from)?;
         ndb::delete(&mut *tx, ng).await?;
@@ -551,7 +500,7 @@ impl Capi {
     }
 
     async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<(), CapiError> {
-        let Some(c) = cdb::lock(pool, op.cluster_uuid).await? else {
+        let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid).await? else {
             return Ok(()); // already gone
         };
         match op.kind.as_str() {
@@ -596,7 +545,9 @@ impl Capi {
                     }
                 }
                 tx.commit().await.map_err(DbError::from)?;
-                let c = cdb::lock(pool, c.uuid).await?.unwrap_or(c);
+                let c = cdb::by_uuid(pool, &cdb::Scope::All, c.uuid)
+                    .await?
+                    .unwrap_or(c);
                 self.apply_cluster(pool, &c, None, false).await?;
             }
             kind::NODEGROUP_CREATE | kind::NODEGROUP_UPDATE => {
@@ -679,5 +630,62 @@ impl Driver for CapiDriver {
     }
     fn finished(&self, op: &OperationRow) {
         self.0.observer.touch(op.cluster_uuid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(kind: &str, name: &str) -> TemplateRef {
+        TemplateRef {
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
+    fn md(kind: &str, infra: &str, bootstrap: &str, replicas: i64) -> Value {
+        json!({"kind": kind, "spec": {"template": {"spec": {
+                  "infrastructureRef": {"kind": "OpenStackMachineTemplate", "name": infra},
+                  "bootstrap": {"configRef": {"kind": "KubeadmConfigTemplate", "name": bootstrap}}}}},
+               "status": {"replicas": replicas}})
+    }
+
+    #[test]
+    fn templates_still_needed_are_never_superseded() {
+        let templates = [
+            t("OpenStackMachineTemplate", "cp-new"),
+            t("OpenStackMachineTemplate", "md-old"),
+            t("OpenStackMachineTemplate", "md-new"),
+            t("KubeadmConfigTemplate", "kct-old"),
+            t("KubeadmConfigTemplate", "kct-new"),
+        ];
+        let kcp = json!({"kind": "KubeadmControlPlane", "spec": {"machineTemplate": {"spec": {
+            "infrastructureRef": {"kind": "OpenStackMachineTemplate", "name": "cp-new"}}}}});
+        // Mid-rollout: the old MachineSet still has machines.
+        let live = [
+            kcp.clone(),
+            md("MachineDeployment", "md-new", "kct-new", 2),
+            md("MachineSet", "md-old", "kct-old", 1),
+            md("MachineSet", "md-new", "kct-new", 1),
+        ];
+        assert!(superseded(&templates, &live).is_empty());
+        // Rolled out: the old MachineSet is empty; a MachineDeployment scaled to zero still
+        // keeps its own templates.
+        let live = [
+            kcp,
+            md("MachineDeployment", "md-new", "kct-new", 0),
+            md("MachineSet", "md-old", "kct-old", 0),
+            md("MachineSet", "md-new", "kct-new", 0),
+        ];
+        assert_eq!(
+            superseded(&templates, &live),
+            [
+                t("OpenStackMachineTemplate", "md-old"),
+                t("KubeadmConfigTemplate", "kct-old")
+            ]
+        );
+        // Nothing live to compare with: keep everything.
+        assert!(superseded(&templates, &[]).is_empty());
     }
 }

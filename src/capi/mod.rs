@@ -12,6 +12,8 @@ pub mod status;
 pub mod values;
 pub mod watch;
 
+/// CAPI's own label naming the cluster an object belongs to.
+pub const LABEL_CAPI_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
 /// Label on every object we create: the Magnum cluster's uuid.
 pub const LABEL_CLUSTER_UUID: &str = "magnum.openstack.org/cluster-uuid";
 /// Label on every object we create: the cluster's project.
@@ -23,6 +25,37 @@ pub const LABEL_USER_ID: &str = "magnum.openstack.org/user-id";
 pub const LABEL_NODEGROUP_UUID: &str = "magnum.openstack.org/nodegroup-uuid";
 /// Label on the same objects: `master` or `worker`.
 pub const LABEL_ROLE: &str = "magnum.openstack.org/role";
+
+/// `(apiVersion, kind)` of every kind the driver reads or writes: one place for the versions.
+pub mod kinds {
+    pub type Gvk = (&'static str, &'static str);
+    pub const SECRET: Gvk = ("v1", "Secret");
+    pub const CLUSTER: Gvk = ("cluster.x-k8s.io/v1beta2", "Cluster");
+    pub const MACHINE_DEPLOYMENT: Gvk = ("cluster.x-k8s.io/v1beta2", "MachineDeployment");
+    pub const MACHINE_SET: Gvk = ("cluster.x-k8s.io/v1beta2", "MachineSet");
+    pub const MACHINE: Gvk = ("cluster.x-k8s.io/v1beta2", "Machine");
+    pub const MACHINE_HEALTH_CHECK: Gvk = ("cluster.x-k8s.io/v1beta2", "MachineHealthCheck");
+    pub const CONTROL_PLANE: Gvk = (
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+    );
+    pub const KUBEADM_CONFIG_TEMPLATE: Gvk = (
+        "bootstrap.cluster.x-k8s.io/v1beta2",
+        "KubeadmConfigTemplate",
+    );
+    pub const OPENSTACK_CLUSTER: Gvk = (
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackCluster",
+    );
+    pub const OPENSTACK_MACHINE_TEMPLATE: Gvk = (
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+    );
+    pub const HELM_CHART_PROXY: Gvk = ("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy");
+    pub const CLUSTER_RESOURCE_SET: Gvk = ("addons.cluster.x-k8s.io/v1beta2", "ClusterResourceSet");
+    /// Immutable machine templates, named by the hash of their spec.
+    pub const TEMPLATES: [Gvk; 2] = [OPENSTACK_MACHINE_TEMPLATE, KUBEADM_CONFIG_TEMPLATE];
+}
 
 /// The CAPI cluster name of a Magnum cluster (stored as `stack_id`): derived from the uuid, so it
 /// never collides and never changes when the cluster is renamed. Starts with a letter (DNS-1035).

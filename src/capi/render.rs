@@ -58,8 +58,10 @@ pub const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Kinds that CAPI treats as immutable templates: renamed `<name>-<spec hash>`.
-pub const HASHED_KINDS: &[&str] = &["OpenStackMachineTemplate", "KubeadmConfigTemplate"];
+/// Machine templates are immutable: named by the hash of their spec (`capi::kinds::TEMPLATES`).
+fn is_hashed(kind: &str) -> bool {
+    super::kinds::TEMPLATES.iter().any(|k| k.1 == kind)
+}
 
 /// Why rendering failed. All are operator or template-author errors except `NoCredentials`.
 #[derive(Debug, thiserror::Error)]
@@ -150,13 +152,7 @@ impl Renderer {
                 sources.insert(name, text);
             }
         }
-        let mut hb = Handlebars::new();
-        hb.set_strict_mode(true);
-        hb.register_escape_fn(handlebars::no_escape);
-        hb.register_helper("json", Box::new(json_helper));
-        hb.register_helper("b64", Box::new(B64Helper));
-        hb.register_helper("ini", Box::new(ini_helper));
-        hb.register_helper("indent", Box::new(indent_helper));
+        let mut hb = registry();
         for (name, _) in BUILTIN_TEMPLATES {
             let text = sources.remove(name).unwrap_or_default();
             hb.register_template_string(name, text)
@@ -173,7 +169,8 @@ impl Renderer {
     /// OpenStackCluster, KubeadmControlPlane, Cluster, MachineDeployments, MachineHealthChecks,
     /// addons.
     pub fn render(&self, values: &Values) -> Result<Vec<Value>, RenderError> {
-        let ctx = context(values)?;
+        // One context for every template: `Handlebars::render` would deep-copy the values per call.
+        let mut ctx = context(values)?;
         let mut objects = self.render_template("namespace.yaml.hbs", &ctx)?;
         if values.credentials.is_some() {
             objects.extend(self.render_template("cloud-credentials.yaml.hbs", &ctx)?);
@@ -189,17 +186,17 @@ impl Renderer {
             objects.extend(self.render_template(name, &ctx)?);
         }
         let groups = ctx
+            .data()
             .get("nodeGroups")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
         for ng in groups {
-            let mut ng_ctx = ctx.clone();
-            if let Value::Object(m) = &mut ng_ctx {
-                m.insert("nodeGroup".into(), ng);
-            }
-            objects.extend(self.render_template("nodegroup.yaml.hbs", &ng_ctx)?);
+            set_node_group(&mut ctx, Some(ng));
+            objects.extend(self.render_template("nodegroup.yaml.hbs", &ctx)?);
         }
+        // No later template may see the last `nodeGroup` (strict mode must report a stray one).
+        set_node_group(&mut ctx, None);
         objects.extend(self.render_template("healthchecks.yaml.hbs", &ctx)?);
         objects.extend(self.render_template("addons.yaml.hbs", &ctx)?);
         finish(objects)
@@ -218,17 +215,42 @@ impl Renderer {
         finish(objects)
     }
 
-    fn render_template(&self, name: &str, ctx: &Value) -> Result<Vec<Value>, RenderError> {
-        let text = self.hb.render(name, ctx).map_err(|e| RenderError::Render {
-            name: name.to_owned(),
-            message: e.to_string(),
-        })?;
+    fn render_template(&self, name: &str, ctx: &Context) -> Result<Vec<Value>, RenderError> {
+        let text = self
+            .hb
+            .render_with_context(name, ctx)
+            .map_err(|e| RenderError::Render {
+                name: name.to_owned(),
+                message: e.to_string(),
+            })?;
         parse_documents(name, &text)
     }
 }
 
+/// A registry with the settings and helpers every template is compiled with.
+fn registry() -> Handlebars<'static> {
+    let mut hb = Handlebars::new();
+    hb.set_strict_mode(true);
+    hb.register_escape_fn(handlebars::no_escape);
+    hb.register_helper("json", Box::new(json_helper));
+    hb.register_helper("b64", Box::new(B64Helper));
+    hb.register_helper("ini", Box::new(ini_helper));
+    hb.register_helper("indent", Box::new(indent_helper));
+    hb
+}
+
+/// Sets (or, with `None`, removes) the `nodeGroup` that `nodegroup.yaml.hbs` renders.
+fn set_node_group(ctx: &mut Context, ng: Option<Value>) {
+    if let Value::Object(m) = ctx.data_mut() {
+        match ng {
+            Some(ng) => m.insert("nodeGroup".into(), ng),
+            None => m.remove("nodeGroup"),
+        };
+    }
+}
+
 /// The templates' context: the values as JSON, plus the secrets `Values` never serialises.
-fn context(values: &Values) -> Result<Value, RenderError> {
+fn context(values: &Values) -> Result<Context, RenderError> {
     let mut ctx = serde_json::to_value(values).map_err(|e| RenderError::Values(e.to_string()))?;
     if let Some(c) = &values.credentials
         && let Some(Value::Object(m)) = ctx.get_mut("credentials")
@@ -255,7 +277,7 @@ fn context(values: &Values) -> Result<Value, RenderError> {
             }
         }
     }
-    Ok(ctx)
+    Ok(Context::from(ctx))
 }
 
 /// Splits multi-document YAML into objects; empty (or comment-only) documents are skipped.
@@ -272,11 +294,10 @@ fn parse_documents(name: &str, text: &str) -> Result<Vec<Value>, RenderError> {
                 out.push(v);
             }
             other => {
-                let mut doc = other.to_string();
-                doc.truncate(200);
                 return Err(RenderError::NotAnObject {
                     name: name.to_owned(),
-                    doc,
+                    // Characters, not bytes: `String::truncate` panics inside a character.
+                    doc: other.to_string().chars().take(200).collect(),
                 });
             }
         }
@@ -351,7 +372,7 @@ fn name_templates_by_hash(objects: &mut [Value]) {
     let mut renames: HashMap<(String, String), String> = HashMap::new();
     for obj in objects.iter_mut() {
         let kind = kind_of(obj).to_owned();
-        if !HASHED_KINDS.contains(&kind.as_str()) {
+        if !is_hashed(&kind) {
             continue;
         }
         let old = name_of(obj).to_owned();
@@ -366,7 +387,7 @@ fn name_templates_by_hash(objects: &mut [Value]) {
         return;
     }
     for obj in objects.iter_mut() {
-        if !HASHED_KINDS.contains(&kind_of(obj))
+        if !is_hashed(kind_of(obj))
             && let Some(spec) = obj.get_mut("spec")
         {
             rewrite_refs(spec, &renames);
@@ -406,7 +427,7 @@ pub struct TemplateRef {
     pub name: String,
 }
 
-/// The templates the KubeadmControlPlane and MachineDeployments among `objects` refer to (works
+/// The templates the KubeadmControlPlane, MachineDeployments and MachineSets among `objects` refer to (works
 /// on rendered and on live objects). Templates labelled with the cluster's uuid that are not in
 /// this set are superseded.
 pub fn referenced_templates(objects: &[Value]) -> BTreeSet<TemplateRef> {
@@ -429,7 +450,8 @@ pub fn referenced_templates(objects: &[Value]) -> BTreeSet<TemplateRef> {
             "KubeadmControlPlane" => {
                 add(obj.pointer("/spec/machineTemplate/spec/infrastructureRef"));
             }
-            "MachineDeployment" => {
+            // A MachineSet refers to them as its MachineDeployment did when it was made.
+            "MachineDeployment" | "MachineSet" => {
                 add(obj.pointer("/spec/template/spec/infrastructureRef"));
                 add(obj.pointer("/spec/template/spec/bootstrap/configRef"));
             }
@@ -456,18 +478,33 @@ pub fn to_yaml(objects: &[Value]) -> String {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+/// Parameter `index` of `helper`; in strict mode a missing value is an error.
 fn param_value<'a>(
     h: &'a Helper<'_>,
     helper: &'static str,
+    index: usize,
     r: &Handlebars<'_>,
 ) -> Result<&'a Value, handlebars::RenderError> {
     let p = h
-        .param(0)
-        .ok_or(RenderErrorReason::ParamNotFoundForIndex(helper, 0))?;
+        .param(index)
+        .ok_or(RenderErrorReason::ParamNotFoundForIndex(helper, index))?;
     if r.strict_mode() && p.is_value_missing() {
         return Err(handlebars::RenderError::strict_error(p.relative_path()));
     }
     Ok(p.value())
+}
+
+/// Parameter `index` of `helper`, which must be a string.
+fn string_param<'a>(
+    h: &'a Helper<'_>,
+    helper: &'static str,
+    index: usize,
+    r: &Handlebars<'_>,
+) -> Result<&'a str, handlebars::RenderError> {
+    match param_value(h, helper, index, r)? {
+        Value::String(s) => Ok(s),
+        _ => Err(RenderErrorReason::InvalidParamType("string").into()),
+    }
 }
 
 /// `{{json value}}`: the value as JSON, which is also a valid YAML scalar, sequence or mapping,
@@ -479,7 +516,7 @@ fn json_helper(
     _: &mut RenderContext<'_, '_>,
     out: &mut dyn Output,
 ) -> HelperResult {
-    let v = param_value(h, "json", r)?;
+    let v = param_value(h, "json", 0, r)?;
     let s = serde_json::to_string(v).map_err(|e| RenderErrorReason::Other(e.to_string()))?;
     out.write(&s)?;
     Ok(())
@@ -499,10 +536,7 @@ impl HelperDef for B64Helper {
     ) -> HelperResult {
         let text = match h.template() {
             Some(t) => t.renders(r, ctx, rc)?,
-            None => match param_value(h, "b64", r)? {
-                Value::String(s) => s.clone(),
-                _ => return Err(RenderErrorReason::InvalidParamType("string").into()),
-            },
+            None => string_param(h, "b64", 0, r)?.to_owned(),
         };
         out.write(&base64::engine::general_purpose::STANDARD.encode(text.as_bytes()))?;
         Ok(())
@@ -517,7 +551,7 @@ fn ini_helper(
     _: &mut RenderContext<'_, '_>,
     out: &mut dyn Output,
 ) -> HelperResult {
-    let s = match param_value(h, "ini", r)? {
+    let s = match param_value(h, "ini", 0, r)? {
         Value::String(s) => s.clone(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => n.to_string(),
@@ -545,16 +579,7 @@ fn indent_helper(
         .param(0)
         .and_then(|p| p.value().as_u64())
         .ok_or(RenderErrorReason::InvalidParamType("number of spaces"))?;
-    let text = match h.param(1) {
-        Some(p) if r.strict_mode() && p.is_value_missing() => {
-            return Err(handlebars::RenderError::strict_error(p.relative_path()));
-        }
-        Some(p) => match p.value() {
-            Value::String(s) => s.clone(),
-            _ => return Err(RenderErrorReason::InvalidParamType("string").into()),
-        },
-        None => return Err(RenderErrorReason::ParamNotFoundForIndex("indent", 1).into()),
-    };
+    let text = string_param(h, "indent", 1, r)?;
     let pad = " ".repeat(usize::try_from(n).unwrap_or(0));
     let indented: Vec<String> = text.lines().map(|l| format!("{pad}{l}")).collect();
     out.write(&indented.join("\n"))?;
@@ -615,17 +640,17 @@ mod tests {
             parse_documents("t", "a: [\n"),
             Err(RenderError::Yaml { .. })
         ));
+        // Cut to 200 characters, even where byte 200 falls inside one.
+        let wide = format!("- a{}\n", "é".repeat(300));
+        match parse_documents("t", &wide) {
+            Err(RenderError::NotAnObject { doc, .. }) => assert_eq!(doc.chars().count(), 200),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn helpers_quote_encode_and_indent() {
-        let mut hb = Handlebars::new();
-        hb.set_strict_mode(true);
-        hb.register_escape_fn(handlebars::no_escape);
-        hb.register_helper("json", Box::new(json_helper));
-        hb.register_helper("b64", Box::new(B64Helper));
-        hb.register_helper("ini", Box::new(ini_helper));
-        hb.register_helper("indent", Box::new(indent_helper));
+        let hb = registry();
         let data = json!({"s": "a \"b\"\\c", "l": ["x"], "m": "l1\nl2"});
         let r = |t: &str| hb.render_template(t, &data);
         assert_eq!(r("{{json s}}").unwrap(), r#""a \"b\"\\c""#);

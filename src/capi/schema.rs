@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// Errors while loading CRD files.
 #[derive(Debug, thiserror::Error)]
@@ -355,16 +355,6 @@ fn check_string_map(
         problems.push(format!("{who}: metadata.{what} must be a map"));
         return;
     };
-    check_map_entries(map, who, what, values_are_labels, problems);
-}
-
-fn check_map_entries(
-    map: &Map<String, Value>,
-    who: &str,
-    what: &str,
-    values_are_labels: bool,
-    problems: &mut Vec<String>,
-) {
     for (k, v) in map {
         if let Some(e) = label_key_error(k) {
             problems.push(format!("{who}: metadata.{what} key {k:?}: {e}"));

@@ -39,7 +39,9 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::pki::ClusterCas;
-use super::schema::{dns1123_label_error, label_key_error, label_value_error};
+use super::schema::{
+    dns1123_label_error, dns1123_subdomain_error, label_key_error, label_value_error,
+};
 use super::{
     LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_PROJECT_ID, LABEL_ROLE, LABEL_USER_ID,
 };
@@ -47,11 +49,11 @@ use crate::config::CapiConfig;
 use crate::db::clusters::ClusterRow;
 use crate::db::nodegroups::NodegroupRow;
 use crate::db::templates::TemplateRow;
+use crate::domain::fields::bool_from_string;
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
 
-/// CAPI's cluster-name label, on every object of a cluster.
-pub const LABEL_CAPI_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+pub use super::LABEL_CAPI_CLUSTER_NAME;
 /// Autoscaler bounds on a MachineDeployment.
 pub const ANNOTATION_AUTOSCALER_MIN: &str =
     "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
@@ -205,30 +207,31 @@ pub struct ResourceRef {
 }
 
 impl ResourceRef {
-    /// An id when `ident` is a uuid, else a name.
-    fn from_ident(ident: &str) -> Self {
-        if Uuid::parse_str(ident).is_ok() {
-            Self::id(ident)
-        } else {
-            Self {
-                id: None,
-                name: Some(ident.to_owned()),
-            }
-        }
-    }
     fn id(id: &str) -> Self {
         Self {
             id: Some(id.to_owned()),
             name: None,
         }
     }
+    fn name(name: &str) -> Self {
+        Self {
+            id: None,
+            name: Some(name.to_owned()),
+        }
+    }
+    /// An id when `ident` is a uuid, else a name.
+    fn from_ident(ident: &str) -> Self {
+        if Uuid::parse_str(ident).is_ok() {
+            Self::id(ident)
+        } else {
+            Self::name(ident)
+        }
+    }
     /// The resolved id if any, else whatever was given.
     fn resolve(resolved: Option<&String>, given: Option<&String>) -> Option<Self> {
-        match (resolved, given) {
-            (Some(id), _) => Some(Self::id(id)),
-            (None, Some(g)) => Some(Self::from_ident(g)),
-            (None, None) => None,
-        }
+        resolved
+            .map(|id| Self::id(id))
+            .or_else(|| given.map(|g| Self::from_ident(g)))
     }
 }
 
@@ -321,12 +324,7 @@ pub struct Kubeadm {
 }
 
 /// A Nova flavor: by id when resolved, else by the name (or id) the cluster gave.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FlavorRef {
-    pub id: Option<String>,
-    pub name: Option<String>,
-}
+pub type FlavorRef = ResourceRef;
 
 /// A Glance image: by id (resolved, or given as a uuid), else a name filter.
 pub type ImageRef = ResourceRef;
@@ -612,41 +610,44 @@ impl<'a> LabelView<'a> {
         Ok(None)
     }
 
-    /// A value that must be one token (no spaces or quotes): names, zones, ids.
-    fn token(&self, names: &[&'static str]) -> Result<Option<String>, ValuesError> {
+    /// The value of the first alias set, through `parse`; its error is a
+    /// [`ValuesError::BadLabel`] naming the label.
+    fn parsed<T>(
+        &self,
+        names: &[&'static str],
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, ValuesError> {
         match self.raw(names)? {
             None => Ok(None),
-            Some((label, v)) => {
-                if v.chars()
-                    .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\'' | '\\' | '{' | '}'))
-                {
-                    Ok(Some(v.to_owned()))
-                } else {
-                    Err(bad(
-                        label,
-                        v,
-                        "must be a single word without quotes or braces",
-                    ))
-                }
-            }
+            Some((label, v)) => parse(v).map(Some).map_err(|reason| bad(label, v, reason)),
         }
+    }
+
+    /// A value that must be one token (no spaces or quotes): names, zones, ids.
+    fn token(&self, names: &[&'static str]) -> Result<Option<String>, ValuesError> {
+        self.parsed(names, |v| {
+            if v.chars()
+                .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\'' | '\\' | '{' | '}'))
+            {
+                Ok(v.to_owned())
+            } else {
+                Err("must be a single word without quotes or braces".into())
+            }
+        })
     }
 
     fn bool(&self, names: &[&'static str], default: bool) -> Result<bool, ValuesError> {
-        match self.raw(names)? {
-            None => Ok(default),
-            Some((label, v)) => parse_bool(v).ok_or_else(|| bad(label, v, "must be true or false")),
-        }
+        let b = self.parsed(names, |v| {
+            bool_from_string(v).ok_or_else(|| "must be true or false".into())
+        })?;
+        Ok(b.unwrap_or(default))
     }
 
     fn u32(&self, names: &[&'static str]) -> Result<Option<u32>, ValuesError> {
-        match self.raw(names)? {
-            None => Ok(None),
-            Some((label, v)) => v
-                .parse::<u32>()
-                .map(Some)
-                .map_err(|_| bad(label, v, "must be a non-negative integer")),
-        }
+        self.parsed(names, |v| {
+            v.parse::<u32>()
+                .map_err(|_| "must be a non-negative integer".into())
+        })
     }
 
     fn one_of(
@@ -655,50 +656,46 @@ impl<'a> LabelView<'a> {
         allowed: &[&str],
         default: &str,
     ) -> Result<String, ValuesError> {
-        match self.raw(names)? {
-            None => Ok(default.to_owned()),
-            Some((label, v)) => allowed
+        let v = self.parsed(names, |v| {
+            allowed
                 .iter()
                 .find(|a| a.eq_ignore_ascii_case(v))
                 .map(|a| (*a).to_owned())
-                .ok_or_else(|| bad(label, v, format!("must be one of {}", allowed.join(", ")))),
-        }
+                .ok_or_else(|| format!("must be one of {}", allowed.join(", ")))
+        })?;
+        Ok(v.unwrap_or_else(|| default.to_owned()))
     }
 
-    /// A list split on any of `seps`, empty items dropped.
+    fn cidr(&self, names: &[&'static str]) -> Result<Option<String>, ValuesError> {
+        self.parsed(names, |v| parse_cidr(v).map(|_| v.to_owned()))
+    }
+
+    /// A list split on any of `seps`, empty items dropped, each item through `check` (its error
+    /// is a [`ValuesError::BadLabel`] naming the label and the item).
     fn list(
         &self,
         names: &[&'static str],
         seps: &[char],
-    ) -> Result<Vec<(&'static str, String)>, ValuesError> {
-        Ok(match self.raw(names)? {
-            None => vec![],
-            Some((label, v)) => v
-                .split(|c| seps.contains(&c))
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| (label, s.to_owned()))
-                .collect(),
-        })
-    }
-
-    fn cidr(&self, names: &[&'static str]) -> Result<Option<String>, ValuesError> {
-        match self.raw(names)? {
-            None => Ok(None),
-            Some((label, v)) => parse_cidr(v)
-                .map(|_| Some(v.to_owned()))
-                .map_err(|reason| bad(label, v, reason)),
-        }
+        check: impl Fn(&str) -> Result<(), String>,
+    ) -> Result<Vec<String>, ValuesError> {
+        let Some((label, v)) = self.raw(names)? else {
+            return Ok(vec![]);
+        };
+        v.split(|c| seps.contains(&c))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                check(s)
+                    .map(|()| s.to_owned())
+                    .map_err(|reason| bad(label, s, reason))
+            })
+            .collect()
     }
 }
 
-/// Magnum's boolean spellings (oslo `bool_from_string`), strictly: anything else is an error.
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "t" | "yes" | "y" | "on" | "1" => Some(true),
-        "false" | "f" | "no" | "n" | "off" | "0" => Some(false),
-        _ => None,
-    }
+/// For [`LabelView::list`]: every item is fine.
+fn any_item(_: &str) -> Result<(), String> {
+    Ok(())
 }
 
 /// An IPv4 or IPv6 CIDR as (address, prefix length).
@@ -764,12 +761,9 @@ pub fn kube_version(
     resolved_kube_version: Option<&str>,
     default: &str,
 ) -> Result<String, ValuesError> {
-    let tag = LabelView::cluster(labels)
-        .raw(&["kube_tag"])?
-        .map(|(label, v)| {
-            normalise_version(v).ok_or_else(|| bad(label, v, "must be a version like v1.33.5"))
-        })
-        .transpose()?;
+    let tag = LabelView::cluster(labels).parsed(&["kube_tag"], |v| {
+        normalise_version(v).ok_or_else(|| "must be a version like v1.33.5".into())
+    })?;
     let image = resolved_kube_version
         .map(str::trim)
         .filter(|v| !v.is_empty())
@@ -849,18 +843,11 @@ fn check_label_value(what: &str, v: &str) -> Result<(), ValuesError> {
     }
 }
 
-fn flavor_ref(given: Option<&String>, resolved: Option<&String>) -> Option<FlavorRef> {
-    match (resolved, given) {
-        (Some(id), _) => Some(FlavorRef {
-            id: Some(id.clone()),
-            name: None,
-        }),
-        (None, Some(g)) => Some(FlavorRef {
-            id: None,
-            name: Some(g.clone()),
-        }),
-        (None, None) => None,
-    }
+/// A flavor from (given, resolved): by the resolved id, else by what was given, as a name.
+fn flavor_ref((given, resolved): (Option<&String>, Option<&String>)) -> Option<FlavorRef> {
+    resolved
+        .map(|id| ResourceRef::id(id))
+        .or_else(|| given.map(|g| ResourceRef::name(g)))
 }
 
 /// Chart versions and similar values end up inside HelmChartProxy value templates (Go
@@ -871,18 +858,14 @@ fn chart_version_label(
     default: &str,
     leading_v: bool,
 ) -> Result<String, ValuesError> {
-    match view.raw(&[label])? {
-        None => Ok(default.to_owned()),
-        Some((l, v)) => {
-            let norm =
-                normalise_version(v).ok_or_else(|| bad(l, v, "must be a version like v1.2.3"))?;
-            Ok(if leading_v {
-                norm
-            } else {
-                norm.trim_start_matches('v').to_owned()
-            })
-        }
-    }
+    let version = view.parsed(&[label], |v| {
+        normalise_version(v).ok_or_else(|| "must be a version like v1.2.3".into())
+    })?;
+    Ok(match version {
+        None => default.to_owned(),
+        Some(v) if leading_v => v,
+        Some(v) => v.trim_start_matches('v').to_owned(),
+    })
 }
 
 /// Builds the values document. Pure: the same rows give the same document.
@@ -905,7 +888,11 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         .kube_version
         .as_deref()
         .or(cx.cr.kube_version.as_deref());
-    let kubernetes_version = kube_version(cx.labels, resolved_kube, &config.default_kube_version)?;
+    let kubernetes_version = kube_version(
+        &cluster.labels.0,
+        resolved_kube,
+        &config.default_kube_version,
+    )?;
     let networking = cx.networking()?;
     let kube_network = cx.kube_network(networking.managed_subnet.as_ref())?;
     let master = master_nodegroup(nodegroups)?;
@@ -954,6 +941,11 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     })
 }
 
+/// Bad input in a nodegroup's own fields, naming the nodegroup.
+fn ng_invalid(ng: &NodegroupRow, what: impl std::fmt::Display) -> ValuesError {
+    ValuesError::Invalid(format!("nodegroup {}: {what}", ng.name))
+}
+
 fn master_nodegroup(nodegroups: &[NodegroupRow]) -> Result<&NodegroupRow, ValuesError> {
     let masters: Vec<&NodegroupRow> = nodegroups.iter().filter(|n| n.is_master()).collect();
     let master = match masters.as_slice() {
@@ -1000,10 +992,10 @@ impl MachineRefs<'_> {
     /// A nodegroup's flavor: resolved when it is the cluster's worker or master flavor.
     fn flavor_for(&self, ng_flavor: Option<&String>) -> Option<FlavorRef> {
         match ng_flavor.filter(|f| !f.is_empty()) {
-            Some(f) if Some(f) == self.worker_flavor.0 => flavor_ref(Some(f), self.worker_flavor.1),
-            Some(f) if Some(f) == self.master_flavor.0 => flavor_ref(Some(f), self.master_flavor.1),
-            Some(f) => flavor_ref(Some(f), None),
-            None => flavor_ref(self.worker_flavor.0, self.worker_flavor.1),
+            Some(f) if Some(f) == self.worker_flavor.0 => flavor_ref(self.worker_flavor),
+            Some(f) if Some(f) == self.master_flavor.0 => flavor_ref(self.master_flavor),
+            Some(f) => flavor_ref((Some(f), None)),
+            None => flavor_ref(self.worker_flavor),
         }
     }
 }
@@ -1014,7 +1006,6 @@ struct Cx<'a> {
     c: &'a ClusterRow,
     tr: &'a Resolved,
     cr: &'a Resolved,
-    labels: &'a Labels,
     view: LabelView<'a>,
     config: &'a CapiConfig,
     cluster_name: String,
@@ -1057,7 +1048,6 @@ impl<'a> Cx<'a> {
             c,
             tr: &t.resolved.0,
             cr: &c.resolved.0,
-            labels: &c.labels.0,
             view: LabelView::cluster(&c.labels.0),
             config,
             cluster_name,
@@ -1136,7 +1126,7 @@ impl<'a> Cx<'a> {
         let service_domain = view
             .token(&["dns_cluster_domain"])?
             .unwrap_or_else(|| "cluster.local".into());
-        if super::schema::dns1123_subdomain_error(&service_domain).is_some() {
+        if dns1123_subdomain_error(&service_domain).is_some() {
             return Err(bad(
                 "dns_cluster_domain",
                 &service_domain,
@@ -1188,11 +1178,7 @@ impl<'a> Cx<'a> {
         let floating_ip =
             view.bool(&["master_lb_floating_ip_enabled"], true)? && has_external_network;
         let load_balancer = if lb_wanted {
-            let mut allowed_cidrs = Vec::new();
-            for (label, cidr) in view.list(ALLOWED_CIDRS, &[','])? {
-                parse_cidr(&cidr).map_err(|e| bad(label, &cidr, e))?;
-                allowed_cidrs.push(cidr);
-            }
+            let allowed_cidrs = view.list(ALLOWED_CIDRS, &[','], |c| parse_cidr(c).map(drop))?;
             Some(ApiLoadBalancer {
                 provider: self.octavia_provider()?,
                 allowed_cidrs,
@@ -1217,42 +1203,31 @@ impl<'a> Cx<'a> {
             }
             None
         };
-        let floating_ip_address = match view.raw(&["api_server_floating_ip"])? {
-            None => None,
-            Some((label, v)) => {
-                v.parse::<IpAddr>()
-                    .map_err(|_| bad(label, v, "must be an IP address"))?;
-                if !floating_ip {
-                    return Err(bad(
-                        label,
-                        v,
-                        "needs a floating IP for the API (master_lb_floating_ip_enabled and an \
-                         external network)",
-                    ));
-                }
-                Some(v.to_owned())
+        let floating_ip_address = view.parsed(&["api_server_floating_ip"], |v| {
+            v.parse::<IpAddr>()
+                .map_err(|_| "must be an IP address".to_owned())?;
+            if !floating_ip {
+                return Err(
+                    "needs a floating IP for the API (master_lb_floating_ip_enabled \
+                            and an external network)"
+                        .into(),
+                );
             }
-        };
+            Ok(v.to_owned())
+        })?;
         let port = match t.apiserver_port {
             None | Some(6443) => None,
             Some(p) => Some(u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| {
                 ValuesError::Invalid(format!("apiserver_port {p} is not a port"))
             })?),
         };
-        let mut cert_sans = Vec::new();
-        for (label, san) in view.list(&["api_server_cert_sans"], &[','])? {
+        let cert_sans = view.list(&["api_server_cert_sans"], &[','], |san| {
             let dns_name = san.to_ascii_lowercase().replace('*', "x");
-            if san.parse::<IpAddr>().is_err()
-                && super::schema::dns1123_subdomain_error(&dns_name).is_some()
-            {
-                return Err(bad(
-                    label,
-                    &san,
-                    "each SAN must be a DNS name or an IP address",
-                ));
+            if san.parse::<IpAddr>().is_err() && dns1123_subdomain_error(&dns_name).is_some() {
+                return Err("each SAN must be a DNS name or an IP address".into());
             }
-            cert_sans.push(san);
-        }
+            Ok(())
+        })?;
         Ok(ApiServer {
             load_balancer,
             floating_ip,
@@ -1268,14 +1243,14 @@ impl<'a> Cx<'a> {
         let view = &self.view;
         let mut args = Vec::new();
         let mut admission = vec!["NodeRestriction".to_owned()];
-        for (label, plugin) in view.list(&["admission_control_list"], &[','])? {
-            if !plugin.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                return Err(bad(
-                    label,
-                    &plugin,
-                    "admission plugin names are alphanumeric",
-                ));
+        let plugins = view.list(&["admission_control_list"], &[','], |p| {
+            if p.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                Ok(())
+            } else {
+                Err("admission plugin names are alphanumeric".into())
             }
+        })?;
+        for plugin in plugins {
             if !admission.contains(&plugin) {
                 admission.push(plugin);
             }
@@ -1356,7 +1331,7 @@ impl<'a> Cx<'a> {
     ) -> Result<ControlPlane, ValuesError> {
         let view = &self.view;
         let mut availability_zones = Vec::new();
-        for (_, az) in view.list(&["control_plane_availability_zones"], &[','])? {
+        for az in view.list(&["control_plane_availability_zones"], &[','], any_item)? {
             if !availability_zones.contains(&az) {
                 availability_zones.push(az);
             }
@@ -1393,7 +1368,7 @@ impl<'a> Cx<'a> {
         let mut labels = self.common_labels.clone();
         labels.insert(LABEL_NODEGROUP_UUID.into(), uuid.clone());
         labels.insert(LABEL_ROLE.into(), "master".into());
-        let flavor = flavor_ref(machines.master_flavor.0, machines.master_flavor.1)
+        let flavor = flavor_ref(machines.master_flavor)
             .ok_or_else(|| ValuesError::Invalid("no master flavor (master_flavor_id)".into()))?;
         Ok(ControlPlane {
             machine_template_name: name.clone(),
@@ -1451,7 +1426,7 @@ impl<'a> Cx<'a> {
         machines: &MachineRefs<'_>,
         kubeadm: &Kubeadm,
     ) -> Result<NodeGroup, ValuesError> {
-        let view = LabelView::nodegroup(&ng.labels.0, self.labels);
+        let view = LabelView::nodegroup(&ng.labels.0, &self.c.labels.0);
         let uuid = ng.uuid.to_string();
         let role = match sanitise_fragment(&ng.role, 63) {
             r if r.is_empty() => "worker".to_owned(),
@@ -1483,11 +1458,11 @@ impl<'a> Cx<'a> {
         let flavor = machines
             .flavor_for(ng.flavor_id.as_ref())
             .ok_or_else(|| ValuesError::Invalid(format!("nodegroup {} has no flavor", ng.name)))?;
-        let extra_networks = view
-            .list(&["extra_network_names", "extra_network_name"], &[' ', ','])?
-            .into_iter()
-            .map(|(_, n)| n)
-            .collect();
+        let extra_networks = view.list(
+            &["extra_network_names", "extra_network_name"],
+            &[' ', ','],
+            any_item,
+        )?;
         let mut kubelet_extra_args = kubeadm.kubelet_extra_args.clone();
         let node_labels = node_labels(ng)?;
         if !node_labels.is_empty() {
@@ -1643,10 +1618,12 @@ fn size(
     ng: &NodegroupRow,
     view: &LabelView<'_>,
 ) -> Result<(Option<i32>, Option<Autoscale>), ValuesError> {
-    let invalid = |m: String| ValuesError::Invalid(format!("nodegroup {}: {m}", ng.name));
     if !view.bool(&["auto_scaling_enabled"], false)? {
         if ng.node_count < 0 {
-            return Err(invalid(format!("node_count {} is negative", ng.node_count)));
+            return Err(ng_invalid(
+                ng,
+                format!("node_count {} is negative", ng.node_count),
+            ));
         }
         return Ok((Some(ng.node_count), None));
     }
@@ -1665,10 +1642,13 @@ fn size(
         None => label_count("max_node_count")?.unwrap_or(ng.node_count.max(min)),
     };
     if max < min {
-        return Err(invalid(format!(
-            "max_node_count {max} is below min_node_count {min} (autoscaling needs at least one \
-             node)"
-        )));
+        return Err(ng_invalid(
+            ng,
+            format!(
+                "max_node_count {max} is below min_node_count {min} (autoscaling needs at \
+                 least one node)"
+            ),
+        ));
     }
     Ok(if min == max {
         (Some(min), None)
@@ -1710,23 +1690,14 @@ fn given_and_resolved<'a>(
 }
 
 fn cipher_suites(view: &LabelView<'_>, label: &'static str) -> Result<Option<String>, ValuesError> {
-    let suites = view.list(&[label], &[','])?;
-    for (l, s) in &suites {
-        if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(bad(
-                l,
-                s,
-                "cipher suite names are like TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-            ));
+    let suites = view.list(&[label], &[','], |s| {
+        if s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            Ok(())
+        } else {
+            Err("cipher suite names are like TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into())
         }
-    }
-    Ok((!suites.is_empty()).then(|| {
-        suites
-            .into_iter()
-            .map(|(_, s)| s)
-            .collect::<Vec<_>>()
-            .join(",")
-    }))
+    })?;
+    Ok((!suites.is_empty()).then(|| suites.join(",")))
 }
 
 fn root_volume(
@@ -1761,24 +1732,15 @@ fn node_labels(ng: &NodegroupRow) -> Result<BTreeMap<String, String>, ValuesErro
     let Some(map) = v.as_object() else {
         return match v {
             Value::Null => Ok(out),
-            _ => Err(ValuesError::Invalid(format!(
-                "nodegroup {}: node_labels must be a dict",
-                ng.name
-            ))),
+            _ => Err(ng_invalid(ng, "node_labels must be a dict")),
         };
     };
     for (k, v) in map {
-        let v = v.as_str().ok_or_else(|| {
-            ValuesError::Invalid(format!(
-                "nodegroup {}: node label {k} must have a string value",
-                ng.name
-            ))
-        })?;
+        let v = v
+            .as_str()
+            .ok_or_else(|| ng_invalid(ng, format!("node label {k} must have a string value")))?;
         if let Some(e) = label_key_error(k).or_else(|| label_value_error(v)) {
-            return Err(ValuesError::Invalid(format!(
-                "nodegroup {}: node label {k}={v}: {e}",
-                ng.name
-            )));
+            return Err(ng_invalid(ng, format!("node label {k}={v}: {e}")));
         }
         out.insert(k.clone(), v.to_owned());
     }
@@ -1786,33 +1748,33 @@ fn node_labels(ng: &NodegroupRow) -> Result<BTreeMap<String, String>, ValuesErro
 }
 
 fn node_taints(ng: &NodegroupRow) -> Result<Vec<Taint>, ValuesError> {
-    let invalid = |m: String| ValuesError::Invalid(format!("nodegroup {}: {m}", ng.name));
     let Some(Json(v)) = &ng.node_taints else {
         return Ok(vec![]);
     };
     let items = match v {
         Value::Null => return Ok(vec![]),
         Value::Array(items) => items,
-        _ => return Err(invalid("node_taints must be a list".into())),
+        _ => return Err(ng_invalid(ng, "node_taints must be a list")),
     };
     let mut out = Vec::new();
     for item in items {
         let key = item
             .get("key")
             .and_then(Value::as_str)
-            .ok_or_else(|| invalid("each taint needs a key".into()))?;
+            .ok_or_else(|| ng_invalid(ng, "each taint needs a key"))?;
         let value = item
             .get("value")
             .and_then(Value::as_str)
             .filter(|v| !v.is_empty());
         let effect = item.get("effect").and_then(Value::as_str).unwrap_or("");
         if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
-            return Err(invalid(format!(
-                "taint {key}: effect {effect:?} is invalid"
-            )));
+            return Err(ng_invalid(
+                ng,
+                format!("taint {key}: effect {effect:?} is invalid"),
+            ));
         }
         if let Some(e) = label_key_error(key).or_else(|| value.and_then(label_value_error)) {
-            return Err(invalid(format!("taint {key}: {e}")));
+            return Err(ng_invalid(ng, format!("taint {key}: {e}")));
         }
         out.push(Taint {
             key: key.to_owned(),
@@ -1846,7 +1808,7 @@ fn field_bool(v: &Value, key: &str) -> Result<Option<bool>, ValuesError> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(Value::String(s)) => parse_bool(s)
+        Some(Value::String(s)) => bool_from_string(s)
             .map(Some)
             .ok_or_else(|| ValuesError::Invalid(format!("{key} must be a boolean"))),
         Some(_) => Err(ValuesError::Invalid(format!("{key} must be a boolean"))),
@@ -2125,12 +2087,7 @@ pub fn placeholder_cas() -> ClusterCas {
 mod tests {
     use super::*;
 
-    fn l(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use super::label_map as l;
 
     #[test]
     fn kube_version_takes_the_label_or_the_image_and_normalises() {

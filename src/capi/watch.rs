@@ -17,9 +17,9 @@ use sqlx::PgPool;
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
-use super::LABEL_CLUSTER_UUID;
 use super::apply::resource;
 use super::status::{self, ClusterState, NodegroupState, Observed};
+use super::{LABEL_CLUSTER_UUID, kinds};
 use crate::db::DbResult;
 use crate::db::clusters::{self as cdb, DriverFacts};
 use crate::db::nodegroups as ndb;
@@ -44,19 +44,13 @@ impl Kind {
         Kind::Machine,
     ];
 
-    pub fn api_version_kind(self) -> (&'static str, &'static str) {
+    pub fn gvk(self) -> kinds::Gvk {
         match self {
-            Kind::Cluster => ("cluster.x-k8s.io/v1beta2", "Cluster"),
-            Kind::OpenStackCluster => (
-                "infrastructure.cluster.x-k8s.io/v1beta1",
-                "OpenStackCluster",
-            ),
-            Kind::ControlPlane => (
-                "controlplane.cluster.x-k8s.io/v1beta2",
-                "KubeadmControlPlane",
-            ),
-            Kind::MachineDeployment => ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
-            Kind::Machine => ("cluster.x-k8s.io/v1beta2", "Machine"),
+            Kind::Cluster => kinds::CLUSTER,
+            Kind::OpenStackCluster => kinds::OPENSTACK_CLUSTER,
+            Kind::ControlPlane => kinds::CONTROL_PLANE,
+            Kind::MachineDeployment => kinds::MACHINE_DEPLOYMENT,
+            Kind::Machine => kinds::MACHINE,
         }
     }
 }
@@ -132,7 +126,7 @@ impl std::fmt::Debug for Observer {
 }
 
 impl Observer {
-    /// A new observer and the receiving end of its change feed (for [`StatusWriter`]).
+    /// A new observer and the receiving end of its change feed (for [`run_writer`]).
     pub fn new() -> (Arc<Observer>, mpsc::UnboundedReceiver<Uuid>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let (version, _) = watch::channel(0);
@@ -289,7 +283,7 @@ impl Observer {
                 let client = client.clone();
                 let mut stop = shutdown.clone();
                 tokio::spawn(async move {
-                    let (av, k) = kind.api_version_kind();
+                    let (av, k) = kind.gvk();
                     let api: Api<DynamicObject> = Api::all_with(client, &resource(av, k));
                     let cfg = watcher::Config::default().labels(LABEL_CLUSTER_UUID);
                     let mut stream = watcher::watcher(api, cfg)
@@ -483,7 +477,9 @@ pub async fn run_writer(
     }
 }
 
-async fn try_lead(pool: &PgPool) -> Option<sqlx::PgConnection> {
+/// Takes the status-writer lock if no other replica holds it: the connection holding it, which
+/// keeps the lock for as long as it lives.
+pub async fn try_lead(pool: &PgPool) -> Option<sqlx::PgConnection> {
     let mut conn = pool.acquire().await.ok()?.detach();
     let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
         .bind(WRITER_LOCK)
@@ -501,4 +497,71 @@ async fn in_progress(pool: &PgPool) -> DbResult<Vec<Uuid>> {
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(|(u,)| u).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(name: &str, cluster: Uuid, ready: i64) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": name, "namespace": "magnum-p", "generation": 1,
+                         "labels": {LABEL_CLUSTER_UUID: cluster.to_string()},
+                         "managedFields": [{"manager": "x"}], "annotations": {"big": "x"}},
+            "spec": {"replicas": 2, "template": {"spec": {"bootstrap": {}}}},
+            "status": {"readyReplicas": ready}}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_index_follows_events_and_a_relist_drops_what_is_gone() {
+        let (obs, mut feed) = Observer::new();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        for k in Kind::ALL {
+            obs.apply_event(k, Event::Init);
+            obs.apply_event(k, Event::InitDone);
+        }
+        assert!(obs.synced());
+        obs.apply_event(Kind::MachineDeployment, Event::Apply(object("md-a", a, 1)));
+        obs.apply_event(Kind::MachineDeployment, Event::Apply(object("md-b", b, 2)));
+        assert_eq!(feed.recv().await, Some(a));
+        assert_eq!(feed.recv().await, Some(b));
+        let seen = obs.observed(a);
+        assert_eq!(seen.machine_deployments.len(), 1);
+        // Only what status evaluation reads is kept.
+        let md = &seen.machine_deployments[0];
+        assert_eq!(md["status"]["readyReplicas"], 1);
+        assert!(md["metadata"].get("managedFields").is_none());
+        assert!(md["spec"].get("template").is_none());
+        // The watch restarts; b's object was deleted meanwhile: the relist forgets it.
+        obs.apply_event(Kind::MachineDeployment, Event::Init);
+        obs.apply_event(
+            Kind::MachineDeployment,
+            Event::InitApply(object("md-a", a, 2)),
+        );
+        obs.apply_event(Kind::MachineDeployment, Event::InitDone);
+        assert!(obs.observed(b).is_empty());
+        assert_eq!(
+            obs.observed(a).machine_deployments[0]["status"]["readyReplicas"],
+            2
+        );
+        let mut touched = vec![feed.recv().await.unwrap(), feed.recv().await.unwrap()];
+        touched.sort();
+        let mut want = vec![a, b];
+        want.sort();
+        assert_eq!(touched, want);
+        // A delete empties the cluster; waiters see it.
+        let waiting = {
+            let obs = obs.clone();
+            tokio::spawn(async move {
+                obs.wait_for(a, Duration::from_secs(5), |o| o.is_empty())
+                    .await
+            })
+        };
+        obs.apply_event(Kind::MachineDeployment, Event::Delete(object("md-a", a, 2)));
+        assert!(waiting.await.unwrap());
+        assert!(obs.clusters().is_empty());
+    }
 }

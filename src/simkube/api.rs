@@ -637,6 +637,68 @@ impl WatchTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simkube::store::StoreOptions;
+
+    #[tokio::test]
+    async fn a_watch_that_falls_behind_the_broadcast_catches_up_from_the_history() {
+        let store = Arc::new(Store::new(StoreOptions {
+            channel_capacity: 16,
+            ..StoreOptions::default()
+        }));
+        let widgets = Resource::new("example.com", "widgets");
+        let all = Selector::default();
+        let from = Some(store.resource_version());
+        let start = store
+            .watch(&widgets, Some("default"), from, &all, &all)
+            .unwrap();
+        // More writes than the broadcast holds before the watch reads any: it lags.
+        let names: Vec<String> = (0..40).map(|i| format!("w{i:02}")).collect();
+        for n in &names {
+            let obj =
+                json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": n}});
+            store.create(&widgets, "default", obj).unwrap();
+        }
+        let (tx, mut rx) = mpsc::channel(256);
+        let (_stop, shutdown) = watch::channel(false);
+        let task = WatchTask {
+            store: store.clone(),
+            filter: WatchFilter {
+                resource: widgets,
+                namespace: Some("default".into()),
+                labels: all.clone(),
+                fields: all,
+            },
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            tx,
+            bookmarks: false,
+            bookmark_interval: Duration::from_secs(60),
+            shutdown,
+        };
+        tokio::spawn(task.run(start, from, false, Duration::from_secs(10)));
+        let mut seen = Vec::new();
+        while seen.len() < names.len() {
+            let line = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            let event: Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(event["type"], "ADDED");
+            seen.push(
+                event["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        assert_eq!(seen, names);
+        // The events still buffered in the broadcast were already sent: no duplicates follow.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), rx.recv())
+                .await
+                .is_err()
+        );
+    }
 
     fn obj(
         ns: Option<&str>,

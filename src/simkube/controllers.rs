@@ -45,12 +45,6 @@ fn insert_or_remove(
     }
 }
 
-/// Addresses handed out to simulated infrastructure.
-#[derive(Default)]
-struct Addresses {
-    next_host: HashMap<(String, String), u32>,
-}
-
 /// The running simulator; shared by its tasks and the `SimCluster` handle.
 pub struct Simulator {
     store: Arc<Store>,
@@ -59,7 +53,8 @@ pub struct Simulator {
     paused: AtomicBool,
     dirty: Mutex<HashSet<ObjectKey>>,
     links: Mutex<Links>,
-    addresses: Mutex<Addresses>,
+    /// (namespace, cluster) → last node address handed out (host part).
+    next_host: Mutex<HashMap<(String, String), u32>>,
     floating_ips: AtomicU32,
 }
 
@@ -92,7 +87,7 @@ impl Simulator {
             paused: AtomicBool::new(false),
             dirty: Mutex::new(HashSet::new()),
             links: Mutex::new(Links::default()),
-            addresses: Mutex::new(Addresses::default()),
+            next_host: Mutex::new(HashMap::new()),
             floating_ips: AtomicU32::new(0),
         });
         sim.resync();
@@ -101,11 +96,6 @@ impl Simulator {
             tokio::spawn(sim.clone().run_steps(shutdown)),
         ];
         (sim, tasks)
-    }
-
-    /// The store the simulator acts on.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
     }
 
     /// Replaces the failure markers and re-examines every object.
@@ -386,9 +376,8 @@ impl Simulator {
 
     /// The next node address of a cluster: 10.0.0.10, 10.0.0.11, …
     pub(crate) fn next_node_address(&self, ns: &str, cluster: &str) -> String {
-        let mut a = lock(&self.addresses);
-        let n = a
-            .next_host
+        let mut hosts = lock(&self.next_host);
+        let n = hosts
             .entry((ns.to_string(), cluster.to_string()))
             .or_insert(9);
         *n += 1;

@@ -4,6 +4,9 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use kube::config::{
+    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext, Preferences,
+};
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -45,36 +48,58 @@ fn admin_credentials(ca_cert_pem: &str, ca_key_pem: &str) -> Option<(String, Str
     Some((cert.pem(), key.serialize_pem()))
 }
 
-/// The kubeconfig document for a cluster whose API is at `server`.
+/// The kubeconfig document for a cluster whose API is at `server`: the CA when known (else
+/// `insecure-skip-tls-verify`), the admin certificate when signed (else a bearer token).
 pub fn render(
     cluster: &str,
     server: &str,
     ca_pem: Option<&str>,
     credentials: Option<(String, String)>,
-) -> Value {
-    let mut cluster_entry = json!({"server": server});
-    match ca_pem {
-        Some(ca) => cluster_entry["certificate-authority-data"] = json!(STANDARD.encode(ca)),
-        None => cluster_entry["insecure-skip-tls-verify"] = json!(true),
-    }
+) -> Kubeconfig {
     let user_name = format!("{cluster}-admin");
-    let user = match credentials {
-        Some((cert, key)) => json!({
-            "client-certificate-data": STANDARD.encode(cert),
-            "client-key-data": STANDARD.encode(key),
-        }),
-        None => json!({"token": format!("simkube-{}", uuid::Uuid::new_v4().simple())}),
-    };
     let context = format!("{user_name}@{cluster}");
-    json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": cluster_entry}],
-        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user_name}}],
-        "current-context": context,
-        "preferences": {},
-        "users": [{"name": user_name, "user": user}],
-    })
+    let user = match credentials {
+        Some((cert, key)) => AuthInfo {
+            client_certificate_data: Some(STANDARD.encode(cert)),
+            client_key_data: Some(STANDARD.encode(key).into()),
+            ..AuthInfo::default()
+        },
+        None => AuthInfo {
+            token: Some(format!("simkube-{}", uuid::Uuid::new_v4().simple()).into()),
+            ..AuthInfo::default()
+        },
+    };
+    Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        preferences: Some(Preferences::default()),
+        clusters: vec![NamedCluster {
+            name: cluster.into(),
+            cluster: Some(Cluster {
+                server: Some(server.into()),
+                certificate_authority_data: ca_pem.map(|ca| STANDARD.encode(ca)),
+                insecure_skip_tls_verify: ca_pem.is_none().then_some(true),
+                ..Cluster::default()
+            }),
+            ..NamedCluster::default()
+        }],
+        contexts: vec![NamedContext {
+            name: context.clone(),
+            context: Some(Context {
+                cluster: cluster.into(),
+                user: Some(user_name.clone()),
+                ..Context::default()
+            }),
+            ..NamedContext::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: user_name,
+            auth_info: Some(user),
+            ..NamedAuthInfo::default()
+        }],
+        current_context: Some(context),
+        ..Kubeconfig::default()
+    }
 }
 
 /// Creates `<cluster>-kubeconfig` (owned by the Cluster) unless it exists or the cluster has no
@@ -155,7 +180,13 @@ mod tests {
 
     #[test]
     fn kubeconfig_points_at_the_endpoint_with_the_ca() {
-        let doc = render("demo", "https://203.0.113.5:6443", Some("PEM"), None);
+        let doc = serde_json::to_value(render(
+            "demo",
+            "https://203.0.113.5:6443",
+            Some("PEM"),
+            None,
+        ))
+        .unwrap();
         assert_eq!(
             doc["clusters"][0]["cluster"]["server"],
             "https://203.0.113.5:6443"
@@ -165,5 +196,17 @@ mod tests {
             STANDARD.encode("PEM")
         );
         assert_eq!(doc["current-context"], "demo-admin@demo");
+        assert!(doc["clusters"][0]["cluster"]["insecure-skip-tls-verify"].is_null());
+        assert!(
+            doc["users"][0]["user"]["token"]
+                .as_str()
+                .unwrap()
+                .starts_with("simkube-")
+        );
+        let insecure = serde_json::to_value(render("demo", "https://h:6443", None, None)).unwrap();
+        assert_eq!(
+            insecure["clusters"][0]["cluster"]["insecure-skip-tls-verify"],
+            true
+        );
     }
 }

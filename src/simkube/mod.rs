@@ -105,7 +105,6 @@ pub enum SimError {
 /// A running simulated management cluster. Dropping it stops the server and the simulator.
 pub struct SimCluster {
     url: String,
-    addr: SocketAddr,
     client: kube::Client,
     store: Arc<Store>,
     simulator: Option<Arc<Simulator>>,
@@ -171,7 +170,6 @@ impl SimCluster {
         tracing::info!(%url, controllers = opts.controllers, "simulated management cluster started");
         Ok(SimCluster {
             url,
-            addr,
             client,
             store,
             simulator,
@@ -183,10 +181,6 @@ impl SimCluster {
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> &str {
         &self.url
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
     }
 
     /// A kube client for this API server (plain HTTP, default namespace `default`).
@@ -222,16 +216,6 @@ impl SimCluster {
         if let Some(sim) = &self.simulator {
             sim.resume();
         }
-    }
-
-    /// A kubeconfig document (YAML) pointing at this server, for tools and `serve --dev`.
-    pub fn kubeconfig_yaml(&self) -> String {
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: simkube\n  cluster:\n    server: {}\n\
-             contexts:\n- name: simkube\n  context:\n    cluster: simkube\n    user: simkube\n    \
-             namespace: default\ncurrent-context: simkube\nusers:\n- name: simkube\n  user: {{}}\n",
-            self.url
-        )
     }
 
     /// Stops watches, the server and the simulator, waiting briefly for them.

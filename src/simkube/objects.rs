@@ -14,7 +14,7 @@ pub const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 pub const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const INFRA_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 
-pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+pub use crate::capi::LABEL_CAPI_CLUSTER_NAME as LABEL_CLUSTER_NAME;
 pub const LABEL_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 pub const LABEL_CONTROL_PLANE_NAME: &str = "cluster.x-k8s.io/control-plane-name";
 pub const LABEL_DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
@@ -96,10 +96,13 @@ impl Kind {
         Resource::new(self.group(), self.plural())
     }
 
+    /// True when `res` is this kind's resource (no allocation, unlike comparing `resource()`).
+    pub fn is(self, res: &Resource) -> bool {
+        self.group() == res.group && self.plural() == res.plural
+    }
+
     pub fn of(res: &Resource) -> Option<Kind> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.group() == res.group && k.plural() == res.plural)
+        Kind::ALL.into_iter().find(|k| k.is(res))
     }
 
     /// Kinds that belong to one CAPI cluster and go away with it.
@@ -365,18 +368,18 @@ impl Cond {
     }
 }
 
-fn previous_transition<'a>(
-    previous: Option<&'a Value>,
-    kind: &str,
-    status: &str,
-) -> Option<&'a Value> {
-    previous?
-        .get("conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
-        .filter(|c| c.get("status").and_then(Value::as_str) == Some(status))
+/// `lastTransitionTime` of `cond`: kept from `previous` while its status holds, else `now`.
+fn transition_time(previous: Option<&Value>, cond: &Cond, now: &str) -> Value {
+    previous
+        .and_then(|p| p.get("conditions")?.as_array())
+        .and_then(|list| {
+            list.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some(cond.kind))
+        })
+        .filter(|c| c.get("status").and_then(Value::as_str) == Some(cond.status.as_str()))
         .and_then(|c| c.get("lastTransitionTime"))
+        .cloned()
+        .unwrap_or_else(|| json!(now))
 }
 
 /// CAPI v1beta2 (`metav1.Condition`) list; keeps `lastTransitionTime` while a status holds.
@@ -390,14 +393,11 @@ pub fn conditions_v1beta2(
         conds
             .iter()
             .map(|c| {
-                let since = previous_transition(previous, c.kind, c.status.as_str())
-                    .cloned()
-                    .unwrap_or_else(|| json!(now));
                 json!({
                     "type": c.kind,
                     "status": c.status.as_str(),
                     "observedGeneration": generation,
-                    "lastTransitionTime": since,
+                    "lastTransitionTime": transition_time(previous, c, now),
                     "reason": c.reason,
                     "message": c.message,
                 })
@@ -412,10 +412,8 @@ pub fn conditions_v1beta1(previous: Option<&Value>, conds: &[Cond], now: &str) -
         conds
             .iter()
             .map(|c| {
-                let since = previous_transition(previous, c.kind, c.status.as_str())
-                    .cloned()
-                    .unwrap_or_else(|| json!(now));
-                let mut out = json!({"type": c.kind, "status": c.status.as_str(), "lastTransitionTime": since});
+                let mut out = json!({"type": c.kind, "status": c.status.as_str(),
+                                     "lastTransitionTime": transition_time(previous, c, now)});
                 if c.status == CondStatus::False {
                     out["severity"] = json!("Error");
                 }

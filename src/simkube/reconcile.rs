@@ -121,15 +121,30 @@ fn adopt(cx: &Ctx<'_>, kind: Kind, obj: &Value, cluster: &Value) -> Result<(), S
     Ok(())
 }
 
-/// Live (not deleting) objects of a kind belonging to the cluster by `spec.clusterName`.
-fn parts_of(cx: &Ctx<'_>, kind: Kind, ns: &str, cluster: &str) -> Vec<Arc<Value>> {
-    cx.sim
-        .cluster_parts(ns, cluster, None)
-        .into_iter()
-        .filter(|k| k.resource == kind.resource())
-        .filter_map(|k| cx.store.get(&k.resource, &k.namespace, &k.name))
-        .filter(|o| !is_deleting(o) && str_at(o, &["spec", "clusterName"]) == Some(cluster))
-        .collect()
+/// Live (not deleting) MachineDeployments and MachineHealthChecks belonging to the cluster by
+/// `spec.clusterName`, in one pass over its parts.
+fn deployments_and_health_checks(
+    cx: &Ctx<'_>,
+    ns: &str,
+    cluster: &str,
+) -> (Vec<Arc<Value>>, Vec<Arc<Value>>) {
+    let (mut mds, mut mhcs) = (Vec::new(), Vec::new());
+    for k in cx.sim.cluster_parts(ns, cluster, None) {
+        let list = if Kind::MachineDeployment.is(&k.resource) {
+            &mut mds
+        } else if Kind::MachineHealthCheck.is(&k.resource) {
+            &mut mhcs
+        } else {
+            continue;
+        };
+        if let Some(o) = cx.store.get(&k.resource, &k.namespace, &k.name)
+            && !is_deleting(&o)
+            && str_at(&o, &["spec", "clusterName"]) == Some(cluster)
+        {
+            list.push(o);
+        }
+    }
+    (mds, mhcs)
 }
 
 /// A Cluster condition that is True while the same condition is True on its control plane or
@@ -184,15 +199,28 @@ fn machines_ready(kind: &'static str, sources: &[(&str, &Value)]) -> Cond {
     )
 }
 
-fn replicas_summary(obj: &Value, desired: i64) -> Value {
-    let get = |f: &str| i64_at(obj, &["status", f]).unwrap_or(0);
-    json!({
-        "desiredReplicas": desired,
-        "replicas": get("replicas"),
-        "readyReplicas": get("readyReplicas"),
-        "availableReplicas": get("availableReplicas"),
-        "upToDateReplicas": get("upToDateReplicas"),
-    })
+/// `desiredReplicas` (`spec.replicas`, default 1) and the replica counts of `status`, summed
+/// over `objs` (the control plane, or every MachineDeployment).
+fn replicas_summary<'a>(objs: impl IntoIterator<Item = &'a Arc<Value>>) -> Value {
+    const COUNTS: [&str; 4] = [
+        "replicas",
+        "readyReplicas",
+        "availableReplicas",
+        "upToDateReplicas",
+    ];
+    let mut desired = 0;
+    let mut counts = [0i64; 4];
+    for o in objs {
+        desired += i64_at(o, &["spec", "replicas"]).unwrap_or(1);
+        for (sum, f) in counts.iter_mut().zip(COUNTS) {
+            *sum += i64_at(o, &["status", f]).unwrap_or(0);
+        }
+    }
+    let mut out = json!({"desiredReplicas": desired});
+    for (f, n) in COUNTS.into_iter().zip(counts) {
+        out[f] = json!(n);
+    }
+    out
 }
 
 fn cluster(cx: &Ctx<'_>, mut c: Arc<Value>) -> Result<(), StoreError> {
@@ -211,8 +239,7 @@ fn cluster(cx: &Ctx<'_>, mut c: Arc<Value>) -> Result<(), StoreError> {
     let kcp = cp_name
         .as_deref()
         .and_then(|n| cx.get(Kind::ControlPlane, &ns, n));
-    let mds = parts_of(cx, Kind::MachineDeployment, &ns, &cname);
-    let health_checks = parts_of(cx, Kind::MachineHealthCheck, &ns, &cname);
+    let (mds, health_checks) = deployments_and_health_checks(cx, &ns, &cname);
     let adoptees = osc
         .iter()
         .map(|o| (Kind::InfraCluster, o))
@@ -381,24 +408,11 @@ fn cluster(cx: &Ctx<'_>, mut c: Arc<Value>) -> Result<(), StoreError> {
             &now_rfc3339(),
         ),
     });
-    if let Some(k) = &kcp {
-        status["controlPlane"] = replicas_summary(k, i64_at(k, &["spec", "replicas"]).unwrap_or(1));
+    if kcp.is_some() {
+        status["controlPlane"] = replicas_summary(&kcp);
     }
     if !mds.is_empty() {
-        let mut sum = json!({"desiredReplicas": 0, "replicas": 0, "readyReplicas": 0, "availableReplicas": 0, "upToDateReplicas": 0});
-        for md in &mds {
-            let s = replicas_summary(md, i64_at(md, &["spec", "replicas"]).unwrap_or(1));
-            for f in [
-                "desiredReplicas",
-                "replicas",
-                "readyReplicas",
-                "availableReplicas",
-                "upToDateReplicas",
-            ] {
-                sum[f] = json!(sum[f].as_i64().unwrap_or(0) + s[f].as_i64().unwrap_or(0));
-            }
-        }
-        status["workers"] = sum;
+        status["workers"] = replicas_summary(&mds);
     }
     cx.set_status(Kind::Cluster, &c, status)?;
     Ok(())
@@ -445,7 +459,7 @@ fn cluster_delete(cx: &Ctx<'_>, c: &Value) -> Result<(), StoreError> {
         .collect();
     let machines_left = |cp: bool| {
         remaining.iter().any(|(k, o)| {
-            k.resource == Kind::Machine.resource() && label(o, LABEL_CONTROL_PLANE).is_some() == cp
+            Kind::Machine.is(&k.resource) && label(o, LABEL_CONTROL_PLANE).is_some() == cp
         })
     };
     let reason = if machines_left(false) {
@@ -453,7 +467,7 @@ fn cluster_delete(cx: &Ctx<'_>, c: &Value) -> Result<(), StoreError> {
     } else if machines_left(true)
         || remaining
             .iter()
-            .any(|(k, _)| k.resource == Kind::ControlPlane.resource())
+            .any(|(k, _)| Kind::ControlPlane.is(&k.resource))
     {
         "WaitingForControlPlaneDeletion"
     } else if remaining.is_empty() {
@@ -612,12 +626,11 @@ fn machines_of(
     owner: &Value,
     up_to_date: impl Fn(&Value) -> bool,
 ) -> Vec<MachineView> {
-    let machines = Kind::Machine.resource();
     let mut out: Vec<MachineView> = cx
         .store
         .dependents(uid(owner))
         .into_iter()
-        .filter(|(k, _)| k.resource == machines)
+        .filter(|(k, _)| Kind::Machine.is(&k.resource))
         .map(|(key, m)| MachineView {
             name: name(&m).to_string(),
             created: str_at(&m, &["metadata", "creationTimestamp"])
@@ -754,6 +767,41 @@ fn create_machine(cx: &Ctx<'_>, m: NewMachine<'_>) -> Result<bool, StoreError> {
     Ok(false)
 }
 
+/// The conditions the control plane and deployments report alike: `MachinesUpToDate`,
+/// `RollingOut`, `ScalingDown` and `Deleting` (False: deleting owners are not reconciled).
+fn rollout_conditions(outdated: usize, live: usize, desired: usize) -> [Cond; 4] {
+    [
+        Cond::check(
+            "MachinesUpToDate",
+            outdated == 0,
+            "UpToDate",
+            "NotUpToDate",
+            format!("{outdated} Machines are not up-to-date"),
+        ),
+        if outdated == 0 {
+            Cond::new("RollingOut", CondStatus::False, "NotRollingOut", "")
+        } else {
+            Cond::new(
+                "RollingOut",
+                CondStatus::True,
+                "RollingOut",
+                format!("Rolling out {outdated} not up-to-date replicas"),
+            )
+        },
+        if live > desired && outdated == 0 {
+            Cond::new(
+                "ScalingDown",
+                CondStatus::True,
+                "ScalingDown",
+                format!("Scaling down from {live} to {desired} replicas"),
+            )
+        } else {
+            Cond::new("ScalingDown", CondStatus::False, "NotScalingDown", "")
+        },
+        Cond::new("Deleting", CondStatus::False, "NotDeleting", ""),
+    ]
+}
+
 // ---- KubeadmControlPlane ----
 
 fn control_plane(cx: &Ctx<'_>, kcp: &Value) -> Result<(), StoreError> {
@@ -875,6 +923,8 @@ fn control_plane(cx: &Ctx<'_>, kcp: &Value) -> Result<(), StoreError> {
     };
     let quorum = ready * 2 > live.len();
     let scaling_up = live.len() < desired || (!failed.is_empty() && ready < desired);
+    let [machines_up_to_date, rolling_out, scaling_down, deleting] =
+        rollout_conditions(outdated.len(), live.len(), desired);
     let conds = [
         Cond::check(
             "Available",
@@ -912,23 +962,8 @@ fn control_plane(cx: &Ctx<'_>, kcp: &Value) -> Result<(), StoreError> {
             "NotReady",
             problems.clone(),
         ),
-        Cond::check(
-            "MachinesUpToDate",
-            outdated.is_empty(),
-            "UpToDate",
-            "NotUpToDate",
-            format!("{} Machines are not up-to-date", outdated.len()),
-        ),
-        if outdated.is_empty() {
-            Cond::new("RollingOut", CondStatus::False, "NotRollingOut", "")
-        } else {
-            Cond::new(
-                "RollingOut",
-                CondStatus::True,
-                "RollingOut",
-                format!("Rolling out {} not up-to-date replicas", outdated.len()),
-            )
-        },
+        machines_up_to_date,
+        rolling_out,
         if scaling_up {
             let mut msg = format!("Scaling up from {} to {desired} replicas", ready);
             if let Some(w) = &waiting {
@@ -938,17 +973,8 @@ fn control_plane(cx: &Ctx<'_>, kcp: &Value) -> Result<(), StoreError> {
         } else {
             Cond::new("ScalingUp", CondStatus::False, "NotScalingUp", "")
         },
-        if live.len() > desired && outdated.is_empty() {
-            Cond::new(
-                "ScalingDown",
-                CondStatus::True,
-                "ScalingDown",
-                format!("Scaling down from {} to {desired} replicas", live.len()),
-            )
-        } else {
-            Cond::new("ScalingDown", CondStatus::False, "NotScalingDown", "")
-        },
-        Cond::new("Deleting", CondStatus::False, "NotDeleting", ""),
+        scaling_down,
+        deleting,
     ];
     let mut status = json!({
         "observedGeneration": observed,
@@ -1098,6 +1124,8 @@ fn machine_deployment(cx: &Ctx<'_>, md: &Value) -> Result<(), StoreError> {
             format!("{base}\n{problems}")
         }
     };
+    let [machines_up_to_date, rolling_out, scaling_down, deleting] =
+        rollout_conditions(outdated.len(), live.len(), desired);
     let conds = [
         Cond::check(
             "Available",
@@ -1119,23 +1147,8 @@ fn machine_deployment(cx: &Ctx<'_>, md: &Value) -> Result<(), StoreError> {
                 live.len()
             )),
         ),
-        Cond::check(
-            "MachinesUpToDate",
-            outdated.is_empty(),
-            "UpToDate",
-            "NotUpToDate",
-            format!("{} Machines are not up-to-date", outdated.len()),
-        ),
-        if outdated.is_empty() {
-            Cond::new("RollingOut", CondStatus::False, "NotRollingOut", "")
-        } else {
-            Cond::new(
-                "RollingOut",
-                CondStatus::True,
-                "RollingOut",
-                format!("Rolling out {} not up-to-date replicas", outdated.len()),
-            )
-        },
+        machines_up_to_date,
+        rolling_out,
         if ready < desired && live.len() <= desired {
             Cond::new(
                 "ScalingUp",
@@ -1146,17 +1159,8 @@ fn machine_deployment(cx: &Ctx<'_>, md: &Value) -> Result<(), StoreError> {
         } else {
             Cond::new("ScalingUp", CondStatus::False, "NotScalingUp", "")
         },
-        if live.len() > desired && outdated.is_empty() {
-            Cond::new(
-                "ScalingDown",
-                CondStatus::True,
-                "ScalingDown",
-                format!("Scaling down from {} to {desired} replicas", live.len()),
-            )
-        } else {
-            Cond::new("ScalingDown", CondStatus::False, "NotScalingDown", "")
-        },
-        Cond::new("Deleting", CondStatus::False, "NotDeleting", ""),
+        scaling_down,
+        deleting,
     ];
     let status = json!({
         "observedGeneration": observed,
@@ -1395,7 +1399,7 @@ fn health_check(cx: &Ctx<'_>, mhc: &Value) -> Result<(), StoreError> {
         .sim
         .cluster_parts(ns, cluster_name, None)
         .into_iter()
-        .filter(|k| k.resource == Kind::Machine.resource())
+        .filter(|k| Kind::Machine.is(&k.resource))
         .filter_map(|k| cx.store.get(&k.resource, &k.namespace, &k.name))
         .filter(|m| !is_deleting(m))
         .filter(|m| wanted.iter().all(|(k, v)| label(m, k) == v.as_str()))

@@ -11,6 +11,7 @@ use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::objects::{add_finalizer, has_finalizer, remove_finalizer};
 use super::selector::Selector;
 
 /// Checks an object before it is stored; `Err` carries the messages of a 422 `Invalid` answer.
@@ -314,9 +315,14 @@ struct Inner {
 
 impl Inner {
     fn get(&self, key: &ObjectKey) -> Option<&Arc<Value>> {
+        self.lookup(&key.resource, &key.namespace, &key.name)
+    }
+
+    /// A read without building an `ObjectKey` first (the hot path of `Store::get`).
+    fn lookup(&self, res: &Resource, namespace: &str, name: &str) -> Option<&Arc<Value>> {
         self.objects
-            .get(&key.resource)?
-            .get(&(key.namespace.clone(), key.name.clone()))
+            .get(res)?
+            .get(&(namespace.to_string(), name.to_string()))
     }
 }
 
@@ -376,6 +382,12 @@ fn require_object(obj: &Value) -> Result<(), StoreError> {
 
 fn is_deleting(obj: &Value) -> bool {
     meta_str(obj, "deletionTimestamp").is_some()
+}
+
+/// What a delete writes on an object that has to wait for its finalizers.
+fn mark_deleting(obj: &mut Value) {
+    set_meta(obj, "deletionTimestamp", json!(now_rfc3339()));
+    set_meta(obj, "deletionGracePeriodSeconds", json!(0));
 }
 
 fn has_finalizers(obj: &Value) -> bool {
@@ -544,9 +556,7 @@ impl Store {
     }
 
     pub fn get(&self, res: &Resource, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        self.read()
-            .get(&ObjectKey::new(res, namespace, name))
-            .cloned()
+        self.read().lookup(res, namespace, name).cloned()
     }
 
     /// Objects of a resource in one namespace (`Some`) or all (`None`), filtered by selectors;
@@ -615,7 +625,7 @@ impl Store {
     pub fn ensure_namespace(&self, name: &str) -> Result<Arc<Value>, StoreError> {
         let res = Resource::core("namespaces");
         let mut inner = self.write();
-        if let Some(o) = inner.get(&ObjectKey::new(&res, "", name)) {
+        if let Some(o) = inner.lookup(&res, "", name) {
             return Ok(o.clone());
         }
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
@@ -797,16 +807,8 @@ impl Store {
         let has_dependents = inner.dependents.get(&uid).is_some_and(|d| !d.is_empty());
         if propagation == Propagation::Foreground && has_dependents && !is_deleting(&old) {
             let mut new = (*old).clone();
-            if let Some(meta) = meta_mut(&mut new) {
-                meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-                match meta.get_mut("finalizers") {
-                    Some(Value::Array(list)) => list.push(json!(FOREGROUND_FINALIZER)),
-                    _ => {
-                        meta.insert("finalizers".into(), json!([FOREGROUND_FINALIZER]));
-                    }
-                }
-            }
+            mark_deleting(&mut new);
+            add_finalizer(&mut new, FOREGROUND_FINALIZER);
             let marked = self.commit(&mut inner, key.clone(), Some(old), new)?;
             let mut dependents: Vec<ObjectKey> = inner
                 .dependents
@@ -919,8 +921,7 @@ impl Store {
         if !self.opts.require_namespaces || ns.is_empty() || res.is_namespace() {
             return Ok(());
         }
-        let key = ObjectKey::new(&Resource::core("namespaces"), "", ns);
-        match inner.get(&key) {
+        match inner.lookup(&Resource::core("namespaces"), "", ns) {
             Some(_) => Ok(()),
             None => Err(StoreError::NotFound(format!(
                 "namespaces \"{ns}\" not found"
@@ -1219,26 +1220,8 @@ impl Store {
         }
         if has_finalizers(&old) {
             let mut new = (*old).clone();
-            inner.rv += 1;
-            let rv = inner.rv;
-            set_meta(&mut new, "deletionTimestamp", json!(now_rfc3339()));
-            set_meta(&mut new, "deletionGracePeriodSeconds", json!(0));
-            set_meta(&mut new, "resourceVersion", json!(rv.to_string()));
-            let new = Arc::new(new);
-            inner
-                .objects
-                .entry(key.resource.clone())
-                .or_default()
-                .insert((key.namespace.clone(), key.name.clone()), new.clone());
-            self.emit(
-                inner,
-                rv,
-                EventType::Modified,
-                key.clone(),
-                new.clone(),
-                Some(old),
-            );
-            return Ok((new, None));
+            mark_deleting(&mut new);
+            return Ok((self.commit(inner, key.clone(), Some(old), new)?, None));
         }
         inner.rv += 1;
         let rv = inner.rv;
@@ -1304,21 +1287,11 @@ impl Store {
         let Some(owner) = inner.get(&key).cloned() else {
             return;
         };
-        let waiting = owner
-            .get("metadata")
-            .and_then(|m| m.get("finalizers"))
-            .and_then(Value::as_array)
-            .is_some_and(|f| f.iter().any(|x| x == FOREGROUND_FINALIZER));
-        if !is_deleting(&owner) || !waiting {
+        if !is_deleting(&owner) || !has_finalizer(&owner, FOREGROUND_FINALIZER) {
             return;
         }
         let mut new = (*owner).clone();
-        if let Some(Value::Array(list)) = new
-            .get_mut("metadata")
-            .and_then(|m| m.get_mut("finalizers"))
-        {
-            list.retain(|x| x != FOREGROUND_FINALIZER);
-        }
+        remove_finalizer(&mut new, FOREGROUND_FINALIZER);
         if let Err(e) = self.commit(inner, key, Some(owner), new) {
             tracing::warn!(error = %e, "releasing a foreground deletion failed");
         }

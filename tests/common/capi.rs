@@ -57,13 +57,9 @@ impl Drop for CapiApp {
 
 /// Options of a simulated cluster for tests: fast steps, CRD validation of every write.
 pub fn sim_options(step_ms: u64) -> SimOptions {
-    let schemas =
-        magnum_capi::capi::schema::CrdSchemas::load(&crd_dir()).expect("loading the CRD schemas");
     SimOptions {
         step: Duration::from_millis(step_ms),
-        validator: Some(Arc::new(move |obj: &Value| {
-            schemas.validate(obj).map(|_| ())
-        })),
+        validator: Some(magnum_capi::server::crd_validator(&crd_dir()).expect("CRD schemas")),
         ..SimOptions::default()
     }
 }
