@@ -54,6 +54,7 @@ fn render_time() {
             config: &cfg,
             credentials: None,
             cas: None,
+            rollout_after: None,
         })
         .expect("values");
         objects = renderer.render(&v).expect("render").len();

@@ -218,6 +218,17 @@ pub struct CapiConfig {
     pub ccm_chart_version: String,
     /// `openstack-cinder-csi` chart version (same rule).
     pub cinder_csi_chart_version: String,
+    /// Days a client certificate signed by `POST /v1/certificates` is valid (never beyond the
+    /// cluster CA).
+    pub client_cert_validity_days: u32,
+    /// Seconds between checks that each cluster's application credential still authenticates
+    /// (0 = never check).
+    pub credential_check_interval_secs: u64,
+    /// Days an application credential created for a cluster lives (0 = no expiry). With an
+    /// expiry the credential is created `unrestricted` so that it can renew itself (README).
+    pub app_cred_expiry_days: u32,
+    /// A credential with an expiry is renewed this many days before it.
+    pub app_cred_renew_before_days: u32,
 }
 
 impl Default for CapiConfig {
@@ -247,6 +258,10 @@ impl Default for CapiConfig {
             openstack_chart_repo: "https://kubernetes.github.io/cloud-provider-openstack".into(),
             ccm_chart_version: "2.33.1".into(),
             cinder_csi_chart_version: "2.33.1".into(),
+            client_cert_validity_days: 365,
+            credential_check_interval_secs: 300,
+            app_cred_expiry_days: 0,
+            app_cred_renew_before_days: 7,
         }
     }
 }

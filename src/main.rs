@@ -183,6 +183,7 @@ fn render_manifests(
         config: &cfg.capi,
         credentials: Some(values::placeholder_credentials()),
         cas: Some(&cas),
+        rollout_after: None,
     })?;
     let objects = render::Renderer::new(cfg.capi.templates_dir.as_deref())?.render(&v)?;
     Ok(format!(

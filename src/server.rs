@@ -208,9 +208,7 @@ pub fn spawn_capi(app: &AppState, stop: watch::Receiver<bool>) -> Vec<tokio::tas
     let (pool, sweeper, mut stop) = (app.pool.clone(), capi.clone(), stop);
     tasks.push(tokio::spawn(async move {
         loop {
-            if let Err(e) = sweeper.sweep_leftover_credentials(&pool).await {
-                tracing::warn!(error = %e, "sweeping leftover application credentials failed");
-            }
+            sweeper.maintenance(&pool).await;
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(30)) => {}
                 _ = stop.changed() => return,

@@ -13,168 +13,16 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::keystone::{Keystone, REGION, password};
+use common::osc::Osc;
 use common::stack::{env_shared, keystone_app, parts};
 use serde_json::{Value, json};
-use tokio::process::Command;
 
-/// How long one `openstack` invocation may take before the test gives up on it.
-const CLI_TIMEOUT: Duration = Duration::from_secs(180);
 /// Invocations of a command polled until the service shows the expected state.
 const POLLS: usize = 15;
 /// The host the test's heartbeat registers `magnum-conductor` under.
 const HOST: &str = "osc-test-host";
-
-/// Runs `openstack` from the Keystone virtualenv as a user of a project.
-struct Osc {
-    bin: PathBuf,
-    auth_url: String,
-}
-
-/// What one invocation did.
-struct Out {
-    what: String,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Osc {
-    fn new(ks: &Keystone) -> Osc {
-        Osc {
-            bin: ks.venv.join("bin/openstack"),
-            auth_url: ks.url.clone(),
-        }
-    }
-
-    async fn run(&self, user: &str, project: &str, args: &[&str]) -> Out {
-        let what = format!("openstack {} (as {user} on {project})", args.join(" "));
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(args);
-        // Nothing of the caller's cloud (or Python setup) may leak in.
-        for (k, _) in std::env::vars_os() {
-            let b = k.as_encoded_bytes();
-            if b.starts_with(b"OS_") || b.starts_with(b"PYTHON") || b == b"VIRTUAL_ENV" {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("OS_AUTH_URL", &self.auth_url)
-            .env("OS_USERNAME", user)
-            .env("OS_PASSWORD", password(user))
-            .env("OS_PROJECT_NAME", project)
-            .env("OS_USER_DOMAIN_NAME", "Default")
-            .env("OS_PROJECT_DOMAIN_NAME", "Default")
-            .env("OS_REGION_NAME", REGION)
-            .env("OS_IDENTITY_API_VERSION", "3")
-            .env("OS_INTERFACE", "public")
-            // Tables as wide as they need to be, whatever the terminal.
-            .env("CLIFF_MAX_TERM_WIDTH", "0")
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        let t0 = Instant::now();
-        let out = tokio::time::timeout(CLI_TIMEOUT, cmd.output())
-            .await
-            .unwrap_or_else(|_| panic!("{what}: no answer within {CLI_TIMEOUT:?}"))
-            .unwrap_or_else(|e| panic!("{what}: cannot run {}: {e}", self.bin.display()));
-        eprintln!(
-            "[{:5.1}s] {what} -> {:?}",
-            t0.elapsed().as_secs_f64(),
-            out.status.code()
-        );
-        Out {
-            what,
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// Runs a command that must succeed.
-    async fn ok(&self, user: &str, project: &str, args: &[&str]) -> Out {
-        let out = self.run(user, project, args).await;
-        if out.code != Some(0) {
-            panic!("{} failed: {}", out.what, out.dump());
-        }
-        out
-    }
-
-    /// Runs a command that must fail (non-zero exit).
-    async fn fails(&self, user: &str, project: &str, args: &[&str]) -> Out {
-        let out = self.run(user, project, args).await;
-        if out.code == Some(0) || out.code.is_none() {
-            panic!("{} should have failed: {}", out.what, out.dump());
-        }
-        out
-    }
-}
-
-impl Out {
-    fn dump(&self) -> String {
-        format!(
-            "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-
-    /// The JSON document of `-f json` output (some commands print a message line first).
-    #[track_caller]
-    fn json(&self) -> Value {
-        let start = self
-            .stdout
-            .find(['{', '['])
-            .unwrap_or_else(|| panic!("{}: no JSON in the output: {}", self.what, self.dump()));
-        serde_json::from_str(&self.stdout[start..])
-            .unwrap_or_else(|e| panic!("{}: bad JSON ({e}): {}", self.what, self.dump()))
-    }
-
-    /// The rows of a printed table (`| a | b |` lines), header row included.
-    fn table(&self) -> Vec<Vec<String>> {
-        self.stdout
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with('|'))
-            .map(|l| {
-                l.trim_matches('|')
-                    .split('|')
-                    .map(|c| c.trim().to_string())
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// A `Property | Value` table as a JSON object of strings.
-    #[track_caller]
-    fn properties(&self) -> Value {
-        let rows = self.table();
-        assert_eq!(
-            rows.first().map(|r| r.join("|")).as_deref(),
-            Some("Property|Value"),
-            "{}: not a property table: {}",
-            self.what,
-            self.dump()
-        );
-        Value::Object(
-            rows[1..]
-                .iter()
-                .map(|r| (r[0].clone(), Value::String(r[1].clone())))
-                .collect(),
-        )
-    }
-
-    #[track_caller]
-    fn stderr_has(&self, needle: &str) -> &Self {
-        assert!(
-            self.stderr.contains(needle),
-            "{}: stderr lacks {needle:?}: {}",
-            self.what,
-            self.dump()
-        );
-        self
-    }
-}
 
 /// The JSON object with the keys in `fields` only (to compare a selection of a client's output).
 fn pick(v: &Value, fields: &[&str]) -> Value {

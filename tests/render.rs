@@ -113,6 +113,7 @@ fn build_values(r: &ApiRows, config: &CapiConfig) -> Result<Values, ValuesError>
         config,
         credentials: None,
         cas: None,
+        rollout_after: None,
     })
 }
 
@@ -126,6 +127,7 @@ fn build_for_create(r: &ApiRows, credentials: values::CloudCredentials) -> Value
         config: &CapiConfig::default(),
         credentials: Some(credentials),
         cas: Some(&cas),
+        rollout_after: None,
     })
     .unwrap()
 }

@@ -820,7 +820,7 @@ async fn a_minimal_cluster_becomes_available_with_addresses_and_a_kubeconfig() {
     let kubeconfig: Value = yaml_serde::from_slice(&secret.data.unwrap()["value"].0).unwrap();
     assert_eq!(
         kubeconfig["clusters"][0]["cluster"]["server"],
-        format!("https://{host}:6443")
+        sim.workload_url(NS, CLUSTER)
     );
     let ca = Api::<Secret>::namespaced(sim.client(), NS)
         .get(&format!("{CLUSTER}-ca"))
@@ -1285,4 +1285,596 @@ async fn many_clusters_become_available() {
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 2 * n);
+}
+
+// ---- workload clusters and CA rotation ----
+
+/// A self-signed CA: (certificate PEM, key PEM).
+fn new_ca(cn: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
+
+/// A client certificate signed by the CA (`ca_pem`'s first certificate, key `ca_key`).
+fn client_cert(ca_pem: &str, ca_key: &str) -> String {
+    let issuer =
+        rcgen::Issuer::from_ca_cert_pem(ca_pem, rcgen::KeyPair::from_pem(ca_key).unwrap()).unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "someone");
+    params
+        .signed_by(&rcgen::KeyPair::generate().unwrap(), &issuer)
+        .unwrap()
+        .pem()
+}
+
+fn tls_secret(suffix: &str, crt: &str, key: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": format!("{CLUSTER}-{suffix}"), "namespace": NS, "labels": {UUID_LABEL: "u-demo"}},
+        "data": {"tls.crt": STANDARD.encode(crt), "tls.key": STANDARD.encode(key)},
+    })
+}
+
+/// Two CA generations of `ca` and `etcd` (old, new), each (cert, key).
+struct Cas {
+    ca: [(String, String); 2],
+    etcd: [(String, String); 2],
+}
+
+impl Cas {
+    fn new() -> Self {
+        Cas {
+            ca: [new_ca("kubernetes"), new_ca("kubernetes")],
+            etcd: [new_ca("etcd-ca"), new_ca("etcd-ca")],
+        }
+    }
+}
+
+/// A validating simulated management cluster (the CAPI/CAPO CRDs) with a cluster whose `ca`
+/// and `etcd` Secrets hold the old CAs.
+async fn rotation_cluster(cp: i64, workers: i64, cas: &Cas) -> SimCluster {
+    let crds = std::env::var_os("MAGNUM_CAPI_CRD_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/crds"));
+    let sim = SimCluster::start(SimOptions {
+        validator: Some(magnum_capi::server::crd_validator(&crds).unwrap()),
+        ..SimOptions::for_tests()
+    })
+    .await
+    .unwrap();
+    let mut objects = cluster_objects(cp, workers, "m1.small", ext_net());
+    objects[0] = tls_secret("ca", &cas.ca[0].0, &cas.ca[0].1);
+    objects.push(tls_secret("etcd", &cas.etcd[0].0, &cas.etcd[0].1));
+    create_cluster(&sim, objects).await;
+    wait_available(&sim).await;
+    let total = (cp + workers) as usize;
+    wait_for("every machine Ready", || {
+        let sim = &sim;
+        async move {
+            let m = machines(sim, UUID_LABEL).await;
+            (m.len() == total && m.iter().all(|m| is_true(m, "Ready"))).then_some(())
+        }
+    })
+    .await;
+    sim
+}
+
+async fn kubeconfig_doc(sim: &SimCluster) -> Option<kube::config::Kubeconfig> {
+    let secret = Api::<Secret>::namespaced(sim.client(), NS)
+        .get_opt(&format!("{CLUSTER}-kubeconfig"))
+        .await
+        .unwrap()?;
+    let yaml = secret.data.unwrap()["value"].0.clone();
+    Some(kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&yaml).unwrap()).unwrap())
+}
+
+/// A kube client for the workload cluster, built from `<cluster>-kubeconfig` as the driver does.
+async fn workload_client(sim: &SimCluster) -> kube::Client {
+    let doc = kubeconfig_doc(sim).await.unwrap();
+    let config = kube::Config::from_custom_kubeconfig(doc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn pem_of(data: &str) -> String {
+    String::from_utf8(STANDARD.decode(data).unwrap()).unwrap()
+}
+
+/// The CA data of the workload cluster's `kube-public/cluster-info` (PEM).
+async fn cluster_info_ca(client: &kube::Client) -> (String, String) {
+    let cm =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-public")
+            .get("cluster-info")
+            .await
+            .unwrap();
+    let doc: Value = yaml_serde::from_str(&cm.data.unwrap()["kubeconfig"]).unwrap();
+    let cluster = &doc["clusters"][0]["cluster"];
+    (
+        cluster["server"].as_str().unwrap().to_string(),
+        pem_of(cluster["certificate-authority-data"].as_str().unwrap()),
+    )
+}
+
+/// Rewrites the CA data of `cluster-info` through the workload API, as the driver does.
+async fn set_cluster_info_ca(sim: &SimCluster, bundle: &str) {
+    let client = workload_client(sim).await;
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, "kube-public");
+    let cm = cms.get("cluster-info").await.unwrap();
+    let mut doc: Value = yaml_serde::from_str(&cm.data.as_ref().unwrap()["kubeconfig"]).unwrap();
+    doc["clusters"][0]["cluster"]["certificate-authority-data"] = json!(STANDARD.encode(bundle));
+    let patch = json!({"data": {"kubeconfig": yaml_serde::to_string(&doc).unwrap()}});
+    cms.patch(
+        "cluster-info",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+}
+
+/// Sets `spec.rollout.after` (now) on the control plane and the workers; returns the live
+/// machines it should replace.
+async fn roll_everything(sim: &SimCluster) -> Vec<String> {
+    let before: Vec<String> = machines(sim, UUID_LABEL)
+        .await
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .map(|m| m.name_any())
+        .collect();
+    let after = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let patch = json!({"spec": {"rollout": {"after": after}}});
+    api(
+        sim,
+        NS,
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+    )
+    .patch(
+        &format!("{CLUSTER}-control-plane"),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    api(sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
+        .patch(
+            &format!("{CLUSTER}-md-0"),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    before
+}
+
+/// Waits until none of `before` is left and `total` new machines are Ready.
+async fn wait_replaced(sim: &SimCluster, before: &[String], total: usize) -> Vec<DynamicObject> {
+    wait_for("every machine to be replaced and Ready", || async move {
+        let m = machines(sim, UUID_LABEL).await;
+        (m.len() == total
+            && m.iter()
+                .all(|m| !before.contains(&m.name_any()) && is_true(m, "Ready")))
+        .then_some(m)
+    })
+    .await
+}
+
+/// The first failed machine's `NodeHealthy` message among `selector`'s machines.
+async fn wait_join_failure(sim: &SimCluster, selector: &str) -> (DynamicObject, String) {
+    wait_for("a machine to fail kubeadm", || async move {
+        machines(sim, selector).await.into_iter().find_map(|m| {
+            let c = condition(&m, "NodeHealthy")?;
+            let msg =
+                (c["status"] == "False").then(|| c["message"].as_str().unwrap().to_string())?;
+            Some((m, msg))
+        })
+    })
+    .await
+}
+
+async fn delete_kubeconfig(sim: &SimCluster) {
+    Api::<Secret>::namespaced(sim.client(), NS)
+        .delete(&format!("{CLUSTER}-kubeconfig"), &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// The admin certificate of `<cluster>-kubeconfig` once it verifies against `ca_pem` (waits
+/// for the regenerated Secret).
+async fn wait_kubeconfig_signed_by(sim: &SimCluster, ca_pem: &str) -> kube::config::Kubeconfig {
+    wait_for("the kubeconfig signed by the expected CA", || async move {
+        let doc = kubeconfig_doc(sim).await?;
+        let cert = pem_of(
+            doc.auth_infos[0]
+                .auth_info
+                .as_ref()?
+                .client_certificate_data
+                .as_deref()?,
+        );
+        verifies(&cert, ca_pem).then_some(doc)
+    })
+    .await
+}
+
+/// True when `leaf_pem` carries a valid signature by `ca_pem`'s key.
+fn verifies(leaf_pem: &str, ca_pem: &str) -> bool {
+    let (_, leaf) = x509_parser::pem::parse_x509_pem(leaf_pem.as_bytes()).unwrap();
+    let (_, ca) = x509_parser::pem::parse_x509_pem(ca_pem.as_bytes()).unwrap();
+    let (leaf, ca) = (leaf.parse_x509().unwrap(), ca.parse_x509().unwrap());
+    leaf.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+#[tokio::test]
+async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 1, "m1.small", ext_net())).await;
+    let cluster = wait_available(&sim).await;
+    let doc = kubeconfig_doc(&sim).await.unwrap();
+    assert_eq!(
+        doc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+        Some(sim.workload_url(NS, CLUSTER).as_str())
+    );
+    let client = workload_client(&sim).await;
+    let (server, ca) = cluster_info_ca(&client).await;
+    let host = cluster.data["spec"]["controlPlaneEndpoint"]["host"]
+        .as_str()
+        .unwrap();
+    assert_eq!(server, format!("https://{host}:6443"));
+    let ca_secret = Api::<Secret>::namespaced(sim.client(), NS)
+        .get(&format!("{CLUSTER}-ca"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ca.as_bytes(),
+        ca_secret.data.unwrap()["tls.crt"].0.as_slice()
+    );
+    // The endpoint the Cluster reports is the simulated load balancer, as before.
+    assert!(host.starts_with("203.0.113."), "{host}");
+    // Every namespace kubeadm creates exists; ConfigMaps can be written, listed and deleted.
+    let cms =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-system");
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}}),
+    )
+    .unwrap();
+    cms.patch("x", &ssa(), &Patch::Apply(&cm)).await.unwrap();
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    cms.delete("x", &DeleteParams::default()).await.unwrap();
+    // The management API does not see it; an unknown workload cluster is a 404.
+    assert!(
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(sim.client(), "kube-public")
+            .get_opt("cluster-info")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let url = format!("{}/workload/{NS}/nope/api/v1/namespaces", sim.url());
+    assert_eq!(reqwest::get(url).await.unwrap().status(), 404);
+    // The workload cluster goes with the Cluster.
+    api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster")
+        .delete(CLUSTER, &DeleteParams::foreground())
+        .await
+        .unwrap();
+    wait_for("the workload cluster to go", || {
+        let sim = &sim;
+        async move { sim.workload_store(NS, CLUSTER).is_none().then_some(()) }
+    })
+    .await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deleted_kubeconfig_is_regenerated_with_the_current_ca_key() {
+    let cas = Cas::new();
+    let sim = rotation_cluster(1, 1, &cas).await;
+    let (old, old_key) = &cas.ca[0];
+    let (new, new_key) = &cas.ca[1];
+    wait_kubeconfig_signed_by(&sim, old).await;
+    assert!(sim.workload_accepts(NS, CLUSTER, &client_cert(old, old_key)));
+    assert!(!sim.workload_accepts(NS, CLUSTER, &client_cert(new, new_key)));
+    assert!(!sim.workload_accepts(NS, "nope", &client_cert(old, old_key)));
+    // Sign with new, trust both (the secret only: the machines still trust old alone).
+    let bundle = format!("{new}{old}");
+    apply(&sim, tls_secret("ca", &bundle, new_key)).await;
+    delete_kubeconfig(&sim).await;
+    let doc = wait_kubeconfig_signed_by(&sim, new).await;
+    let ca_data = doc.clusters[0]
+        .cluster
+        .as_ref()
+        .unwrap()
+        .certificate_authority_data
+        .clone()
+        .unwrap();
+    assert_eq!(pem_of(&ca_data), bundle);
+    let cert = pem_of(
+        doc.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .unwrap()
+            .client_certificate_data
+            .as_deref()
+            .unwrap(),
+    );
+    assert!(!verifies(&cert, old));
+    assert!(
+        !sim.workload_accepts(NS, CLUSTER, &cert),
+        "no machine trusts new yet"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn rollout_after_replaces_older_machines_exactly_once() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 2, "m1.small", ext_net())).await;
+    wait_available(&sim).await;
+    // A time in the future does nothing until it is reached.
+    let soon = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let before: Vec<String> = machines(&sim, UUID_LABEL)
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let patch = json!({"spec": {"rollout": {"after": soon.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)}}});
+    api(&sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
+        .patch(
+            &format!("{CLUSTER}-md-0"),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let still: Vec<String> = machines(&sim, UUID_LABEL)
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    assert_eq!(still, before);
+    let workers: Vec<String> = machines(&sim, "cluster.x-k8s.io/deployment-name")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let replaced = wait_for("the workers replaced", || {
+        let (sim, workers) = (&sim, &workers);
+        async move {
+            let m = machines(sim, "cluster.x-k8s.io/deployment-name").await;
+            (m.len() == 2
+                && m.iter()
+                    .all(|m| !workers.contains(&m.name_any()) && is_true(m, "Ready")))
+            .then_some(m)
+        }
+    })
+    .await;
+    // And now (reached) on the control plane too.
+    let before = roll_everything(&sim).await;
+    let after = wait_replaced(&sim, &before, 3).await;
+    let names: Vec<String> = after.iter().map(|m| m.name_any()).collect();
+    assert!(replaced.iter().all(|m| !names.contains(&m.name_any())));
+    // Exactly once: nothing is replaced again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later: Vec<String> = machines(&sim, UUID_LABEL)
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    assert_eq!(later, names);
+    let md = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
+        .get(&format!("{CLUSTER}-md-0"))
+        .await
+        .unwrap();
+    assert_eq!(md.data["status"]["upToDateReplicas"], 2);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_ca_rotation_in_three_phases_ends_on_the_new_ca() {
+    let cas = Cas::new();
+    let sim = rotation_cluster(1, 1, &cas).await;
+    let [(old, old_key), (new, new_key)] = &cas.ca;
+    let [(eold, eold_key), (enew, enew_key)] = &cas.etcd;
+
+    // 1: sign old, trust both; cluster-info carries both.
+    apply(&sim, tls_secret("ca", &format!("{old}{new}"), old_key)).await;
+    apply(&sim, tls_secret("etcd", &format!("{eold}{enew}"), eold_key)).await;
+    set_cluster_info_ca(&sim, &format!("{old}{new}")).await;
+    let before = roll_everything(&sim).await;
+    wait_replaced(&sim, &before, 2).await;
+
+    // 2: sign new, trust both; a new kubeconfig.
+    apply(&sim, tls_secret("ca", &format!("{new}{old}"), new_key)).await;
+    apply(&sim, tls_secret("etcd", &format!("{enew}{eold}"), enew_key)).await;
+    delete_kubeconfig(&sim).await;
+    let before = roll_everything(&sim).await;
+    wait_replaced(&sim, &before, 2).await;
+    wait_kubeconfig_signed_by(&sim, new).await;
+
+    // 3: new only.
+    apply(&sim, tls_secret("ca", new, new_key)).await;
+    apply(&sim, tls_secret("etcd", enew, enew_key)).await;
+    set_cluster_info_ca(&sim, new).await;
+    delete_kubeconfig(&sim).await;
+    let before = roll_everything(&sim).await;
+    let all = wait_replaced(&sim, &before, 2).await;
+    assert!(all.iter().all(|m| m.data["status"]["phase"] == "Running"));
+
+    let doc = wait_for("the kubeconfig with the new CA only", || {
+        let (sim, new) = (&sim, new);
+        async move {
+            let doc = wait_kubeconfig_signed_by(sim, new).await;
+            let ca = pem_of(
+                doc.clusters[0]
+                    .cluster
+                    .as_ref()?
+                    .certificate_authority_data
+                    .as_deref()?,
+            );
+            (ca == *new).then_some(doc)
+        }
+    })
+    .await;
+    let cert = pem_of(
+        doc.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .unwrap()
+            .client_certificate_data
+            .as_deref()
+            .unwrap(),
+    );
+    assert!(verifies(&cert, new) && !verifies(&cert, old));
+    assert!(sim.workload_accepts(NS, CLUSTER, &cert));
+    assert!(sim.workload_accepts(NS, CLUSTER, &client_cert(new, new_key)));
+    assert!(!sim.workload_accepts(NS, CLUSTER, &client_cert(old, old_key)));
+    let (_, info) = cluster_info_ca(&workload_client(&sim).await).await;
+    assert_eq!(info, *new);
+    wait_available(&sim).await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn swapping_the_ca_without_phase_one_fails_the_joins_at_discovery() {
+    let cas = Cas::new();
+    let sim = rotation_cluster(1, 1, &cas).await;
+    let (new, new_key) = &cas.ca[1];
+    apply(&sim, tls_secret("ca", new, new_key)).await;
+    roll_everything(&sim).await;
+    let (worker, message) = wait_join_failure(&sim, "cluster.x-k8s.io/deployment-name").await;
+    assert!(
+        message.starts_with("kubeadm join: cluster CA found in cluster-info ConfigMap is invalid: none of the public keys \"sha256:"),
+        "{message}"
+    );
+    assert!(message.ends_with("are pinned"), "{message}");
+    assert_eq!(worker.data["status"]["phase"], "Failed");
+    assert_eq!(
+        condition(&worker, "NodeHealthy").unwrap()["reason"],
+        "KubeadmJoinFailed"
+    );
+    assert_eq!(
+        worker.data["status"]["deprecated"]["v1beta1"]["failureMessage"],
+        message.as_str()
+    );
+    let (_, cp_message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    assert!(cp_message.contains("are pinned"), "{cp_message}");
+    // The owners report it, and the old machines keep serving with the old CA.
+    let md = wait_for("the deployment to report the failure", || {
+        let sim = &sim;
+        async move {
+            api(sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
+                .get(&format!("{CLUSTER}-md-0"))
+                .await
+                .ok()
+                .filter(|md| {
+                    condition(md, "MachinesReady").is_some_and(|c| {
+                        c["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .contains("are pinned")
+                    })
+                })
+        }
+    })
+    .await;
+    assert!(!is_true(&md, "MachinesReady"));
+    let (old, old_key) = &cas.ca[0];
+    assert!(sim.workload_accepts(NS, CLUSTER, &client_cert(old, old_key)));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn swapping_the_ca_with_only_cluster_info_updated_fails_control_plane_tls() {
+    let cas = Cas::new();
+    let sim = rotation_cluster(1, 0, &cas).await;
+    let [(old, _), (new, new_key)] = &cas.ca;
+    set_cluster_info_ca(&sim, &format!("{old}{new}")).await;
+    apply(&sim, tls_secret("ca", new, new_key)).await;
+    roll_everything(&sim).await;
+    let (_, message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    assert!(
+        message.starts_with("kubeadm join: tls: failed to verify certificate: x509: certificate signed by unknown authority (this machine does not trust the CA \"kubernetes\""),
+        "{message}"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn swapping_the_etcd_ca_without_phase_one_fails_the_etcd_join_of_an_ha_control_plane() {
+    let cas = Cas::new();
+    let sim = rotation_cluster(3, 0, &cas).await;
+    let (enew, enew_key) = &cas.etcd[1];
+    apply(&sim, tls_secret("etcd", enew, enew_key)).await;
+    let before = roll_everything(&sim).await;
+    let (failed, message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    assert!(!before.contains(&failed.name_any()));
+    assert!(
+        message.starts_with("kubeadm join: [etcd] failed to add this machine as an etcd member: remote error: tls: bad certificate (control plane machine "),
+        "{message}"
+    );
+    assert!(message.contains("\"etcd-ca\" (sha256:"), "{message}");
+    let kcp = wait_for("the control plane to report it", || {
+        let sim = &sim;
+        async move {
+            api(
+                sim,
+                NS,
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "KubeadmControlPlane",
+            )
+            .get(&format!("{CLUSTER}-control-plane"))
+            .await
+            .ok()
+            .filter(|k| {
+                condition(k, "MachinesReady")
+                    .is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("[etcd]"))
+            })
+        }
+    })
+    .await;
+    assert!(
+        is_true(&kcp, "Available"),
+        "the three old members keep quorum"
+    );
+    // It stays failed (kubeadm ran once); the old members were not replaced.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cp = machines(&sim, "cluster.x-k8s.io/control-plane").await;
+    assert_eq!(cp.len(), 4);
+    assert_eq!(
+        cp.iter().filter(|m| before.contains(&m.name_any())).count(),
+        3
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_key_that_is_not_the_first_certificates_fails_kubeadm() {
+    let cas = Cas::new();
+    let sim = rotation_cluster(1, 0, &cas).await;
+    let [(old, old_key), (new, _)] = &cas.ca;
+    // Trust both but sign with old while new comes first: kubeadm cannot use the pair.
+    apply(&sim, tls_secret("ca", &format!("{new}{old}"), old_key)).await;
+    roll_everything(&sim).await;
+    let (m, message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    assert!(
+        message.starts_with(&format!(
+            "kubeadm join: [certs] the certificate and key in Secret {CLUSTER}-ca do not match"
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        condition(&m, "NodeHealthy").unwrap()["reason"],
+        "KubeadmJoinFailed"
+    );
+    sim.shutdown().await;
 }

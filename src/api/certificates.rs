@@ -6,12 +6,13 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::RequestId;
+use super::context::Cloud;
 use super::error::ApiResult;
-use super::extract::{JsonBody, QueryArgs};
+use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::{certificates, uuid_body};
+use crate::service::{certificates, credentials, uuid_body};
 
 /// The cluster's CA certificate.
 #[utoipa::path(get, path = "/v1/certificates/{ident}", tag = "certificates",
@@ -21,11 +22,12 @@ use crate::service::{certificates, uuid_body};
 pub async fn show(
     State(app): State<AppState>,
     caller: Caller,
+    BaseUrl(base): BaseUrl,
     Path(ident): Path<String>,
     args: QueryArgs,
 ) -> ApiResult<Json<Value>> {
     Ok(Json(
-        certificates::show(&app, &caller, &ident, &args).await?,
+        certificates::show(&app, &caller, &base, &ident, &args).await?,
     ))
 }
 
@@ -36,11 +38,12 @@ pub async fn show(
 pub async fn sign(
     State(app): State<AppState>,
     caller: Caller,
+    BaseUrl(base): BaseUrl,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     Ok((
         StatusCode::CREATED,
-        Json(certificates::sign(&app, &caller, &body).await?),
+        Json(certificates::sign(&app, &caller, &base, &body).await?),
     ))
 }
 
@@ -65,10 +68,11 @@ pub async fn rotate_ca(
 pub async fn rotate_credential(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     Path(ident): Path<String>,
     RequestId(rid): RequestId,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = certificates::rotate_credential(&app, &caller, mv, &ident, &rid).await?;
+    let uuid = credentials::rotate(&app, &caller, cloud.as_ref(), mv, &ident, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }

@@ -93,16 +93,28 @@ pub async fn create(
            ("rollback" = Option<bool>, Query, description = "Accepted from 1.3")),
     request_body(content = Object, description = "RFC 6902 operations"),
     responses((status = 202, description = "`{uuid}`")))]
+#[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn update(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     Path(ident): Path<String>,
     args: QueryArgs,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::update(&app, &caller, mv, &ident, &args, &body, &rid).await?;
+    let uuid = clusters::update(
+        &app,
+        &caller,
+        cloud.as_ref(),
+        mv,
+        &ident,
+        &args,
+        &body,
+        &rid,
+    )
+    .await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
@@ -113,10 +125,11 @@ pub async fn update(
 pub async fn delete(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     Path(ident): Path<String>,
     RequestId(rid): RequestId,
 ) -> ApiResult<StatusCode> {
-    clusters::delete(&app, &caller, &ident, &rid).await?;
+    clusters::delete(&app, &caller, cloud.as_ref(), &ident, &rid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -128,12 +141,13 @@ pub async fn delete(
 pub async fn resize(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     Path(ident): Path<String>,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::resize(&app, &caller, mv, &ident, &body, &rid).await?;
+    let uuid = clusters::resize(&app, &caller, cloud.as_ref(), mv, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
@@ -145,11 +159,12 @@ pub async fn resize(
 pub async fn upgrade(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     Path(ident): Path<String>,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::upgrade(&app, &caller, mv, &ident, &body, &rid).await?;
+    let uuid = clusters::upgrade(&app, &caller, cloud.as_ref(), mv, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }

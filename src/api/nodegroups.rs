@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
 
+use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
@@ -52,16 +53,18 @@ pub async fn show(
     params(("ident" = String, Path, description = "Cluster UUID or name")),
     request_body(content = Object, description = "NodeGroup attributes"),
     responses((status = 202, description = "The new nodegroup"), (status = 409, description = "Invalid counts, labels or taints")))]
+#[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn create(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     Path(ident): Path<String>,
     BaseUrl(base): BaseUrl,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let (n, c) = nodegroups::create(&app, &caller, mv, &ident, &body, &rid).await?;
+    let (n, c) = nodegroups::create(&app, &caller, cloud.as_ref(), mv, &ident, &body, &rid).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(views::nodegroup_full(&n, &c.labels.0, &base)),
@@ -74,16 +77,19 @@ pub async fn create(
            ("ng" = String, Path, description = "Nodegroup id, UUID or name")),
     request_body(content = Object, description = "RFC 6902 operations"),
     responses((status = 202, description = "The nodegroup")))]
+#[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn update(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     Path((ident, ng)): Path<(String, String)>,
     BaseUrl(base): BaseUrl,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let (n, c) = nodegroups::update(&app, &caller, mv, &ident, &ng, &body, &rid).await?;
+    let (n, c) =
+        nodegroups::update(&app, &caller, cloud.as_ref(), mv, &ident, &ng, &body, &rid).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(views::nodegroup_full(&n, &c.labels.0, &base)),
@@ -98,10 +104,11 @@ pub async fn update(
 pub async fn delete(
     State(app): State<AppState>,
     caller: Caller,
+    Cloud(cloud): Cloud,
     mv: Mv,
     Path((ident, ng)): Path<(String, String)>,
     RequestId(rid): RequestId,
 ) -> ApiResult<StatusCode> {
-    nodegroups::delete(&app, &caller, mv, &ident, &ng, &rid).await?;
+    nodegroups::delete(&app, &caller, cloud.as_ref(), mv, &ident, &ng, &rid).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -265,12 +265,38 @@ impl Mgmt {
         r: &ObjectRef,
         annotations: &Map<String, Value>,
     ) -> Result<(), KubeError> {
-        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        self.merge_patch(
+            r,
+            &serde_json::json!({"metadata": {"annotations": annotations}}),
+        )
+        .await
+    }
+
+    /// Merge-patches the labels of one object.
+    pub async fn label(&self, r: &ObjectRef, labels: &Map<String, Value>) -> Result<(), KubeError> {
+        self.merge_patch(r, &serde_json::json!({"metadata": {"labels": labels}}))
+            .await
+    }
+
+    async fn merge_patch(&self, r: &ObjectRef, patch: &Value) -> Result<(), KubeError> {
         self.api(&r.api_version, &r.kind, r.namespace.as_deref())
-            .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&r.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(|e| KubeError::from_kube(&r.to_string(), e))?;
         Ok(())
+    }
+
+    /// Objects of one kind in every namespace carrying `selector`.
+    pub async fn list_all(
+        &self,
+        gvk: super::kinds::Gvk,
+        selector: &str,
+    ) -> Result<Vec<DynamicObject>, KubeError> {
+        self.api(gvk.0, gvk.1, None)
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map(|l| l.items)
+            .map_err(|e| KubeError::from_kube(gvk.1, e))
     }
 }
 

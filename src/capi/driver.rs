@@ -47,15 +47,21 @@ pub enum CapiError {
     Waiting(String),
 }
 
-impl From<CapiError> for DriverError {
-    fn from(e: CapiError) -> Self {
-        let transient = match &e {
+impl CapiError {
+    /// Worth retrying: the management cluster, Postgres or OpenStack unreachable, or waiting.
+    pub fn is_transient(&self) -> bool {
+        match self {
             CapiError::Kube(k) => k.is_transient(),
             CapiError::Db(_) | CapiError::Waiting(_) => true,
             CapiError::OpenStack(OpenStackError::Unavailable { .. }) => true,
             _ => false,
-        };
-        if transient {
+        }
+    }
+}
+
+impl From<CapiError> for DriverError {
+    fn from(e: CapiError) -> Self {
+        if e.is_transient() {
             DriverError::Transient(e.to_string())
         } else {
             DriverError::Permanent(e.to_string())
@@ -71,6 +77,20 @@ const OWNED_KINDS: [kinds::Gvk; 6] = [
     kinds::HELM_CHART_PROXY,
     kinds::CLUSTER_RESOURCE_SET,
     kinds::SECRET,
+];
+
+/// Every kind we create for a cluster, all labelled with its uuid and owner.
+pub(super) const LABELLED_KINDS: [kinds::Gvk; 10] = [
+    kinds::SECRET,
+    kinds::CLUSTER,
+    kinds::OPENSTACK_CLUSTER,
+    kinds::CONTROL_PLANE,
+    kinds::MACHINE_DEPLOYMENT,
+    kinds::MACHINE_HEALTH_CHECK,
+    kinds::OPENSTACK_MACHINE_TEMPLATE,
+    kinds::KUBEADM_CONFIG_TEMPLATE,
+    kinds::HELM_CHART_PROXY,
+    kinds::CLUSTER_RESOURCE_SET,
 ];
 
 /// Everything the driver needs, shared with the API (credentials at create) and the watchers.
@@ -97,17 +117,25 @@ impl std::fmt::Debug for Capi {
 /// A credential created for a cluster at create, to revoke if the create is not recorded.
 pub struct Provisioned {
     pub app_cred_id: Option<String>,
+    pub app_cred_expires_at: Option<chrono::DateTime<chrono::Utc>>,
     user_id: String,
     session: Option<UserSession>,
     /// The Secrets written (namespace, name), removed again by [`Capi::revoke`].
     secrets: Vec<(String, String)>,
 }
 
-fn namespace_of(cfg: &CapiConfig, c: &ClusterRow) -> String {
+/// A credential just created for a cluster (`id` None: `--dev` placeholders).
+pub(super) struct NewCredential {
+    pub id: Option<String>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub creds: CloudCredentials,
+}
+
+pub(super) fn namespace_of(cfg: &CapiConfig, c: &ClusterRow) -> String {
     super::namespace(&cfg.namespace_prefix, &c.project_id)
 }
 
-fn name_of(c: &ClusterRow) -> String {
+pub(super) fn name_of(c: &ClusterRow) -> String {
     c.stack_id
         .clone()
         .unwrap_or_else(|| super::capi_name(c.uuid))
@@ -140,7 +168,7 @@ pub fn superseded(templates: &[TemplateRef], live: &[Value]) -> Vec<TemplateRef>
 }
 
 impl Capi {
-    fn inputs<'a>(
+    pub(super) fn inputs<'a>(
         &'a self,
         template: &'a TemplateRow,
         cluster: &'a ClusterRow,
@@ -155,17 +183,18 @@ impl Capi {
             config: &self.config,
             credentials,
             cas,
+            rollout_after: None,
         }
     }
 
     /// Credentials for the cluster's Secret: a new application credential created as the caller
-    /// (`session`), or, in `--dev` without Keystone, clearly fake ones.
-    async fn new_credentials(
+    /// (`session`) for `cluster.user_id`, or, in `--dev` without Keystone, clearly fake ones.
+    pub(super) async fn new_credentials(
         &self,
         cluster: &ClusterRow,
         session: Option<&UserSession>,
         roles: &[String],
-    ) -> Result<(Option<String>, CloudCredentials), CapiError> {
+    ) -> Result<NewCredential, CapiError> {
         let iface = self.config.app_cred_interface.clone();
         match session {
             Some(s) => {
@@ -176,12 +205,18 @@ impl Capi {
                         CapiError::Invalid("no identity endpoint in the service catalog".into())
                     })?;
                 let name = cluster.name.clone().unwrap_or_default();
+                let expires_at = (self.config.app_cred_expiry_days > 0).then(|| {
+                    chrono::Utc::now()
+                        + chrono::Duration::days(i64::from(self.config.app_cred_expiry_days))
+                });
                 let cred =
-                    appcred::create(s, &cluster.user_id, roles, cluster.uuid, &name, None).await?;
-                tracing::info!(cluster = %cluster.uuid, app_cred = %cred.id, "application credential created");
-                Ok((
-                    Some(cred.id.clone()),
-                    CloudCredentials {
+                    appcred::create(s, &cluster.user_id, roles, cluster.uuid, &name, expires_at)
+                        .await?;
+                tracing::info!(cluster = %cluster.uuid, app_cred = %cred.id, user = %cluster.user_id, "application credential created");
+                Ok(NewCredential {
+                    id: Some(cred.id.clone()),
+                    expires_at,
+                    creds: CloudCredentials {
                         auth_url,
                         region_name: s.region().map(str::to_string),
                         interface: iface,
@@ -190,16 +225,17 @@ impl Capi {
                         cacert: self.cloud_ca.clone(),
                         verify: true,
                     },
-                ))
+                })
             }
             // `--dev` without Keystone: nothing can authenticate, say so in the Secret.
-            None => Ok((
-                None,
-                CloudCredentials {
+            None => Ok(NewCredential {
+                id: None,
+                expires_at: None,
+                creds: CloudCredentials {
                     interface: iface,
                     ..values::placeholder_credentials()
                 },
-            )),
+            }),
         }
     }
 
@@ -214,9 +250,14 @@ impl Capi {
         session: Option<&UserSession>,
         roles: &[String],
     ) -> Result<Provisioned, CapiError> {
-        let (id, creds) = self.new_credentials(cluster, session, roles).await?;
+        let NewCredential {
+            id,
+            expires_at,
+            creds,
+        } = self.new_credentials(cluster, session, roles).await?;
         let mut p = Provisioned {
             app_cred_id: id,
+            app_cred_expires_at: expires_at,
             user_id: cluster.user_id.clone(),
             session: session.cloned(),
             secrets: Vec::new(),
@@ -275,7 +316,7 @@ impl Capi {
 
     /// Renders the cluster as Postgres has it and applies it. `create` also writes the CAs (once)
     /// and, without Keystone, placeholder credentials.
-    async fn apply_cluster(
+    pub(super) async fn apply_cluster(
         &self,
         pool: &PgPool,
         cluster: &ClusterRow,
@@ -313,11 +354,15 @@ impl Capi {
                         .into(),
                 ));
             }
-            Some(self.new_credentials(cluster, None, &[]).await?.1)
+            Some(self.new_credentials(cluster, None, &[]).await?.creds)
         } else {
             None
         };
-        let v = values::build(self.inputs(&template, cluster, &ngs, creds, cas.as_ref()))?;
+        let (_, rollout_after) = crate::db::day2::ca_rotation(pool, cluster.uuid).await?;
+        let v = values::build(Inputs {
+            rollout_after,
+            ..self.inputs(&template, cluster, &ngs, creds, cas.as_ref())
+        })?;
         let objs = self.renderer.render(&v)?;
         self.mgmt.apply_all(&objs).await?;
         Ok(objs)
@@ -559,6 +604,8 @@ impl Capi {
                 }
             }
             kind::DELETE => self.delete_cluster(pool, &c).await?,
+            kind::ROTATE_CREDENTIAL => self.commit_rotation(pool, &c, op).await?,
+            kind::ROTATE_CA => self.rotate_ca(pool, &c, op).await?,
             other => {
                 return Err(CapiError::Invalid(format!(
                     "the Cluster API driver does not support {other} yet"

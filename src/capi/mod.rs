@@ -3,6 +3,8 @@
 //! Magnum statuses (`watch` → `status`).
 
 pub mod apply;
+pub mod ca;
+pub mod credentials;
 
 pub mod driver;
 pub mod pki;

@@ -51,12 +51,17 @@ pub struct ClusterState {
     pub nodegroups: Vec<NodegroupState>,
     /// An operation is recorded but not yet applied: what CAPI shows is not the new spec yet.
     pub operation_open: bool,
+    /// The last operation failed for a reason CAPI converging does not undo (a credential or CA
+    /// rotation): the status stays as the failure left it.
+    pub final_failure: bool,
     /// When the current create/update must have finished.
     pub deadline: Option<DateTime<Utc>>,
     pub api_address: Option<String>,
     pub coe_version: Option<String>,
     pub health_status: Option<String>,
     pub health_status_reason: Value,
+    /// Why the cluster's application credential no longer works (the periodic check).
+    pub credential_problem: Option<String>,
 }
 
 /// What should change in Postgres; `None`/empty = leave as is.
@@ -314,7 +319,7 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         .map(|f| format!("OpenStackCluster: {f}"))
         .or(first_failure);
 
-    if watched(db.status) && !db.operation_open {
+    if watched(db.status) && !db.operation_open && !db.final_failure {
         let next = if all_ready {
             Some((completed(db.status), None))
         } else if let Some(f) = failure {
@@ -346,7 +351,7 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         }
     }
 
-    let health = health(obs);
+    let health = health(obs, db.credential_problem.as_deref());
     if Some(health.0.as_str()) != db.health_status.as_deref() || health.1 != db.health_status_reason
     {
         ev.health = Some(health);
@@ -354,13 +359,22 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
     ev
 }
 
-/// `HEALTHY` when the Cluster is available and every machine's node is ready; the reason maps
-/// `api` and `<node>.Ready` as Magnum's own monitor does.
-fn health(obs: &Observed) -> (String, Value) {
-    let Some(cluster) = &obs.cluster else {
-        return ("UNKNOWN".into(), json!({}));
-    };
+/// `HEALTHY` when the Cluster is available, every machine's node is ready and the cluster's
+/// credential works; the reason maps `api` and `<node>.Ready` as Magnum's own monitor does, plus
+/// `credential` when the credential does not work (CAPO and the cloud provider cannot act).
+fn health(obs: &Observed, credential_problem: Option<&str>) -> (String, Value) {
     let mut reason = Map::new();
+    if let Some(p) = credential_problem {
+        reason.insert("credential".into(), json!(p));
+    }
+    let Some(cluster) = &obs.cluster else {
+        let status = if reason.is_empty() {
+            "UNKNOWN"
+        } else {
+            "UNHEALTHY"
+        };
+        return (status.into(), Value::Object(reason));
+    };
     let api_ok =
         condition_true(cluster, "ControlPlaneAvailable") || condition_true(cluster, "Available");
     reason.insert("api".into(), json!(if api_ok { "ok" } else { "nok" }));
@@ -370,7 +384,8 @@ fn health(obs: &Observed) -> (String, Value) {
         let ready = condition_true(m, "NodeReady") || condition_true(m, "Ready");
         nodes.insert(format!("{node}.Ready"), ready);
     }
-    let all = api_ok && !nodes.is_empty() && nodes.values().all(|r| *r);
+    let all =
+        api_ok && !nodes.is_empty() && nodes.values().all(|r| *r) && credential_problem.is_none();
     for (k, v) in nodes {
         reason.insert(k, json!(if v { "True" } else { "False" }));
     }
@@ -399,11 +414,13 @@ mod tests {
             status_reason: None,
             nodegroups: ngs,
             operation_open: false,
+            final_failure: false,
             deadline: None,
             api_address: None,
             coe_version: None,
             health_status: None,
             health_status_reason: json!({}),
+            credential_problem: None,
         }
     }
 
@@ -562,10 +579,23 @@ mod tests {
         );
         obs.machines[1] = machine(w.uuid, "10.0.0.9", false);
         assert_eq!(ev.health.unwrap().0, "HEALTHY");
-        let (h, r) = health(&obs);
+        let (h, r) = health(&obs, None);
         assert_eq!(h, "UNHEALTHY");
         assert_eq!(r["node-10.0.0.9.Ready"], "False");
-        assert_eq!(health(&Observed::default()).0, "UNKNOWN");
+        assert_eq!(health(&Observed::default(), None).0, "UNKNOWN");
+        // A credential that no longer works makes the cluster unhealthy, and says why.
+        let (h, r) = health(
+            &obs,
+            Some("Application credential x no longer authenticates: its owner is disabled"),
+        );
+        assert_eq!(h, "UNHEALTHY");
+        assert!(
+            r["credential"]
+                .as_str()
+                .unwrap()
+                .contains("owner is disabled")
+        );
+        assert_eq!(r["api"], "ok");
     }
 
     #[test]

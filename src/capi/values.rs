@@ -140,6 +140,8 @@ pub struct Inputs<'a> {
     pub credentials: Option<CloudCredentials>,
     /// Present when the CA Secrets are to be written (create only).
     pub cas: Option<&'a ClusterCas>,
+    /// The CA rotation's rollout marker: machines created before it are replaced.
+    pub rollout_after: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The values document. Serialised (camelCase) it is the templates' context; secrets are
@@ -187,6 +189,9 @@ pub struct Values {
     pub credentials: Option<CloudCredentials>,
     /// The CAs, when their Secrets are to be written.
     pub cas: Option<CaValues>,
+    /// `spec.rollout.after` of the control plane and every MachineDeployment (RFC 3339), set by
+    /// a CA rotation so every machine is rebuilt with the CA Secrets of its phase.
+    pub rollout_after: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -877,6 +882,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         config,
         credentials,
         cas,
+        rollout_after,
     } = inputs;
     let cx = Cx::new(template, cluster, config)?;
     let namespace = super::namespace(&config.namespace_prefix, &cluster.project_id);
@@ -935,6 +941,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         addons,
         credentials,
         cas: cas.map(CaValues::from),
+        rollout_after: rollout_after.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         cluster_name: cx.cluster_name,
         cluster_uuid: cx.cluster_uuid,
         common_labels: cx.common_labels,

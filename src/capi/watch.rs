@@ -306,17 +306,27 @@ impl Observer {
 }
 
 /// Which cluster state Postgres has, for [`status::evaluate`].
+/// Operations whose failure CAPI converging does not undo: the cluster stays `UPDATE_FAILED`
+/// until the next operation.
+const FINAL_FAILURES: [&str; 2] = [
+    crate::service::clusters::kind::ROTATE_CREDENTIAL,
+    crate::service::clusters::kind::ROTATE_CA,
+];
+
 async fn load_state(
     tx: &mut sqlx::PgConnection,
     cluster: &cdb::ClusterRow,
     update_timeout: Duration,
 ) -> DbResult<ClusterState> {
     let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
-    let (open, last): (bool, Option<DateTime<Utc>>) = sqlx::query_as(
-        "SELECT COALESCE(bool_or(state IN ('pending', 'running')), false), max(created_at)
+    let (open, last, final_failure): (bool, Option<DateTime<Utc>>, Option<bool>) = sqlx::query_as(
+        "SELECT COALESCE(bool_or(state IN ('pending', 'running')), false), max(created_at),
+                (SELECT state = 'failed' AND kind = ANY($2) FROM operation
+                  WHERE cluster_uuid = $1 ORDER BY id DESC LIMIT 1)
            FROM operation WHERE cluster_uuid = $1",
     )
     .bind(cluster.uuid)
+    .bind(&FINAL_FAILURES[..])
     .fetch_one(&mut *tx)
     .await?;
     let status: Status = cluster.status.parse().unwrap_or(Status::CreateInProgress);
@@ -345,11 +355,15 @@ async fn load_state(
             })
             .collect(),
         operation_open: open,
+        final_failure: final_failure.unwrap_or(false),
         deadline,
         api_address: cluster.api_address.clone(),
         coe_version: cluster.coe_version.clone(),
         health_status: cluster.health_status.clone(),
         health_status_reason: cluster.health_status_reason.0.clone(),
+        credential_problem: crate::db::day2::credential(&mut *tx, cluster.uuid)
+            .await?
+            .and_then(|r| r.credential_problem),
     })
 }
 

@@ -2,6 +2,7 @@
 //! Every API write is one transaction; constraint violations become domain errors here.
 
 pub mod clusters;
+pub mod day2;
 pub mod finalize;
 pub mod nodegroups;
 pub mod operations;

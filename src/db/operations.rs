@@ -53,6 +53,42 @@ pub async fn enqueue<'e>(ex: impl PgExecutor<'e>, op: &NewOperation<'_>) -> DbRe
     Ok(id)
 }
 
+/// Records an operation that failed before it could be queued (e.g. Keystone refused the
+/// credential a rotation needed): kept for the audit trail, never run.
+pub async fn record_failed<'e>(
+    ex: impl PgExecutor<'e>,
+    op: &NewOperation<'_>,
+    error: &str,
+) -> DbResult<i64> {
+    let (id,): (i64,) = sqlx::query_as(
+        "INSERT INTO operation (cluster_uuid, nodegroup_uuid, kind, payload, request_id, state,
+                                last_error, finished_at)
+         VALUES ($1, $2, $3, $4, $5, 'failed', $6, now()) RETURNING id",
+    )
+    .bind(op.cluster_uuid)
+    .bind(op.nodegroup_uuid)
+    .bind(op.kind)
+    .bind(Json(&op.payload))
+    .bind(op.request_id)
+    .bind(error)
+    .fetch_one(ex)
+    .await?;
+    Ok(id)
+}
+
+/// Whether an operation of `kind` is pending or running for the cluster.
+pub async fn has_open(pool: &PgPool, cluster: Uuid, kind: &str) -> DbResult<bool> {
+    let (open,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM operation WHERE cluster_uuid = $1 AND kind = $2
+                          AND state IN ('pending', 'running'))",
+    )
+    .bind(cluster)
+    .bind(kind)
+    .fetch_one(pool)
+    .await?;
+    Ok(open)
+}
+
 /// Claims the oldest runnable operation: pending and due, or running with an expired lease
 /// (its replica died). Operations of one cluster run in order, one at a time.
 pub async fn claim(pool: &PgPool, worker: &str, lease_secs: i64) -> DbResult<Option<OperationRow>> {

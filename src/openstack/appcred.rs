@@ -75,7 +75,9 @@ pub async fn create(
         .description(Some(
             format!("Magnum cluster ({cluster_name}, {cluster})").into(),
         ))
-        .unrestricted(Some(false))
+        // A credential with an expiry must be able to create its successor (README: "Application
+        // credentials"); one without never needs to.
+        .unrestricted(Some(expires_at.is_some()))
         .roles(roles);
     if let Some(t) = expires_at {
         cred.expires_at(Some(t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string().into()));

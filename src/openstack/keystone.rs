@@ -11,6 +11,9 @@ use moka::future::Cache;
 use openstack_sdk::AsyncOpenStack;
 use openstack_sdk::api::identity::v3::auth::token::get as token_get;
 use openstack_sdk::api::identity::v3::project::get as project_get;
+use openstack_sdk::api::identity::v3::role_assignment::list as assignments_list;
+use openstack_sdk::api::identity::v3::user::application_credential::get as ac_get;
+use openstack_sdk::api::identity::v3::user::get as user_get;
 use openstack_sdk::config::{Auth, CloudConfig};
 use secrecy::SecretString;
 use serde::Deserialize;
@@ -312,6 +315,149 @@ impl Keystone {
     ) -> Result<(), OpenStackError> {
         let session = self.service().await?;
         super::appcred::delete(session, self.timeout, user_id, id).await
+    }
+
+    /// Whether application credential `id` with `secret` authenticates: `Ok(None)` when it
+    /// does, `Ok(Some(Keystone's message))` when Keystone refuses it.
+    pub async fn check_app_credential(
+        &self,
+        id: &str,
+        secret: &SecretString,
+    ) -> Result<Option<String>, OpenStackError> {
+        Ok(self.app_credential_token(id, secret).await?.err())
+    }
+
+    /// A token of application credential `id` and what it carries (a credential renewing
+    /// itself uses it); refused → `InvalidToken`.
+    pub async fn token_for_app_credential(
+        &self,
+        id: &str,
+        secret: &SecretString,
+    ) -> Result<(String, Arc<Identity>), OpenStackError> {
+        let token = self
+            .app_credential_token(id, secret)
+            .await?
+            .map_err(|_| OpenStackError::InvalidToken)?;
+        let identity = self.validate(&token).await?;
+        Ok((token, identity))
+    }
+
+    /// POST /v3/auth/tokens with an application credential: `Ok(Ok(token))`, or
+    /// `Ok(Err(Keystone's message))` when refused. One POST with our own HTTP client: the SDK's
+    /// auth plugins would build and cache a whole session for it.
+    async fn app_credential_token(
+        &self,
+        id: &str,
+        secret: &SecretString,
+    ) -> Result<Result<String, String>, OpenStackError> {
+        use secrecy::ExposeSecret;
+        let base = self
+            .cloud
+            .auth
+            .as_ref()
+            .and_then(|a| a.auth_url.clone())
+            .unwrap_or_default();
+        let base = base.trim_end_matches('/');
+        let url = if base.ends_with("/v3") {
+            format!("{base}/auth/tokens?nocatalog")
+        } else {
+            format!("{base}/v3/auth/tokens?nocatalog")
+        };
+        let body = serde_json::json!({"auth": {"identity": {
+            "methods": ["application_credential"],
+            "application_credential": {"id": id, "secret": secret.expose_secret()}}}});
+        let resp = self
+            .user_http
+            .post(&url)
+            .timeout(self.timeout)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| OpenStackError::unavailable(SERVICE, e.without_url()))?;
+        let status = resp.status();
+        if status.is_success() {
+            let token = resp
+                .headers()
+                .get("x-subject-token")
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(|| OpenStackError::unavailable(SERVICE, "no X-Subject-Token"))?
+                .to_string();
+            return Ok(Ok(token));
+        }
+        if status.is_client_error() {
+            let doc: serde_json::Value = resp.json().await.unwrap_or_default();
+            let msg = doc
+                .pointer("/error/message")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("authentication refused")
+                .trim_end_matches('.')
+                .to_string();
+            return Ok(Err(format!("Keystone answered {}: {msg}", status.as_u16())));
+        }
+        Err(OpenStackError::unavailable(
+            SERVICE,
+            format!("authentication answered {status}"),
+        ))
+    }
+
+    /// Why a cluster credential of `user_id` on `project_id` may have stopped working, asked
+    /// with the service's credentials: the owner deleted or disabled, the credential deleted
+    /// (Keystone deletes a user's credentials when they lose a role on the project), or no role
+    /// left on the project. `None` when none of these holds.
+    pub async fn credential_owner_problem(
+        &self,
+        user_id: &str,
+        project_id: &str,
+        app_cred_id: &str,
+    ) -> Result<Option<String>, OpenStackError> {
+        let session = self.service().await?;
+        let ep = user_get::Request::builder()
+            .id(user_id)
+            .build()
+            .map_err(|e| builder_error(SERVICE, e))?;
+        let user: Option<serde_json::Value> =
+            query_found(session, SERVICE, self.timeout, ep).await?;
+        let Some(user) = user else {
+            return Ok(Some(format!("its owner (user {user_id}) no longer exists")));
+        };
+        if user.get("enabled").and_then(serde_json::Value::as_bool) == Some(false) {
+            return Ok(Some(format!("its owner (user {user_id}) is disabled")));
+        }
+        let ep = ac_get::Request::builder()
+            .user_id(user_id)
+            .id(app_cred_id)
+            .build()
+            .map_err(|e| builder_error(SERVICE, e))?;
+        let cred: Option<serde_json::Value> =
+            query_found(session, SERVICE, self.timeout, ep).await?;
+        let ep = assignments_list::Request::builder()
+            .user_id(user_id)
+            .scope_project_id(project_id)
+            .effective("true")
+            .build()
+            .map_err(|e| builder_error(SERVICE, e))?;
+        let roles: Vec<serde_json::Value> =
+            super::query(session, SERVICE, self.timeout, ep).await?;
+        if roles.is_empty() {
+            return Ok(Some(format!(
+                "its owner (user {user_id}) no longer has a role on project {project_id}"
+            )));
+        }
+        if cred.is_none() {
+            return Ok(Some(format!(
+                "it was deleted in Keystone (its owner, user {user_id}, lost a role it carried or removed it)"
+            )));
+        }
+        if let Some(exp) = cred
+            .as_ref()
+            .and_then(|c| c.get("expires_at"))
+            .and_then(serde_json::Value::as_str)
+            && let Ok(t) = chrono::NaiveDateTime::parse_from_str(exp, "%Y-%m-%dT%H:%M:%S%.f")
+            && t.and_utc() <= Utc::now()
+        {
+            return Ok(Some(format!("it expired at {exp}")));
+        }
+        Ok(None)
     }
 
     /// A client for the other services, acting with the caller's token and catalog.

@@ -320,8 +320,11 @@ async fn record_create(
     cdb::insert(&mut *tx, row).await?;
     ndb::insert(&mut *tx, master).await?;
     ndb::insert(&mut *tx, worker).await?;
-    if let Some(id) = provisioned.and_then(|p| p.app_cred_id.as_deref()) {
+    if let Some(p) = provisioned
+        && let Some(id) = p.app_cred_id.as_deref()
+    {
         cdb::set_app_cred(&mut *tx, uuid, Some(id)).await?;
+        crate::db::day2::set_expiry(&mut *tx, uuid, p.app_cred_expires_at).await?;
     }
     super::commit_with_operation(
         app,
@@ -462,9 +465,11 @@ async fn record_resize(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn update(
     app: &App,
     caller: &Caller,
+    cloud: Option<&crate::openstack::UserSession>,
     mv: Mv,
     ident: &str,
     args: &QueryArgs,
@@ -479,6 +484,7 @@ pub async fn update(
     }
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:update", &c)?;
+    super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ops = patch::parse(body, &schemas::CLUSTER_PATCH)?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
     let worker = default_worker(&ngs);
@@ -573,9 +579,16 @@ pub async fn update(
     Ok(c.uuid)
 }
 
-pub async fn delete(app: &App, caller: &Caller, ident: &str, request_id: &str) -> ApiResult<()> {
+pub async fn delete(
+    app: &App,
+    caller: &Caller,
+    cloud: Option<&crate::openstack::UserSession>,
+    ident: &str,
+    request_id: &str,
+) -> ApiResult<()> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:delete", &c)?;
+    super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let mut tx = app.pool.begin().await?;
     let Some(locked) = cdb::lock(&mut *tx, c.uuid).await? else {
         return Err(DomainError::cluster_not_found(ident).into());
@@ -625,6 +638,7 @@ pub async fn find_nodegroup(
 pub async fn resize(
     app: &App,
     caller: &Caller,
+    cloud: Option<&crate::openstack::UserSession>,
     mv: Mv,
     ident: &str,
     body: &Value,
@@ -634,6 +648,7 @@ pub async fn resize(
     let b = schemas::RESIZE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("cluster:resize", caller, Some(target(&c)))?;
+    super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let node_count = b.int("node_count").unwrap_or(0);
     if node_count == 0 && !mv.at_least(10) {
         return Err(zero_nodes_unsupported().into());
@@ -676,6 +691,7 @@ pub async fn resize(
 pub async fn upgrade(
     app: &App,
     caller: &Caller,
+    cloud: Option<&crate::openstack::UserSession>,
     mv: Mv,
     ident: &str,
     body: &Value,
@@ -691,6 +707,7 @@ pub async fn upgrade(
     let b = schemas::UPGRADE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:upgrade", &c)?;
+    super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ct_ident = b.str("cluster_template").unwrap_or_default();
     let ct = find_template(app, &template_visibility(caller), &ct_ident, false).await?;
     let old_ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;

@@ -4,6 +4,7 @@
 pub mod certificates;
 pub mod cloud;
 pub mod clusters;
+pub mod credentials;
 pub mod misc;
 pub mod nodegroups;
 pub mod templates;

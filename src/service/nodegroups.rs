@@ -145,6 +145,7 @@ async fn commit_nodegroup_op(
 pub async fn create(
     app: &App,
     caller: &Caller,
+    cloud: Option<&crate::openstack::UserSession>,
     mv: Mv,
     cluster: &str,
     body: &Value,
@@ -154,6 +155,7 @@ pub async fn create(
     let b = schemas::NODEGROUP.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:create", caller, Some(cluster_target(&c)))?;
+    super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     if c.api_address.is_none() {
         return Err(
             DomainError::Conflict("Cluster API address is not available yet".into()).into(),
@@ -243,9 +245,11 @@ fn invalid_master(name: &str) -> DomainError {
     ))
 }
 
+#[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn update(
     app: &App,
     caller: &Caller,
+    cloud: Option<&crate::openstack::UserSession>,
     mv: Mv,
     cluster: &str,
     ident: &str,
@@ -256,6 +260,7 @@ pub async fn update(
     let ops = patch::parse(body, &schemas::NODEGROUP_PATCH)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
+    super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
     let doc = views::nodegroup_full(&ng, &c.labels.0, "")
         .as_object()
@@ -303,6 +308,7 @@ pub async fn update(
 pub async fn delete(
     app: &App,
     caller: &Caller,
+    cloud: Option<&crate::openstack::UserSession>,
     mv: Mv,
     cluster: &str,
     ident: &str,
@@ -311,6 +317,7 @@ pub async fn delete(
     gate(mv)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:delete", caller, Some(cluster_target(&c)))?;
+    super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
     if ng.is_default {
         return Err(DomainError::BadRequest(

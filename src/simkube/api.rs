@@ -1,6 +1,8 @@
 //! The HTTP surface of the simulated management cluster: an axum router speaking enough of the
 //! Kubernetes REST API (paths, verbs, patch types, watch streams, `Status` errors, minimal
-//! discovery) for kube-rs clients, translating every request into one `Store` call.
+//! discovery) for kube-rs clients, translating every request into one `Store` call. Requests
+//! under `/workload/{namespace}/{cluster}` go, with the same handlers, to that simulated
+//! workload cluster's store.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -22,6 +24,7 @@ use super::selector::Selector;
 use super::store::{
     Event, EventType, Patch, Propagation, Resource, Store, StoreError, Target, watch_line,
 };
+use super::workload::{self, Workloads};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -32,6 +35,8 @@ const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 #[derive(Clone)]
 pub(crate) struct ApiState {
     pub store: Arc<Store>,
+    /// The simulated workload clusters, served under `/workload/{namespace}/{cluster}`.
+    pub workloads: Arc<Workloads>,
     pub shutdown: watch::Receiver<bool>,
     pub bookmark_interval: Duration,
 }
@@ -237,7 +242,18 @@ fn target_of(path: &ResourcePath) -> Result<Target, StoreError> {
 async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let query = parse_query(parts.uri.query());
-    let Some(route) = parse_route(parts.uri.path()) else {
+    let (st, path) = match workload::split_path(parts.uri.path()) {
+        None => (st, parts.uri.path()),
+        Some((ns, cluster, rest)) => match st.workloads.get(ns, cluster) {
+            Some(store) => (ApiState { store, ..st }, rest),
+            None => {
+                return error_response(&StoreError::NotFound(format!(
+                    "workload cluster {ns}/{cluster} does not exist"
+                )));
+            }
+        },
+    };
+    let Some(route) = parse_route(path) else {
         return error_response(&StoreError::NotFound(format!(
             "the server could not find the requested resource ({})",
             parts.uri.path()

@@ -2,6 +2,9 @@
 //! store's change feed, marks affected objects dirty (plus an index from each CAPI cluster to
 //! its parts), and every `step` reconciles only the dirty objects, one transition each, on the
 //! blocking pool. The per-kind behaviour lives in `reconcile`.
+//!
+//! It also keeps what the store does not: per Machine the PKI its bootstrap data carried and
+//! what kubeadm installed (`pki`), and the simulated workload clusters (`workload`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -12,9 +15,23 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::objects::{Kind, LABEL_CLUSTER_UUID, cluster_names, label, owners, str_at};
+use super::objects::{
+    Kind, LABEL_CLUSTER_UUID, LABEL_CONTROL_PLANE, cluster_names, condition_true, is_deleting,
+    label, owners, str_at,
+};
+use super::pki::{Bootstrap, Installed};
 use super::reconcile;
 use super::store::{Event, EventType, ObjectKey, Store, StoreError};
+use super::workload::{PATH_PREFIX, Workloads};
+
+/// The PKI of one Machine, as the simulator tracks it (not in the store).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MachinePki {
+    /// Taken when CAPI rendered the bootstrap data (Pending → Provisioning).
+    pub bootstrap: Option<Bootstrap>,
+    /// Set once kubeadm init/join succeeded (Provisioning → Running).
+    pub installed: Option<Installed>,
+}
 
 /// Objects related to CAPI clusters, kept current from the change feed.
 #[derive(Default)]
@@ -56,6 +73,11 @@ pub struct Simulator {
     /// (namespace, cluster) → last node address handed out (host part).
     next_host: Mutex<HashMap<(String, String), u32>>,
     floating_ips: AtomicU32,
+    /// `http://127.0.0.1:<port>` of the API server (workload kubeconfigs point below it).
+    base_url: String,
+    workloads: Arc<Workloads>,
+    /// Machine → its PKI.
+    pki: Mutex<HashMap<ObjectKey, MachinePki>>,
 }
 
 impl std::fmt::Debug for Simulator {
@@ -72,12 +94,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Simulator {
-    /// Starts the feed and the step loop; both stop when `shutdown` turns true.
+    /// Starts the feed and the step loop; both stop when `shutdown` turns true. `base_url` is
+    /// the API server's, which serves `workloads` too.
     pub(crate) fn start(
         store: Arc<Store>,
         step: Duration,
         fail_markers: Vec<String>,
         shutdown: watch::Receiver<bool>,
+        base_url: String,
+        workloads: Arc<Workloads>,
     ) -> (Arc<Simulator>, Vec<JoinHandle<()>>) {
         let feed = store.subscribe();
         let sim = Arc::new(Simulator {
@@ -89,6 +114,9 @@ impl Simulator {
             links: Mutex::new(Links::default()),
             next_host: Mutex::new(HashMap::new()),
             floating_ips: AtomicU32::new(0),
+            base_url,
+            workloads,
+            pki: Mutex::new(HashMap::new()),
         });
         sim.resync();
         let tasks = vec![
@@ -126,6 +154,7 @@ impl Simulator {
 
     /// Rebuilds the index and marks every simulated object dirty (after a lagged feed).
     pub fn resync(&self) {
+        lock(&self.pki).retain(|k, _| self.store.get(&k.resource, &k.namespace, &k.name).is_some());
         for kind in Kind::ALL {
             if kind == Kind::Secret {
                 continue;
@@ -245,6 +274,9 @@ impl Simulator {
                     }
                 }
             }
+            if deleted {
+                self.workloads.remove(&ns, &key.name);
+            }
             if let Some(u) = &uuid {
                 if deleted {
                     links.cluster_by_uuid.remove(&(ns.clone(), u.clone()));
@@ -302,6 +334,9 @@ impl Simulator {
                 };
             match kind {
                 Kind::Machine => {
+                    if deleted {
+                        lock(&self.pki).remove(key);
+                    }
                     dirty.push(key.clone());
                     for (owner_kind, owner_res) in [
                         ("KubeadmControlPlane", Kind::ControlPlane),
@@ -383,6 +418,85 @@ impl Simulator {
         *n += 1;
         let a = *n - 10;
         format!("10.0.{}.{}", a / 240, 10 + a % 240)
+    }
+
+    /// The simulated workload API of a cluster: `{base url}/workload/{namespace}/{cluster}`.
+    pub fn workload_url(&self, namespace: &str, cluster: &str) -> String {
+        format!("{}{PATH_PREFIX}/{namespace}/{cluster}", self.base_url)
+    }
+
+    pub(crate) fn workloads(&self) -> &Workloads {
+        &self.workloads
+    }
+
+    pub(crate) fn machine_pki(&self, machine: &ObjectKey) -> Option<MachinePki> {
+        lock(&self.pki).get(machine).cloned()
+    }
+
+    pub(crate) fn set_bootstrap(&self, machine: &ObjectKey, bootstrap: Bootstrap) {
+        lock(&self.pki).insert(
+            machine.clone(),
+            MachinePki {
+                bootstrap: Some(bootstrap),
+                installed: None,
+            },
+        );
+    }
+
+    pub(crate) fn set_installed(&self, machine: &ObjectKey, installed: Installed) {
+        lock(&self.pki)
+            .entry(machine.clone())
+            .or_default()
+            .installed = Some(installed);
+    }
+
+    /// The control-plane Machines of a cluster that run kubeadm's PKI (joined, not deleting),
+    /// oldest first, with what they installed; `ready_only` drops those not `Ready`.
+    pub(crate) fn control_plane_pki(
+        &self,
+        ns: &str,
+        cluster: &str,
+        ready_only: bool,
+    ) -> Vec<(String, Installed)> {
+        let mut machines: Vec<(String, String, ObjectKey)> = self
+            .cluster_parts(ns, cluster, None)
+            .into_iter()
+            .filter(|k| Kind::Machine.is(&k.resource))
+            .filter_map(|k| {
+                let m = self.store.get(&k.resource, &k.namespace, &k.name)?;
+                let wanted = label(&m, LABEL_CONTROL_PLANE).is_some()
+                    && str_at(&m, &["spec", "clusterName"]) == Some(cluster)
+                    && !is_deleting(&m)
+                    && (!ready_only || condition_true(&m, "Ready"));
+                let created = str_at(&m, &["metadata", "creationTimestamp"])
+                    .unwrap_or_default()
+                    .to_string();
+                wanted.then(|| (created, k.name.clone(), k))
+            })
+            .collect();
+        machines.sort();
+        let pki = lock(&self.pki);
+        machines
+            .into_iter()
+            .filter_map(|(_, name, k)| {
+                let installed = pki.get(&k)?.installed.clone()?;
+                Some((name, installed))
+            })
+            .collect()
+    }
+
+    /// What the workload cluster's apiservers would do with a client certificate (PEM): true
+    /// iff the cluster has at least one control-plane machine running kubeadm's PKI and the
+    /// certificate is within its validity and signed by a CA in the `ca` trust bundle of every
+    /// one of them (the load balancer may send a request to any).
+    pub fn workload_accepts(&self, namespace: &str, cluster: &str, client_cert_pem: &str) -> bool {
+        let servers = self.control_plane_pki(namespace, cluster, false);
+        !servers.is_empty()
+            && servers.iter().all(|(_, m)| {
+                m.ca_trust
+                    .as_ref()
+                    .is_some_and(|ca| ca.accepts(client_cert_pem))
+            })
     }
 
     /// A floating IP from the documentation range 203.0.113.0/24.

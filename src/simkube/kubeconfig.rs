@@ -1,6 +1,8 @@
 //! The `<cluster>-kubeconfig` Secret the simulated control plane publishes, as CAPI does once
-//! the first control-plane machine is up: server `https://<endpoint>`, the cluster CA from
-//! `<cluster>-ca` when present, and an admin client certificate signed by that CA.
+//! the first control-plane machine is up (and again whenever it is deleted): server the
+//! simulated workload API (`{management url}/workload/{namespace}/{cluster}`, plain HTTP), the
+//! whole `tls.crt` of `<cluster>-ca` as CA data, and an admin client certificate signed by the
+//! CA's current key (`tls.key`, the key of the first certificate of `tls.crt`).
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -16,20 +18,27 @@ use serde_json::{Value, json};
 use super::objects::{
     CAPI_VERSION, Kind, LABEL_CLUSTER_NAME, i64_at, name, namespace, owner_ref, str_at,
 };
+use super::pki::secret_text;
 use super::store::{Store, StoreError};
+
+/// `https://host:port` of a Cluster's `spec.controlPlaneEndpoint`, once set.
+pub fn endpoint(cluster: &Value) -> Option<String> {
+    let host = str_at(cluster, &["spec", "controlPlaneEndpoint", "host"])?;
+    let port = i64_at(cluster, &["spec", "controlPlaneEndpoint", "port"]).unwrap_or(6443);
+    Some(if host.contains(':') {
+        format!("https://[{host}]:{port}")
+    } else {
+        format!("https://{host}:{port}")
+    })
+}
 
 /// Name of a cluster's kubeconfig Secret.
 pub fn secret_name(cluster: &str) -> String {
     format!("{cluster}-kubeconfig")
 }
 
-fn secret_field(secret: &Value, key: &str) -> Option<String> {
-    let encoded = secret.get("data")?.get(key)?.as_str()?;
-    let bytes = STANDARD.decode(encoded).ok()?;
-    String::from_utf8(bytes).ok()
-}
-
-/// An admin client certificate and key signed by the cluster CA.
+/// An admin client certificate and key signed by the cluster CA (the first certificate of
+/// `ca_cert_pem` is the issuer).
 fn admin_credentials(ca_cert_pem: &str, ca_key_pem: &str) -> Option<(String, String)> {
     let ca_key = KeyPair::from_pem(ca_key_pem).ok()?;
     let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).ok()?;
@@ -102,34 +111,28 @@ pub fn render(
     }
 }
 
-/// Creates `<cluster>-kubeconfig` (owned by the Cluster) unless it exists or the cluster has no
-/// control-plane endpoint yet.
-pub fn ensure(store: &Store, cluster: &Value) -> Result<(), StoreError> {
+/// Creates `<cluster>-kubeconfig` (owned by the Cluster, API at `server`) unless it exists or the
+/// cluster has no control-plane endpoint yet.
+pub fn ensure(store: &Store, cluster: &Value, server: &str) -> Result<(), StoreError> {
     let (ns, cluster_name) = (namespace(cluster), name(cluster));
     let secrets = Kind::Secret.resource();
     let secret = secret_name(cluster_name);
     if store.get(&secrets, ns, &secret).is_some() {
         return Ok(());
     }
-    let Some(host) = str_at(cluster, &["spec", "controlPlaneEndpoint", "host"]) else {
+    if endpoint(cluster).is_none() {
         return Ok(());
-    };
-    let port = i64_at(cluster, &["spec", "controlPlaneEndpoint", "port"]).unwrap_or(6443);
+    }
     let ca = store.get(&secrets, ns, &format!("{cluster_name}-ca"));
-    let ca_pem = ca.as_deref().and_then(|s| secret_field(s, "tls.crt"));
+    let ca_pem = ca.as_deref().and_then(|s| secret_text(s, "tls.crt"));
     let credentials = match (
         &ca_pem,
-        ca.as_deref().and_then(|s| secret_field(s, "tls.key")),
+        ca.as_deref().and_then(|s| secret_text(s, "tls.key")),
     ) {
         (Some(cert), Some(key)) => admin_credentials(cert, &key),
         _ => None,
     };
-    let doc = render(
-        cluster_name,
-        &format!("https://{host}:{port}"),
-        ca_pem.as_deref(),
-        credentials,
-    );
+    let doc = render(cluster_name, server, ca_pem.as_deref(), credentials);
     let yaml = yaml_serde::to_string(&doc)
         .map_err(|e| StoreError::Invalid(format!("kubeconfig rendering failed: {e}")))?;
     let obj = json!({
@@ -176,6 +179,32 @@ mod tests {
                 .verify_signature(Some(ca_parsed.public_key()))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn with_a_bundle_the_first_certificate_issues_the_admin_certificate() {
+        let ca = |cn: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, cn);
+            (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+        };
+        let (new, new_key) = ca("new");
+        let (old, _) = ca("old");
+        let (cert, _) = admin_credentials(&format!("{new}{old}"), &new_key).unwrap();
+        let parse = |pem: &str| {
+            x509_parser::pem::parse_x509_pem(pem.as_bytes())
+                .unwrap()
+                .1
+                .contents
+        };
+        let (leaf, new_der, old_der) = (parse(&cert), parse(&new), parse(&old));
+        let leaf = x509_parser::parse_x509_certificate(&leaf).unwrap().1;
+        let new_ca = x509_parser::parse_x509_certificate(&new_der).unwrap().1;
+        let old_ca = x509_parser::parse_x509_certificate(&old_der).unwrap().1;
+        assert!(leaf.verify_signature(Some(new_ca.public_key())).is_ok());
+        assert!(leaf.verify_signature(Some(old_ca.public_key())).is_err());
     }
 
     #[test]

@@ -3,14 +3,18 @@
 //!
 //! `SimCluster::start` binds an axum server (`api`) over an in-memory object store (`store`)
 //! and, unless disabled, starts the simulator (`controllers` + `reconcile`) on the same store.
+//! The same server serves the simulated workload clusters (`workload`) under
+//! `/workload/{namespace}/{cluster}`; the simulator models kubeadm's PKI on them (`pki`).
 
 mod api;
 pub mod controllers;
 mod kubeconfig;
 pub mod objects;
+mod pki;
 mod reconcile;
 pub mod selector;
 pub mod store;
+mod workload;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -107,6 +111,7 @@ pub struct SimCluster {
     url: String,
     client: kube::Client,
     store: Arc<Store>,
+    workloads: Arc<workload::Workloads>,
     simulator: Option<Arc<Simulator>>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -144,8 +149,10 @@ impl SimCluster {
             ..StoreOptions::default()
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let workloads = Arc::new(workload::Workloads::default());
         let app = api::router(api::ApiState {
             store: store.clone(),
+            workloads: workloads.clone(),
             shutdown: shutdown_rx.clone(),
             bookmark_interval: opts.bookmark_interval,
         });
@@ -160,8 +167,14 @@ impl SimCluster {
         });
         let mut tasks = vec![server];
         let simulator = if opts.controllers {
-            let (sim, sim_tasks) =
-                Simulator::start(store.clone(), opts.step, opts.fail_markers, shutdown_rx);
+            let (sim, sim_tasks) = Simulator::start(
+                store.clone(),
+                opts.step,
+                opts.fail_markers,
+                shutdown_rx,
+                url.clone(),
+                workloads.clone(),
+            );
             tasks.extend(sim_tasks);
             Some(sim)
         } else {
@@ -172,6 +185,7 @@ impl SimCluster {
             url,
             client,
             store,
+            workloads,
             simulator,
             shutdown,
             tasks,
@@ -191,6 +205,28 @@ impl SimCluster {
     /// Direct access to the objects, bypassing HTTP.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The object store of a simulated workload cluster, once its control plane initialized.
+    pub fn workload_store(&self, namespace: &str, cluster: &str) -> Option<Arc<Store>> {
+        self.workloads.get(namespace, cluster)
+    }
+
+    /// `{url}/workload/{namespace}/{cluster}`: the workload API the `<cluster>-kubeconfig`
+    /// Secret points at.
+    pub fn workload_url(&self, namespace: &str, cluster: &str) -> String {
+        format!(
+            "{}{}/{namespace}/{cluster}",
+            self.url,
+            workload::PATH_PREFIX
+        )
+    }
+
+    /// See `Simulator::workload_accepts` (false without controllers).
+    pub fn workload_accepts(&self, namespace: &str, cluster: &str, client_cert_pem: &str) -> bool {
+        self.simulator
+            .as_ref()
+            .is_some_and(|s| s.workload_accepts(namespace, cluster, client_cert_pem))
     }
 
     /// The simulator, when controllers run.

@@ -25,6 +25,9 @@ pub const ANNOTATION_DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
 /// Which machine template / bootstrap template a simulated Machine was made from (rollouts).
 pub const ANNOTATION_INFRA_TEMPLATE: &str = "simkube.magnum.openstack.org/infrastructure-template";
 pub const ANNOTATION_BOOTSTRAP_TEMPLATE: &str = "simkube.magnum.openstack.org/bootstrap-template";
+/// When the simulator created a Machine, to the nanosecond (`spec.rollout.after` compares with
+/// it; `creationTimestamp` has whole seconds only).
+pub const ANNOTATION_CREATED: &str = "simkube.magnum.openstack.org/created";
 pub const FINALIZER_CLUSTER: &str = "cluster.cluster.x-k8s.io";
 pub const FINALIZER_MACHINE: &str = "machine.cluster.x-k8s.io";
 

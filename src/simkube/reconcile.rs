@@ -1,17 +1,27 @@
 //! What each simulated CAPI/CAPO controller does with one object in one step: Cluster
 //! (finalizer, adoption, endpoint, aggregate status, cascading delete), OpenStackCluster
 //! (network, load balancer, floating IP or an injected failure), KubeadmControlPlane and
-//! MachineDeployment (machines, scaling, rolling replacement, status), Machine/OpenStackMachine
-//! (provisioning or an injected `InstanceCreateFailed`) and MachineHealthCheck (status only).
+//! MachineDeployment (machines, scaling, rolling replacement on template/version changes and
+//! `spec.rollout.after`, status), Machine/OpenStackMachine (provisioning or an injected
+//! `InstanceCreateFailed`; then kubeadm init/join against the modelled PKI, see `pki`) and
+//! MachineHealthCheck (status only).
 
 use std::sync::Arc;
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
 use super::controllers::Simulator;
 use super::kubeconfig;
 use super::objects::*;
+use super::pki::{Bootstrap, Ca, Cert, Installed, check_pins, parse_bundle};
 use super::store::{ObjectKey, Store, StoreError, Target, now_rfc3339, random_suffix};
+use super::workload;
+
+/// `NodeHealthy` reasons of a Machine whose kubeadm failed (the failure is final: kubeadm runs
+/// once; the Machine has to be replaced).
+const KUBEADM_INIT_FAILED: &str = "KubeadmInitFailed";
+const KUBEADM_JOIN_FAILED: &str = "KubeadmJoinFailed";
 
 /// What a reconcile needs: the store, the failure markers of this step, the simulator's
 /// index and address pools.
@@ -414,7 +424,11 @@ fn cluster(cx: &Ctx<'_>, mut c: Arc<Value>) -> Result<(), StoreError> {
     if !mds.is_empty() {
         status["workers"] = replicas_summary(&mds);
     }
-    cx.set_status(Kind::Cluster, &c, status)?;
+    let c = cx.set_status(Kind::Cluster, &c, status)?;
+    // KCP regenerates a deleted `<cluster>-kubeconfig` (a deleted Secret marks the Cluster).
+    if cp_initialized && kcp.as_deref().is_some_and(|k| !is_deleting(k)) {
+        kubeconfig::ensure(cx.store, &c, &cx.sim.workload_url(&ns, &cname))?;
+    }
     Ok(())
 }
 
@@ -506,6 +520,7 @@ fn cluster_delete(cx: &Ctx<'_>, c: &Value) -> Result<(), StoreError> {
     cx.set_status(Kind::Cluster, c, status)?;
     if remaining.is_empty() {
         cx.edit(Kind::Cluster, c, |o| remove_finalizer(o, FINALIZER_CLUSTER))?;
+        cx.sim.workloads().remove(ns, cname);
         return Ok(());
     }
     for (key, obj) in &remaining {
@@ -641,7 +656,8 @@ fn machines_of(
             failure: condition(&m, "InfrastructureReady")
                 .filter(|c| c.get("reason").and_then(Value::as_str) == Some("InstanceCreateFailed"))
                 .and_then(|c| c.get("message").and_then(Value::as_str))
-                .map(str::to_string),
+                .map(str::to_string)
+                .or_else(|| kubeadm_failure(&m)),
             up_to_date: up_to_date(&m),
             delete_first: annotation(&m, ANNOTATION_DELETE_MACHINE).is_some(),
             version: str_at(&m, &["spec", "version"]).map(str::to_string),
@@ -687,6 +703,37 @@ fn version_key(v: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `spec.rollout.after` of a KubeadmControlPlane or MachineDeployment once reached (Machines
+/// created before it are outdated); one still in the future has the owner looked at again next
+/// step.
+fn rollout_after(cx: &Ctx<'_>, kind: Kind, owner: &Value) -> Option<DateTime<Utc>> {
+    let after = str_at(owner, &["spec", "rollout", "after"])?;
+    let after = DateTime::parse_from_rfc3339(after)
+        .ok()?
+        .with_timezone(&Utc);
+    if after > Utc::now() {
+        cx.sim.mark(ObjectKey::new(
+            &kind.resource(),
+            namespace(owner),
+            name(owner),
+        ));
+        return None;
+    }
+    Some(after)
+}
+
+/// False for a Machine created before a reached `rollout.after` (by the simulator's own
+/// creation time, else `creationTimestamp`).
+fn rolled_out(m: &Value, after: Option<DateTime<Utc>>) -> bool {
+    let Some(after) = after else {
+        return true;
+    };
+    annotation(m, ANNOTATION_CREATED)
+        .or_else(|| str_at(m, &["metadata", "creationTimestamp"]))
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .is_some_and(|created| created.with_timezone(&Utc) >= after)
+}
+
 struct NewMachine<'a> {
     ns: &'a str,
     cluster: &'a str,
@@ -710,6 +757,10 @@ fn create_machine(cx: &Ctx<'_>, m: NewMachine<'_>) -> Result<bool, StoreError> {
     labels.insert(LABEL_CLUSTER_NAME.into(), json!(m.cluster));
     let mut annotations = m.annotations;
     annotations.insert(ANNOTATION_INFRA_TEMPLATE.into(), json!(m.infra_template));
+    annotations.insert(
+        ANNOTATION_CREATED.into(),
+        json!(Utc::now().to_rfc3339_opts(SecondsFormat::Nanos, true)),
+    );
     if let Some(b) = m.bootstrap_template {
         annotations.insert(ANNOTATION_BOOTSTRAP_TEMPLATE.into(), json!(b));
     }
@@ -836,9 +887,12 @@ fn control_plane(cx: &Ctx<'_>, kcp: &Value) -> Result<(), StoreError> {
             &["spec", "machineTemplate", "infrastructureRef", "name"],
         )
     });
+    let after = rollout_after(cx, Kind::ControlPlane, kcp);
+    eprintln!("SIMDEBUG kcp after {:?} raw {:?} now {}", after, at(kcp, &["spec","rollout"]), Utc::now());
     let machines = machines_of(cx, kcp, |m| {
         str_at(m, &["spec", "version"]) == version
             && annotation(m, ANNOTATION_INFRA_TEMPLATE) == template
+            && rolled_out(m, after)
     });
     let live: Vec<&MachineView> = machines.iter().filter(|m| !m.deleting).collect();
     let outdated: Vec<&MachineView> = live.iter().copied().filter(|m| !m.up_to_date).collect();
@@ -995,7 +1049,7 @@ fn control_plane(cx: &Ctx<'_>, kcp: &Value) -> Result<(), StoreError> {
     }
     cx.set_status(Kind::ControlPlane, kcp, status)?;
     if initialized {
-        kubeconfig::ensure(cx.store, &cluster)?;
+        kubeconfig::ensure(cx.store, &cluster, &cx.sim.workload_url(ns, &cluster_name))?;
     }
     Ok(())
 }
@@ -1023,10 +1077,12 @@ fn machine_deployment(cx: &Ctx<'_>, md: &Value) -> Result<(), StoreError> {
         md,
         &["spec", "template", "spec", "bootstrap", "configRef", "name"],
     );
+    let after = rollout_after(cx, Kind::MachineDeployment, md);
     let machines = machines_of(cx, md, |m| {
         str_at(m, &["spec", "version"]) == version
             && annotation(m, ANNOTATION_INFRA_TEMPLATE) == infra_template
             && annotation(m, ANNOTATION_BOOTSTRAP_TEMPLATE) == bootstrap_template
+            && rolled_out(m, after)
     });
     let live: Vec<&MachineView> = machines.iter().filter(|m| !m.deleting).collect();
     let outdated: Vec<&MachineView> = live.iter().copied().filter(|m| !m.up_to_date).collect();
@@ -1195,6 +1251,178 @@ fn instance_failure(cx: &Ctx<'_>, osm: &Value) -> Option<String> {
     })
 }
 
+/// Why kubeadm failed on a Machine, if it did.
+fn kubeadm_failure(m: &Value) -> Option<String> {
+    condition(m, "NodeHealthy")
+        .filter(|c| {
+            matches!(
+                c.get("reason").and_then(Value::as_str),
+                Some(KUBEADM_INIT_FAILED | KUBEADM_JOIN_FAILED)
+            )
+        })
+        .and_then(|c| c.get("message").and_then(Value::as_str))
+        .map(str::to_string)
+}
+
+/// What CAPI puts in a machine's bootstrap data: the CA Secrets as they are now (etcd and
+/// front-proxy for control-plane machines only).
+fn capture_bootstrap(cx: &Ctx<'_>, ns: &str, cluster: &str, control_plane: bool) -> Bootstrap {
+    let read = |suffix: &str| {
+        let secret = format!("{cluster}-{suffix}");
+        cx.get(Kind::Secret, ns, &secret)
+            .map(|s| Ca::from_secret(&s, &secret))
+    };
+    Bootstrap {
+        ca: read("ca"),
+        etcd: control_plane.then(|| read("etcd")).flatten(),
+        proxy: control_plane.then(|| read("proxy")).flatten(),
+    }
+}
+
+/// The outcome of kubeadm on a booted machine.
+enum Kubeadm {
+    /// `kubeadm init`: the workload cluster is created, `cluster-info` carrying the CA bundle
+    /// this machine installed.
+    Init {
+        installed: Installed,
+    },
+    Joined {
+        installed: Installed,
+    },
+    /// Nothing to join yet (no workload cluster or no Ready control-plane machine).
+    Wait,
+    Failed {
+        init: bool,
+        message: String,
+    },
+}
+
+/// kubeadm init/join of one machine against the cluster's modelled PKI: discovery pins
+/// (`cluster-info` must hold a pinned `<cluster>-ca` key), then TLS with every Ready
+/// control-plane machine (each side trusts the other's `ca` signer), then etcd peer TLS for
+/// control-plane machines (each side trusts the other's etcd signer).
+fn kubeadm(cx: &Ctx<'_>, key: &ObjectKey, cluster: &str, control_plane: bool) -> Kubeadm {
+    let ns = key.namespace.as_str();
+    let bootstrap = cx
+        .sim
+        .machine_pki(key)
+        .and_then(|p| p.bootstrap)
+        .unwrap_or_else(|| capture_bootstrap(cx, ns, cluster, control_plane));
+    let workload = cx.sim.workloads().get(ns, cluster);
+    let init = control_plane && workload.is_none();
+    let verb = if init { "kubeadm init" } else { "kubeadm join" };
+    let fail = |message: String| Kubeadm::Failed {
+        init,
+        message: format!("{verb}: {message}"),
+    };
+    if let Some(e) = bootstrap.local_error(control_plane) {
+        return fail(e);
+    }
+    if init {
+        return Kubeadm::Init {
+            installed: Installed::control_plane(&bootstrap),
+        };
+    }
+    let Some(workload) = workload else {
+        return Kubeadm::Wait;
+    };
+    // Discovery: the cluster-info CA data must contain a key pinned by `caCertHashes`.
+    let discovered = match workload::cluster_info_ca(&workload) {
+        Ok(pem) => pem,
+        Err(e) => {
+            return fail(format!(
+                "couldn't validate the identity of the API Server: {e}"
+            ));
+        }
+    };
+    let discovered: Option<(String, Vec<Cert>)> = match discovered {
+        None => None,
+        Some(pem) => match parse_bundle(&pem) {
+            Ok(certs) => Some((pem, certs)),
+            Err(e) => {
+                return fail(format!(
+                    "couldn't validate the identity of the API Server: the certificate-authority-data of the cluster-info ConfigMap: {e}"
+                ));
+            }
+        },
+    };
+    let own_ca = bootstrap.ca.clone().and_then(Result::ok);
+    if let Some(ca) = &own_ca {
+        let presented = discovered
+            .as_ref()
+            .map(|(_, c)| c.as_slice())
+            .unwrap_or(&[]);
+        if let Err(e) = check_pins(&ca.pins(), presented) {
+            return fail(e);
+        }
+    }
+    let peers = cx.sim.control_plane_pki(ns, cluster, true);
+    let Some((_, oldest)) = peers.first() else {
+        return Kubeadm::Wait;
+    };
+    let installed = if control_plane {
+        Installed::control_plane(&bootstrap)
+    } else {
+        // A worker trusts what discovery found; its kubelet client certificate comes from the
+        // control plane's signer.
+        Installed {
+            ca_trust: discovered.map(|(pem, trust)| Ca {
+                pem,
+                trust,
+                key_error: None,
+            }),
+            ca_signer: oldest.ca_signer.clone(),
+            etcd: None,
+        }
+    };
+    for (peer, theirs) in &peers {
+        if let (Some(trust), Some(signer)) = (&installed.ca_trust, &theirs.ca_signer)
+            && !trust.trusts(signer)
+        {
+            return fail(format!(
+                "tls: failed to verify certificate: x509: certificate signed by unknown authority \
+                 (this machine does not trust the CA {} that signs the serving certificate of \
+                 control plane machine {peer})",
+                signer.describe()
+            ));
+        }
+        if let (Some(signer), Some(trust)) = (&installed.ca_signer, &theirs.ca_trust)
+            && !trust.trusts(signer)
+        {
+            return fail(format!(
+                "Unauthorized: control plane machine {peer} does not trust the CA {} that signs \
+                 this machine's client certificate",
+                signer.describe()
+            ));
+        }
+        let (Some(mine), Some(their_etcd)) = (&installed.etcd, &theirs.etcd) else {
+            continue;
+        };
+        if let Some(signer) = mine.signer()
+            && !their_etcd.trusts(signer)
+        {
+            return fail(format!(
+                "[etcd] failed to add this machine as an etcd member: remote error: tls: bad \
+                 certificate (control plane machine {peer} does not trust the etcd CA {} that \
+                 signs this machine's peer certificate)",
+                signer.describe()
+            ));
+        }
+        if let Some(signer) = their_etcd.signer()
+            && !mine.trusts(signer)
+        {
+            return fail(format!(
+                "[etcd] failed to add this machine as an etcd member: tls: failed to verify \
+                 certificate: x509: certificate signed by unknown authority (this machine does \
+                 not trust the etcd CA {} that signs the peer certificate of control plane \
+                 machine {peer})",
+                signer.describe()
+            ));
+        }
+    }
+    Kubeadm::Joined { installed }
+}
+
 fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
     if is_deleting(m) {
         if has_finalizer(m, FINALIZER_MACHINE) {
@@ -1203,10 +1431,11 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
         return Ok(());
     }
     let phase = str_at(m, &["status", "phase"]);
-    if phase == Some("Running") {
+    if phase == Some("Running") || kubeadm_failure(m).is_some() {
         return Ok(());
     }
     let (ns, observed, now) = (namespace(m), generation(m), now_rfc3339());
+    let key = ObjectKey::new(&Kind::Machine.resource(), ns, name(m));
     let prev = m.get("status");
     let osm = str_at(m, &["spec", "infrastructureRef", "name"])
         .and_then(|n| cx.get(Kind::InfraMachine, ns, n));
@@ -1283,6 +1512,11 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
             )?;
             return Ok(());
         }
+        // The bootstrap data is rendered now, with the CA Secrets as they are.
+        cx.sim.set_bootstrap(
+            &key,
+            capture_bootstrap(cx, ns, cluster_name, is_control_plane),
+        );
         let infra = Cond::new(
             "InfrastructureReady",
             CondStatus::False,
@@ -1320,6 +1554,12 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
         return Ok(());
     }
 
+    let outcome = kubeadm(cx, &key, cluster_name, is_control_plane);
+    eprintln!("SIMDEBUG {} {}", key.name, match &outcome { Kubeadm::Init{..} => "init".to_string(), Kubeadm::Joined{..} => "joined".into(), Kubeadm::Wait => "wait".into(), Kubeadm::Failed{message, ..} => message.clone() });
+    if matches!(outcome, Kubeadm::Wait) {
+        cx.sim.mark(key);
+        return Ok(());
+    }
     let instance_id = uuid::Uuid::new_v4().to_string();
     let provider_id = format!("openstack:///{instance_id}");
     let address = cx.sim.next_node_address(ns, cluster_name);
@@ -1347,10 +1587,42 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
     let m = cx.edit(Kind::Machine, m, move |o| {
         set_at(o, &["spec"], "providerID", json!(pid))
     })?;
+    let ok = |k: &'static str, reason: &'static str| Cond::new(k, CondStatus::True, reason, "");
+    let (installed, init) = match outcome {
+        Kubeadm::Init { installed } => (installed, true),
+        Kubeadm::Joined { installed } => (installed, false),
+        Kubeadm::Wait => return Ok(()),
+        Kubeadm::Failed { init, message } => {
+            let reason = if init {
+                KUBEADM_INIT_FAILED
+            } else {
+                KUBEADM_JOIN_FAILED
+            };
+            let health = Cond::new("NodeHealthy", CondStatus::False, reason, message.clone());
+            let status = json!({
+                "observedGeneration": generation(&m),
+                "phase": "Failed",
+                "addresses": addresses,
+                "lastUpdated": now,
+                "initialization": {"bootstrapDataSecretCreated": true, "infrastructureProvisioned": true},
+                "deprecated": {"v1beta1": {"failureReason": "JoinClusterTimeoutError", "failureMessage": message}},
+                "conditions": conditions_v1beta2(m.get("status"), &[
+                    Cond::new("Available", CondStatus::False, "NotReady", "* Ready: not ready"),
+                    Cond::new("Ready", CondStatus::False, "NotReady", failed_condition_message(&[&health])),
+                    ok("BootstrapConfigReady", "Ready"),
+                    ok("InfrastructureReady", "Ready"),
+                    node_missing("NodeReady"),
+                    health,
+                    not_deleting,
+                ], generation(&m), &now),
+            });
+            cx.set_status(Kind::Machine, &m, status)?;
+            return Ok(());
+        }
+    };
     let kubelet = str_at(&m, &["spec", "version"])
         .unwrap_or("v0.0.0")
         .to_string();
-    let ok = |k: &'static str, reason: &'static str| Cond::new(k, CondStatus::True, reason, "");
     let status = json!({
         "observedGeneration": generation(&m),
         "phase": "Running",
@@ -1381,6 +1653,16 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
         ], generation(&m), &now),
     });
     cx.set_status(Kind::Machine, &m, status)?;
+    if init {
+        // `kubeadm init` publishes cluster-info with the CA it installed.
+        let server = cluster
+            .as_deref()
+            .and_then(kubeconfig::endpoint)
+            .unwrap_or_else(|| "https://127.0.0.1:6443".to_string());
+        let ca_pem = installed.ca_trust.as_ref().map(|c| c.pem.as_str());
+        cx.sim.workloads().init(ns, cluster_name, &server, ca_pem)?;
+    }
+    cx.sim.set_installed(&key, installed);
     Ok(())
 }
 

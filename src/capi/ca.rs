@@ -1,0 +1,390 @@
+//! The cluster CAs on the management cluster: read for `GET /v1/certificates`, used to sign
+//! CSRs for `POST /v1/certificates`, and rotated (`PATCH /v1/certificates`) in three phases,
+//! each rolled out to every machine (README "CA rotation" explains the mechanism and limits).
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::apply::ObjectRef;
+use super::driver::{Capi, CapiError, name_of, namespace_of};
+use super::pki::{self, ClusterCas, KeyPairPem};
+use super::status::Observed;
+use super::{LABEL_ROLE, kinds};
+use crate::db::clusters::ClusterRow;
+use crate::db::day2;
+use crate::db::operations::OperationRow;
+use crate::db::{DbError, finalize};
+use crate::domain::status::Status;
+
+/// Which of the cluster's CAs (`ca_cert_type` of the certificates API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaKind {
+    Kubernetes,
+    Etcd,
+    FrontProxy,
+}
+
+impl CaKind {
+    /// From `ca_cert_type` (absent = kubernetes); `None` for anything else.
+    pub fn parse(t: Option<&str>) -> Option<CaKind> {
+        match t {
+            None | Some("kubernetes") => Some(CaKind::Kubernetes),
+            Some("etcd") => Some(CaKind::Etcd),
+            Some("front_proxy" | "front-proxy") => Some(CaKind::FrontProxy),
+            Some(_) => None,
+        }
+    }
+
+    /// The suffix of its CAPI Secret (`<cluster>-<suffix>`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            CaKind::Kubernetes => "ca",
+            CaKind::Etcd => "etcd",
+            CaKind::FrontProxy => "proxy",
+        }
+    }
+
+    const ALL: [CaKind; 3] = [CaKind::Kubernetes, CaKind::Etcd, CaKind::FrontProxy];
+}
+
+/// `<cluster>-ca-rotation`: the old and new CAs of a rotation under way.
+fn rotation_secret(cluster: &str) -> String {
+    format!("{cluster}-ca-rotation")
+}
+
+/// `magnum.openstack.org/role` of the rotation Secret.
+const ROLE_CA_ROTATION: &str = "ca-rotation";
+
+fn secret_field(secret: &Value, key: &str) -> Option<String> {
+    let encoded = secret.pointer(&format!("/data/{}", key.replace('/', "~1")))?;
+    String::from_utf8(STANDARD.decode(encoded.as_str()?).ok()?).ok()
+}
+
+/// What a CA Secret holds in `phase` (1: sign old, trust both; 2: sign new, trust both; 3: new
+/// only). The first certificate is the signer, and the key is its key, as kubeadm requires.
+pub fn phase_pair(phase: i16, old: &KeyPairPem, new: &KeyPairPem) -> KeyPairPem {
+    match phase {
+        1 => KeyPairPem {
+            cert_pem: pki::bundle(&[&old.cert_pem, &new.cert_pem]),
+            key_pem: old.key_pem.clone(),
+        },
+        2 => KeyPairPem {
+            cert_pem: pki::bundle(&[&new.cert_pem, &old.cert_pem]),
+            key_pem: new.key_pem.clone(),
+        },
+        _ => KeyPairPem {
+            cert_pem: pki::bundle(&[&new.cert_pem]),
+            key_pem: new.key_pem.clone(),
+        },
+    }
+}
+
+/// The rollout marker of a phase: the next whole second (`rollout.after` has second precision;
+/// a machine created in the current second is replaced too, never one created after).
+fn marker(now: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(now.timestamp() + 1, 0).unwrap_or(now)
+}
+
+/// Every machine of the cluster was created at or after `after`, the expected number exist and
+/// all are ready: the phase has reached every node.
+pub fn rolled_out(o: &Observed, after: DateTime<Utc>, expected: usize) -> bool {
+    let created = |m: &Value| {
+        m.pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.to_utc())
+    };
+    let ready = |m: &Value| {
+        m.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                matches!(
+                    c.get("type").and_then(Value::as_str),
+                    Some("Ready" | "NodeReady")
+                ) && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+    };
+    o.machines.len() == expected
+        && o.machines
+            .iter()
+            .all(|m| created(m).is_some_and(|t| t >= after) && ready(m))
+}
+
+impl Capi {
+    /// The CA `kind` of cluster `c` as its Secret holds it (a bundle while a rotation is under
+    /// way); `None` when the Secret does not exist.
+    pub async fn cluster_ca(
+        &self,
+        c: &ClusterRow,
+        kind: CaKind,
+    ) -> Result<Option<KeyPairPem>, CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let Some(secret) = self
+            .mgmt
+            .get(&ObjectRef::new(
+                kinds::SECRET,
+                &ns,
+                &format!("{name}-{}", kind.suffix()),
+            ))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let v = serde_json::to_value(&secret).map_err(|e| CapiError::Invalid(e.to_string()))?;
+        match (secret_field(&v, "tls.crt"), secret_field(&v, "tls.key")) {
+            (Some(cert_pem), Some(key_pem)) => Ok(Some(KeyPairPem { cert_pem, key_pem })),
+            _ => Err(CapiError::Invalid(format!(
+                "the {} CA Secret of cluster {} is incomplete",
+                kind.suffix(),
+                c.uuid
+            ))),
+        }
+    }
+
+    /// Signs `csr_pem` with CA `kind` of the cluster, valid `[capi] client_cert_validity_days`.
+    pub async fn sign(
+        &self,
+        c: &ClusterRow,
+        kind: CaKind,
+        csr_pem: &str,
+    ) -> Result<Option<Result<String, pki::CsrError>>, CapiError> {
+        let Some(ca) = self.cluster_ca(c, kind).await? else {
+            return Ok(None);
+        };
+        let validity =
+            Duration::from_secs(u64::from(self.config.client_cert_validity_days.max(1)) * 86400);
+        Ok(Some(pki::sign_csr(&ca, csr_pem, validity)))
+    }
+
+    fn ca_secret(&self, c: &ClusterRow, kind: CaKind, pair: &KeyPairPem, labels: &Value) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+            "metadata": {"name": format!("{}-{}", name_of(c), kind.suffix()),
+                         "namespace": namespace_of(&self.config, c), "labels": labels},
+            "data": {"tls.crt": STANDARD.encode(&pair.cert_pem), "tls.key": STANDARD.encode(&pair.key_pem)},
+        })
+    }
+
+    /// The old and new CAs of the rotation: from the rotation Secret when it exists (a replay),
+    /// else the current CAs and freshly generated ones, written to it first.
+    async fn rotation_cas(
+        &self,
+        c: &ClusterRow,
+        started: bool,
+    ) -> Result<(Vec<KeyPairPem>, Vec<KeyPairPem>, Value), CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let r = ObjectRef::new(kinds::SECRET, &ns, &rotation_secret(&name));
+        let ca_ref = ObjectRef::new(kinds::SECRET, &ns, &format!("{name}-ca"));
+        let labels = self
+            .mgmt
+            .get(&ca_ref)
+            .await?
+            .and_then(|s| s.metadata.labels)
+            .map(|l| json!(l))
+            .ok_or_else(|| CapiError::Invalid("the cluster has no CA Secret".into()))?;
+        if let Some(s) = self.mgmt.get(&r).await? {
+            let v = serde_json::to_value(&s).map_err(|e| CapiError::Invalid(e.to_string()))?;
+            let mut old = Vec::new();
+            let mut new = Vec::new();
+            for k in CaKind::ALL {
+                let get = |f: &str| {
+                    secret_field(&v, &format!("{}.{f}", k.suffix())).ok_or_else(|| {
+                        CapiError::Invalid("the CA rotation Secret is incomplete".into())
+                    })
+                };
+                old.push(KeyPairPem {
+                    cert_pem: get("old.crt")?,
+                    key_pem: get("old.key")?,
+                });
+                new.push(KeyPairPem {
+                    cert_pem: get("new.crt")?,
+                    key_pem: get("new.key")?,
+                });
+            }
+            return Ok((old, new, labels));
+        }
+        if started {
+            return Err(CapiError::Invalid(
+                "the CA rotation's new CAs are gone from the management cluster; the rotation cannot finish"
+                    .into(),
+            ));
+        }
+        let fresh = ClusterCas::generate()?;
+        let mut old = Vec::new();
+        for k in CaKind::ALL {
+            let cur = self.cluster_ca(c, k).await?.ok_or_else(|| {
+                CapiError::Invalid(format!("the cluster has no {} CA", k.suffix()))
+            })?;
+            // After an earlier rotation the Secret holds one certificate; take the signer only.
+            let signer = pki::pem_certs(&cur.cert_pem)
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            old.push(KeyPairPem {
+                cert_pem: signer,
+                key_pem: cur.key_pem,
+            });
+        }
+        let new = vec![fresh.ca, fresh.etcd, fresh.front_proxy];
+        let mut data = serde_json::Map::new();
+        for (i, k) in CaKind::ALL.iter().enumerate() {
+            for (f, text) in [
+                ("old.crt", &old[i].cert_pem),
+                ("old.key", &old[i].key_pem),
+                ("new.crt", &new[i].cert_pem),
+                ("new.key", &new[i].key_pem),
+            ] {
+                data.insert(format!("{}.{f}", k.suffix()), json!(STANDARD.encode(text)));
+            }
+        }
+        let mut rot_labels = labels.clone();
+        rot_labels[LABEL_ROLE] = json!(ROLE_CA_ROTATION);
+        self.mgmt
+            .apply(&json!({
+                "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": rotation_secret(&name), "namespace": ns, "labels": rot_labels},
+                "data": data,
+            }))
+            .await?;
+        Ok((old, new, labels))
+    }
+
+    /// Writes the CA data of `kube-public/cluster-info` in the workload cluster (what joining
+    /// nodes trust and check the discovery pin against), through the admin kubeconfig CAPI keeps
+    /// in `<cluster>-kubeconfig`.
+    async fn set_cluster_info_ca(&self, c: &ClusterRow, ca_pem: &str) -> Result<(), CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let waiting = |what: String| {
+            CapiError::Waiting(format!(
+                "updating the workload cluster's cluster-info: {what}"
+            ))
+        };
+        let secret = self
+            .mgmt
+            .get(&ObjectRef::new(
+                kinds::SECRET,
+                &ns,
+                &format!("{name}-kubeconfig"),
+            ))
+            .await?
+            .ok_or_else(|| waiting("no kubeconfig Secret yet".into()))?;
+        let v = serde_json::to_value(&secret).map_err(|e| CapiError::Invalid(e.to_string()))?;
+        let text = secret_field(&v, "value")
+            .ok_or_else(|| waiting("the kubeconfig Secret is empty".into()))?;
+        let kc = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| waiting(e.to_string()))?;
+        let cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| waiting(e.to_string()))?;
+        let client = kube::Client::try_from(cfg).map_err(|e| waiting(e.to_string()))?;
+        let api: Api<ConfigMap> = Api::namespaced(client, "kube-public");
+        let cm = api
+            .get("cluster-info")
+            .await
+            .map_err(|e| waiting(format!("reading kube-public/cluster-info: {e}")))?;
+        let doc = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get("kubeconfig"))
+            .ok_or_else(|| waiting("cluster-info has no kubeconfig".into()))?;
+        let mut info =
+            kube::config::Kubeconfig::from_yaml(doc).map_err(|e| waiting(e.to_string()))?;
+        for cl in &mut info.clusters {
+            if let Some(cluster) = cl.cluster.as_mut() {
+                cluster.certificate_authority_data = Some(STANDARD.encode(ca_pem));
+            }
+        }
+        let yaml = yaml_serde::to_string(&info).map_err(|e| CapiError::Invalid(e.to_string()))?;
+        api.patch(
+            "cluster-info",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"kubeconfig": yaml}})),
+        )
+        .await
+        .map_err(|e| waiting(format!("writing kube-public/cluster-info: {e}")))?;
+        Ok(())
+    }
+
+    /// `rotate_ca`: three phases, each written to the CA Secrets (and cluster-info), then rolled
+    /// out to every machine and waited for. Replays resume at the recorded phase.
+    pub(super) async fn rotate_ca(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        op: &OperationRow,
+    ) -> Result<(), CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let (phase, after) = day2::ca_rotation(pool, c.uuid).await?;
+        let (old, new, labels) = self.rotation_cas(c, phase.is_some()).await?;
+        let expected: usize = crate::db::nodegroups::of_cluster(pool, c.uuid)
+            .await?
+            .iter()
+            .map(|n| usize::try_from(n.node_count).unwrap_or(0))
+            .sum();
+        let timeout = Duration::from_secs(self.config.update_timeout_mins.max(1) * 60);
+        for ph in phase.unwrap_or(1)..=3 {
+            // Durable first: a replay of this phase keeps its marker (no second rollout).
+            let after = match (phase, after) {
+                (Some(p), Some(a)) if p == ph => a,
+                _ => {
+                    let a = marker(Utc::now());
+                    day2::set_ca_rotation(pool, c.uuid, Some(ph), Some(a)).await?;
+                    a
+                }
+            };
+            let mut objs = Vec::new();
+            for (i, k) in CaKind::ALL.iter().enumerate() {
+                objs.push(self.ca_secret(c, *k, &phase_pair(ph, &old[i], &new[i]), &labels));
+            }
+            self.mgmt.apply_all(&objs).await?;
+            match ph {
+                1 => {
+                    self.set_cluster_info_ca(c, &pki::bundle(&[&old[0].cert_pem, &new[0].cert_pem]))
+                        .await?
+                }
+                3 => self.set_cluster_info_ca(c, &new[0].cert_pem).await?,
+                _ => {}
+            }
+            if ph >= 2 {
+                // CAPI regenerates the admin kubeconfig with the key now in force.
+                self.mgmt
+                    .delete(&ObjectRef::new(
+                        kinds::SECRET,
+                        &ns,
+                        &format!("{name}-kubeconfig"),
+                    ))
+                    .await?;
+            }
+            tracing::info!(cluster = %c.uuid, phase = ph, after = %after, "CA rotation phase rolling out");
+            self.apply_cluster(pool, c, None, false).await?;
+            if !self
+                .observer
+                .wait_for(c.uuid, timeout, |o| rolled_out(o, after, expected))
+                .await
+            {
+                return Err(CapiError::Waiting(format!(
+                    "CA rotation phase {ph}: not every machine was replaced within {} minutes",
+                    timeout.as_secs() / 60
+                )));
+            }
+        }
+        self.mgmt
+            .delete(&ObjectRef::new(kinds::SECRET, &ns, &rotation_secret(&name)))
+            .await?;
+        let mut tx = pool.begin().await.map_err(DbError::from)?;
+        day2::set_ca_rotation(&mut *tx, c.uuid, None, None).await?;
+        finalize::cluster_status(&mut *tx, c.uuid, op.id, Status::UpdateComplete.as_str()).await?;
+        tx.commit().await.map_err(DbError::from)?;
+        tracing::info!(cluster = %c.uuid, "CA rotation complete");
+        Ok(())
+    }
+}

@@ -1,0 +1,565 @@
+//! Application-credential rotation on the management cluster. The request stages a new
+//! credential (created with the caller's token, kept in a staging Secret); the worker commits it
+//! (checks it authenticates, applies the Secrets, moves ownership, deletes the old one). Also
+//! the periodic check that each credential still works, self-renewal before an expiry, and the
+//! janitor for staged credentials nobody committed.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use chrono::{DateTime, Utc};
+use secrecy::SecretString;
+use serde_json::{Map, Value, json};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::apply::ObjectRef;
+use super::driver::{Capi, CapiError, NewCredential, name_of, namespace_of};
+use super::{LABEL_CLUSTER_UUID, LABEL_ROLE, LABEL_USER_ID, kinds, values};
+use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::day2::{self, CredentialRow};
+use crate::db::finalize;
+use crate::db::nodegroups as ndb;
+use crate::db::operations::OperationRow;
+use crate::db::templates as tdb;
+use crate::domain::status::Status;
+use crate::openstack::UserSession;
+
+/// Annotation of the staging Secret: the id of the credential it carries.
+pub const ANN_APP_CRED_ID: &str = "magnum.openstack.org/app-cred-id";
+/// `magnum.openstack.org/role` of staging Secrets (the janitor finds them by it).
+pub const ROLE_STAGED: &str = "credential-rotation";
+/// Staged credentials older than this without an open rotation are discarded by the janitor.
+const STAGED_GRACE: Duration = Duration::from_secs(600);
+
+/// What a rotation operation carries (no secret: that is in the staging Secret).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RotationPayload {
+    pub app_cred_id: String,
+    pub user_id: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub old_app_cred_id: Option<String>,
+    pub old_user_id: String,
+    /// Started by the service (before another operation, or before an expiry), not by a
+    /// `PATCH /v1/credentials`: it never changes the cluster's status.
+    pub implicit: bool,
+}
+
+/// A credential staged for a cluster, to record in a rotation operation.
+#[derive(Debug)]
+pub struct Staged {
+    pub payload: RotationPayload,
+}
+
+fn staging_name(cluster: &str) -> String {
+    format!("{cluster}-credential-rotation")
+}
+
+/// The application credential in the `clouds.yaml` of a rendered or live credentials Secret.
+pub fn clouds_yaml_credential(secret: &Value) -> Option<(String, SecretString)> {
+    let encoded = secret.pointer("/data/clouds.yaml")?.as_str()?;
+    let text = String::from_utf8(STANDARD.decode(encoded).ok()?).ok()?;
+    let doc: Value = yaml_serde::from_str(&text).ok()?;
+    let cloud = doc.get("clouds")?.as_object()?.values().next()?;
+    let auth = cloud.get("auth")?;
+    Some((
+        auth.get("application_credential_id")?.as_str()?.to_string(),
+        SecretString::from(
+            auth.get("application_credential_secret")?
+                .as_str()?
+                .to_string(),
+        ),
+    ))
+}
+
+fn decode_staged(secret: &Value) -> Result<Vec<Value>, CapiError> {
+    let bad = || CapiError::Invalid("the staged credential Secret is unreadable".into());
+    let encoded = secret
+        .pointer("/data/objects.json")
+        .and_then(Value::as_str)
+        .ok_or_else(bad)?;
+    let bytes = STANDARD.decode(encoded).map_err(|_| bad())?;
+    serde_json::from_slice(&bytes).map_err(|_| bad())
+}
+
+impl Capi {
+    /// Request side of a rotation: a new credential created with `session` (the caller's
+    /// token) for `user_id`, rendered with the cluster's Secrets as they will be once it is the
+    /// owner, and kept in the staging Secret until the worker commits it. On failure nothing is
+    /// left behind.
+    pub async fn stage_rotation(
+        &self,
+        pool: &PgPool,
+        cluster: &ClusterRow,
+        session: &UserSession,
+        user_id: &str,
+        roles: &[String],
+        implicit: bool,
+    ) -> Result<Staged, CapiError> {
+        let template = tdb::by_uuid(pool, &tdb::Visibility::All, cluster.cluster_template_id)
+            .await?
+            .ok_or_else(|| CapiError::Invalid("the cluster's template no longer exists".into()))?;
+        let ngs = ndb::of_cluster(pool, cluster.uuid).await?;
+        let old = day2::credential(pool, cluster.uuid).await?;
+        let mut owned = cluster.clone();
+        owned.user_id = user_id.to_string();
+        let NewCredential {
+            id,
+            expires_at,
+            creds,
+        } = self.new_credentials(&owned, Some(session), roles).await?;
+        let id = id.ok_or_else(|| CapiError::Invalid("no credential was created".into()))?;
+        let staged = async {
+            let v = values::build(self.inputs(&template, &owned, &ngs, Some(creds), None))?;
+            let secrets: Vec<Value> = self
+                .renderer
+                .render_credentials(&v)?
+                .into_iter()
+                .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Secret"))
+                .collect();
+            let mut labels: Map<String, Value> = v
+                .common_labels
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect();
+            labels.insert(LABEL_ROLE.into(), json!(ROLE_STAGED));
+            let body =
+                serde_json::to_vec(&secrets).map_err(|e| CapiError::Invalid(e.to_string()))?;
+            let staging = json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": staging_name(&v.cluster_name), "namespace": v.namespace,
+                             "labels": labels, "annotations": {ANN_APP_CRED_ID: id}},
+                "type": "Opaque",
+                "data": {"objects.json": STANDARD.encode(body)},
+            });
+            self.mgmt.apply(&staging).await?;
+            Ok::<_, CapiError>(())
+        }
+        .await;
+        if let Err(e) = staged {
+            if let Err(d) =
+                crate::openstack::appcred::delete(session, session.timeout(), user_id, &id).await
+            {
+                tracing::warn!(app_cred = %id, error = %d, "could not delete an unused application credential");
+            }
+            return Err(e);
+        }
+        Ok(Staged {
+            payload: RotationPayload {
+                app_cred_id: id,
+                user_id: user_id.to_string(),
+                expires_at,
+                old_app_cred_id: old.as_ref().and_then(|o| o.app_cred_id.clone()),
+                old_user_id: cluster.user_id.clone(),
+                implicit,
+            },
+        })
+    }
+
+    /// Removes a staged credential that will not be committed (the Secret, and the credential
+    /// with the service's credentials, recorded as a leftover when Keystone is unreachable).
+    pub async fn discard_staged(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        p: &RotationPayload,
+    ) -> Result<(), CapiError> {
+        let ns = namespace_of(&self.config, c);
+        self.mgmt
+            .delete(&ObjectRef::new(
+                kinds::SECRET,
+                &ns,
+                &staging_name(&name_of(c)),
+            ))
+            .await?;
+        self.delete_credential(pool, c.uuid, &p.user_id, &p.app_cred_id)
+            .await
+    }
+
+    /// Deletes a credential this service created with its own credentials; a failure is
+    /// recorded for the leftover sweep.
+    pub(super) async fn delete_credential(
+        &self,
+        pool: &PgPool,
+        cluster: Uuid,
+        user_id: &str,
+        id: &str,
+    ) -> Result<(), CapiError> {
+        let Some(k) = &self.keystone else {
+            return Ok(());
+        };
+        match k.delete_app_credential(user_id, id).await {
+            Ok(()) => {
+                tracing::info!(%cluster, app_cred = %id, "application credential deleted");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(%cluster, app_cred = %id, error = %e, "application credential not deleted yet; will retry");
+                cdb::add_leftover_cred(pool, id, user_id, cluster, &e.to_string()).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Worker side: commits a staged credential. Idempotent: a replay after the ownership moved
+    /// only finishes the clean-up. Until the Secrets are written the old credential is in
+    /// force; a permanent failure discards the new one.
+    pub(super) async fn commit_rotation(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        op: &OperationRow,
+    ) -> Result<(), CapiError> {
+        let p: RotationPayload = serde_json::from_value(op.payload.0.clone())
+            .map_err(|e| CapiError::Invalid(format!("malformed rotation operation: {e}")))?;
+        let result = self.commit_inner(pool, c, op, &p).await;
+        match result {
+            Err(e) if !e.is_transient() => {
+                tracing::warn!(cluster = %c.uuid, error = %e, "credential rotation failed; the old credential stays in force");
+                if let Err(d) = self.discard_staged(pool, c, &p).await {
+                    tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
+                }
+                if p.implicit {
+                    // Best effort before another operation: report, never block it.
+                    day2::set_problem(
+                        pool,
+                        c.uuid,
+                        Some(&format!(
+                            "{}; rotating it failed: {e}",
+                            current_problem(pool, c.uuid).await
+                        )),
+                    )
+                    .await?;
+                    self.observer.touch(c.uuid);
+                    return Ok(());
+                }
+                Err(CapiError::Invalid(format!(
+                    "Rotating the application credential failed: {e}. The previous credential stays in force."
+                )))
+            }
+            other => other,
+        }
+    }
+
+    async fn commit_inner(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        op: &OperationRow,
+        p: &RotationPayload,
+    ) -> Result<(), CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let staging_ref = ObjectRef::new(kinds::SECRET, &ns, &staging_name(&name));
+        let current = cdb::app_cred(pool, c.uuid).await?;
+        if current.as_deref() != Some(p.app_cred_id.as_str()) {
+            let staged = self.mgmt.get(&staging_ref).await?.ok_or_else(|| {
+                CapiError::Invalid("the staged credential is gone; rotate again".into())
+            })?;
+            let staged =
+                serde_json::to_value(&staged).map_err(|e| CapiError::Invalid(e.to_string()))?;
+            let objects = decode_staged(&staged)?;
+            let creds_name = format!("{name}-cloud-credentials");
+            let creds = objects
+                .iter()
+                .find(|o| {
+                    o.pointer("/metadata/name").and_then(Value::as_str) == Some(creds_name.as_str())
+                })
+                .ok_or_else(|| {
+                    CapiError::Invalid("the staged credential has no clouds.yaml".into())
+                })?;
+            // A test token first: a credential Keystone refuses never replaces a working one.
+            if let Some(k) = &self.keystone {
+                let (id, secret) = clouds_yaml_credential(creds).ok_or_else(|| {
+                    CapiError::Invalid(
+                        "the staged clouds.yaml has no application credential".into(),
+                    )
+                })?;
+                if let Some(why) = k.check_app_credential(&id, &secret).await? {
+                    return Err(CapiError::Invalid(format!(
+                        "the new application credential does not authenticate: {why}"
+                    )));
+                }
+            }
+            self.mgmt.apply_all(&objects).await?;
+            // Applied: the live Secret carries the new credential.
+            let live = self
+                .mgmt
+                .get(&ObjectRef::new(kinds::SECRET, &ns, &creds_name))
+                .await?
+                .map(|o| serde_json::to_value(&o).unwrap_or_default());
+            if live.as_ref().and_then(|l| l.get("data")) != creds.get("data") {
+                return Err(CapiError::Waiting(
+                    "the cloud-credentials Secret does not show the new credential yet".into(),
+                ));
+            }
+            day2::set_credential(pool, c.uuid, &p.user_id, &p.app_cred_id, p.expires_at).await?;
+            tracing::info!(cluster = %c.uuid, app_cred = %p.app_cred_id, user = %p.user_id, "application credential rotated");
+        }
+        // Everything else of the cluster now carries the new owner.
+        if p.user_id != p.old_user_id {
+            self.relabel_owner(&ns, c.uuid, &p.user_id).await?;
+        }
+        if let Some(old) = &p.old_app_cred_id
+            && *old != p.app_cred_id
+        {
+            self.delete_credential(pool, c.uuid, &p.old_user_id, old)
+                .await?;
+        }
+        self.mgmt.delete(&staging_ref).await?;
+        if !p.implicit {
+            finalize::cluster_status(pool, c.uuid, op.id, Status::UpdateComplete.as_str()).await?;
+        }
+        self.observer.touch(c.uuid);
+        Ok(())
+    }
+
+    /// Sets the owner label on every object of the cluster we created.
+    async fn relabel_owner(&self, ns: &str, cluster: Uuid, user_id: &str) -> Result<(), CapiError> {
+        let sel = format!("{LABEL_CLUSTER_UUID}={cluster}");
+        let mut labels = Map::new();
+        labels.insert(LABEL_USER_ID.into(), json!(user_id));
+        for gvk in super::driver::LABELLED_KINDS {
+            for o in self.mgmt.list(gvk, ns, &sel).await? {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let has = o
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_USER_ID))
+                    .map(String::as_str);
+                if has != Some(user_id) {
+                    self.mgmt
+                        .label(&ObjectRef::new(gvk, ns, &name), &labels)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The periodic credential work (every 30 s): leftovers deleted, credentials checked,
+    /// expiring ones renewed, abandoned staged ones discarded. Failures are logged.
+    pub async fn maintenance(&self, pool: &PgPool) {
+        if let Err(e) = self.sweep_leftover_credentials(pool).await {
+            tracing::warn!(error = %e, "sweeping leftover application credentials failed");
+        }
+        if let Err(e) = self.check_credentials(pool).await {
+            tracing::warn!(error = %e, "checking cluster credentials failed");
+        }
+        if let Err(e) = self.renew_expiring(pool).await {
+            tracing::warn!(error = %e, "renewing expiring credentials failed");
+        }
+        if let Err(e) = self.sweep_staged(pool).await {
+            tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
+        }
+    }
+
+    /// Checks the credentials due for it: each must still authenticate; when one does not, the
+    /// cluster's health says why (owner deleted/disabled/without a role, credential deleted or
+    /// expired). Returns how many were checked.
+    pub async fn check_credentials(&self, pool: &PgPool) -> Result<usize, CapiError> {
+        let (Some(k), interval) = (&self.keystone, self.config.credential_check_interval_secs)
+        else {
+            return Ok(0);
+        };
+        if interval == 0 {
+            return Ok(0);
+        }
+        let due = day2::due_checks(pool, interval, 200).await?;
+        let mut checked = 0;
+        for row in &due {
+            match self.credential_problem(k, row).await {
+                Ok(problem) => {
+                    if problem != row.credential_problem {
+                        match &problem {
+                            Some(p) => {
+                                tracing::warn!(cluster = %row.uuid, problem = %p, "cluster credential does not work")
+                            }
+                            None => {
+                                tracing::info!(cluster = %row.uuid, "cluster credential works again")
+                            }
+                        }
+                    }
+                    day2::set_problem(pool, row.uuid, problem.as_deref()).await?;
+                    if problem != row.credential_problem {
+                        self.observer.touch(row.uuid);
+                    }
+                    checked += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %row.uuid, error = %e, "cannot check the cluster credential now");
+                }
+            }
+        }
+        Ok(checked)
+    }
+
+    async fn credential_problem(
+        &self,
+        k: &crate::openstack::Keystone,
+        row: &CredentialRow,
+    ) -> Result<Option<String>, CapiError> {
+        let Some(id) = &row.app_cred_id else {
+            return Ok(None);
+        };
+        let name = row
+            .stack_id
+            .clone()
+            .unwrap_or_else(|| super::capi_name(row.uuid));
+        let ns = super::namespace(&self.config.namespace_prefix, &row.project_id);
+        let secret = self
+            .mgmt
+            .get(&ObjectRef::new(
+                kinds::SECRET,
+                &ns,
+                &format!("{name}-cloud-credentials"),
+            ))
+            .await?
+            .map(|o| serde_json::to_value(&o).unwrap_or_default());
+        let refused = match secret.as_ref().and_then(clouds_yaml_credential) {
+            None => "the cloud-credentials Secret is missing or unreadable".to_string(),
+            Some((sid, secret)) => match k.check_app_credential(&sid, &secret).await? {
+                None => return Ok(None),
+                Some(why) => why,
+            },
+        };
+        let why = k
+            .credential_owner_problem(&row.user_id, &row.project_id, id)
+            .await?
+            .unwrap_or(refused);
+        Ok(Some(format!(
+            "Application credential {id} no longer authenticates: {why}. The next project member \
+             who updates, resizes, upgrades or deletes the cluster rotates it (or run `openstack coe \
+             credential rotate`)."
+        )))
+    }
+
+    /// Credentials close to their expiry renew themselves: the old one (created unrestricted for
+    /// this) obtains a token, creates its successor, and a rotation is recorded.
+    pub async fn renew_expiring(&self, pool: &PgPool) -> Result<usize, CapiError> {
+        let Some(k) = &self.keystone else {
+            return Ok(0);
+        };
+        if self.config.app_cred_expiry_days == 0 {
+            return Ok(0);
+        }
+        let before = u64::from(self.config.app_cred_renew_before_days) * 86400;
+        let mut renewed = 0;
+        for row in day2::expiring(pool, before, 50).await? {
+            if crate::db::operations::has_open(
+                pool,
+                row.uuid,
+                crate::service::clusters::kind::ROTATE_CREDENTIAL,
+            )
+            .await?
+            {
+                continue;
+            }
+            let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, row.uuid).await? else {
+                continue;
+            };
+            let ns = namespace_of(&self.config, &c);
+            let secret = self
+                .mgmt
+                .get(&ObjectRef::new(
+                    kinds::SECRET,
+                    &ns,
+                    &format!("{}-cloud-credentials", name_of(&c)),
+                ))
+                .await?
+                .map(|o| serde_json::to_value(&o).unwrap_or_default());
+            let Some((id, secret)) = secret.as_ref().and_then(clouds_yaml_credential) else {
+                continue;
+            };
+            let outcome = async {
+                let (token, identity) = k.token_for_app_credential(&id, &secret).await?;
+                let session = k.user_session(&token, identity.clone());
+                let staged = self
+                    .stage_rotation(pool, &c, &session, &c.user_id, &identity.roles, true)
+                    .await?;
+                crate::db::operations::enqueue(
+                    pool,
+                    &crate::db::operations::NewOperation {
+                        cluster_uuid: c.uuid,
+                        nodegroup_uuid: None,
+                        kind: crate::service::clusters::kind::ROTATE_CREDENTIAL,
+                        payload: serde_json::to_value(&staged.payload)
+                            .map_err(|e| CapiError::Invalid(e.to_string()))?,
+                        request_id: None,
+                    },
+                )
+                .await?;
+                Ok::<_, CapiError>(())
+            }
+            .await;
+            match outcome {
+                Ok(()) => {
+                    tracing::info!(cluster = %c.uuid, app_cred = %id, "expiring application credential renews itself");
+                    renewed += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %c.uuid, app_cred = %id, error = %e, "cannot renew an expiring application credential");
+                }
+            }
+        }
+        Ok(renewed)
+    }
+
+    /// Staged credentials whose rotation is no longer open (the request died before recording
+    /// it, or the operation was given up) are discarded after a grace period.
+    pub async fn sweep_staged(&self, pool: &PgPool) -> Result<usize, CapiError> {
+        let sel = format!("{LABEL_ROLE}={ROLE_STAGED}");
+        let mut swept = 0;
+        for o in self.mgmt.list_all(kinds::SECRET, &sel).await? {
+            let age = o
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| Utc::now().timestamp() - t.0.as_second());
+            if age.is_none_or(|a| a < STAGED_GRACE.as_secs() as i64) {
+                continue;
+            }
+            let labels = o.metadata.labels.clone().unwrap_or_default();
+            let ann = o.metadata.annotations.clone().unwrap_or_default();
+            let (Some(cluster), Some(user), Some(id)) = (
+                labels
+                    .get(LABEL_CLUSTER_UUID)
+                    .and_then(|u| Uuid::parse_str(u).ok()),
+                labels.get(LABEL_USER_ID),
+                ann.get(ANN_APP_CRED_ID),
+            ) else {
+                continue;
+            };
+            if crate::db::operations::has_open(
+                pool,
+                cluster,
+                crate::service::clusters::kind::ROTATE_CREDENTIAL,
+            )
+            .await?
+            {
+                continue;
+            }
+            if cdb::app_cred(pool, cluster).await?.as_deref() != Some(id.as_str()) {
+                self.delete_credential(pool, cluster, user, id).await?;
+            }
+            let ns = o.metadata.namespace.clone().unwrap_or_default();
+            let name = o.metadata.name.clone().unwrap_or_default();
+            self.mgmt
+                .delete(&ObjectRef::new(kinds::SECRET, &ns, &name))
+                .await?;
+            tracing::info!(%cluster, app_cred = %id, "discarded a staged credential nobody committed");
+            swept += 1;
+        }
+        Ok(swept)
+    }
+}
+
+async fn current_problem(pool: &PgPool, cluster: Uuid) -> String {
+    day2::credential(pool, cluster)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|r| r.credential_problem)
+        .unwrap_or_else(|| "The application credential does not work".into())
+}

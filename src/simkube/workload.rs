@@ -1,0 +1,159 @@
+//! Simulated workload clusters: one in-memory `Store` per CAPI cluster whose control plane has
+//! initialized (`kubeadm init`), served by the management API server under
+//! `/workload/{namespace}/{cluster}` with the same handlers, and removed with the Cluster. A
+//! workload store starts with the `default`, `kube-system` and `kube-public` Namespaces and the
+//! `kube-public/cluster-info` ConfigMap kubeadm publishes for join discovery.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::{Value, json};
+
+use super::kubeconfig;
+use super::store::{Resource, Store, StoreError, StoreOptions};
+
+/// Path prefix of the workload APIs on the management server.
+pub const PATH_PREFIX: &str = "/workload";
+pub const CLUSTER_INFO: &str = "cluster-info";
+pub const KUBE_PUBLIC: &str = "kube-public";
+
+/// `/workload/{ns}/{cluster}/rest…` → (ns, cluster, `/rest…`).
+pub fn split_path(path: &str) -> Option<(&str, &str, &str)> {
+    let rest = path.strip_prefix(PATH_PREFIX)?.strip_prefix('/')?;
+    let (ns, rest) = rest.split_once('/')?;
+    let (cluster, rest) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    (!ns.is_empty() && !cluster.is_empty()).then_some((ns, cluster, rest))
+}
+
+/// The workload clusters that exist, by (namespace, CAPI cluster name).
+#[derive(Default)]
+pub struct Workloads {
+    stores: RwLock<HashMap<(String, String), Arc<Store>>>,
+}
+
+impl std::fmt::Debug for Workloads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.stores.read().map(|s| s.len()).unwrap_or_default();
+        f.debug_struct("Workloads").field("clusters", &n).finish()
+    }
+}
+
+impl Workloads {
+    pub fn get(&self, namespace: &str, cluster: &str) -> Option<Arc<Store>> {
+        self.stores
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .cloned()
+    }
+
+    /// `kubeadm init`: the workload store of a cluster (created unless it exists) with
+    /// `kube-public/cluster-info` pointing at `server` with `ca_pem` as its CA data.
+    pub fn init(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        server: &str,
+        ca_pem: Option<&str>,
+    ) -> Result<Arc<Store>, StoreError> {
+        let mut stores = self.stores.write().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), cluster.to_string());
+        if let Some(s) = stores.get(&key) {
+            return Ok(s.clone());
+        }
+        let store = Arc::new(Store::new(StoreOptions {
+            validator: None,
+            history: 1_000,
+            // Thousands of simulated clusters: keep each broadcast ring small.
+            channel_capacity: 64,
+            require_namespaces: true,
+        }));
+        store.create(&configmaps(), KUBE_PUBLIC, cluster_info(server, ca_pem)?)?;
+        stores.insert(key, store.clone());
+        Ok(store)
+    }
+
+    pub fn remove(&self, namespace: &str, cluster: &str) {
+        self.stores
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(namespace.to_string(), cluster.to_string()));
+    }
+}
+
+pub fn configmaps() -> Resource {
+    Resource::core("configmaps")
+}
+
+/// The `cluster-info` ConfigMap kubeadm init writes: a kubeconfig with one unnamed cluster.
+fn cluster_info(server: &str, ca_pem: Option<&str>) -> Result<Value, StoreError> {
+    let mut doc = kubeconfig::render("", server, ca_pem, None);
+    doc.contexts.clear();
+    doc.auth_infos.clear();
+    doc.current_context = None;
+    if let Some(c) = doc.clusters.first_mut().and_then(|c| c.cluster.as_mut()) {
+        c.insecure_skip_tls_verify = None;
+    }
+    let yaml = yaml_serde::to_string(&doc)
+        .map_err(|e| StoreError::Invalid(format!("cluster-info rendering failed: {e}")))?;
+    Ok(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CLUSTER_INFO, "namespace": KUBE_PUBLIC},
+        "data": {"kubeconfig": yaml},
+    }))
+}
+
+/// The CA bundle (PEM) of a workload cluster's `cluster-info`: `Err` when the ConfigMap or its
+/// kubeconfig is missing or unreadable, `Ok(None)` when it carries no CA data.
+pub fn cluster_info_ca(store: &Store) -> Result<Option<String>, String> {
+    let cm = store
+        .get(&configmaps(), KUBE_PUBLIC, CLUSTER_INFO)
+        .ok_or_else(|| format!("configmaps \"{CLUSTER_INFO}\" not found in {KUBE_PUBLIC}"))?;
+    let yaml = cm
+        .get("data")
+        .and_then(|d| d.get("kubeconfig"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("there is no kubeconfig key in the {CLUSTER_INFO} ConfigMap"))?;
+    super::pki::kubeconfig_ca(yaml)
+        .map_err(|e| format!("couldn't parse the kubeconfig of the {CLUSTER_INFO} ConfigMap: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_paths_split_into_cluster_and_rest() {
+        assert_eq!(
+            split_path("/workload/ns1/c1/api/v1/namespaces/kube-public/configmaps"),
+            Some(("ns1", "c1", "/api/v1/namespaces/kube-public/configmaps"))
+        );
+        assert_eq!(split_path("/workload/ns1/c1"), Some(("ns1", "c1", "")));
+        assert_eq!(split_path("/workload/ns1"), None);
+        assert_eq!(split_path("/workloads/ns1/c1/api"), None);
+        assert_eq!(split_path("/api/v1"), None);
+    }
+
+    #[test]
+    fn init_seeds_cluster_info_once() {
+        let w = Workloads::default();
+        let s = w
+            .init("ns", "c", "https://203.0.113.9:6443", Some("PEM"))
+            .unwrap();
+        assert_eq!(cluster_info_ca(&s).unwrap().as_deref(), Some("PEM"));
+        let cm = s.get(&configmaps(), KUBE_PUBLIC, CLUSTER_INFO).unwrap();
+        let doc: Value = yaml_serde::from_str(cm["data"]["kubeconfig"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "https://203.0.113.9:6443"
+        );
+        let again = w.init("ns", "c", "https://other:1", None).unwrap();
+        assert!(Arc::ptr_eq(&s, &again));
+        w.remove("ns", "c");
+        assert!(w.get("ns", "c").is_none());
+    }
+}

@@ -1,0 +1,578 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Application-credential rotation with the real Keystone on the simulated management cluster:
+//! `PATCH /v1/credentials` by another member (ownership moves, the old credential is deleted),
+//! who may not rotate (reader, admin of another project), the periodic check that notices a
+//! disabled owner and the implicit rotation that lets another member delete the cluster, and a
+//! rotation while Keystone is down (the old credential stays, UPDATE_FAILED, a retry works).
+//! Also `openstack coe cluster config` end to end.
+
+mod common;
+use common::TestApp;
+use common::capi::{CapiApp, capi_app_on, eventually, objects, secret_text};
+use common::fakecloud::*;
+use common::keystone::{DOMAIN, keystone, password};
+use common::osc::Osc;
+use common::stack::{env_exclusive, env_shared};
+
+use magnum_capi::capi::pki;
+use serde_json::{Value, json};
+
+async fn ks_admin(method: &str, path: &str, body: Option<Value>) -> Value {
+    let ks = keystone();
+    let token = ks.admin_token().await;
+    let (status, body) = ks
+        .request(method, path, Some(&token), None, body)
+        .await
+        .unwrap();
+    assert!(status < 300, "{method} {path}: {status} {body}");
+    body
+}
+
+/// A new user with `role` on project alpha (password as the seeded users'); their id.
+async fn user_on_alpha(prefix: &str, role: &str) -> (String, String) {
+    let ks = keystone();
+    let name = format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let u = ks_admin(
+        "POST",
+        "/users",
+        Some(json!({"user": {"name": name, "domain_id": DOMAIN, "password": password(&name)}})),
+    )
+    .await;
+    let id = u["user"]["id"].as_str().unwrap().to_string();
+    ks_admin(
+        "PUT",
+        &format!(
+            "/projects/{}/users/{id}/roles/{}",
+            ks.project_id("alpha"),
+            ks.role_id(role)
+        ),
+        None,
+    )
+    .await;
+    (name, id)
+}
+
+async fn creds_of(user_id: &str) -> Vec<Value> {
+    ks_admin(
+        "GET",
+        &format!("/users/{user_id}/application_credentials"),
+        None,
+    )
+    .await["application_credentials"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn call(
+    t: &TestApp,
+    token: &str,
+    method: &str,
+    path: &str,
+    v: &str,
+    body: Option<Value>,
+) -> common::Resp {
+    t.call_token(Some(token), method, path, Some(v), body).await
+}
+
+/// A template and a complete cluster of the token's user; the cluster uuid.
+async fn cluster(t: &TestApp, token: &str) -> String {
+    let r = call(
+        t,
+        token,
+        "POST",
+        "/v1/clustertemplates",
+        "latest",
+        Some(json!({
+        "name": "kube", "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
+        "flavor_id": "m1.small", "master_flavor_id": "m1.medium", "keypair_id": KEYPAIR_DEFAULT,
+        "external_network_id": NETWORK_PUBLIC, "labels": {"kube_tag": "v1.30.4"}})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = call(
+        t,
+        token,
+        "POST",
+        "/v1/clusters",
+        "latest",
+        Some(json!({"name": "c1", "cluster_template_id": r.body["uuid"]})),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    wait(t, token, &c, "CREATE_COMPLETE").await;
+    c
+}
+
+async fn wait(t: &TestApp, token: &str, c: &str, want: &str) -> Value {
+    eventually(60, &format!("{c} to reach {want}"), || async {
+        let r = call(
+            t,
+            token,
+            "GET",
+            &format!("/v1/clusters/{c}"),
+            "latest",
+            None,
+        )
+        .await;
+        if want == "GONE" {
+            return (r.status == 404).then_some(Value::Null);
+        }
+        (r.body["status"] == want).then_some(r.body)
+    })
+    .await
+}
+
+/// The credential id and secret in the cluster's cloud-credentials Secret.
+fn secret_credential(app: &CapiApp, c: &str) -> (String, String) {
+    let s = objects(app, "v1", "Secret", c)
+        .into_iter()
+        .find(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-cloud-credentials")
+        })
+        .expect("credentials Secret");
+    let clouds = secret_text(&s, "clouds.yaml");
+    let field = |k: &str| {
+        clouds
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(k))
+            .map(|s| s.trim().trim_matches('"').to_string())
+            .unwrap()
+    };
+    (
+        field("application_credential_id:"),
+        field("application_credential_secret:"),
+    )
+}
+
+async fn authenticates(id: &str, secret: &str) -> bool {
+    let (status, _) = keystone()
+        .request(
+            "POST",
+            "/auth/tokens",
+            None,
+            None,
+            Some(json!({"auth": {"identity": {
+            "methods": ["application_credential"],
+            "application_credential": {"id": id, "secret": secret}}}})),
+        )
+        .await
+        .unwrap();
+    status == 201
+}
+
+async fn owner(t: &TestApp, c: &str) -> (String, Option<String>) {
+    sqlx::query_as("SELECT user_id, app_cred_id FROM cluster WHERE uuid = $1::uuid")
+        .bind(c)
+        .fetch_one(&t.state.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn another_member_rotates_the_credential_and_becomes_the_owner() {
+    let _env = env_shared().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let ks = keystone();
+    let (owner_name, owner_id) = user_on_alpha("owner", "member").await;
+    let owner_token = ks.token(&owner_name, "alpha").await;
+    let (carol, carol_id) = user_on_alpha("carol", "member").await;
+    let carol_token = ks.token(&carol, "alpha").await;
+    let rita = ks.token("rita", "alpha").await;
+    let admin = ks.admin_token().await;
+    let c = cluster(t, &owner_token).await;
+    let (old_id, old_secret) = secret_credential(&app, &c);
+    let path = format!("/v1/credentials/{c}");
+
+    // Below 1.12 the action does not exist; a reader and an admin of another project may not.
+    let r = call(t, &carol_token, "PATCH", &path, "1.11", None).await;
+    assert_eq!(r.status, 406, "{}", r.body);
+    let r = call(t, &rita, "PATCH", &path, "1.12", None).await;
+    assert_eq!(r.status, 403, "reader: {}", r.body);
+    let r = call(t, &admin, "PATCH", &path, "1.12", None).await;
+    assert_eq!(r.status, 403, "admin of another project: {}", r.body);
+    assert!(r.detail().contains("member of project"), "{}", r.body);
+    let bob = ks.token("bob", "beta").await;
+    let r = call(t, &bob, "PATCH", &path, "1.12", None).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(owner(t, &c).await, (owner_id.clone(), Some(old_id.clone())));
+
+    // Carol rotates: she owns the cluster and its new credential; the old one is gone.
+    let r = call(t, &carol_token, "PATCH", &path, "1.12", None).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(r.body["uuid"], c.as_str());
+    let body = wait(t, &carol_token, &c, "UPDATE_COMPLETE").await;
+    assert_eq!(body["user_id"], carol_id.as_str(), "{body}");
+    let (new_id, new_secret) = secret_credential(&app, &c);
+    assert_ne!(new_id, old_id);
+    assert_eq!(owner(t, &c).await, (carol_id.clone(), Some(new_id.clone())));
+    assert!(authenticates(&new_id, &new_secret).await);
+    assert!(!authenticates(&old_id, &old_secret).await);
+    assert!(
+        creds_of(&carol_id)
+            .await
+            .iter()
+            .any(|a| a["id"] == new_id.as_str())
+    );
+    assert!(
+        !creds_of(&owner_id)
+            .await
+            .iter()
+            .any(|a| a["id"] == old_id.as_str())
+    );
+    // Every object of the cluster carries the new owner; no staging Secret is left.
+    for s in objects(&app, "v1", "Secret", &c) {
+        assert_eq!(
+            s["metadata"]["labels"]["magnum.openstack.org/user-id"],
+            carol_id.as_str(),
+            "{}",
+            s["metadata"]["name"]
+        );
+        assert!(
+            !s["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-credential-rotation")
+        );
+    }
+    for kind in ["Cluster", "MachineDeployment"] {
+        for o in objects(&app, "cluster.x-k8s.io/v1beta2", kind, &c) {
+            assert_eq!(
+                o["metadata"]["labels"]["magnum.openstack.org/user-id"],
+                carol_id.as_str()
+            );
+        }
+    }
+    // The secret never reached Postgres or a response.
+    let dump: String = sqlx::query_scalar(
+        "SELECT coalesce(string_agg(t, ' '), '') FROM (
+            SELECT row_to_json(c)::text AS t FROM cluster c
+            UNION ALL SELECT row_to_json(o)::text FROM operation o) x",
+    )
+    .fetch_one(&t.state.pool)
+    .await
+    .unwrap();
+    assert!(!dump.contains(&new_secret) && !dump.contains(&old_secret));
+    assert!(!body.to_string().contains(&new_secret));
+
+    // Delete: no credential of the cluster is left for anyone.
+    let r = call(
+        t,
+        &carol_token,
+        "DELETE",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    wait(t, &carol_token, &c, "GONE").await;
+    let prefix = format!("magnum-{c}-");
+    for u in [&owner_id, &carol_id] {
+        assert!(
+            !creds_of(u)
+                .await
+                .iter()
+                .any(|a| a["name"].as_str().unwrap().starts_with(&prefix))
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() {
+    let _env = env_shared().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let ks = keystone();
+    let (dave, dave_id) = user_on_alpha("dave", "member").await;
+    let dave_token = ks.token(&dave, "alpha").await;
+    let (erin, erin_id) = user_on_alpha("erin", "member").await;
+    let erin_token = ks.token(&erin, "alpha").await;
+    let c = cluster(t, &dave_token).await;
+    let capi = t.state.capi.clone().unwrap();
+
+    // The periodic check finds nothing wrong.
+    sqlx::query("UPDATE cluster SET credential_checked_at = NULL")
+        .execute(&t.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(capi.check_credentials(&t.state.pool).await.unwrap(), 1);
+    let r = call(
+        t,
+        &erin_token,
+        "GET",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await;
+    assert!(
+        r.body["health_status_reason"].get("credential").is_none(),
+        "{}",
+        r.body
+    );
+
+    // Dave is disabled: his credential stops authenticating, and the health says why.
+    ks_admin(
+        "PATCH",
+        &format!("/users/{dave_id}"),
+        Some(json!({"user": {"enabled": false}})),
+    )
+    .await;
+    sqlx::query("UPDATE cluster SET credential_checked_at = NULL")
+        .execute(&t.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(capi.check_credentials(&t.state.pool).await.unwrap(), 1);
+    let body = eventually(10, "health to show the credential problem", || async {
+        let r = call(
+            t,
+            &erin_token,
+            "GET",
+            &format!("/v1/clusters/{c}"),
+            "latest",
+            None,
+        )
+        .await;
+        r.body["health_status_reason"]
+            .get("credential")
+            .is_some()
+            .then_some(r.body)
+    })
+    .await;
+    assert_eq!(body["health_status"], "UNHEALTHY", "{body}");
+    let why = body["health_status_reason"]["credential"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("user {dave_id}) is disabled")),
+        "{why}"
+    );
+    assert_eq!(body["status"], "CREATE_COMPLETE");
+
+    // Erin deletes it: the credential is rotated to her first, then everything goes.
+    let r = call(
+        t,
+        &erin_token,
+        "DELETE",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    wait(t, &erin_token, &c, "GONE").await;
+    let kinds: Vec<(String, String)> = sqlx::query_as(
+        "SELECT kind, state FROM operation WHERE cluster_uuid = $1::uuid ORDER BY id",
+    )
+    .bind(&c)
+    .fetch_all(&t.state.pool)
+    .await
+    .unwrap();
+    let kinds: Vec<(&str, &str)> = kinds
+        .iter()
+        .map(|(k, s)| (k.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("cluster_create", "done"),
+            ("rotate_credential", "done"),
+            ("cluster_delete", "done")
+        ]
+    );
+    let prefix = format!("magnum-{c}-");
+    for u in [&dave_id, &erin_id] {
+        let left = creds_of(u).await;
+        assert!(
+            !left
+                .iter()
+                .any(|a| a["name"].as_str().unwrap().starts_with(&prefix)),
+            "{left:?}"
+        );
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM app_credential_leftover")
+        .fetch_one(&t.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn a_rotation_while_keystone_is_down_fails_cleanly_and_a_retry_works() {
+    let _env = env_exclusive().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let ks = keystone();
+    let token = ks.token("alice", "alpha").await;
+    let c = cluster(t, &token).await;
+    let (old_id, old_secret) = secret_credential(&app, &c);
+    let path = format!("/v1/credentials/{c}");
+    // The token is validated (and cached) before Keystone goes.
+    let r = call(
+        t,
+        &token,
+        "GET",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+
+    tokio::task::spawn_blocking(|| keystone().stop())
+        .await
+        .unwrap();
+    let r = call(t, &token, "PATCH", &path, "1.12", None).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    let r = call(
+        t,
+        &token,
+        "GET",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await;
+    assert_eq!(r.body["status"], "UPDATE_FAILED", "{}", r.body);
+    assert!(
+        r.body["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("previous credential stays in force"),
+        "{}",
+        r.body
+    );
+    assert_eq!(secret_credential(&app, &c).0, old_id);
+    tokio::task::spawn_blocking(|| keystone().start())
+        .await
+        .unwrap();
+    // Still failed (CAPI converging does not undo it), and the old credential still works.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let r = call(
+        t,
+        &token,
+        "GET",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await;
+    assert_eq!(r.body["status"], "UPDATE_FAILED", "{}", r.body);
+    assert!(authenticates(&old_id, &old_secret).await);
+
+    // The retry succeeds.
+    let r = call(t, &token, "PATCH", &path, "1.12", None).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    wait(t, &token, &c, "UPDATE_COMPLETE").await;
+    let (new_id, new_secret) = secret_credential(&app, &c);
+    assert_ne!(new_id, old_id);
+    assert!(authenticates(&new_id, &new_secret).await);
+    assert!(!authenticates(&old_id, &old_secret).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coe_cluster_config_gives_a_kubeconfig_the_cluster_accepts() {
+    let _env = env_exclusive().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let ks = keystone();
+    let token = ks.token("alice", "alpha").await;
+    let c = cluster(t, &token).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let svc = magnum_capi::api::service(t.state.clone());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, tower::make::Shared::new(svc))
+            .await
+            .unwrap();
+    });
+    ks.register_endpoint_async(&format!("http://127.0.0.1:{port}/v1"))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let osc = Osc::new(ks);
+    osc.ok(
+        "alice",
+        "alpha",
+        &[
+            "coe",
+            "cluster",
+            "config",
+            &c,
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--force",
+        ],
+    )
+    .await;
+    let text = std::fs::read_to_string(dir.path().join("config")).unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    let b64 = |s: &str| {
+        String::from_utf8(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap(),
+        )
+        .unwrap()
+    };
+    let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+    let api = call(
+        t,
+        &token,
+        "GET",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await
+    .body["api_address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(cluster.server.as_deref(), Some(api.as_str()));
+    let ca = b64(cluster.certificate_authority_data.as_deref().unwrap());
+    let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+    let cert = b64(user.client_certificate_data.as_deref().unwrap());
+    assert!(
+        pki::verifies(&cert, &ca),
+        "the client certificate does not verify against the CA"
+    );
+    let (_, der) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).unwrap();
+    let parsed = der.parse_x509().unwrap();
+    assert!(
+        parsed.subject().to_string().contains("admin"),
+        "{}",
+        parsed.subject()
+    );
+    let uuid = uuid::Uuid::parse_str(&c).unwrap();
+    let ns = magnum_capi::capi::namespace("magnum", ks.project_id("alpha"));
+    assert!(app.sim.simulator().unwrap().workload_accepts(
+        &ns,
+        &magnum_capi::capi::capi_name(uuid),
+        &cert
+    ));
+    // kubectl reads it.
+    if let Ok(out) = std::process::Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            dir.path().join("config").to_str().unwrap(),
+            "config",
+            "view",
+            "-o",
+            "json",
+        ])
+        .output()
+    {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    server.abort();
+}
