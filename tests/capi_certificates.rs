@@ -309,7 +309,16 @@ async fn the_ca_rotates_in_three_rolled_out_phases_and_old_client_certificates_s
     assert!(pki::verifies(&new_client, &new_ca));
     assert!(accepts(&app, &c, &new_client));
     // CAPI's own kubeconfig was regenerated with the new CA.
-    let kc = secret_text(&secret(&app, &c, "kubeconfig"), "value");
+    let (ns, name) = names(&c);
+    let kc = eventually(10, "the regenerated kubeconfig", || async {
+        let s = app.sim.store().get(
+            &magnum_capi::simkube::Resource::of("v1", "Secret"),
+            &ns,
+            &format!("{name}-kubeconfig"),
+        )?;
+        Some(secret_text(&s, "value"))
+    })
+    .await;
     let kc = kube::config::Kubeconfig::from_yaml(&kc).unwrap();
     let cert = kc.auth_infos[0]
         .auth_info

@@ -78,6 +78,18 @@ async fn call(
     t.call_token(Some(token), method, path, Some(v), body).await
 }
 
+async fn get_cluster(t: &TestApp, token: &str, c: &str) -> common::Resp {
+    call(
+        t,
+        token,
+        "GET",
+        &format!("/v1/clusters/{c}"),
+        "latest",
+        None,
+    )
+    .await
+}
+
 /// A template and a complete cluster of the token's user; the cluster uuid.
 async fn cluster(t: &TestApp, token: &str) -> String {
     let r = call(
@@ -305,15 +317,7 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
         .await
         .unwrap();
     assert_eq!(capi.check_credentials(&t.state.pool).await.unwrap(), 1);
-    let r = call(
-        t,
-        &erin_token,
-        "GET",
-        &format!("/v1/clusters/{c}"),
-        "latest",
-        None,
-    )
-    .await;
+    let r = get_cluster(t, &erin_token, &c).await;
     assert!(
         r.body["health_status_reason"].get("credential").is_none(),
         "{}",
@@ -333,15 +337,7 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
         .unwrap();
     assert_eq!(capi.check_credentials(&t.state.pool).await.unwrap(), 1);
     let body = eventually(10, "health to show the credential problem", || async {
-        let r = call(
-            t,
-            &erin_token,
-            "GET",
-            &format!("/v1/clusters/{c}"),
-            "latest",
-            None,
-        )
-        .await;
+        let r = get_cluster(t, &erin_token, &c).await;
         r.body["health_status_reason"]
             .get("credential")
             .is_some()
@@ -415,15 +411,7 @@ async fn a_rotation_while_keystone_is_down_fails_cleanly_and_a_retry_works() {
     let (old_id, old_secret) = secret_credential(&app, &c);
     let path = format!("/v1/credentials/{c}");
     // The token is validated (and cached) before Keystone goes.
-    let r = call(
-        t,
-        &token,
-        "GET",
-        &format!("/v1/clusters/{c}"),
-        "latest",
-        None,
-    )
-    .await;
+    let r = get_cluster(t, &token, &c).await;
     assert_eq!(r.status, 200);
 
     tokio::task::spawn_blocking(|| keystone().stop())
@@ -431,15 +419,7 @@ async fn a_rotation_while_keystone_is_down_fails_cleanly_and_a_retry_works() {
         .unwrap();
     let r = call(t, &token, "PATCH", &path, "1.12", None).await;
     assert_eq!(r.status, 503, "{}", r.body);
-    let r = call(
-        t,
-        &token,
-        "GET",
-        &format!("/v1/clusters/{c}"),
-        "latest",
-        None,
-    )
-    .await;
+    let r = get_cluster(t, &token, &c).await;
     assert_eq!(r.body["status"], "UPDATE_FAILED", "{}", r.body);
     assert!(
         r.body["status_reason"]
@@ -455,15 +435,7 @@ async fn a_rotation_while_keystone_is_down_fails_cleanly_and_a_retry_works() {
         .unwrap();
     // Still failed (CAPI converging does not undo it), and the old credential still works.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let r = call(
-        t,
-        &token,
-        "GET",
-        &format!("/v1/clusters/{c}"),
-        "latest",
-        None,
-    )
-    .await;
+    let r = get_cluster(t, &token, &c).await;
     assert_eq!(r.body["status"], "UPDATE_FAILED", "{}", r.body);
     assert!(authenticates(&old_id, &old_secret).await);
 
@@ -521,16 +493,7 @@ async fn coe_cluster_config_gives_a_kubeconfig_the_cluster_accepts() {
         .unwrap()
     };
     let cluster = kc.clusters[0].cluster.as_ref().unwrap();
-    let api = call(
-        t,
-        &token,
-        "GET",
-        &format!("/v1/clusters/{c}"),
-        "latest",
-        None,
-    )
-    .await
-    .body["api_address"]
+    let api = get_cluster(t, &token, &c).await.body["api_address"]
         .as_str()
         .unwrap()
         .to_string();
@@ -575,4 +538,69 @@ async fn coe_cluster_config_gives_a_kubeconfig_the_cluster_accepts() {
         );
     }
     server.abort();
+}
+
+#[tokio::test]
+async fn a_credential_with_an_expiry_renews_itself_before_it() {
+    let _env = env_shared().await;
+    // Credentials live four days and renew (at most half their life) two days ahead.
+    let app = capi_app_on(None, None, true, |cfg| {
+        cfg.capi.app_cred_expiry_days = 4;
+        cfg.capi.app_cred_renew_before_days = 2;
+    })
+    .await;
+    let t = &app.t;
+    let ks = keystone();
+    let (frank, frank_id) = user_on_alpha("frank", "member").await;
+    let token = ks.token(&frank, "alpha").await;
+    let c = cluster(t, &token).await;
+    let (old_id, old_secret) = secret_credential(&app, &c);
+    let cred = creds_of(&frank_id)
+        .await
+        .into_iter()
+        .find(|a| a["id"] == old_id.as_str())
+        .unwrap();
+    assert!(cred["expires_at"].is_string(), "{cred}");
+    assert_eq!(
+        cred["unrestricted"], true,
+        "a credential that renews itself must be unrestricted"
+    );
+
+    let capi = t.state.capi.clone().unwrap();
+    assert_eq!(
+        capi.renew_expiring(&t.state.pool).await.unwrap(),
+        0,
+        "not due yet"
+    );
+    // A day before the expiry (as Postgres sees it) it is due.
+    sqlx::query(
+        "UPDATE cluster SET app_cred_expires_at = now() + interval '1 day' WHERE uuid = $1::uuid",
+    )
+    .bind(&c)
+    .execute(&t.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(capi.renew_expiring(&t.state.pool).await.unwrap(), 1);
+    let new_id = eventually(30, "the renewed credential", || async {
+        let (id, _) = secret_credential(&app, &c);
+        let (_, stored) = owner(t, &c).await;
+        (id != old_id && stored.as_deref() == Some(id.as_str())).then_some(id)
+    })
+    .await;
+    // Same owner, a later expiry, the old one deleted; the status never changed.
+    assert_eq!(owner(t, &c).await.0, frank_id);
+    eventually(10, "the old credential to be deleted", || async {
+        (!authenticates(&old_id, &old_secret).await).then_some(())
+    })
+    .await;
+    assert!(
+        creds_of(&frank_id)
+            .await
+            .iter()
+            .any(|a| a["id"] == new_id.as_str())
+    );
+    let r = get_cluster(t, &token, &c).await;
+    assert_eq!(r.body["status"], "CREATE_COMPLETE");
+    // The successor lives four days again: nothing is due.
+    assert_eq!(capi.renew_expiring(&t.state.pool).await.unwrap(), 0);
 }

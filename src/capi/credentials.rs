@@ -444,7 +444,13 @@ impl Capi {
         if self.config.app_cred_expiry_days == 0 {
             return Ok(0);
         }
-        let before = u64::from(self.config.app_cred_renew_before_days) * 86400;
+        // Never more than half the lifetime ahead, or a renewed credential would be due again.
+        let before = u64::from(
+            self.config
+                .app_cred_renew_before_days
+                .min(self.config.app_cred_expiry_days / 2),
+        ) * 86400;
+        let before = before.max(3600);
         let mut renewed = 0;
         for row in day2::expiring(pool, before, 50).await? {
             if crate::db::operations::has_open(

@@ -73,6 +73,13 @@ fn prune(obj: &DynamicObject) -> Value {
     if let Some(g) = m.generation {
         meta.insert("generation".into(), Value::from(g));
     }
+    // A CA rotation waits for machines created after its rollout marker.
+    if let Some(t) = &m.creation_timestamp {
+        meta.insert(
+            "creationTimestamp".into(),
+            serde_json::to_value(t).unwrap_or_default(),
+        );
+    }
     if m.deletion_timestamp.is_some() {
         meta.insert("deletionTimestamp".into(), Value::from("set"));
     }

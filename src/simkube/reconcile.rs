@@ -888,7 +888,6 @@ fn control_plane(cx: &Ctx<'_>, kcp: &Value) -> Result<(), StoreError> {
         )
     });
     let after = rollout_after(cx, Kind::ControlPlane, kcp);
-    eprintln!("SIMDEBUG kcp after {:?} raw {:?} now {}", after, at(kcp, &["spec","rollout"]), Utc::now());
     let machines = machines_of(cx, kcp, |m| {
         str_at(m, &["spec", "version"]) == version
             && annotation(m, ANNOTATION_INFRA_TEMPLATE) == template
@@ -1555,7 +1554,6 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
     }
 
     let outcome = kubeadm(cx, &key, cluster_name, is_control_plane);
-    eprintln!("SIMDEBUG {} {}", key.name, match &outcome { Kubeadm::Init{..} => "init".to_string(), Kubeadm::Joined{..} => "joined".into(), Kubeadm::Wait => "wait".into(), Kubeadm::Failed{message, ..} => message.clone() });
     if matches!(outcome, Kubeadm::Wait) {
         cx.sim.mark(key);
         return Ok(());
