@@ -562,13 +562,20 @@ async fn credential_rotation_is_1_12_and_member_only() {
         "Policy doesn't allow credential:rotate to be performed."
     );
 
-    // No admin shortcut: the rule is checked against the caller's own project and the lookup is
-    // not widened for admins (contract §4.4), so another project's admin does not find it.
+    // No admin shortcut: another project's admin sees the cluster but may not rotate (the new
+    // credential would belong to the admin's project) — 403, as the issue asks.
     let r = t
         .call(&OTHER_ADMIN, "PATCH", &path, Some("1.12"), None)
         .await;
+    r.assert_status(403);
+    assert!(
+        r.detail().starts_with("Only a member of project"),
+        "{}",
+        r.body
+    );
+    // Another project's member does not see it at all.
+    let r = t.call(&BOB, "PATCH", &path, Some("1.12"), None).await;
     r.assert_status(404);
-    assert_eq!(r.detail(), format!("Cluster {c} could not be found."));
     // An admin-only role (no member role) in the owning project is not a member either.
     let admin_only = As {
         user: "alice",

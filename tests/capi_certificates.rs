@@ -221,13 +221,14 @@ async fn the_ca_comes_from_the_secret_and_signs_every_supported_csr() {
         .await;
     assert_eq!(r.status, 400, "unknown cluster: {}", r.body);
 
-    // Policy: only the creating user (or admin); another project does not see the cluster.
+    // Policy: only the creating user (or an admin of the project); another project does not see it.
     let r = t.get(&READER, &format!("/v1/certificates/{c}")).await;
     assert_eq!(r.status, 403, "{}", r.body);
     let r = t.get(&BOB, &format!("/v1/certificates/{c}")).await;
     assert_eq!(r.status, 404, "{}", r.body);
+    // Certificate lookups are not widened for admins (contract §4.4).
     let r = t.get(&ADMIN, &format!("/v1/certificates/{c}")).await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.status, 404, "{}", r.body);
 }
 
 #[tokio::test]

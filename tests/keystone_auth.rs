@@ -658,13 +658,14 @@ async fn role_matrix_never_lets_another_project_in() {
             None,
             [None, None, Some(404), Some(403)],
         ),
-        // Magnum looks the cluster up in the caller's own project only (no all-projects rule).
+        // Another project does not see the cluster; an admin of another project does and is
+        // refused: a credential created with their token would belong to their project.
         (
             "PATCH",
             format!("/v1/credentials/{mc}"),
             Some("1.12"),
             None,
-            [Some(404), None, Some(404), Some(403)],
+            [Some(403), None, Some(404), Some(403)],
         ),
         (
             "PATCH",

@@ -72,7 +72,7 @@ pub async fn show(
     args.only(&["ca_cert_type"])?;
     check_ca_type(args.get("ca_cert_type"))?;
     let kind = CaKind::parse(args.get("ca_cert_type")).unwrap_or(CaKind::Kubernetes);
-    let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
+    let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:get", caller, Some(target(&c)))?;
     let pem = ca_of(app, &c, kind).await?;
     Ok(
@@ -85,7 +85,7 @@ pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> ApiRe
     check_ca_type(b.str("ca_cert_type").as_deref())?;
     let kind = CaKind::parse(b.str("ca_cert_type").as_deref()).unwrap_or(CaKind::Kubernetes);
     let ident = b.str("cluster_uuid").unwrap_or_default();
-    let c = match find_cluster(app, &cluster_scope(caller, true), &ident).await {
+    let c = match find_cluster(app, &cluster_scope(caller, false), &ident).await {
         Ok(c) => c,
         Err(crate::api::error::ApiError::Domain(DomainError::NotFound(m))) => {
             return Err(DomainError::BadRequest(m).into());
@@ -145,7 +145,7 @@ pub async fn rotate_ca(
     ident: &str,
     request_id: &str,
 ) -> ApiResult<Uuid> {
-    let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
+    let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:rotate_ca", caller, Some(target(&c)))?;
     let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
     if ct.is_some_and(|t| t.tls_disabled) {

@@ -59,15 +59,14 @@ pub async fn rotate(
         ))
         .into());
     }
-    if odb::has_open(&app.pool, c.uuid, kind::ROTATE_CREDENTIAL).await? {
-        return Err(DomainError::Conflict(format!(
-            "The credential of cluster {} is already being rotated.",
-            c.uuid
-        ))
-        .into());
-    }
     let (Some(capi), Some(session)) = (&app.capi, cloud) else {
-        // No Cluster API driver or no Keystone (`--dev`): the configured driver records it.
+        if app.capi.is_some() {
+            return Err(DomainError::BadRequest(
+                "Rotating the credential needs Keystone: this service runs without it (--dev), so the cluster has no application credential.".into(),
+            )
+            .into());
+        }
+        // Another driver (the simulated one): it records and completes the operation.
         super::certificates::record_op(
             app,
             &c,
@@ -78,6 +77,14 @@ pub async fn rotate(
         .await?;
         return Ok(c.uuid);
     };
+    // One staged credential per cluster at a time.
+    if odb::has_open(&app.pool, c.uuid, kind::ROTATE_CREDENTIAL).await? {
+        return Err(DomainError::Conflict(format!(
+            "The credential of cluster {} is already being rotated.",
+            c.uuid
+        ))
+        .into());
+    }
     let staged = match capi
         .stage_rotation(
             &app.pool,
