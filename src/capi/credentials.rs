@@ -30,6 +30,8 @@ use crate::openstack::UserSession;
 pub const ANN_APP_CRED_ID: &str = "magnum.openstack.org/app-cred-id";
 /// `magnum.openstack.org/role` of staging Secrets (the janitor finds them by it).
 pub const ROLE_STAGED: &str = "credential-rotation";
+/// Attempts an implicit rotation makes before it gives way.
+const IMPLICIT_ATTEMPTS: i32 = 3;
 /// Staged credentials older than this without an open rotation are discarded by the janitor.
 const STAGED_GRACE: Duration = Duration::from_secs(600);
 
@@ -215,7 +217,9 @@ impl Capi {
             .map_err(|e| CapiError::Invalid(format!("malformed rotation operation: {e}")))?;
         let result = self.commit_inner(pool, c, op, &p).await;
         match result {
-            Err(e) if !e.is_transient() => {
+            // An implicit rotation retries a transient failure twice, then gives way to the
+            // operation it precedes (whose status a given-up rotation must not overwrite).
+            Err(e) if !e.is_transient() || (p.implicit && op.attempts >= IMPLICIT_ATTEMPTS) => {
                 tracing::warn!(cluster = %c.uuid, error = %e, "credential rotation failed; the old credential stays in force");
                 if let Err(d) = self.discard_staged(pool, c, &p).await {
                     tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
