@@ -8,11 +8,13 @@
 
 mod common;
 use common::TestApp;
-use common::capi::{CapiApp, capi_app_on, eventually, objects, secret_text};
+use common::capi::{
+    authenticates, capi_app_on, eventually, objects, postgres_text, secret_credential,
+};
 use common::fakecloud::*;
 use common::keystone::{DOMAIN, keystone, password};
 use common::osc::Osc;
-use common::stack::{env_exclusive, env_shared};
+use common::stack::{env_exclusive, env_shared, serve_as_endpoint};
 
 use magnum_capi::capi::pki;
 use serde_json::{Value, json};
@@ -139,47 +141,6 @@ async fn wait(t: &TestApp, token: &str, c: &str, want: &str) -> Value {
     .await
 }
 
-/// The credential id and secret in the cluster's cloud-credentials Secret.
-fn secret_credential(app: &CapiApp, c: &str) -> (String, String) {
-    let s = objects(app, "v1", "Secret", c)
-        .into_iter()
-        .find(|s| {
-            s["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .ends_with("-cloud-credentials")
-        })
-        .expect("credentials Secret");
-    let clouds = secret_text(&s, "clouds.yaml");
-    let field = |k: &str| {
-        clouds
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(k))
-            .map(|s| s.trim().trim_matches('"').to_string())
-            .unwrap()
-    };
-    (
-        field("application_credential_id:"),
-        field("application_credential_secret:"),
-    )
-}
-
-async fn authenticates(id: &str, secret: &str) -> bool {
-    let (status, _) = keystone()
-        .request(
-            "POST",
-            "/auth/tokens",
-            None,
-            None,
-            Some(json!({"auth": {"identity": {
-            "methods": ["application_credential"],
-            "application_credential": {"id": id, "secret": secret}}}})),
-        )
-        .await
-        .unwrap();
-    status == 201
-}
-
 async fn owner(t: &TestApp, c: &str) -> (String, Option<String>) {
     sqlx::query_as("SELECT user_id, app_cred_id FROM cluster WHERE uuid = $1::uuid")
         .bind(c)
@@ -264,14 +225,7 @@ async fn another_member_rotates_the_credential_and_becomes_the_owner() {
         }
     }
     // The secret never reached Postgres or a response.
-    let dump: String = sqlx::query_scalar(
-        "SELECT coalesce(string_agg(t, ' '), '') FROM (
-            SELECT row_to_json(c)::text AS t FROM cluster c
-            UNION ALL SELECT row_to_json(o)::text FROM operation o) x",
-    )
-    .fetch_one(&t.state.pool)
-    .await
-    .unwrap();
+    let dump = postgres_text(&t.state.pool).await;
     assert!(!dump.contains(&new_secret) && !dump.contains(&old_secret));
     assert!(!body.to_string().contains(&new_secret));
 
@@ -457,17 +411,7 @@ async fn coe_cluster_config_gives_a_kubeconfig_the_cluster_accepts() {
     let ks = keystone();
     let token = ks.token("alice", "alpha").await;
     let c = cluster(t, &token).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let svc = magnum_capi::api::service(t.state.clone());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, tower::make::Shared::new(svc))
-            .await
-            .unwrap();
-    });
-    ks.register_endpoint_async(&format!("http://127.0.0.1:{port}/v1"))
-        .await
-        .unwrap();
+    let server = serve_as_endpoint(&t.state).await;
     let dir = tempfile::tempdir().unwrap();
     let osc = Osc::new(ks);
     osc.ok(
@@ -603,4 +547,75 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     assert_eq!(r.body["status"], "CREATE_COMPLETE");
     // The successor lives four days again: nothing is due.
     assert_eq!(capi.renew_expiring(&t.state.pool).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_staged_credential_nobody_recorded_is_discarded() {
+    let _env = env_shared().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let ks = keystone();
+    let (gina, gina_id) = user_on_alpha("gina", "member").await;
+    let token = ks.token(&gina, "alpha").await;
+    let c = cluster(t, &token).await;
+    let before = secret_credential(&app, &c);
+    // A request staged a credential and died before recording the rotation.
+    let capi = t.state.capi.clone().unwrap();
+    let k = capi.keystone.clone().unwrap();
+    let identity = k.validate(&token).await.unwrap();
+    let row = magnum_capi::db::clusters::by_uuid(
+        &t.state.pool,
+        &magnum_capi::db::clusters::Scope::All,
+        uuid::Uuid::parse_str(&c).unwrap(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let session = k.user_session(&token, identity.clone());
+    let staged = capi
+        .stage_rotation(
+            &t.state.pool,
+            &row,
+            &session,
+            &gina_id,
+            &identity.roles,
+            false,
+        )
+        .await
+        .unwrap();
+    let id = staged.payload.app_cred_id.clone();
+    assert!(
+        creds_of(&gina_id)
+            .await
+            .iter()
+            .any(|a| a["id"] == id.as_str())
+    );
+    let staging = |app: &common::capi::CapiApp| {
+        objects(app, "v1", "Secret", &c).iter().any(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-credential-rotation")
+        })
+    };
+    assert!(staging(&app));
+    // Within the grace period it stays; after it, it goes, credential and all.
+    let grace = std::time::Duration::from_secs(600);
+    assert_eq!(capi.sweep_staged(&t.state.pool, grace).await.unwrap(), 0);
+    assert_eq!(
+        capi.sweep_staged(&t.state.pool, std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!staging(&app));
+    assert!(
+        !creds_of(&gina_id)
+            .await
+            .iter()
+            .any(|a| a["id"] == id.as_str())
+    );
+    // The cluster's own credential is untouched.
+    assert_eq!(secret_credential(&app, &c), before);
+    assert!(authenticates(&before.0, &before.1).await);
 }

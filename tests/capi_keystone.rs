@@ -5,7 +5,7 @@
 
 mod common;
 use common::TestApp;
-use common::capi::{capi_app_on, eventually};
+use common::capi::{authenticates, capi_app_on, eventually, postgres_text, secret_credential};
 use common::fakecloud::*;
 use common::keystone::keystone;
 use common::stack::env_shared;
@@ -116,51 +116,15 @@ async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
             .await
             .unwrap();
     assert_eq!(stored.as_deref(), Some(id.as_str()));
-    let secrets = common::capi::objects(&app, "v1", "Secret", &c);
-    let creds_secret = secrets
-        .iter()
-        .find(|s| {
-            s["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .ends_with("-cloud-credentials")
-        })
-        .expect("credentials secret");
-    let clouds = common::capi::secret_text(creds_secret, "clouds.yaml");
-    assert!(clouds.contains(&id), "{clouds}");
-    let secret = clouds
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("application_credential_secret:"))
-        .map(|s| s.trim().trim_matches('"').to_string())
-        .expect("secret in clouds.yaml");
+    let (in_secret, secret) = secret_credential(&app, &c);
+    assert_eq!(in_secret, id);
     assert!(secret.len() > 20);
-    let dump: String = sqlx::query_scalar(
-        "SELECT coalesce(string_agg(t::text, ' '), '') FROM (
-            SELECT row_to_json(c)::text AS t FROM cluster c
-            UNION ALL SELECT row_to_json(o)::text FROM operation o
-            UNION ALL SELECT row_to_json(n)::text FROM nodegroup n) x",
-    )
-    .fetch_one(&t.state.pool)
-    .await
-    .unwrap();
     assert!(
-        !dump.contains(&secret),
+        !postgres_text(&t.state.pool).await.contains(&secret),
         "the credential secret reached Postgres"
     );
     // The credential works: it authenticates with Keystone.
-    let (status, _) = ks
-        .request(
-            "POST",
-            "/auth/tokens",
-            None,
-            None,
-            Some(json!({"auth": {"identity": {
-            "methods": ["application_credential"],
-            "application_credential": {"id": id, "secret": secret}}}})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(status, 201);
+    assert!(authenticates(&id, &secret).await);
 
     let path = format!("/v1/clusters/{c}");
     let get = || t.call_token(Some(&token), "GET", &path, None, None);

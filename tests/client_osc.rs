@@ -16,7 +16,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::osc::Osc;
-use common::stack::{env_shared, keystone_app, parts};
+use common::stack::{env_shared, keystone_app, parts, serve_as_endpoint};
 use serde_json::{Value, json};
 
 /// Invocations of a command polled until the service shows the expected state.
@@ -47,17 +47,7 @@ async fn openstack_coe_commands_work_against_the_service() {
         HOST.into(),
         hb_rx,
     ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let svc = magnum_capi::api::service(app.state.clone());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, tower::make::Shared::new(svc))
-            .await
-            .unwrap();
-    });
-    ks.register_endpoint_async(&format!("http://127.0.0.1:{port}/v1"))
-        .await
-        .unwrap();
+    let server = serve_as_endpoint(&app.state).await;
     let alpha = ks.project_id("alpha").to_string();
     let beta = ks.project_id("beta").to_string();
     let osc = Osc::new(ks);

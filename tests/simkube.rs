@@ -10,13 +10,15 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams, WatchEvent, WatchParams,
 };
+use kube::config::Kubeconfig;
 use kube::runtime::watcher;
+use magnum_capi::capi::pki::{generate_ca, verifies};
 use magnum_capi::simkube::{Resource, SimCluster, SimOptions};
 use serde_json::{Value, json};
 
@@ -564,18 +566,18 @@ async fn many_concurrent_clients_each_see_their_own_writes() {
 const NS: &str = "magnum-p1";
 const CLUSTER: &str = "kdemo";
 
-fn ca_secret() -> Value {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "kubernetes");
-    let cert = params.self_signed(&key).unwrap();
+/// A self-signed CA: (certificate PEM, key PEM).
+fn new_ca(cn: &str) -> (String, String) {
+    let ca = generate_ca(cn).unwrap();
+    (ca.cert_pem, ca.key_pem)
+}
+
+/// The cluster's `<cluster>-{suffix}` CA Secret.
+fn tls_secret(suffix: &str, crt: &str, key: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": format!("{CLUSTER}-ca"), "namespace": NS, "labels": {UUID_LABEL: "u-demo"}},
-        "data": {"tls.crt": STANDARD.encode(cert.pem()), "tls.key": STANDARD.encode(key.serialize_pem())},
+        "metadata": {"name": format!("{CLUSTER}-{suffix}"), "namespace": NS, "labels": {UUID_LABEL: "u-demo"}},
+        "data": {"tls.crt": STANDARD.encode(crt), "tls.key": STANDARD.encode(key)},
     })
 }
 
@@ -600,8 +602,9 @@ fn cluster_objects(
             "spec": {"template": {"spec": {"flavor": flavor, "image": {"filter": {"name": "ubuntu-2204-kube-v1.33.1"}}, "sshKeyName": "k"}}},
         })
     };
+    let (ca, ca_key) = new_ca("kubernetes");
     vec![
-        ca_secret(),
+        tls_secret("ca", &ca, &ca_key),
         machine_template(&format!("{CLUSTER}-control-plane"), "m1.medium"),
         machine_template(&format!("{CLUSTER}-md-0"), worker_flavor),
         json!({
@@ -1289,17 +1292,6 @@ async fn many_clusters_become_available() {
 
 // ---- workload clusters and CA rotation ----
 
-/// A self-signed CA: (certificate PEM, key PEM).
-fn new_ca(cn: &str) -> (String, String) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
-}
-
 /// A client certificate signed by the CA (`ca_pem`'s first certificate, key `ca_key`).
 fn client_cert(ca_pem: &str, ca_key: &str) -> String {
     let issuer =
@@ -1314,14 +1306,6 @@ fn client_cert(ca_pem: &str, ca_key: &str) -> String {
         .pem()
 }
 
-fn tls_secret(suffix: &str, crt: &str, key: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": format!("{CLUSTER}-{suffix}"), "namespace": NS, "labels": {UUID_LABEL: "u-demo"}},
-        "data": {"tls.crt": STANDARD.encode(crt), "tls.key": STANDARD.encode(key)},
-    })
-}
-
 /// Two CA generations of `ca` and `etcd` (old, new), each (cert, key).
 struct Cas {
     ca: [(String, String); 2],
@@ -1334,6 +1318,66 @@ impl Cas {
             ca: [new_ca("kubernetes"), new_ca("kubernetes")],
             etcd: [new_ca("etcd-ca"), new_ca("etcd-ca")],
         }
+    }
+}
+
+/// The owners of the cluster's machines.
+#[derive(Clone, Copy)]
+enum Owner {
+    ControlPlane,
+    Workers,
+}
+
+impl Owner {
+    fn api(self, sim: &SimCluster) -> Api<DynamicObject> {
+        match self {
+            Owner::ControlPlane => api(
+                sim,
+                NS,
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "KubeadmControlPlane",
+            ),
+            Owner::Workers => api(sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Owner::ControlPlane => format!("{CLUSTER}-control-plane"),
+            Owner::Workers => format!("{CLUSTER}-md-0"),
+        }
+    }
+
+    /// The label its machines carry.
+    fn selector(self) -> &'static str {
+        match self {
+            Owner::ControlPlane => "cluster.x-k8s.io/control-plane",
+            Owner::Workers => "cluster.x-k8s.io/deployment-name",
+        }
+    }
+
+    async fn get(self, sim: &SimCluster) -> Option<DynamicObject> {
+        self.api(sim).get(&self.name()).await.ok()
+    }
+
+    async fn set_rollout_after(self, sim: &SimCluster, at: chrono::DateTime<chrono::Utc>) {
+        let at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let patch = json!({"spec": {"rollout": {"after": at}}});
+        self.api(sim)
+            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until its `MachinesReady` message mentions `needle`.
+    async fn wait_reported(self, sim: &SimCluster, needle: &str) -> DynamicObject {
+        wait_for("the owner to report the failure", || async move {
+            self.get(sim).await.filter(|o| {
+                condition(o, "MachinesReady")
+                    .is_some_and(|c| c["message"].as_str().unwrap_or_default().contains(needle))
+            })
+        })
+        .await
     }
 }
 
@@ -1354,25 +1398,29 @@ async fn rotation_cluster(cp: i64, workers: i64, cas: &Cas) -> SimCluster {
     objects.push(tls_secret("etcd", &cas.etcd[0].0, &cas.etcd[0].1));
     create_cluster(&sim, objects).await;
     wait_available(&sim).await;
-    let total = (cp + workers) as usize;
-    wait_for("every machine Ready", || {
-        let sim = &sim;
-        async move {
-            let m = machines(sim, UUID_LABEL).await;
-            (m.len() == total && m.iter().all(|m| is_true(m, "Ready"))).then_some(())
-        }
-    })
-    .await;
+    wait_replaced(&sim, UUID_LABEL, &[], (cp + workers) as usize).await;
     sim
 }
 
-async fn kubeconfig_doc(sim: &SimCluster) -> Option<kube::config::Kubeconfig> {
+async fn kubeconfig_doc(sim: &SimCluster) -> Option<Kubeconfig> {
     let secret = Api::<Secret>::namespaced(sim.client(), NS)
         .get_opt(&format!("{CLUSTER}-kubeconfig"))
         .await
         .unwrap()?;
     let yaml = secret.data.unwrap()["value"].0.clone();
-    Some(kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&yaml).unwrap()).unwrap())
+    Some(Kubeconfig::from_yaml(std::str::from_utf8(&yaml).unwrap()).unwrap())
+}
+
+/// The CA data (PEM) of a kubeconfig's cluster.
+fn ca_data(doc: &Kubeconfig) -> Option<String> {
+    let data = doc.clusters.first()?.cluster.as_ref()?;
+    Some(pem_of(data.certificate_authority_data.as_deref()?))
+}
+
+/// The admin client certificate (PEM) of a kubeconfig.
+fn admin_cert(doc: &Kubeconfig) -> Option<String> {
+    let user = doc.auth_infos.first()?.auth_info.as_ref()?;
+    Some(pem_of(user.client_certificate_data.as_deref()?))
 }
 
 /// A kube client for the workload cluster, built from `<cluster>-kubeconfig` as the driver does.
@@ -1388,13 +1436,12 @@ fn pem_of(data: &str) -> String {
     String::from_utf8(STANDARD.decode(data).unwrap()).unwrap()
 }
 
-/// The CA data of the workload cluster's `kube-public/cluster-info` (PEM).
+/// The server and CA data (PEM) of the workload cluster's `kube-public/cluster-info`.
 async fn cluster_info_ca(client: &kube::Client) -> (String, String) {
-    let cm =
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-public")
-            .get("cluster-info")
-            .await
-            .unwrap();
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), "kube-public")
+        .get("cluster-info")
+        .await
+        .unwrap();
     let doc: Value = yaml_serde::from_str(&cm.data.unwrap()["kubeconfig"]).unwrap();
     let cluster = &doc["clusters"][0]["cluster"];
     (
@@ -1405,8 +1452,7 @@ async fn cluster_info_ca(client: &kube::Client) -> (String, String) {
 
 /// Rewrites the CA data of `cluster-info` through the workload API, as the driver does.
 async fn set_cluster_info_ca(sim: &SimCluster, bundle: &str) {
-    let client = workload_client(sim).await;
-    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, "kube-public");
+    let cms = Api::<ConfigMap>::namespaced(workload_client(sim).await, "kube-public");
     let cm = cms.get("cluster-info").await.unwrap();
     let mut doc: Value = yaml_serde::from_str(&cm.data.as_ref().unwrap()["kubeconfig"]).unwrap();
     doc["clusters"][0]["cluster"]["certificate-authority-data"] = json!(STANDARD.encode(bundle));
@@ -1420,45 +1466,36 @@ async fn set_cluster_info_ca(sim: &SimCluster, bundle: &str) {
     .unwrap();
 }
 
+fn names(machines: &[DynamicObject]) -> Vec<String> {
+    machines.iter().map(|m| m.name_any()).collect()
+}
+
 /// Sets `spec.rollout.after` (now) on the control plane and the workers; returns the live
 /// machines it should replace.
 async fn roll_everything(sim: &SimCluster) -> Vec<String> {
-    let before: Vec<String> = machines(sim, UUID_LABEL)
-        .await
-        .iter()
-        .filter(|m| m.metadata.deletion_timestamp.is_none())
-        .map(|m| m.name_any())
-        .collect();
-    let after = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let patch = json!({"spec": {"rollout": {"after": after}}});
-    api(
-        sim,
-        NS,
-        "controlplane.cluster.x-k8s.io/v1beta2",
-        "KubeadmControlPlane",
-    )
-    .patch(
-        &format!("{CLUSTER}-control-plane"),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
-    api(sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
-        .patch(
-            &format!("{CLUSTER}-md-0"),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
-    before
+    let mut live = machines(sim, UUID_LABEL).await;
+    live.retain(|m| m.metadata.deletion_timestamp.is_none());
+    let now = chrono::Utc::now();
+    Owner::ControlPlane.set_rollout_after(sim, now).await;
+    Owner::Workers.set_rollout_after(sim, now).await;
+    names(&live)
 }
 
-/// Waits until none of `before` is left and `total` new machines are Ready.
-async fn wait_replaced(sim: &SimCluster, before: &[String], total: usize) -> Vec<DynamicObject> {
+/// `roll_everything`, then waits for its `total` replacements to be Ready.
+async fn roll_and_wait(sim: &SimCluster, total: usize) -> Vec<DynamicObject> {
+    let before = roll_everything(sim).await;
+    wait_replaced(sim, UUID_LABEL, &before, total).await
+}
+
+/// Waits until `selector` selects `total` machines, all Ready and none of `before`.
+async fn wait_replaced(
+    sim: &SimCluster,
+    selector: &str,
+    before: &[String],
+    total: usize,
+) -> Vec<DynamicObject> {
     wait_for("every machine to be replaced and Ready", || async move {
-        let m = machines(sim, UUID_LABEL).await;
+        let m = machines(sim, selector).await;
         (m.len() == total
             && m.iter()
                 .all(|m| !before.contains(&m.name_any()) && is_true(m, "Ready")))
@@ -1467,15 +1504,18 @@ async fn wait_replaced(sim: &SimCluster, before: &[String], total: usize) -> Vec
     .await
 }
 
-/// The first failed machine's `NodeHealthy` message among `selector`'s machines.
-async fn wait_join_failure(sim: &SimCluster, selector: &str) -> (DynamicObject, String) {
+/// The first of `owner`'s machines whose `NodeHealthy` is False, with its message.
+async fn wait_join_failure(sim: &SimCluster, owner: Owner) -> (DynamicObject, String) {
     wait_for("a machine to fail kubeadm", || async move {
-        machines(sim, selector).await.into_iter().find_map(|m| {
-            let c = condition(&m, "NodeHealthy")?;
-            let msg =
-                (c["status"] == "False").then(|| c["message"].as_str().unwrap().to_string())?;
-            Some((m, msg))
-        })
+        machines(sim, owner.selector())
+            .await
+            .into_iter()
+            .find_map(|m| {
+                let c = condition(&m, "NodeHealthy")?;
+                let msg =
+                    (c["status"] == "False").then(|| c["message"].as_str().unwrap().to_string())?;
+                Some((m, msg))
+            })
     })
     .await
 }
@@ -1487,29 +1527,14 @@ async fn delete_kubeconfig(sim: &SimCluster) {
         .unwrap();
 }
 
-/// The admin certificate of `<cluster>-kubeconfig` once it verifies against `ca_pem` (waits
-/// for the regenerated Secret).
-async fn wait_kubeconfig_signed_by(sim: &SimCluster, ca_pem: &str) -> kube::config::Kubeconfig {
+/// `<cluster>-kubeconfig` once its admin certificate verifies against `ca_pem` (waits for the
+/// regenerated Secret).
+async fn wait_kubeconfig_signed_by(sim: &SimCluster, ca_pem: &str) -> Kubeconfig {
     wait_for("the kubeconfig signed by the expected CA", || async move {
         let doc = kubeconfig_doc(sim).await?;
-        let cert = pem_of(
-            doc.auth_infos[0]
-                .auth_info
-                .as_ref()?
-                .client_certificate_data
-                .as_deref()?,
-        );
-        verifies(&cert, ca_pem).then_some(doc)
+        verifies(&admin_cert(&doc)?, ca_pem).then_some(doc)
     })
     .await
-}
-
-/// True when `leaf_pem` carries a valid signature by `ca_pem`'s key.
-fn verifies(leaf_pem: &str, ca_pem: &str) -> bool {
-    let (_, leaf) = x509_parser::pem::parse_x509_pem(leaf_pem.as_bytes()).unwrap();
-    let (_, ca) = x509_parser::pem::parse_x509_pem(ca_pem.as_bytes()).unwrap();
-    let (leaf, ca) = (leaf.parse_x509().unwrap(), ca.parse_x509().unwrap());
-    leaf.verify_signature(Some(ca.public_key())).is_ok()
 }
 
 #[tokio::test]
@@ -1539,9 +1564,8 @@ async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
     // The endpoint the Cluster reports is the simulated load balancer, as before.
     assert!(host.starts_with("203.0.113."), "{host}");
     // Every namespace kubeadm creates exists; ConfigMaps can be written, listed and deleted.
-    let cms =
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-system");
-    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
+    let cm: ConfigMap = serde_json::from_value(
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}}),
     )
     .unwrap();
@@ -1553,14 +1577,20 @@ async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
     cms.delete("x", &DeleteParams::default()).await.unwrap();
     // The management API does not see it; an unknown workload cluster is a 404.
     assert!(
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(sim.client(), "kube-public")
+        Api::<ConfigMap>::namespaced(sim.client(), "kube-public")
             .get_opt("cluster-info")
             .await
             .unwrap()
             .is_none()
     );
     let url = format!("{}/workload/{NS}/nope/api/v1/namespaces", sim.url());
-    assert_eq!(reqwest::get(url).await.unwrap().status(), 404);
+    let response = reqwest::get(url).await.unwrap();
+    assert_eq!(response.status(), 404);
+    let body = response.text().await.unwrap();
+    assert!(
+        body.contains(&format!("workload cluster {NS}/nope does not exist")),
+        "{body}"
+    );
     // The workload cluster goes with the Cluster.
     api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster")
         .delete(CLUSTER, &DeleteParams::foreground())
@@ -1589,23 +1619,8 @@ async fn a_deleted_kubeconfig_is_regenerated_with_the_current_ca_key() {
     apply(&sim, tls_secret("ca", &bundle, new_key)).await;
     delete_kubeconfig(&sim).await;
     let doc = wait_kubeconfig_signed_by(&sim, new).await;
-    let ca_data = doc.clusters[0]
-        .cluster
-        .as_ref()
-        .unwrap()
-        .certificate_authority_data
-        .clone()
-        .unwrap();
-    assert_eq!(pem_of(&ca_data), bundle);
-    let cert = pem_of(
-        doc.auth_infos[0]
-            .auth_info
-            .as_ref()
-            .unwrap()
-            .client_certificate_data
-            .as_deref()
-            .unwrap(),
-    );
+    assert_eq!(ca_data(&doc).unwrap(), bundle);
+    let cert = admin_cert(&doc).unwrap();
     assert!(!verifies(&cert, old));
     assert!(
         !sim.workload_accepts(NS, CLUSTER, &cert),
@@ -1621,60 +1636,19 @@ async fn rollout_after_replaces_older_machines_exactly_once() {
     wait_available(&sim).await;
     // A time in the future does nothing until it is reached.
     let soon = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
-    let before: Vec<String> = machines(&sim, UUID_LABEL)
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
-    let patch = json!({"spec": {"rollout": {"after": soon.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)}}});
-    api(&sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
-        .patch(
-            &format!("{CLUSTER}-md-0"),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    let before = names(&machines(&sim, UUID_LABEL).await);
+    Owner::Workers.set_rollout_after(&sim, soon).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let still: Vec<String> = machines(&sim, UUID_LABEL)
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
-    assert_eq!(still, before);
-    let workers: Vec<String> = machines(&sim, "cluster.x-k8s.io/deployment-name")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
-    let replaced = wait_for("the workers replaced", || {
-        let (sim, workers) = (&sim, &workers);
-        async move {
-            let m = machines(sim, "cluster.x-k8s.io/deployment-name").await;
-            (m.len() == 2
-                && m.iter()
-                    .all(|m| !workers.contains(&m.name_any()) && is_true(m, "Ready")))
-            .then_some(m)
-        }
-    })
-    .await;
+    assert_eq!(names(&machines(&sim, UUID_LABEL).await), before);
+    let workers = names(&machines(&sim, Owner::Workers.selector()).await);
+    let replaced = wait_replaced(&sim, Owner::Workers.selector(), &workers, 2).await;
     // And now (reached) on the control plane too.
-    let before = roll_everything(&sim).await;
-    let after = wait_replaced(&sim, &before, 3).await;
-    let names: Vec<String> = after.iter().map(|m| m.name_any()).collect();
-    assert!(replaced.iter().all(|m| !names.contains(&m.name_any())));
+    let after = names(&roll_and_wait(&sim, 3).await);
+    assert!(replaced.iter().all(|m| !after.contains(&m.name_any())));
     // Exactly once: nothing is replaced again.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let later: Vec<String> = machines(&sim, UUID_LABEL)
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect();
-    assert_eq!(later, names);
-    let md = api(&sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
-        .get(&format!("{CLUSTER}-md-0"))
-        .await
-        .unwrap();
+    assert_eq!(names(&machines(&sim, UUID_LABEL).await), after);
+    let md = Owner::Workers.get(&sim).await.unwrap();
     assert_eq!(md.data["status"]["upToDateReplicas"], 2);
     sim.shutdown().await;
 }
@@ -1690,15 +1664,13 @@ async fn a_ca_rotation_in_three_phases_ends_on_the_new_ca() {
     apply(&sim, tls_secret("ca", &format!("{old}{new}"), old_key)).await;
     apply(&sim, tls_secret("etcd", &format!("{eold}{enew}"), eold_key)).await;
     set_cluster_info_ca(&sim, &format!("{old}{new}")).await;
-    let before = roll_everything(&sim).await;
-    wait_replaced(&sim, &before, 2).await;
+    roll_and_wait(&sim, 2).await;
 
     // 2: sign new, trust both; a new kubeconfig.
     apply(&sim, tls_secret("ca", &format!("{new}{old}"), new_key)).await;
     apply(&sim, tls_secret("etcd", &format!("{enew}{eold}"), enew_key)).await;
     delete_kubeconfig(&sim).await;
-    let before = roll_everything(&sim).await;
-    wait_replaced(&sim, &before, 2).await;
+    roll_and_wait(&sim, 2).await;
     wait_kubeconfig_signed_by(&sim, new).await;
 
     // 3: new only.
@@ -1706,34 +1678,18 @@ async fn a_ca_rotation_in_three_phases_ends_on_the_new_ca() {
     apply(&sim, tls_secret("etcd", enew, enew_key)).await;
     set_cluster_info_ca(&sim, new).await;
     delete_kubeconfig(&sim).await;
-    let before = roll_everything(&sim).await;
-    let all = wait_replaced(&sim, &before, 2).await;
+    let all = roll_and_wait(&sim, 2).await;
     assert!(all.iter().all(|m| m.data["status"]["phase"] == "Running"));
 
     let doc = wait_for("the kubeconfig with the new CA only", || {
         let (sim, new) = (&sim, new);
         async move {
             let doc = wait_kubeconfig_signed_by(sim, new).await;
-            let ca = pem_of(
-                doc.clusters[0]
-                    .cluster
-                    .as_ref()?
-                    .certificate_authority_data
-                    .as_deref()?,
-            );
-            (ca == *new).then_some(doc)
+            (ca_data(&doc)? == *new).then_some(doc)
         }
     })
     .await;
-    let cert = pem_of(
-        doc.auth_infos[0]
-            .auth_info
-            .as_ref()
-            .unwrap()
-            .client_certificate_data
-            .as_deref()
-            .unwrap(),
-    );
+    let cert = admin_cert(&doc).unwrap();
     assert!(verifies(&cert, new) && !verifies(&cert, old));
     assert!(sim.workload_accepts(NS, CLUSTER, &cert));
     assert!(sim.workload_accepts(NS, CLUSTER, &client_cert(new, new_key)));
@@ -1751,7 +1707,7 @@ async fn swapping_the_ca_without_phase_one_fails_the_joins_at_discovery() {
     let (new, new_key) = &cas.ca[1];
     apply(&sim, tls_secret("ca", new, new_key)).await;
     roll_everything(&sim).await;
-    let (worker, message) = wait_join_failure(&sim, "cluster.x-k8s.io/deployment-name").await;
+    let (worker, message) = wait_join_failure(&sim, Owner::Workers).await;
     assert!(
         message.starts_with("kubeadm join: cluster CA found in cluster-info ConfigMap is invalid: none of the public keys \"sha256:"),
         "{message}"
@@ -1766,27 +1722,10 @@ async fn swapping_the_ca_without_phase_one_fails_the_joins_at_discovery() {
         worker.data["status"]["deprecated"]["v1beta1"]["failureMessage"],
         message.as_str()
     );
-    let (_, cp_message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    let (_, cp_message) = wait_join_failure(&sim, Owner::ControlPlane).await;
     assert!(cp_message.contains("are pinned"), "{cp_message}");
     // The owners report it, and the old machines keep serving with the old CA.
-    let md = wait_for("the deployment to report the failure", || {
-        let sim = &sim;
-        async move {
-            api(sim, NS, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
-                .get(&format!("{CLUSTER}-md-0"))
-                .await
-                .ok()
-                .filter(|md| {
-                    condition(md, "MachinesReady").is_some_and(|c| {
-                        c["message"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .contains("are pinned")
-                    })
-                })
-        }
-    })
-    .await;
+    let md = Owner::Workers.wait_reported(&sim, "are pinned").await;
     assert!(!is_true(&md, "MachinesReady"));
     let (old, old_key) = &cas.ca[0];
     assert!(sim.workload_accepts(NS, CLUSTER, &client_cert(old, old_key)));
@@ -1801,7 +1740,7 @@ async fn swapping_the_ca_with_only_cluster_info_updated_fails_control_plane_tls(
     set_cluster_info_ca(&sim, &format!("{old}{new}")).await;
     apply(&sim, tls_secret("ca", new, new_key)).await;
     roll_everything(&sim).await;
-    let (_, message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    let (_, message) = wait_join_failure(&sim, Owner::ControlPlane).await;
     assert!(
         message.starts_with("kubeadm join: tls: failed to verify certificate: x509: certificate signed by unknown authority (this machine does not trust the CA \"kubernetes\""),
         "{message}"
@@ -1816,39 +1755,21 @@ async fn swapping_the_etcd_ca_without_phase_one_fails_the_etcd_join_of_an_ha_con
     let (enew, enew_key) = &cas.etcd[1];
     apply(&sim, tls_secret("etcd", enew, enew_key)).await;
     let before = roll_everything(&sim).await;
-    let (failed, message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    let (failed, message) = wait_join_failure(&sim, Owner::ControlPlane).await;
     assert!(!before.contains(&failed.name_any()));
     assert!(
         message.starts_with("kubeadm join: [etcd] failed to add this machine as an etcd member: remote error: tls: bad certificate (control plane machine "),
         "{message}"
     );
     assert!(message.contains("\"etcd-ca\" (sha256:"), "{message}");
-    let kcp = wait_for("the control plane to report it", || {
-        let sim = &sim;
-        async move {
-            api(
-                sim,
-                NS,
-                "controlplane.cluster.x-k8s.io/v1beta2",
-                "KubeadmControlPlane",
-            )
-            .get(&format!("{CLUSTER}-control-plane"))
-            .await
-            .ok()
-            .filter(|k| {
-                condition(k, "MachinesReady")
-                    .is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("[etcd]"))
-            })
-        }
-    })
-    .await;
+    let kcp = Owner::ControlPlane.wait_reported(&sim, "[etcd]").await;
     assert!(
         is_true(&kcp, "Available"),
         "the three old members keep quorum"
     );
     // It stays failed (kubeadm ran once); the old members were not replaced.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let cp = machines(&sim, "cluster.x-k8s.io/control-plane").await;
+    let cp = machines(&sim, Owner::ControlPlane.selector()).await;
     assert_eq!(cp.len(), 4);
     assert_eq!(
         cp.iter().filter(|m| before.contains(&m.name_any())).count(),
@@ -1865,7 +1786,7 @@ async fn a_key_that_is_not_the_first_certificates_fails_kubeadm() {
     // Trust both but sign with old while new comes first: kubeadm cannot use the pair.
     apply(&sim, tls_secret("ca", &format!("{new}{old}"), old_key)).await;
     roll_everything(&sim).await;
-    let (m, message) = wait_join_failure(&sim, "cluster.x-k8s.io/control-plane").await;
+    let (m, message) = wait_join_failure(&sim, Owner::ControlPlane).await;
     assert!(
         message.starts_with(&format!(
             "kubeadm join: [certs] the certificate and key in Secret {CLUSTER}-ca do not match"

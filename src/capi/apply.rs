@@ -181,15 +181,21 @@ impl Mgmt {
             .map_err(|e| KubeError::from_kube(&r.to_string(), e))
     }
 
+    /// Reads one object as JSON; `None` when it does not exist.
+    pub async fn get_value(&self, r: &ObjectRef) -> Result<Option<Value>, KubeError> {
+        self.get(r)
+            .await?
+            .map(|o| serde_json::to_value(&o).map_err(|e| KubeError::Malformed(e.to_string())))
+            .transpose()
+    }
+
     /// Server-side apply (`force`, our field manager) of one object.
     pub async fn apply(&self, obj: &Value) -> Result<(), KubeError> {
         let r = ObjectRef::of(obj)?;
         let mut obj = obj.clone();
         if r.kind == "OpenStackCluster"
-            && let Some(live) = self.get(&r).await?
+            && let Some(live) = self.get_value(&r).await?
         {
-            let live =
-                serde_json::to_value(&live).map_err(|e| KubeError::Malformed(e.to_string()))?;
             obj = preserve_immutable(&obj, &live);
         }
         let params = PatchParams::apply(&self.field_manager).force();

@@ -16,7 +16,7 @@ use super::apply::ObjectRef;
 use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::pki::{self, ClusterCas, KeyPairPem};
 use super::status::Observed;
-use super::{LABEL_ROLE, kinds};
+use super::{LABEL_ROLE, kinds, secret_data};
 use crate::db::clusters::ClusterRow;
 use crate::db::day2;
 use crate::db::operations::OperationRow;
@@ -61,11 +61,6 @@ fn rotation_secret(cluster: &str) -> String {
 
 /// `magnum.openstack.org/role` of the rotation Secret.
 const ROLE_CA_ROTATION: &str = "ca-rotation";
-
-fn secret_field(secret: &Value, key: &str) -> Option<String> {
-    let encoded = secret.pointer(&format!("/data/{}", key.replace('/', "~1")))?;
-    String::from_utf8(STANDARD.decode(encoded.as_str()?).ok()?).ok()
-}
 
 /// What a CA Secret holds in `phase` (1: sign old, trust both; 2: sign new, trust both; 3: new
 /// only). The first certificate is the signer, and the key is its key, as kubeadm requires.
@@ -128,9 +123,9 @@ impl Capi {
         kind: CaKind,
     ) -> Result<Option<KeyPairPem>, CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
-        let Some(secret) = self
+        let Some(v) = self
             .mgmt
-            .get(&ObjectRef::new(
+            .get_value(&ObjectRef::new(
                 kinds::SECRET,
                 &ns,
                 &format!("{name}-{}", kind.suffix()),
@@ -139,8 +134,7 @@ impl Capi {
         else {
             return Ok(None);
         };
-        let v = serde_json::to_value(&secret).map_err(|e| CapiError::Invalid(e.to_string()))?;
-        match (secret_field(&v, "tls.crt"), secret_field(&v, "tls.key")) {
+        match (secret_data(&v, "tls.crt"), secret_data(&v, "tls.key")) {
             (Some(cert_pem), Some(key_pem)) => Ok(Some(KeyPairPem { cert_pem, key_pem })),
             _ => Err(CapiError::Invalid(format!(
                 "the {} CA Secret of cluster {} is incomplete",
@@ -148,21 +142,6 @@ impl Capi {
                 c.uuid
             ))),
         }
-    }
-
-    /// Signs `csr_pem` with CA `kind` of the cluster, valid `[capi] client_cert_validity_days`.
-    pub async fn sign(
-        &self,
-        c: &ClusterRow,
-        kind: CaKind,
-        csr_pem: &str,
-    ) -> Result<Option<Result<String, pki::CsrError>>, CapiError> {
-        let Some(ca) = self.cluster_ca(c, kind).await? else {
-            return Ok(None);
-        };
-        let validity =
-            Duration::from_secs(u64::from(self.config.client_cert_validity_days.max(1)) * 86400);
-        Ok(Some(pki::sign_csr(&ca, csr_pem, validity)))
     }
 
     fn ca_secret(&self, c: &ClusterRow, kind: CaKind, pair: &KeyPairPem, labels: &Value) -> Value {
@@ -191,13 +170,12 @@ impl Capi {
             .and_then(|s| s.metadata.labels)
             .map(|l| json!(l))
             .ok_or_else(|| CapiError::Invalid("the cluster has no CA Secret".into()))?;
-        if let Some(s) = self.mgmt.get(&r).await? {
-            let v = serde_json::to_value(&s).map_err(|e| CapiError::Invalid(e.to_string()))?;
+        if let Some(v) = self.mgmt.get_value(&r).await? {
             let mut old = Vec::new();
             let mut new = Vec::new();
             for k in CaKind::ALL {
                 let get = |f: &str| {
-                    secret_field(&v, &format!("{}.{f}", k.suffix())).ok_or_else(|| {
+                    secret_data(&v, &format!("{}.{f}", k.suffix())).ok_or_else(|| {
                         CapiError::Invalid("the CA rotation Secret is incomplete".into())
                     })
                 };
@@ -268,17 +246,16 @@ impl Capi {
                 "updating the workload cluster's cluster-info: {what}"
             ))
         };
-        let secret = self
+        let v = self
             .mgmt
-            .get(&ObjectRef::new(
+            .get_value(&ObjectRef::new(
                 kinds::SECRET,
                 &ns,
                 &format!("{name}-kubeconfig"),
             ))
             .await?
             .ok_or_else(|| waiting("no kubeconfig Secret yet".into()))?;
-        let v = serde_json::to_value(&secret).map_err(|e| CapiError::Invalid(e.to_string()))?;
-        let text = secret_field(&v, "value")
+        let text = secret_data(&v, "value")
             .ok_or_else(|| waiting("the kubeconfig Secret is empty".into()))?;
         let kc = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| waiting(e.to_string()))?;
         let cfg =
@@ -386,5 +363,65 @@ impl Capi {
         tx.commit().await.map_err(DbError::from)?;
         tracing::info!(cluster = %c.uuid, "CA rotation complete");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(n: &str) -> KeyPairPem {
+        pki::generate_ca(n).unwrap()
+    }
+
+    #[test]
+    fn phases_sign_with_the_first_certificate_and_trust_what_they_must() {
+        let (old, new) = (pair("old"), pair("new"));
+        let certs = |p: &KeyPairPem| pki::pem_certs(&p.cert_pem);
+        let (o, n) = (certs(&old)[0].clone(), certs(&new)[0].clone());
+        let p1 = phase_pair(1, &old, &new);
+        assert_eq!(certs(&p1), [o.clone(), n.clone()]);
+        assert!(pki::key_matches(&p1.cert_pem, &p1.key_pem));
+        assert_eq!(p1.key_pem, old.key_pem);
+        let p2 = phase_pair(2, &old, &new);
+        assert_eq!(certs(&p2), [n.clone(), o]);
+        assert_eq!(p2.key_pem, new.key_pem);
+        let p3 = phase_pair(3, &old, &new);
+        assert_eq!(certs(&p3), [n]);
+        assert!(pki::key_matches(&p3.cert_pem, &p3.key_pem));
+    }
+
+    #[test]
+    fn a_phase_is_rolled_out_when_every_machine_is_new_and_ready() {
+        let after = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        let m = |created: &str, ready: &str| {
+            json!({"metadata": {"creationTimestamp": created},
+                   "status": {"conditions": [{"type": "Ready", "status": ready}]}})
+        };
+        let obs = |ms: Vec<Value>| Observed {
+            machines: ms,
+            ..Observed::default()
+        };
+        let new_ready = m("2026-11-22T10:00:00Z", "True");
+        assert!(rolled_out(&obs(vec![new_ready.clone()]), after, 1));
+        // An old machine, a machine not ready, or one missing: not yet.
+        assert!(!rolled_out(
+            &obs(vec![new_ready.clone(), m("2026-11-22T09:59:59Z", "True")]),
+            after,
+            2
+        ));
+        assert!(!rolled_out(
+            &obs(vec![m("2026-11-22T10:00:05Z", "False")]),
+            after,
+            1
+        ));
+        assert!(!rolled_out(&obs(vec![new_ready]), after, 2));
+        // The marker is the next whole second: a machine created in the current one is replaced.
+        let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00.400Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(marker(now).to_rfc3339(), "2026-11-22T10:00:01+00:00");
     }
 }

@@ -15,16 +15,21 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::apply::ObjectRef;
-use super::driver::{Capi, CapiError, NewCredential, name_of, namespace_of};
-use super::{LABEL_CLUSTER_UUID, LABEL_ROLE, LABEL_USER_ID, kinds, values};
+use super::driver::{Capi, CapiError, NewCredential, cluster_name, name_of, namespace_of};
+use super::{
+    LABEL_CLUSTER_UUID, LABEL_ROLE, LABEL_USER_ID, credentials_secret_name, kinds, secret_data,
+    values,
+};
+use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::day2::{self, CredentialRow};
 use crate::db::finalize;
 use crate::db::nodegroups as ndb;
-use crate::db::operations::OperationRow;
+use crate::db::operations::{self as odb, NewOperation, OperationRow};
 use crate::db::templates as tdb;
 use crate::domain::status::Status;
 use crate::openstack::UserSession;
+use crate::service::clusters::kind;
 
 /// Annotation of the staging Secret: the id of the credential it carries.
 pub const ANN_APP_CRED_ID: &str = "magnum.openstack.org/app-cred-id";
@@ -60,9 +65,7 @@ fn staging_name(cluster: &str) -> String {
 
 /// The application credential in the `clouds.yaml` of a rendered or live credentials Secret.
 pub fn clouds_yaml_credential(secret: &Value) -> Option<(String, SecretString)> {
-    let encoded = secret.pointer("/data/clouds.yaml")?.as_str()?;
-    let text = String::from_utf8(STANDARD.decode(encoded).ok()?).ok()?;
-    let doc: Value = yaml_serde::from_str(&text).ok()?;
+    let doc: Value = yaml_serde::from_str(&secret_data(secret, "clouds.yaml")?).ok()?;
     let cloud = doc.get("clouds")?.as_object()?.values().next()?;
     let auth = cloud.get("auth")?;
     Some((
@@ -76,13 +79,9 @@ pub fn clouds_yaml_credential(secret: &Value) -> Option<(String, SecretString)> 
 }
 
 fn decode_staged(secret: &Value) -> Result<Vec<Value>, CapiError> {
-    let bad = || CapiError::Invalid("the staged credential Secret is unreadable".into());
-    let encoded = secret
-        .pointer("/data/objects.json")
-        .and_then(Value::as_str)
-        .ok_or_else(bad)?;
-    let bytes = STANDARD.decode(encoded).map_err(|_| bad())?;
-    serde_json::from_slice(&bytes).map_err(|_| bad())
+    secret_data(secret, "objects.json")
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .ok_or_else(|| CapiError::Invalid("the staged credential Secret is unreadable".into()))
 }
 
 impl Capi {
@@ -103,7 +102,7 @@ impl Capi {
             .await?
             .ok_or_else(|| CapiError::Invalid("the cluster's template no longer exists".into()))?;
         let ngs = ndb::of_cluster(pool, cluster.uuid).await?;
-        let old = day2::credential(pool, cluster.uuid).await?;
+        let old_id = cdb::app_cred(pool, cluster.uuid).await?;
         let mut owned = cluster.clone();
         owned.user_id = user_id.to_string();
         let NewCredential {
@@ -152,7 +151,7 @@ impl Capi {
                 app_cred_id: id,
                 user_id: user_id.to_string(),
                 expires_at,
-                old_app_cred_id: old.as_ref().and_then(|o| o.app_cred_id.clone()),
+                old_app_cred_id: old_id,
                 old_user_id: cluster.user_id.clone(),
                 implicit,
             },
@@ -177,6 +176,66 @@ impl Capi {
             .await?;
         self.delete_credential(pool, c.uuid, &p.user_id, &p.app_cred_id)
             .await
+    }
+
+    /// Records the rotation of a staged credential (with `status`, e.g. `UPDATE_IN_PROGRESS`
+    /// for a requested one) in one transaction; when that fails the staged credential is
+    /// discarded. The caller wakes the worker.
+    pub async fn record_rotation(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        staged: &Staged,
+        status: Option<Status>,
+        request_id: Option<&str>,
+    ) -> Result<(), CapiError> {
+        let recorded = async {
+            let payload = serde_json::to_value(&staged.payload)
+                .map_err(|e| CapiError::Invalid(e.to_string()))?;
+            let mut tx = pool.begin().await.map_err(DbError::from)?;
+            if let Some(st) = status {
+                cdb::set_status(&mut *tx, c.uuid, st.as_str(), None).await?;
+            }
+            odb::enqueue(
+                &mut *tx,
+                &NewOperation {
+                    cluster_uuid: c.uuid,
+                    nodegroup_uuid: None,
+                    kind: kind::ROTATE_CREDENTIAL,
+                    payload,
+                    request_id,
+                },
+            )
+            .await?;
+            tx.commit().await.map_err(DbError::from)?;
+            Ok::<_, CapiError>(())
+        }
+        .await;
+        if let Err(e) = recorded {
+            if let Err(d) = self.discard_staged(pool, c, &staged.payload).await {
+                tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The application credential in the cluster's live cloud-credentials Secret.
+    async fn live_credential(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<(String, SecretString)>, CapiError> {
+        Ok(self
+            .mgmt
+            .get_value(&ObjectRef::new(
+                kinds::SECRET,
+                ns,
+                &credentials_secret_name(name),
+            ))
+            .await?
+            .as_ref()
+            .and_then(clouds_yaml_credential))
     }
 
     /// Deletes a credential this service created with its own credentials; a failure is
@@ -257,13 +316,11 @@ impl Capi {
         let staging_ref = ObjectRef::new(kinds::SECRET, &ns, &staging_name(&name));
         let current = cdb::app_cred(pool, c.uuid).await?;
         if current.as_deref() != Some(p.app_cred_id.as_str()) {
-            let staged = self.mgmt.get(&staging_ref).await?.ok_or_else(|| {
+            let staged = self.mgmt.get_value(&staging_ref).await?.ok_or_else(|| {
                 CapiError::Invalid("the staged credential is gone; rotate again".into())
             })?;
-            let staged =
-                serde_json::to_value(&staged).map_err(|e| CapiError::Invalid(e.to_string()))?;
             let objects = decode_staged(&staged)?;
-            let creds_name = format!("{name}-cloud-credentials");
+            let creds_name = credentials_secret_name(&name);
             let creds = objects
                 .iter()
                 .find(|o| {
@@ -289,9 +346,8 @@ impl Capi {
             // Applied: the live Secret carries the new credential.
             let live = self
                 .mgmt
-                .get(&ObjectRef::new(kinds::SECRET, &ns, &creds_name))
-                .await?
-                .map(|o| serde_json::to_value(&o).unwrap_or_default());
+                .get_value(&ObjectRef::new(kinds::SECRET, &ns, &creds_name))
+                .await?;
             if live.as_ref().and_then(|l| l.get("data")) != creds.get("data") {
                 return Err(CapiError::Waiting(
                     "the cloud-credentials Secret does not show the new credential yet".into(),
@@ -354,7 +410,7 @@ impl Capi {
         if let Err(e) = self.renew_expiring(pool).await {
             tracing::warn!(error = %e, "renewing expiring credentials failed");
         }
-        if let Err(e) = self.sweep_staged(pool).await {
+        if let Err(e) = self.sweep_staged(pool, STAGED_GRACE).await {
             tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
         }
     }
@@ -407,21 +463,9 @@ impl Capi {
         let Some(id) = &row.app_cred_id else {
             return Ok(None);
         };
-        let name = row
-            .stack_id
-            .clone()
-            .unwrap_or_else(|| super::capi_name(row.uuid));
         let ns = super::namespace(&self.config.namespace_prefix, &row.project_id);
-        let secret = self
-            .mgmt
-            .get(&ObjectRef::new(
-                kinds::SECRET,
-                &ns,
-                &format!("{name}-cloud-credentials"),
-            ))
-            .await?
-            .map(|o| serde_json::to_value(&o).unwrap_or_default());
-        let refused = match secret.as_ref().and_then(clouds_yaml_credential) {
+        let name = cluster_name(row.stack_id.as_deref(), row.uuid);
+        let refused = match self.live_credential(&ns, &name).await? {
             None => "the cloud-credentials Secret is missing or unreadable".to_string(),
             Some((sid, secret)) => match k.check_app_credential(&sid, &secret).await? {
                 None => return Ok(None),
@@ -456,30 +500,17 @@ impl Capi {
         ) * 86400;
         let before = before.max(3600);
         let mut renewed = 0;
-        for row in day2::expiring(pool, before, 50).await? {
-            if crate::db::operations::has_open(
-                pool,
-                row.uuid,
-                crate::service::clusters::kind::ROTATE_CREDENTIAL,
-            )
-            .await?
-            {
+        for uuid in day2::expiring(pool, before, 50).await? {
+            if odb::has_open(pool, uuid, kind::ROTATE_CREDENTIAL).await? {
                 continue;
             }
-            let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, row.uuid).await? else {
+            let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, uuid).await? else {
                 continue;
             };
-            let ns = namespace_of(&self.config, &c);
-            let secret = self
-                .mgmt
-                .get(&ObjectRef::new(
-                    kinds::SECRET,
-                    &ns,
-                    &format!("{}-cloud-credentials", name_of(&c)),
-                ))
+            let Some((id, secret)) = self
+                .live_credential(&namespace_of(&self.config, &c), &name_of(&c))
                 .await?
-                .map(|o| serde_json::to_value(&o).unwrap_or_default());
-            let Some((id, secret)) = secret.as_ref().and_then(clouds_yaml_credential) else {
+            else {
                 continue;
             };
             let outcome = async {
@@ -488,19 +519,7 @@ impl Capi {
                 let staged = self
                     .stage_rotation(pool, &c, &session, &c.user_id, &identity.roles, true)
                     .await?;
-                crate::db::operations::enqueue(
-                    pool,
-                    &crate::db::operations::NewOperation {
-                        cluster_uuid: c.uuid,
-                        nodegroup_uuid: None,
-                        kind: crate::service::clusters::kind::ROTATE_CREDENTIAL,
-                        payload: serde_json::to_value(&staged.payload)
-                            .map_err(|e| CapiError::Invalid(e.to_string()))?,
-                        request_id: None,
-                    },
-                )
-                .await?;
-                Ok::<_, CapiError>(())
+                self.record_rotation(pool, &c, &staged, None, None).await
             }
             .await;
             match outcome {
@@ -518,7 +537,7 @@ impl Capi {
 
     /// Staged credentials whose rotation is no longer open (the request died before recording
     /// it, or the operation was given up) are discarded after a grace period.
-    pub async fn sweep_staged(&self, pool: &PgPool) -> Result<usize, CapiError> {
+    pub async fn sweep_staged(&self, pool: &PgPool, grace: Duration) -> Result<usize, CapiError> {
         let sel = format!("{LABEL_ROLE}={ROLE_STAGED}");
         let mut swept = 0;
         for o in self.mgmt.list_all(kinds::SECRET, &sel).await? {
@@ -527,7 +546,7 @@ impl Capi {
                 .creation_timestamp
                 .as_ref()
                 .map(|t| Utc::now().timestamp() - t.0.as_second());
-            if age.is_none_or(|a| a < STAGED_GRACE.as_secs() as i64) {
+            if age.is_none_or(|a| a < grace.as_secs() as i64) {
                 continue;
             }
             let labels = o.metadata.labels.clone().unwrap_or_default();
@@ -541,13 +560,7 @@ impl Capi {
             ) else {
                 continue;
             };
-            if crate::db::operations::has_open(
-                pool,
-                cluster,
-                crate::service::clusters::kind::ROTATE_CREDENTIAL,
-            )
-            .await?
-            {
+            if odb::has_open(pool, cluster, kind::ROTATE_CREDENTIAL).await? {
                 continue;
             }
             if cdb::app_cred(pool, cluster).await?.as_deref() != Some(id.as_str()) {

@@ -136,9 +136,12 @@ pub(super) fn namespace_of(cfg: &CapiConfig, c: &ClusterRow) -> String {
 }
 
 pub(super) fn name_of(c: &ClusterRow) -> String {
-    c.stack_id
-        .clone()
-        .unwrap_or_else(|| super::capi_name(c.uuid))
+    cluster_name(c.stack_id.as_deref(), c.uuid)
+}
+
+/// The CAPI `Cluster` name: the cluster's `stack_id`, else derived from its uuid.
+pub(super) fn cluster_name(stack_id: Option<&str>, uuid: Uuid) -> String {
+    stack_id.map_or_else(|| super::capi_name(uuid), str::to_string)
 }
 
 /// The machine templates among `templates` that no live object needs any more: neither the
@@ -343,7 +346,7 @@ impl Capi {
                 .get(&ObjectRef::new(
                     kinds::SECRET,
                     &ns,
-                    &format!("{name}-cloud-credentials"),
+                    &super::credentials_secret_name(&name),
                 ))
                 .await?
                 .is_none()

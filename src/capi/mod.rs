@@ -5,7 +5,6 @@
 pub mod apply;
 pub mod ca;
 pub mod credentials;
-
 pub mod driver;
 pub mod pki;
 pub mod render;
@@ -13,6 +12,21 @@ pub mod schema;
 pub mod status;
 pub mod values;
 pub mod watch;
+
+/// `<cluster>-cloud-credentials`: the Secret with the cluster's `clouds.yaml` (CAPO's identityRef).
+pub fn credentials_secret_name(cluster: &str) -> String {
+    format!("{cluster}-cloud-credentials")
+}
+
+/// A Secret's `data.<key>` (base64) as UTF-8 text.
+pub fn secret_data(secret: &serde_json::Value, key: &str) -> Option<String> {
+    use base64::Engine;
+    let encoded = secret.get("data")?.get(key)?.as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
 
 /// CAPI's own label naming the cluster an object belongs to.
 pub const LABEL_CAPI_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";

@@ -911,7 +911,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     Ok(Values {
         cloud: Cloud {
             name: "openstack".into(),
-            credentials_secret_name: format!("{}-cloud-credentials", cx.cluster_name),
+            credentials_secret_name: super::credentials_secret_name(&cx.cluster_name),
         },
         namespace_labels: label_map(&[
             (LABEL_PROJECT_ID, &cluster.project_id),

@@ -326,10 +326,17 @@ async fn load_state(
     update_timeout: Duration,
 ) -> DbResult<ClusterState> {
     let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
-    let (open, last, final_failure): (bool, Option<DateTime<Utc>>, Option<bool>) = sqlx::query_as(
+    // One round trip: the queue's view and the credential check's finding.
+    let (open, last, final_failure, credential_problem): (
+        bool,
+        Option<DateTime<Utc>>,
+        Option<bool>,
+        Option<String>,
+    ) = sqlx::query_as(
         "SELECT COALESCE(bool_or(state IN ('pending', 'running')), false), max(created_at),
                 (SELECT state = 'failed' AND kind = ANY($2) FROM operation
-                  WHERE cluster_uuid = $1 ORDER BY id DESC LIMIT 1)
+                  WHERE cluster_uuid = $1 ORDER BY id DESC LIMIT 1),
+                (SELECT credential_problem FROM cluster WHERE uuid = $1)
            FROM operation WHERE cluster_uuid = $1",
     )
     .bind(cluster.uuid)
@@ -368,9 +375,7 @@ async fn load_state(
         coe_version: cluster.coe_version.clone(),
         health_status: cluster.health_status.clone(),
         health_status_reason: cluster.health_status_reason.0.clone(),
-        credential_problem: crate::db::day2::credential(&mut *tx, cluster.uuid)
-            .await?
-            .and_then(|r| r.credential_problem),
+        credential_problem,
     })
 }
 

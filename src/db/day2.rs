@@ -19,11 +19,10 @@ pub struct CredentialRow {
     pub app_cred_id: Option<String>,
     pub app_cred_expires_at: Option<DateTime<Utc>>,
     pub credential_problem: Option<String>,
-    pub credential_checked_at: Option<DateTime<Utc>>,
 }
 
 const CREDENTIAL_COLUMNS: &str = "uuid, project_id, user_id, status, stack_id, app_cred_id,
-    app_cred_expires_at, credential_problem, credential_checked_at";
+    app_cred_expires_at, credential_problem";
 
 pub async fn credential<'e>(
     ex: impl PgExecutor<'e>,
@@ -110,15 +109,15 @@ pub async fn set_expiry<'e>(
     Ok(())
 }
 
-/// Credentials with an expiry that is less than `before_secs` away.
-pub async fn expiring(pool: &PgPool, before_secs: u64, limit: i64) -> DbResult<Vec<CredentialRow>> {
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {CREDENTIAL_COLUMNS} FROM cluster
+/// Clusters whose credential expires less than `before_secs` from now, soonest first.
+pub async fn expiring(pool: &PgPool, before_secs: u64, limit: i64) -> DbResult<Vec<Uuid>> {
+    Ok(sqlx::query_scalar(
+        "SELECT uuid FROM cluster
           WHERE app_cred_id IS NOT NULL AND status <> 'DELETE_IN_PROGRESS'
             AND app_cred_expires_at IS NOT NULL
             AND app_cred_expires_at <= now() + make_interval(secs => $1)
-          ORDER BY app_cred_expires_at LIMIT $2"
-    )))
+          ORDER BY app_cred_expires_at LIMIT $2",
+    )
     .bind(before_secs as f64)
     .bind(limit)
     .fetch_all(pool)

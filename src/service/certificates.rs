@@ -13,7 +13,7 @@ use crate::api::extract::QueryArgs;
 use crate::api::views::links;
 use crate::app::App;
 use crate::capi::ca::CaKind;
-use crate::capi::pki::CsrError;
+use crate::capi::pki::{self, CsrError, KeyPairPem};
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::operations::NewOperation;
 use crate::db::templates as tdb;
@@ -22,19 +22,16 @@ use crate::domain::policy::{self, Caller, Target};
 use crate::domain::schemas;
 use crate::domain::status::Status;
 
-pub const CA_TYPES: [&str; 4] = ["kubernetes", "etcd", "front_proxy", "front-proxy"];
-
-fn check_ca_type(t: Option<&str>) -> ApiResult<()> {
-    match t {
-        None => Ok(()),
-        Some(t) if CA_TYPES.contains(&t) => Ok(()),
-        Some(t) => Err(DomainError::invalid_field(
+/// The CA `ca_cert_type` names (absent: kubernetes); anything else is a 400.
+fn ca_kind(t: Option<&str>) -> ApiResult<CaKind> {
+    CaKind::parse(t).ok_or_else(|| {
+        DomainError::invalid_field(
             "ca_cert_type",
-            t,
+            t.unwrap_or_default(),
             "Value should be one of: kubernetes, etcd, front_proxy, front-proxy",
         )
-        .into()),
-    }
+        .into()
+    })
 }
 
 fn target(c: &ClusterRow) -> Target<'_> {
@@ -51,15 +48,12 @@ fn no_ca(c: &ClusterRow) -> DomainError {
     ))
 }
 
-/// The cluster's CA of `ca_cert_type`, from its Secret on the management cluster.
-async fn ca_of(app: &App, c: &ClusterRow, kind: CaKind) -> ApiResult<String> {
+/// The cluster's CA of `kind` (certificate and key), from its Secret on the management cluster.
+async fn ca_of(app: &App, c: &ClusterRow, kind: CaKind) -> ApiResult<KeyPairPem> {
     let Some(capi) = &app.capi else {
         return Err(no_ca(c).into());
     };
-    match capi.cluster_ca(c, kind).await? {
-        Some(ca) => Ok(ca.cert_pem),
-        None => Err(no_ca(c).into()),
-    }
+    Ok(capi.cluster_ca(c, kind).await?.ok_or_else(|| no_ca(c))?)
 }
 
 pub async fn show(
@@ -70,11 +64,10 @@ pub async fn show(
     args: &QueryArgs,
 ) -> ApiResult<Value> {
     args.only(&["ca_cert_type"])?;
-    check_ca_type(args.get("ca_cert_type"))?;
-    let kind = CaKind::parse(args.get("ca_cert_type")).unwrap_or(CaKind::Kubernetes);
+    let kind = ca_kind(args.get("ca_cert_type"))?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:get", caller, Some(target(&c)))?;
-    let pem = ca_of(app, &c, kind).await?;
+    let pem = ca_of(app, &c, kind).await?.cert_pem;
     Ok(
         json!({"cluster_uuid": c.uuid, "pem": pem, "links": links(base, &format!("certificates/{}", c.uuid))}),
     )
@@ -82,8 +75,7 @@ pub async fn show(
 
 pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> ApiResult<Value> {
     let b = schemas::CERTIFICATE.parse_body(body)?;
-    check_ca_type(b.str("ca_cert_type").as_deref())?;
-    let kind = CaKind::parse(b.str("ca_cert_type").as_deref()).unwrap_or(CaKind::Kubernetes);
+    let kind = ca_kind(b.str("ca_cert_type").as_deref())?;
     let ident = b.str("cluster_uuid").unwrap_or_default();
     let c = match find_cluster(app, &cluster_scope(caller, false), &ident).await {
         Ok(c) => c,
@@ -94,17 +86,17 @@ pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> ApiRe
     };
     policy::enforce("certificate:create", caller, Some(target(&c)))?;
     let csr = b.str("csr").unwrap_or_default();
-    let Some(capi) = &app.capi else {
-        return Err(no_ca(&c).into());
-    };
-    let pem = match capi.sign(&c, kind, &csr).await? {
-        None => return Err(no_ca(&c).into()),
-        Some(Ok(pem)) => pem,
+    let ca = ca_of(app, &c, kind).await?;
+    let validity = std::time::Duration::from_secs(
+        u64::from(app.config.capi.client_cert_validity_days.max(1)) * 86400,
+    );
+    let pem = match pki::sign_csr(&ca, &csr, validity) {
+        Ok(pem) => pem,
         // The CA material itself is unusable: ours to fix, not the caller's.
-        Some(Err(e @ CsrError::Ca(_))) => {
+        Err(e @ CsrError::Ca(_)) => {
             return Err(crate::capi::driver::CapiError::Invalid(e.to_string()).into());
         }
-        Some(Err(e)) => return Err(DomainError::BadRequest(e.to_string()).into()),
+        Err(e) => return Err(DomainError::BadRequest(e.to_string()).into()),
     };
     let mut out = json!({"cluster_uuid": c.uuid, "csr": csr, "pem": pem, "links": links(base, &format!("certificates/{}", c.uuid))});
     if let Some(t) = b.str("ca_cert_type") {

@@ -18,16 +18,6 @@ use crate::domain::policy::{self, Caller};
 use crate::domain::status::Status;
 use crate::openstack::UserSession;
 
-fn rotation_op<'a>(c: &ClusterRow, payload: serde_json::Value, rid: &'a str) -> NewOperation<'a> {
-    NewOperation {
-        cluster_uuid: c.uuid,
-        nodegroup_uuid: None,
-        kind: kind::ROTATE_CREDENTIAL,
-        payload,
-        request_id: Some(rid),
-    }
-}
-
 /// `PATCH /v1/credentials/{cluster}`: a new credential is created as the caller, and the worker
 /// makes it the cluster's (the caller becomes the owner) before deleting the old one.
 pub async fn rotate(
@@ -111,24 +101,27 @@ pub async fn rotate(
                 Some(&reason),
             )
             .await?;
-            odb::record_failed(&mut *tx, &rotation_op(&c, json!({}), request_id), &reason).await?;
+            let op = NewOperation {
+                cluster_uuid: c.uuid,
+                nodegroup_uuid: None,
+                kind: kind::ROTATE_CREDENTIAL,
+                payload: json!({}),
+                request_id: Some(request_id),
+            };
+            odb::record_failed(&mut *tx, &op, &reason).await?;
             tx.commit().await?;
             return Err(e.into());
         }
     };
-    let payload = serde_json::to_value(&staged.payload).unwrap_or_default();
-    let recorded = async {
-        let mut tx = app.pool.begin().await?;
-        cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
-        super::commit_with_operation(app, tx, &rotation_op(&c, payload, request_id)).await
-    }
-    .await;
-    if let Err(e) = recorded {
-        if let Err(d) = capi.discard_staged(&app.pool, &c, &staged.payload).await {
-            tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
-        }
-        return Err(e);
-    }
+    capi.record_rotation(
+        &app.pool,
+        &c,
+        &staged,
+        Some(Status::UpdateInProgress),
+        Some(request_id),
+    )
+    .await?;
+    app.work_ready.notify_one();
     Ok(c.uuid)
 }
 
@@ -169,21 +162,16 @@ pub async fn rotate_if_unusable(
             return;
         }
     };
-    let payload = serde_json::to_value(&staged.payload).unwrap_or_default();
-    let recorded = async {
-        let tx = app.pool.begin().await?;
-        super::commit_with_operation(app, tx, &rotation_op(c, payload, request_id)).await
-    }
-    .await;
-    match recorded {
+    match capi
+        .record_rotation(&app.pool, c, &staged, None, Some(request_id))
+        .await
+    {
         Ok(()) => {
+            app.work_ready.notify_one();
             tracing::info!(cluster = %c.uuid, user = %caller.user_id, "unusable credential rotated to the acting project member")
         }
         Err(e) => {
-            tracing::warn!(cluster = %c.uuid, error = ?e, "could not record the implicit rotation");
-            if let Err(d) = capi.discard_staged(&app.pool, c, &staged.payload).await {
-                tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
-            }
+            tracing::warn!(cluster = %c.uuid, error = %e, "could not record the implicit rotation")
         }
     }
 }

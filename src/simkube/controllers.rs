@@ -22,15 +22,15 @@ use super::objects::{
 use super::pki::{Bootstrap, Installed};
 use super::reconcile;
 use super::store::{Event, EventType, ObjectKey, Store, StoreError};
-use super::workload::{PATH_PREFIX, Workloads};
+use super::workload::{self, Workloads};
 
 /// The PKI of one Machine, as the simulator tracks it (not in the store).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct MachinePki {
+#[derive(Debug, Default)]
+struct MachinePki {
     /// Taken when CAPI rendered the bootstrap data (Pending → Provisioning).
-    pub bootstrap: Option<Bootstrap>,
+    bootstrap: Option<Bootstrap>,
     /// Set once kubeadm init/join succeeded (Provisioning → Running).
-    pub installed: Option<Installed>,
+    installed: Option<Installed>,
 }
 
 /// Objects related to CAPI clusters, kept current from the change feed.
@@ -422,17 +422,35 @@ impl Simulator {
 
     /// The simulated workload API of a cluster: `{base url}/workload/{namespace}/{cluster}`.
     pub fn workload_url(&self, namespace: &str, cluster: &str) -> String {
-        format!("{}{PATH_PREFIX}/{namespace}/{cluster}", self.base_url)
+        workload::url(&self.base_url, namespace, cluster)
     }
 
     pub(crate) fn workloads(&self) -> &Workloads {
         &self.workloads
     }
 
-    pub(crate) fn machine_pki(&self, machine: &ObjectKey) -> Option<MachinePki> {
-        lock(&self.pki).get(machine).cloned()
+    /// What the bootstrap data of a Machine carried; taken by `capture` (and kept) if it was not
+    /// when CAPI rendered it.
+    pub(crate) fn bootstrap(
+        &self,
+        machine: &ObjectKey,
+        capture: impl FnOnce() -> Bootstrap,
+    ) -> Bootstrap {
+        if let Some(b) = lock(&self.pki)
+            .get(machine)
+            .and_then(|p| p.bootstrap.clone())
+        {
+            return b;
+        }
+        let b = capture();
+        lock(&self.pki)
+            .entry(machine.clone())
+            .or_default()
+            .bootstrap = Some(b.clone());
+        b
     }
 
+    /// CAPI renders a Machine's bootstrap data (Pending → Provisioning).
     pub(crate) fn set_bootstrap(&self, machine: &ObjectKey, bootstrap: Bootstrap) {
         lock(&self.pki).insert(
             machine.clone(),

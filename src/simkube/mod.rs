@@ -215,11 +215,7 @@ impl SimCluster {
     /// `{url}/workload/{namespace}/{cluster}`: the workload API the `<cluster>-kubeconfig`
     /// Secret points at.
     pub fn workload_url(&self, namespace: &str, cluster: &str) -> String {
-        format!(
-            "{}{}/{namespace}/{cluster}",
-            self.url,
-            workload::PATH_PREFIX
-        )
+        workload::url(&self.url, namespace, cluster)
     }
 
     /// See `Simulator::workload_accepts` (false without controllers).

@@ -13,25 +13,17 @@ use std::fmt;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use rcgen::{KeyPair, PublicKeyData};
+use rcgen::KeyPair;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-/// The text of a Secret's `data` entry (base64-decoded UTF-8).
-pub fn secret_text(secret: &Value, key: &str) -> Option<String> {
-    let encoded = secret.get("data")?.get(key)?.as_str()?;
-    let bytes = STANDARD.decode(encoded).ok()?;
-    String::from_utf8(bytes).ok()
-}
+use crate::capi::pki::{key_matches, verifies};
 
-/// One parsed certificate: DER, public key (SubjectPublicKeyInfo DER and the key bits) and a
-/// readable name.
-#[derive(Clone, PartialEq, Eq)]
+/// One parsed CA certificate: its public key (SubjectPublicKeyInfo DER) and a readable name.
+#[derive(Clone)]
 pub struct Cert {
-    pub der: Vec<u8>,
     spki: Vec<u8>,
-    key_bits: Vec<u8>,
     subject: String,
 }
 
@@ -42,8 +34,8 @@ impl fmt::Debug for Cert {
 }
 
 impl Cert {
-    fn from_der(der: Vec<u8>) -> Result<Cert, String> {
-        let (_, x509) = X509Certificate::from_der(&der).map_err(|e| e.to_string())?;
+    fn from_der(der: &[u8]) -> Result<Cert, String> {
+        let (_, x509) = X509Certificate::from_der(der).map_err(|e| e.to_string())?;
         let subject = x509
             .subject()
             .iter_common_name()
@@ -51,12 +43,8 @@ impl Cert {
             .and_then(|cn| cn.as_str().ok())
             .map(str::to_string)
             .unwrap_or_else(|| x509.subject().to_string());
-        let spki = x509.public_key().raw.to_vec();
-        let key_bits = x509.public_key().subject_public_key.data.to_vec();
         Ok(Cert {
-            der,
-            spki,
-            key_bits,
+            spki: x509.public_key().raw.to_vec(),
             subject,
         })
     }
@@ -75,12 +63,6 @@ impl Cert {
     pub fn same_key(&self, other: &Cert) -> bool {
         self.spki == other.spki
     }
-
-    /// True when `leaf` (DER) carries a valid signature by this certificate's key.
-    fn signed(&self, leaf: &X509Certificate<'_>) -> bool {
-        X509Certificate::from_der(&self.der)
-            .is_ok_and(|(_, ca)| leaf.verify_signature(Some(ca.public_key())).is_ok())
-    }
 }
 
 /// Every certificate of a PEM bundle, in order.
@@ -88,10 +70,9 @@ pub fn parse_bundle(pem: &str) -> Result<Vec<Cert>, String> {
     let mut out = Vec::new();
     for block in x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes()) {
         let block = block.map_err(|e| format!("invalid PEM: {e}"))?;
-        if block.label != "CERTIFICATE" {
-            continue;
+        if block.label == "CERTIFICATE" {
+            out.push(Cert::from_der(&block.contents)?);
         }
-        out.push(Cert::from_der(block.contents)?);
     }
     if out.is_empty() {
         return Err("no PEM certificate found".into());
@@ -99,17 +80,11 @@ pub fn parse_bundle(pem: &str) -> Result<Vec<Cert>, String> {
     Ok(out)
 }
 
-/// True when the PEM private key `key_pem` is the key of `cert`.
-pub fn key_matches(cert: &Cert, key_pem: &str) -> Result<bool, String> {
-    let key = KeyPair::from_pem(key_pem).map_err(|e| format!("cannot parse the key: {e}"))?;
-    Ok(key.der_bytes() == cert.key_bits.as_slice())
-}
-
 /// A CA as kubeadm installs it from one Secret: `tls.crt` as trust bundle, its first
 /// certificate as signer.
 #[derive(Clone, Debug)]
 pub struct Ca {
-    /// `tls.crt` verbatim.
+    /// The bundle as installed (`tls.crt` verbatim, or the CA data discovery found).
     pub pem: String,
     pub trust: Vec<Cert>,
     /// Set when `tls.key` is missing, unreadable, or not the key of the first certificate:
@@ -120,24 +95,24 @@ pub struct Ca {
 impl Ca {
     /// The CA in a Secret (`Err` when `tls.crt` holds no certificate).
     pub fn from_secret(secret: &Value, secret_name: &str) -> Result<Ca, String> {
-        let pem = secret_text(secret, "tls.crt").unwrap_or_default();
+        let pem = crate::capi::secret_data(secret, "tls.crt").unwrap_or_default();
         let trust = parse_bundle(&pem).map_err(|e| {
             format!("[certs] failure loading certificate authority from Secret {secret_name}: tls.crt: {e}")
         })?;
-        let key_error = match secret_text(secret, "tls.key").map(|k| key_matches(&trust[0], &k)) {
-            None => Some(format!(
-                "[certs] failure loading key from Secret {secret_name}: tls.key is missing"
-            )),
-            Some(Err(e)) => Some(format!(
-                "[certs] failure loading key from Secret {secret_name}: tls.key: {e}"
-            )),
-            Some(Ok(true)) => None,
-            Some(Ok(false)) => Some(format!(
-                "[certs] the certificate and key in Secret {secret_name} do not match: tls.key is \
-                 not the key of the first certificate of tls.crt, {} (tls: private key does not \
-                 match public key)",
-                trust[0].describe()
-            )),
+        let load_error =
+            |what: String| format!("[certs] failure loading key from Secret {secret_name}: {what}");
+        let key_error = match crate::capi::secret_data(secret, "tls.key") {
+            None => Some(load_error("tls.key is missing".into())),
+            Some(key) => match KeyPair::from_pem(&key) {
+                Err(e) => Some(load_error(format!("tls.key: cannot parse the key: {e}"))),
+                Ok(_) if key_matches(&pem, &key) => None,
+                Ok(_) => Some(format!(
+                    "[certs] the certificate and key in Secret {secret_name} do not match: tls.key \
+                     is not the key of the first certificate of tls.crt, {} (tls: private key does \
+                     not match public key)",
+                    trust[0].describe()
+                )),
+            },
         };
         Ok(Ca {
             pem,
@@ -164,13 +139,11 @@ impl Ca {
     /// True when the PEM client certificate is within its validity and its signature verifies
     /// against a certificate of this bundle.
     pub fn accepts(&self, client_cert_pem: &str) -> bool {
-        let Ok(leaf) = parse_bundle(client_cert_pem) else {
-            return false;
-        };
-        let Ok((_, leaf)) = X509Certificate::from_der(&leaf[0].der) else {
-            return false;
-        };
-        leaf.validity().is_valid() && self.trust.iter().any(|ca| ca.signed(&leaf))
+        let valid = x509_parser::pem::Pem::iter_from_buffer(client_cert_pem.as_bytes())
+            .map_while(Result::ok)
+            .find(|block| block.label == "CERTIFICATE")
+            .is_some_and(|block| block.parse_x509().is_ok_and(|c| c.validity().is_valid()));
+        valid && verifies(client_cert_pem, &self.pem)
     }
 }
 
@@ -230,12 +203,12 @@ pub struct Installed {
 
 impl Installed {
     /// A control-plane machine: everything from its bootstrap data.
-    pub fn control_plane(b: &Bootstrap) -> Installed {
-        let ca = b.ca.clone().and_then(Result::ok);
+    pub fn control_plane(b: Bootstrap) -> Installed {
+        let ca = b.ca.and_then(Result::ok);
         Installed {
             ca_signer: ca.as_ref().and_then(|c| c.signer().cloned()),
             ca_trust: ca,
-            etcd: b.etcd.clone().and_then(Result::ok),
+            etcd: b.etcd.and_then(Result::ok),
         }
     }
 }
@@ -265,15 +238,13 @@ pub fn kubeconfig_ca(kubeconfig_yaml: &str) -> Result<Option<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer};
+    use crate::capi::pki::generate_ca;
+    use rcgen::{CertificateParams, Issuer};
     use serde_json::json;
 
     fn ca(cn: &str) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, cn);
-        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+        let ca = generate_ca(cn).unwrap();
+        (ca.cert_pem, ca.key_pem)
     }
 
     fn leaf(ca_pem: &str, ca_key: &str) -> String {
@@ -308,6 +279,12 @@ mod tests {
         assert!(b.local_error(true).is_some());
         assert!(b.local_error(false).is_none(), "workers never get the key");
         assert!(Ca::from_secret(&secret("junk", &old_key), "c-ca").is_err());
+        let unreadable = Ca::from_secret(&secret(&old, "junk"), "c-ca").unwrap();
+        let e = unreadable.key_error.unwrap();
+        assert!(
+            e.contains("failure loading key") && e.contains("cannot parse"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::controllers::Simulator;
 use super::kubeconfig;
 use super::objects::*;
-use super::pki::{Bootstrap, Ca, Cert, Installed, check_pins, parse_bundle};
+use super::pki::{Bootstrap, Ca, Installed, check_pins, parse_bundle};
 use super::store::{ObjectKey, Store, StoreError, Target, now_rfc3339, random_suffix};
 use super::workload;
 
@@ -629,7 +629,7 @@ struct MachineView {
     created: String,
     deleting: bool,
     ready: bool,
-    /// Why provisioning failed (InfrastructureReady False, InstanceCreateFailed).
+    /// Why provisioning (InfrastructureReady `InstanceCreateFailed`) or kubeadm failed.
     failure: Option<String>,
     up_to_date: bool,
     delete_first: bool,
@@ -653,10 +653,7 @@ fn machines_of(
                 .to_string(),
             deleting: is_deleting(&m),
             ready: condition_true(&m, "Ready"),
-            failure: condition(&m, "InfrastructureReady")
-                .filter(|c| c.get("reason").and_then(Value::as_str) == Some("InstanceCreateFailed"))
-                .and_then(|c| c.get("message").and_then(Value::as_str))
-                .map(str::to_string)
+            failure: failure_message(&m, "InfrastructureReady", &["InstanceCreateFailed"])
                 .or_else(|| kubeadm_failure(&m)),
             up_to_date: up_to_date(&m),
             delete_first: annotation(&m, ANNOTATION_DELETE_MACHINE).is_some(),
@@ -1250,17 +1247,22 @@ fn instance_failure(cx: &Ctx<'_>, osm: &Value) -> Option<String> {
     })
 }
 
+/// The message of a Machine's condition `kind` when its reason is one of `reasons`.
+fn failure_message(m: &Value, kind: &str, reasons: &[&str]) -> Option<String> {
+    let c = condition(m, kind)?;
+    if !reasons.contains(&c.get("reason")?.as_str()?) {
+        return None;
+    }
+    c.get("message")?.as_str().map(str::to_string)
+}
+
 /// Why kubeadm failed on a Machine, if it did.
 fn kubeadm_failure(m: &Value) -> Option<String> {
-    condition(m, "NodeHealthy")
-        .filter(|c| {
-            matches!(
-                c.get("reason").and_then(Value::as_str),
-                Some(KUBEADM_INIT_FAILED | KUBEADM_JOIN_FAILED)
-            )
-        })
-        .and_then(|c| c.get("message").and_then(Value::as_str))
-        .map(str::to_string)
+    failure_message(
+        m,
+        "NodeHealthy",
+        &[KUBEADM_INIT_FAILED, KUBEADM_JOIN_FAILED],
+    )
 }
 
 /// What CAPI puts in a machine's bootstrap data: the CA Secrets as they are now (etcd and
@@ -1278,98 +1280,81 @@ fn capture_bootstrap(cx: &Ctx<'_>, ns: &str, cluster: &str, control_plane: bool)
     }
 }
 
-/// The outcome of kubeadm on a booted machine.
-enum Kubeadm {
-    /// `kubeadm init`: the workload cluster is created, `cluster-info` carrying the CA bundle
-    /// this machine installed.
-    Init {
-        installed: Installed,
-    },
-    Joined {
-        installed: Installed,
-    },
-    /// Nothing to join yet (no workload cluster or no Ready control-plane machine).
-    Wait,
-    Failed {
-        init: bool,
-        message: String,
-    },
+/// What kubeadm did on a booted machine.
+struct Kubeadm {
+    /// `kubeadm init` (the first control-plane machine creates the workload cluster, its
+    /// `cluster-info` carrying the CA bundle it installed), else `kubeadm join`.
+    init: bool,
+    /// What it installed, or why it failed.
+    result: Result<Installed, String>,
 }
 
 /// kubeadm init/join of one machine against the cluster's modelled PKI: discovery pins
 /// (`cluster-info` must hold a pinned `<cluster>-ca` key), then TLS with every Ready
 /// control-plane machine (each side trusts the other's `ca` signer), then etcd peer TLS for
-/// control-plane machines (each side trusts the other's etcd signer).
-fn kubeadm(cx: &Ctx<'_>, key: &ObjectKey, cluster: &str, control_plane: bool) -> Kubeadm {
+/// control-plane machines (each side trusts the other's etcd signer). `None`: nothing to join
+/// yet (no workload cluster or no Ready control-plane machine).
+fn kubeadm(cx: &Ctx<'_>, key: &ObjectKey, cluster: &str, control_plane: bool) -> Option<Kubeadm> {
     let ns = key.namespace.as_str();
     let bootstrap = cx
         .sim
-        .machine_pki(key)
-        .and_then(|p| p.bootstrap)
-        .unwrap_or_else(|| capture_bootstrap(cx, ns, cluster, control_plane));
+        .bootstrap(key, || capture_bootstrap(cx, ns, cluster, control_plane));
     let workload = cx.sim.workloads().get(ns, cluster);
     let init = control_plane && workload.is_none();
     let verb = if init { "kubeadm init" } else { "kubeadm join" };
-    let fail = |message: String| Kubeadm::Failed {
-        init,
-        message: format!("{verb}: {message}"),
+    let fail = |message: String| {
+        Some(Kubeadm {
+            init,
+            result: Err(format!("{verb}: {message}")),
+        })
     };
     if let Some(e) = bootstrap.local_error(control_plane) {
         return fail(e);
     }
     if init {
-        return Kubeadm::Init {
-            installed: Installed::control_plane(&bootstrap),
-        };
+        return Some(Kubeadm {
+            init,
+            result: Ok(Installed::control_plane(bootstrap)),
+        });
     }
-    let Some(workload) = workload else {
-        return Kubeadm::Wait;
-    };
+    let workload = workload?;
     // Discovery: the cluster-info CA data must contain a key pinned by `caCertHashes`.
-    let discovered = match workload::cluster_info_ca(&workload) {
-        Ok(pem) => pem,
-        Err(e) => {
-            return fail(format!(
-                "couldn't validate the identity of the API Server: {e}"
-            ));
-        }
+    let unverified = |e: String| {
+        fail(format!(
+            "couldn't validate the identity of the API Server: {e}"
+        ))
     };
-    let discovered: Option<(String, Vec<Cert>)> = match discovered {
-        None => None,
-        Some(pem) => match parse_bundle(&pem) {
-            Ok(certs) => Some((pem, certs)),
+    let discovered = match workload::cluster_info_ca(&workload) {
+        Err(e) => return unverified(e),
+        Ok(None) => None,
+        Ok(Some(pem)) => match parse_bundle(&pem) {
+            Ok(trust) => Some(Ca {
+                pem,
+                trust,
+                key_error: None,
+            }),
             Err(e) => {
-                return fail(format!(
-                    "couldn't validate the identity of the API Server: the certificate-authority-data of the cluster-info ConfigMap: {e}"
+                return unverified(format!(
+                    "the certificate-authority-data of the cluster-info ConfigMap: {e}"
                 ));
             }
         },
     };
-    let own_ca = bootstrap.ca.clone().and_then(Result::ok);
-    if let Some(ca) = &own_ca {
-        let presented = discovered
-            .as_ref()
-            .map(|(_, c)| c.as_slice())
-            .unwrap_or(&[]);
+    if let Some(Ok(ca)) = &bootstrap.ca {
+        let presented = discovered.as_ref().map_or(&[][..], |c| c.trust.as_slice());
         if let Err(e) = check_pins(&ca.pins(), presented) {
             return fail(e);
         }
     }
     let peers = cx.sim.control_plane_pki(ns, cluster, true);
-    let Some((_, oldest)) = peers.first() else {
-        return Kubeadm::Wait;
-    };
+    let (_, oldest) = peers.first()?;
     let installed = if control_plane {
-        Installed::control_plane(&bootstrap)
+        Installed::control_plane(bootstrap)
     } else {
         // A worker trusts what discovery found; its kubelet client certificate comes from the
         // control plane's signer.
         Installed {
-            ca_trust: discovered.map(|(pem, trust)| Ca {
-                pem,
-                trust,
-                key_error: None,
-            }),
+            ca_trust: discovered,
             ca_signer: oldest.ca_signer.clone(),
             etcd: None,
         }
@@ -1419,7 +1404,10 @@ fn kubeadm(cx: &Ctx<'_>, key: &ObjectKey, cluster: &str, control_plane: bool) ->
             ));
         }
     }
-    Kubeadm::Joined { installed }
+    Some(Kubeadm {
+        init,
+        result: Ok(installed),
+    })
 }
 
 fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
@@ -1553,11 +1541,10 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
         return Ok(());
     }
 
-    let outcome = kubeadm(cx, &key, cluster_name, is_control_plane);
-    if matches!(outcome, Kubeadm::Wait) {
+    let Some(Kubeadm { init, result }) = kubeadm(cx, &key, cluster_name, is_control_plane) else {
         cx.sim.mark(key);
         return Ok(());
-    }
+    };
     let instance_id = uuid::Uuid::new_v4().to_string();
     let provider_id = format!("openstack:///{instance_id}");
     let address = cx.sim.next_node_address(ns, cluster_name);
@@ -1586,11 +1573,9 @@ fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
         set_at(o, &["spec"], "providerID", json!(pid))
     })?;
     let ok = |k: &'static str, reason: &'static str| Cond::new(k, CondStatus::True, reason, "");
-    let (installed, init) = match outcome {
-        Kubeadm::Init { installed } => (installed, true),
-        Kubeadm::Joined { installed } => (installed, false),
-        Kubeadm::Wait => return Ok(()),
-        Kubeadm::Failed { init, message } => {
+    let installed = match result {
+        Ok(installed) => installed,
+        Err(message) => {
             let reason = if init {
                 KUBEADM_INIT_FAILED
             } else {

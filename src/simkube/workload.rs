@@ -13,9 +13,14 @@ use super::kubeconfig;
 use super::store::{Resource, Store, StoreError, StoreOptions};
 
 /// Path prefix of the workload APIs on the management server.
-pub const PATH_PREFIX: &str = "/workload";
-pub const CLUSTER_INFO: &str = "cluster-info";
-pub const KUBE_PUBLIC: &str = "kube-public";
+const PATH_PREFIX: &str = "/workload";
+const CLUSTER_INFO: &str = "cluster-info";
+const KUBE_PUBLIC: &str = "kube-public";
+
+/// `{base_url}/workload/{namespace}/{cluster}`: a workload API, as its kubeconfig names it.
+pub fn url(base_url: &str, namespace: &str, cluster: &str) -> String {
+    format!("{base_url}{PATH_PREFIX}/{namespace}/{cluster}")
+}
 
 /// `/workload/{ns}/{cluster}/rest…` → (ns, cluster, `/rest…`).
 pub fn split_path(path: &str) -> Option<(&str, &str, &str)> {
@@ -84,7 +89,7 @@ impl Workloads {
     }
 }
 
-pub fn configmaps() -> Resource {
+fn configmaps() -> Resource {
     Resource::core("configmaps")
 }
 

@@ -174,3 +174,57 @@ pub fn objects(app: &CapiApp, api_version: &str, kind: &str, cluster: &str) -> V
         .map(|v| (**v).clone())
         .collect()
 }
+
+/// The application credential (id, secret) in the cluster's cloud-credentials Secret.
+pub fn secret_credential(app: &CapiApp, cluster: &str) -> (String, String) {
+    let s = objects(app, "v1", "Secret", cluster)
+        .into_iter()
+        .find(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-cloud-credentials"))
+        })
+        .expect("credentials Secret");
+    let clouds = secret_text(&s, "clouds.yaml");
+    let field = |k: &str| {
+        clouds
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(k))
+            .map(|s| s.trim().trim_matches('"').to_string())
+            .unwrap_or_else(|| panic!("no {k} in clouds.yaml"))
+    };
+    (
+        field("application_credential_id:"),
+        field("application_credential_secret:"),
+    )
+}
+
+/// Whether an application credential obtains a token from the test Keystone.
+pub async fn authenticates(id: &str, secret: &str) -> bool {
+    let (status, _) = super::keystone::keystone()
+        .request(
+            "POST",
+            "/auth/tokens",
+            None,
+            None,
+            Some(serde_json::json!({"auth": {"identity": {
+                "methods": ["application_credential"],
+                "application_credential": {"id": id, "secret": secret}}}})),
+        )
+        .await
+        .expect("POST /auth/tokens");
+    status == 201
+}
+
+/// Every cluster, operation and nodegroup row as text (to check a secret never reached them).
+pub async fn postgres_text(pool: &sqlx::PgPool) -> String {
+    sqlx::query_scalar(
+        "SELECT coalesce(string_agg(t, ' '), '') FROM (
+            SELECT row_to_json(c)::text AS t FROM cluster c
+            UNION ALL SELECT row_to_json(o)::text FROM operation o
+            UNION ALL SELECT row_to_json(n)::text FROM nodegroup n) x",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("dumping the rows")
+}

@@ -45,6 +45,26 @@ pub async fn parts() -> (&'static Keystone, &'static FakeCloud) {
         .expect("starting Keystone and the fake cloud")
 }
 
+/// Serves `state` on a loopback port and points the catalog's `container-infra` endpoint at it
+/// (one per Keystone: hold `env_exclusive`, or be the only such test of the binary).
+pub async fn serve_as_endpoint(state: &magnum_capi::app::AppState) -> tokio::task::JoinHandle<()> {
+    let (ks, _) = parts().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("loopback port");
+    let port = listener.local_addr().expect("bound").port();
+    let svc = magnum_capi::api::service(state.clone());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, tower::make::Shared::new(svc))
+            .await
+            .expect("serving the API");
+    });
+    ks.register_endpoint_async(&format!("http://127.0.0.1:{port}/v1"))
+        .await
+        .expect("registering the endpoint");
+    server
+}
+
 /// An instance on its own database whose requests are authenticated by the real Keystone, with
 /// the worker running.
 pub async fn keystone_app(tweak: impl FnOnce(&mut Config)) -> TestApp {
