@@ -56,6 +56,9 @@ impl Osc {
             .env("OS_INTERFACE", "public")
             // Tables as wide as they need to be, whatever the terminal.
             .env("CLIFF_MAX_TERM_WIDTH", "0")
+            // `coe cluster config` reads `os.environ["SHELL"]` to print its export line; CI
+            // runs without a login shell, so it is set explicitly.
+            .env("SHELL", "/bin/bash")
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
         let t0 = Instant::now();
