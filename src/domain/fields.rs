@@ -156,7 +156,7 @@ impl Schema {
                     ));
                 }
                 Some(v) => {
-                    out.insert(field.name.to_string(), check(field, v)?);
+                    out.insert(field.name.to_string(), check(field, v, Source::Json)?);
                 }
                 None => {}
             }
@@ -172,7 +172,7 @@ impl Schema {
             let value = match doc.get(field.name) {
                 None => field.default.value(),
                 Some(Value::Null) => Value::Null,
-                Some(v) => check(field, v)?,
+                Some(v) => check(field, v, Source::Patched)?,
             };
             if field.mandatory && value.is_null() {
                 return Err(DomainError::invalid_field(
@@ -228,7 +228,32 @@ pub fn label_value(v: &Value) -> Option<String> {
     }
 }
 
-fn check(field: &Field, v: &Value) -> DomainResult<Value> {
+/// Where a value comes from: WSME converts a request body's JSON with `fromjson` (an integer
+/// field takes anything Python's `int()` does, so Horizon's `str(value)` bodies work), while a
+/// patched document is assigned attribute by attribute (integers must be integers).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Json,
+    Patched,
+}
+
+/// Python's `int(s)` for a base-10 string: surrounding whitespace, a sign, digits with single
+/// underscores between them.
+fn python_int(s: &str) -> Option<i64> {
+    let t = s.trim();
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    let well_formed = !digits.is_empty()
+        && !digits.starts_with('_')
+        && !digits.ends_with('_')
+        && !digits.contains("__")
+        && digits.chars().all(|c| c.is_ascii_digit() || c == '_');
+    if !well_formed {
+        return None;
+    }
+    t.replace('_', "").parse().ok()
+}
+
+fn check(field: &Field, v: &Value, source: Source) -> DomainResult<Value> {
     if v.is_null() {
         return Ok(Value::Null);
     }
@@ -257,6 +282,11 @@ fn check(field: &Field, v: &Value) -> DomainResult<Value> {
             let n = match v {
                 Value::Number(n) => n.as_i64(),
                 Value::Bool(b) => Some(i64::from(*b)),
+                Value::String(s) if source == Source::Json => {
+                    Some(python_int(s).ok_or_else(|| {
+                        invalid(format!("invalid literal for int() with base 10: '{s}'"))
+                    })?)
+                }
                 _ => None,
             }
             .ok_or_else(|| wrong_type(field, v, "<class 'int'>"))?;
@@ -482,5 +512,28 @@ mod tests {
         assert_eq!(bool_from_string("TRUE"), Some(true));
         assert_eq!(bool_from_string("off"), Some(false));
         assert_eq!(bool_from_string("maybe"), None);
+    }
+
+    #[test]
+    fn body_integers_take_what_python_int_takes_but_patched_ones_do_not() {
+        // Horizon sends `str(value)` for every create attribute.
+        let b = SCHEMA
+            .parse_body(&json!({"coe": "kubernetes", "node_count": " +1_0 "}))
+            .unwrap();
+        assert_eq!(b.int("node_count"), Some(10));
+        for bad in ["", "1.5", "_1", "1__0", "ten", "--1"] {
+            assert!(
+                err(json!({"coe": "kubernetes", "node_count": bad}))
+                    .contains(&format!("invalid literal for int() with base 10: '{bad}'")),
+                "{bad}"
+            );
+        }
+        assert!(
+            err(json!({"coe": "kubernetes", "node_count": "-1"}))
+                .contains("Value should be greater or equal to 0")
+        );
+        let doc = json!({"coe": "kubernetes", "node_count": "3"});
+        let e = SCHEMA.revalidate(doc.as_object().unwrap()).unwrap_err();
+        assert!(e.message().contains("Wrong type"), "{}", e.message());
     }
 }
