@@ -5,7 +5,7 @@
 //! their machines were built with.
 
 mod common;
-use common::capi::{CapiApp, capi_app_on, eventually, objects, secret_text};
+use common::capi::{CapiApp, capi_app_on, eventually, objects, secret_text, wait_cluster};
 use common::*;
 
 use magnum_capi::capi::pki;
@@ -13,19 +13,6 @@ use serde_json::{Value, json};
 
 const RSA2048: &str = include_str!("fixtures/csr/rsa2048.csr");
 const RSA4096: &str = include_str!("fixtures/csr/rsa4096.csr");
-
-async fn wait_status(t: &TestApp, uuid: &str, want: &str, secs: u64) -> Value {
-    eventually(secs, &format!("cluster {uuid} to reach {want}"), || async {
-        let r = t.get(&ALICE, &format!("/v1/clusters/{uuid}")).await;
-        assert!(
-            !r.body["status"].as_str().unwrap_or("").ends_with("FAILED"),
-            "{}",
-            r.body
-        );
-        (r.body["status"] == want).then_some(r.body)
-    })
-    .await
-}
 
 /// A complete cluster (one control-plane machine, one worker) of ALICE; its uuid.
 async fn cluster(t: &TestApp, tls_disabled: bool) -> String {
@@ -49,7 +36,8 @@ async fn cluster(t: &TestApp, tls_disabled: bool) -> String {
         .await;
     r.assert_status(202);
     let c = r.body["uuid"].as_str().unwrap().to_string();
-    wait_status(t, &c, "CREATE_COMPLETE", 30).await;
+    let path = format!("/v1/clusters/{c}");
+    wait_cluster(30, &c, "CREATE_COMPLETE", || t.get(&ALICE, &path)).await;
     c
 }
 

@@ -12,58 +12,21 @@ use common::capi::{
     authenticates, capi_app_on, eventually, objects, postgres_text, secret_credential,
 };
 use common::fakecloud::*;
-use common::keystone::{DOMAIN, keystone, password};
+use common::keystone::keystone;
 use common::osc::Osc;
 use common::stack::{env_exclusive, env_shared, serve_as_endpoint};
 
 use magnum_capi::capi::pki;
 use serde_json::{Value, json};
 
-async fn ks_admin(method: &str, path: &str, body: Option<Value>) -> Value {
-    let ks = keystone();
-    let token = ks.admin_token().await;
-    let (status, body) = ks
-        .request(method, path, Some(&token), None, body)
-        .await
-        .unwrap();
-    assert!(status < 300, "{method} {path}: {status} {body}");
-    body
-}
-
-/// A new user with `role` on project alpha (password as the seeded users'); their id.
-async fn user_on_alpha(prefix: &str, role: &str) -> (String, String) {
-    let ks = keystone();
-    let name = format!(
-        "{prefix}-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let u = ks_admin(
-        "POST",
-        "/users",
-        Some(json!({"user": {"name": name, "domain_id": DOMAIN, "password": password(&name)}})),
-    )
-    .await;
-    let id = u["user"]["id"].as_str().unwrap().to_string();
-    ks_admin(
-        "PUT",
-        &format!(
-            "/projects/{}/users/{id}/roles/{}",
-            ks.project_id("alpha"),
-            ks.role_id(role)
-        ),
-        None,
-    )
-    .await;
-    (name, id)
-}
-
 async fn creds_of(user_id: &str) -> Vec<Value> {
-    ks_admin(
-        "GET",
-        &format!("/users/{user_id}/application_credentials"),
-        None,
-    )
-    .await["application_credentials"]
+    keystone()
+        .admin(
+            "GET",
+            &format!("/users/{user_id}/application_credentials"),
+            None,
+        )
+        .await["application_credentials"]
         .as_array()
         .unwrap()
         .clone()
@@ -155,9 +118,9 @@ async fn another_member_rotates_the_credential_and_becomes_the_owner() {
     let app = capi_app_on(None, None, true, |_| {}).await;
     let t = &app.t;
     let ks = keystone();
-    let (owner_name, owner_id) = user_on_alpha("owner", "member").await;
+    let (owner_name, owner_id) = ks.new_user("owner", "member", "alpha").await;
     let owner_token = ks.token(&owner_name, "alpha").await;
-    let (carol, carol_id) = user_on_alpha("carol", "member").await;
+    let (carol, carol_id) = ks.new_user("carol", "member", "alpha").await;
     let carol_token = ks.token(&carol, "alpha").await;
     let rita = ks.token("rita", "alpha").await;
     let admin = ks.admin_token().await;
@@ -258,9 +221,9 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
     let app = capi_app_on(None, None, true, |_| {}).await;
     let t = &app.t;
     let ks = keystone();
-    let (dave, dave_id) = user_on_alpha("dave", "member").await;
+    let (dave, dave_id) = ks.new_user("dave", "member", "alpha").await;
     let dave_token = ks.token(&dave, "alpha").await;
-    let (erin, erin_id) = user_on_alpha("erin", "member").await;
+    let (erin, erin_id) = ks.new_user("erin", "member", "alpha").await;
     let erin_token = ks.token(&erin, "alpha").await;
     let c = cluster(t, &dave_token).await;
     let capi = t.state.capi.clone().unwrap();
@@ -279,7 +242,7 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
     );
 
     // Dave is disabled: his credential stops authenticating, and the health says why.
-    ks_admin(
+    ks.admin(
         "PATCH",
         &format!("/users/{dave_id}"),
         Some(json!({"user": {"enabled": false}})),
@@ -495,7 +458,7 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     .await;
     let t = &app.t;
     let ks = keystone();
-    let (frank, frank_id) = user_on_alpha("frank", "member").await;
+    let (frank, frank_id) = ks.new_user("frank", "member", "alpha").await;
     let token = ks.token(&frank, "alpha").await;
     let c = cluster(t, &token).await;
     let (old_id, old_secret) = secret_credential(&app, &c);
@@ -555,7 +518,7 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     let app = capi_app_on(None, None, true, |_| {}).await;
     let t = &app.t;
     let ks = keystone();
-    let (gina, gina_id) = user_on_alpha("gina", "member").await;
+    let (gina, gina_id) = ks.new_user("gina", "member", "alpha").await;
     let token = ks.token(&gina, "alpha").await;
     let c = cluster(t, &token).await;
     let before = secret_credential(&app, &c);

@@ -5,12 +5,14 @@
 //! cover. Nodegroups (µv latest, i.e. ≥ 1.9: create and wait for CREATE_COMPLETE, show, list by
 //! `--role`, update, delete), `cluster resize` (the default worker and `--nodegroup`), `cluster
 //! upgrade` to the next kube minor, `ca show`/`sign`/`rotate`, `cluster config`, `credential
-//! rotate` by another member of the project, and pagination of `cluster list` and `cluster
-//! template list` (`--limit`, `--sort-key`, `--sort-dir`).
+//! rotate` by another member of the project, pagination of `cluster list` and `cluster
+//! template list` (`--limit`, `--sort-key`, `--sort-dir`), and of `quotas list` (`--limit`,
+//! `--marker`).
 //!
-//! The client has no `--marker` option on these lists: with `--limit` it follows the `next`
-//! links the service returns (each carrying `marker=<uuid>`), so `[api] max_limit` is 2 here and
-//! a `--limit 3` listing takes two pages, the second by marker.
+//! The client has no `--marker` option on the cluster and template lists: with `--limit` it
+//! follows the `next` links the service returns (each carrying `marker=<uuid>`), so `[api]
+//! max_limit` is 2 here and a `--limit 3` listing takes two pages, the second by marker. Only
+//! `quotas list` takes `--marker`, the integer `id` of the last quota of the previous page.
 //!
 //! Assertions are on what the client prints and on the service's state (its API in-process,
 //! the objects on the simulated management cluster, Keystone). Setup (templates, clusters) goes
@@ -22,9 +24,10 @@ mod common;
 use std::time::Instant;
 
 use common::TestApp;
-use common::capi::{CapiApp, authenticates, capi_app_on, eventually, objects, secret_credential};
+use common::capi::{
+    CapiApp, authenticates, capi_app_on, eventually, objects, secret_credential, wait_cluster,
+};
 use common::fakecloud::{IMAGE_UBUNTU_KUBE, KEYPAIR_DEFAULT, NETWORK_PUBLIC};
-use common::keystone::{DOMAIN, keystone, password};
 use common::osc::{Osc, Out};
 use common::stack::{cloud, env_exclusive, parts, serve_as_endpoint};
 
@@ -126,25 +129,9 @@ async fn create_cluster(t: &TestApp, token: &str, name: &str, template: &str) ->
 
 /// Polls the cluster until its status is `want` ("GONE": 404); the last body.
 async fn wait(t: &TestApp, token: &str, c: &str, want: &str) -> Value {
-    eventually(60, &format!("{c} to reach {want}"), || async {
-        let r = t
-            .call_token(
-                Some(token),
-                "GET",
-                &format!("/v1/clusters/{c}"),
-                Some("latest"),
-                None,
-            )
-            .await;
-        if want == "GONE" {
-            return (r.status == 404).then_some(Value::Null);
-        }
-        assert!(
-            !r.body["status"].as_str().unwrap_or("").ends_with("FAILED"),
-            "{}",
-            r.body
-        );
-        (r.body["status"] == want).then_some(r.body)
+    let path = format!("/v1/clusters/{c}");
+    wait_cluster(60, c, want, || {
+        t.call_token(Some(token), "GET", &path, Some("latest"), None)
     })
     .await
 }
@@ -155,40 +142,6 @@ fn replicas(app: &CapiApp, c: &str, ng: &str) -> Option<i64> {
         .iter()
         .find(|m| m["metadata"]["labels"]["magnum.openstack.org/nodegroup-uuid"] == ng)
         .map(|m| m["spec"]["replicas"].as_i64().unwrap())
-}
-
-async fn ks_admin(method: &str, path: &str, body: Option<Value>) -> Value {
-    let ks = keystone();
-    let token = ks.admin_token().await;
-    let (status, body) = ks
-        .request(method, path, Some(&token), None, body)
-        .await
-        .unwrap();
-    assert!(status < 300, "{method} {path}: {status} {body}");
-    body
-}
-
-/// A new member of project alpha (password as the seeded users'); (name, id).
-async fn member_of_alpha(prefix: &str) -> (String, String) {
-    let ks = keystone();
-    let name = format!(
-        "{prefix}-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let u = ks_admin(
-        "POST",
-        "/users",
-        Some(json!({"user": {"name": name, "domain_id": DOMAIN, "password": password(&name)}})),
-    )
-    .await;
-    let id = u["user"]["id"].as_str().unwrap().to_string();
-    let path = format!(
-        "/projects/{}/users/{id}/roles/{}",
-        ks.project_id("alpha"),
-        ks.role_id("member")
-    );
-    ks_admin("PUT", &path, None).await;
-    (name, id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +156,7 @@ async fn magnumclient_day2_commands_work_against_the_capi_driver() {
     let app = capi_app_on(None, None, true, |cfg| cfg.api.max_limit = 2).await;
     let t = &app.t;
     let server = serve_as_endpoint(&t.state).await;
-    let (carol, carol_id) = member_of_alpha("carol").await;
+    let (carol, carol_id) = ks.new_user("carol", "member", "alpha").await;
     let alice = ks.token("alice", "alpha").await;
     let bob = ks.token("bob", "beta").await;
 
@@ -255,14 +208,7 @@ async fn magnumclient_day2_commands_work_against_the_capi_driver() {
                 ],
             )
             .await;
-        let ng_uuid = out
-            .stdout
-            .trim()
-            .strip_prefix("Request to create nodegroup ")
-            .and_then(|s| s.strip_suffix(" accepted"))
-            .unwrap_or_else(|| panic!("unexpected output: {}", out.dump()))
-            .to_string();
-        uuid::Uuid::parse_str(&ng_uuid).unwrap();
+        let ng_uuid = out.accepted_uuid("nodegroup");
         let mut shown = None;
         for _ in 0..POLLS {
             let out = osc
@@ -366,34 +312,36 @@ async fn magnumclient_day2_commands_work_against_the_capi_driver() {
             all.dump()
         );
 
+        // A command on c1 as alice: the line it prints, then c1 once UPDATE_COMPLETE.
+        let (cli, me, c1_ref) = (&osc, alice.as_str(), c1.as_str());
+        let accepted = move |args: &'static [&'static str], line: &'static str| async move {
+            let out = cli.ok("alice", "alpha", args).await;
+            says(&out, line);
+            wait(t, me, c1_ref, "UPDATE_COMPLETE").await
+        };
+        // A nodegroup of c1 from the API.
+        let nodegroup = move |name: &'static str| async move {
+            let path = format!("/v1/clusters/{c1_ref}/nodegroups/{name}");
+            api(t, me, "GET", &path, None).await
+        };
+
         // Update the bounds.
-        let out = osc
-            .ok(
-                "alice",
-                "alpha",
-                &[
-                    "coe",
-                    "nodegroup",
-                    "update",
-                    "c1",
-                    "ng1",
-                    "--min-nodes",
-                    "1",
-                    "--max-nodes",
-                    "3",
-                ],
-            )
-            .await;
-        says(&out, "Request to update nodegroup ng1 has been accepted.");
-        wait(t, &alice, &c1, "UPDATE_COMPLETE").await;
-        let ng = api(
-            t,
-            &alice,
-            "GET",
-            &format!("/v1/clusters/{c1}/nodegroups/ng1"),
-            None,
+        accepted(
+            &[
+                "coe",
+                "nodegroup",
+                "update",
+                "c1",
+                "ng1",
+                "--min-nodes",
+                "1",
+                "--max-nodes",
+                "3",
+            ],
+            "Request to update nodegroup ng1 has been accepted.",
         )
         .await;
+        let ng = nodegroup("ng1").await;
         assert_eq!(
             pick(&ng, &["min_node_count", "max_node_count", "node_count"]),
             json!({"min_node_count": 1, "max_node_count": 3, "node_count": 1}),
@@ -401,42 +349,24 @@ async fn magnumclient_day2_commands_work_against_the_capi_driver() {
         );
 
         // Resize the new nodegroup, then the default worker.
-        let out = osc
-            .ok(
-                "alice",
-                "alpha",
-                &["coe", "cluster", "resize", "c1", "2", "--nodegroup", "ng1"],
-            )
-            .await;
-        says(&out, "Request to resize cluster c1 has been accepted.");
-        let done = wait(t, &alice, &c1, "UPDATE_COMPLETE").await;
-        // A cluster's node_count is that of all its worker nodegroups (as Magnum's).
-        assert_eq!(done["node_count"], 3, "{done}");
-        let ng = api(
-            t,
-            &alice,
-            "GET",
-            &format!("/v1/clusters/{c1}/nodegroups/ng1"),
-            None,
+        let done = accepted(
+            &["coe", "cluster", "resize", "c1", "2", "--nodegroup", "ng1"],
+            "Request to resize cluster c1 has been accepted.",
         )
         .await;
+        // A cluster's node_count is that of all its worker nodegroups (as Magnum's).
+        assert_eq!(done["node_count"], 3, "{done}");
+        let ng = nodegroup("ng1").await;
         assert_eq!(ng["node_count"], 2, "{ng}");
         assert_eq!(replicas(&app, &c1, &ng_uuid), Some(2));
 
-        let out = osc
-            .ok("alice", "alpha", &["coe", "cluster", "resize", "c1", "2"])
-            .await;
-        says(&out, "Request to resize cluster c1 has been accepted.");
-        let done = wait(t, &alice, &c1, "UPDATE_COMPLETE").await;
-        assert_eq!(done["node_count"], 4, "{done}");
-        let worker = api(
-            t,
-            &alice,
-            "GET",
-            &format!("/v1/clusters/{c1}/nodegroups/default-worker"),
-            None,
+        let done = accepted(
+            &["coe", "cluster", "resize", "c1", "2"],
+            "Request to resize cluster c1 has been accepted.",
         )
         .await;
+        assert_eq!(done["node_count"], 4, "{done}");
+        let worker = nodegroup("default-worker").await;
         assert_eq!(worker["node_count"], 2, "{worker}");
         assert_eq!(
             replicas(&app, &c1, worker["uuid"].as_str().unwrap()),
@@ -470,15 +400,11 @@ async fn magnumclient_day2_commands_work_against_the_capi_driver() {
         assert_eq!(replicas(&app, &c1, &ng_uuid), None);
 
         // Upgrade to the next minor (the template by name, as a user types it).
-        let out = osc
-            .ok(
-                "alice",
-                "alpha",
-                &["coe", "cluster", "upgrade", "c1", "k131"],
-            )
-            .await;
-        says(&out, "Request to upgrade cluster c1 has been accepted.");
-        wait(t, &alice, &c1, "UPDATE_COMPLETE").await;
+        accepted(
+            &["coe", "cluster", "upgrade", "c1", "k131"],
+            "Request to upgrade cluster c1 has been accepted.",
+        )
+        .await;
         let out = osc
             .ok(
                 "alice",
@@ -601,77 +527,36 @@ async fn magnumclient_day2_commands_work_against_the_capi_driver() {
                 .zip(column(&v, "uuid"))
                 .collect()
         };
+        // `coe <what> list --limit <limit> --sort-key name --sort-dir <dir> -f json`.
+        let sorted = |what: &'static [&'static str], limit, dir| {
+            let mut args = vec!["coe"];
+            args.extend(what);
+            args.extend([
+                "list",
+                "--limit",
+                limit,
+                "--sort-key",
+                "name",
+                "--sort-dir",
+                dir,
+                "-f",
+                "json",
+            ]);
+            args
+        };
+        let clusters: &[&str] = &["cluster"];
+        let templates: &[&str] = &["cluster", "template"];
+        let (c_first, c_all, t_first, t_three) = (
+            sorted(clusters, "2", "desc"),
+            sorted(clusters, "3", "desc"),
+            sorted(templates, "2", "desc"),
+            sorted(templates, "3", "asc"),
+        );
         let (c_first, c_all, t_first, t_three) = tokio::join!(
-            osc.ok(
-                "bob",
-                "beta",
-                &[
-                    "coe",
-                    "cluster",
-                    "list",
-                    "--limit",
-                    "2",
-                    "--sort-key",
-                    "name",
-                    "--sort-dir",
-                    "desc",
-                    "-f",
-                    "json",
-                ],
-            ),
-            osc.ok(
-                "bob",
-                "beta",
-                &[
-                    "coe",
-                    "cluster",
-                    "list",
-                    "--limit",
-                    "3",
-                    "--sort-key",
-                    "name",
-                    "--sort-dir",
-                    "desc",
-                    "-f",
-                    "json",
-                ],
-            ),
-            osc.ok(
-                "bob",
-                "beta",
-                &[
-                    "coe",
-                    "cluster",
-                    "template",
-                    "list",
-                    "--limit",
-                    "2",
-                    "--sort-key",
-                    "name",
-                    "--sort-dir",
-                    "desc",
-                    "-f",
-                    "json",
-                ],
-            ),
-            osc.ok(
-                "bob",
-                "beta",
-                &[
-                    "coe",
-                    "cluster",
-                    "template",
-                    "list",
-                    "--limit",
-                    "3",
-                    "--sort-key",
-                    "name",
-                    "--sort-dir",
-                    "asc",
-                    "-f",
-                    "json",
-                ],
-            ),
+            osc.ok("bob", "beta", &c_first),
+            osc.ok("bob", "beta", &c_all),
+            osc.ok("bob", "beta", &t_first),
+            osc.ok("bob", "beta", &t_three),
         );
         assert_eq!(
             listed(&c_first),
@@ -699,7 +584,90 @@ async fn magnumclient_day2_commands_work_against_the_capi_driver() {
         );
     };
 
-    tokio::join!(nodegroups_resize_upgrade, certificates_credentials, pages);
+    // --- admin: pages of quotas by `--limit` and `--marker` (the quota's integer id) ---
+    let quota_pages = async {
+        let admin = ks.admin_token().await;
+        let mut ids = Vec::new();
+        for (project, limit) in [("alpha", 10), ("beta", 20), ("service", 30)] {
+            let q = api(
+                t,
+                &admin,
+                "POST",
+                "/v1/quotas",
+                Some(
+                    json!({"project_id": ks.project_id(project), "resource": "Cluster",
+                            "hard_limit": limit}),
+                ),
+            )
+            .await;
+            ids.push(
+                q["id"]
+                    .as_i64()
+                    .unwrap_or_else(|| panic!("no id: {q}"))
+                    .to_string(),
+            );
+        }
+        let after_second = [
+            "coe",
+            "quotas",
+            "list",
+            "--all-tenants",
+            "--marker",
+            &ids[1],
+            "--limit",
+            "5",
+            "--sort-key",
+            "id",
+        ];
+        let (first, after_second) = tokio::join!(
+            osc.ok(
+                "admin",
+                "admin",
+                &[
+                    "coe",
+                    "quotas",
+                    "list",
+                    "--all-tenants",
+                    "--limit",
+                    "2",
+                    "--sort-key",
+                    "id"
+                ],
+            ),
+            osc.ok("admin", "admin", &after_second),
+        );
+        let row = |project: &str, limit: &'static str| {
+            vec![
+                ks.project_id(project).to_string(),
+                "Cluster".into(),
+                limit.into(),
+            ]
+        };
+        let header = vec![
+            "project_id".to_string(),
+            "resource".into(),
+            "hard_limit".into(),
+        ];
+        assert_eq!(
+            first.table(),
+            [header.clone(), row("alpha", "10"), row("beta", "20")],
+            "{}",
+            first.dump()
+        );
+        assert_eq!(
+            after_second.table(),
+            [header, row("service", "30")],
+            "{}",
+            after_second.dump()
+        );
+    };
+
+    tokio::join!(
+        nodegroups_resize_upgrade,
+        certificates_credentials,
+        pages,
+        quota_pages
+    );
 
     server.abort();
     drop(app);

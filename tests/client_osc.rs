@@ -334,14 +334,7 @@ async fn openstack_coe_commands_work_against_the_service() {
             ],
         );
         let ((), out) = tokio::join!(show_template, create);
-        let c_uuid = out
-            .stdout
-            .trim()
-            .strip_prefix("Request to create cluster ")
-            .and_then(|s| s.strip_suffix(" accepted"))
-            .unwrap_or_else(|| panic!("unexpected output: {}", out.dump()))
-            .to_string();
-        uuid::Uuid::parse_str(&c_uuid).unwrap();
+        let c_uuid = out.accepted_uuid("cluster");
 
         // --- cluster list ∥ show (until CREATE_COMPLETE) ---
         let list_clusters = async {

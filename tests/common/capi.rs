@@ -144,6 +144,31 @@ where
     }
 }
 
+/// Polls a cluster through `get` (a GET of it) until its status is `want` ("GONE": until a
+/// 404), for at most `secs`; a `*_FAILED` status fails at once. The last body (Null when gone).
+pub async fn wait_cluster<F, Fut>(secs: u64, c: &str, want: &str, mut get: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = super::Resp>,
+{
+    eventually(secs, &format!("cluster {c} to reach {want}"), || {
+        let r = get();
+        async move {
+            let r = r.await;
+            if want == "GONE" {
+                return (r.status == 404).then_some(Value::Null);
+            }
+            assert!(
+                !r.body["status"].as_str().unwrap_or("").ends_with("FAILED"),
+                "{}",
+                r.body
+            );
+            (r.body["status"] == want).then_some(r.body)
+        }
+    })
+    .await
+}
+
 /// A Secret's value for `key`, from `data` (base64) or `stringData`.
 pub fn secret_text(secret: &Value, key: &str) -> String {
     use base64::Engine;

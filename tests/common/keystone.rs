@@ -281,6 +281,45 @@ impl Keystone {
         self.token(ADMIN_USER, ADMIN_PROJECT).await
     }
 
+    /// A JSON request to Keystone as the admin that must succeed (status < 300): the body.
+    pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let token = self.admin_token().await;
+        let (status, body) = self
+            .request(method, path, Some(&token), None, body)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e:#}"));
+        assert!(status < 300, "{method} {path}: {status} {body}");
+        body
+    }
+
+    /// A new user `<prefix>-<random>` (password as the seeded users') with `role` on `project`
+    /// (a seeded one): (name, id).
+    pub async fn new_user(&self, prefix: &str, role: &str, project: &str) -> (String, String) {
+        let name = format!(
+            "{prefix}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let u = self
+            .admin(
+                "POST",
+                "/users",
+                Some(json!({"user": {"name": name, "domain_id": DOMAIN,
+                    "password": password(&name)}})),
+            )
+            .await;
+        let id = u["user"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no user id: {u}"))
+            .to_string();
+        let path = format!(
+            "/projects/{}/users/{id}/roles/{}",
+            self.project_id(project),
+            self.role_id(role)
+        );
+        self.admin("PUT", &path, None).await;
+        (name, id)
+    }
+
     pub async fn try_token(&self, user: &str, project: &str) -> Result<String> {
         let key = (user.to_string(), project.to_string());
         if let Some(t) = self.lock_tokens().get(&key) {

@@ -151,6 +151,20 @@ impl Out {
         )
     }
 
+    /// The uuid in the `Request to create <what> <uuid> accepted` line a create prints.
+    #[track_caller]
+    pub fn accepted_uuid(&self, what: &str) -> String {
+        let id = self
+            .stdout
+            .trim()
+            .strip_prefix(&format!("Request to create {what} "))
+            .and_then(|s| s.strip_suffix(" accepted"))
+            .unwrap_or_else(|| panic!("unexpected output: {}", self.dump()));
+        uuid::Uuid::parse_str(id)
+            .unwrap_or_else(|e| panic!("{}: not a uuid ({e}): {}", self.what, self.dump()));
+        id.to_string()
+    }
+
     #[track_caller]
     pub fn stderr_has(&self, needle: &str) -> &Self {
         assert!(
