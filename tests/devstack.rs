@@ -486,7 +486,7 @@ fn the_template_is_public_kubernetes_on_the_external_network() {
     assert_eq!(pair(&a, "--coe"), "kubernetes");
     assert_eq!(pair(&a, "--external-network"), "public");
     assert_eq!(pair(&a, "--network-driver"), "calico");
-    assert_eq!(pair(&a, "--image"), "ubuntu-24.04-v1.33.12");
+    assert_eq!(pair(&a, "--image"), "ubuntu-2404-kube-v1.33.12");
     assert_eq!(pair(&a, "--labels"), "kube_tag=v1.33.12");
     assert_eq!(pair(&a, "--flavor"), "m1.medium");
     assert_eq!(pair(&a, "--master-flavor"), "m1.medium");
