@@ -118,10 +118,8 @@ async fn another_member_rotates_the_credential_and_becomes_the_owner() {
     let app = capi_app_on(None, None, true, |_| {}).await;
     let t = &app.t;
     let ks = keystone();
-    let (owner_name, owner_id) = ks.new_user("owner", "member", "alpha").await;
-    let owner_token = ks.token(&owner_name, "alpha").await;
-    let (carol, carol_id) = ks.new_user("carol", "member", "alpha").await;
-    let carol_token = ks.token(&carol, "alpha").await;
+    let (owner_id, owner_token) = ks.new_user_token("owner", "member", "alpha").await;
+    let (carol_id, carol_token) = ks.new_user_token("carol", "member", "alpha").await;
     let rita = ks.token("rita", "alpha").await;
     let admin = ks.admin_token().await;
     let c = cluster(t, &owner_token).await;
@@ -221,10 +219,8 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
     let app = capi_app_on(None, None, true, |_| {}).await;
     let t = &app.t;
     let ks = keystone();
-    let (dave, dave_id) = ks.new_user("dave", "member", "alpha").await;
-    let dave_token = ks.token(&dave, "alpha").await;
-    let (erin, erin_id) = ks.new_user("erin", "member", "alpha").await;
-    let erin_token = ks.token(&erin, "alpha").await;
+    let (dave_id, dave_token) = ks.new_user_token("dave", "member", "alpha").await;
+    let (erin_id, erin_token) = ks.new_user_token("erin", "member", "alpha").await;
     let c = cluster(t, &dave_token).await;
     let capi = t.state.capi.clone().unwrap();
 
@@ -458,8 +454,7 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     .await;
     let t = &app.t;
     let ks = keystone();
-    let (frank, frank_id) = ks.new_user("frank", "member", "alpha").await;
-    let token = ks.token(&frank, "alpha").await;
+    let (frank_id, token) = ks.new_user_token("frank", "member", "alpha").await;
     let c = cluster(t, &token).await;
     let (old_id, old_secret) = secret_credential(&app, &c);
     let cred = creds_of(&frank_id)
@@ -518,8 +513,7 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     let app = capi_app_on(None, None, true, |_| {}).await;
     let t = &app.t;
     let ks = keystone();
-    let (gina, gina_id) = ks.new_user("gina", "member", "alpha").await;
-    let token = ks.token(&gina, "alpha").await;
+    let (gina_id, token) = ks.new_user_token("gina", "member", "alpha").await;
     let c = cluster(t, &token).await;
     let before = secret_credential(&app, &c);
     // A request staged a credential and died before recording the rotation.

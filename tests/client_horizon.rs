@@ -8,9 +8,12 @@
 
 mod common;
 
+use common::pick;
+
 use common::capi::capi_app_on;
 use common::fakecloud::*;
 use common::keystone::keystone;
+use common::osc::python_json;
 use common::stack::{cloud, env_exclusive, serve_as_endpoint};
 use magnum_capi::capi::pki;
 use serde_json::{Value, json};
@@ -32,31 +35,26 @@ async fn horizon_panels_work_through_python_magnumclient_at_1_10() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/horizon/flow.py"
     );
-    let out = tokio::process::Command::new(ks.venv.join("bin/python"))
-        .arg(script)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("MAGNUM_URL", ks.endpoint_url().unwrap())
-        .env("TOKEN", &token)
-        .env("ADMIN_TOKEN", &admin)
-        .env("IMAGE", IMAGE_UBUNTU_KUBE)
-        .env("IMAGE_NEXT", &next_image)
-        .env("KUBE_TAG", "v1.30.4")
-        .env("KUBE_TAG_NEXT", KUBE_NEXT)
-        .env("FLAVOR", "m1.small")
-        .env("MASTER_FLAVOR", "m1.medium")
-        .env("KEYPAIR", KEYPAIR_DEFAULT)
-        .env("EXTERNAL_NETWORK", "public")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(300), out)
-        .await
-        .expect("the Horizon flow finishes within 5 minutes")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "flow.py failed: {stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("flow.py printed no JSON ({e}): {stderr}"));
+    let url = ks.endpoint_url().unwrap();
+    let v = python_json(
+        ks,
+        script,
+        &[
+            ("MAGNUM_URL", url.as_str()),
+            ("TOKEN", token.as_str()),
+            ("ADMIN_TOKEN", admin.as_str()),
+            ("QUOTA_PROJECT", ks.project_id("beta")),
+            ("IMAGE", IMAGE_UBUNTU_KUBE),
+            ("IMAGE_NEXT", next_image.as_str()),
+            ("KUBE_TAG", "v1.30.4"),
+            ("KUBE_TAG_NEXT", KUBE_NEXT),
+            ("FLAVOR", "m1.small"),
+            ("MASTER_FLAVOR", "m1.medium"),
+            ("KEYPAIR", KEYPAIR_DEFAULT),
+            ("EXTERNAL_NETWORK", "public"),
+        ],
+    )
+    .await;
     server.abort();
 
     // The template form's strings became typed attributes; labels stay strings.
@@ -164,8 +162,24 @@ async fn horizon_panels_work_through_python_magnumclient_at_1_10() {
         "the certificate of the old CA verifies against the new one"
     );
 
-    // The admin's quota panel (all projects) answers a list.
-    assert!(v["quotas_admin"].is_array(), "{}", v["quotas_admin"]);
+    // The admin's quota panel: its create form's str()-ed hard limit, then the list of all
+    // projects' quotas.
+    let quota = json!({"project_id": ks.project_id("beta"), "resource": "Cluster",
+                       "hard_limit": 5});
+    assert_eq!(
+        pick(
+            &v["quota_created"],
+            &["project_id", "resource", "hard_limit"]
+        ),
+        quota
+    );
+    let listed: Vec<Value> = v["quotas_admin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| pick(q, &["project_id", "resource", "hard_limit"]))
+        .collect();
+    assert_eq!(listed, vec![quota], "{}", v["quotas_admin"]);
 
     // Deleted: the client saw it go; the templates are gone too.
     assert_eq!(v["deleted"]["seen"][0], "DELETE_IN_PROGRESS");

@@ -21,6 +21,8 @@
 
 mod common;
 
+use common::pick;
+
 use std::time::Instant;
 
 use common::TestApp;
@@ -42,16 +44,6 @@ const CSR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/csr/p384.
 const POLLS: usize = 10;
 /// `openstack` invocations at a time.
 const PARALLEL: usize = 2;
-
-/// The JSON object with the keys in `fields` only.
-fn pick(v: &Value, fields: &[&str]) -> Value {
-    Value::Object(
-        fields
-            .iter()
-            .map(|f| (f.to_string(), v.get(*f).cloned().unwrap_or(Value::Null)))
-            .collect(),
-    )
-}
 
 /// `field` of every element of a JSON array.
 fn column(v: &Value, field: &str) -> Vec<String> {

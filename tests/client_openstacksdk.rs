@@ -17,11 +17,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::capi::{capi_app_on, objects};
 use common::fakecloud::{IMAGE_UBUNTU_KUBE, KEYPAIR_DEFAULT, NETWORK_PUBLIC};
 use common::keystone::{ADMIN_PROJECT, ADMIN_USER, REGION, password};
+use common::osc::python_json;
 use common::stack::{env_exclusive, parts, serve_as_endpoint};
 
 use magnum_capi::capi::pki;
@@ -63,30 +64,7 @@ async fn openstacksdk_container_infrastructure_management_works_against_the_serv
         "image": IMAGE_UBUNTU_KUBE, "kube_tag": "v1.30.4", "keypair": KEYPAIR_DEFAULT,
         "external_network": NETWORK_PUBLIC, "csr": CSR,
     });
-    let mut cmd = tokio::process::Command::new(ks.venv.join("bin/python"));
-    cmd.arg(FLOW);
-    for (k, _) in std::env::vars_os() {
-        let b = k.as_encoded_bytes();
-        if b.starts_with(b"OS_") || b.starts_with(b"PYTHON") || b == b"VIRTUAL_ENV" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("SDK_FLOW_CONFIG", cfg.to_string())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(300), cmd.output())
-        .await
-        .expect("flow.py did not finish within 300 s")
-        .expect("running the virtualenv's python");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "flow.py failed: {:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        out.status.code()
-    );
-    let seen: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("flow.py printed no JSON ({e}): {stdout}\n{stderr}"));
+    let seen = python_json(ks, FLOW, &[("SDK_FLOW_CONFIG", &cfg.to_string())]).await;
     let ctx = serde_json::to_string_pretty(&seen).unwrap();
     let alpha = ks.project_id("alpha");
 

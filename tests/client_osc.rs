@@ -13,26 +13,18 @@
 
 mod common;
 
+use common::pick;
+
 use std::time::{Duration, Instant};
 
 use common::osc::Osc;
 use common::stack::{env_shared, keystone_app, parts, serve_as_endpoint};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Invocations of a command polled until the service shows the expected state.
 const POLLS: usize = 15;
 /// The host the test's heartbeat registers `magnum-conductor` under.
 const HOST: &str = "osc-test-host";
-
-/// The JSON object with the keys in `fields` only (to compare a selection of a client's output).
-fn pick(v: &Value, fields: &[&str]) -> Value {
-    Value::Object(
-        fields
-            .iter()
-            .map(|f| (f.to_string(), v.get(*f).cloned().unwrap_or(Value::Null)))
-            .collect(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openstack_coe_commands_work_against_the_service() {

@@ -648,7 +648,7 @@ fn the_sonobuoy_job_refuses_an_unknown_mode_before_touching_openstack() {
 }
 
 #[test]
-fn shellcheck_runs_in_ci_not_in_this_test() {
+fn ci_runs_shellcheck_over_every_script_before_the_rust_checks() {
     // shellcheck is slow to install and not always present: .ci/run owns it, over every script
     // git knows (new ones included), before the Rust checks.
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
@@ -668,7 +668,4 @@ fn shellcheck_runs_in_ci_not_in_this_test() {
     ] {
         assert!(ci.contains(pattern), "{pattern}");
     }
-    let this = include_str!("devstack.rs");
-    let spawn = concat!("Command::new(\"shell", "check\")");
-    assert!(!this.contains(spawn), "this test must not run shellcheck");
 }

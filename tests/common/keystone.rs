@@ -320,6 +320,18 @@ impl Keystone {
         (name, id)
     }
 
+    /// A new user with `role` on `project` and a token of theirs there; (id, token).
+    pub async fn new_user_token(
+        &self,
+        prefix: &str,
+        role: &str,
+        project: &str,
+    ) -> (String, String) {
+        let (name, id) = self.new_user(prefix, role, project).await;
+        let token = self.token(&name, project).await;
+        (id, token)
+    }
+
     pub async fn try_token(&self, user: &str, project: &str) -> Result<String> {
         let key = (user.to_string(), project.to_string());
         if let Some(t) = self.lock_tokens().get(&key) {

@@ -456,3 +456,13 @@ pub fn magnum_error(status: u16, detail: &str) -> Value {
     serde_json::json!({"errors": [{"request_id": "", "code": "client", "status": status,
         "title": title, "detail": detail, "links": []}]})
 }
+
+/// The JSON object with the keys in `fields` only (to compare a selection of a client's output).
+pub fn pick(v: &Value, fields: &[&str]) -> Value {
+    Value::Object(
+        fields
+            .iter()
+            .map(|f| (f.to_string(), v.get(*f).cloned().unwrap_or(Value::Null)))
+            .collect(),
+    )
+}

@@ -38,13 +38,7 @@ impl Osc {
         let what = format!("openstack {} (as {user} on {project})", args.join(" "));
         let mut cmd = Command::new(&self.bin);
         cmd.args(args);
-        // Nothing of the caller's cloud (or Python setup) may leak in.
-        for (k, _) in std::env::vars_os() {
-            let b = k.as_encoded_bytes();
-            if b.starts_with(b"OS_") || b.starts_with(b"PYTHON") || b == b"VIRTUAL_ENV" {
-                cmd.env_remove(k);
-            }
-        }
+        scrub(&mut cmd);
         cmd.env("OS_AUTH_URL", &self.auth_url)
             .env("OS_USERNAME", user)
             .env("OS_PASSWORD", password(user))
@@ -96,6 +90,40 @@ impl Osc {
         }
         out
     }
+}
+
+/// Removes the caller's cloud (`OS_*`) and Python setup from a Python client's environment.
+fn scrub(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let b = k.as_encoded_bytes();
+        if b.starts_with(b"OS_") || b.starts_with(b"PYTHON") || b == b"VIRTUAL_ENV" {
+            cmd.env_remove(k);
+        }
+    }
+}
+
+/// Runs `script` with the Keystone virtualenv's python and `env` (nothing of the caller's cloud);
+/// it must succeed within five minutes and print one JSON document, which is returned.
+pub async fn python_json(ks: &Keystone, script: &str, env: &[(&str, &str)]) -> Value {
+    let mut cmd = Command::new(ks.venv.join("bin/python"));
+    cmd.arg(script);
+    scrub(&mut cmd);
+    cmd.envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(300), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish within 300 s"))
+        .unwrap_or_else(|e| panic!("cannot run the virtualenv's python: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed: {:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        out.status.code()
+    );
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}\n{stderr}"))
 }
 
 impl Out {
