@@ -110,12 +110,13 @@ fn main() {
         db::migrate(&pool).await.expect("migrate");
         let auth = AuthMode::DevHeaders;
         let capi = magnum_capi::server::capi_runtime(&cfg, &auth, sim.client()).expect("capi");
-        let state = App::with_capi(pool, cfg, auth, Some(capi.clone()));
+        let backend = magnum_capi::server::backend_for(&cfg, Some(&capi));
+        let state = App::with_backend(pool, cfg, auth, backend);
         let (_stop, rx) = watch::channel(false);
-        let _bg = magnum_capi::server::spawn_capi(&state, rx.clone());
+        let _bg = magnum_capi::server::spawn_capi(&state, &capi, rx.clone());
         tokio::spawn(magnum_capi::worker::run(
             state.clone(),
-            magnum_capi::server::driver_of(&state),
+            state.backend.clone(),
             "bench".into(),
             rx,
         ));

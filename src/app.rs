@@ -1,12 +1,14 @@
 //! Shared application state handed to every handler and background task.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-use crate::capi::driver::Capi;
 use crate::config::Config;
+use crate::driver::Backend;
+use crate::driver::simulated::SimulatedDriver;
 use crate::openstack::Keystone;
 
 /// How requests are authenticated.
@@ -36,30 +38,39 @@ pub struct App {
     pub auth: AuthMode,
     /// Wakes the operation worker when a new operation is recorded.
     pub work_ready: Notify,
-    /// The Cluster API driver's runtime (management cluster, renderer, watchers), when the
-    /// configured driver is `capi`.
-    pub capi: Option<Arc<Capi>>,
+    /// The cluster backend the services and the worker use (the Cluster API driver, or the
+    /// simulated one).
+    pub backend: Arc<dyn Backend>,
 }
 
 pub type AppState = Arc<App>;
 
 impl App {
+    /// An app on the simulated backend (`[driver] kind = "simulated"`).
     pub fn new(pool: PgPool, config: Config, auth: AuthMode) -> AppState {
-        Self::with_capi(pool, config, auth, None)
+        let backend = simulated_backend(&config);
+        Self::with_backend(pool, config, auth, backend)
     }
 
-    pub fn with_capi(
+    pub fn with_backend(
         pool: PgPool,
         config: Config,
         auth: AuthMode,
-        capi: Option<Arc<Capi>>,
+        backend: Arc<dyn Backend>,
     ) -> AppState {
         Arc::new(App {
             pool,
             config,
             auth,
             work_ready: Notify::new(),
-            capi,
+            backend,
         })
     }
+}
+
+/// The operation-completing backend without a management cluster.
+pub fn simulated_backend(cfg: &Config) -> Arc<dyn Backend> {
+    Arc::new(SimulatedDriver {
+        delay: Duration::from_millis(cfg.driver.simulated_delay_ms),
+    })
 }

@@ -7,11 +7,13 @@ pub mod app;
 pub mod capi;
 pub mod config;
 pub mod db;
+#[cfg(feature = "dev")]
 pub mod devdb;
 pub mod domain;
 pub mod driver;
 pub mod openstack;
 pub mod server;
 pub mod service;
+#[cfg(feature = "dev")]
 pub mod simkube;
 pub mod worker;

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use magnum_capi::app::AuthMode;
 use magnum_capi::config::Config;
 use magnum_capi::openstack::Keystone;
-use magnum_capi::{api, db, devdb, server};
+use magnum_capi::{api, db, server};
 
 #[derive(Parser)]
 #[command(
@@ -117,16 +117,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let cfg = Config::load(config.as_deref())?;
             server::load_policy(&cfg)?;
             cfg.validate_for_serve(dev)?;
-            let mut embedded = None;
+            #[cfg(feature = "dev")]
+            let mut embedded: Option<magnum_capi::devdb::EmbeddedPostgres> = None;
             let url = match (&cfg.database.url, dev) {
                 (Some(url), _) => url.clone(),
+                #[cfg(feature = "dev")]
                 (None, true) => {
                     tracing::info!("no [database] url: starting a throwaway PostgreSQL");
-                    let pg = tokio::task::spawn_blocking(devdb::EmbeddedPostgres::start).await??;
+                    let pg = tokio::task::spawn_blocking(magnum_capi::devdb::EmbeddedPostgres::start)
+                        .await??;
                     let url = pg.url("postgres");
                     embedded = Some(pg);
                     url
                 }
+                #[cfg(not(feature = "dev"))]
+                (None, true) => anyhow::bail!(
+                    "no [database] url: this build has no throwaway PostgreSQL (build with the \
+                     `dev` feature for `serve --dev` without a database)"
+                ),
                 (None, false) => return Err(server::ServeError::NoDatabase.into()),
             };
             let auth = if cfg.keystone.active() {
@@ -147,8 +155,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(s) => (Some(s.capi), s.sim),
                 None => (None, None),
             };
-            let state = server::build_state(cfg, &url, auth, capi).await?;
-            let result = server::serve(state, listener).await;
+            let state = server::build_state(cfg, &url, auth, capi.as_ref()).await?;
+            let result = server::serve(state, capi.as_ref(), listener).await;
+            #[cfg(feature = "dev")]
             if let Some(mut pg) = embedded {
                 tokio::task::spawn_blocking(move || pg.stop()).await?;
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::app::{App, AppState, AuthMode};
+use crate::app::{App, AppState, AuthMode, simulated_backend};
 use crate::capi::apply::Mgmt;
 use crate::capi::driver::{Capi, CapiDriver};
 use crate::capi::render::Renderer;
@@ -15,9 +15,7 @@ use crate::capi::watch::Observer;
 use crate::config::{Config, DriverKind};
 use crate::db;
 use crate::domain::status::Status;
-use crate::driver::Driver;
-use crate::driver::simulated::SimulatedDriver;
-use crate::simkube::{SimCluster, SimOptions};
+use crate::driver::Backend;
 
 /// Errors that stop the service from starting.
 #[derive(Debug, thiserror::Error)]
@@ -54,27 +52,27 @@ pub fn load_policy(cfg: &Config) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// The operation-completing driver without a management cluster (`[driver] kind = "simulated"`).
-pub fn driver_for(cfg: &Config) -> Arc<dyn Driver> {
-    Arc::new(SimulatedDriver {
-        delay: Duration::from_millis(cfg.driver.simulated_delay_ms),
-    })
-}
-
-/// The driver of a built app: CAPI when it has a management cluster, else the simulated one.
-pub fn driver_of(app: &App) -> Arc<dyn Driver> {
-    match &app.capi {
-        Some(c) => Arc::new(CapiDriver(c.clone())),
-        None => driver_for(&app.config),
-    }
-}
+/// The in-process simulated management cluster `serve --dev` may start (only in builds with the
+/// `dev` feature; without it there is none to hold).
+#[cfg(feature = "dev")]
+pub type SimGuard = crate::simkube::SimCluster;
+#[cfg(not(feature = "dev"))]
+pub enum SimGuard {}
 
 /// The management cluster the CAPI driver talks to, and the simulated one it may have started.
 pub struct CapiSetup {
     pub capi: Arc<Capi>,
     /// `serve --dev` without a kubeconfig (and tests): the in-process management cluster; it
     /// lives as long as this value.
-    pub sim: Option<SimCluster>,
+    pub sim: Option<SimGuard>,
+}
+
+/// The backend of an app: the CAPI driver on `capi`'s management cluster, else the simulated one.
+pub fn backend_for(cfg: &Config, capi: Option<&Arc<Capi>>) -> Arc<dyn Backend> {
+    match capi {
+        Some(c) => Arc::new(CapiDriver(c.clone())),
+        None => simulated_backend(cfg),
+    }
 }
 
 fn read_cloud_ca(cfg: &Config) -> Result<Option<String>, ServeError> {
@@ -91,6 +89,7 @@ fn read_cloud_ca(cfg: &Config) -> Result<Option<String>, ServeError> {
 }
 
 /// The CRD schemas in `dir` as a write validator for the simulated management cluster.
+#[cfg(feature = "dev")]
 pub fn crd_validator(dir: &std::path::Path) -> Result<crate::simkube::Validator, ServeError> {
     let schemas = crate::capi::schema::CrdSchemas::load(dir)
         .map_err(|e| ServeError::Capi(format!("CRD directory {}: {e}", dir.display())))?;
@@ -130,19 +129,36 @@ pub async fn build_capi(
             None,
         )
     } else {
-        let opts = SimOptions {
-            step: Duration::from_millis(cfg.capi.sim_step_ms),
-            validator: cfg.capi.crd_dir.as_deref().map(crd_validator).transpose()?,
-            ..SimOptions::default()
-        };
-        let sim = SimCluster::start(opts)
-            .await
-            .map_err(|e| kube_err(e.to_string()))?;
-        tracing::warn!(url = %sim.url(), "DEVELOPMENT MODE: simulated management cluster (no real CAPI)");
+        let sim = start_simulator(cfg).await?;
         (sim.client(), Some(sim))
     };
     let capi = capi_runtime(cfg, auth, client)?;
     Ok(Some(CapiSetup { capi, sim }))
+}
+
+/// `serve --dev` without a kubeconfig: the in-process simulated management cluster.
+#[cfg(feature = "dev")]
+async fn start_simulator(cfg: &Config) -> Result<SimGuard, ServeError> {
+    use crate::simkube::{SimCluster, SimOptions};
+    let opts = SimOptions {
+        step: Duration::from_millis(cfg.capi.sim_step_ms),
+        validator: cfg.capi.crd_dir.as_deref().map(crd_validator).transpose()?,
+        ..SimOptions::default()
+    };
+    let sim = SimCluster::start(opts)
+        .await
+        .map_err(|e| ServeError::Capi(format!("management cluster: {e}")))?;
+    tracing::warn!(url = %sim.url(), "DEVELOPMENT MODE: simulated management cluster (no real CAPI)");
+    Ok(sim)
+}
+
+#[cfg(not(feature = "dev"))]
+async fn start_simulator(_cfg: &Config) -> Result<SimGuard, ServeError> {
+    Err(ServeError::Capi(
+        "no management cluster: set [capi] kubeconfig or KUBECONFIG (this build has no simulated \
+         management cluster; build with the `dev` feature for `serve --dev` without one)"
+            .into(),
+    ))
 }
 
 /// The CAPI driver's runtime on an existing management-cluster client.
@@ -170,10 +186,12 @@ pub fn capi_runtime(
 
 /// Starts the watchers, the status writer and the leftover-credential sweeper of the CAPI
 /// driver; they stop with `stop`.
-pub fn spawn_capi(app: &AppState, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
-    let Some(capi) = app.capi.clone() else {
-        return Vec::new();
-    };
+pub fn spawn_capi(
+    app: &AppState,
+    capi: &Arc<Capi>,
+    stop: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let capi = capi.clone();
     let mut tasks = capi
         .observer
         .spawn_watchers(capi.mgmt.client().clone(), stop.clone());
@@ -223,17 +241,23 @@ pub async fn build_state(
     cfg: Config,
     url: &str,
     auth: AuthMode,
-    capi: Option<Arc<Capi>>,
+    capi: Option<&Arc<Capi>>,
 ) -> Result<AppState, ServeError> {
     let pool = db::connect(url, &cfg.database).await?;
     if cfg.database.migrate_on_start {
         db::migrate(&pool).await?;
     }
-    Ok(App::with_capi(pool, cfg, auth, capi))
+    let backend = backend_for(&cfg, capi);
+    Ok(App::with_backend(pool, cfg, auth, backend))
 }
 
-/// Serves until a shutdown signal, then drains requests and stops the background tasks.
-pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), ServeError> {
+/// Serves until a shutdown signal, then drains requests and stops the background tasks (and,
+/// with `capi`, the CAPI driver's watchers, status writer and janitor).
+pub async fn serve(
+    state: AppState,
+    capi: Option<&Arc<Capi>>,
+    listener: TcpListener,
+) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let host = state.config.service_host();
     let mut background = Vec::new();
@@ -242,9 +266,11 @@ pub async fn serve(state: AppState, listener: TcpListener) -> Result<(), ServeEr
         host.clone(),
         stop_rx.clone(),
     )));
-    background.extend(spawn_capi(&state, stop_rx.clone()));
+    if let Some(capi) = capi {
+        background.extend(spawn_capi(&state, capi, stop_rx.clone()));
+    }
     if state.config.operations.worker_enabled {
-        let driver = driver_of(&state);
+        let driver = state.backend.clone();
         let worker_id = format!(
             "{host}:{}:{}",
             std::process::id(),

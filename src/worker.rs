@@ -10,30 +10,15 @@ use tracing::Instrument;
 
 use crate::app::AppState;
 use crate::db::operations::{self as odb, OperationRow};
-use crate::db::{finalize, services as sdb};
-use crate::domain::status::Status;
-use crate::driver::{Driver, DriverError};
-use crate::service::clusters::kind;
-
-/// The status a resource gets when its operation is given up.
-pub fn failed_status(op_kind: &str) -> Status {
-    match op_kind {
-        kind::CREATE => Status::CreateFailed,
-        kind::DELETE => Status::DeleteFailed,
-        _ => Status::UpdateFailed,
-    }
-}
-
-/// Delay before attempt `attempts + 1`: base · 2^(attempts-1), capped at 5 minutes.
-pub fn backoff_ms(base_ms: i64, attempts: i32) -> i64 {
-    let exp = u32::try_from(attempts.saturating_sub(1).clamp(0, 16)).unwrap_or(16);
-    base_ms.saturating_mul(1i64 << exp).min(300_000)
-}
+use crate::db::services as sdb;
+use crate::db::status::{self as status, Transition};
+use crate::domain::operation::{OperationKind, backoff_ms};
+use crate::driver::{Backend, DriverError};
 
 /// Runs `concurrency` workers until `shutdown` flips to true.
 pub async fn run(
     app: AppState,
-    driver: Arc<dyn Driver>,
+    driver: Arc<dyn Backend>,
     worker_id: String,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -56,7 +41,7 @@ pub async fn run(
 
 async fn worker_loop(
     app: AppState,
-    driver: Arc<dyn Driver>,
+    driver: Arc<dyn Backend>,
     id: String,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -109,7 +94,7 @@ enum Run {
 
 async fn execute(
     app: &AppState,
-    driver: &dyn Driver,
+    driver: &dyn Backend,
     worker: &str,
     op: OperationRow,
     shutdown: &mut watch::Receiver<bool>,
@@ -182,12 +167,16 @@ async fn give_up(
         tx.rollback().await?;
         return Ok(());
     }
-    finalize::failed(
+    // A kind this version does not know fails as an update does.
+    let kind = op.op_kind().unwrap_or(OperationKind::NodegroupUpdate);
+    status::write(
         &mut tx,
         op.cluster_uuid,
-        op.nodegroup_uuid,
-        failed_status(&op.kind).as_str(),
-        reason,
+        Transition::Failed {
+            status: kind.failed_status(),
+            reason,
+            nodegroup: op.nodegroup_uuid,
+        },
     )
     .await?;
     tx.commit().await?;
@@ -205,25 +194,5 @@ pub async fn heartbeat(app: AppState, host: String, mut shutdown: watch::Receive
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.changed() => return,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        assert_eq!(backoff_ms(1000, 1), 1000);
-        assert_eq!(backoff_ms(1000, 2), 2000);
-        assert_eq!(backoff_ms(1000, 4), 8000);
-        assert_eq!(backoff_ms(1000, 40), 300_000);
-    }
-
-    #[test]
-    fn given_up_operations_fail_their_action() {
-        assert_eq!(failed_status(kind::CREATE), Status::CreateFailed);
-        assert_eq!(failed_status(kind::DELETE), Status::DeleteFailed);
-        assert_eq!(failed_status(kind::RESIZE), Status::UpdateFailed);
     }
 }

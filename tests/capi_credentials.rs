@@ -222,7 +222,7 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
     let (dave_id, dave_token) = ks.new_user_token("dave", "member", "alpha").await;
     let (erin_id, erin_token) = ks.new_user_token("erin", "member", "alpha").await;
     let c = cluster(t, &dave_token).await;
-    let capi = t.state.capi.clone().unwrap();
+    let capi = app.capi.clone();
 
     // The periodic check finds nothing wrong.
     sqlx::query("UPDATE cluster SET credential_checked_at = NULL")
@@ -468,7 +468,7 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
         "a credential that renews itself must be unrestricted"
     );
 
-    let capi = t.state.capi.clone().unwrap();
+    let capi = app.capi.clone();
     assert_eq!(
         capi.renew_expiring(&t.state.pool).await.unwrap(),
         0,
@@ -517,7 +517,7 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     let c = cluster(t, &token).await;
     let before = secret_credential(&app, &c);
     // A request staged a credential and died before recording the rotation.
-    let capi = t.state.capi.clone().unwrap();
+    let capi = app.capi.clone();
     let k = capi.keystone.clone().unwrap();
     let identity = k.validate(&token).await.unwrap();
     let row = magnum_capi::db::clusters::by_uuid(

@@ -198,7 +198,7 @@ async fn a_credential_keystone_would_not_delete_is_retried_until_it_is_gone() {
     tokio::task::spawn_blocking(move || keystone().start())
         .await
         .unwrap();
-    let capi = t.state.capi.clone().unwrap();
+    let capi = app.capi.clone();
     eventually(60, "the leftover credential to be deleted", || async {
         let _ = capi.sweep_leftover_credentials(&t.state.pool).await;
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM app_credential_leftover")

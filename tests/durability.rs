@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use magnum_capi::db::operations::{self as odb, NewOperation, OperationRow};
 use magnum_capi::driver::simulated::SimulatedDriver;
-use magnum_capi::driver::{Driver, DriverError, DriverFuture};
+use magnum_capi::driver::{Backend, DriverError, DriverFuture};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -25,7 +25,7 @@ async fn enqueue(pool: &PgPool, cluster: Uuid, kind: &str) -> i64 {
         &NewOperation {
             cluster_uuid: cluster,
             nodegroup_uuid: None,
-            kind,
+            kind: kind.parse().expect("a known operation kind"),
             payload: json!({}),
             request_id: Some("req-test"),
         },
@@ -298,7 +298,7 @@ impl Flaky {
     }
 }
 
-impl Driver for Flaky {
+impl Backend for Flaky {
     fn name(&self) -> &'static str {
         "flaky"
     }
@@ -735,7 +735,7 @@ impl Drop for DropFlag {
     }
 }
 
-impl Driver for Hang {
+impl Backend for Hang {
     fn name(&self) -> &'static str {
         "hang"
     }

@@ -5,14 +5,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use super::RequestId;
 use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
+use super::{RequestId, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::{certificates, credentials, uuid_body};
+use crate::service::{certificates, credentials};
 
 /// The cluster's CA certificate.
 #[utoipa::path(get, path = "/v1/certificates/{ident}", tag = "certificates",
@@ -26,8 +26,10 @@ pub async fn show(
     Path(ident): Path<String>,
     args: QueryArgs,
 ) -> ApiResult<Json<Value>> {
+    args.only(&["ca_cert_type"])?;
+    let kind = certificates::ca_kind(args.get("ca_cert_type"))?;
     Ok(Json(
-        certificates::show(&app, &caller, &base, &ident, &args).await?,
+        certificates::show(&app, &caller, &base, &ident, kind).await?,
     ))
 }
 
@@ -73,6 +75,7 @@ pub async fn rotate_credential(
     Path(ident): Path<String>,
     RequestId(rid): RequestId,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = credentials::rotate(&app, &caller, cloud.as_ref(), mv, &ident, &rid).await?;
+    mv.require(12, "rotate")?;
+    let uuid = credentials::rotate(&app, &caller, cloud.as_ref(), &ident, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }

@@ -9,10 +9,11 @@ use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
-use super::{RequestId, views};
+use super::pagination::list_query;
+use super::{RequestId, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::{clusters, uuid_body};
+use crate::service::{clusters, views};
 
 /// List clusters (short form).
 #[utoipa::path(get, path = "/v1/clusters", tag = "clusters",
@@ -28,9 +29,7 @@ pub async fn list(
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        clusters::list(&app, &caller, mv, &args, false, &base).await?,
-    ))
+    list_clusters(&app, &caller, mv, &args, false, &base).await
 }
 
 /// List clusters (full form).
@@ -43,9 +42,7 @@ pub async fn detail(
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        clusters::list(&app, &caller, mv, &args, true, &base).await?,
-    ))
+    list_clusters(&app, &caller, mv, &args, true, &base).await
 }
 
 /// Show a cluster by UUID or name.
@@ -66,7 +63,7 @@ pub async fn show(
         &s,
         &v.template_labels,
         &base,
-        mv,
+        mv.0,
     )))
 }
 
@@ -83,7 +80,7 @@ pub async fn create(
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::create(&app, &caller, cloud.as_ref(), mv, &body, &rid).await?;
+    let uuid = clusters::create(&app, &caller, cloud.as_ref(), mv.0, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
@@ -104,17 +101,13 @@ pub async fn update(
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::update(
-        &app,
-        &caller,
-        cloud.as_ref(),
-        mv,
-        &ident,
-        &args,
-        &body,
-        &rid,
-    )
-    .await?;
+    if mv.at_least(3) {
+        args.only(&["rollback"])?;
+        args.bool("rollback")?;
+    } else {
+        args.only(&[])?;
+    }
+    let uuid = clusters::update(&app, &caller, cloud.as_ref(), mv.0, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
@@ -147,7 +140,8 @@ pub async fn resize(
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::resize(&app, &caller, cloud.as_ref(), mv, &ident, &body, &rid).await?;
+    mv.require(7, "resize")?;
+    let uuid = clusters::resize(&app, &caller, cloud.as_ref(), mv.0, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
@@ -165,6 +159,22 @@ pub async fn upgrade(
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let uuid = clusters::upgrade(&app, &caller, cloud.as_ref(), mv, &ident, &body, &rid).await?;
+    mv.require(7, "upgrade")?;
+    let uuid = clusters::upgrade(&app, &caller, cloud.as_ref(), mv.0, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
+}
+
+async fn list_clusters(
+    app: &AppState,
+    caller: &Caller,
+    mv: Mv,
+    args: &QueryArgs,
+    detail: bool,
+    base: &str,
+) -> ApiResult<Json<Value>> {
+    args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
+    let q = list_query(args, clusters::SORT_KEYS, app.config.api.max_limit)?;
+    Ok(Json(
+        clusters::list(app, caller, mv.0, &q, detail, base).await?,
+    ))
 }

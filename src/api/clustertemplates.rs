@@ -9,10 +9,10 @@ use serde_json::Value;
 use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
-use super::views;
+use super::pagination::list_query;
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::templates;
+use crate::service::{templates, views};
 
 /// List cluster templates (always the full form).
 #[utoipa::path(get, path = "/v1/clustertemplates", tag = "clustertemplates",
@@ -27,9 +27,7 @@ pub async fn list(
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        templates::list(&app, &caller, &args, false, &base).await?,
-    ))
+    list_templates(&app, &caller, &args, false, &base).await
 }
 
 /// Same as the list: templates are always shown in full.
@@ -41,9 +39,7 @@ pub async fn detail(
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        templates::list(&app, &caller, &args, true, &base).await?,
-    ))
+    list_templates(&app, &caller, &args, true, &base).await
 }
 
 /// Show a template by UUID or name.
@@ -112,4 +108,16 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     templates::delete(&app, &caller, &ident).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_templates(
+    app: &AppState,
+    caller: &Caller,
+    args: &QueryArgs,
+    detail: bool,
+    base: &str,
+) -> ApiResult<Json<Value>> {
+    args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
+    let q = list_query(args, templates::SORT_KEYS, app.config.api.max_limit)?;
+    Ok(Json(templates::list(app, caller, &q, detail, base).await?))
 }

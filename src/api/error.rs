@@ -7,7 +7,9 @@ use serde_json::json;
 use super::microversion::{MAX_VERSION, MIN_VERSION, SERVICE_TYPE, Version};
 use crate::db::DbError;
 use crate::domain::error::DomainError;
+use crate::driver::BackendError;
 use crate::openstack::OpenStackError;
+use crate::service;
 
 /// Marks responses produced below the version layer (unknown route, 405, malformed version
 /// header, version gates): Magnum sends no version headers on those.
@@ -69,28 +71,32 @@ impl From<OpenStackError> for ApiError {
     }
 }
 
-/// Driver failures while provisioning a create: bad values are the client's (400), an
-/// unreachable management cluster or Keystone is a 503, anything else a 500 with the reason.
-impl From<crate::capi::driver::CapiError> for ApiError {
-    fn from(e: crate::capi::driver::CapiError) -> Self {
-        use crate::capi::driver::CapiError as C;
+/// Backend failures at request time: what cannot be served as asked is the client's (400), an
+/// unreachable management cluster or Keystone is a 503, anything else a 500 with the reason logged.
+impl From<BackendError> for ApiError {
+    fn from(e: BackendError) -> Self {
         match e {
-            C::OpenStack(o) => o.into(),
-            C::Values(v) => ApiError::Domain(DomainError::BadRequest(v.to_string())),
-            C::Db(d) => ApiError::Db(d),
-            C::Kube(k) if k.is_transient() => {
-                tracing::warn!(error = %k, "management cluster call failed");
-                ApiError::Unavailable(format!("{k}. Please retry later."))
+            BackendError::Invalid(m) => ApiError::Domain(DomainError::BadRequest(m)),
+            BackendError::Unavailable(m) => {
+                tracing::warn!(error = %m, "management cluster call failed");
+                ApiError::Unavailable(format!("{m}. Please retry later."))
             }
-            other => ApiError::Internal(other.to_string()),
+            BackendError::OpenStack(o) => o.into(),
+            BackendError::Db(d) => ApiError::Db(d),
+            BackendError::Internal(m) => ApiError::Internal(m),
         }
     }
 }
 
-/// Transactions are opened and committed in the service layer; their errors are database errors.
-impl From<sqlx::Error> for ApiError {
-    fn from(e: sqlx::Error) -> Self {
-        ApiError::Db(DbError::from(e))
+/// The service layer's error classes, each to its HTTP meaning.
+impl From<service::Error> for ApiError {
+    fn from(e: service::Error) -> Self {
+        match e {
+            service::Error::Domain(d) => ApiError::Domain(d),
+            service::Error::Db(d) => ApiError::Db(d),
+            service::Error::OpenStack(o) => o.into(),
+            service::Error::Backend(b) => b.into(),
+        }
     }
 }
 

@@ -118,10 +118,7 @@ impl QueryArgs {
     }
 }
 
-/// `oslo_utils.uuidutils.is_uuid_like`: hyphenated or not, any case, braces/urn tolerated.
-pub fn parse_uuid(s: &str) -> Option<Uuid> {
-    Uuid::try_parse(s.trim()).ok()
-}
+pub use crate::domain::names::parse_uuid;
 
 /// The application URL of this request (`scheme://host[/prefix]`), honouring proxy headers as
 /// oslo's `http_proxy_to_wsgi` does.

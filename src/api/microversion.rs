@@ -1,38 +1,13 @@
 //! API microversions: parsing `OpenStack-API-Version`, the supported range, the response headers.
 
-use std::fmt;
-
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::ApiError;
 
-/// A `major.minor` API version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-}
+pub use crate::domain::version::{MAX_VERSION, MIN_VERSION, Version};
 
-impl Version {
-    pub const fn new(major: u32, minor: u32) -> Self {
-        Self { major, minor }
-    }
-    pub fn at_least(self, minor: u32) -> bool {
-        self >= Version::new(1, minor)
-    }
-}
-
-impl fmt::Display for Version {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
-
-pub const MIN_VERSION: Version = Version::new(1, 1);
-/// What Magnum 23.0.0 advertises.
-pub const MAX_VERSION: Version = Version::new(1, 14);
 /// The service type named in response headers.
 pub const SERVICE_TYPE: &str = "container-infrastructure-management";
 /// Header names.

@@ -9,7 +9,7 @@ use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::misc;
+use crate::service::misc::{self, QuotaQuery};
 
 /// Replicas of this service and whether they are up (admin).
 #[utoipa::path(get, path = "/v1/mservices", tag = "mservices",
@@ -19,7 +19,8 @@ pub async fn mservices(
     caller: Caller,
     args: QueryArgs,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(misc::mservices(&app, &caller, &args).await?))
+    args.only(&[])?;
+    Ok(Json(misc::mservices(&app, &caller).await?))
 }
 
 /// Cluster and node counts.
@@ -32,7 +33,10 @@ pub async fn stats(
     caller: Caller,
     args: QueryArgs,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(misc::stats(&app, &caller, &args).await?))
+    args.only(&["project_id", "type"])?;
+    Ok(Json(
+        misc::stats(&app, &caller, args.get("type"), args.get("project_id")).await?,
+    ))
 }
 
 /// List quotas (admin); `all_tenants=true` for every project.
@@ -46,7 +50,17 @@ pub async fn quota_list(
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(misc::list(&app, &caller, &args, &base).await?))
+    args.only(&["marker", "limit", "sort_key", "sort_dir", "all_tenants"])?;
+    let (limit, sort_key, desc) =
+        super::pagination::common(&args, misc::QUOTA_SORT_KEYS, app.config.api.max_limit)?;
+    let q = QuotaQuery {
+        limit,
+        sort_key,
+        desc,
+        marker: args.int("marker")?,
+        all_tenants: args.bool("all_tenants")?.unwrap_or(false),
+    };
+    Ok(Json(misc::list(&app, &caller, &q, &base).await?))
 }
 
 /// Show a project's quota (the configured default when none is stored).

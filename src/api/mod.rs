@@ -13,7 +13,6 @@ pub mod nodegroups;
 pub mod openapi;
 pub mod pagination;
 pub mod versions;
-pub mod views;
 
 use std::time::Duration;
 
@@ -29,6 +28,11 @@ use tower::Layer;
 use crate::app::AppState;
 use error::{ApiError, NoVersionHeaders};
 use microversion::{Mv, VersionError};
+
+/// The `{"uuid": ...}` body of asynchronous cluster operations.
+pub fn uuid_body(uuid: uuid::Uuid) -> serde_json::Value {
+    serde_json::json!({ "uuid": uuid })
+}
 
 /// The `x-openstack-request-id` of the current request.
 #[derive(Debug, Clone)]

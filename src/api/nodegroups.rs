@@ -5,14 +5,22 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
 
+use super::RequestId;
 use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
-use super::{RequestId, views};
+use super::pagination::list_query;
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::nodegroups;
+use crate::service::{nodegroups, views};
+
+/// Magnum reports every nodegroup method below 1.9 under this name.
+const GATE_NAME: &str = "delete";
+
+fn gate(mv: Mv) -> ApiResult<()> {
+    mv.require(9, GATE_NAME)
+}
 
 /// List a cluster's nodegroups (short form), optionally by `role`.
 #[utoipa::path(get, path = "/v1/clusters/{ident}/nodegroups", tag = "nodegroups",
@@ -27,8 +35,11 @@ pub async fn list(
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
+    gate(mv)?;
+    args.only(&["marker", "limit", "sort_key", "sort_dir", "role"])?;
+    let q = list_query(&args, nodegroups::SORT_KEYS, app.config.api.max_limit)?;
     Ok(Json(
-        nodegroups::list(&app, &caller, mv, &ident, &args, &base).await?,
+        nodegroups::list(&app, &caller, &ident, &q, args.get("role"), &base).await?,
     ))
 }
 
@@ -44,7 +55,8 @@ pub async fn show(
     Path((ident, ng)): Path<(String, String)>,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Value>> {
-    let (n, c) = nodegroups::get(&app, &caller, mv, &ident, &ng).await?;
+    gate(mv)?;
+    let (n, c) = nodegroups::get(&app, &caller, &ident, &ng).await?;
     Ok(Json(views::nodegroup_full(&n, &c.labels.0, &base)))
 }
 
@@ -64,7 +76,8 @@ pub async fn create(
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let (n, c) = nodegroups::create(&app, &caller, cloud.as_ref(), mv, &ident, &body, &rid).await?;
+    gate(mv)?;
+    let (n, c) = nodegroups::create(&app, &caller, cloud.as_ref(), &ident, &body, &rid).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(views::nodegroup_full(&n, &c.labels.0, &base)),
@@ -88,8 +101,9 @@ pub async fn update(
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
+    gate(mv)?;
     let (n, c) =
-        nodegroups::update(&app, &caller, cloud.as_ref(), mv, &ident, &ng, &body, &rid).await?;
+        nodegroups::update(&app, &caller, cloud.as_ref(), &ident, &ng, &body, &rid).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(views::nodegroup_full(&n, &c.labels.0, &base)),
@@ -109,6 +123,7 @@ pub async fn delete(
     Path((ident, ng)): Path<(String, String)>,
     RequestId(rid): RequestId,
 ) -> ApiResult<StatusCode> {
-    nodegroups::delete(&app, &caller, cloud.as_ref(), mv, &ident, &ng, &rid).await?;
+    gate(mv)?;
+    nodegroups::delete(&app, &caller, cloud.as_ref(), &ident, &ng, &rid).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,55 +1,25 @@
-//! List parameters shared by every collection: limit, sort key/direction, marker, `next` links.
-
-use uuid::Uuid;
+//! List parameters shared by every collection: limit, sort key/direction and marker from the
+//! query string, with Magnum's messages.
 
 use super::error::ApiResult;
 use super::extract::QueryArgs;
-use crate::db::page::PageQuery;
 use crate::domain::error::DomainError;
+use crate::domain::listing::ListQuery;
 
-/// Validated list parameters, before the marker is resolved to a row.
-#[derive(Debug, Clone)]
-pub struct ListParams {
-    pub limit: i64,
-    pub sort_key: &'static str,
-    pub desc: bool,
-    pub marker: Option<Uuid>,
-}
-
-impl ListParams {
-    /// Reads `limit`, `sort_key`, `sort_dir` and a UUID `marker`.
-    pub fn parse(args: &QueryArgs, sort_keys: &[&'static str], max_limit: i64) -> ApiResult<Self> {
-        let (limit, sort_key, desc) = common(args, sort_keys, max_limit)?;
-        Ok(Self {
-            limit,
-            sort_key,
-            desc,
-            marker: args.uuid("marker")?,
-        })
-    }
-
-    pub fn page(&self, marker_id: Option<i64>) -> PageQuery {
-        PageQuery {
-            sort_key: self.sort_key,
-            desc: self.desc,
-            marker_id,
-            limit: self.limit,
-        }
-    }
-
-    pub fn dir(&self) -> &'static str {
-        if self.desc { "desc" } else { "asc" }
-    }
-
-    /// `{base}/v1/{path}?sort_key=..&sort_dir=..&limit=..&marker=..`
-    pub fn next_url(&self, base: &str, path: &str, marker: &str) -> String {
-        format!(
-            "{base}/v1/{path}?sort_key={}&sort_dir={}&limit={}&marker={marker}",
-            self.sort_key,
-            self.dir(),
-            self.limit
-        )
-    }
+/// Reads `limit`, `sort_key`, `sort_dir` and a UUID `marker` for a collection sorted by one of
+/// `sort_keys`.
+pub fn list_query(
+    args: &QueryArgs,
+    sort_keys: &[&'static str],
+    max_limit: i64,
+) -> ApiResult<ListQuery> {
+    let (limit, sort_key, desc) = common(args, sort_keys, max_limit)?;
+    Ok(ListQuery {
+        limit,
+        sort_key,
+        desc,
+        marker: args.uuid("marker")?,
+    })
 }
 
 /// limit/sort_key/sort_dir with Magnum's messages.

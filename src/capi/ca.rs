@@ -17,41 +17,22 @@ use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::pki::{self, ClusterCas, KeyPairPem};
 use super::status::Observed;
 use super::{LABEL_ROLE, kinds, secret_data};
+use crate::db::DbError;
 use crate::db::clusters::ClusterRow;
 use crate::db::day2;
 use crate::db::operations::OperationRow;
-use crate::db::{DbError, finalize};
+use crate::db::status::{self as status, Transition};
 use crate::domain::status::Status;
 
-/// Which of the cluster's CAs (`ca_cert_type` of the certificates API).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CaKind {
-    Kubernetes,
-    Etcd,
-    FrontProxy,
-}
+pub use crate::domain::certificates::CaKind;
 
-impl CaKind {
-    /// From `ca_cert_type` (absent = kubernetes); `None` for anything else.
-    pub fn parse(t: Option<&str>) -> Option<CaKind> {
-        match t {
-            None | Some("kubernetes") => Some(CaKind::Kubernetes),
-            Some("etcd") => Some(CaKind::Etcd),
-            Some("front_proxy" | "front-proxy") => Some(CaKind::FrontProxy),
-            Some(_) => None,
-        }
+/// The suffix of a CA's Secret (`<cluster>-<suffix>`), also the key prefix in the rotation Secret.
+pub fn suffix(kind: CaKind) -> &'static str {
+    match kind {
+        CaKind::Kubernetes => "ca",
+        CaKind::Etcd => "etcd",
+        CaKind::FrontProxy => "proxy",
     }
-
-    /// The suffix of its CAPI Secret (`<cluster>-<suffix>`).
-    pub fn suffix(self) -> &'static str {
-        match self {
-            CaKind::Kubernetes => "ca",
-            CaKind::Etcd => "etcd",
-            CaKind::FrontProxy => "proxy",
-        }
-    }
-
-    const ALL: [CaKind; 3] = [CaKind::Kubernetes, CaKind::Etcd, CaKind::FrontProxy];
 }
 
 /// `<cluster>-ca-rotation`: the old and new CAs of a rotation under way.
@@ -128,7 +109,7 @@ impl Capi {
             .get_value(&ObjectRef::new(
                 kinds::SECRET,
                 &ns,
-                &format!("{name}-{}", kind.suffix()),
+                &format!("{name}-{}", suffix(kind)),
             ))
             .await?
         else {
@@ -138,7 +119,7 @@ impl Capi {
             (Some(cert_pem), Some(key_pem)) => Ok(Some(KeyPairPem { cert_pem, key_pem })),
             _ => Err(CapiError::Invalid(format!(
                 "the {} CA Secret of cluster {} is incomplete",
-                kind.suffix(),
+                suffix(kind),
                 c.uuid
             ))),
         }
@@ -147,7 +128,7 @@ impl Capi {
     fn ca_secret(&self, c: &ClusterRow, kind: CaKind, pair: &KeyPairPem, labels: &Value) -> Value {
         json!({
             "apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
-            "metadata": {"name": format!("{}-{}", name_of(c), kind.suffix()),
+            "metadata": {"name": format!("{}-{}", name_of(c), suffix(kind)),
                          "namespace": namespace_of(&self.config, c), "labels": labels},
             "data": {"tls.crt": STANDARD.encode(&pair.cert_pem), "tls.key": STANDARD.encode(&pair.key_pem)},
         })
@@ -175,7 +156,7 @@ impl Capi {
             let mut new = Vec::new();
             for k in CaKind::ALL {
                 let get = |f: &str| {
-                    secret_data(&v, &format!("{}.{f}", k.suffix())).ok_or_else(|| {
+                    secret_data(&v, &format!("{}.{f}", suffix(k))).ok_or_else(|| {
                         CapiError::Invalid("the CA rotation Secret is incomplete".into())
                     })
                 };
@@ -200,7 +181,7 @@ impl Capi {
         let mut old = Vec::new();
         for k in CaKind::ALL {
             let cur = self.cluster_ca(c, k).await?.ok_or_else(|| {
-                CapiError::Invalid(format!("the cluster has no {} CA", k.suffix()))
+                CapiError::Invalid(format!("the cluster has no {} CA", suffix(k)))
             })?;
             // After an earlier rotation the Secret holds one certificate; take the signer only.
             let signer = pki::pem_certs(&cur.cert_pem)
@@ -214,14 +195,14 @@ impl Capi {
         }
         let new = vec![fresh.ca, fresh.etcd, fresh.front_proxy];
         let mut data = serde_json::Map::new();
-        for (i, k) in CaKind::ALL.iter().enumerate() {
+        for (i, k) in CaKind::ALL.into_iter().enumerate() {
             for (f, text) in [
                 ("old.crt", &old[i].cert_pem),
                 ("old.key", &old[i].key_pem),
                 ("new.crt", &new[i].cert_pem),
                 ("new.key", &new[i].key_pem),
             ] {
-                data.insert(format!("{}.{f}", k.suffix()), json!(STANDARD.encode(text)));
+                data.insert(format!("{}.{f}", suffix(k)), json!(STANDARD.encode(text)));
             }
         }
         let mut rot_labels = labels.clone();
@@ -319,8 +300,8 @@ impl Capi {
                 }
             };
             let mut objs = Vec::new();
-            for (i, k) in CaKind::ALL.iter().enumerate() {
-                objs.push(self.ca_secret(c, *k, &phase_pair(ph, &old[i], &new[i]), &labels));
+            for (i, k) in CaKind::ALL.into_iter().enumerate() {
+                objs.push(self.ca_secret(c, k, &phase_pair(ph, &old[i], &new[i]), &labels));
             }
             self.mgmt.apply_all(&objs).await?;
             match ph {
@@ -359,7 +340,15 @@ impl Capi {
             .await?;
         let mut tx = pool.begin().await.map_err(DbError::from)?;
         day2::set_ca_rotation(&mut *tx, c.uuid, None, None).await?;
-        finalize::cluster_status(&mut *tx, c.uuid, op.id, Status::UpdateComplete.as_str()).await?;
+        status::write(
+            &mut tx,
+            c.uuid,
+            Transition::Completed {
+                op: op.id,
+                status: Status::UpdateComplete,
+            },
+        )
+        .await?;
         tx.commit().await.map_err(DbError::from)?;
         tracing::info!(cluster = %c.uuid, "CA rotation complete");
         Ok(())

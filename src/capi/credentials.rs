@@ -23,13 +23,13 @@ use super::{
 use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::day2::{self, CredentialRow};
-use crate::db::finalize;
 use crate::db::nodegroups as ndb;
 use crate::db::operations::{self as odb, NewOperation, OperationRow};
+use crate::db::status::{self as status, Transition};
 use crate::db::templates as tdb;
+use crate::domain::operation::OperationKind;
 use crate::domain::status::Status;
 use crate::openstack::UserSession;
-use crate::service::clusters::kind;
 
 /// Annotation of the staging Secret: the id of the credential it carries.
 pub const ANN_APP_CRED_ID: &str = "magnum.openstack.org/app-cred-id";
@@ -194,14 +194,14 @@ impl Capi {
                 .map_err(|e| CapiError::Invalid(e.to_string()))?;
             let mut tx = pool.begin().await.map_err(DbError::from)?;
             if let Some(st) = status {
-                cdb::set_status(&mut *tx, c.uuid, st.as_str(), None).await?;
+                status::write(&mut tx, c.uuid, Transition::Begin(st)).await?;
             }
             odb::enqueue(
                 &mut *tx,
                 &NewOperation {
                     cluster_uuid: c.uuid,
                     nodegroup_uuid: None,
-                    kind: kind::ROTATE_CREDENTIAL,
+                    kind: OperationKind::RotateCredential,
                     payload,
                     request_id,
                 },
@@ -368,7 +368,15 @@ impl Capi {
         }
         self.mgmt.delete(&staging_ref).await?;
         if !p.implicit {
-            finalize::cluster_status(pool, c.uuid, op.id, Status::UpdateComplete.as_str()).await?;
+            status::write_now(
+                pool,
+                c.uuid,
+                Transition::Completed {
+                    op: op.id,
+                    status: Status::UpdateComplete,
+                },
+            )
+            .await?;
         }
         self.observer.touch(c.uuid);
         Ok(())
@@ -501,7 +509,7 @@ impl Capi {
         let before = before.max(3600);
         let mut renewed = 0;
         for uuid in day2::expiring(pool, before, 50).await? {
-            if odb::has_open(pool, uuid, kind::ROTATE_CREDENTIAL).await? {
+            if odb::has_open(pool, uuid, OperationKind::RotateCredential).await? {
                 continue;
             }
             let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, uuid).await? else {
@@ -560,7 +568,7 @@ impl Capi {
             ) else {
                 continue;
             };
-            if odb::has_open(pool, cluster, kind::ROTATE_CREDENTIAL).await? {
+            if odb::has_open(pool, cluster, OperationKind::RotateCredential).await? {
                 continue;
             }
             if cdb::app_cred(pool, cluster).await?.as_deref() != Some(id.as_str()) {

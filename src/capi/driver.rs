@@ -16,15 +16,20 @@ use super::values::{self, CloudCredentials, Inputs, ValuesError};
 use super::watch::Observer;
 use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, kinds};
 use crate::config::CapiConfig;
+use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NodegroupRow};
 use crate::db::operations::OperationRow;
+use crate::db::status::{self as status, Transition};
 use crate::db::templates::{self as tdb, TemplateRow};
-use crate::db::{DbError, finalize};
+use crate::domain::certificates::CaKind;
+use crate::domain::operation::{OperationKind as K, backoff_ms};
 use crate::domain::status::Status;
-use crate::driver::{Driver, DriverError, DriverFuture};
+use crate::driver::{
+    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, ProvisionRequest,
+    Provisioned,
+};
 use crate::openstack::{Keystone, OpenStackError, UserSession, appcred};
-use crate::service::clusters::kind;
 
 /// How a CAPI driver step failed.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +70,20 @@ impl From<CapiError> for DriverError {
             DriverError::Transient(e.to_string())
         } else {
             DriverError::Permanent(e.to_string())
+        }
+    }
+}
+
+/// Request-time failures in the service layer's classes: bad values are the client's, an
+/// unreachable management cluster is worth a retry, anything else is ours.
+impl From<CapiError> for BackendError {
+    fn from(e: CapiError) -> Self {
+        match e {
+            CapiError::OpenStack(o) => BackendError::OpenStack(o),
+            CapiError::Values(v) => BackendError::Invalid(v.to_string()),
+            CapiError::Db(d) => BackendError::Db(d),
+            CapiError::Kube(k) if k.is_transient() => BackendError::Unavailable(k.to_string()),
+            other => BackendError::Internal(other.to_string()),
         }
     }
 }
@@ -112,16 +131,6 @@ impl std::fmt::Debug for Capi {
             .field("mgmt", &self.mgmt)
             .finish_non_exhaustive()
     }
-}
-
-/// A credential created for a cluster at create, to revoke if the create is not recorded.
-pub struct Provisioned {
-    pub app_cred_id: Option<String>,
-    pub app_cred_expires_at: Option<chrono::DateTime<chrono::Utc>>,
-    user_id: String,
-    session: Option<UserSession>,
-    /// The Secrets written (namespace, name), removed again by [`Capi::revoke`].
-    secrets: Vec<(String, String)>,
 }
 
 /// A credential just created for a cluster (`id` None: `--dev` placeholders).
@@ -245,14 +254,14 @@ impl Capi {
     /// At create, before the cluster is recorded: the namespace and the cloud-credentials Secret
     /// with a fresh application credential, so the credential secret exists only in Keystone and
     /// on the management cluster. On failure nothing is left behind.
-    pub async fn provision(
-        &self,
-        template: &TemplateRow,
-        cluster: &ClusterRow,
-        nodegroups: &[NodegroupRow],
-        session: Option<&UserSession>,
-        roles: &[String],
-    ) -> Result<Provisioned, CapiError> {
+    pub async fn provision(&self, req: ProvisionRequest<'_>) -> Result<Provisioned, CapiError> {
+        let ProvisionRequest {
+            template,
+            cluster,
+            nodegroups,
+            session,
+            roles,
+        } = req;
         let NewCredential {
             id,
             expires_at,
@@ -476,7 +485,15 @@ impl Capi {
                 break;
             }
             let what = blocking(&self.observer.observed(c.uuid));
-            cdb::set_status(pool, c.uuid, Status::DeleteInProgress.as_str(), Some(&what)).await?;
+            status::write_now(
+                pool,
+                c.uuid,
+                Transition::Progress {
+                    status: Status::DeleteInProgress,
+                    reason: &what,
+                },
+            )
+            .await?;
             if tokio::time::Instant::now() >= deadline {
                 return Err(CapiError::Waiting(format!(
                     "Timed out deleting the cluster: {what}"
@@ -542,7 +559,15 @@ impl Capi {
         }
         let mut tx = pool.begin().await.map_err(DbError::from)?;
         ndb::delete(&mut *tx, ng).await?;
-        finalize::cluster_status(&mut *tx, c.uuid, op, Status::UpdateComplete.as_str()).await?;
+        status::write(
+            &mut tx,
+            c.uuid,
+            Transition::Completed {
+                op,
+                status: Status::UpdateComplete,
+            },
+        )
+        .await?;
         tx.commit().await.map_err(DbError::from)?;
         Ok(())
     }
@@ -551,11 +576,14 @@ impl Capi {
         let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid).await? else {
             return Ok(()); // already gone
         };
-        match op.kind.as_str() {
-            kind::CREATE => {
+        let kind = op.op_kind().map_err(|e| {
+            CapiError::Invalid(format!("the Cluster API driver cannot run it: {e}"))
+        })?;
+        match kind {
+            K::Create => {
                 self.apply_cluster(pool, &c, None, true).await?;
             }
-            kind::RESIZE => {
+            K::Resize => {
                 if let Some(ng) = op.nodegroup_uuid {
                     let which =
                         crate::domain::fields::string_list(op.payload.0.get("nodes_to_remove"));
@@ -563,7 +591,7 @@ impl Capi {
                 }
                 self.apply_cluster(pool, &c, None, false).await?;
             }
-            kind::UPGRADE => {
+            K::Upgrade => {
                 let image = op.payload.0.get("image_id").and_then(Value::as_str);
                 let ct = op
                     .payload
@@ -598,22 +626,17 @@ impl Capi {
                     .unwrap_or(c);
                 self.apply_cluster(pool, &c, None, false).await?;
             }
-            kind::NODEGROUP_CREATE | kind::NODEGROUP_UPDATE => {
+            K::NodegroupCreate | K::NodegroupUpdate => {
                 self.apply_cluster(pool, &c, None, false).await?;
             }
-            kind::NODEGROUP_DELETE => {
+            K::NodegroupDelete => {
                 if let Some(ng) = op.nodegroup_uuid {
                     self.delete_nodegroup(pool, &c, ng, op.id).await?;
                 }
             }
-            kind::DELETE => self.delete_cluster(pool, &c).await?,
-            kind::ROTATE_CREDENTIAL => self.commit_rotation(pool, &c, op).await?,
-            kind::ROTATE_CA => self.rotate_ca(pool, &c, op).await?,
-            other => {
-                return Err(CapiError::Invalid(format!(
-                    "the Cluster API driver does not support {other} yet"
-                )));
-            }
+            K::Delete => self.delete_cluster(pool, &c).await?,
+            K::RotateCredential => self.commit_rotation(pool, &c, op).await?,
+            K::RotateCa => self.rotate_ca(pool, &c, op).await?,
         }
         Ok(())
     }
@@ -632,7 +655,7 @@ impl Capi {
                     done += 1;
                 }
                 Err(e) => {
-                    let delay = crate::worker::backoff_ms(5000, attempts + 1) as f64 / 1000.0;
+                    let delay = backoff_ms(5000, attempts + 1) as f64 / 1000.0;
                     tracing::warn!(app_cred = %id, error = %e, attempts, "leftover application credential still not deleted");
                     cdb::leftover_cred_result(pool, &id, false, Some(&e.to_string()), delay)
                         .await?;
@@ -671,7 +694,7 @@ fn blocking(o: &super::status::Observed) -> String {
 #[derive(Debug, Clone)]
 pub struct CapiDriver(pub Arc<Capi>);
 
-impl Driver for CapiDriver {
+impl Backend for CapiDriver {
     fn name(&self) -> &'static str {
         "capi"
     }
@@ -680,6 +703,79 @@ impl Driver for CapiDriver {
     }
     fn finished(&self, op: &OperationRow) {
         self.0.observer.touch(op.cluster_uuid);
+    }
+    fn provision<'a>(&'a self, req: ProvisionRequest<'a>) -> BackendFuture<'a, Provisioned> {
+        Box::pin(async move { Ok(self.0.provision(req).await?) })
+    }
+    fn revoke<'a>(
+        &'a self,
+        p: &'a Provisioned,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.0.revoke(p))
+    }
+    fn ca_certificate<'a>(
+        &'a self,
+        cluster: &'a ClusterRow,
+        kind: CaKind,
+    ) -> BackendFuture<'a, Option<String>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .cluster_ca(cluster, kind)
+                .await?
+                .map(|pair| pair.cert_pem))
+        })
+    }
+    fn sign_certificate<'a>(
+        &'a self,
+        cluster: &'a ClusterRow,
+        kind: CaKind,
+        csr: &'a str,
+        validity: Duration,
+    ) -> BackendFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let Some(ca) = self.0.cluster_ca(cluster, kind).await? else {
+                return Ok(None);
+            };
+            match super::pki::sign_csr(&ca, csr, validity) {
+                Ok(pem) => Ok(Some(pem)),
+                // The CA material itself is unusable: ours to fix, not the caller's.
+                Err(e @ super::pki::CsrError::Ca(_)) => Err(BackendError::Internal(e.to_string())),
+                Err(e) => Err(BackendError::Invalid(e.to_string())),
+            }
+        })
+    }
+    fn credentials(&self) -> Credentials {
+        Credentials::Staged
+    }
+    fn stage_credential<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        cluster: &'a ClusterRow,
+        session: &'a UserSession,
+        user_id: &'a str,
+        roles: &'a [String],
+        implicit: bool,
+    ) -> BackendFuture<'a, Value> {
+        Box::pin(async move {
+            let staged = self
+                .0
+                .stage_rotation(pool, cluster, session, user_id, roles, implicit)
+                .await?;
+            serde_json::to_value(&staged.payload).map_err(|e| BackendError::Internal(e.to_string()))
+        })
+    }
+    fn discard_staged<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        cluster: &'a ClusterRow,
+        payload: &'a Value,
+    ) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            let p: super::credentials::RotationPayload = serde_json::from_value(payload.clone())
+                .map_err(|e| BackendError::Internal(e.to_string()))?;
+            Ok(self.0.discard_staged(pool, cluster, &p).await?)
+        })
     }
 }
 

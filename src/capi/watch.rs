@@ -23,6 +23,8 @@ use super::{LABEL_CLUSTER_UUID, kinds};
 use crate::db::DbResult;
 use crate::db::clusters::{self as cdb, DriverFacts};
 use crate::db::nodegroups as ndb;
+use crate::db::status::{Transition, write as write_status};
+use crate::domain::operation::OperationKind;
 use crate::domain::status::Status;
 
 /// The kinds we watch, with the slot each fills in [`Observed`].
@@ -312,14 +314,17 @@ impl Observer {
     }
 }
 
-/// Which cluster state Postgres has, for [`status::evaluate`].
 /// Operations whose failure CAPI converging does not undo: the cluster stays `UPDATE_FAILED`
 /// until the next operation.
-const FINAL_FAILURES: [&str; 2] = [
-    crate::service::clusters::kind::ROTATE_CREDENTIAL,
-    crate::service::clusters::kind::ROTATE_CA,
-];
+fn final_failures() -> Vec<&'static str> {
+    OperationKind::ALL
+        .into_iter()
+        .filter(|k| k.failure_is_final())
+        .map(OperationKind::as_str)
+        .collect()
+}
 
+/// Which cluster state Postgres has, for [`status::evaluate`].
 async fn load_state(
     tx: &mut sqlx::PgConnection,
     cluster: &cdb::ClusterRow,
@@ -340,7 +345,7 @@ async fn load_state(
            FROM operation WHERE cluster_uuid = $1",
     )
     .bind(cluster.uuid)
-    .bind(&FINAL_FAILURES[..])
+    .bind(final_failures())
     .fetch_one(&mut *tx)
     .await?;
     let status: Status = cluster.status.parse().unwrap_or(Status::CreateInProgress);
@@ -421,7 +426,15 @@ pub async fn sync_cluster(
     }
     let new_status = ev.status.as_ref().map(|(s, _)| *s);
     if let Some((st, reason)) = &ev.status {
-        cdb::set_status(&mut *tx, cluster, st.as_str(), reason.as_deref()).await?;
+        write_status(
+            &mut tx,
+            cluster,
+            Transition::Observed {
+                status: *st,
+                reason: reason.as_deref(),
+            },
+        )
+        .await?;
         tracing::info!(cluster = %cluster, status = st.as_str(), reason = reason.as_deref().unwrap_or(""), "cluster status from CAPI");
     }
     tx.commit().await?;

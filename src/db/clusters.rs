@@ -204,23 +204,6 @@ pub async fn count_in_project<'e>(ex: impl PgExecutor<'e>, project_id: &str) -> 
     Ok(n)
 }
 
-pub async fn set_status<'e>(
-    ex: impl PgExecutor<'e>,
-    uuid: Uuid,
-    status: &str,
-    reason: Option<&str>,
-) -> DbResult<()> {
-    sqlx::query(
-        "UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1",
-    )
-    .bind(uuid)
-    .bind(status)
-    .bind(reason)
-    .execute(ex)
-    .await?;
-    Ok(())
-}
-
 pub async fn set_health<'e>(
     ex: impl PgExecutor<'e>,
     uuid: Uuid,

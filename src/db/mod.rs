@@ -3,12 +3,12 @@
 
 pub mod clusters;
 pub mod day2;
-pub mod finalize;
 pub mod nodegroups;
 pub mod operations;
 pub mod page;
 pub mod quotas;
 pub mod services;
+pub mod status;
 pub mod templates;
 
 use std::time::Duration;

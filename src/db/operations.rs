@@ -7,6 +7,7 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
+use crate::domain::operation::{OperationKind, UnknownKind};
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
 pub struct OperationRow {
@@ -27,12 +28,19 @@ pub struct OperationRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+impl OperationRow {
+    /// The operation's kind; an error for a kind this version does not know.
+    pub fn op_kind(&self) -> Result<OperationKind, UnknownKind> {
+        self.kind.parse()
+    }
+}
+
 /// A new operation to record.
 #[derive(Debug, Clone)]
 pub struct NewOperation<'a> {
     pub cluster_uuid: Uuid,
     pub nodegroup_uuid: Option<Uuid>,
-    pub kind: &'a str,
+    pub kind: OperationKind,
     pub payload: serde_json::Value,
     pub request_id: Option<&'a str>,
 }
@@ -45,7 +53,7 @@ pub async fn enqueue<'e>(ex: impl PgExecutor<'e>, op: &NewOperation<'_>) -> DbRe
     )
     .bind(op.cluster_uuid)
     .bind(op.nodegroup_uuid)
-    .bind(op.kind)
+    .bind(op.kind.as_str())
     .bind(Json(&op.payload))
     .bind(op.request_id)
     .fetch_one(ex)
@@ -67,7 +75,7 @@ pub async fn record_failed<'e>(
     )
     .bind(op.cluster_uuid)
     .bind(op.nodegroup_uuid)
-    .bind(op.kind)
+    .bind(op.kind.as_str())
     .bind(Json(&op.payload))
     .bind(op.request_id)
     .bind(error)
@@ -77,13 +85,13 @@ pub async fn record_failed<'e>(
 }
 
 /// Whether an operation of `kind` is pending or running for the cluster.
-pub async fn has_open(pool: &PgPool, cluster: Uuid, kind: &str) -> DbResult<bool> {
+pub async fn has_open(pool: &PgPool, cluster: Uuid, kind: OperationKind) -> DbResult<bool> {
     let (open,): (bool,) = sqlx::query_as(
         "SELECT EXISTS (SELECT 1 FROM operation WHERE cluster_uuid = $1 AND kind = $2
                           AND state IN ('pending', 'running'))",
     )
     .bind(cluster)
-    .bind(kind)
+    .bind(kind.as_str())
     .fetch_one(pool)
     .await?;
     Ok(open)

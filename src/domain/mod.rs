@@ -1,11 +1,14 @@
 //! Pure rules of the Magnum API: statuses, request schemas, label semantics, JSON-PATCH,
 //! policy defaults, generated names. No I/O here.
 
+pub mod certificates;
 pub mod error;
 pub mod fields;
 pub mod labels;
+pub mod listing;
 pub mod names;
 pub mod nodegroup_rules;
+pub mod operation;
 pub mod patch;
 pub mod policy;
 pub mod policy_lang;
@@ -14,3 +17,4 @@ pub mod resources;
 pub mod schemas;
 pub mod status;
 pub mod upgrade;
+pub mod version;

@@ -24,6 +24,11 @@ pub fn capi_cluster_name(uuid: Uuid) -> String {
     format!("c{}", uuid.simple())
 }
 
+/// `oslo_utils.uuidutils.is_uuid_like`: hyphenated or not, any case, braces/urn tolerated.
+pub fn parse_uuid(s: &str) -> Option<Uuid> {
+    Uuid::try_parse(s.trim()).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,14 +1,25 @@
-//! Drivers execute recorded cluster operations. This module holds the contract between the
-//! operation queue and a driver; `simulated` is the driver that needs no infrastructure.
+//! The contract between the service layer / operation queue and a cluster backend: the one
+//! [`Backend`] trait covering everything the services need from a backend (credentials at
+//! create, CA read and signing, credential staging) and the worker's `execute`. Implemented by
+//! the Cluster API driver (`crate::capi::driver::CapiDriver`) and by [`simulated`], which needs
+//! no infrastructure.
 
 pub mod simulated;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
+use crate::db::DbError;
+use crate::db::clusters::ClusterRow;
+use crate::db::nodegroups::NodegroupRow;
 use crate::db::operations::OperationRow;
+use crate::db::templates::TemplateRow;
+use crate::domain::certificates::CaKind;
+use crate::openstack::{OpenStackError, UserSession};
 
 /// How executing an operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -21,15 +32,149 @@ pub enum DriverError {
     Permanent(String),
 }
 
-pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<(), DriverError>> + Send + 'a>>;
+/// How a request-time backend call failed, in the classes the service layer tells apart.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The request cannot be served as it stands (a bad label value, a bad CSR): the client's.
+    #[error("{0}")]
+    Invalid(String),
+    /// The management cluster cannot be reached now; the client may retry.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    OpenStack(#[from] OpenStackError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// Anything else: the backend's own fault.
+    #[error("{0}")]
+    Internal(String),
+}
 
-/// Executes one claimed operation. Implementations must be idempotent: an operation whose
-/// replica died mid-way is executed again. On success the driver has written the resulting
-/// statuses; on a final failure the queue marks the resources `*_FAILED`.
-pub trait Driver: Send + Sync {
+pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<(), DriverError>> + Send + 'a>>;
+pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BackendError>> + Send + 'a>>;
+
+/// What a create provisions before the cluster is recorded.
+pub struct ProvisionRequest<'a> {
+    pub template: &'a TemplateRow,
+    pub cluster: &'a ClusterRow,
+    pub nodegroups: &'a [NodegroupRow],
+    /// The caller's token and catalog (absent in `--dev` without Keystone).
+    pub session: Option<&'a UserSession>,
+    pub roles: &'a [String],
+}
+
+/// What [`Backend::provision`] created for a cluster, to record with it or to revoke when the
+/// create is not recorded.
+#[derive(Default)]
+pub struct Provisioned {
+    /// The application credential's id (None: none was created).
+    pub app_cred_id: Option<String>,
+    pub app_cred_expires_at: Option<DateTime<Utc>>,
+    /// Who owns the credential and the session that created it (to delete it again).
+    pub user_id: String,
+    pub session: Option<UserSession>,
+    /// The Secrets written on the management cluster, as (namespace, name).
+    pub secrets: Vec<(String, String)>,
+}
+
+/// Whether the backend keeps per-cluster application credentials, so a rotation has to stage a
+/// new one before the operation is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credentials {
+    /// Nothing to stage: the operation is recorded and `execute` completes it.
+    None,
+    /// A new credential is created with the caller's token and staged ([`Backend::stage_credential`]).
+    Staged,
+}
+
+/// A cluster backend. Implementations of `execute` must be idempotent: an operation whose
+/// replica died mid-way is executed again. On success the backend has reported the resulting
+/// statuses (through `db::status`); on a final failure the queue marks the resources
+/// `*_FAILED`.
+///
+/// The request-time methods have defaults describing a backend without a management cluster:
+/// it provisions nothing, and its clusters have no CAs.
+pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
+
+    /// Executes one claimed operation.
     fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a>;
+
     /// Called once the queue has recorded the operation as done (e.g. to re-evaluate statuses
     /// that waited for it).
     fn finished(&self, _op: &OperationRow) {}
+
+    /// At create, before the cluster is recorded: what the cluster needs to exist outside
+    /// Postgres while the caller's token is at hand (its application credential). On failure
+    /// nothing is left behind.
+    fn provision<'a>(&'a self, _req: ProvisionRequest<'a>) -> BackendFuture<'a, Provisioned> {
+        Box::pin(async { Ok(Provisioned::default()) })
+    }
+
+    /// Undoes [`Backend::provision`] when the create could not be recorded (best effort).
+    fn revoke<'a>(&'a self, _p: &'a Provisioned) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
+    }
+
+    /// The PEM certificate (bundle) of the cluster's CA `kind`; `None` when it has none.
+    fn ca_certificate<'a>(
+        &'a self,
+        _cluster: &'a ClusterRow,
+        _kind: CaKind,
+    ) -> BackendFuture<'a, Option<String>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Signs `csr` (PEM) with the cluster's CA `kind` as a client certificate valid for
+    /// `validity`; `None` when the cluster has no such CA. A CSR that cannot be signed is
+    /// [`BackendError::Invalid`].
+    fn sign_certificate<'a>(
+        &'a self,
+        _cluster: &'a ClusterRow,
+        _kind: CaKind,
+        _csr: &'a str,
+        _validity: Duration,
+    ) -> BackendFuture<'a, Option<String>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Whether credential rotations stage a credential first.
+    fn credentials(&self) -> Credentials {
+        Credentials::None
+    }
+
+    /// Creates a new application credential for `user_id` with the caller's `session` and
+    /// stages it for the cluster; returns the payload of the rotation operation that commits
+    /// it. On failure nothing is left behind.
+    fn stage_credential<'a>(
+        &'a self,
+        _pool: &'a PgPool,
+        _cluster: &'a ClusterRow,
+        _session: &'a UserSession,
+        _user_id: &'a str,
+        _roles: &'a [String],
+        _implicit: bool,
+    ) -> BackendFuture<'a, serde_json::Value> {
+        Box::pin(async {
+            Err(BackendError::Invalid(
+                "this backend keeps no application credentials".into(),
+            ))
+        })
+    }
+
+    /// Discards a staged credential whose rotation could not be recorded.
+    fn discard_staged<'a>(
+        &'a self,
+        _pool: &'a PgPool,
+        _cluster: &'a ClusterRow,
+        _payload: &'a serde_json::Value,
+    ) -> BackendFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl std::fmt::Debug for dyn Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backend({})", self.name())
+    }
 }

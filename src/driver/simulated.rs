@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::{Driver, DriverError, DriverFuture};
+use super::{Backend, DriverError, DriverFuture};
+use crate::db::DbError;
 use crate::db::clusters::{self as cdb, DriverFacts};
 use crate::db::nodegroups as ndb;
 use crate::db::operations::OperationRow;
-use crate::db::{DbError, finalize};
+use crate::db::status::{self as status, Transition};
+use crate::domain::operation::OperationKind as K;
 use crate::domain::status::Status;
-use crate::service::clusters::kind;
 
 #[derive(Debug, Clone)]
 pub struct SimulatedDriver {
@@ -37,9 +38,15 @@ impl SimulatedDriver {
             // The cluster is gone: nothing left to do.
             return Ok(());
         };
-        let done = Status::UpdateComplete.as_str();
-        match op.kind.as_str() {
-            kind::CREATE => {
+        let Ok(kind) = op.op_kind() else {
+            return Ok(()); // a kind of a newer version: nothing this driver can do
+        };
+        let done = Transition::Completed {
+            op: op.id,
+            status: Status::UpdateComplete,
+        };
+        match kind {
+            K::Create => {
                 for ng in ndb::of_cluster(&mut *tx, cluster.uuid).await? {
                     let prefix = if ng.is_master() { 10 } else { 100 };
                     ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
@@ -60,16 +67,18 @@ impl SimulatedDriver {
                     container_version: Some("containerd 1.7".into()),
                 };
                 cdb::set_driver_facts(&mut *tx, cluster.uuid, &facts).await?;
-                finalize::cluster_status(
-                    &mut *tx,
+                status::write(
+                    &mut tx,
                     cluster.uuid,
-                    op.id,
-                    Status::CreateComplete.as_str(),
+                    Transition::Completed {
+                        op: op.id,
+                        status: Status::CreateComplete,
+                    },
                 )
                 .await?;
             }
-            kind::DELETE => cdb::delete(&mut *tx, cluster.uuid).await?,
-            kind::RESIZE | kind::NODEGROUP_CREATE | kind::NODEGROUP_UPDATE | kind::UPGRADE => {
+            K::Delete => cdb::delete(&mut *tx, cluster.uuid).await?,
+            K::Resize | K::NodegroupCreate | K::NodegroupUpdate | K::Upgrade => {
                 if let Some(ng_uuid) = op.nodegroup_uuid
                     && let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid)
                         .await?
@@ -79,13 +88,13 @@ impl SimulatedDriver {
                     let prefix = if ng.is_master() { 10 } else { 100 };
                     ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
                         .await?;
-                    let st = if op.kind == kind::NODEGROUP_CREATE {
+                    let st = if kind == K::NodegroupCreate {
                         Status::CreateComplete
                     } else {
                         Status::UpdateComplete
                     };
                     ndb::set_status(&mut *tx, ng.uuid, st.as_str(), None).await?;
-                    if op.kind == kind::UPGRADE {
+                    if kind == K::Upgrade {
                         let image = op.payload.0.get("image_id").and_then(|v| v.as_str());
                         ndb::set_image(&mut *tx, ng.uuid, image).await?;
                         if ng.is_default
@@ -100,25 +109,24 @@ impl SimulatedDriver {
                         }
                     }
                 }
-                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?;
+                status::write(&mut tx, cluster.uuid, done).await?;
             }
-            kind::NODEGROUP_DELETE => {
+            K::NodegroupDelete => {
                 if let Some(ng_uuid) = op.nodegroup_uuid {
                     ndb::delete(&mut *tx, ng_uuid).await?;
                 }
-                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?;
+                status::write(&mut tx, cluster.uuid, done).await?;
             }
-            kind::ROTATE_CA => {
-                finalize::cluster_status(&mut *tx, cluster.uuid, op.id, done).await?
+            K::RotateCa | K::RotateCredential => {
+                status::write(&mut tx, cluster.uuid, done).await?;
             }
-            _ => {}
         }
         tx.commit().await?;
         Ok(())
     }
 }
 
-impl Driver for SimulatedDriver {
+impl Backend for SimulatedDriver {
     fn name(&self) -> &'static str {
         "simulated"
     }

@@ -6,24 +6,21 @@
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::clusters::kind;
-use super::{cluster_scope, find_cluster};
-use crate::api::error::ApiResult;
-use crate::api::extract::QueryArgs;
-use crate::api::views::links;
+use super::views::links;
+use super::{Error, Result, begin_operation, cluster_scope, find_cluster};
 use crate::app::App;
-use crate::capi::ca::CaKind;
-use crate::capi::pki::{self, CsrError, KeyPairPem};
-use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::clusters::ClusterRow;
 use crate::db::operations::NewOperation;
 use crate::db::templates as tdb;
+use crate::domain::certificates::CaKind;
 use crate::domain::error::DomainError;
+use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::schemas;
 use crate::domain::status::Status;
 
 /// The CA `ca_cert_type` names (absent: kubernetes); anything else is a 400.
-fn ca_kind(t: Option<&str>) -> ApiResult<CaKind> {
+pub fn ca_kind(t: Option<&str>) -> Result<CaKind> {
     CaKind::parse(t).ok_or_else(|| {
         DomainError::invalid_field(
             "ca_cert_type",
@@ -48,56 +45,47 @@ fn no_ca(c: &ClusterRow) -> DomainError {
     ))
 }
 
-/// The cluster's CA of `kind` (certificate and key), from its Secret on the management cluster.
-async fn ca_of(app: &App, c: &ClusterRow, kind: CaKind) -> ApiResult<KeyPairPem> {
-    let Some(capi) = &app.capi else {
-        return Err(no_ca(c).into());
-    };
-    Ok(capi.cluster_ca(c, kind).await?.ok_or_else(|| no_ca(c))?)
-}
-
+/// `GET /v1/certificates/{cluster}?ca_cert_type=`: the CA certificate from the backend.
 pub async fn show(
     app: &App,
     caller: &Caller,
     base: &str,
     ident: &str,
-    args: &QueryArgs,
-) -> ApiResult<Value> {
-    args.only(&["ca_cert_type"])?;
-    let kind = ca_kind(args.get("ca_cert_type"))?;
+    kind: CaKind,
+) -> Result<Value> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:get", caller, Some(target(&c)))?;
-    let pem = ca_of(app, &c, kind).await?.cert_pem;
+    let pem = app
+        .backend
+        .ca_certificate(&c, kind)
+        .await?
+        .ok_or_else(|| no_ca(&c))?;
     Ok(
         json!({"cluster_uuid": c.uuid, "pem": pem, "links": links(base, &format!("certificates/{}", c.uuid))}),
     )
 }
 
-pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> ApiResult<Value> {
+pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> Result<Value> {
     let b = schemas::CERTIFICATE.parse_body(body)?;
     let kind = ca_kind(b.str("ca_cert_type").as_deref())?;
     let ident = b.str("cluster_uuid").unwrap_or_default();
     let c = match find_cluster(app, &cluster_scope(caller, false), &ident).await {
         Ok(c) => c,
-        Err(crate::api::error::ApiError::Domain(DomainError::NotFound(m))) => {
+        Err(Error::Domain(DomainError::NotFound(m))) => {
             return Err(DomainError::BadRequest(m).into());
         }
         Err(e) => return Err(e),
     };
     policy::enforce("certificate:create", caller, Some(target(&c)))?;
     let csr = b.str("csr").unwrap_or_default();
-    let ca = ca_of(app, &c, kind).await?;
     let validity = std::time::Duration::from_secs(
         u64::from(app.config.capi.client_cert_validity_days.max(1)) * 86400,
     );
-    let pem = match pki::sign_csr(&ca, &csr, validity) {
-        Ok(pem) => pem,
-        // The CA material itself is unusable: ours to fix, not the caller's.
-        Err(e @ CsrError::Ca(_)) => {
-            return Err(crate::capi::driver::CapiError::Invalid(e.to_string()).into());
-        }
-        Err(e) => return Err(DomainError::BadRequest(e.to_string()).into()),
-    };
+    let pem = app
+        .backend
+        .sign_certificate(&c, kind, &csr, validity)
+        .await?
+        .ok_or_else(|| no_ca(&c))?;
     let mut out = json!({"cluster_uuid": c.uuid, "csr": csr, "pem": pem, "links": links(base, &format!("certificates/{}", c.uuid))});
     if let Some(t) = b.str("ca_cert_type") {
         out["ca_cert_type"] = json!(t);
@@ -105,38 +93,31 @@ pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> ApiRe
     Ok(out)
 }
 
+/// Records an operation of the whole cluster, which turns `UPDATE_IN_PROGRESS`.
 pub(super) async fn record_op(
     app: &App,
     c: &ClusterRow,
-    op_kind: &str,
-    status: Option<Status>,
+    op_kind: OperationKind,
+    payload: Value,
     request_id: &str,
-) -> ApiResult<()> {
-    let mut tx = app.pool.begin().await?;
-    if let Some(st) = status {
-        cdb::set_status(&mut *tx, c.uuid, st.as_str(), None).await?;
-    }
-    super::commit_with_operation(
+) -> Result<()> {
+    let tx = app.pool.begin().await?;
+    begin_operation(
         app,
         tx,
+        Status::UpdateInProgress,
         &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: None,
             kind: op_kind,
-            payload: json!({}),
+            payload,
             request_id: Some(request_id),
         },
     )
-    .await?;
-    Ok(())
+    .await
 }
 
-pub async fn rotate_ca(
-    app: &App,
-    caller: &Caller,
-    ident: &str,
-    request_id: &str,
-) -> ApiResult<Uuid> {
+pub async fn rotate_ca(app: &App, caller: &Caller, ident: &str, request_id: &str) -> Result<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:rotate_ca", caller, Some(target(&c)))?;
     let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
@@ -156,13 +137,6 @@ pub async fn rotate_ca(
             .into());
         }
     }
-    record_op(
-        app,
-        &c,
-        kind::ROTATE_CA,
-        Some(Status::UpdateInProgress),
-        request_id,
-    )
-    .await?;
+    record_op(app, &c, OperationKind::RotateCa, json!({}), request_id).await?;
     Ok(c.uuid)
 }

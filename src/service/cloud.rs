@@ -2,7 +2,7 @@
 //! (contract §7, Magnum's `attr_validator`): Magnum's messages and status codes, and the ids the
 //! names resolved to.
 
-use crate::api::error::{ApiError, ApiResult};
+use super::{Error, Result};
 use crate::db::templates::TemplateRow;
 use crate::domain::error::DomainError;
 use crate::domain::labels::Labels;
@@ -11,8 +11,8 @@ use crate::openstack::lookups::{self, Flavor};
 use crate::openstack::{OpenStackError, UserSession};
 
 /// OpenStack failures keep Magnum's meaning only where Magnum gives one; the rest (service
-/// down, timeouts, missing catalog entries) become 503 through `ApiError`'s conversion.
-fn or_else(e: OpenStackError, forbidden: impl FnOnce() -> DomainError) -> ApiError {
+/// down, timeouts, missing catalog entries) become 503 where the API maps [`Error::OpenStack`].
+fn or_else(e: OpenStackError, forbidden: impl FnOnce() -> DomainError) -> Error {
     match e {
         OpenStackError::Forbidden(_) => forbidden().into(),
         other => other.into(),
@@ -20,7 +20,7 @@ fn or_else(e: OpenStackError, forbidden: impl FnOnce() -> DomainError) -> ApiErr
 }
 
 /// Glance image by id or unique name, which must carry `os_distro`.
-pub async fn image(s: &UserSession, ident: &str) -> ApiResult<lookups::Image> {
+pub async fn image(s: &UserSession, ident: &str) -> Result<lookups::Image> {
     let not_found = || DomainError::BadRequest(format!("Image {ident} could not be found."));
     let found = match lookups::images(s, ident).await {
         Ok(v) => v,
@@ -54,7 +54,7 @@ pub async fn image(s: &UserSession, ident: &str) -> ApiResult<lookups::Image> {
 pub struct Flavors(Vec<Flavor>);
 
 impl Flavors {
-    pub async fn fetch(s: &UserSession) -> ApiResult<Self> {
+    pub async fn fetch(s: &UserSession) -> Result<Self> {
         Ok(Self(
             lookups::flavors(s)
                 .await
@@ -64,7 +64,7 @@ impl Flavors {
 
     /// The flavor named or numbered `ident`, which must have a root disk when the machines boot
     /// from it (`boot_volume_size` of 0).
-    pub fn check(&self, ident: &str, boot_volume_size: i64) -> ApiResult<String> {
+    pub fn check(&self, ident: &str, boot_volume_size: i64) -> Result<String> {
         let f = self
             .0
             .iter()
@@ -83,7 +83,7 @@ impl Flavors {
 
 /// `boot_volume_size` from the labels, else the configured default (Magnum's
 /// `[cinder] default_boot_volume_size`).
-pub fn boot_volume_size(labels: &Labels, default: i64) -> ApiResult<i64> {
+pub fn boot_volume_size(labels: &Labels, default: i64) -> Result<i64> {
     match labels.get("boot_volume_size") {
         None => Ok(default),
         Some(v) => v.trim().parse::<i64>().map_err(|_| {
@@ -94,7 +94,7 @@ pub fn boot_volume_size(labels: &Labels, default: i64) -> ApiResult<i64> {
 }
 
 /// The caller's Nova keypair (404 when missing, as Magnum).
-pub async fn keypair(s: &UserSession, name: &str) -> ApiResult<()> {
+pub async fn keypair(s: &UserSession, name: &str) -> Result<()> {
     match lookups::keypair_exists(s, name).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(DomainError::NotFound(format!("Unable to find keypair {name}.")).into()),
@@ -103,7 +103,7 @@ pub async fn keypair(s: &UserSession, name: &str) -> ApiResult<()> {
 }
 
 /// One match or Magnum's errors for none (400: "Unable to find <kind> X.") and several (409).
-fn unique<T>(found: Vec<T>, kind: &str, plural: &str, ident: &str) -> ApiResult<T> {
+fn unique<T>(found: Vec<T>, kind: &str, plural: &str, ident: &str) -> Result<T> {
     match <[_; 1]>::try_from(found) {
         Ok([one]) => Ok(one),
         Err(v) if v.is_empty() => {
@@ -118,7 +118,7 @@ fn unique<T>(found: Vec<T>, kind: &str, plural: &str, ident: &str) -> ApiResult<
 }
 
 /// A `router:external` Neutron network by name or id.
-pub async fn external_network(s: &UserSession, ident: &str) -> ApiResult<String> {
+pub async fn external_network(s: &UserSession, ident: &str) -> Result<String> {
     let found = lookups::networks(s, ident, true)
         .await
         .map_err(|e| or_else(e, DomainError::not_authorized))?;
@@ -126,7 +126,7 @@ pub async fn external_network(s: &UserSession, ident: &str) -> ApiResult<String>
 }
 
 /// Any Neutron network by name or id.
-pub async fn fixed_network(s: &UserSession, ident: &str) -> ApiResult<String> {
+pub async fn fixed_network(s: &UserSession, ident: &str) -> Result<String> {
     let found = lookups::networks(s, ident, false)
         .await
         .map_err(|e| or_else(e, DomainError::not_authorized))?;
@@ -134,7 +134,7 @@ pub async fn fixed_network(s: &UserSession, ident: &str) -> ApiResult<String> {
 }
 
 /// A Neutron subnet by name or id.
-pub async fn fixed_subnet(s: &UserSession, ident: &str) -> ApiResult<String> {
+pub async fn fixed_subnet(s: &UserSession, ident: &str) -> Result<String> {
     let found = lookups::subnets(s, ident)
         .await
         .map_err(|e| or_else(e, DomainError::not_authorized))?;
@@ -173,7 +173,7 @@ impl<'a> Wanted<'a> {
 
 /// Validates everything `w` names, in Magnum's order (image, flavors, external network, fixed
 /// network, fixed subnet, then the keypair), and returns the resolved ids.
-pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> ApiResult<Resolved> {
+pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> Result<Resolved> {
     let mut r = Resolved::default();
     if let Some(ident) = w.image {
         let img = image(s, ident).await?;

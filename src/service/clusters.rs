@@ -7,12 +7,10 @@ use serde_json::{Map, Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{cloud, cluster_scope, find_cluster, find_template, template_visibility};
-use crate::api::error::ApiResult;
-use crate::api::extract::QueryArgs;
-use crate::api::microversion::Mv;
-use crate::api::pagination::ListParams;
-use crate::api::views;
+use super::{
+    Error, Result, begin_operation, cloud, cluster_scope, find_cluster, find_template,
+    template_visibility, views,
+};
 use crate::app::App;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
@@ -22,24 +20,19 @@ use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
 use crate::domain::labels::{self, Labels};
+use crate::domain::listing::ListQuery;
+use crate::domain::names::parse_uuid;
+use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::resources::Resolved;
 use crate::domain::status::Status;
+use crate::domain::version::{MIN_VERSION, Version};
 use crate::domain::{names, patch, schemas};
+use crate::driver::{ProvisionRequest, Provisioned};
 use crate::openstack::UserSession;
 
-/// Kinds of recorded operations.
-pub mod kind {
-    pub const CREATE: &str = "cluster_create";
-    pub const DELETE: &str = "cluster_delete";
-    pub const RESIZE: &str = "cluster_resize";
-    pub const UPGRADE: &str = "cluster_upgrade";
-    pub const NODEGROUP_CREATE: &str = "nodegroup_create";
-    pub const NODEGROUP_UPDATE: &str = "nodegroup_update";
-    pub const NODEGROUP_DELETE: &str = "nodegroup_delete";
-    pub const ROTATE_CA: &str = "rotate_ca";
-    pub const ROTATE_CREDENTIAL: &str = "rotate_credential";
-}
+/// The columns a cluster list may be sorted by.
+pub use crate::db::clusters::SORT_KEYS;
 
 fn zero_nodes_unsupported() -> DomainError {
     DomainError::BadRequest(
@@ -55,7 +48,7 @@ fn target(c: &ClusterRow) -> Target<'_> {
 }
 
 /// Policy `rule` against the cluster, plus `rule_all_projects` when the cluster is someone else's.
-pub fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
+pub fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> Result<()> {
     if c.project_id != caller.project_id {
         policy::enforce(
             &crate::domain::policy::all_projects_rule(rule),
@@ -76,16 +69,16 @@ pub async fn create(
     app: &App,
     caller: &Caller,
     cloud: Option<&UserSession>,
-    mv: Mv,
+    mv: Version,
     body: &Value,
     request_id: &str,
-) -> ApiResult<Uuid> {
+) -> Result<Uuid> {
     let b = schemas::CLUSTER.parse_body(body)?;
     let ct_ident = b.str("cluster_template_id").unwrap_or_default();
     let vis = template_visibility(caller);
     let ct = match find_template(app, &vis, &ct_ident, true).await {
         Ok(ct) => ct,
-        Err(crate::api::error::ApiError::Domain(DomainError::NotFound(m))) if !mv.at_least(10) => {
+        Err(Error::Domain(DomainError::NotFound(m))) if !mv.at_least(10) => {
             return Err(DomainError::BadRequest(m).into());
         }
         Err(e) => return Err(e),
@@ -248,22 +241,19 @@ pub async fn create(
     }
     // The application credential and its Secret exist before the cluster is recorded, created
     // with the caller's token while we have it (the operation runs later, without it).
-    let provisioned = match (&app.capi, &late_error) {
-        (Some(capi), None) => {
-            let ct_row = &ct;
-            Some(
-                capi.provision(
-                    ct_row,
-                    &row,
-                    &[master.clone(), worker.clone()],
-                    cloud,
-                    &caller.roles,
-                )
-                .await
-                .map_err(crate::api::error::ApiError::from)?,
-            )
-        }
-        _ => None,
+    let provisioned = match &late_error {
+        None => Some(
+            app.backend
+                .provision(ProvisionRequest {
+                    template: &ct,
+                    cluster: &row,
+                    nodegroups: &[master.clone(), worker.clone()],
+                    session: cloud,
+                    roles: &caller.roles,
+                })
+                .await?,
+        ),
+        Some(_) => None,
     };
     let recorded = record_create(
         app,
@@ -277,9 +267,9 @@ pub async fn create(
     )
     .await;
     if recorded.is_err()
-        && let (Some(capi), Some(p)) = (&app.capi, &provisioned)
+        && let Some(p) = &provisioned
     {
-        capi.revoke(p).await;
+        app.backend.revoke(p).await;
     }
     recorded?;
     Ok(uuid)
@@ -294,9 +284,9 @@ async fn record_create(
     master: &NodegroupRow,
     worker: &NodegroupRow,
     late_error: Option<DomainError>,
-    provisioned: Option<&crate::capi::driver::Provisioned>,
+    provisioned: Option<&Provisioned>,
     request_id: &str,
-) -> ApiResult<()> {
+) -> Result<()> {
     let uuid = row.uuid;
     let mut tx = app.pool.begin().await?;
     // Serialise creates per project so the quota check cannot be raced.
@@ -332,7 +322,7 @@ async fn record_create(
         &NewOperation {
             cluster_uuid: uuid,
             nodegroup_uuid: None,
-            kind: kind::CREATE,
+            kind: OperationKind::Create,
             payload: json!({}),
             request_id: Some(request_id),
         },
@@ -348,7 +338,7 @@ pub struct ClusterView {
     pub template_labels: Labels,
 }
 
-pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<ClusterView> {
+pub async fn get(app: &App, caller: &Caller, ident: &str) -> Result<ClusterView> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:get", &c)?;
     let nodegroups = ndb::of_cluster(&app.pool, c.uuid).await?;
@@ -366,13 +356,11 @@ pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<ClusterVi
 pub async fn list(
     app: &App,
     caller: &Caller,
-    mv: Mv,
-    args: &QueryArgs,
+    mv: Version,
+    params: &ListQuery,
     detail: bool,
     base: &str,
-) -> ApiResult<Value> {
-    args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
-    let params = ListParams::parse(args, cdb::SORT_KEYS, app.config.api.max_limit)?;
+) -> Result<Value> {
     let rule = if detail {
         "cluster:detail"
     } else {
@@ -396,7 +384,7 @@ pub async fn list(
         ),
         None => None,
     };
-    let rows = cdb::list(&app.pool, &scope, &params.page(marker_id)).await?;
+    let rows = cdb::list(&app.pool, &scope, &super::page(params, marker_id)).await?;
     let uuids: Vec<Uuid> = rows.iter().map(|c| c.uuid).collect();
     let mut ngs = views::by_cluster(ndb::of_clusters(&app.pool, &uuids).await?);
     let template_labels: HashMap<Uuid, Labels> = if detail {
@@ -429,10 +417,13 @@ pub async fn list(
     } else {
         "clusters"
     };
-    Ok(views::with_next(body, rows.len(), params.limit, || {
-        rows.last()
-            .map(|c| params.next_url(base, path, &c.uuid.to_string()))
-    }))
+    Ok(views::with_next(
+        body,
+        params.next_if_full(rows.len(), || {
+            rows.last()
+                .map(|c| params.next_url(base, path, &c.uuid.to_string()))
+        }),
+    ))
 }
 
 fn default_worker(ngs: &[NodegroupRow]) -> Option<&NodegroupRow> {
@@ -447,18 +438,17 @@ async fn record_resize(
     count: i64,
     nodes_to_remove: Vec<String>,
     request_id: &str,
-) -> ApiResult<()> {
+) -> Result<()> {
     let count = i32::try_from(count).map_err(|_| {
         DomainError::invalid_field("node_count", &count.to_string(), "Value is too large")
     })?;
     let mut tx = app.pool.begin().await?;
     ndb::set_node_count(&mut *tx, ng.uuid, count).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    super::commit_with_operation(app, tx, &NewOperation {
+    begin_operation(app, tx, Status::UpdateInProgress, &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: Some(ng.uuid),
-            kind: kind::RESIZE,
+            kind: OperationKind::Resize,
             payload: json!({"node_count": count, "previous_node_count": ng.node_count, "nodes_to_remove": nodes_to_remove}),
             request_id: Some(request_id),
         }).await?;
@@ -469,19 +459,12 @@ async fn record_resize(
 pub async fn update(
     app: &App,
     caller: &Caller,
-    cloud: Option<&crate::openstack::UserSession>,
-    mv: Mv,
+    cloud: Option<&UserSession>,
+    mv: Version,
     ident: &str,
-    args: &QueryArgs,
     body: &Value,
     request_id: &str,
-) -> ApiResult<Uuid> {
-    if mv.at_least(3) {
-        args.only(&["rollback"])?;
-        args.bool("rollback")?;
-    } else {
-        args.only(&[])?;
-    }
+) -> Result<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:update", &c)?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
@@ -493,7 +476,7 @@ pub async fn update(
         &views::summarize(ngs.iter()),
         &Labels::new(),
         "",
-        Mv(crate::api::microversion::MIN_VERSION),
+        MIN_VERSION,
     )
     .as_object()
     .cloned()
@@ -582,10 +565,10 @@ pub async fn update(
 pub async fn delete(
     app: &App,
     caller: &Caller,
-    cloud: Option<&crate::openstack::UserSession>,
+    cloud: Option<&UserSession>,
     ident: &str,
     request_id: &str,
-) -> ApiResult<()> {
+) -> Result<()> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:delete", &c)?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
@@ -597,15 +580,15 @@ pub async fn delete(
         // Already being deleted: one operation is enough.
         return Ok(());
     }
-    cdb::set_status(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
     ndb::set_status_of_cluster(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
-    super::commit_with_operation(
+    begin_operation(
         app,
         tx,
+        Status::DeleteInProgress,
         &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: None,
-            kind: kind::DELETE,
+            kind: OperationKind::Delete,
             payload: json!({}),
             request_id: Some(request_id),
         },
@@ -619,10 +602,10 @@ pub async fn find_nodegroup(
     c: &ClusterRow,
     project: Option<&str>,
     ident: &str,
-) -> ApiResult<NodegroupRow> {
+) -> Result<NodegroupRow> {
     let id = if let Ok(i) = ident.parse::<i64>() {
         NgIdent::Id(i)
-    } else if let Some(u) = crate::api::extract::parse_uuid(ident) {
+    } else if let Some(u) = parse_uuid(ident) {
         NgIdent::Uuid(u)
     } else {
         NgIdent::Name(ident.to_string())
@@ -638,13 +621,12 @@ pub async fn find_nodegroup(
 pub async fn resize(
     app: &App,
     caller: &Caller,
-    cloud: Option<&crate::openstack::UserSession>,
-    mv: Mv,
+    cloud: Option<&UserSession>,
+    mv: Version,
     ident: &str,
     body: &Value,
     request_id: &str,
-) -> ApiResult<Uuid> {
-    mv.require(7, "resize")?;
+) -> Result<Uuid> {
     let b = schemas::RESIZE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("cluster:resize", caller, Some(target(&c)))?;
@@ -691,13 +673,12 @@ pub async fn resize(
 pub async fn upgrade(
     app: &App,
     caller: &Caller,
-    cloud: Option<&crate::openstack::UserSession>,
-    mv: Mv,
+    cloud: Option<&UserSession>,
+    mv: Version,
     ident: &str,
     body: &Value,
     request_id: &str,
-) -> ApiResult<Uuid> {
-    mv.require(7, "upgrade")?;
+) -> Result<Uuid> {
     if !mv.at_least(8) {
         return Err(DomainError::BadRequest(
             "Cluster upgrade is not supported in the provided microversion.".into(),
@@ -756,15 +737,15 @@ pub async fn upgrade(
         }
     }
     let mut tx = app.pool.begin().await?;
-    cdb::set_status(&mut *tx, c.uuid, Status::UpdateInProgress.as_str(), None).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    super::commit_with_operation(
+    begin_operation(
         app,
         tx,
+        Status::UpdateInProgress,
         &NewOperation {
             cluster_uuid: c.uuid,
             nodegroup_uuid: Some(ng.uuid),
-            kind: kind::UPGRADE,
+            kind: OperationKind::Upgrade,
             payload: json!({
                 "cluster_template": ct.uuid,
                 "max_batch_size": b.int("max_batch_size").unwrap_or(1),

@@ -2,21 +2,24 @@
 //! implicit rotation of a credential that no longer works, done before the next operation a
 //! project member asks for (so that e.g. a delete never strands on a departed owner).
 
-use serde_json::json;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::clusters::{authorize, kind};
-use super::{cluster_scope, find_cluster};
-use crate::api::error::ApiResult;
-use crate::api::microversion::Mv;
+use super::clusters::authorize;
+use super::{Result, cluster_scope, commit_with_operation, find_cluster};
 use crate::app::App;
-use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::clusters::ClusterRow;
 use crate::db::day2;
 use crate::db::operations::{self as odb, NewOperation};
+use crate::db::status::{self as status, Transition};
 use crate::domain::error::DomainError;
+use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller};
 use crate::domain::status::Status;
+use crate::driver::Credentials;
 use crate::openstack::UserSession;
+
+const KIND: OperationKind = OperationKind::RotateCredential;
 
 /// `PATCH /v1/credentials/{cluster}`: a new credential is created as the caller, and the worker
 /// makes it the cluster's (the caller becomes the owner) before deleting the old one.
@@ -24,11 +27,9 @@ pub async fn rotate(
     app: &App,
     caller: &Caller,
     cloud: Option<&UserSession>,
-    mv: Mv,
     ident: &str,
     request_id: &str,
-) -> ApiResult<Uuid> {
-    mv.require(12, "rotate")?;
+) -> Result<Uuid> {
     // Magnum checks the rule against the caller's own project before looking the cluster up.
     policy::enforce("credential:rotate", caller, None)?;
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
@@ -49,34 +50,28 @@ pub async fn rotate(
         ))
         .into());
     }
-    let (Some(capi), Some(session)) = (&app.capi, cloud) else {
-        if app.capi.is_some() {
-            return Err(DomainError::BadRequest(
-                "Rotating the credential needs Keystone: this service runs without it (--dev), so the cluster has no application credential.".into(),
-            )
-            .into());
-        }
-        // Another driver (the simulated one): it records and completes the operation.
-        super::certificates::record_op(
-            app,
-            &c,
-            kind::ROTATE_CREDENTIAL,
-            Some(Status::UpdateInProgress),
-            request_id,
-        )
-        .await?;
+    if app.backend.credentials() == Credentials::None {
+        // Nothing to stage: the backend completes the recorded operation.
+        super::certificates::record_op(app, &c, KIND, json!({}), request_id).await?;
         return Ok(c.uuid);
+    }
+    let Some(session) = cloud else {
+        return Err(DomainError::BadRequest(
+            "Rotating the credential needs Keystone: this service runs without it (--dev), so the cluster has no application credential.".into(),
+        )
+        .into());
     };
     // One staged credential per cluster at a time.
-    if odb::has_open(&app.pool, c.uuid, kind::ROTATE_CREDENTIAL).await? {
+    if odb::has_open(&app.pool, c.uuid, KIND).await? {
         return Err(DomainError::Conflict(format!(
             "The credential of cluster {} is already being rotated.",
             c.uuid
         ))
         .into());
     }
-    let staged = match capi
-        .stage_rotation(
+    let payload = match app
+        .backend
+        .stage_credential(
             &app.pool,
             &c,
             session,
@@ -86,7 +81,7 @@ pub async fn rotate(
         )
         .await
     {
-        Ok(s) => s,
+        Ok(p) => p,
         Err(e) => {
             // Nothing changed on the management cluster: the old credential is in force.
             let reason = format!(
@@ -94,17 +89,20 @@ pub async fn rotate(
             );
             tracing::warn!(cluster = %c.uuid, error = %e, "credential rotation refused");
             let mut tx = app.pool.begin().await?;
-            cdb::set_status(
-                &mut *tx,
+            status::write(
+                &mut tx,
                 c.uuid,
-                Status::UpdateFailed.as_str(),
-                Some(&reason),
+                Transition::Failed {
+                    status: Status::UpdateFailed,
+                    reason: &reason,
+                    nodegroup: None,
+                },
             )
             .await?;
             let op = NewOperation {
                 cluster_uuid: c.uuid,
                 nodegroup_uuid: None,
-                kind: kind::ROTATE_CREDENTIAL,
+                kind: KIND,
                 payload: json!({}),
                 request_id: Some(request_id),
             };
@@ -113,16 +111,41 @@ pub async fn rotate(
             return Err(e.into());
         }
     };
-    capi.record_rotation(
-        &app.pool,
-        &c,
-        &staged,
-        Some(Status::UpdateInProgress),
-        Some(request_id),
-    )
-    .await?;
-    app.work_ready.notify_one();
+    record_staged(app, &c, payload, Some(Status::UpdateInProgress), request_id).await?;
     Ok(c.uuid)
+}
+
+/// Records the rotation of a staged credential (with `status`, e.g. `UPDATE_IN_PROGRESS` for a
+/// requested one); when that fails the staged credential is discarded.
+async fn record_staged(
+    app: &App,
+    c: &ClusterRow,
+    payload: Value,
+    begin: Option<Status>,
+    request_id: &str,
+) -> Result<()> {
+    let op = NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: None,
+        kind: KIND,
+        payload,
+        request_id: Some(request_id),
+    };
+    let recorded = async {
+        let mut tx = app.pool.begin().await?;
+        if let Some(st) = begin {
+            status::write(&mut tx, c.uuid, Transition::Begin(st)).await?;
+        }
+        commit_with_operation(app, tx, &op).await
+    }
+    .await;
+    if let Err(e) = recorded {
+        if let Err(d) = app.backend.discard_staged(&app.pool, c, &op.payload).await {
+            tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
+        }
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Before an operation a project member asked for: when the periodic check found the cluster's
@@ -135,39 +158,32 @@ pub async fn rotate_if_unusable(
     c: &ClusterRow,
     request_id: &str,
 ) {
-    let (Some(capi), Some(session)) = (&app.capi, cloud) else {
+    let Some(session) = cloud else {
         return;
     };
-    if c.project_id != caller.project_id {
-        return; // a credential created with this token would belong to another project
+    if app.backend.credentials() == Credentials::None || c.project_id != caller.project_id {
+        return; // nothing to rotate, or a credential created with this token would belong to another project
     }
     let unusable = match day2::credential(&app.pool, c.uuid).await {
         Ok(Some(r)) => r.app_cred_id.is_some() && r.credential_problem.is_some(),
         _ => false,
     };
-    if !unusable
-        || odb::has_open(&app.pool, c.uuid, kind::ROTATE_CREDENTIAL)
-            .await
-            .unwrap_or(true)
-    {
+    if !unusable || odb::has_open(&app.pool, c.uuid, KIND).await.unwrap_or(true) {
         return;
     }
-    let staged = match capi
-        .stage_rotation(&app.pool, c, session, &caller.user_id, &caller.roles, true)
+    let payload = match app
+        .backend
+        .stage_credential(&app.pool, c, session, &caller.user_id, &caller.roles, true)
         .await
     {
-        Ok(s) => s,
+        Ok(p) => p,
         Err(e) => {
             tracing::warn!(cluster = %c.uuid, error = %e, "could not rotate the unusable credential before the operation");
             return;
         }
     };
-    match capi
-        .record_rotation(&app.pool, c, &staged, None, Some(request_id))
-        .await
-    {
+    match record_staged(app, c, payload, None, request_id).await {
         Ok(()) => {
-            app.work_ready.notify_one();
             tracing::info!(cluster = %c.uuid, user = %caller.user_id, "unusable credential rotated to the acting project member")
         }
         Err(e) => {

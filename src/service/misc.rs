@@ -2,10 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::api::error::ApiResult;
-use crate::api::extract::QueryArgs;
-use crate::api::pagination;
-use crate::api::views;
+use super::{Result, views};
 use crate::app::App;
 use crate::db::page::PageQuery;
 use crate::db::{DbError, clusters as cdb, quotas as qdb, services as sdb};
@@ -13,12 +10,28 @@ use crate::domain::error::DomainError;
 use crate::domain::policy::{self, Caller};
 use crate::domain::schemas;
 
-pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, base: &str) -> ApiResult<Value> {
-    args.only(&["marker", "limit", "sort_key", "sort_dir", "all_tenants"])?;
-    let (limit, sort_key, desc) =
-        pagination::common(args, qdb::SORT_KEYS, app.config.api.max_limit)?;
-    let marker = args.int("marker")?;
-    let all = args.bool("all_tenants")?.unwrap_or(false);
+/// The columns a quota list may be sorted by.
+pub use crate::db::quotas::SORT_KEYS as QUOTA_SORT_KEYS;
+
+/// What a quota list asks for: the page (its marker is a quota's integer id) and whether every
+/// project's quotas (admins only).
+#[derive(Debug, Clone)]
+pub struct QuotaQuery {
+    pub limit: i64,
+    pub sort_key: &'static str,
+    pub desc: bool,
+    pub marker: Option<i64>,
+    pub all_tenants: bool,
+}
+
+pub async fn list(app: &App, caller: &Caller, q: &QuotaQuery, base: &str) -> Result<Value> {
+    let QuotaQuery {
+        limit,
+        sort_key,
+        desc,
+        marker,
+        all_tenants: all,
+    } = q.clone();
     policy::enforce("quota:get_all", caller, None)?;
     let project = if all && caller.is_admin() {
         None
@@ -42,25 +55,25 @@ pub async fn list(app: &App, caller: &Caller, args: &QueryArgs, base: &str) -> A
         "quotas".into(),
         Value::Array(rows.iter().map(views::quota).collect()),
     );
-    Ok(views::with_next(body, rows.len(), limit, || {
-        rows.last().map(|q| {
-            format!(
-                "{base}/v1/quotas?sort_key={sort_key}&sort_dir={}&limit={limit}&marker={}",
-                if desc { "desc" } else { "asc" },
-                q.id
-            )
-        })
-    }))
+    let full = i64::try_from(rows.len()).is_ok_and(|l| l == limit);
+    let next = rows.last().filter(|_| full).map(|q| {
+        format!(
+            "{base}/v1/quotas?sort_key={sort_key}&sort_dir={}&limit={limit}&marker={}",
+            if desc { "desc" } else { "asc" },
+            q.id
+        )
+    });
+    Ok(views::with_next(body, next))
 }
 
-fn check_own(caller: &Caller, project_id: &str) -> ApiResult<()> {
+fn check_own(caller: &Caller, project_id: &str) -> Result<()> {
     if !caller.is_admin() && caller.project_id != project_id {
         return Err(DomainError::not_authorized().into());
     }
     Ok(())
 }
 
-pub async fn get(app: &App, caller: &Caller, project_id: &str, resource: &str) -> ApiResult<Value> {
+pub async fn get(app: &App, caller: &Caller, project_id: &str, resource: &str) -> Result<Value> {
     policy::enforce("quota:get", caller, None)?;
     check_own(caller, project_id)?;
     Ok(match qdb::get(&app.pool, project_id, resource).await? {
@@ -75,7 +88,7 @@ pub async fn get(app: &App, caller: &Caller, project_id: &str, resource: &str) -
     })
 }
 
-pub async fn create(app: &App, caller: &Caller, body: &Value) -> ApiResult<Value> {
+pub async fn create(app: &App, caller: &Caller, body: &Value) -> Result<Value> {
     let b = schemas::QUOTA.parse_body(body)?;
     let project_id = b.str("project_id").unwrap_or_default();
     // Magnum checks the project in Keystone before the policy (a decorator around the handler).
@@ -107,7 +120,7 @@ pub async fn update(
     project_id: &str,
     resource: &str,
     body: &Value,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let b = schemas::QUOTA_UPDATE.parse_body(body)?;
     policy::enforce("quota:update", caller, None)?;
     let hard_limit = i32::try_from(b.int("hard_limit").unwrap_or(0))
@@ -118,7 +131,7 @@ pub async fn update(
         .ok_or_else(|| DomainError::quota_not_found(project_id, resource).into())
 }
 
-pub async fn delete(app: &App, caller: &Caller, project_id: &str, resource: &str) -> ApiResult<()> {
+pub async fn delete(app: &App, caller: &Caller, project_id: &str, resource: &str) -> Result<()> {
     policy::enforce("quota:delete", caller, None)?;
     if qdb::delete(&app.pool, project_id, resource).await? {
         Ok(())
@@ -127,9 +140,14 @@ pub async fn delete(app: &App, caller: &Caller, project_id: &str, resource: &str
     }
 }
 
-pub async fn stats(app: &App, caller: &Caller, args: &QueryArgs) -> ApiResult<Value> {
-    args.only(&["project_id", "type"])?;
-    if let Some(t) = args.get("type")
+/// `GET /v1/stats`: `kind` is the `type` argument (only `cluster`), `requested` the project.
+pub async fn stats(
+    app: &App,
+    caller: &Caller,
+    kind: Option<&str>,
+    requested: Option<&str>,
+) -> Result<Value> {
+    if let Some(t) = kind
         && !t.eq_ignore_ascii_case("cluster")
     {
         return Err(DomainError::BadRequest(format!(
@@ -138,7 +156,6 @@ pub async fn stats(app: &App, caller: &Caller, args: &QueryArgs) -> ApiResult<Va
         .into());
     }
     policy::enforce("stats:get_all", caller, None)?;
-    let requested = args.get("project_id");
     let project = match (caller.is_admin(), requested) {
         (true, p) => p.map(str::to_string),
         (false, Some(p)) if p != caller.project_id => {
@@ -150,8 +167,7 @@ pub async fn stats(app: &App, caller: &Caller, args: &QueryArgs) -> ApiResult<Va
     Ok(json!({"clusters": clusters, "nodes": nodes}))
 }
 
-pub async fn mservices(app: &App, caller: &Caller, args: &QueryArgs) -> ApiResult<Value> {
-    args.only(&[])?;
+pub async fn mservices(app: &App, caller: &Caller) -> Result<Value> {
     policy::enforce("magnum-service:get_all", caller, None)?;
     let rows = sdb::list(&app.pool).await?;
     let now = chrono::Utc::now();

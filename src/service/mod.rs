@@ -1,23 +1,30 @@
 //! Use cases behind the handlers: each public function is one API operation, combining the
-//! pure rules of `domain` with `db`, inside one transaction where it writes.
+//! pure rules of `domain` with `db` (one transaction where it writes) and the cluster backend
+//! (`driver::Backend`). Services take domain types (the caller, the API version, a list query)
+//! and return rows or the typed views of `views`; they know nothing of HTTP.
 
 pub mod certificates;
 pub mod cloud;
 pub mod clusters;
 pub mod credentials;
+pub mod error;
 pub mod misc;
 pub mod nodegroups;
 pub mod templates;
+pub mod views;
 
-use uuid::Uuid;
+pub use error::{Error, Result};
 
-use crate::api::error::ApiResult;
-use crate::api::extract::parse_uuid;
 use crate::app::App;
 use crate::db::clusters::{self as cdb, ClusterRow, Scope};
+use crate::db::page::PageQuery;
+use crate::db::status::{self as status, Transition};
 use crate::db::templates::{self as tdb, TemplateRow, Visibility};
 use crate::domain::error::DomainError;
+use crate::domain::listing::ListQuery;
+use crate::domain::names::parse_uuid;
 use crate::domain::policy::Caller;
+use crate::domain::status::Status;
 
 /// Clusters the caller can see: everything for an admin (when `widen`), else the own project.
 pub fn cluster_scope(caller: &Caller, widen: bool) -> Scope {
@@ -37,7 +44,7 @@ pub fn template_visibility(caller: &Caller) -> Visibility {
 }
 
 /// A cluster named by uuid or (unique) name within `scope`.
-pub async fn find_cluster(app: &App, scope: &Scope, ident: &str) -> ApiResult<ClusterRow> {
+pub async fn find_cluster(app: &App, scope: &Scope, ident: &str) -> Result<ClusterRow> {
     if let Some(u) = parse_uuid(ident) {
         return cdb::by_uuid(&app.pool, scope, u)
             .await?
@@ -57,7 +64,7 @@ pub async fn find_template(
     vis: &Visibility,
     ident: &str,
     allow_int_id: bool,
-) -> ApiResult<TemplateRow> {
+) -> Result<TemplateRow> {
     let not_found = || DomainError::template_not_found(ident);
     if allow_int_id && let Ok(id) = ident.parse::<i64>() {
         return tdb::by_id(&app.pool, vis, id)
@@ -77,9 +84,14 @@ pub async fn find_template(
     }
 }
 
-/// The `{"uuid": ...}` body of asynchronous cluster operations.
-pub fn uuid_body(uuid: Uuid) -> serde_json::Value {
-    serde_json::json!({ "uuid": uuid })
+/// The database page of a list query whose marker resolved to row `marker_id`.
+pub fn page(q: &ListQuery, marker_id: Option<i64>) -> PageQuery {
+    PageQuery {
+        sort_key: q.sort_key,
+        desc: q.desc,
+        marker_id,
+        limit: q.limit,
+    }
 }
 
 /// Records `op` in `tx`, commits the state change and the operation together, and wakes the
@@ -88,9 +100,20 @@ pub async fn commit_with_operation(
     app: &App,
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
     op: &crate::db::operations::NewOperation<'_>,
-) -> ApiResult<()> {
+) -> Result<()> {
     crate::db::operations::enqueue(&mut *tx, op).await?;
     tx.commit().await?;
     app.work_ready.notify_one();
     Ok(())
+}
+
+/// Records `op` with the cluster starting `status` (an `*_IN_PROGRESS`), in `tx`, and commits.
+pub async fn begin_operation(
+    app: &App,
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    status: Status,
+    op: &crate::db::operations::NewOperation<'_>,
+) -> Result<()> {
+    status::write(&mut tx, op.cluster_uuid, Transition::Begin(status)).await?;
+    commit_with_operation(app, tx, op).await
 }

@@ -4,33 +4,27 @@ use serde_json::{Map, Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::clusters::{find_nodegroup, kind};
-use super::{cluster_scope, find_cluster};
-use crate::api::error::ApiResult;
-use crate::api::extract::QueryArgs;
-use crate::api::microversion::Mv;
-use crate::api::pagination::ListParams;
-use crate::api::views;
+use super::clusters::find_nodegroup;
+use super::{Error, Result, begin_operation, cluster_scope, find_cluster, views};
 use crate::app::App;
 use crate::db::DbError;
-use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::clusters::ClusterRow;
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
 use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
 use crate::domain::labels;
+use crate::domain::listing::ListQuery;
 use crate::domain::nodegroup_rules as rules;
+use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::status::Status;
 use crate::domain::{names, patch, schemas};
+use crate::openstack::UserSession;
 
-/// Magnum reports every nodegroup method below 1.9 under this name.
-const GATE_NAME: &str = "delete";
-
-fn gate(mv: Mv) -> ApiResult<()> {
-    mv.require(9, GATE_NAME)
-}
+/// The columns a nodegroup list may be sorted by.
+pub use crate::db::nodegroups::SORT_KEYS;
 
 fn ng_project(caller: &Caller) -> Option<&str> {
     if caller.is_admin() {
@@ -47,7 +41,7 @@ fn cluster_target(c: &ClusterRow) -> Target<'_> {
     }
 }
 
-fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
+fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> Result<()> {
     if c.project_id != caller.project_id {
         policy::enforce(
             &crate::domain::policy::all_projects_rule(rule),
@@ -63,14 +57,11 @@ fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> ApiResult<()> {
 pub async fn list(
     app: &App,
     caller: &Caller,
-    mv: Mv,
     cluster: &str,
-    args: &QueryArgs,
+    params: &ListQuery,
+    role: Option<&str>,
     base: &str,
-) -> ApiResult<Value> {
-    gate(mv)?;
-    args.only(&["marker", "limit", "sort_key", "sort_dir", "role"])?;
-    let params = ListParams::parse(args, ndb::SORT_KEYS, app.config.api.max_limit)?;
+) -> Result<Value> {
     let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
     authorize(caller, "nodegroup:get_all", &c)?;
     let project = ng_project(caller);
@@ -88,8 +79,8 @@ pub async fn list(
         &app.pool,
         c.uuid,
         project,
-        args.get("role"),
-        &params.page(marker_id),
+        role,
+        &super::page(params, marker_id),
     )
     .await?;
     let mut body = Map::new();
@@ -98,20 +89,21 @@ pub async fn list(
         Value::Array(rows.iter().map(views::nodegroup_short).collect()),
     );
     let path = format!("clusters/{}/nodegroups", c.uuid);
-    Ok(views::with_next(body, rows.len(), params.limit, || {
-        rows.last()
-            .map(|n| params.next_url(base, &path, &n.uuid.to_string()))
-    }))
+    Ok(views::with_next(
+        body,
+        params.next_if_full(rows.len(), || {
+            rows.last()
+                .map(|n| params.next_url(base, &path, &n.uuid.to_string()))
+        }),
+    ))
 }
 
 pub async fn get(
     app: &App,
     caller: &Caller,
-    mv: Mv,
     cluster: &str,
     ident: &str,
-) -> ApiResult<(NodegroupRow, ClusterRow)> {
-    gate(mv)?;
+) -> Result<(NodegroupRow, ClusterRow)> {
     let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
     authorize(caller, "nodegroup:get", &c)?;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
@@ -121,16 +113,16 @@ pub async fn get(
 /// Marks the cluster `UPDATE_IN_PROGRESS` and commits `tx` with the nodegroup operation.
 async fn commit_nodegroup_op(
     app: &App,
-    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
     cluster: Uuid,
     nodegroup: Uuid,
-    op_kind: &str,
+    op_kind: OperationKind,
     request_id: &str,
-) -> ApiResult<()> {
-    cdb::set_status(&mut *tx, cluster, Status::UpdateInProgress.as_str(), None).await?;
-    super::commit_with_operation(
+) -> Result<()> {
+    begin_operation(
         app,
         tx,
+        Status::UpdateInProgress,
         &NewOperation {
             cluster_uuid: cluster,
             nodegroup_uuid: Some(nodegroup),
@@ -145,13 +137,11 @@ async fn commit_nodegroup_op(
 pub async fn create(
     app: &App,
     caller: &Caller,
-    cloud: Option<&crate::openstack::UserSession>,
-    mv: Mv,
+    cloud: Option<&UserSession>,
     cluster: &str,
     body: &Value,
     request_id: &str,
-) -> ApiResult<(NodegroupRow, ClusterRow)> {
-    gate(mv)?;
+) -> Result<(NodegroupRow, ClusterRow)> {
     let b = schemas::NODEGROUP.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:create", caller, Some(cluster_target(&c)))?;
@@ -225,14 +215,14 @@ pub async fn create(
             c.uuid
         ))
         .into(),
-        other => crate::api::error::ApiError::from(other),
+        other => Error::from(other),
     })?;
     commit_nodegroup_op(
         app,
         tx,
         c.uuid,
         inserted.uuid,
-        kind::NODEGROUP_CREATE,
+        OperationKind::NodegroupCreate,
         request_id,
     )
     .await?;
@@ -249,14 +239,12 @@ fn invalid_master(name: &str) -> DomainError {
 pub async fn update(
     app: &App,
     caller: &Caller,
-    cloud: Option<&crate::openstack::UserSession>,
-    mv: Mv,
+    cloud: Option<&UserSession>,
     cluster: &str,
     ident: &str,
     body: &Value,
     request_id: &str,
-) -> ApiResult<(NodegroupRow, ClusterRow)> {
-    gate(mv)?;
+) -> Result<(NodegroupRow, ClusterRow)> {
     let ops = patch::parse(body, &schemas::NODEGROUP_PATCH)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
@@ -300,7 +288,15 @@ pub async fn update(
     let mut tx = app.pool.begin().await?;
     ndb::update_spec(&mut *tx, &updated).await?;
     ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    commit_nodegroup_op(app, tx, c.uuid, ng.uuid, kind::NODEGROUP_UPDATE, request_id).await?;
+    commit_nodegroup_op(
+        app,
+        tx,
+        c.uuid,
+        ng.uuid,
+        OperationKind::NodegroupUpdate,
+        request_id,
+    )
+    .await?;
     let fresh = find_nodegroup(app, &c, None, &ng.uuid.to_string()).await?;
     Ok((fresh, c))
 }
@@ -308,13 +304,11 @@ pub async fn update(
 pub async fn delete(
     app: &App,
     caller: &Caller,
-    cloud: Option<&crate::openstack::UserSession>,
-    mv: Mv,
+    cloud: Option<&UserSession>,
     cluster: &str,
     ident: &str,
     request_id: &str,
-) -> ApiResult<()> {
-    gate(mv)?;
+) -> Result<()> {
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:delete", caller, Some(cluster_target(&c)))?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
@@ -331,5 +325,13 @@ pub async fn delete(
     let uuid = ng.uuid;
     let mut tx = app.pool.begin().await?;
     ndb::set_status(&mut *tx, uuid, Status::DeleteInProgress.as_str(), None).await?;
-    commit_nodegroup_op(app, tx, c.uuid, uuid, kind::NODEGROUP_DELETE, request_id).await
+    commit_nodegroup_op(
+        app,
+        tx,
+        c.uuid,
+        uuid,
+        OperationKind::NodegroupDelete,
+        request_id,
+    )
+    .await
 }

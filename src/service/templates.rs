@@ -3,23 +3,23 @@
 use serde_json::{Map, Value};
 use sqlx::types::Json;
 
-use super::{cloud, find_template, template_visibility};
-use crate::api::error::ApiResult;
-use crate::api::extract::QueryArgs;
-use crate::api::pagination::ListParams;
-use crate::api::views;
+use super::{Result, cloud, find_template, template_visibility, views};
 use crate::app::App;
 use crate::db::templates::{self as tdb, TemplateRow, Visibility};
 use crate::domain::error::DomainError;
 use crate::domain::fields::{Body, string_map};
+use crate::domain::listing::ListQuery;
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::{names, patch, schemas};
 use crate::openstack::UserSession;
 
+/// The columns a template list may be sorted by.
+pub use crate::db::templates::SORT_KEYS;
+
 /// Network drivers any template may name.
 pub const SUPPORTED_NETWORK_DRIVERS: [&str; 3] = ["flannel", "calico", "cilium"];
 
-fn check_network_driver(app: &App, driver: &str) -> ApiResult<()> {
+fn check_network_driver(app: &App, driver: &str) -> Result<()> {
     if !SUPPORTED_NETWORK_DRIVERS.contains(&driver) {
         return Err(DomainError::BadRequest(format!(
             "Network driver type {driver} is not supported, expecting a {}/unspecified network driver.",
@@ -39,7 +39,7 @@ fn check_network_driver(app: &App, driver: &str) -> ApiResult<()> {
     Ok(())
 }
 
-fn check_volume_driver(driver: Option<&str>) -> ApiResult<()> {
+fn check_volume_driver(driver: Option<&str>) -> Result<()> {
     match driver {
         None | Some("cinder") => Ok(()),
         Some(d) => Err(DomainError::BadRequest(format!(
@@ -50,7 +50,7 @@ fn check_volume_driver(driver: Option<&str>) -> ApiResult<()> {
 }
 
 /// `docker_storage_driver=devicemapper` needs at least 3 GB.
-pub fn check_devicemapper(storage: Option<&str>, size: Option<i64>) -> ApiResult<()> {
+pub fn check_devicemapper(storage: Option<&str>, size: Option<i64>) -> Result<()> {
     if storage == Some("devicemapper")
         && let Some(s) = size.filter(|s| *s < 3)
     {
@@ -62,7 +62,7 @@ pub fn check_devicemapper(storage: Option<&str>, size: Option<i64>) -> ApiResult
     Ok(())
 }
 
-fn check_dns(dns: Option<&str>) -> ApiResult<()> {
+fn check_dns(dns: Option<&str>) -> Result<()> {
     if let Some(d) = dns
         && d.split(',')
             .any(|ip| ip.trim().parse::<std::net::Ipv4Addr>().is_err())
@@ -72,7 +72,7 @@ fn check_dns(dns: Option<&str>) -> ApiResult<()> {
     Ok(())
 }
 
-fn check_publish(caller: &Caller) -> ApiResult<()> {
+fn check_publish(caller: &Caller) -> Result<()> {
     if policy::enforce("clustertemplate:publish", caller, None).is_err() {
         return Err(DomainError::Forbidden(
             "Not authorized to set public or hidden flag for cluster template.".into(),
@@ -162,7 +162,7 @@ fn empty_row(caller: &Caller) -> TemplateRow {
 
 /// Checks the template's image, flavors and networks with the caller's token (when there is a
 /// cloud to ask) and records what they resolved to.
-async fn resolve(app: &App, cloud: Option<&UserSession>, row: &mut TemplateRow) -> ApiResult<()> {
+async fn resolve(app: &App, cloud: Option<&UserSession>, row: &mut TemplateRow) -> Result<()> {
     let Some(s) = cloud else {
         return Ok(());
     };
@@ -177,7 +177,7 @@ pub async fn create(
     caller: &Caller,
     cloud: Option<&UserSession>,
     body: &Value,
-) -> ApiResult<TemplateRow> {
+) -> Result<TemplateRow> {
     let mut b = schemas::TEMPLATE.parse_body(body)?;
     let network_driver = b
         .str("network_driver")
@@ -238,7 +238,7 @@ fn target(t: &TemplateRow) -> Target<'_> {
     }
 }
 
-pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<TemplateRow> {
+pub async fn get(app: &App, caller: &Caller, ident: &str) -> Result<TemplateRow> {
     let t = find_template(app, &template_visibility(caller), ident, false).await?;
     if !t.public {
         policy::enforce("clustertemplate:get", caller, Some(target(&t)))?;
@@ -249,12 +249,10 @@ pub async fn get(app: &App, caller: &Caller, ident: &str) -> ApiResult<TemplateR
 pub async fn list(
     app: &App,
     caller: &Caller,
-    args: &QueryArgs,
+    params: &ListQuery,
     detail: bool,
     base: &str,
-) -> ApiResult<Value> {
-    args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
-    let params = ListParams::parse(args, tdb::SORT_KEYS, app.config.api.max_limit)?;
+) -> Result<Value> {
     policy::enforce(
         if detail {
             "clustertemplate:detail"
@@ -274,7 +272,7 @@ pub async fn list(
         ),
         None => None,
     };
-    let rows = tdb::list(&app.pool, &vis, &params.page(marker_id)).await?;
+    let rows = tdb::list(&app.pool, &vis, &super::page(params, marker_id)).await?;
     let items: Vec<Value> = rows.iter().map(|t| views::template(t, base)).collect();
     let mut body = Map::new();
     body.insert("clustertemplates".into(), Value::Array(items));
@@ -283,10 +281,13 @@ pub async fn list(
     } else {
         "clustertemplates"
     };
-    Ok(views::with_next(body, rows.len(), params.limit, || {
-        rows.last()
-            .map(|t| params.next_url(base, path, &t.uuid.to_string()))
-    }))
+    Ok(views::with_next(
+        body,
+        params.next_if_full(rows.len(), || {
+            rows.last()
+                .map(|t| params.next_url(base, path, &t.uuid.to_string()))
+        }),
+    ))
 }
 
 /// Fields whose change is still allowed while clusters use the template.
@@ -305,7 +306,7 @@ pub async fn update(
     cloud: Option<&UserSession>,
     ident: &str,
     body: &Value,
-) -> ApiResult<TemplateRow> {
+) -> Result<TemplateRow> {
     let ops = patch::parse(body, &schemas::TEMPLATE_PATCH)?;
     let vis = template_visibility(caller);
     let t = find_template(app, &vis, ident, false).await?;
@@ -351,7 +352,7 @@ pub async fn update(
     Ok(tdb::update(&app.pool, &row).await?)
 }
 
-pub async fn delete(app: &App, caller: &Caller, ident: &str) -> ApiResult<()> {
+pub async fn delete(app: &App, caller: &Caller, ident: &str) -> Result<()> {
     let t = find_template(app, &template_visibility(caller), ident, false).await?;
     policy::enforce("clustertemplate:delete", caller, Some(target(&t)))?;
     if !tdb::delete(&app.pool, t.uuid).await? {

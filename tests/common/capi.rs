@@ -31,6 +31,8 @@ pub fn crd_dir() -> std::path::PathBuf {
 pub struct CapiApp {
     pub t: TestApp,
     pub sim: Arc<SimCluster>,
+    /// The CAPI driver's runtime (for tests that call its maintenance directly).
+    pub capi: Arc<magnum_capi::capi::driver::Capi>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -104,12 +106,13 @@ pub async fn capi_app_on(
     let pool = magnum_capi::db::connect(&url, &cfg.database)
         .await
         .expect("pool");
-    let state = App::with_capi(pool, cfg, auth, Some(capi));
+    let backend = magnum_capi::server::backend_for(&cfg, Some(&capi));
+    let state = App::with_backend(pool, cfg, auth, backend);
     let (stop, rx) = watch::channel(false);
-    let mut tasks = magnum_capi::server::spawn_capi(&state, rx.clone());
+    let mut tasks = magnum_capi::server::spawn_capi(&state, &capi, rx.clone());
     tasks.push(tokio::spawn(magnum_capi::worker::run(
         state.clone(),
-        magnum_capi::server::driver_of(&state),
+        state.backend.clone(),
         format!("test-worker-{}", uuid::Uuid::new_v4().simple()),
         rx,
     )));
@@ -120,6 +123,7 @@ pub async fn capi_app_on(
             stop: None,
         },
         sim,
+        capi,
         stop,
         tasks,
     }

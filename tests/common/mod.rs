@@ -194,7 +194,7 @@ impl TestApp {
     fn start_worker(&mut self) {
         let t = self;
         let (tx, rx) = watch::channel(false);
-        let driver = magnum_capi::server::driver_for(&t.state.config);
+        let driver = t.state.backend.clone();
         tokio::spawn(magnum_capi::worker::run(
             t.state.clone(),
             driver,
@@ -400,13 +400,13 @@ pub struct Worker {
 }
 
 pub fn start_worker(t: &TestApp) -> Worker {
-    start_worker_with(t, magnum_capi::server::driver_for(&t.state.config))
+    start_worker_with(t, t.state.backend.clone())
 }
 
 /// A worker running `driver` (e.g. one that fails on purpose).
 pub fn start_worker_with(
     t: &TestApp,
-    driver: std::sync::Arc<dyn magnum_capi::driver::Driver>,
+    driver: std::sync::Arc<dyn magnum_capi::driver::Backend>,
 ) -> Worker {
     let (tx, rx) = watch::channel(false);
     let handle = tokio::spawn(magnum_capi::worker::run(

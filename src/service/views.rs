@@ -1,5 +1,5 @@
-//! JSON views of every resource, field for field and in Magnum's order: full and short forms,
-//! links, RFC 3339 timestamps with offset, version-dependent fields.
+//! The views of every resource (what the API returns), field for field and in Magnum's order:
+//! full and short forms, links, RFC 3339 timestamps with offset, version-dependent fields.
 
 use std::collections::HashMap;
 
@@ -7,7 +7,6 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::microversion::Mv;
 use crate::db::clusters::ClusterRow;
 use crate::db::nodegroups::NodegroupRow;
 use crate::db::quotas::QuotaRow;
@@ -15,6 +14,7 @@ use crate::db::services::ServiceRow;
 use crate::db::templates::TemplateRow;
 use crate::domain::labels::{self, Labels};
 use crate::domain::status::Status;
+use crate::domain::version::Version;
 
 pub fn ts(t: &DateTime<Utc>) -> Value {
     Value::String(t.to_rfc3339_opts(SecondsFormat::Secs, false))
@@ -128,7 +128,7 @@ pub fn by_cluster(ngs: Vec<NodegroupRow>) -> HashMap<Uuid, Vec<NodegroupRow>> {
     map
 }
 
-fn put_stack_id(m: &mut Map<String, Value>, c: &ClusterRow, mv: Mv) {
+fn put_stack_id(m: &mut Map<String, Value>, c: &ClusterRow, mv: Version) {
     let key = if mv.at_least(13) {
         "cluster_id"
     } else {
@@ -138,7 +138,7 @@ fn put_stack_id(m: &mut Map<String, Value>, c: &ClusterRow, mv: Mv) {
 }
 
 /// The fields the short and the full cluster views share, in Magnum's order.
-fn cluster_common(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Map<String, Value> {
+fn cluster_common(c: &ClusterRow, s: &NgSummary, base: &str, mv: Version) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("uuid".into(), json!(c.uuid));
     m.insert("name".into(), json!(c.name));
@@ -158,7 +158,7 @@ fn cluster_common(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Map<Stri
 }
 
 /// The short form used by `GET /v1/clusters`.
-pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Value {
+pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Version) -> Value {
     let mut m = cluster_common(c, s, base, mv);
     m.insert("health_status".into(), json!(c.health_status));
     m.insert("merge_labels".into(), json!(false));
@@ -166,7 +166,13 @@ pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Mv) -> Value
 }
 
 /// The full form (`GET /v1/clusters/{id}`, `/detail`).
-pub fn cluster_full(c: &ClusterRow, s: &NgSummary, parent: &Labels, base: &str, mv: Mv) -> Value {
+pub fn cluster_full(
+    c: &ClusterRow,
+    s: &NgSummary,
+    parent: &Labels,
+    base: &str,
+    mv: Version,
+) -> Value {
     let mut m = cluster_common(c, s, base, mv);
     m.insert("status_reason".into(), json!(c.status_reason));
     m.insert("health_status".into(), json!(c.health_status));
@@ -287,16 +293,9 @@ pub fn service(s: &ServiceRow, now: DateTime<Utc>, down_after_secs: i64) -> Valu
     })
 }
 
-/// Appends a `next` link when the page is full.
-pub fn with_next(
-    mut body: Map<String, Value>,
-    len: usize,
-    limit: i64,
-    next: impl FnOnce() -> Option<String>,
-) -> Value {
-    if i64::try_from(len).is_ok_and(|l| l == limit)
-        && let Some(url) = next()
-    {
+/// Appends the `next` link of a full page.
+pub fn with_next(mut body: Map<String, Value>, next: Option<String>) -> Value {
+    if let Some(url) = next {
         body.insert("next".into(), Value::String(url));
     }
     Value::Object(body)

@@ -1,0 +1,111 @@
+//! The one writer of `cluster.status` / `status_reason`: every path that changes a cluster's
+//! status (a request starting an operation, a driver finishing or reporting progress, the worker
+//! giving an operation up, the leader-locked watcher concluding from the management cluster)
+//! states what happened as a [`Transition`], and [`write`] decides under the cluster's row lock
+//! whether and what to write. Two replicas therefore never race two statuses onto a cluster:
+//! each decision is taken on the row as it is, while no other writer can change it.
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::DbResult;
+use crate::domain::status::Status;
+
+/// What happened to a cluster, as its writer saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition<'a> {
+    /// A request recorded an operation: the cluster is `status` (an `*_IN_PROGRESS`) from now.
+    Begin(Status),
+    /// Operation `op` completed: the cluster is `status`, unless another of its operations is
+    /// still open (then it stays in progress for that one).
+    Completed { op: i64, status: Status },
+    /// An operation failed or was refused: `status` (`*_FAILED`) with `reason`, also on the
+    /// operation's nodegroup when it has one.
+    Failed {
+        status: Status,
+        reason: &'a str,
+        nodegroup: Option<Uuid>,
+    },
+    /// The running operation's progress: a new `reason`, only while the cluster is still
+    /// `status` (a stale report never overwrites what came after it).
+    Progress { status: Status, reason: &'a str },
+    /// The conclusion drawn from the management cluster by the status writer.
+    Observed {
+        status: Status,
+        reason: Option<&'a str>,
+    },
+}
+
+/// Applies `t` to `cluster` inside the caller's transaction (`conn`), taking the cluster's row
+/// lock first. Returns the status written, or `None` when the transition did not apply (the
+/// cluster is gone, another operation is open, or the status moved on).
+pub async fn write(
+    conn: &mut PgConnection,
+    cluster: Uuid,
+    t: Transition<'_>,
+) -> DbResult<Option<Status>> {
+    let current: Option<(String, bool)> = sqlx::query_as(
+        "SELECT c.status, EXISTS (SELECT 1 FROM operation o WHERE o.cluster_uuid = c.uuid
+                                     AND o.id <> $2 AND o.state IN ('pending', 'running'))
+           FROM cluster c WHERE c.uuid = $1 FOR UPDATE",
+    )
+    .bind(cluster)
+    .bind(match t {
+        Transition::Completed { op, .. } => op,
+        _ => 0,
+    })
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((status_now, other_open)) = current else {
+        return Ok(None);
+    };
+    let (status, reason) = match t {
+        Transition::Begin(s) => (s, None),
+        Transition::Completed { status, .. } if !other_open => (status, None),
+        Transition::Completed { .. } => return Ok(None),
+        Transition::Failed {
+            status,
+            reason,
+            nodegroup,
+        } => {
+            if let Some(ng) = nodegroup {
+                sqlx::query(
+                    "UPDATE nodegroup SET status = $2, status_reason = $3, updated_at = now()
+                      WHERE uuid = $1",
+                )
+                .bind(ng)
+                .bind(status.as_str())
+                .bind(reason)
+                .execute(&mut *conn)
+                .await?;
+            }
+            (status, Some(reason))
+        }
+        Transition::Progress { status, reason } if status_now == status.as_str() => {
+            (status, Some(reason))
+        }
+        Transition::Progress { .. } => return Ok(None),
+        Transition::Observed { status, reason } => (status, reason),
+    };
+    sqlx::query(
+        "UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1",
+    )
+    .bind(cluster)
+    .bind(status.as_str())
+    .bind(reason)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Some(status))
+}
+
+/// [`write`] in a transaction of its own.
+pub async fn write_now(
+    pool: &sqlx::PgPool,
+    cluster: Uuid,
+    t: Transition<'_>,
+) -> DbResult<Option<Status>> {
+    let mut tx = pool.begin().await?;
+    let written = write(&mut tx, cluster, t).await?;
+    tx.commit().await?;
+    Ok(written)
+}
