@@ -124,8 +124,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 #[cfg(feature = "dev")]
                 (None, true) => {
                     tracing::info!("no [database] url: starting a throwaway PostgreSQL");
-                    let pg = tokio::task::spawn_blocking(magnum_capi::devdb::EmbeddedPostgres::start)
-                        .await??;
+                    let pg =
+                        tokio::task::spawn_blocking(magnum_capi::devdb::EmbeddedPostgres::start)
+                            .await??;
                     let url = pg.url("postgres");
                     embedded = Some(pg);
                     url

@@ -129,8 +129,8 @@ pub async fn build_capi(
             None,
         )
     } else {
-        let sim = start_simulator(cfg).await?;
-        (sim.client(), Some(sim))
+        let (client, sim) = start_simulator(cfg).await?;
+        (client, Some(sim))
     };
     let capi = capi_runtime(cfg, auth, client)?;
     Ok(Some(CapiSetup { capi, sim }))
@@ -138,7 +138,7 @@ pub async fn build_capi(
 
 /// `serve --dev` without a kubeconfig: the in-process simulated management cluster.
 #[cfg(feature = "dev")]
-async fn start_simulator(cfg: &Config) -> Result<SimGuard, ServeError> {
+async fn start_simulator(cfg: &Config) -> Result<(kube::Client, SimGuard), ServeError> {
     use crate::simkube::{SimCluster, SimOptions};
     let opts = SimOptions {
         step: Duration::from_millis(cfg.capi.sim_step_ms),
@@ -149,11 +149,11 @@ async fn start_simulator(cfg: &Config) -> Result<SimGuard, ServeError> {
         .await
         .map_err(|e| ServeError::Capi(format!("management cluster: {e}")))?;
     tracing::warn!(url = %sim.url(), "DEVELOPMENT MODE: simulated management cluster (no real CAPI)");
-    Ok(sim)
+    Ok((sim.client(), sim))
 }
 
 #[cfg(not(feature = "dev"))]
-async fn start_simulator(_cfg: &Config) -> Result<SimGuard, ServeError> {
+async fn start_simulator(_cfg: &Config) -> Result<(kube::Client, SimGuard), ServeError> {
     Err(ServeError::Capi(
         "no management cluster: set [capi] kubeconfig or KUBECONFIG (this build has no simulated \
          management cluster; build with the `dev` feature for `serve --dev` without one)"

@@ -94,7 +94,12 @@ fn the_domain_is_pure() {
 fn persistence_knows_no_upper_layer() {
     assert_no_import(
         "db",
-        &["crate::api", "crate::service", "crate::capi", "crate::driver"],
+        &[
+            "crate::api",
+            "crate::service",
+            "crate::capi",
+            "crate::driver",
+        ],
     );
 }
 
@@ -119,5 +124,8 @@ fn every_module_says_what_it_owns() {
         })
         .map(|(path, _)| path.display().to_string())
         .collect();
-    assert!(missing.is_empty(), "modules without a `//!` line: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "modules without a `//!` line: {missing:?}"
+    );
 }
