@@ -185,8 +185,14 @@ pub struct CapiConfig {
     pub octavia_provider: String,
     /// Minutes an update (resize, upgrade, nodegroup change) may take before `UPDATE_FAILED`.
     pub update_timeout_mins: u64,
-    /// Minutes a delete may wait for CAPI before the operation reports `DELETE_FAILED`.
+    /// Minutes a delete may take (CAPI's teardown and the cloud cleanup together, from the
+    /// request) before the operation reports `DELETE_FAILED` with what is left.
     pub delete_timeout_mins: u64,
+    /// On delete, remove the load balancers and volumes the workload's cloud-controller-manager
+    /// and Cinder CSI created in the tenant project (README "Delete cleanup").
+    pub delete_cleanup: bool,
+    /// Seconds between passes of the delete cleanup while something is left.
+    pub cleanup_poll_secs: u64,
     /// CA bundle written as `cacert` into each cluster's cloud-credentials Secret (the CA of the
     /// OpenStack endpoints); unset: `[keystone] cafile`, else none.
     pub cloud_ca_file: Option<std::path::PathBuf>,
@@ -245,6 +251,8 @@ impl Default for CapiConfig {
             octavia_provider: "amphora".into(),
             update_timeout_mins: 60,
             delete_timeout_mins: 30,
+            delete_cleanup: true,
+            cleanup_poll_secs: 5,
             cloud_ca_file: None,
             app_cred_interface: "public".into(),
             crd_dir: None,

@@ -181,6 +181,7 @@ pub fn capi_runtime(
         },
         cloud_ca: read_cloud_ca(cfg)?,
         feed: std::sync::Mutex::new(Some(feed)),
+        orphans_deleted: Default::default(),
     }))
 }
 

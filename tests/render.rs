@@ -982,3 +982,26 @@ fn auto_healing_is_per_group_with_nodegroup_labels_winning() {
     assert_eq!(checked.len(), 1, "{checked:?}");
     assert!(checked[0].contains("-healed-"), "{checked:?}");
 }
+
+#[test]
+fn the_ccm_and_csi_name_their_resources_after_the_capi_cluster_name() {
+    let (t, c) = with_labels(json!({}));
+    let r = rows(t, c, None);
+    let capi = r.cluster.stack_id.clone().unwrap();
+    let objects = render_rows(&r);
+    let values = |name_part: &str| -> String {
+        find(&objects, "HelmChartProxy")
+            .into_iter()
+            .find(|o| o["spec"]["chartName"].as_str().unwrap().contains(name_part))
+            .unwrap()["spec"]["valuesTemplate"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // OCCM `cluster.name` → `--cluster-name`: load balancers kube_service_<capi>_<ns>_<svc>.
+    let ccm: Value = yaml_serde::from_str(&values("cloud-controller-manager")).unwrap();
+    assert_eq!(ccm["cluster"]["name"], capi.as_str());
+    // CSI `clusterID` → `--cluster`: volume metadata cinder.csi.openstack.org/cluster=<capi>.
+    let csi: Value = yaml_serde::from_str(&values("cinder-csi")).unwrap();
+    assert_eq!(csi["clusterID"], capi.as_str());
+}

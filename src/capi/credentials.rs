@@ -109,7 +109,9 @@ impl Capi {
             id,
             expires_at,
             creds,
-        } = self.new_credentials(&owned, Some(session), roles).await?;
+        } = self
+            .new_credentials(pool, &owned, Some(session), roles)
+            .await?;
         let id = id.ok_or_else(|| CapiError::Invalid("no credential was created".into()))?;
         let staged = async {
             let v = values::build(self.inputs(&template, &owned, &ngs, Some(creds), None))?;
@@ -221,7 +223,7 @@ impl Capi {
     }
 
     /// The application credential in the cluster's live cloud-credentials Secret.
-    async fn live_credential(
+    pub(super) async fn live_credential(
         &self,
         ns: &str,
         name: &str,
@@ -407,7 +409,8 @@ impl Capi {
     }
 
     /// The periodic credential work (every 30 s): leftovers deleted, credentials checked,
-    /// expiring ones renewed, abandoned staged ones discarded. Failures are logged.
+    /// expiring ones renewed, abandoned staged ones discarded, orphaned ones (of clusters that
+    /// do not exist) deleted. Failures are logged.
     pub async fn maintenance(&self, pool: &PgPool) {
         if let Err(e) = self.sweep_leftover_credentials(pool).await {
             tracing::warn!(error = %e, "sweeping leftover application credentials failed");
@@ -420,6 +423,9 @@ impl Capi {
         }
         if let Err(e) = self.sweep_staged(pool, STAGED_GRACE).await {
             tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
+        }
+        if let Err(e) = self.sweep_orphan_credentials(pool).await {
+            tracing::warn!(error = %e, "sweeping orphaned application credentials failed");
         }
     }
 

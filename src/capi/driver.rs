@@ -50,6 +50,10 @@ pub enum CapiError {
     Invalid(String),
     #[error("{0}")]
     Waiting(String),
+    /// A wait reached its deadline, or nothing can act for the cluster: retrying the same way
+    /// cannot help (the operation fails with this reason; a new request starts over).
+    #[error("{0}")]
+    Stuck(String),
 }
 
 impl CapiError {
@@ -123,6 +127,8 @@ pub struct Capi {
     pub cloud_ca: Option<String>,
     /// The observer's change feed, taken once by the status writer.
     pub feed: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
+    /// Application credentials of clusters that did not exist, deleted by the janitor.
+    pub orphans_deleted: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Capi {
@@ -203,6 +209,7 @@ impl Capi {
     /// (`session`) for `cluster.user_id`, or, in `--dev` without Keystone, clearly fake ones.
     pub(super) async fn new_credentials(
         &self,
+        pool: &PgPool,
         cluster: &ClusterRow,
         session: Option<&UserSession>,
         roles: &[String],
@@ -221,6 +228,9 @@ impl Capi {
                     chrono::Utc::now()
                         + chrono::Duration::days(i64::from(self.config.app_cred_expiry_days))
                 });
+                // Recorded first: a crash after Keystone created it leaves a trace the
+                // credentials janitor follows (`cleanup::sweep_orphan_credentials`).
+                crate::db::janitor::record_intent(pool, cluster.uuid, &cluster.user_id).await?;
                 let cred =
                     appcred::create(s, &cluster.user_id, roles, cluster.uuid, &name, expires_at)
                         .await?;
@@ -256,6 +266,7 @@ impl Capi {
     /// on the management cluster. On failure nothing is left behind.
     pub async fn provision(&self, req: ProvisionRequest<'_>) -> Result<Provisioned, CapiError> {
         let ProvisionRequest {
+            pool,
             template,
             cluster,
             nodegroups,
@@ -266,7 +277,7 @@ impl Capi {
             id,
             expires_at,
             creds,
-        } = self.new_credentials(cluster, session, roles).await?;
+        } = self.new_credentials(pool, cluster, session, roles).await?;
         let mut p = Provisioned {
             app_cred_id: id,
             app_cred_expires_at: expires_at,
@@ -366,7 +377,7 @@ impl Capi {
                         .into(),
                 ));
             }
-            Some(self.new_credentials(cluster, None, &[]).await?.creds)
+            Some(self.new_credentials(pool, cluster, None, &[]).await?.creds)
         } else {
             None
         };
@@ -466,38 +477,87 @@ impl Capi {
         Ok(())
     }
 
-    async fn delete_cluster(&self, pool: &PgPool, c: &ClusterRow) -> Result<(), CapiError> {
+    /// Deletes the `Cluster` (CAPI cascades), removes what the workload created in the tenant
+    /// project once its machines are gone (`cleanup`), then our own objects, the credential and
+    /// the rows. Every wait is bounded by `delete_timeout_mins` from the operation's start (a
+    /// retry or a restart keeps the deadline); past it the delete fails naming what is left.
+    async fn delete_cluster(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        op: &OperationRow,
+    ) -> Result<(), CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         self.mgmt
             .delete(&ObjectRef::new(kinds::CLUSTER, &ns, &name))
             .await?;
-        // Wait (watch-driven) for CAPI to tear everything down, reporting what blocks.
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_secs(self.config.delete_timeout_mins.max(1) * 60);
+        let timeout = chrono::Duration::minutes(
+            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
+        );
+        let deadline = op.created_at + timeout;
+        let poll = Duration::from_secs(self.config.cleanup_poll_secs.max(1));
+        let mut cleaned = !self.config.delete_cleanup;
+        let mut cloud_left: Option<String> = None;
+        let mut reported = String::new();
         loop {
-            let slice = Duration::from_secs(10)
-                .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-            if self
-                .observer
-                .wait_for(c.uuid, slice, |o| o.is_empty())
-                .await
-            {
+            let observed = self.observer.observed(c.uuid);
+            // Never before the machines are gone: a live cloud-controller-manager would
+            // recreate what we delete.
+            if !cleaned && self.observer.synced() && observed.machines.is_empty() {
+                let left = self.cleanup_cloud(c).await?;
+                cleaned = left.is_done();
+                cloud_left = (!cleaned).then(|| left.describe());
+            }
+            let capi_gone = self.observer.synced() && observed.is_empty();
+            if capi_gone && cleaned {
                 break;
             }
-            let what = blocking(&self.observer.observed(c.uuid));
-            status::write_now(
-                pool,
-                c.uuid,
-                Transition::Progress {
-                    status: Status::DeleteInProgress,
-                    reason: &what,
-                },
-            )
-            .await?;
-            if tokio::time::Instant::now() >= deadline {
-                return Err(CapiError::Waiting(format!(
-                    "Timed out deleting the cluster: {what}"
+            let what = [
+                cloud_left.clone(),
+                (!capi_gone).then(|| blocking(&observed)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("; ");
+            if what != reported {
+                status::write_now(
+                    pool,
+                    c.uuid,
+                    Transition::Progress {
+                        status: Status::DeleteInProgress,
+                        reason: &what,
+                    },
+                )
+                .await?;
+                reported.clone_from(&what);
+            }
+            let now = chrono::Utc::now();
+            if now >= deadline {
+                return Err(CapiError::Stuck(format!(
+                    "Timed out deleting the cluster after {} minutes: {what}. Deleting it again \
+                     resumes from here.",
+                    timeout.num_minutes()
                 )));
+            }
+            let left = (deadline - now).to_std().unwrap_or_default();
+            if capi_gone {
+                // Only the cloud cleanup is left: poll it.
+                tokio::time::sleep(poll.min(left)).await;
+            } else {
+                // Watch-driven: wake when CAPI is done, or when the machines are gone and the
+                // cleanup may start (and every `poll` while the cleanup is under way).
+                let slice = if cleaned {
+                    Duration::from_secs(10)
+                } else {
+                    poll
+                };
+                let pending = !cleaned;
+                self.observer
+                    .wait_for(c.uuid, slice.min(left), |o| {
+                        o.is_empty() || (pending && o.machines.is_empty())
+                    })
+                    .await;
             }
         }
         // Then what CAPI does not own: our Secrets, machine templates, addons.
@@ -634,7 +694,7 @@ impl Capi {
                     self.delete_nodegroup(pool, &c, ng, op.id).await?;
                 }
             }
-            K::Delete => self.delete_cluster(pool, &c).await?,
+            K::Delete => self.delete_cluster(pool, &c, op).await?,
             K::RotateCredential => self.commit_rotation(pool, &c, op).await?,
             K::RotateCa => self.rotate_ca(pool, &c, op).await?,
         }

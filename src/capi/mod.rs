@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod ca;
+pub mod cleanup;
 pub mod credentials;
 pub mod driver;
 pub mod pki;

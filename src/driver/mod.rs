@@ -55,6 +55,7 @@ pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BackendErr
 
 /// What a create provisions before the cluster is recorded.
 pub struct ProvisionRequest<'a> {
+    pub pool: &'a PgPool,
     pub template: &'a TemplateRow,
     pub cluster: &'a ClusterRow,
     pub nodegroups: &'a [NodegroupRow],

@@ -13,6 +13,7 @@ use openstack_sdk::api::identity::v3::auth::token::get as token_get;
 use openstack_sdk::api::identity::v3::project::get as project_get;
 use openstack_sdk::api::identity::v3::role_assignment::list as assignments_list;
 use openstack_sdk::api::identity::v3::user::application_credential::get as ac_get;
+use openstack_sdk::api::identity::v3::user::application_credential::list as ac_list;
 use openstack_sdk::api::identity::v3::user::get as user_get;
 use openstack_sdk::config::{Auth, CloudConfig};
 use secrecy::SecretString;
@@ -315,6 +316,31 @@ impl Keystone {
     ) -> Result<(), OpenStackError> {
         let session = self.service().await?;
         super::appcred::delete(session, self.timeout, user_id, id).await
+    }
+
+    /// `(id, name)` of every application credential of `user_id`, read with the service's
+    /// credentials (the credentials janitor looks for those of clusters that do not exist).
+    pub async fn app_credentials_of(
+        &self,
+        user_id: &str,
+    ) -> Result<Vec<(String, String)>, OpenStackError> {
+        let session = self.service().await?;
+        let ep = ac_list::Request::builder()
+            .user_id(user_id)
+            .build()
+            .map_err(|e| builder_error(SERVICE, e))?;
+        let found: Option<Vec<serde_json::Value>> =
+            query_found(session, SERVICE, self.timeout, ep).await?;
+        Ok(found
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| {
+                Some((
+                    c.get("id")?.as_str()?.to_string(),
+                    c.get("name")?.as_str()?.to_string(),
+                ))
+            })
+            .collect())
     }
 
     /// Whether application credential `id` with `secret` authenticates: `Ok(None)` when it

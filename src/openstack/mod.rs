@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod keystone;
 pub mod lookups;
 pub mod session;
+pub mod workload;
 
 pub use catalog::Catalog;
 pub use keystone::{Identity, Keystone};

@@ -100,6 +100,45 @@ impl UserSession {
     pub fn region(&self) -> Option<&str> {
         self.region.as_deref()
     }
+
+    /// The first catalog URL of any of `service_types` (aliases, e.g. Cinder's `block-storage`,
+    /// `volumev3`) at this session's interface and region.
+    pub fn catalog_url(&self, service_types: &[&str]) -> Option<&str> {
+        service_types
+            .iter()
+            .find_map(|t| self.catalog.url(t, &self.interface, self.region.as_deref()))
+    }
+
+    /// One JSON request as the session's user: `method` on `url`, answered with the status and
+    /// the body (`Null` when empty or not JSON). Used for the few Octavia and Cinder calls the
+    /// delete cleanup makes: the SDK's `load_balancer`/`block_storage` features would add their
+    /// whole generated API to the build for four endpoints, and cascade deletes and Cinder's
+    /// metadata filter are plain query strings anyway.
+    pub async fn send_json(
+        &self,
+        service: &str,
+        method: reqwest::Method,
+        url: &str,
+    ) -> Result<(u16, serde_json::Value), super::OpenStackError> {
+        let unavailable =
+            |e: reqwest::Error| super::OpenStackError::unavailable(service, e.without_url());
+        let mut token = HeaderValue::from_str(self.token.expose_secret())
+            .map_err(|e| super::OpenStackError::unavailable(service, e))?;
+        token.set_sensitive(true);
+        let resp = self
+            .http
+            .request(method, url)
+            .header("x-auth-token", token)
+            .header("accept", "application/json")
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(unavailable)?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        Ok((status, body))
+    }
 }
 
 impl RestClient for UserSession {

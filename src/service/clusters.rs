@@ -245,6 +245,7 @@ pub async fn create(
         None => Some(
             app.backend
                 .provision(ProvisionRequest {
+                    pool: &app.pool,
                     template: &ct,
                     cluster: &row,
                     nodegroups: &[master.clone(), worker.clone()],

@@ -17,6 +17,8 @@
 //!   hidden only from requests whose user is known and different: `?user_id=` (2.10+, as a Nova
 //!   admin would) or the user given to [`FakeCloud::set_token_user`] for the request's token.
 //!   Keypairs without an owner (the seeded ones) are everybody's.
+//! * Octavia (`/load-balancer`), Cinder (`/volume/v3/{project}`), Neutron floating IPs and Nova
+//!   servers as a workload cluster leaves them behind: see `fakecloud_workload`.
 //! * Simplified: no policy (listings are those of an admin of [`PROJECT_ID`]); default sort orders
 //!   only; Neutron ignores filters on unknown attributes (the real one answers 400); no `*_links`
 //!   from Nova; Glance treats any unknown query key as a property filter, as the real one does.
@@ -32,6 +34,9 @@ use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
+
+#[path = "fakecloud_workload.rs"]
+pub mod workload;
 
 /// Project owning every seeded resource.
 pub const PROJECT_ID: &str = "6f3c1d2e4a5b4c7d8e9f0a1b2c3d4e5f";
@@ -167,6 +172,7 @@ struct Inner {
     items: HashMap<&'static str, Vec<Value>>,
     token_users: HashMap<String, String>,
     seen: Vec<Seen>,
+    workload: workload::Workload,
     down: bool,
     delay: Duration,
     counter: u64,
@@ -220,13 +226,29 @@ impl FakeCloud {
     }
 
     /// Glance, unversioned (clients append `/v2`).
-    /// `(service type, name, URL)` of each fake service, for registering in a catalog.
-    pub fn catalog(&self) -> [(&'static str, &'static str, String); 3] {
+    /// `(service type, name, URL)` of each fake service, for registering in a catalog. Cinder's
+    /// URL carries Keystone's `$(project_id)s` template, as devstack registers it.
+    pub fn catalog(&self) -> [(&'static str, &'static str, String); 5] {
         [
             ("image", "glance", self.image_url()),
             ("compute", "nova", self.compute_url()),
             ("network", "neutron", self.network_url()),
+            (
+                "load-balancer",
+                "octavia",
+                format!("{}/load-balancer", self.base),
+            ),
+            (
+                "block-storage",
+                "cinder",
+                format!("{}/volume/v3/$(project_id)s", self.base),
+            ),
         ]
+    }
+
+    /// Reads or changes the load balancers, volumes, floating IPs and servers.
+    pub fn workload<T>(&self, f: impl FnOnce(&mut workload::Workload) -> T) -> T {
+        f(&mut self.lock().workload)
     }
 
     pub fn image_url(&self) -> String {
@@ -429,7 +451,19 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
             query: parts.uri.query().map(str::to_string),
             token: r.token.clone(),
         });
-        (dispatch(&st, &r, &segs), st.delay)
+        let resp = if st.down {
+            None
+        } else if r.token.is_some() {
+            st.workload
+                .dispatch(&r.method, &segs, &r.query)
+                .map(|(status, body)| match body {
+                    Value::Null => text(status, "application/json", String::new()),
+                    body => json_resp(status, &body),
+                })
+        } else {
+            None
+        };
+        (resp.unwrap_or_else(|| dispatch(&st, &r, &segs)), st.delay)
     };
     if let Ok(v) = HeaderValue::from_str(&format!("req-{}", uuid::Uuid::new_v4())) {
         resp.headers_mut().insert("x-openstack-request-id", v);

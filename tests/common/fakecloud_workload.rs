@@ -1,0 +1,269 @@
+//! The part of the fake cloud a workload cluster's controllers leave behind, in the services'
+//! real wire formats: Octavia v2 load balancers (`/load-balancer/v2/lbaas/loadbalancers`: list,
+//! show, delete with `?cascade=true`; 409 without cascade while listeners or pools exist, 409
+//! while `PENDING_*`), Cinder v3 volumes (`/volume/v3/{project}/volumes/detail?metadata=…`,
+//! show, delete; 400 while attached), Neutron floating IPs (`/networking/v2.0/floatingips`
+//! list by `port_id`, delete) and Nova servers (`/compute/v2.1/servers/{id}`).
+//!
+//! Deletes are asynchronous as in the real services: a deleted load balancer is
+//! `PENDING_DELETE` and a deleted volume `deleting` until the next listing, then gone.
+//! Each service can be taken down on its own (503 in its format).
+
+use std::collections::HashSet;
+
+use axum::http::Method;
+use serde_json::{Value, json};
+
+/// Octavia's, Cinder's, Neutron's floating IPs and Nova's servers.
+#[derive(Default)]
+pub struct Workload {
+    pub load_balancers: Vec<Value>,
+    pub volumes: Vec<Value>,
+    pub floating_ips: Vec<Value>,
+    pub servers: Vec<Value>,
+    /// Services answering 503: `load-balancer`, `volume`.
+    pub down: HashSet<String>,
+}
+
+/// An answer: status and JSON body (`Null`: no body).
+pub type Answer = (u16, Value);
+
+fn octavia_fault(status: u16, msg: &str) -> Answer {
+    let code = if status < 500 { "Client" } else { "Server" };
+    (
+        status,
+        json!({"faultcode": code, "faultstring": msg, "debuginfo": null}),
+    )
+}
+
+fn cinder_fault(status: u16, msg: &str) -> Answer {
+    let name = match status {
+        400 => "badRequest",
+        404 => "itemNotFound",
+        _ => "computeFault",
+    };
+    (status, json!({name: {"code": status, "message": msg}}))
+}
+
+fn neutron_fault(status: u16, kind: &str, msg: &str) -> Answer {
+    (
+        status,
+        json!({"NeutronError": {"type": kind, "message": msg, "detail": ""}}),
+    )
+}
+
+/// Cinder's `metadata` filter: a Python dict literal (`{'k': 'v'}`) or JSON.
+fn metadata_filter(raw: &str) -> Option<serde_json::Map<String, Value>> {
+    serde_json::from_str::<Value>(raw)
+        .or_else(|_| serde_json::from_str::<Value>(&raw.replace('\'', "\"")))
+        .ok()?
+        .as_object()
+        .cloned()
+}
+
+impl Workload {
+    /// Settles asynchronous deletes: what was deleted is gone by the next listing.
+    fn settle(&mut self) {
+        self.load_balancers
+            .retain(|lb| lb["provisioning_status"] != "PENDING_DELETE");
+        self.volumes.retain(|v| v["status"] != "deleting");
+    }
+
+    /// Answers a request for one of these resources; `None` when the path is not one of them.
+    pub fn dispatch(
+        &mut self,
+        method: &Method,
+        segs: &[&str],
+        query: &[(String, String)],
+    ) -> Option<Answer> {
+        let param = |k: &str| query.iter().find(|(q, _)| q == k).map(|(_, v)| v.as_str());
+        match segs {
+            ["load-balancer", "v2", "lbaas", "loadbalancers", rest @ ..] => {
+                if self.down.contains("load-balancer") {
+                    return Some(octavia_fault(503, "Service Unavailable"));
+                }
+                Some(self.octavia(method, rest, param("cascade") == Some("true")))
+            }
+            ["volume", "v3", _project, "volumes", rest @ ..] => {
+                if self.down.contains("volume") {
+                    return Some(cinder_fault(503, "Service Unavailable"));
+                }
+                Some(self.cinder(method, rest, param("metadata")))
+            }
+            ["networking", "v2.0", "floatingips", rest @ ..] => {
+                Some(self.floating_ips(method, rest, param("port_id")))
+            }
+            ["compute", "v2.1", "servers", id] if *method == Method::GET => {
+                Some(match self.servers.iter().find(|s| s["id"] == *id) {
+                    Some(s) => (200, json!({ "server": s })),
+                    None => cinder_fault(404, &format!("Instance {id} could not be found.")),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn octavia(&mut self, method: &Method, rest: &[&str], cascade: bool) -> Answer {
+        match (method.clone(), rest) {
+            (Method::GET, []) => {
+                self.settle();
+                (
+                    200,
+                    json!({"loadbalancers": self.load_balancers, "loadbalancers_links": []}),
+                )
+            }
+            (Method::GET, [id]) => match self.load_balancers.iter().find(|l| l["id"] == *id) {
+                Some(lb) => (200, json!({ "loadbalancer": lb })),
+                None => octavia_fault(404, &format!("Load Balancer {id} could not be found.")),
+            },
+            (Method::DELETE, [id]) => {
+                let Some(lb) = self.load_balancers.iter_mut().find(|l| l["id"] == *id) else {
+                    return octavia_fault(404, &format!("Load Balancer {id} could not be found."));
+                };
+                if lb["provisioning_status"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("PENDING_"))
+                {
+                    return octavia_fault(
+                        409,
+                        &format!("Load Balancer {id} is immutable and cannot be updated."),
+                    );
+                }
+                let children = lb["listeners"].as_array().is_some_and(|l| !l.is_empty())
+                    || lb["pools"].as_array().is_some_and(|p| !p.is_empty());
+                if children && !cascade {
+                    return octavia_fault(
+                        409,
+                        &format!("Cannot delete Load Balancer {id} - it has children"),
+                    );
+                }
+                lb["provisioning_status"] = json!("PENDING_DELETE");
+                (204, Value::Null)
+            }
+            _ => octavia_fault(405, "Method not allowed"),
+        }
+    }
+
+    fn cinder(&mut self, method: &Method, rest: &[&str], metadata: Option<&str>) -> Answer {
+        match (method.clone(), rest) {
+            (Method::GET, ["detail"]) => {
+                self.settle();
+                let wanted = match metadata.map(metadata_filter) {
+                    Some(None) => return cinder_fault(400, "Invalid filter: metadata"),
+                    Some(Some(m)) => m,
+                    None => serde_json::Map::new(),
+                };
+                let hits: Vec<&Value> = self
+                    .volumes
+                    .iter()
+                    .filter(|v| {
+                        wanted
+                            .iter()
+                            .all(|(k, want)| v["metadata"].get(k) == Some(want))
+                    })
+                    .collect();
+                (200, json!({ "volumes": hits }))
+            }
+            (Method::GET, [id]) => match self.volumes.iter().find(|v| v["id"] == *id) {
+                Some(v) => (200, json!({ "volume": v })),
+                None => cinder_fault(404, &format!("Volume {id} could not be found.")),
+            },
+            (Method::DELETE, [id]) => {
+                let Some(v) = self.volumes.iter_mut().find(|v| v["id"] == *id) else {
+                    return cinder_fault(404, &format!("Volume {id} could not be found."));
+                };
+                let attached = v["attachments"].as_array().is_some_and(|a| !a.is_empty());
+                if attached || !matches!(v["status"].as_str(), Some("available" | "error")) {
+                    return cinder_fault(
+                        400,
+                        "Invalid volume: Volume status must be available or error or \
+                         error_restoring or error_extending or error_managing and must not be \
+                         migrating, attached, belong to a group, have snapshots, awaiting a \
+                         transfer, or be disassociated from snapshots after volume transfer.",
+                    );
+                }
+                v["status"] = json!("deleting");
+                (202, Value::Null)
+            }
+            _ => cinder_fault(404, "The resource could not be found."),
+        }
+    }
+
+    fn floating_ips(&mut self, method: &Method, rest: &[&str], port: Option<&str>) -> Answer {
+        match (method.clone(), rest) {
+            (Method::GET, []) => {
+                let hits: Vec<&Value> = self
+                    .floating_ips
+                    .iter()
+                    .filter(|f| port.is_none_or(|p| f["port_id"] == p))
+                    .collect();
+                (200, json!({ "floatingips": hits }))
+            }
+            (Method::DELETE, [id]) => {
+                let before = self.floating_ips.len();
+                self.floating_ips.retain(|f| f["id"] != *id);
+                if self.floating_ips.len() == before {
+                    neutron_fault(
+                        404,
+                        "FloatingIPNotFound",
+                        &format!("Floating IP {id} could not be found"),
+                    )
+                } else {
+                    (204, Value::Null)
+                }
+            }
+            _ => neutron_fault(405, "HTTPMethodNotAllowed", "Method not allowed"),
+        }
+    }
+}
+
+/// A load balancer as Octavia shows it, named `name`, with one listener and pool (so only a
+/// cascade delete removes it) and its VIP on port `vip_port_id`.
+pub fn load_balancer(id: &str, name: &str, vip_port_id: &str, project: &str) -> Value {
+    json!({
+        "id": id, "name": name, "description": "Kubernetes external service",
+        "provisioning_status": "ACTIVE", "operating_status": "ONLINE", "admin_state_up": true,
+        "project_id": project, "tenant_id": project,
+        "created_at": "2026-11-01T10:00:00", "updated_at": "2026-11-01T10:01:00",
+        "vip_address": "10.0.0.50", "vip_port_id": vip_port_id,
+        "vip_subnet_id": "33333333-0000-4000-8000-000000000002",
+        "vip_network_id": "22222222-0000-4000-8000-000000000002", "vip_qos_policy_id": null,
+        "listeners": [{"id": format!("{id}-listener")}], "pools": [{"id": format!("{id}-pool")}],
+        "provider": "amphora", "flavor_id": null, "availability_zone": null, "tags": [],
+        "additional_vips": [], "vip_vnic_type": "normal"
+    })
+}
+
+/// A volume as Cinder shows it, with `metadata`, attached to `server` when given.
+pub fn volume(id: &str, metadata: Value, server: Option<&str>, project: &str) -> Value {
+    let attachments: Vec<Value> = server
+        .map(|s| {
+            json!({"id": format!("{id}-att"), "attachment_id": format!("{id}-att"),
+                   "volume_id": id, "server_id": s, "host_name": null, "device": "/dev/vdb",
+                   "attached_at": "2026-11-01T10:05:00.000000"})
+        })
+        .into_iter()
+        .collect();
+    json!({
+        "id": id, "name": format!("pvc-{id}"), "status": if server.is_some() { "in-use" } else { "available" },
+        "size": 1, "availability_zone": "nova", "created_at": "2026-11-01T10:04:00.000000",
+        "updated_at": null, "attachments": attachments, "metadata": metadata,
+        "volume_type": "lvmdriver-1", "bootable": "false", "encrypted": false,
+        "multiattach": false, "os-vol-tenant-attr:tenant_id": project, "user_id": "csi",
+        "description": "Created by OpenStack Cinder CSI driver", "snapshot_id": null,
+        "source_volid": null, "consistencygroup_id": null, "replication_status": null,
+        "links": []
+    })
+}
+
+/// A floating IP on `port`.
+pub fn floating_ip(id: &str, port: &str, project: &str) -> Value {
+    json!({
+        "id": id, "floating_ip_address": "172.24.4.50", "floating_network_id":
+        "22222222-0000-4000-8000-000000000001", "router_id": null, "port_id": port,
+        "fixed_ip_address": "10.0.0.50", "status": "ACTIVE", "project_id": project,
+        "tenant_id": project, "description": "", "tags": [], "port_details": null,
+        "revision_number": 1, "created_at": "2026-11-01T10:01:00Z",
+        "updated_at": "2026-11-01T10:01:00Z"
+    })
+}
