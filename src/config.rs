@@ -32,6 +32,25 @@ pub struct Config {
     pub keystone: KeystoneConfig,
     pub openstack: OpenStackConfig,
     pub capi: CapiConfig,
+    pub log: LogConfig,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    #[default]
+    Text,
+    /// One JSON object per line, with the span fields (request id, operation, cluster) on each.
+    Json,
+}
+
+/// `[log]`: the log format (the level comes from `RUST_LOG`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
 }
 
 /// `[keystone]`: how tokens are validated (what keystonemiddleware's `[keystone_authtoken]` is for
@@ -291,6 +310,11 @@ pub struct HttpConfig {
     pub bind: SocketAddr,
     /// Seconds a request may take before it is answered 503; `0` disables the limit.
     pub request_timeout_secs: u64,
+    /// A second listener serving only `/metrics`, unauthenticated (for Prometheus on an
+    /// internal network). Unset: `/metrics` is served on the API port only.
+    pub metrics_bind: Option<SocketAddr>,
+    /// `/metrics` on the API port without a token; otherwise it needs an admin's token.
+    pub metrics_public: bool,
 }
 
 impl Default for HttpConfig {
@@ -298,6 +322,8 @@ impl Default for HttpConfig {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 9511)),
             request_timeout_secs: 60,
+            metrics_bind: None,
+            metrics_public: false,
         }
     }
 }

@@ -16,4 +16,5 @@ pub mod server;
 pub mod service;
 #[cfg(feature = "dev")]
 pub mod simkube;
+pub mod telemetry;
 pub mod worker;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use magnum_capi::app::AuthMode;
-use magnum_capi::config::Config;
+use magnum_capi::config::{Config, LogFormat};
 use magnum_capi::openstack::Keystone;
 use magnum_capi::{api, db, server};
 
@@ -39,6 +39,12 @@ enum Command {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Check the configuration and every dependency (PostgreSQL and its migrations, Keystone,
+    /// the management cluster and its CRDs) and print a report; exits non-zero on a failure.
+    Check {
+        #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Print the OpenAPI document (YAML).
     Openapi,
     /// Print the CAPI/CAPO manifests of a hypothetical cluster (multi-document YAML), with
@@ -64,22 +70,105 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     // One TLS provider for the whole process, before any client is built.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                "info,sqlx=warn,openstack_sdk=warn,openstack_sdk_core=warn".into()
-            }),
-        )
-        .init();
     let cli = Cli::parse();
+    init_logging(&cli);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(run(cli))
 }
 
+/// Logs as `[log] format` says (text unless the command's configuration asks for JSON; a
+/// configuration that does not load is reported by the command itself).
+fn init_logging(cli: &Cli) {
+    let config = match &cli.command {
+        Command::Serve { config, .. } | Command::Migrate { config } | Command::Check { config } => {
+            Some(config.as_deref())
+        }
+        _ => None,
+    };
+    let format = config
+        .and_then(|c| Config::load(c).ok())
+        .map(|c| c.log.format)
+        .unwrap_or_default();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,sqlx=warn,openstack_sdk=warn,openstack_sdk_core=warn".into());
+    match format {
+        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
+        LogFormat::Json => {
+            let subscriber = magnum_capi::telemetry::json_subscriber(filter, std::io::stderr);
+            if tracing::subscriber::set_global_default(subscriber).is_err() {
+                eprintln!("a log subscriber was already installed");
+            }
+        }
+    }
+}
+
+/// `check`: every readiness check, from the command line; `Ok(false)` when one failed.
+async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
+    let cfg = Config::load(config)?;
+    println!(
+        "magnum-capi check (configuration: {})",
+        config.map_or_else(|| "defaults".to_string(), |p| p.display().to_string())
+    );
+    let line = |ok: bool, name: &str, detail: &str| {
+        println!(
+            "  {:<7} {name:<19} {detail}",
+            if ok { "ok" } else { "FAILED" }
+        );
+    };
+    let mut failed = false;
+    if let Err(e) = server::load_policy(&cfg)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| cfg.validate_for_serve(false).map_err(anyhow::Error::from))
+    {
+        line(false, "configuration", &e.to_string());
+        failed = true;
+    } else {
+        line(true, "configuration", "valid for `serve`");
+    }
+    let Some(url) = cfg.database.url.clone() else {
+        line(false, "postgresql", "[database] url is not set");
+        return Ok(false);
+    };
+    let auth = if cfg.keystone.active() {
+        AuthMode::Keystone(Arc::new(Keystone::new(&cfg.keystone, &cfg.openstack)?))
+    } else {
+        AuthMode::DevHeaders
+    };
+    let setup = match server::build_capi(&cfg, &auth, false).await {
+        Ok(s) => s,
+        Err(e) => {
+            line(false, "management_cluster", &e.to_string());
+            failed = true;
+            None
+        }
+    };
+    let capi = setup.map(|s| s.capi);
+    let backend = server::backend_for(&cfg, capi.as_ref());
+    let pool = db::connect_lazy(&url, &cfg.database)?;
+    let app = magnum_capi::app::App::with_backend(pool, cfg, auth, backend);
+    let r = magnum_capi::service::operating::readiness(&app).await;
+    for c in &r.checks {
+        line(c.ok, &c.name, &c.detail);
+    }
+    if failed || !r.ok() {
+        println!("check failed");
+        return Ok(false);
+    }
+    println!("all checks passed");
+    Ok(true)
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Check { config } => {
+            if check(config.as_deref()).await? {
+                Ok(())
+            } else {
+                std::process::exit(1)
+            }
+        }
         Command::Render {
             template,
             cluster,

@@ -260,6 +260,7 @@ pub async fn serve(
     listener: TcpListener,
 ) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    crate::telemetry::handle();
     let host = state.config.service_host();
     let mut background = Vec::new();
     background.push(tokio::spawn(crate::worker::heartbeat(
@@ -283,6 +284,22 @@ pub async fn serve(
             worker_id,
             stop_rx.clone(),
         )));
+    }
+    if let Some(addr) = state.config.http.metrics_bind {
+        let metrics = TcpListener::bind(addr)
+            .await
+            .map_err(|e| ServeError::Bind(addr, e))?;
+        let app = crate::api::metrics_service(state.clone());
+        let mut stop = stop_rx.clone();
+        tracing::info!(%addr, "metrics listening");
+        background.push(tokio::spawn(async move {
+            let served = axum::serve(metrics, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|v| *v).await;
+            });
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        }));
     }
     let svc = crate::api::service(state.clone());
     tracing::info!(addr = %listener.local_addr()?, "magnum-capi listening");

@@ -54,7 +54,8 @@ async fn worker_loop(
         match odb::claim(&app.pool, &id, cfg.lease_secs).await {
             Ok(Some(op)) => {
                 let span = tracing::info_span!("operation", id = op.id, kind = %op.kind,
-                    cluster = %op.cluster_uuid, attempt = op.attempts);
+                    cluster = %op.cluster_uuid, attempt = op.attempts,
+                    request_id = op.request_id.as_deref().unwrap_or(""));
                 execute(&app, driver.as_ref(), &id, op, &mut shutdown)
                     .instrument(span)
                     .await;
@@ -101,6 +102,7 @@ async fn execute(
 ) {
     let cfg = &app.config.operations;
     tracing::info!(driver = driver.name(), "executing");
+    crate::telemetry::operation_attempt(&op.kind);
     // Keep the lease alive while the driver works.
     let renew_every = Duration::from_secs(u64::try_from(cfg.lease_secs / 3).unwrap_or(1).max(1));
     let run = {
@@ -122,6 +124,14 @@ async fn execute(
             }
         }
     };
+    let counted = match &run {
+        Run::Finished(Ok(())) => "done",
+        Run::Finished(Err(DriverError::Transient(_))) if op.attempts < cfg.max_attempts => "retry",
+        Run::Finished(Err(_)) => "failed",
+        Run::LeaseLost => "lease_lost",
+        Run::Interrupted => "interrupted",
+    };
+    crate::telemetry::operation_outcome(&op.kind, counted);
     let outcome = match run {
         Run::Finished(Ok(())) => odb::finish(&app.pool, op.id, worker).await.map(|held| {
             driver.finished(&op);

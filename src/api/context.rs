@@ -91,6 +91,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Cloud {
     }
 }
 
+/// The caller when the request was authenticated (routes outside the authenticated set).
+impl<S: Send + Sync> axum::extract::OptionalFromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Caller>().cloned())
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {

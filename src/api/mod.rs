@@ -11,6 +11,7 @@ pub mod microversion;
 pub mod misc;
 pub mod nodegroups;
 pub mod openapi;
+pub mod operating;
 pub mod pagination;
 pub mod versions;
 
@@ -28,6 +29,13 @@ use tower::Layer;
 use crate::app::AppState;
 use error::{ApiError, NoVersionHeaders};
 use microversion::{Mv, VersionError};
+
+/// The listener of `[http] metrics_bind`: `/metrics` only, unauthenticated.
+pub fn metrics_service(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(operating::metrics_open))
+        .with_state(state)
+}
 
 /// The `{"uuid": ...}` body of asynchronous cluster operations.
 pub fn uuid_body(uuid: uuid::Uuid) -> serde_json::Value {
@@ -50,7 +58,15 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestId {
 }
 
 /// Paths served as they are; everything else not under `/v1` is a bookmark link (`/clusters/x`).
-const UNVERSIONED: [&str; 4] = ["/", "/healthcheck", "/openapi.json", "/openapi.yaml"];
+const UNVERSIONED: [&str; 7] = [
+    "/",
+    "/healthcheck",
+    "/openapi.json",
+    "/openapi.yaml",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+];
 
 /// Rewrites Magnum's path aliases: trailing slashes are ignored and a missing `/v1` is implied.
 fn normalize(uri: &Uri) -> Option<Uri> {
@@ -77,8 +93,16 @@ fn normalize(uri: &Uri) -> Option<Uri> {
     pq.parse().ok()
 }
 
-async fn front(mut req: Request, next: Next) -> Response {
+async fn front(req: Request, next: Next) -> Response {
+    use tracing::Instrument;
     let request_id = format!("req-{}", uuid::Uuid::new_v4());
+    // Every log line of the request carries its id (and, in JSON logs, method and path).
+    let span = tracing::info_span!("request", request_id = %request_id,
+        method = %req.method(), path = %req.uri().path());
+    front_in_span(req, next, request_id).instrument(span).await
+}
+
+async fn front_in_span(mut req: Request, next: Next, request_id: String) -> Response {
     req.extensions_mut().insert(RequestId(request_id.clone()));
     if let Some(uri) = normalize(req.uri()) {
         *req.uri_mut() = uri;
@@ -205,13 +229,26 @@ pub fn service(
 + Send
 + 'static {
     let timeout = state.config.http.request_timeout_secs;
+    let metrics = Router::new().route("/metrics", get(operating::metrics));
+    let metrics = if state.config.http.metrics_public {
+        metrics
+    } else {
+        metrics.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            context::authenticate,
+        ))
+    };
     let mut router = Router::new()
         .route("/", get(versions::root))
         .route("/v1", get(versions::v1))
         .route("/healthcheck", get(versions::healthcheck))
+        .route("/healthz", get(operating::healthz))
+        .route("/readyz", get(operating::readyz))
         .route("/openapi.json", get(openapi::json))
         .route("/openapi.yaml", get(openapi::yaml))
+        .merge(metrics)
         .merge(v1_routes(state.clone()))
+        .layer(middleware::from_fn(operating::count))
         .fallback(not_found)
         .with_state(state)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {

@@ -216,6 +216,7 @@ impl Capi {
         }
         tx.commit().await.map_err(crate::db::DbError::from)?;
         self.orphans_deleted.fetch_add(deleted, Ordering::Relaxed);
+        crate::telemetry::app_credential("orphan_deleted", deleted as u64);
         Ok(deleted)
     }
 }

@@ -260,6 +260,7 @@ impl Capi {
             Err(e) => {
                 tracing::warn!(%cluster, app_cred = %id, error = %e, "application credential not deleted yet; will retry");
                 cdb::add_leftover_cred(pool, id, user_id, cluster, &e.to_string()).await?;
+                crate::telemetry::app_credential("leftover", 1);
                 Ok(())
             }
         }
@@ -380,6 +381,7 @@ impl Capi {
             )
             .await?;
         }
+        crate::telemetry::app_credential("rotated", 1);
         self.observer.touch(c.uuid);
         Ok(())
     }

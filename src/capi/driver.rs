@@ -235,6 +235,7 @@ impl Capi {
                     appcred::create(s, &cluster.user_id, roles, cluster.uuid, &name, expires_at)
                         .await?;
                 tracing::info!(cluster = %cluster.uuid, app_cred = %cred.id, user = %cluster.user_id, "application credential created");
+                crate::telemetry::app_credential("created", 1);
                 Ok(NewCredential {
                     id: Some(cred.id.clone()),
                     expires_at,
@@ -578,6 +579,7 @@ impl Capi {
                 Err(e) => {
                     tracing::warn!(cluster = %c.uuid, app_cred = %id, error = %e, "application credential not deleted yet; will retry");
                     cdb::add_leftover_cred(pool, &id, &c.user_id, c.uuid, &e.to_string()).await?;
+                    crate::telemetry::app_credential("leftover", 1);
                 }
             }
         }
@@ -807,6 +809,25 @@ impl Backend for CapiDriver {
     }
     fn credentials(&self) -> Credentials {
         Credentials::Staged
+    }
+    fn validate_template(
+        &self,
+        labels: &crate::domain::labels::Labels,
+        image_kube_version: Option<&str>,
+    ) -> Result<(), BackendError> {
+        values::kube_version(
+            labels,
+            image_kube_version,
+            &self.0.config.default_kube_version,
+        )
+        .map(|_| ())
+        .map_err(|e| BackendError::Invalid(e.to_string()))
+    }
+    fn readiness(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<crate::driver::Check>> + Send + '_>>
+    {
+        Box::pin(self.0.readiness())
     }
     fn stage_credential<'a>(
         &'a self,

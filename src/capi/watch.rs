@@ -167,6 +167,11 @@ impl Observer {
     }
 
     fn apply_event(&self, kind: Kind, ev: Event<DynamicObject>) {
+        match &ev {
+            Event::Init => crate::telemetry::watch_resync(kind.gvk().1),
+            Event::InitDone => {}
+            _ => crate::telemetry::watch_event(kind.gvk().1),
+        }
         let key = |o: &DynamicObject| {
             format!(
                 "{}/{}",
@@ -460,11 +465,13 @@ pub async fn run_writer(
 ) {
     let mut leader: Option<sqlx::PgConnection> = None;
     let mut ticker = tokio::time::interval(tick);
-    let mut pending: HashSet<Uuid> = HashSet::new();
+    // Each cluster to write, with when its first unwritten change arrived (the delay metric).
+    let mut pending: HashMap<Uuid, tokio::time::Instant> = HashMap::new();
+    let now = tokio::time::Instant::now;
     loop {
         tokio::select! {
             got = dirty.recv() => match got {
-                Some(u) => { pending.insert(u); }
+                Some(u) => { pending.entry(u).or_insert_with(now); }
                 None => return,
             },
             _ = ticker.tick() => {
@@ -472,7 +479,9 @@ pub async fn run_writer(
                     leader = try_lead(&pool).await;
                     if leader.is_some() {
                         tracing::info!("this replica writes cluster statuses");
-                        pending.extend(observer.clusters());
+                        for u in observer.clusters() {
+                            pending.entry(u).or_insert_with(now);
+                        }
                     }
                 }
                 if let Some(conn) = leader.as_mut()
@@ -481,9 +490,14 @@ pub async fn run_writer(
                     tracing::warn!("lost the status-writer lock's connection");
                     leader = None;
                 }
+                crate::telemetry::status_writer(leader.is_some());
                 if leader.is_some() {
                     match in_progress(&pool).await {
-                        Ok(ids) => pending.extend(ids),
+                        Ok(ids) => {
+                            for u in ids {
+                                pending.entry(u).or_insert_with(now);
+                            }
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "listing in-progress clusters failed");
                         }
@@ -494,7 +508,7 @@ pub async fn run_writer(
         }
         // Take everything queued so far, then write.
         while let Ok(u) = dirty.try_recv() {
-            pending.insert(u);
+            pending.entry(u).or_insert_with(now);
         }
         if leader.is_none() || !observer.synced() {
             if leader.is_none() {
@@ -502,13 +516,16 @@ pub async fn run_writer(
             }
             continue;
         }
-        for u in std::mem::take(&mut pending) {
+        for (u, since) in std::mem::take(&mut pending) {
             match sync_cluster(&pool, &observer, u, update_timeout).await {
-                Ok(Some(st)) => on_status(u, st),
+                Ok(Some(st)) => {
+                    crate::telemetry::status_delay(since.elapsed());
+                    on_status(u, st);
+                }
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
-                    pending.insert(u);
+                    pending.insert(u, since);
                     break;
                 }
             }

@@ -66,8 +66,90 @@ pub async fn connect(url: &str, cfg: &DatabaseConfig) -> DbResult<PgPool> {
     Ok(pool)
 }
 
+/// A pool that connects on first use (`magnum-capi check` reports an unreachable database as a
+/// failed check instead of failing to start).
+pub fn connect_lazy(url: &str, cfg: &DatabaseConfig) -> DbResult<PgPool> {
+    let opts: PgConnectOptions = url.parse().map_err(DbError::Other)?;
+    Ok(PgPoolOptions::new()
+        .max_connections(cfg.max_connections.min(2))
+        .acquire_timeout(Duration::from_secs(cfg.acquire_timeout_secs.min(5)))
+        .connect_lazy_with(opts.application_name("magnum-capi check")))
+}
+
 /// Applies pending migrations.
 pub async fn migrate(pool: &PgPool) -> DbResult<()> {
     MIGRATOR.run(pool).await?;
     Ok(())
+}
+
+/// Whether every migration this binary embeds is applied (and none failed): `Ok(latest)` or
+/// `Err(what is missing)`.
+pub async fn migrations_current(pool: &PgPool) -> DbResult<Result<i64, String>> {
+    let applied: Vec<(i64, bool)> =
+        match sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(pool)
+            .await
+        {
+            Ok(rows) => rows,
+            // A database never migrated has no bookkeeping table yet.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+    let missing: Vec<String> = MIGRATOR
+        .iter()
+        .filter(|m| !applied.iter().any(|(v, ok)| *v == m.version && *ok))
+        .map(|m| format!("{} {}", m.version, m.description))
+        .collect();
+    Ok(if missing.is_empty() {
+        Ok(MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0))
+    } else {
+        Err(format!(
+            "{} not applied: {} (run `magnum-capi migrate`)",
+            if missing.len() == 1 {
+                "migration"
+            } else {
+                "migrations"
+            },
+            missing.join(", ")
+        ))
+    })
+}
+
+/// The numbers `/metrics` reports from the database: operations pending or running, the age
+/// of the oldest pending one, clusters by status and by health, leftover credentials.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    pub queue_depth: i64,
+    pub oldest_pending_secs: f64,
+    pub clusters_by_status: Vec<(String, i64)>,
+    pub clusters_by_health: Vec<(String, i64)>,
+    pub leftover_credentials: i64,
+}
+
+pub async fn gauges(pool: &PgPool) -> DbResult<Gauges> {
+    let (queue_depth, oldest_pending_secs): (i64, f64) = sqlx::query_as(
+        "SELECT count(*),
+                COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)::float8
+           FROM operation WHERE state IN ('pending', 'running')",
+    )
+    .fetch_one(pool)
+    .await?;
+    let clusters_by_status = sqlx::query_as("SELECT status, count(*) FROM cluster GROUP BY status")
+        .fetch_all(pool)
+        .await?;
+    let clusters_by_health = sqlx::query_as(
+        "SELECT COALESCE(health_status, 'UNKNOWN'), count(*) FROM cluster GROUP BY 1",
+    )
+    .fetch_all(pool)
+    .await?;
+    let leftover_credentials = sqlx::query_scalar("SELECT count(*) FROM app_credential_leftover")
+        .fetch_one(pool)
+        .await?;
+    Ok(Gauges {
+        queue_depth,
+        oldest_pending_secs,
+        clusters_by_status,
+        clusters_by_health,
+        leftover_credentials,
+    })
 }

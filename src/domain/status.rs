@@ -50,6 +50,11 @@ const ALL: [(Status, &str); 18] = [
 ];
 
 impl Status {
+    /// Every status name, in Heat's order.
+    pub fn all_names() -> impl Iterator<Item = &'static str> {
+        ALL.iter().map(|(_, n)| *n)
+    }
+
     pub fn as_str(self) -> &'static str {
         ALL.iter()
             .find(|(s, _)| *s == self)

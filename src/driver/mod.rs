@@ -78,6 +78,29 @@ pub struct Provisioned {
     pub secrets: Vec<(String, String)>,
 }
 
+/// One readiness check and its outcome (`/readyz`, `magnum-capi check`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    /// What was found, or why it failed.
+    pub detail: String,
+}
+
+impl Check {
+    pub fn new(name: &str, result: Result<String, String>) -> Self {
+        let (ok, detail) = match result {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        Self {
+            name: name.to_string(),
+            ok,
+            detail,
+        }
+    }
+}
+
 /// Whether the backend keeps per-cluster application credentials, so a rotation has to stage a
 /// new one before the operation is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +160,23 @@ pub trait Backend: Send + Sync {
         _validity: Duration,
     ) -> BackendFuture<'a, Option<String>> {
         Box::pin(async { Ok(None) })
+    }
+
+    /// Whether a cluster template can be built by this backend (e.g. its Kubernetes version
+    /// rules: `kube_tag` and the image's `kube_version` must agree). A refusal is
+    /// [`BackendError::Invalid`].
+    fn validate_template(
+        &self,
+        _labels: &crate::domain::labels::Labels,
+        _image_kube_version: Option<&str>,
+    ) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// What this backend depends on, checked now (the management cluster's API, the CRDs at the
+    /// versions the driver writes). None for a backend without dependencies.
+    fn readiness(&self) -> Pin<Box<dyn Future<Output = Vec<Check>> + Send + '_>> {
+        Box::pin(async { Vec::new() })
     }
 
     /// Whether credential rotations stage a credential first.

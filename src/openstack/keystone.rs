@@ -259,6 +259,8 @@ impl Keystone {
     /// The identity `token` speaks for: from the cache, or validated with Keystone.
     pub async fn validate(&self, token: &str) -> Result<Arc<Identity>, OpenStackError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let hit = self.cache.contains_key(&key);
+        crate::telemetry::token_cache(hit);
         let cached = self
             .cache
             .try_get_with(key, self.fetch(token))
@@ -293,6 +295,37 @@ impl Keystone {
                 Err(e)
             }
         }
+    }
+
+    /// Keystone answers its version document at `auth_url` (readiness); its version id.
+    pub async fn reachable(&self) -> Result<String, OpenStackError> {
+        let url = self
+            .cloud
+            .auth
+            .as_ref()
+            .and_then(|a| a.auth_url.clone())
+            .unwrap_or_default();
+        let resp = self
+            .user_http
+            .get(&url)
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| OpenStackError::unavailable(SERVICE, e.without_url()))?;
+        let status = resp.status();
+        // The version document answers 200 (one version) or 300 (the version list).
+        if !(status.is_success() || status.as_u16() == 300) {
+            return Err(OpenStackError::unavailable(
+                SERVICE,
+                format!("{url} answered {status}"),
+            ));
+        }
+        let doc: serde_json::Value = resp.json().await.unwrap_or_default();
+        Ok(doc
+            .pointer("/version/id")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("identity")
+            .to_string())
     }
 
     /// Whether a project exists (quota creation checks it), asked with the service's credentials.

@@ -52,13 +52,18 @@ where
     T: serde::de::DeserializeOwned + Send + 'static,
 {
     use openstack_sdk_core::api::QueryAsync;
-    match tokio::time::timeout(timeout, ep.query_async(client)).await {
+    let started = std::time::Instant::now();
+    let r = match tokio::time::timeout(timeout, ep.query_async(client)).await {
         Ok(r) => r.map_err(|e| from_api_error(service, e)),
         Err(_) => Err(OpenStackError::unavailable(
             service,
             format!("no answer within {}s", timeout.as_secs()),
         )),
-    }
+    };
+    // A 404 is an answer, not a failure of the service.
+    let ok = matches!(&r, Ok(_) | Err(OpenStackError::NotFound(_)));
+    crate::telemetry::openstack_call(service, ok, started.elapsed());
+    r
 }
 
 /// As [`query`], with the service's 404 as `None`.

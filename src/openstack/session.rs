@@ -125,16 +125,24 @@ impl UserSession {
         let mut token = HeaderValue::from_str(self.token.expose_secret())
             .map_err(|e| super::OpenStackError::unavailable(service, e))?;
         token.set_sensitive(true);
-        let resp = self
+        let started = std::time::Instant::now();
+        let sent = self
             .http
             .request(method, url)
             .header("x-auth-token", token)
             .header("accept", "application/json")
             .timeout(self.timeout)
             .send()
-            .await
-            .map_err(unavailable)?;
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                crate::telemetry::openstack_call(service, false, started.elapsed());
+                return Err(unavailable(e));
+            }
+        };
         let status = resp.status().as_u16();
+        crate::telemetry::openstack_call(service, status < 500, started.elapsed());
         let bytes = resp.bytes().await.map_err(unavailable)?;
         let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
         Ok((status, body))

@@ -88,6 +88,7 @@ pub async fn rotate(
                 "Rotating the application credential failed: {e}. The previous credential stays in force."
             );
             tracing::warn!(cluster = %c.uuid, error = %e, "credential rotation refused");
+            crate::telemetry::app_credential("rotation_failed", 1);
             let mut tx = app.pool.begin().await?;
             status::write(
                 &mut tx,

@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod error;
 pub mod misc;
 pub mod nodegroups;
+pub mod operating;
 pub mod templates;
 pub mod views;
 

@@ -209,14 +209,11 @@ pub async fn create(
     }
     apply_doc(&mut row, &b);
     resolve(app, cloud, &mut row).await?;
-    // The Kubernetes version: `kube_tag` and the image's `kube_version` must agree (checked at
-    // create; a later label change that disagrees fails the clusters built from it, clearly).
-    crate::capi::values::kube_version(
-        &row.labels.0,
-        row.resolved.kube_version.as_deref(),
-        &app.config.capi.default_kube_version,
-    )
-    .map_err(|e| DomainError::BadRequest(e.to_string()))?;
+    // What the backend needs of a template, e.g. for the Cluster API driver `kube_tag` and the
+    // image's `kube_version` agreeing (checked at create; a later label change that disagrees
+    // fails the clusters built from it, clearly).
+    app.backend
+        .validate_template(&row.labels.0, row.resolved.kube_version.as_deref())?;
     if cloud.is_some() {
         // Magnum takes the distro from the image, whatever the client sent.
         row.cluster_distro = row.resolved.os_distro.clone();

@@ -39,6 +39,8 @@ pub(crate) struct ApiState {
     pub workloads: Arc<Workloads>,
     pub shutdown: watch::Receiver<bool>,
     pub bookmark_interval: Duration,
+    /// While false, every request is answered 503 (an outage of the API server, for tests).
+    pub available: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub(crate) fn router(state: ApiState) -> Router {
@@ -240,6 +242,14 @@ fn target_of(path: &ResourcePath) -> Result<Target, StoreError> {
 }
 
 async fn handle(State(st): State<ApiState>, req: Request) -> Response {
+    if !st.available.load(std::sync::atomic::Ordering::Relaxed) {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "the server is currently unable to handle the request",
+                    "reason": "ServiceUnavailable", "code": 503}),
+        );
+    }
     let (parts, body) = req.into_parts();
     let query = parse_query(parts.uri.query());
     let (st, path) = match workload::split_path(parts.uri.path()) {
@@ -270,10 +280,7 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
         Route::Version => return json_response(StatusCode::OK, &version()),
         Route::Health => return (StatusCode::OK, "ok").into_response(),
         Route::ResourceList(gv) => {
-            return json_response(
-                StatusCode::OK,
-                &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": []}),
-            );
+            return json_response(StatusCode::OK, &resource_list(&gv));
         }
         Route::Object(p) => p,
     };
@@ -412,6 +419,22 @@ fn api_groups(store: &Store) -> Value {
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// Discovery of a group/version: the kinds whose CRDs a management cluster with CAPI, CAPO and
+/// CAAPH installed serves there (what the driver's readiness check asks for).
+fn resource_list(gv: &str) -> Value {
+    let resources: Vec<Value> = crate::capi::health::REQUIRED
+        .iter()
+        .filter(|(av, _)| *av == gv)
+        .map(|(av, kind)| {
+            let plural = crate::capi::apply::resource(av, kind).plural;
+            json!({"name": plural, "singularName": kind.to_ascii_lowercase(), "namespaced": true,
+                   "kind": kind, "verbs": ["create", "delete", "deletecollection", "get", "list",
+                                           "patch", "update", "watch"]})
+        })
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
 }
 
 fn version() -> Value {

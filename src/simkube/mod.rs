@@ -115,6 +115,7 @@ pub struct SimCluster {
     simulator: Option<Arc<Simulator>>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    available: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -150,11 +151,13 @@ impl SimCluster {
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let workloads = Arc::new(workload::Workloads::default());
+        let available = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let app = api::router(api::ApiState {
             store: store.clone(),
             workloads: workloads.clone(),
             shutdown: shutdown_rx.clone(),
             bookmark_interval: opts.bookmark_interval,
+            available: available.clone(),
         });
         let mut stop = shutdown_rx.clone();
         let server = tokio::spawn(async move {
@@ -189,7 +192,14 @@ impl SimCluster {
             simulator,
             shutdown,
             tasks,
+            available,
         })
+    }
+
+    /// An outage of the API server (every request answered 503) until set back to `true`.
+    pub fn set_available(&self, up: bool) {
+        self.available
+            .store(up, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `http://127.0.0.1:<port>`.

@@ -1,0 +1,87 @@
+//! The operators' endpoints: `/healthz` (the process answers), `/readyz` (its dependencies do)
+//! and `/metrics` (Prometheus text), plus the middleware that counts every API request.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use crate::app::AppState;
+use crate::domain::error::DomainError;
+use crate::domain::policy::Caller;
+use crate::service::operating;
+use crate::telemetry;
+
+/// Process alive: always 200.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Dependencies reachable: 200, or 503 naming the failed checks (`{status, checks: [{name, ok,
+/// detail}]}`).
+pub async fn readyz(State(app): State<AppState>) -> Response {
+    let r = operating::readiness(&app).await;
+    let status = if r.ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(r)).into_response()
+}
+
+/// Serialises gauge refresh + render: two scrapes at once would interleave their gauges.
+static SCRAPE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The Prometheus text.
+pub async fn render(app: &AppState) -> Response {
+    let _one = SCRAPE.lock().await;
+    // Installed before the gauges are set (a recorder installed later would miss them).
+    let handle = telemetry::handle();
+    if let Err(e) = operating::refresh_gauges(app).await {
+        tracing::warn!(error = %e, "metrics: database gauges not refreshed");
+    }
+    let text = handle.map(|h| h.render()).unwrap_or_default();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `/metrics` on the API port: an admin's token, unless `[http] metrics_public`.
+pub async fn metrics(State(app): State<AppState>, caller: Option<Caller>) -> Response {
+    if !app.config.http.metrics_public && !caller.as_ref().is_some_and(Caller::is_admin) {
+        return ApiError::Domain(DomainError::Forbidden(
+            "Metrics are for admins (or set [http] metrics_public / metrics_bind).".into(),
+        ))
+        .into_response();
+    }
+    render(&app).await
+}
+
+/// `/metrics` on `[http] metrics_bind`: unauthenticated, on a port meant for the monitoring
+/// network.
+pub async fn metrics_open(State(app): State<AppState>) -> Response {
+    render(&app).await
+}
+
+/// Counts the request by its route template (not its path: ids would explode the series).
+pub async fn count(req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let resp = next.run(req).await;
+    telemetry::http_request(&method, &route, resp.status().as_u16(), started.elapsed());
+    resp
+}

@@ -1,0 +1,75 @@
+//! What the driver needs of the management cluster to work, checked on demand (`/readyz`,
+//! `magnum-capi check`): its API answers, and every CAPI/CAPO/CAAPH kind the driver writes is
+//! served at the version the driver writes it in.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::driver::Capi;
+use super::kinds::{self, Gvk};
+use crate::driver::Check;
+
+/// How long one question to the management cluster may take (the client's own retries of a
+/// 503 would otherwise outlast a probe).
+const ASK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The custom resources the driver writes or reads, at the versions it uses: CAPI v1.14
+/// (`v1beta2`), CAPO v0.14 (`v1beta1`), CAAPH v0.6 (`v1alpha1`).
+pub const REQUIRED: [Gvk; 11] = [
+    kinds::CLUSTER,
+    kinds::MACHINE_DEPLOYMENT,
+    kinds::MACHINE_SET,
+    kinds::MACHINE,
+    kinds::MACHINE_HEALTH_CHECK,
+    kinds::CONTROL_PLANE,
+    kinds::KUBEADM_CONFIG_TEMPLATE,
+    kinds::OPENSTACK_CLUSTER,
+    kinds::OPENSTACK_MACHINE_TEMPLATE,
+    kinds::HELM_CHART_PROXY,
+    kinds::CLUSTER_RESOURCE_SET,
+];
+
+impl Capi {
+    /// The management cluster answers (its version), and serves every [`REQUIRED`] kind.
+    pub async fn readiness(&self) -> Vec<Check> {
+        let client = self.mgmt.client();
+        let version = match tokio::time::timeout(ASK_TIMEOUT, client.apiserver_version()).await {
+            Ok(Ok(v)) => v.git_version,
+            answer => {
+                let why = match answer {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {}s", ASK_TIMEOUT.as_secs()),
+                };
+                return vec![
+                    Check::new("management_cluster", Err(format!("unreachable: {why}"))),
+                    Check::new("crds", Err("not checked: the API is unreachable".into())),
+                ];
+            }
+        };
+        let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (gv, kind) in REQUIRED {
+            by_group.entry(gv).or_default().push(kind);
+        }
+        let mut missing = Vec::new();
+        for (gv, wanted) in &by_group {
+            match tokio::time::timeout(ASK_TIMEOUT, client.list_api_group_resources(gv)).await {
+                Ok(Ok(list)) => missing.extend(
+                    wanted
+                        .iter()
+                        .filter(|k| !list.resources.iter().any(|r| r.kind == **k))
+                        .map(|k| format!("{k} ({gv})")),
+                ),
+                _ => missing.extend(wanted.iter().map(|k| format!("{k} ({gv})"))),
+            }
+        }
+        let crds = if missing.is_empty() {
+            Ok(format!("{} kinds served", REQUIRED.len()))
+        } else {
+            Err(format!("not served: {}", missing.join(", ")))
+        };
+        vec![
+            Check::new("management_cluster", Ok(format!("Kubernetes {version}"))),
+            Check::new("crds", crds),
+        ]
+    }
+}

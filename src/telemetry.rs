@@ -1,0 +1,222 @@
+//! Prometheus metrics: the one process-wide recorder, every metric's name and help text, and the
+//! small helpers the layers call to count what they do. Rendering happens in `api` (`/metrics`);
+//! gauges that are facts of the database (queue depth, clusters by status) are set just before.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const HTTP_REQUESTS: &str = "magnum_capi_http_requests_total";
+pub const HTTP_DURATION: &str = "magnum_capi_http_request_duration_seconds";
+pub const OPERATIONS: &str = "magnum_capi_operations_total";
+pub const OPERATION_ATTEMPTS: &str = "magnum_capi_operation_attempts_total";
+pub const QUEUE_DEPTH: &str = "magnum_capi_operation_queue_depth";
+pub const QUEUE_OLDEST: &str = "magnum_capi_operation_oldest_pending_seconds";
+pub const CLUSTERS: &str = "magnum_capi_clusters";
+pub const CLUSTERS_HEALTH: &str = "magnum_capi_clusters_health";
+pub const WATCH_EVENTS: &str = "magnum_capi_watch_events_total";
+pub const WATCH_RESYNCS: &str = "magnum_capi_watch_resyncs_total";
+pub const STATUS_DELAY: &str = "magnum_capi_status_write_delay_seconds";
+pub const STATUS_WRITER: &str = "magnum_capi_status_writer_leader";
+pub const OPENSTACK_REQUESTS: &str = "magnum_capi_openstack_requests_total";
+pub const OPENSTACK_DURATION: &str = "magnum_capi_openstack_request_duration_seconds";
+pub const TOKEN_CACHE: &str = "magnum_capi_token_cache_total";
+pub const APP_CREDENTIALS: &str = "magnum_capi_app_credentials_total";
+pub const APP_CREDENTIALS_LEFTOVER: &str = "magnum_capi_app_credentials_leftover";
+pub const READY: &str = "magnum_capi_ready";
+
+/// Request-latency buckets (seconds): API calls are milliseconds; OpenStack calls up to seconds.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+/// Status-write delays (seconds): the target is well under one second.
+const DELAY_BUCKETS: [f64; 9] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// The process's recorder, installed on first use (every metric call before that is dropped,
+/// as the `metrics` facade does without a recorder). `None` if another recorder was installed.
+pub fn handle() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(STATUS_DELAY.into()), &DELAY_BUCKETS)
+                .and_then(|b| b.set_buckets(&BUCKETS));
+            let recorder = match builder {
+                Ok(b) => b.build_recorder(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics disabled");
+                    return None;
+                }
+            };
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics is empty");
+                return None;
+            }
+            describe();
+            Some(handle)
+        })
+        .as_ref()
+}
+
+fn describe() {
+    describe_counter!(
+        HTTP_REQUESTS,
+        "API requests by route template, method and status."
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        metrics::Unit::Seconds,
+        "API request latency."
+    );
+    describe_counter!(
+        OPERATIONS,
+        "Cluster operations ended, by kind and outcome (done, retry, failed, lease_lost, interrupted)."
+    );
+    describe_counter!(
+        OPERATION_ATTEMPTS,
+        "Cluster operation attempts started, by kind."
+    );
+    describe_gauge!(QUEUE_DEPTH, "Operations pending or running.");
+    describe_gauge!(
+        QUEUE_OLDEST,
+        metrics::Unit::Seconds,
+        "Age of the oldest pending operation."
+    );
+    describe_gauge!(CLUSTERS, "Clusters by status.");
+    describe_gauge!(CLUSTERS_HEALTH, "Clusters by health status.");
+    describe_counter!(WATCH_EVENTS, "Management-cluster watch events, by kind.");
+    describe_counter!(WATCH_RESYNCS, "Watch restarts (relists), by kind.");
+    describe_histogram!(
+        STATUS_DELAY,
+        metrics::Unit::Seconds,
+        "Delay from a management-cluster change to the status written in PostgreSQL."
+    );
+    describe_gauge!(
+        STATUS_WRITER,
+        "1 while this replica holds the status-writer lock."
+    );
+    describe_counter!(
+        OPENSTACK_REQUESTS,
+        "Keystone, Glance, Nova, Neutron, Octavia and Cinder calls, by service and outcome."
+    );
+    describe_histogram!(
+        OPENSTACK_DURATION,
+        metrics::Unit::Seconds,
+        "OpenStack call latency."
+    );
+    describe_counter!(
+        TOKEN_CACHE,
+        "Keystone token validations by cache result (hit, miss)."
+    );
+    describe_counter!(
+        APP_CREDENTIALS,
+        "Application-credential events: created, rotated, rotation_failed, leftover, orphan_deleted."
+    );
+    describe_gauge!(
+        APP_CREDENTIALS_LEFTOVER,
+        "Credentials waiting to be deleted again."
+    );
+    describe_gauge!(READY, "1 when the last readiness check passed, by check.");
+}
+
+pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
+    let labels = [
+        ("method", method.to_string()),
+        ("route", route.to_string()),
+        ("status", status.to_string()),
+    ];
+    counter!(HTTP_REQUESTS, &labels).increment(1);
+    histogram!(HTTP_DURATION, "method" => method.to_string(), "route" => route.to_string())
+        .record(took.as_secs_f64());
+}
+
+pub fn operation_attempt(kind: &str) {
+    counter!(OPERATION_ATTEMPTS, "kind" => kind.to_string()).increment(1);
+}
+
+pub fn operation_outcome(kind: &str, outcome: &'static str) {
+    counter!(OPERATIONS, "kind" => kind.to_string(), "outcome" => outcome).increment(1);
+}
+
+pub fn queue(depth: i64, oldest_secs: f64) {
+    gauge!(QUEUE_DEPTH).set(depth as f64);
+    gauge!(QUEUE_OLDEST).set(oldest_secs);
+}
+
+/// Sets `family{label=value}` for every value, zeroing the values seen before that are gone.
+pub fn by_label(
+    family: &'static str,
+    label: &'static str,
+    counts: &[(String, i64)],
+    known: &[&str],
+) {
+    for k in known {
+        if !counts.iter().any(|(v, _)| v == k) {
+            gauge!(family, label => k.to_string()).set(0.0);
+        }
+    }
+    for (v, n) in counts {
+        gauge!(family, label => v.clone()).set(*n as f64);
+    }
+}
+
+pub fn watch_event(kind: &'static str) {
+    counter!(WATCH_EVENTS, "kind" => kind).increment(1);
+}
+
+pub fn watch_resync(kind: &'static str) {
+    counter!(WATCH_RESYNCS, "kind" => kind).increment(1);
+}
+
+pub fn status_delay(took: Duration) {
+    histogram!(STATUS_DELAY).record(took.as_secs_f64());
+}
+
+pub fn status_writer(leader: bool) {
+    gauge!(STATUS_WRITER).set(if leader { 1.0 } else { 0.0 });
+}
+
+pub fn openstack_call(service: &str, ok: bool, took: Duration) {
+    let outcome = if ok { "ok" } else { "error" };
+    counter!(OPENSTACK_REQUESTS, "service" => service.to_string(), "outcome" => outcome)
+        .increment(1);
+    histogram!(OPENSTACK_DURATION, "service" => service.to_string()).record(took.as_secs_f64());
+}
+
+pub fn token_cache(hit: bool) {
+    counter!(TOKEN_CACHE, "result" => if hit { "hit" } else { "miss" }).increment(1);
+}
+
+pub fn app_credential(event: &'static str, n: u64) {
+    counter!(APP_CREDENTIALS, "event" => event).increment(n);
+}
+
+pub fn leftover_credentials(n: i64) {
+    gauge!(APP_CREDENTIALS_LEFTOVER).set(n as f64);
+}
+
+/// The JSON log subscriber of `[log] format = "json"`: one object per line, with the fields of
+/// the current span and its parents (the request id; the operation, its cluster and request id).
+pub fn json_subscriber<W>(
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .json()
+        .with_current_span(true)
+        .with_span_list(true)
+        .with_writer(writer)
+        .finish()
+}
+
+pub fn ready(check: &str, ok: bool) {
+    gauge!(READY, "check" => check.to_string()).set(if ok { 1.0 } else { 0.0 });
+}
