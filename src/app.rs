@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::driver::Backend;
 use crate::driver::simulated::SimulatedDriver;
 use crate::openstack::Keystone;
+use crate::seal::Sealer;
 
 /// How requests are authenticated.
 #[derive(Debug, Clone)]
@@ -41,6 +42,9 @@ pub struct App {
     /// The cluster backend the services and the worker use (the Cluster API driver, or the
     /// simulated one).
     pub backend: Arc<dyn Backend>,
+    /// Seals the caller's token into operations that act as the caller later (`None` only if
+    /// no key could be made: creates with Keystone are then refused).
+    pub sealer: Option<Sealer>,
 }
 
 pub type AppState = Arc<App>;
@@ -58,13 +62,36 @@ impl App {
         auth: AuthMode,
         backend: Arc<dyn Backend>,
     ) -> AppState {
+        let sealer = sealer_for(&config);
         Arc::new(App {
             pool,
             config,
             auth,
             work_ready: Notify::new(),
             backend,
+            sealer,
         })
+    }
+}
+
+/// The sealing key of `[operations] seal_key` (checked by `Config::validate_for_serve`), or one
+/// generated for this process when it is unset, with a warning.
+fn sealer_for(config: &Config) -> Option<Sealer> {
+    match Sealer::new(config.operations.seal_key.as_ref()) {
+        Ok(s) => {
+            if s.ephemeral {
+                tracing::warn!(
+                    "no [operations] seal_key: a key was generated for this process; a create \
+                     whose credential is not made before this process stops fails (set the same \
+                     key on every replica)"
+                );
+            }
+            Some(s)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "no sealing key: creates with Keystone are refused");
+            None
+        }
     }
 }
 

@@ -425,7 +425,9 @@ impl Default for ServiceConfig {
 pub struct OperationsConfig {
     /// Run the queue worker in this process.
     pub worker_enabled: bool,
-    /// Milliseconds between polls when the queue is idle (new work also wakes the worker at once).
+    /// The safety poll: milliseconds an idle worker waits at most. New work wakes every
+    /// replica's workers at once (PostgreSQL `LISTEN/NOTIFY`), and retries or expired leases
+    /// when they come due; this only bounds what a lost notification could delay.
     pub poll_interval_ms: u64,
     /// Seconds a claimed operation stays leased to a replica; a crashed replica's work is retried after it.
     pub lease_secs: i64,
@@ -435,17 +437,23 @@ pub struct OperationsConfig {
     pub retry_base_ms: i64,
     /// Operations executed concurrently by this replica.
     pub concurrency: usize,
+    /// Key (base64 of 32 bytes) sealing the caller's token into a create operation, so the
+    /// worker creates the cluster's application credential as the caller. Give every replica
+    /// the same key; unset: one is generated per process (a create in flight fails if its
+    /// replica stops before the credential is made).
+    pub seal_key: Option<secrecy::SecretString>,
 }
 
 impl Default for OperationsConfig {
     fn default() -> Self {
         Self {
             worker_enabled: true,
-            poll_interval_ms: 1000,
+            poll_interval_ms: 30_000,
             lease_secs: 300,
             max_attempts: 5,
             retry_base_ms: 2000,
             concurrency: 4,
+            seal_key: None,
         }
     }
 }
@@ -534,6 +542,10 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "[operations] concurrency must be >= 1".into(),
             ));
+        }
+        if let Some(k) = &self.operations.seal_key {
+            crate::seal::Sealer::new(Some(k))
+                .map_err(|e| ConfigError::Invalid(format!("[operations] seal_key: {e}")))?;
         }
         Ok(())
     }

@@ -23,7 +23,8 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let n = app.config.operations.concurrency;
-    let mut tasks = Vec::with_capacity(n);
+    let mut tasks = Vec::with_capacity(n + 1);
+    tasks.push(tokio::spawn(listen(app.clone(), shutdown.clone())));
     for i in 0..n {
         let app = app.clone();
         let driver = driver.clone();
@@ -39,6 +40,61 @@ pub async fn run(
     }
 }
 
+/// Wakes this replica's workers whenever any replica records (or hands back) an operation:
+/// PostgreSQL `LISTEN` on the queue's channel. While the listening connection is down, the
+/// workers fall back to their safety poll.
+pub async fn listen(app: AppState, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        let connected = async {
+            let mut l = sqlx::postgres::PgListener::connect_with(&app.pool).await?;
+            l.listen(odb::CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        }
+        .await;
+        match connected {
+            Ok(mut l) => {
+                backoff = Duration::from_millis(500);
+                // Something may have been recorded while nobody listened.
+                app.work_ready.notify_waiters();
+                loop {
+                    tokio::select! {
+                        n = l.recv() => match n {
+                            Ok(_) => app.work_ready.notify_waiters(),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "operation notifications lost; reconnecting");
+                                break;
+                            }
+                        },
+                        _ = shutdown.changed() => return,
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for operations; polling meanwhile"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// How long an idle worker sleeps: until the next retry or lease expiry, at most the safety poll.
+async fn idle_for(app: &AppState, safety: Duration) -> Duration {
+    match odb::next_due(&app.pool).await {
+        Ok(Some(due)) => (due - chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .clamp(Duration::from_millis(10), safety),
+        Ok(None) => safety,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the queue's next due time failed");
+            safety.min(Duration::from_secs(1))
+        }
+    }
+}
+
 async fn worker_loop(
     app: AppState,
     driver: Arc<dyn Backend>,
@@ -46,7 +102,7 @@ async fn worker_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let cfg = app.config.operations.clone();
-    let idle = Duration::from_millis(cfg.poll_interval_ms.max(10));
+    let safety = Duration::from_millis(cfg.poll_interval_ms.max(10));
     loop {
         if *shutdown.borrow() {
             return;
@@ -64,8 +120,13 @@ async fn worker_loop(
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "claiming an operation failed"),
         }
+        // Registered before the due time is read, so a notification in between is not lost.
+        let woken = app.work_ready.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let idle = idle_for(&app, safety).await;
         tokio::select! {
-            _ = app.work_ready.notified() => {}
+            _ = woken => {}
             _ = tokio::time::sleep(idle) => {}
             _ = shutdown.changed() => {}
         }
@@ -105,8 +166,25 @@ async fn execute(
     crate::telemetry::operation_attempt(&op.kind);
     // Keep the lease alive while the driver works.
     let renew_every = Duration::from_secs(u64::try_from(cfg.lease_secs / 3).unwrap_or(1).max(1));
+    // The caller's token, when the request sealed one for this operation.
+    let caller = match op.payload.0.get(odb::SEALED_TOKEN).and_then(|v| v.as_str()) {
+        None => None,
+        Some(sealed) => match app.sealer.as_ref().map(|s| s.unseal(sealed)) {
+            Some(Ok(token)) => Some(token),
+            Some(Err(e)) => {
+                let reason = format!("The request's token cannot be used by this replica: {e}");
+                tracing::error!(error = %e, "unsealing the caller's token failed");
+                crate::telemetry::operation_outcome(&op.kind, "failed");
+                if let Err(e) = give_up(app, &op, worker, &reason).await {
+                    tracing::error!(error = %e, "recording the failure failed");
+                }
+                return;
+            }
+            None => None,
+        },
+    };
     let run = {
-        let work = driver.execute(&app.pool, &op);
+        let work = driver.execute(&app.pool, &op, caller.as_ref());
         tokio::pin!(work);
         let mut ticker =
             tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);

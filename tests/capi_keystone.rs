@@ -216,3 +216,88 @@ async fn a_credential_keystone_would_not_delete_is_retried_until_it_is_gone() {
             .any(|a| a["id"] == id.as_str())
     );
 }
+
+#[tokio::test]
+async fn the_create_answers_before_keystone_and_a_dead_token_fails_it_cleanly() {
+    let _env = env_shared().await;
+    let ks = keystone();
+    let mut app = capi_app_on(None, None, true, |cfg| {
+        cfg.operations.worker_enabled = false;
+    })
+    .await;
+    let (user, token) = ks.new_user_token("sealed", "member", "alpha").await;
+    let before = app_creds(&token, &user).await.len();
+    let c = cluster(&app.t, &token).await;
+    // Recorded and answered: the credential does not exist yet, the token is in the operation
+    // only sealed.
+    let r = app
+        .t
+        .call_token(
+            Some(&token),
+            "GET",
+            &format!("/v1/clusters/{c}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.body["status"], "CREATE_IN_PROGRESS");
+    assert_eq!(app_creds(&token, &user).await.len(), before);
+    let sealed: Option<String> = sqlx::query_scalar(
+        "SELECT payload->>'sealed_token' FROM operation WHERE cluster_uuid = $1::uuid",
+    )
+    .bind(&c)
+    .fetch_one(&app.t.state.pool)
+    .await
+    .unwrap();
+    assert!(sealed.is_some_and(|s| !s.contains(&token)));
+    assert!(!postgres_text(&app.t.state.pool).await.contains(&token));
+
+    // The token dies before the worker gets to it: the create fails with Keystone's reason and
+    // leaves nothing behind.
+    ks.revoke(&token).await;
+    app.start_worker();
+    let admin = ks.token("admin", "admin").await;
+    let path = format!("/v1/clusters/{c}");
+    let failed = eventually(60, "CREATE_FAILED", || async {
+        let r = app
+            .t
+            .call_token(Some(&admin), "GET", &path, None, None)
+            .await;
+        (r.body["status"] == "CREATE_FAILED").then_some(r.body)
+    })
+    .await;
+    let reason = failed["status_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("could not be created as the user who created it"),
+        "{reason}"
+    );
+    let admin_view = ks.token("admin", "admin").await;
+    let (status, body) = ks
+        .request(
+            "GET",
+            &format!("/users/{user}/application_credentials"),
+            Some(&admin_view),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["application_credentials"].as_array().unwrap().len(),
+        before,
+        "no credential was left"
+    );
+    assert!(
+        common::capi::objects(&app, "v1", "Secret", &c).is_empty(),
+        "no Secret was left"
+    );
+    let sealed: Option<String> = sqlx::query_scalar(
+        "SELECT payload->>'sealed_token' FROM operation WHERE cluster_uuid = $1::uuid",
+    )
+    .bind(&c)
+    .fetch_one(&app.t.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(sealed, None, "the sealed token goes with the operation");
+}

@@ -302,7 +302,12 @@ impl Backend for Flaky {
     fn name(&self) -> &'static str {
         "flaky"
     }
-    fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a> {
+    fn execute<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        op: &'a OperationRow,
+        caller: Option<&'a secrecy::SecretString>,
+    ) -> DriverFuture<'a> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let left = self.transient.load(Ordering::SeqCst);
         if left > 0 {
@@ -312,7 +317,7 @@ impl Backend for Flaky {
         if let Some(msg) = self.permanent {
             return Box::pin(async move { Err(DriverError::Permanent(msg.into())) });
         }
-        self.inner.execute(pool, op)
+        self.inner.execute(pool, op, caller)
     }
 }
 
@@ -739,7 +744,12 @@ impl Backend for Hang {
     fn name(&self) -> &'static str {
         "hang"
     }
-    fn execute<'a>(&'a self, _pool: &'a PgPool, _op: &'a OperationRow) -> DriverFuture<'a> {
+    fn execute<'a>(
+        &'a self,
+        _pool: &'a PgPool,
+        _op: &'a OperationRow,
+        _caller: Option<&'a secrecy::SecretString>,
+    ) -> DriverFuture<'a> {
         let flag = DropFlag(self.dropped.clone());
         Box::pin(async move {
             let _flag = flag;

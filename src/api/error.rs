@@ -96,6 +96,7 @@ impl From<service::Error> for ApiError {
             service::Error::Db(d) => ApiError::Db(d),
             service::Error::OpenStack(o) => o.into(),
             service::Error::Backend(b) => b.into(),
+            service::Error::Internal(m) => ApiError::Internal(m),
         }
     }
 }

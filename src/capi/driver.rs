@@ -30,6 +30,7 @@ use crate::driver::{
     Provisioned,
 };
 use crate::openstack::{Keystone, OpenStackError, UserSession, appcred};
+use secrecy::{ExposeSecret, SecretString};
 
 /// How a CAPI driver step failed.
 #[derive(Debug, thiserror::Error)]
@@ -308,7 +309,90 @@ impl Capi {
         Ok(p)
     }
 
-    /// Undoes [`Capi::provision`] when the create could not be recorded.
+    /// The create's first step, in the operation: the cluster's application credential created as
+    /// the user who asked (their token, sealed in the operation), written into the cluster's
+    /// Secrets and recorded. Replays are safe: a credential already recorded is kept, and one a
+    /// crash left unrecorded is deleted before a new one is made. An invalid or expired token is
+    /// final (`CREATE_FAILED` with Keystone's answer); Keystone unreachable is retried.
+    async fn provision_as_caller(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        token: &SecretString,
+    ) -> Result<(), CapiError> {
+        let Some(k) = &self.keystone else {
+            return Ok(());
+        };
+        if cdb::app_cred(pool, c.uuid).await?.is_some() {
+            return Ok(());
+        }
+        let prefix = appcred::name_prefix(c.uuid);
+        for (id, name) in k.app_credentials_of(&c.user_id).await? {
+            if name.starts_with(&prefix) {
+                k.delete_app_credential(&c.user_id, &id).await?;
+                tracing::info!(cluster = %c.uuid, app_cred = %id, "unrecorded credential of an interrupted create deleted");
+            }
+        }
+        let refused = |why: String| {
+            CapiError::Stuck(format!(
+                "The application credential of the cluster could not be created as the user who \
+                 created it: {why}. Delete the cluster and create it again."
+            ))
+        };
+        let identity = match k.validate(token.expose_secret()).await {
+            Ok(i) => i,
+            Err(OpenStackError::InvalidToken) => {
+                return Err(refused(
+                    "Keystone no longer accepts the token of the request (expired or revoked)"
+                        .into(),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let session = k.user_session(token.expose_secret(), identity.clone());
+        let template = tdb::by_uuid(pool, &tdb::Visibility::All, c.cluster_template_id)
+            .await?
+            .ok_or_else(|| CapiError::Invalid("the cluster's template no longer exists".into()))?;
+        let ngs = ndb::of_cluster(pool, c.uuid).await?;
+        let p = match self
+            .provision(ProvisionRequest {
+                pool,
+                template: &template,
+                cluster: c,
+                nodegroups: &ngs,
+                session: Some(&session),
+                roles: &identity.roles,
+            })
+            .await
+        {
+            Ok(p) => p,
+            Err(CapiError::OpenStack(
+                e @ (OpenStackError::InvalidToken
+                | OpenStackError::Forbidden(_)
+                | OpenStackError::NotFound(_)),
+            )) => {
+                return Err(refused(format!("Keystone refused it ({e})")));
+            }
+            Err(e) => return Err(e),
+        };
+        let recorded = async {
+            let mut tx = pool.begin().await.map_err(DbError::from)?;
+            if let Some(id) = p.app_cred_id.as_deref() {
+                cdb::set_app_cred(&mut *tx, c.uuid, Some(id)).await?;
+                crate::db::day2::set_expiry(&mut *tx, c.uuid, p.app_cred_expires_at).await?;
+            }
+            tx.commit().await.map_err(DbError::from)?;
+            Ok::<_, CapiError>(())
+        }
+        .await;
+        if let Err(e) = recorded {
+            self.revoke(&p).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Capi::provision`] when the credential could not be recorded.
     pub async fn revoke(&self, p: &Provisioned) {
         for (ns, name) in &p.secrets {
             if let Err(e) = self
@@ -634,7 +718,12 @@ impl Capi {
         Ok(())
     }
 
-    async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<(), CapiError> {
+    async fn run(
+        &self,
+        pool: &PgPool,
+        op: &OperationRow,
+        caller: Option<&SecretString>,
+    ) -> Result<(), CapiError> {
         let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid).await? else {
             return Ok(()); // already gone
         };
@@ -643,6 +732,9 @@ impl Capi {
         })?;
         match kind {
             K::Create => {
+                if let Some(token) = caller {
+                    self.provision_as_caller(pool, &c, token).await?;
+                }
                 self.apply_cluster(pool, &c, None, true).await?;
             }
             K::Resize => {
@@ -760,20 +852,21 @@ impl Backend for CapiDriver {
     fn name(&self) -> &'static str {
         "capi"
     }
-    fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a> {
-        Box::pin(async move { self.0.run(pool, op).await.map_err(DriverError::from) })
+    fn execute<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        op: &'a OperationRow,
+        caller: Option<&'a SecretString>,
+    ) -> DriverFuture<'a> {
+        Box::pin(async move {
+            self.0
+                .run(pool, op, caller)
+                .await
+                .map_err(DriverError::from)
+        })
     }
     fn finished(&self, op: &OperationRow) {
         self.0.observer.touch(op.cluster_uuid);
-    }
-    fn provision<'a>(&'a self, req: ProvisionRequest<'a>) -> BackendFuture<'a, Provisioned> {
-        Box::pin(async move { Ok(self.0.provision(req).await?) })
-    }
-    fn revoke<'a>(
-        &'a self,
-        p: &'a Provisioned,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(self.0.revoke(p))
     }
     fn ca_certificate<'a>(
         &'a self,

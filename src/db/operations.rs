@@ -35,6 +35,10 @@ impl OperationRow {
     }
 }
 
+/// The payload key of a caller's token sealed for the worker (`crate::seal`); removed from the
+/// payload when the operation ends, whatever the outcome.
+pub const SEALED_TOKEN: &str = "sealed_token";
+
 /// A new operation to record.
 #[derive(Debug, Clone)]
 pub struct NewOperation<'a> {
@@ -45,11 +49,18 @@ pub struct NewOperation<'a> {
     pub request_id: Option<&'a str>,
 }
 
-/// Records an operation; call it inside the transaction that makes the state change.
+/// The channel every replica's worker listens on; a recorded operation notifies it (delivered
+/// when the recording transaction commits).
+pub const CHANNEL: &str = "magnum_capi_operations";
+
+/// Records an operation and notifies the workers; call it inside the transaction that makes the
+/// state change.
 pub async fn enqueue<'e>(ex: impl PgExecutor<'e>, op: &NewOperation<'_>) -> DbResult<i64> {
-    let (id,): (i64,) = sqlx::query_as(
-        "INSERT INTO operation (cluster_uuid, nodegroup_uuid, kind, payload, request_id)
-         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    let (id, _): (i64, Option<String>) = sqlx::query_as(
+        "WITH recorded AS (
+           INSERT INTO operation (cluster_uuid, nodegroup_uuid, kind, payload, request_id)
+           VALUES ($1, $2, $3, $4, $5) RETURNING id)
+         SELECT id, pg_notify('magnum_capi_operations', id::text)::text FROM recorded",
     )
     .bind(op.cluster_uuid)
     .bind(op.nodegroup_uuid)
@@ -125,7 +136,7 @@ pub async fn claim(pool: &PgPool, worker: &str, lease_secs: i64) -> DbResult<Opt
 pub async fn finish<'e>(ex: impl PgExecutor<'e>, id: i64, worker: &str) -> DbResult<bool> {
     let r = sqlx::query(
         "UPDATE operation SET state = 'done', locked_by = NULL, locked_until = NULL,
-                finished_at = now(), updated_at = now()
+                payload = payload - 'sealed_token', finished_at = now(), updated_at = now()
           WHERE id = $1 AND state = 'running' AND locked_by = $2",
     )
     .bind(id)
@@ -166,7 +177,8 @@ pub async fn fail<'e>(
 ) -> DbResult<bool> {
     let r = sqlx::query(
         "UPDATE operation SET state = 'failed', locked_by = NULL, locked_until = NULL,
-                last_error = $3, finished_at = now(), updated_at = now()
+                payload = payload - 'sealed_token', last_error = $3, finished_at = now(),
+                updated_at = now()
           WHERE id = $1 AND state = 'running' AND locked_by = $2",
     )
     .bind(id)
@@ -193,18 +205,32 @@ pub async fn renew(pool: &PgPool, id: i64, worker: &str, lease_secs: i64) -> DbR
 }
 
 /// Hands an interrupted operation back to the queue at once (graceful shutdown): pending, due
-/// now, and the interrupted attempt not counted.
+/// now, the interrupted attempt not counted, and the other replicas told.
 pub async fn release(pool: &PgPool, id: i64, worker: &str) -> DbResult<bool> {
-    let r = sqlx::query(
-        "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
-                attempts = GREATEST(attempts - 1, 0), not_before = now(), updated_at = now()
-          WHERE id = $1 AND locked_by = $2 AND state = 'running'",
+    let released: Option<(i64,)> = sqlx::query_as(
+        "WITH released AS (
+           UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
+                  attempts = GREATEST(attempts - 1, 0), not_before = now(), updated_at = now()
+            WHERE id = $1 AND locked_by = $2 AND state = 'running' RETURNING id)
+         SELECT id FROM released, pg_notify('magnum_capi_operations', $1::text) AS n",
     )
     .bind(id)
     .bind(worker)
-    .execute(pool)
+    .fetch_optional(pool)
     .await?;
-    Ok(r.rows_affected() == 1)
+    Ok(released.is_some())
+}
+
+/// When the queue next has something to do without being told: the earliest retry coming due
+/// or lease running out (a crashed replica's operation). `None`: nothing is waiting.
+pub async fn next_due(pool: &PgPool) -> DbResult<Option<DateTime<Utc>>> {
+    Ok(sqlx::query_scalar(
+        "SELECT LEAST(min(not_before) FILTER (WHERE state = 'pending'),
+                      min(locked_until) FILTER (WHERE state = 'running'))
+           FROM operation WHERE state IN ('pending', 'running')",
+    )
+    .fetch_one(pool)
+    .await?)
 }
 
 /// Every operation recorded for a cluster, oldest first.

@@ -1,6 +1,7 @@
 //! The contract between the service layer / operation queue and a cluster backend: the one
-//! [`Backend`] trait covering everything the services need from a backend (credentials at
-//! create, CA read and signing, credential staging) and the worker's `execute`. Implemented by
+//! [`Backend`] trait covering everything the services need from a backend (template checks, CA
+//! read and signing, credential staging, readiness) and the worker's `execute` (which, for a
+//! create, provisions the cluster's credential with the caller's sealed token). Implemented by
 //! the Cluster API driver (`crate::capi::driver::CapiDriver`) and by [`simulated`], which needs
 //! no infrastructure.
 
@@ -10,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use secrecy::SecretString;
 use sqlx::PgPool;
 
 use crate::db::DbError;
@@ -53,7 +54,7 @@ pub enum BackendError {
 pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<(), DriverError>> + Send + 'a>>;
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BackendError>> + Send + 'a>>;
 
-/// What a create provisions before the cluster is recorded.
+/// What provisioning a cluster's credential needs.
 pub struct ProvisionRequest<'a> {
     pub pool: &'a PgPool,
     pub template: &'a TemplateRow,
@@ -64,13 +65,12 @@ pub struct ProvisionRequest<'a> {
     pub roles: &'a [String],
 }
 
-/// What [`Backend::provision`] created for a cluster, to record with it or to revoke when the
-/// create is not recorded.
+/// What provisioning created for a cluster, to record with it or to revoke when that fails.
 #[derive(Default)]
 pub struct Provisioned {
     /// The application credential's id (None: none was created).
     pub app_cred_id: Option<String>,
-    pub app_cred_expires_at: Option<DateTime<Utc>>,
+    pub app_cred_expires_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Who owns the credential and the session that created it (to delete it again).
     pub user_id: String,
     pub session: Option<UserSession>,
@@ -121,24 +121,19 @@ pub enum Credentials {
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
 
-    /// Executes one claimed operation.
-    fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a>;
+    /// Executes one claimed operation. `caller` is the token of the request that recorded it,
+    /// when the request sealed one for the backend (a create: the cluster's application
+    /// credential is created as the caller).
+    fn execute<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        op: &'a OperationRow,
+        caller: Option<&'a SecretString>,
+    ) -> DriverFuture<'a>;
 
     /// Called once the queue has recorded the operation as done (e.g. to re-evaluate statuses
     /// that waited for it).
     fn finished(&self, _op: &OperationRow) {}
-
-    /// At create, before the cluster is recorded: what the cluster needs to exist outside
-    /// Postgres while the caller's token is at hand (its application credential). On failure
-    /// nothing is left behind.
-    fn provision<'a>(&'a self, _req: ProvisionRequest<'a>) -> BackendFuture<'a, Provisioned> {
-        Box::pin(async { Ok(Provisioned::default()) })
-    }
-
-    /// Undoes [`Backend::provision`] when the create could not be recorded (best effort).
-    fn revoke<'a>(&'a self, _p: &'a Provisioned) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
-        Box::pin(async {})
-    }
 
     /// The PEM certificate (bundle) of the cluster's CA `kind`; `None` when it has none.
     fn ca_certificate<'a>(

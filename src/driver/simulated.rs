@@ -130,7 +130,12 @@ impl Backend for SimulatedDriver {
     fn name(&self) -> &'static str {
         "simulated"
     }
-    fn execute<'a>(&'a self, pool: &'a PgPool, op: &'a OperationRow) -> DriverFuture<'a> {
+    fn execute<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        op: &'a OperationRow,
+        _caller: Option<&'a secrecy::SecretString>,
+    ) -> DriverFuture<'a> {
         Box::pin(async move { self.run(pool, op).await.map_err(transient) })
     }
 }

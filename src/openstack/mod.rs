@@ -90,7 +90,7 @@ pub(crate) fn builder_error(service: &str, e: impl std::fmt::Display) -> OpenSta
     OpenStackError::unavailable(service, format!("building the request: {e}"))
 }
 
-/// Turns an SDK query error into ours: 404/403 keep their meaning, everything else (connection
+/// Turns an SDK query error into ours: 401/404/403 keep their meaning, everything else (connection
 /// refused, timeouts, 5xx, undecodable answers) means the service is unavailable.
 pub(crate) fn from_api_error<E>(
     service: &str,
@@ -107,6 +107,8 @@ where
         _ => None,
     };
     match status.map(|s| s.as_u16()) {
+        // The token the call was made with is no longer accepted (expired or revoked).
+        Some(401) => OpenStackError::InvalidToken,
         Some(404) => OpenStackError::NotFound(service.to_string()),
         Some(403) => OpenStackError::Forbidden(service.to_string()),
         _ => OpenStackError::unavailable(service, first_line(&e.to_string())),

@@ -65,6 +65,11 @@ impl UserSession {
         }
     }
 
+    /// The caller's token (to seal it for the operation that acts as the caller later).
+    pub fn token(&self) -> &SecretString {
+        &self.token
+    }
+
     /// How long one call may take.
     pub fn timeout(&self) -> Duration {
         self.timeout

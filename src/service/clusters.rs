@@ -15,6 +15,7 @@ use crate::app::App;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
+use crate::db::operations::SEALED_TOKEN;
 use crate::db::quotas as qdb;
 use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
@@ -28,7 +29,6 @@ use crate::domain::resources::Resolved;
 use crate::domain::status::Status;
 use crate::domain::version::{MIN_VERSION, Version};
 use crate::domain::{names, patch, schemas};
-use crate::driver::{ProvisionRequest, Provisioned};
 use crate::openstack::UserSession;
 
 /// The columns a cluster list may be sorted by.
@@ -239,44 +239,29 @@ pub async fn create(
         };
         row.resolved = Json(cloud::validate(s, &wanted).await?);
     }
-    // The application credential and its Secret exist before the cluster is recorded, created
-    // with the caller's token while we have it (the operation runs later, without it).
-    let provisioned = match &late_error {
-        None => Some(
-            app.backend
-                .provision(ProvisionRequest {
-                    pool: &app.pool,
-                    template: &ct,
-                    cluster: &row,
-                    nodegroups: &[master.clone(), worker.clone()],
-                    session: cloud,
-                    roles: &caller.roles,
-                })
-                .await?,
-        ),
-        Some(_) => None,
+    // The application credential is created by the operation, as the caller: their token goes
+    // with it, sealed (never in clear in Postgres; dropped when the operation ends), so the 202
+    // does not wait for Keystone.
+    let payload = match cloud {
+        Some(s) => {
+            let sealed = app
+                .sealer
+                .as_ref()
+                .ok_or(crate::seal::SealError::BadKey)
+                .and_then(|k| k.seal(s.token()))
+                .map_err(|e| Error::Internal(format!("sealing the request's token: {e}")))?;
+            json!({ SEALED_TOKEN: sealed })
+        }
+        None => json!({}),
     };
-    let recorded = record_create(
-        app,
-        caller,
-        &row,
-        &master,
-        &worker,
-        late_error,
-        provisioned.as_ref(),
-        request_id,
+    record_create(
+        app, caller, &row, &master, &worker, late_error, payload, request_id,
     )
-    .await;
-    if recorded.is_err()
-        && let Some(p) = &provisioned
-    {
-        app.backend.revoke(p).await;
-    }
-    recorded?;
+    .await?;
     Ok(uuid)
 }
 
-/// The create's transaction: quota under the project lock, rows, credential id, operation.
+/// The create's transaction: quota under the project lock, rows, operation.
 #[allow(clippy::too_many_arguments)]
 async fn record_create(
     app: &App,
@@ -285,7 +270,7 @@ async fn record_create(
     master: &NodegroupRow,
     worker: &NodegroupRow,
     late_error: Option<DomainError>,
-    provisioned: Option<&Provisioned>,
+    payload: Value,
     request_id: &str,
 ) -> Result<()> {
     let uuid = row.uuid;
@@ -311,12 +296,6 @@ async fn record_create(
     cdb::insert(&mut *tx, row).await?;
     ndb::insert(&mut *tx, master).await?;
     ndb::insert(&mut *tx, worker).await?;
-    if let Some(p) = provisioned
-        && let Some(id) = p.app_cred_id.as_deref()
-    {
-        cdb::set_app_cred(&mut *tx, uuid, Some(id)).await?;
-        crate::db::day2::set_expiry(&mut *tx, uuid, p.app_cred_expires_at).await?;
-    }
     super::commit_with_operation(
         app,
         tx,
@@ -324,7 +303,7 @@ async fn record_create(
             cluster_uuid: uuid,
             nodegroup_uuid: None,
             kind: OperationKind::Create,
-            payload: json!({}),
+            payload,
             request_id: Some(request_id),
         },
     )

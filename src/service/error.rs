@@ -20,6 +20,9 @@ pub enum Error {
     /// The cluster backend (management cluster) failed at request time.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The service's own fault (logged; answered generically).
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Results of the service layer (`E` defaults to [`Error`]).

@@ -38,6 +38,18 @@ pub struct CapiApp {
 }
 
 impl CapiApp {
+    /// Starts the operation worker of an app built with `worker_enabled = false`.
+    pub fn start_worker(&mut self) {
+        let state = self.t.state.clone();
+        let rx = self.stop.subscribe();
+        self.tasks.push(tokio::spawn(magnum_capi::worker::run(
+            state.clone(),
+            state.backend.clone(),
+            format!("test-worker-{}", uuid::Uuid::new_v4().simple()),
+            rx,
+        )));
+    }
+
     /// Stops the worker, watchers and writer, as a crash would (nothing is handed back).
     pub async fn kill(mut self) -> (String, Arc<SimCluster>) {
         for t in self.tasks.drain(..) {
@@ -110,12 +122,15 @@ pub async fn capi_app_on(
     let state = App::with_backend(pool, cfg, auth, backend);
     let (stop, rx) = watch::channel(false);
     let mut tasks = magnum_capi::server::spawn_capi(&state, &capi, rx.clone());
-    tasks.push(tokio::spawn(magnum_capi::worker::run(
-        state.clone(),
-        state.backend.clone(),
-        format!("test-worker-{}", uuid::Uuid::new_v4().simple()),
-        rx,
-    )));
+    // `[operations] worker_enabled = false`: the test starts a worker itself (`start_worker`).
+    if state.config.operations.worker_enabled {
+        tasks.push(tokio::spawn(magnum_capi::worker::run(
+            state.clone(),
+            state.backend.clone(),
+            format!("test-worker-{}", uuid::Uuid::new_v4().simple()),
+            rx,
+        )));
+    }
     CapiApp {
         t: TestApp {
             state,
