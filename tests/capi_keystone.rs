@@ -84,8 +84,13 @@ async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
     assert!(bad.to_string().contains("v1.30.4"), "{bad}");
     let c = cluster(t, &token).await;
 
-    // One new credential, named for the cluster, without admin.
-    let creds = app_creds(&token, &alice).await;
+    // One new credential, named for the cluster, without admin: made by the create operation
+    // (the 202 does not wait for it).
+    let creds = eventually(30, "the cluster's credential", || async {
+        let creds = app_creds(&token, &alice).await;
+        (creds.len() > before).then_some(creds)
+    })
+    .await;
     assert_eq!(creds.len(), before + 1);
     let cred = creds
         .iter()
@@ -109,13 +114,17 @@ async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
     let id = cred["id"].as_str().unwrap().to_string();
 
     // Its secret is in the management cluster's Secret and nowhere in Postgres.
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT app_cred_id FROM cluster WHERE uuid = $1::uuid")
-            .bind(&c)
-            .fetch_one(&t.state.pool)
-            .await
-            .unwrap();
-    assert_eq!(stored.as_deref(), Some(id.as_str()));
+    let stored: String = eventually(30, "the credential to be recorded", || async {
+        sqlx::query_scalar::<_, Option<String>>(
+            "SELECT app_cred_id FROM cluster WHERE uuid = $1::uuid",
+        )
+        .bind(&c)
+        .fetch_one(&t.state.pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    assert_eq!(stored, id);
     let (in_secret, secret) = secret_credential(&app, &c);
     assert_eq!(in_secret, id);
     assert!(secret.len() > 20);
@@ -157,7 +166,9 @@ async fn the_cluster_credential_lives_in_keystone_and_the_secret_only() {
 #[tokio::test]
 async fn a_credential_keystone_would_not_delete_is_retried_until_it_is_gone() {
     let _env = common::stack::env_exclusive().await;
-    let app = capi_app_on(None, None, true, |_| {}).await;
+    // The delete cleanup acts with the cluster's credential, so with Keystone down it fails the
+    // delete (tests/capi_cleanup.rs); this test is about the credential deleted afterwards.
+    let app = capi_app_on(None, None, true, |cfg| cfg.capi.delete_cleanup = false).await;
     let t = &app.t;
     let ks = keystone();
     let token = ks.token("alice", "alpha").await;
