@@ -5,6 +5,7 @@
 //! clusterctl and template arguments. Only bash runs here (no devstack, no network); shellcheck
 //! runs in `.ci/run`.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -668,4 +669,301 @@ fn ci_runs_shellcheck_over_every_script_before_the_rust_checks() {
     ] {
         assert!(ci.contains(pattern), "{pattern}");
     }
+}
+
+#[test]
+fn providers_install_with_clusterctl_unless_the_operator_is_chosen() {
+    assert_eq!(
+        stdout_ok(&devstack(), "magnum_capi_provider_install_mode"),
+        "clusterctl\n"
+    );
+    let operator = with(devstack(), &[("MAGNUM_CAPI_PROVIDER_INSTALL", "Operator")]);
+    assert_eq!(
+        stdout_ok(&operator, "magnum_capi_provider_install_mode"),
+        "operator\n"
+    );
+    let o = plugin_bash(
+        &with(devstack(), &[("MAGNUM_CAPI_PROVIDER_INSTALL", "helm")]),
+        "magnum_capi_provider_install_mode",
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MAGNUM_CAPI_PROVIDER_INSTALL"));
+    assert!(
+        setting(&devstack(), "MAGNUM_CAPI_OPERATOR_URL")
+            .ends_with("/cluster-api-operator/releases/download/v0.28.0/operator-components.yaml")
+    );
+}
+
+/// A cache holding every provider release file `_magnum_capi_provider_assets` names, each with
+/// recognisable content, in `dir`/cache; returns label-version-name → content.
+fn seeded_cache(env: &Env, dir: &Path) -> BTreeMap<String, String> {
+    let cache = dir.join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let mut files = BTreeMap::new();
+    for line in stdout_ok(env, "_magnum_capi_provider_assets").lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let name = format!("{}-{}-{}", f[0], f[1], f[2]);
+        // Several lines, a leading space and YAML-looking text, as metadata.yaml has.
+        let content = format!(
+            "# {name}\napiVersion: v1\n  indented: {}\nend: true\n",
+            f[3]
+        );
+        std::fs::write(cache.join(&name), &content).unwrap();
+        files.insert(name, content);
+    }
+    files
+}
+
+fn gunzip_base64(b64: &str) -> String {
+    use base64::Engine;
+    let gz = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    let mut child = Command::new("gzip")
+        .arg("-dc")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &gz).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Devstack's globals for the operator path: this checkout as the plugin's directory, the cache
+/// under `dir` (offline: everything must come from it), `OUT` = `dir`/capi-operator.
+fn operator_env(dir: &Path, overrides: &[(&str, &str)]) -> (Env, PathBuf) {
+    let out = dir.join("capi-operator");
+    let env = with(
+        devstack(),
+        &[
+            ("MAGNUM_CAPI_DIR", root().to_str().unwrap()),
+            ("MAGNUM_CAPI_CACHE_DIR", dir.join("cache").to_str().unwrap()),
+            ("MAGNUM_CAPI_OFFLINE", "True"),
+            ("OUT", out.to_str().unwrap()),
+        ],
+    );
+    (with(env, overrides), out)
+}
+
+/// The operator path writes deploy/capi-operator/air-gapped, one ConfigMap per provider from the
+/// download cache and the versions of devstack/settings into one directory for
+/// `kubectl apply --server-side -k`; then waits for each provider to be Ready.
+#[test]
+fn the_operator_installs_the_pinned_providers_from_configmaps_of_the_cache() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (env, out) = operator_env(dir.path(), &[]);
+    let cached = seeded_cache(&env, dir.path());
+    stdout_ok(&env, r#"magnum_capi_write_operator_kustomization "$OUT""#);
+
+    // The manifests of deploy/capi-operator, unchanged, pinned to what devstack/settings pins.
+    for rel in [
+        "online/kustomization.yaml",
+        "online/namespaces.yaml",
+        "online/providers.yaml",
+        "air-gapped/kustomization.yaml",
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(out.join(rel)).unwrap(),
+            std::fs::read_to_string(root().join("deploy/capi-operator").join(rel)).unwrap(),
+            "{rel}"
+        );
+    }
+    let capi = setting(&env, "MAGNUM_CAPI_CLUSTER_API_VERSION");
+    let capo = setting(&env, "MAGNUM_CAPI_CAPO_VERSION");
+    let caaph = setting(&env, "MAGNUM_CAPI_CAAPH_VERSION");
+    let pinned: Vec<(String, String)> = yaml_serde::Deserializer::from_str(
+        &std::fs::read_to_string(root().join("deploy/capi-operator/online/providers.yaml"))
+            .unwrap(),
+    )
+    .map(|d| {
+        let v = <serde_json::Value as serde::Deserialize>::deserialize(d).unwrap();
+        (
+            v["kind"].as_str().unwrap().to_string(),
+            v["spec"]["version"].as_str().unwrap().to_string(),
+        )
+    })
+    .collect();
+    let expected = [
+        ("CoreProvider", &capi),
+        ("BootstrapProvider", &capi),
+        ("ControlPlaneProvider", &capi),
+        ("InfrastructureProvider", &capo),
+        ("AddonProvider", &caaph),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(
+        pinned, expected,
+        "deploy/capi-operator vs devstack/settings"
+    );
+
+    // The air-gapped selectors: (namespace, label value) per provider.
+    let air: serde_json::Value = yaml_serde::from_str(
+        &std::fs::read_to_string(out.join("air-gapped/kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    let selectors: BTreeMap<String, String> = air["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let p: serde_json::Value = yaml_serde::from_str(p["patch"].as_str().unwrap()).unwrap();
+            (
+                p["metadata"]["namespace"].as_str().unwrap().to_string(),
+                p["spec"]["fetchConfig"]["selector"]["matchLabels"]
+                    ["magnum.openstack.org/provider-components"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(selectors.len(), 5);
+
+    // One ConfigMap per provider, in its namespace, matching its selector; the components
+    // gzipped (a release's exceed a ConfigMap's 1 MiB), metadata.yaml verbatim.
+    let k: serde_json::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(out.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let resources: Vec<&str> = k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(resources[0], "air-gapped");
+    assert_eq!(resources.len(), 6);
+    for (ns, label) in &selectors {
+        let rel = format!("configmaps/{label}.yaml");
+        assert!(resources.contains(&rel.as_str()), "{rel}");
+        let cm: ConfigMap =
+            yaml_serde::from_str(&std::fs::read_to_string(out.join(&rel)).unwrap()).unwrap();
+        assert_eq!(cm.metadata.namespace.as_ref(), Some(ns), "{rel}");
+        let labels = cm.metadata.labels.clone().unwrap();
+        assert_eq!(
+            labels.get("magnum.openstack.org/provider-components"),
+            Some(label)
+        );
+        let version = labels["provider.cluster.x-k8s.io/version"].clone();
+        assert_eq!(cm.metadata.name, Some(format!("{label}-{version}")));
+        assert_eq!(
+            cm.metadata.annotations.as_ref().unwrap()["provider.cluster.x-k8s.io/compressed"],
+            "true"
+        );
+        let components_file = match label.as_str() {
+            "cluster-api" => "core-components.yaml",
+            "bootstrap-kubeadm" => "bootstrap-components.yaml",
+            "control-plane-kubeadm" => "control-plane-components.yaml",
+            "infrastructure-openstack" => "infrastructure-components.yaml",
+            "addon-helm" => "addon-components.yaml",
+            other => panic!("{other}"),
+        };
+        let metadata = &cm.data.as_ref().unwrap()["metadata"];
+        assert_eq!(
+            metadata,
+            &cached[&format!("{label}-{version}-metadata.yaml")]
+        );
+        let components = &cm.binary_data.as_ref().unwrap()["components"];
+        let b64 = serde_json::to_value(components).unwrap();
+        assert_eq!(
+            gunzip_base64(b64.as_str().unwrap()),
+            cached[&format!("{label}-{version}-{components_file}")]
+        );
+    }
+
+    // The versions of devstack/settings are patched over the pinned ones.
+    let patches: Vec<(String, String)> = k["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let ops: serde_json::Value =
+                serde_json::from_str(p["patch"].as_str().unwrap()).unwrap();
+            assert_eq!(ops[0]["op"], "replace");
+            assert_eq!(ops[0]["path"], "/spec/version");
+            (
+                p["target"]["kind"].as_str().unwrap().to_string(),
+                ops[0]["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(patches, expected);
+
+    // kubectl's own kustomize, when there is one, builds it into what the operator gets.
+    if let Ok(built) = Command::new("kubectl").arg("kustomize").arg(&out).output() {
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let text = String::from_utf8(built.stdout).unwrap();
+        let docs: Vec<serde_json::Value> = yaml_serde::Deserializer::from_str(&text)
+            .map(|d| <serde_json::Value as serde::Deserialize>::deserialize(d).unwrap())
+            .collect();
+        let count = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).count();
+        assert_eq!((count("Namespace"), count("ConfigMap")), (5, 5));
+        for (kind, version) in &expected {
+            let p = docs.iter().find(|d| d["kind"] == kind.as_str()).unwrap();
+            assert_eq!(&p["spec"]["version"], version.as_str(), "{kind}");
+            assert!(p["spec"]["fetchConfig"]["selector"].is_object(), "{kind}");
+        }
+    }
+
+    // The command lines: one server-side apply of that directory, then a wait per provider.
+    assert_eq!(
+        stdout_ok(&env, r#"magnum_capi_operator_apply_args "$OUT""#),
+        format!(
+            "apply\n--server-side\n--force-conflicts\n-k\n{}\n",
+            out.display()
+        )
+    );
+    let waits = stdout_ok(&env, "magnum_capi_operator_wait_commands");
+    assert_eq!(
+        waits.lines().collect::<Vec<_>>(),
+        [
+            "-n capi-system wait --for=condition=Ready coreprovider/cluster-api --timeout=600s",
+            "-n capi-kubeadm-bootstrap-system wait --for=condition=Ready bootstrapprovider/kubeadm --timeout=600s",
+            "-n capi-kubeadm-control-plane-system wait --for=condition=Ready controlplaneprovider/kubeadm --timeout=600s",
+            "-n capo-system wait --for=condition=Ready infrastructureprovider/openstack --timeout=600s",
+            "-n caaph-system wait --for=condition=Ready addonprovider/helm --timeout=600s",
+        ]
+    );
+}
+
+#[test]
+fn the_operator_path_follows_version_overrides_and_never_downloads_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (env, out) = operator_env(dir.path(), &[("MAGNUM_CAPI_CAPO_VERSION", "v0.14.9")]);
+    // Nothing cached: the error names the file and where it comes from.
+    let o = plugin_bash(&env, r#"magnum_capi_write_operator_kustomization "$OUT""#);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cluster-api-v1.14.0-core-components.yaml")
+            && err.contains("/cluster-api/releases/download/v1.14.0/core-components.yaml"),
+        "{err}"
+    );
+
+    seeded_cache(&env, dir.path());
+    stdout_ok(&env, r#"magnum_capi_write_operator_kustomization "$OUT""#);
+    let k = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    assert!(
+        k.contains(r#"{"op": "replace", "path": "/spec/version", "value": "v0.14.9"}"#),
+        "{k}"
+    );
+    let cm = std::fs::read_to_string(out.join("configmaps/infrastructure-openstack.yaml")).unwrap();
+    assert!(
+        cm.contains("name: infrastructure-openstack-v0.14.9"),
+        "{cm}"
+    );
+    assert!(
+        cm.contains("provider.cluster.x-k8s.io/version: v0.14.9"),
+        "{cm}"
+    );
 }

@@ -71,8 +71,29 @@ pub mod kinds {
     );
     pub const HELM_CHART_PROXY: Gvk = ("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy");
     pub const CLUSTER_RESOURCE_SET: Gvk = ("addons.cluster.x-k8s.io/v1beta2", "ClusterResourceSet");
+    /// A project's namespace (`templates/namespace.yaml.hbs`), applied before its objects.
+    pub const NAMESPACE: Gvk = ("v1", "Namespace");
     /// Immutable machine templates, named by the hash of their spec.
     pub const TEMPLATES: [Gvk; 2] = [OPENSTACK_MACHINE_TEMPLATE, KUBEADM_CONFIG_TEMPLATE];
+
+    /// Every kind above, once: what the service account's RBAC on the management cluster must
+    /// cover (`deploy/kubernetes/clusterrole.yaml`, checked against this list by
+    /// `tests/deploy.rs`).
+    pub const ALL: [Gvk; 13] = [
+        NAMESPACE,
+        SECRET,
+        CLUSTER,
+        MACHINE_DEPLOYMENT,
+        MACHINE_SET,
+        MACHINE,
+        MACHINE_HEALTH_CHECK,
+        CONTROL_PLANE,
+        KUBEADM_CONFIG_TEMPLATE,
+        OPENSTACK_CLUSTER,
+        OPENSTACK_MACHINE_TEMPLATE,
+        HELM_CHART_PROXY,
+        CLUSTER_RESOURCE_SET,
+    ];
 }
 
 /// The CAPI cluster name of a Magnum cluster (stored as `stack_id`): derived from the uuid, so it
