@@ -13,24 +13,15 @@ use crate::driver::Check;
 /// 503 would otherwise outlast a probe).
 const ASK_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The custom resources the driver writes or reads, at the versions it uses: CAPI v1.14
-/// (`v1beta2`), CAPO v0.14 (`v1beta1`), CAAPH v0.6 (`v1alpha1`).
-pub const REQUIRED: [Gvk; 11] = [
-    kinds::CLUSTER,
-    kinds::MACHINE_DEPLOYMENT,
-    kinds::MACHINE_SET,
-    kinds::MACHINE,
-    kinds::MACHINE_HEALTH_CHECK,
-    kinds::CONTROL_PLANE,
-    kinds::KUBEADM_CONFIG_TEMPLATE,
-    kinds::OPENSTACK_CLUSTER,
-    kinds::OPENSTACK_MACHINE_TEMPLATE,
-    kinds::HELM_CHART_PROXY,
-    kinds::CLUSTER_RESOURCE_SET,
-];
+/// The custom resources the driver writes or reads, at the versions it uses (CAPI v1.14
+/// `v1beta2`, CAPO v0.14 `v1beta1`, CAAPH v0.6 `v1alpha1`): every kind of the kinds table that
+/// is not built into Kubernetes.
+pub fn required() -> impl Iterator<Item = Gvk> {
+    kinds::ALL.into_iter().filter(|(av, _)| av.contains('/'))
+}
 
 impl Capi {
-    /// The management cluster answers (its version), and serves every [`REQUIRED`] kind.
+    /// The management cluster answers (its version), and serves every [`required`] kind.
     pub async fn readiness(&self) -> Vec<Check> {
         let client = self.mgmt.client();
         let version = match tokio::time::timeout(ASK_TIMEOUT, client.apiserver_version()).await {
@@ -47,7 +38,7 @@ impl Capi {
             }
         };
         let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (gv, kind) in REQUIRED {
+        for (gv, kind) in required() {
             by_group.entry(gv).or_default().push(kind);
         }
         let mut missing = Vec::new();
@@ -63,7 +54,7 @@ impl Capi {
             }
         }
         let crds = if missing.is_empty() {
-            Ok(format!("{} kinds served", REQUIRED.len()))
+            Ok(format!("{} kinds served", required().count()))
         } else {
             Err(format!("not served: {}", missing.join(", ")))
         };

@@ -424,8 +424,7 @@ fn api_groups(store: &Store) -> Value {
 /// Discovery of a group/version: the kinds whose CRDs a management cluster with CAPI, CAPO and
 /// CAAPH installed serves there (what the driver's readiness check asks for).
 fn resource_list(gv: &str) -> Value {
-    let resources: Vec<Value> = crate::capi::health::REQUIRED
-        .iter()
+    let resources: Vec<Value> = crate::capi::health::required()
         .filter(|(av, _)| *av == gv)
         .map(|(av, kind)| {
             let plural = crate::capi::apply::resource(av, kind).plural;
