@@ -90,36 +90,36 @@ pub fn kube_version(
 mod tests {
     use super::*;
 
-    fn l(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    /// Labels with only `kube_tag` (when given).
+    fn tag(v: Option<&str>) -> Labels {
+        v.map(|v| ("kube_tag".to_owned(), v.to_owned()))
+            .into_iter()
             .collect()
     }
 
     #[test]
     fn kube_version_takes_the_label_or_the_image_and_normalises() {
         assert_eq!(
-            kube_version(&l(&[("kube_tag", "1.33.2")]), None, "v1.30.0").unwrap(),
+            kube_version(&tag(Some("1.33.2")), None, "v1.30.0").unwrap(),
             "v1.33.2"
         );
         assert_eq!(
-            kube_version(&l(&[]), Some("v1.32.1"), "v1.30.0").unwrap(),
+            kube_version(&tag(None), Some("v1.32.1"), "v1.30.0").unwrap(),
             "v1.32.1"
         );
         assert_eq!(
-            kube_version(&l(&[("kube_tag", "v1.32.1")]), Some("1.32.1"), "v1.30.0").unwrap(),
+            kube_version(&tag(Some("v1.32.1")), Some("1.32.1"), "v1.30.0").unwrap(),
             "v1.32.1"
         );
         assert_eq!(
-            kube_version(&l(&[("kube_tag", "")]), None, "1.30.0").unwrap(),
+            kube_version(&tag(Some("")), None, "1.30.0").unwrap(),
             "v1.30.0"
         );
     }
 
     #[test]
     fn kube_version_mismatch_names_both() {
-        let err = kube_version(&l(&[("kube_tag", "v1.33.0")]), Some("v1.32.1"), "v1").unwrap_err();
+        let err = kube_version(&tag(Some("v1.33.0")), Some("v1.32.1"), "v1").unwrap_err();
         assert_eq!(
             err,
             KubeVersionError::Mismatch {
@@ -128,7 +128,7 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("kube_tag"));
-        let err = kube_version(&l(&[("kube_tag", " latest ")]), None, "v1.30.0").unwrap_err();
+        let err = kube_version(&tag(Some(" latest ")), None, "v1.30.0").unwrap_err();
         assert_eq!(
             err,
             KubeVersionError::BadTag {
