@@ -43,6 +43,46 @@ impl NodegroupRow {
     }
 }
 
+impl NodegroupRow {
+    /// The row a create records for the default nodegroup `plan` of `cluster`, as `uuid`: in
+    /// `CREATE_IN_PROGRESS`, created with the cluster.
+    pub fn from_plan(
+        plan: &crate::domain::new_cluster::NodegroupPlan,
+        uuid: Uuid,
+        cluster: &super::clusters::ClusterRow,
+    ) -> Self {
+        Self {
+            id: 0,
+            uuid,
+            name: plan.name.clone(),
+            cluster_id: cluster.uuid,
+            project_id: cluster.project_id.clone(),
+            docker_volume_size: plan.docker_volume_size,
+            labels: Json(plan.labels.clone()),
+            flavor_id: plan.flavor.clone(),
+            image_id: plan.image.clone(),
+            node_addresses: Json(vec![]),
+            node_count: plan.node_count,
+            role: plan.role.clone(),
+            max_node_count: None,
+            min_node_count: plan.min_node_count,
+            is_default: true,
+            stack_id: None,
+            status: Some(
+                crate::domain::status::Status::CreateInProgress
+                    .as_str()
+                    .into(),
+            ),
+            status_reason: None,
+            version: None,
+            node_labels: None,
+            node_taints: None,
+            created_at: cluster.created_at,
+            updated_at: None,
+        }
+    }
+}
+
 pub const SORT_KEYS: &[&str] = &[
     "id",
     "uuid",

@@ -4,9 +4,11 @@
 pub mod certificates;
 pub mod error;
 pub mod fields;
+pub mod kube_version;
 pub mod labels;
 pub mod listing;
 pub mod names;
+pub mod new_cluster;
 pub mod nodegroup_rules;
 pub mod operation;
 pub mod patch;

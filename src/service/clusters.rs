@@ -20,15 +20,15 @@ use crate::db::quotas as qdb;
 use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
-use crate::domain::labels::{self, Labels};
+use crate::domain::labels::Labels;
 use crate::domain::listing::ListQuery;
 use crate::domain::names::parse_uuid;
+use crate::domain::new_cluster::{self, ClusterRequest};
 use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller, Target};
-use crate::domain::resources::Resolved;
 use crate::domain::status::Status;
 use crate::domain::version::{MIN_VERSION, Version};
-use crate::domain::{names, patch, schemas};
+use crate::domain::{patch, schemas};
 use crate::openstack::UserSession;
 
 /// The columns a cluster list may be sorted by.
@@ -99,132 +99,42 @@ pub async fn create(
         return Err(zero_nodes_unsupported().into());
     }
     policy::enforce("cluster:create", caller, None)?;
-    let parent: &Labels = &ct.labels.0;
-    let labels = labels::inherit(
-        parent,
-        b.labels("labels"),
-        b.bool("merge_labels").unwrap_or(false),
-    );
-    let inherit = |key: &str, from: &Option<String>| {
-        b.str(key)
-            .filter(|s| !s.is_empty())
-            .or_else(|| from.clone())
+    let request = ClusterRequest {
+        name: b.str("name"),
+        labels: b.labels("labels"),
+        merge_labels: b.bool("merge_labels").unwrap_or(false),
+        keypair: b.str("keypair"),
+        flavor: b.str("flavor_id"),
+        master_flavor: b.str("master_flavor_id"),
+        fixed_network: b.str("fixed_network"),
+        fixed_subnet: b.str("fixed_subnet"),
+        docker_volume_size: b.int("docker_volume_size"),
+        master_count: b.int("master_count"),
+        node_count: b.int("node_count"),
+        discovery_url: b.str("discovery_url"),
+        create_timeout: b.has("create_timeout").then(|| b.int("create_timeout")),
+        master_lb_enabled: b
+            .has("master_lb_enabled")
+            .then(|| b.bool("master_lb_enabled")),
+        floating_ip_enabled: b
+            .has("floating_ip_enabled")
+            .then(|| b.bool("floating_ip_enabled")),
     };
-    let master_lb_enabled = if b.has("master_lb_enabled") {
-        b.bool("master_lb_enabled")
-    } else {
-        Some(ct.master_lb_enabled)
-    };
-    let floating_ip_enabled = if b.has("floating_ip_enabled") {
-        b.bool("floating_ip_enabled")
-    } else {
-        Some(ct.floating_ip_enabled)
-    };
+    let plan = new_cluster::plan(&ct.defaults(), &request, Uuid::new_v4())?;
     // Checked after the quota, in Magnum's order: hidden template, then the master/LB rule.
     let late_error = if ct.hidden && !caller.is_admin() {
         Some(DomainError::not_authorized())
-    } else if master_count > 1 && master_lb_enabled != Some(true) {
+    } else if master_count > 1 && plan.master_lb_enabled != Some(true) {
         Some(DomainError::BadRequest(
             "master_count must be 1 when master_lb_enabled is False".into(),
         ))
     } else {
         None
     };
-    let uuid = Uuid::new_v4();
-    let to_i32 = |v: i64| {
-        i32::try_from(v).map_err(|_| {
-            DomainError::invalid_field("node_count", &v.to_string(), "Value is too large")
-        })
-    };
-    let create_timeout = if b.has("create_timeout") {
-        b.int("create_timeout")
-    } else {
-        Some(60)
-    };
-    let mut row = ClusterRow {
-        id: 0,
-        uuid,
-        project_id: caller.project_id.clone(),
-        user_id: caller.user_id.clone(),
-        name: Some(b.str("name").unwrap_or_else(|| names::generate("cluster"))),
-        cluster_template_id: ct.uuid,
-        keypair: inherit("keypair", &ct.keypair_id),
-        docker_volume_size: docker_volume_size.and_then(|v| i32::try_from(v).ok()),
-        labels: Json(labels.clone()),
-        master_flavor_id: inherit("master_flavor_id", &ct.master_flavor_id),
-        flavor_id: inherit("flavor_id", &ct.flavor_id),
-        stack_id: Some(names::capi_cluster_name(uuid)),
-        api_address: None,
-        status: Status::CreateInProgress.as_str().into(),
-        status_reason: None,
-        health_status: None,
-        health_status_reason: Json(json!({})),
-        create_timeout: create_timeout.and_then(|v| i32::try_from(v).ok()),
-        discovery_url: b.str("discovery_url"),
-        coe_version: None,
-        container_version: None,
-        ca_cert_ref: None,
-        magnum_cert_ref: None,
-        etcd_ca_cert_ref: None,
-        front_proxy_ca_cert_ref: None,
-        fixed_network: inherit("fixed_network", &ct.fixed_network),
-        fixed_subnet: inherit("fixed_subnet", &ct.fixed_subnet),
-        floating_ip_enabled,
-        master_lb_enabled,
-        resolved: Json(Resolved::default()),
-        created_at: chrono::Utc::now(),
-        updated_at: None,
-    };
-    let default_ng = |name: &str,
-                      role: &str,
-                      flavor: Option<String>,
-                      count: i64|
-     -> Result<NodegroupRow, DomainError> {
-        Ok(NodegroupRow {
-            id: 0,
-            uuid: Uuid::new_v4(),
-            name: name.into(),
-            cluster_id: uuid,
-            project_id: caller.project_id.clone(),
-            docker_volume_size: row.docker_volume_size,
-            labels: Json(labels.clone()),
-            flavor_id: flavor,
-            image_id: ct.image_id.clone(),
-            node_addresses: Json(vec![]),
-            node_count: to_i32(count)?,
-            role: role.into(),
-            max_node_count: None,
-            min_node_count: if role == "master" {
-                0
-            } else {
-                labels
-                    .get("min_node_count")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0)
-            },
-            is_default: true,
-            stack_id: None,
-            status: Some(Status::CreateInProgress.as_str().into()),
-            status_reason: None,
-            version: None,
-            node_labels: None,
-            node_taints: None,
-            created_at: chrono::Utc::now(),
-            updated_at: None,
-        })
-    };
-    let master = default_ng(
-        "default-master",
-        "master",
-        row.master_flavor_id.clone(),
-        master_count,
-    )?;
-    let worker = default_ng(
-        "default-worker",
-        "worker",
-        row.flavor_id.clone(),
-        node_count,
-    )?;
+    let mut row = ClusterRow::from_plan(&plan, &caller.project_id, &caller.user_id);
+    let master = NodegroupRow::from_plan(&plan.master, Uuid::new_v4(), &row);
+    let worker = NodegroupRow::from_plan(&plan.worker, Uuid::new_v4(), &row);
+    let (uuid, labels) = (plan.uuid, plan.labels);
 
     if let (Some(s), None) = (cloud, &late_error) {
         // Outside the transaction: remote calls must not hold the project's quota lock.

@@ -1,0 +1,590 @@
+//! [`build`]: the values document from the rows, and the cluster-wide parts of it (networks,
+//! API server, kubeadm, addons); the machines are in [`super::nodegroups`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::document::{
+    Addons, ApiLoadBalancer, ApiServer, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
+    CloudCredentials, Cni, CsiCinder, HelmChart, KubeNetwork, Kubeadm, ManagedSubnet, NameValue,
+    Networking, ResourceRef, StorageClass, Values, nv,
+};
+use super::labels::{LabelView, chart_version_label, cidrs_overlap, parse_cidr};
+use super::nodegroups::master_nodegroup;
+use super::{LABEL_CAPI_CLUSTER_NAME, MAX_CLUSTER_NAME, ValuesError, bad};
+use crate::capi::pki::ClusterCas;
+use crate::capi::schema::{dns1123_label_error, dns1123_subdomain_error, label_value_error};
+use crate::capi::{LABEL_CLUSTER_UUID, LABEL_PROJECT_ID, LABEL_USER_ID};
+use crate::config::CapiConfig;
+use crate::db::clusters::ClusterRow;
+use crate::db::nodegroups::NodegroupRow;
+use crate::db::templates::TemplateRow;
+use crate::domain::kube_version::kube_version;
+use crate::domain::resources::Resolved;
+
+/// Everything needed to render one cluster.
+pub struct Inputs<'a> {
+    pub template: &'a TemplateRow,
+    pub cluster: &'a ClusterRow,
+    /// All nodegroups of the cluster that should exist (leave out those being deleted).
+    pub nodegroups: &'a [NodegroupRow],
+    pub config: &'a CapiConfig,
+    /// Present when the cloud-credentials Secrets are to be written (create, rotation).
+    pub credentials: Option<CloudCredentials>,
+    /// Present when the CA Secrets are to be written (create only).
+    pub cas: Option<&'a ClusterCas>,
+    /// The CA rotation's rollout marker: machines created before it are replaced.
+    pub rollout_after: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub(super) fn label_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn check_label_value(what: &str, v: &str) -> Result<(), ValuesError> {
+    match label_value_error(v) {
+        None => Ok(()),
+        Some(e) => Err(ValuesError::Invalid(format!(
+            "{what} {v:?} cannot be a Kubernetes label value: {e}"
+        ))),
+    }
+}
+
+/// Builds the values document. Pure: the same rows give the same document.
+pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
+    let Inputs {
+        template,
+        cluster,
+        nodegroups,
+        config,
+        credentials,
+        cas,
+        rollout_after,
+    } = inputs;
+    let cx = Cx::new(template, cluster, config)?;
+    let namespace = crate::capi::namespace(&config.namespace_prefix, &cluster.project_id);
+    if let Some(e) = dns1123_label_error(&namespace) {
+        return Err(ValuesError::Invalid(format!("namespace {namespace:?} {e}")));
+    }
+    let resolved_kube = cx
+        .tr
+        .kube_version
+        .as_deref()
+        .or(cx.cr.kube_version.as_deref());
+    let kubernetes_version = kube_version(
+        &cluster.labels.0,
+        resolved_kube,
+        &config.default_kube_version,
+    )?;
+    let networking = cx.networking()?;
+    let kube_network = cx.kube_network(networking.managed_subnet.as_ref())?;
+    let master = master_nodegroup(nodegroups)?;
+    let api_server = cx.api_server(master.node_count, networking.external_network.is_some())?;
+    let kubeadm = cx.kubeadm()?;
+    let machines = cx.machine_refs()?;
+    let control_plane = cx.control_plane(master, &machines)?;
+    let node_groups = cx.node_groups(nodegroups, &machines, &kubeadm)?;
+    let addons = cx.addons(&networking)?;
+    Ok(Values {
+        cloud: Cloud {
+            name: "openstack".into(),
+            credentials_secret_name: crate::capi::credentials_secret_name(&cx.cluster_name),
+        },
+        namespace_labels: label_map(&[
+            (LABEL_PROJECT_ID, &cluster.project_id),
+            ("app.kubernetes.io/managed-by", "magnum-capi"),
+        ]),
+        namespace,
+        project_id: cluster.project_id.clone(),
+        user_id: cluster.user_id.clone(),
+        kubernetes_version,
+        os_distro: cx
+            .tr
+            .os_distro
+            .clone()
+            .or_else(|| cx.cr.os_distro.clone())
+            .or_else(|| template.cluster_distro.clone()),
+        ssh_key_name: cluster
+            .keypair
+            .clone()
+            .or_else(|| template.keypair_id.clone())
+            .filter(|k| !k.is_empty()),
+        networking,
+        kube_network,
+        api_server,
+        kubeadm,
+        control_plane,
+        node_groups,
+        addons,
+        credentials,
+        cas: cas.map(CaValues::from),
+        rollout_after: rollout_after.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        cluster_name: cx.cluster_name,
+        cluster_uuid: cx.cluster_uuid,
+        common_labels: cx.common_labels,
+    })
+}
+
+/// What the parts of the build share: the rows, the cluster's label view, the names.
+pub(super) struct Cx<'a> {
+    pub(super) t: &'a TemplateRow,
+    pub(super) c: &'a ClusterRow,
+    pub(super) tr: &'a Resolved,
+    pub(super) cr: &'a Resolved,
+    pub(super) view: LabelView<'a>,
+    pub(super) config: &'a CapiConfig,
+    pub(super) cluster_name: String,
+    pub(super) cluster_uuid: String,
+    pub(super) common_labels: BTreeMap<String, String>,
+}
+
+impl<'a> Cx<'a> {
+    fn new(
+        t: &'a TemplateRow,
+        c: &'a ClusterRow,
+        config: &'a CapiConfig,
+    ) -> Result<Self, ValuesError> {
+        let cluster_name = c
+            .stack_id
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| crate::capi::capi_name(c.uuid));
+        if let Some(e) = dns1123_label_error(&cluster_name) {
+            return Err(ValuesError::Invalid(format!(
+                "CAPI cluster name {cluster_name:?} {e}"
+            )));
+        }
+        if cluster_name.len() > MAX_CLUSTER_NAME {
+            return Err(ValuesError::Invalid(format!(
+                "CAPI cluster name {cluster_name:?} is longer than {MAX_CLUSTER_NAME} characters"
+            )));
+        }
+        check_label_value("project id", &c.project_id)?;
+        check_label_value("user id", &c.user_id)?;
+        let cluster_uuid = c.uuid.to_string();
+        let common_labels = label_map(&[
+            (LABEL_CLUSTER_UUID, &cluster_uuid),
+            (LABEL_PROJECT_ID, &c.project_id),
+            (LABEL_USER_ID, &c.user_id),
+            (LABEL_CAPI_CLUSTER_NAME, &cluster_name),
+        ]);
+        Ok(Self {
+            t,
+            c,
+            tr: &t.resolved.0,
+            cr: &c.resolved.0,
+            view: LabelView::cluster(&c.labels.0),
+            config,
+            cluster_name,
+            cluster_uuid,
+            common_labels,
+        })
+    }
+
+    fn networking(&self) -> Result<Networking, ValuesError> {
+        let (t, c, tr, cr) = (self.t, self.c, self.tr, self.cr);
+        let external_network = ResourceRef::resolve(
+            tr.external_network_id
+                .as_ref()
+                .or(cr.external_network_id.as_ref()),
+            t.external_network_id.as_ref().filter(|s| !s.is_empty()),
+        );
+        let (net_given, net_resolved) = given_and_resolved(
+            (c.fixed_network.as_ref(), cr.fixed_network_id.as_ref()),
+            (t.fixed_network.as_ref(), tr.fixed_network_id.as_ref()),
+        );
+        let network = net_given.and_then(|g| ResourceRef::resolve(net_resolved, Some(g)));
+        let (subnet_given, subnet_resolved) = given_and_resolved(
+            (c.fixed_subnet.as_ref(), cr.fixed_subnet_id.as_ref()),
+            (t.fixed_subnet.as_ref(), tr.fixed_subnet_id.as_ref()),
+        );
+        let subnet = subnet_given.and_then(|g| ResourceRef::resolve(subnet_resolved, Some(g)));
+        if subnet.is_some() && network.is_none() {
+            return Err(ValuesError::Invalid(
+                "fixed_subnet needs fixed_network (the network the subnet belongs to)".into(),
+            ));
+        }
+        let mut dns_nameservers = Vec::new();
+        for ns in t
+            .dns_nameserver
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            if ns.parse::<IpAddr>().is_err() {
+                return Err(ValuesError::Invalid(format!(
+                    "dns_nameserver {ns:?} is not an IP address"
+                )));
+            }
+            dns_nameservers.push(ns.to_owned());
+        }
+        let node_cidr = self.view.cidr(&["fixed_subnet_cidr"])?;
+        let managed_subnet = match (&network, node_cidr) {
+            (Some(_), _) => None,
+            (None, Some(cidr)) => Some(cidr),
+            (None, None) => Some(self.config.node_cidr.clone()),
+        }
+        .map(|cidr| ManagedSubnet {
+            cidr,
+            dns_nameservers: dns_nameservers.clone(),
+        });
+        Ok(Networking {
+            external_network,
+            network,
+            subnet,
+            managed_subnet,
+            dns_nameservers,
+        })
+    }
+
+    /// Pod and service networks; none of them (nor the node subnet CAPO creates) may overlap.
+    fn kube_network(&self, managed: Option<&ManagedSubnet>) -> Result<KubeNetwork, ValuesError> {
+        let view = &self.view;
+        let pod_cidr = view
+            .cidr(&["calico_ipv4pool", "cilium_ipv4pool"])?
+            .unwrap_or_else(|| self.config.pod_cidr.clone());
+        let service_cidr = view
+            .cidr(&["service_cluster_ip_range"])?
+            .unwrap_or_else(|| self.config.service_cidr.clone());
+        let service_domain = view
+            .token(&["dns_cluster_domain"])?
+            .unwrap_or_else(|| "cluster.local".into());
+        if dns1123_subdomain_error(&service_domain).is_some() {
+            return Err(bad(
+                "dns_cluster_domain",
+                &service_domain,
+                "must be a DNS domain like cluster.local",
+            ));
+        }
+        let parse = |what: &str, v: &str| {
+            parse_cidr(v).map_err(|e| ValuesError::Invalid(format!("{what} {v:?}: {e}")))
+        };
+        let mut nets = vec![
+            ("pod network", parse("pod network", &pod_cidr)?),
+            ("service network", parse("service network", &service_cidr)?),
+        ];
+        if let Some(m) = managed {
+            nets.push(("node network", parse("node network", &m.cidr)?));
+        }
+        for (i, (an, a)) in nets.iter().enumerate() {
+            for (bn, b) in &nets[i + 1..] {
+                if cidrs_overlap(*a, *b) {
+                    return Err(ValuesError::Invalid(format!(
+                        "the {an} {}/{} overlaps the {bn} {}/{}",
+                        a.0, a.1, b.0, b.1
+                    )));
+                }
+            }
+        }
+        Ok(KubeNetwork {
+            pod_cidr,
+            service_cidr,
+            service_domain,
+        })
+    }
+
+    fn octavia_provider(&self) -> Result<String, ValuesError> {
+        Ok(self
+            .view
+            .token(&["octavia_provider"])?
+            .unwrap_or_else(|| self.config.octavia_provider.clone()))
+    }
+
+    fn api_server(
+        &self,
+        master_count: i32,
+        has_external_network: bool,
+    ) -> Result<ApiServer, ValuesError> {
+        let (view, t, c) = (&self.view, self.t, self.c);
+        const ALLOWED_CIDRS: &[&str] = &["api_master_lb_allowed_cidrs", "master_lb_allowed_cidrs"];
+        let lb_wanted = c.master_lb_enabled.unwrap_or(t.master_lb_enabled) || master_count > 1;
+        let floating_ip =
+            view.bool(&["master_lb_floating_ip_enabled"], true)? && has_external_network;
+        let load_balancer = if lb_wanted {
+            let allowed_cidrs = view.list(ALLOWED_CIDRS, &[','], |c| parse_cidr(c).map(drop))?;
+            Some(ApiLoadBalancer {
+                provider: self.octavia_provider()?,
+                allowed_cidrs,
+                flavor: view.token(&["api_server_lb_flavor"])?,
+                availability_zone: view.token(&["api_server_lb_availability_zone"])?,
+            })
+        } else {
+            if let Some((label, v)) = view.raw(ALLOWED_CIDRS)? {
+                return Err(bad(
+                    label,
+                    v,
+                    "needs the API load balancer (master_lb_enabled, or more than one master)",
+                ));
+            }
+            if !floating_ip {
+                return Err(ValuesError::Invalid(
+                    "without the API load balancer (master_lb_enabled, or more than one master) \
+                     the API needs a floating IP: an external network and \
+                     master_lb_floating_ip_enabled=true"
+                        .into(),
+                ));
+            }
+            None
+        };
+        let floating_ip_address = view.parsed(&["api_server_floating_ip"], |v| {
+            v.parse::<IpAddr>()
+                .map_err(|_| "must be an IP address".to_owned())?;
+            if !floating_ip {
+                return Err(
+                    "needs a floating IP for the API (master_lb_floating_ip_enabled \
+                            and an external network)"
+                        .into(),
+                );
+            }
+            Ok(v.to_owned())
+        })?;
+        let port = match t.apiserver_port {
+            None | Some(6443) => None,
+            Some(p) => Some(u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| {
+                ValuesError::Invalid(format!("apiserver_port {p} is not a port"))
+            })?),
+        };
+        let cert_sans = view.list(&["api_server_cert_sans"], &[','], |san| {
+            let dns_name = san.to_ascii_lowercase().replace('*', "x");
+            if san.parse::<IpAddr>().is_err() && dns1123_subdomain_error(&dns_name).is_some() {
+                return Err("each SAN must be a DNS name or an IP address".into());
+            }
+            Ok(())
+        })?;
+        Ok(ApiServer {
+            load_balancer,
+            floating_ip,
+            floating_ip_address,
+            port,
+            cert_sans,
+            extra_args: self.api_server_args()?,
+        })
+    }
+
+    /// kube-apiserver flags: admission plugins, OIDC, TLS cipher suites.
+    fn api_server_args(&self) -> Result<Vec<NameValue>, ValuesError> {
+        let view = &self.view;
+        let mut args = Vec::new();
+        let mut admission = vec!["NodeRestriction".to_owned()];
+        let plugins = view.list(&["admission_control_list"], &[','], |p| {
+            if p.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                Ok(())
+            } else {
+                Err("admission plugin names are alphanumeric".into())
+            }
+        })?;
+        for plugin in plugins {
+            if !admission.contains(&plugin) {
+                admission.push(plugin);
+            }
+        }
+        if admission.len() > 1 {
+            args.push(nv("enable-admission-plugins", admission.join(",")));
+        }
+        if let Some(issuer) = view.token(&["oidc_issuer_url"])? {
+            if !issuer.starts_with("https://") {
+                return Err(bad("oidc_issuer_url", &issuer, "must be an https:// URL"));
+            }
+            let client_id = view.token(&["oidc_client_id"])?.ok_or_else(|| {
+                ValuesError::Invalid("oidc_issuer_url needs oidc_client_id".into())
+            })?;
+            args.push(nv("oidc-issuer-url", issuer));
+            args.push(nv("oidc-client-id", client_id));
+            let claim = view.token(&["oidc_username_claim"])?;
+            args.push(nv(
+                "oidc-username-claim",
+                claim.unwrap_or_else(|| "sub".into()),
+            ));
+            for (label, flag) in [
+                ("oidc_username_prefix", "oidc-username-prefix"),
+                ("oidc_groups_claim", "oidc-groups-claim"),
+                ("oidc_groups_prefix", "oidc-groups-prefix"),
+            ] {
+                if let Some(v) = view.token(&[label])? {
+                    args.push(nv(flag, v));
+                }
+            }
+        }
+        if let Some(suites) = cipher_suites(view, "api_server_tls_cipher_suites")? {
+            args.push(nv("tls-cipher-suites", suites));
+        }
+        Ok(args)
+    }
+
+    fn kubeadm(&self) -> Result<Kubeadm, ValuesError> {
+        let mut kubelet_extra_args = Vec::new();
+        if let Some(suites) = cipher_suites(&self.view, "kubelet_tls_cipher_suites")? {
+            kubelet_extra_args.push(nv("tls-cipher-suites", suites));
+        }
+        Ok(Kubeadm {
+            image_repository: self
+                .view
+                .token(&["container_infra_prefix"])?
+                .map(|p| p.trim_end_matches('/').to_owned())
+                .filter(|p| !p.is_empty()),
+            kubelet_extra_args,
+        })
+    }
+
+    fn addons(&self, networking: &Networking) -> Result<Addons, ValuesError> {
+        let (view, config) = (&self.view, self.config);
+        let chart =
+            |proxy: &str, repo: &str, name: &str, version: String, namespace: &str| HelmChart {
+                proxy_name: format!("{}-{proxy}", self.cluster_name),
+                repo: repo.to_owned(),
+                name: name.to_owned(),
+                version,
+                release_name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            };
+        let network_driver = self
+            .t
+            .network_driver
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .unwrap_or("calico")
+            .to_ascii_lowercase();
+        let cni = match network_driver.as_str() {
+            "calico" => Cni {
+                kind: "calico".into(),
+                calico: true,
+                cilium: false,
+                chart: chart(
+                    "cni",
+                    &config.calico_chart_repo,
+                    "tigera-operator",
+                    chart_version_label(view, "calico_tag", &config.calico_chart_version, true)?,
+                    "tigera-operator",
+                ),
+                hubble_ui: false,
+            },
+            "cilium" => Cni {
+                kind: "cilium".into(),
+                calico: false,
+                cilium: true,
+                chart: chart(
+                    "cni",
+                    &config.cilium_chart_repo,
+                    "cilium",
+                    chart_version_label(view, "cilium_tag", &config.cilium_chart_version, false)?,
+                    "kube-system",
+                ),
+                hubble_ui: view.bool(&["cilium_hubble_ui_enabled"], false)?,
+            },
+            other => {
+                return Err(ValuesError::Invalid(format!(
+                    "network_driver {other:?} is not supported by this driver (calico or cilium)"
+                )));
+            }
+        };
+        let mut cloud_controller_manager = chart(
+            "ccm",
+            &config.openstack_chart_repo,
+            "openstack-cloud-controller-manager",
+            config.ccm_chart_version.clone(),
+            "kube-system",
+        );
+        cloud_controller_manager.release_name = "openstack-ccm".into();
+        let csi_cinder = if view.bool(&["cinder_csi_enabled"], true)? {
+            let mut csi_chart = chart(
+                "csi-cinder",
+                &config.openstack_chart_repo,
+                "openstack-cinder-csi",
+                config.cinder_csi_chart_version.clone(),
+                "kube-system",
+            );
+            csi_chart.release_name = "cinder-csi".into();
+            Some(CsiCinder {
+                chart: csi_chart,
+                storage_class: storage_class(view)?,
+            })
+        } else {
+            None
+        };
+        let provider = self.octavia_provider()?;
+        let ovn = provider.eq_ignore_ascii_case("ovn");
+        let method = view.one_of(
+            &["octavia_lb_algorithm"],
+            &[
+                "ROUND_ROBIN",
+                "LEAST_CONNECTIONS",
+                "SOURCE_IP",
+                "SOURCE_IP_PORT",
+            ],
+            if ovn { "SOURCE_IP_PORT" } else { "ROUND_ROBIN" },
+        )?;
+        if ovn && method != "SOURCE_IP_PORT" {
+            return Err(bad(
+                "octavia_lb_algorithm",
+                &method,
+                "the ovn provider only supports SOURCE_IP_PORT",
+            ));
+        }
+        Ok(Addons {
+            cluster_selector: label_map(&[(LABEL_CLUSTER_UUID, &self.cluster_uuid)]),
+            cni,
+            cloud_controller_manager,
+            csi_cinder,
+            cloud_config: CloudConfig {
+                resource_set_name: format!("{}-cloud-config", self.cluster_name),
+                load_balancer: CcmLoadBalancer {
+                    provider,
+                    method,
+                    create_monitor: view.bool(&["octavia_lb_healthcheck"], true)?,
+                    floating_network_id: networking
+                        .external_network
+                        .as_ref()
+                        .and_then(|n| n.id.clone()),
+                },
+            },
+        })
+    }
+}
+
+fn storage_class(view: &LabelView<'_>) -> Result<StorageClass, ValuesError> {
+    Ok(StorageClass {
+        name: "csi-cinder".into(),
+        reclaim_policy: view.one_of(
+            &["csi_cinder_reclaim_policy"],
+            &["Delete", "Retain"],
+            "Delete",
+        )?,
+        volume_binding_mode: view.one_of(
+            &["csi_cinder_volume_binding_mode"],
+            &["WaitForFirstConsumer", "Immediate"],
+            "WaitForFirstConsumer",
+        )?,
+        allow_volume_expansion: view.bool(&["csi_cinder_allow_volume_expansion"], true)?,
+        fstype: view.one_of(&["csi_cinder_fstype"], &["ext4", "xfs", "btrfs"], "ext4")?,
+        availability_zone: view.token(&["csi_cinder_availability_zone"])?,
+        volume_type: view.token(&["csi_cinder_volume_type"])?,
+    })
+}
+
+/// A reference the cluster gives (with what it resolved to), else the template's: never one's
+/// name paired with the other's id.
+pub(super) fn given_and_resolved<'a>(
+    cluster: (Option<&'a String>, Option<&'a String>),
+    template: (Option<&'a String>, Option<&'a String>),
+) -> (Option<&'a String>, Option<&'a String>) {
+    match cluster.0.filter(|s| !s.is_empty()) {
+        Some(given) => (Some(given), cluster.1),
+        None => (template.0.filter(|s| !s.is_empty()), template.1),
+    }
+}
+
+fn cipher_suites(view: &LabelView<'_>, label: &'static str) -> Result<Option<String>, ValuesError> {
+    let suites = view.list(&[label], &[','], |s| {
+        if s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            Ok(())
+        } else {
+            Err("cipher suite names are like TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into())
+        }
+    })?;
+    Ok((!suites.is_empty()).then(|| suites.join(",")))
+}

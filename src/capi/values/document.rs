@@ -1,0 +1,470 @@
+//! The serialisable values document: [`Values`] and its parts, the templates' context
+//! (camelCase), with secrets skipped in serialisation and redacted in `Debug`.
+
+use std::collections::BTreeMap;
+
+use secrecy::SecretString;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::capi::pki::ClusterCas;
+
+/// The application credential a cluster's OpenStack clients (CAPO on the management cluster, the
+/// CCM and CSI in the workload cluster) authenticate with.
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudCredentials {
+    pub auth_url: String,
+    pub region_name: Option<String>,
+    /// Endpoint interface: `public` or `internal`.
+    pub interface: String,
+    pub application_credential_id: String,
+    /// Never serialised: the renderer hands it to the templates itself, so a values document can
+    /// be stored or logged.
+    #[serde(skip)]
+    pub application_credential_secret: SecretString,
+    /// CA bundle (PEM) of the OpenStack endpoints.
+    pub cacert: Option<String>,
+    /// Verify the endpoints' TLS certificates.
+    pub verify: bool,
+}
+
+impl std::fmt::Debug for CloudCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudCredentials")
+            .field("auth_url", &self.auth_url)
+            .field("region_name", &self.region_name)
+            .field("interface", &self.interface)
+            .field("application_credential_id", &self.application_credential_id)
+            .field("application_credential_secret", &"<redacted>")
+            .field("cacert", &self.cacert.as_ref().map(|_| "<pem>"))
+            .field("verify", &self.verify)
+            .finish()
+    }
+}
+
+/// The values document. Serialised (camelCase) it is the templates' context; secrets are
+/// skipped in serialisation and redacted in `Debug`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Values {
+    /// CAPI `Cluster` name (the cluster's `stack_id`); prefix of every object name.
+    pub cluster_name: String,
+    /// Namespace of every namespaced object: `<prefix>-<project id>`.
+    pub namespace: String,
+    /// Magnum cluster uuid, project and owner.
+    pub cluster_uuid: String,
+    pub project_id: String,
+    pub user_id: String,
+    /// Labels every object of the cluster carries: the three `magnum.openstack.org` labels and
+    /// `cluster.x-k8s.io/cluster-name`.
+    pub common_labels: BTreeMap<String, String>,
+    /// Labels of the (per-project, shared) Namespace: only the project, since it outlives any
+    /// one cluster (and must never match a selector on a cluster's uuid).
+    pub namespace_labels: BTreeMap<String, String>,
+    /// Kubernetes version, `v`-prefixed (`kube_tag` or the image's `kube_version`).
+    pub kubernetes_version: String,
+    /// The image's `os_distro` (informational).
+    pub os_distro: Option<String>,
+    /// Nova keypair injected into every machine.
+    pub ssh_key_name: Option<String>,
+    /// CAPO identity: the cloud name in `clouds.yaml` and the Secret holding it.
+    pub cloud: Cloud,
+    /// Neutron side of the cluster.
+    pub networking: Networking,
+    /// Pod and service networks inside the cluster.
+    pub kube_network: KubeNetwork,
+    /// How the Kubernetes API is exposed and configured.
+    pub api_server: ApiServer,
+    /// kubeadm settings shared by every node.
+    pub kubeadm: Kubeadm,
+    /// The `default-master` nodegroup: KubeadmControlPlane and its machines.
+    pub control_plane: ControlPlane,
+    /// Every worker nodegroup, ordered by creation: one MachineDeployment each.
+    pub node_groups: Vec<NodeGroup>,
+    /// Workload-cluster addons.
+    pub addons: Addons,
+    /// The credential, when its Secrets are to be written.
+    pub credentials: Option<CloudCredentials>,
+    /// The CAs, when their Secrets are to be written.
+    pub cas: Option<CaValues>,
+    /// `spec.rollout.after` of the control plane and every MachineDeployment (RFC 3339), set by
+    /// a CA rotation so every machine is rebuilt with the CA Secrets of its phase.
+    pub rollout_after: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cloud {
+    /// Cloud name in `clouds.yaml` (`openstack`).
+    pub name: String,
+    /// `<name>-cloud-credentials`: the OpenStackCluster's `identityRef`.
+    pub credentials_secret_name: String,
+}
+
+/// A Neutron network or subnet, by id (when resolved or given as one) or by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRef {
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl ResourceRef {
+    pub(super) fn id(id: &str) -> Self {
+        Self {
+            id: Some(id.to_owned()),
+            name: None,
+        }
+    }
+    pub(super) fn name(name: &str) -> Self {
+        Self {
+            id: None,
+            name: Some(name.to_owned()),
+        }
+    }
+    /// An id when `ident` is a uuid, else a name.
+    pub(super) fn from_ident(ident: &str) -> Self {
+        if Uuid::parse_str(ident).is_ok() {
+            Self::id(ident)
+        } else {
+            Self::name(ident)
+        }
+    }
+    /// The resolved id if any, else whatever was given.
+    pub(super) fn resolve(resolved: Option<&String>, given: Option<&String>) -> Option<Self> {
+        resolved
+            .map(|id| Self::id(id))
+            .or_else(|| given.map(|g| Self::from_ident(g)))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Networking {
+    /// External network (floating IPs, router gateway); `None` disables external access.
+    pub external_network: Option<ResourceRef>,
+    /// Existing network the nodes join (`fixed_network`); `None`: CAPO creates one.
+    pub network: Option<ResourceRef>,
+    /// Existing subnet (`fixed_subnet`).
+    pub subnet: Option<ResourceRef>,
+    /// The subnet CAPO creates when no network is given (`fixed_subnet_cidr`).
+    pub managed_subnet: Option<ManagedSubnet>,
+    /// The template's `dns_nameserver`, split on commas.
+    pub dns_nameservers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedSubnet {
+    pub cidr: String,
+    pub dns_nameservers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeNetwork {
+    /// `calico_ipv4pool` | `cilium_ipv4pool`, else `[capi] pod_cidr`.
+    pub pod_cidr: String,
+    /// `service_cluster_ip_range`, else `[capi] service_cidr`.
+    pub service_cidr: String,
+    /// `dns_cluster_domain`, else `cluster.local`.
+    pub service_domain: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiServer {
+    /// The Octavia load balancer in front of the API (`master_lb_enabled`, or several
+    /// masters); `None` exposes the single master directly.
+    pub load_balancer: Option<ApiLoadBalancer>,
+    /// Whether the API gets a floating IP (`master_lb_floating_ip_enabled`, default true).
+    pub floating_ip: bool,
+    /// A pre-allocated floating IP address for the API (`api_server_floating_ip`).
+    pub floating_ip_address: Option<String>,
+    /// Port when the template sets `apiserver_port` to something other than 6443.
+    pub port: Option<u16>,
+    /// Extra SANs of the serving certificate (`api_server_cert_sans`).
+    pub cert_sans: Vec<String>,
+    /// kube-apiserver flags (OIDC, admission plugins, TLS cipher suites).
+    pub extra_args: Vec<NameValue>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiLoadBalancer {
+    /// Octavia provider (`octavia_provider`, else `[capi] octavia_provider`).
+    pub provider: String,
+    /// Source CIDRs allowed to reach the API (`api_master_lb_allowed_cidrs`).
+    pub allowed_cidrs: Vec<String>,
+    /// Octavia flavor (`api_server_lb_flavor`).
+    pub flavor: Option<String>,
+    /// Octavia availability zone (`api_server_lb_availability_zone`).
+    pub availability_zone: Option<String>,
+}
+
+/// A `{name, value}` pair (kubeadm v1beta2 extra args).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NameValue {
+    pub name: String,
+    pub value: String,
+}
+
+pub(super) fn nv(name: &str, value: impl Into<String>) -> NameValue {
+    NameValue {
+        name: name.into(),
+        value: value.into(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Kubeadm {
+    /// Registry of the control-plane images (`container_infra_prefix`, trailing `/` removed).
+    pub image_repository: Option<String>,
+    /// kubelet flags of every node (besides `cloud-provider`/`provider-id`, which the templates
+    /// set): `tls-cipher-suites` from `kubelet_tls_cipher_suites`.
+    pub kubelet_extra_args: Vec<NameValue>,
+}
+
+/// A Nova flavor: by id when resolved, else by the name (or id) the cluster gave.
+pub type FlavorRef = ResourceRef;
+
+/// A Glance image: by id (resolved, or given as a uuid), else a name filter.
+pub type ImageRef = ResourceRef;
+
+/// What a machine is made of.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    pub flavor: FlavorRef,
+    pub image: ImageRef,
+    /// Boot from a Cinder volume (`boot_volume_size` > 0).
+    pub root_volume: Option<RootVolume>,
+    /// Extra networks each machine gets a port on (`extra_network_names`, workers only).
+    pub extra_networks: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RootVolume {
+    pub size_gib: u32,
+    /// Cinder volume type (`boot_volume_type`).
+    pub volume_type: Option<String>,
+    /// Cinder availability zone (`boot_volume_availability_zone`); unset: Cinder's choice.
+    pub availability_zone: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBlockDevice {
+    pub size_gib: u32,
+    /// `Volume` (Cinder) or `Local` (the flavor's ephemeral disk).
+    pub storage_type: String,
+    pub volume_type: Option<String>,
+    pub availability_zone: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlane {
+    /// KubeadmControlPlane (and its MachineHealthCheck) name: `<cluster>-control-plane`.
+    pub name: String,
+    /// Base name of its OpenStackMachineTemplate (the renderer appends a spec hash).
+    pub machine_template_name: String,
+    pub nodegroup_uuid: String,
+    /// Labels of the KubeadmControlPlane and its machine template.
+    pub labels: BTreeMap<String, String>,
+    /// Labels every control-plane Machine inherits.
+    pub machine_labels: BTreeMap<String, String>,
+    /// Selector of its machines (for the health check).
+    pub selector: BTreeMap<String, String>,
+    /// Odd, ≥ 1.
+    pub machine_count: i32,
+    pub machine: Machine,
+    /// Compute AZs the control plane spreads over (`control_plane_availability_zones`, else
+    /// `availability_zone`); empty: Nova chooses (`controlPlaneOmitAvailabilityZone`).
+    pub availability_zones: Vec<String>,
+    /// A dedicated etcd disk (`etcd_blockdevice_size` | `etcd_volume_size` > 0).
+    pub etcd_block_device: Option<EtcdBlockDevice>,
+    /// A MachineHealthCheck for the control plane (`auto_healing_enabled`).
+    pub health_check: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroup {
+    pub uuid: String,
+    /// The Magnum nodegroup name.
+    pub magnum_name: String,
+    /// Name of its MachineDeployment and MachineHealthCheck and base name of its templates:
+    /// `<cluster>-<sanitised name>-<first 8 hex of the uuid>`.
+    pub name: String,
+    /// Labels of the MachineDeployment and its templates.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations of the MachineDeployment (autoscaler bounds).
+    pub annotations: BTreeMap<String, String>,
+    /// Selector of the MachineDeployment (and its health check).
+    pub selector: BTreeMap<String, String>,
+    /// Labels every Machine inherits (CAPI copies `node-role.kubernetes.io/*` and
+    /// `node.cluster.x-k8s.io/*` ones to the Node).
+    pub machine_labels: BTreeMap<String, String>,
+    /// Fixed size; `None` when the autoscaler owns the replica count.
+    pub replicas: Option<i32>,
+    pub autoscale: Option<Autoscale>,
+    pub machine: Machine,
+    /// Compute AZ (`availability_zone` of the nodegroup, else of the cluster).
+    pub failure_domain: Option<String>,
+    /// kubelet flags: the shared ones plus `node-labels` from the nodegroup's `node_labels`.
+    pub kubelet_extra_args: Vec<NameValue>,
+    /// Node taints (the nodegroup's `node_taints`), set by kubeadm at join.
+    pub node_taints: Vec<Taint>,
+    /// A MachineHealthCheck (`auto_healing_enabled`).
+    pub health_check: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Autoscale {
+    pub min: i32,
+    pub max: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+/// A Helm chart delivered by a HelmChartProxy.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmChart {
+    /// HelmChartProxy name.
+    pub proxy_name: String,
+    pub repo: String,
+    pub name: String,
+    pub version: String,
+    pub release_name: String,
+    /// Namespace of the release in the workload cluster.
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Addons {
+    /// Labels that select this cluster's `Cluster` (HelmChartProxy/ClusterResourceSet
+    /// `clusterSelector`): its uuid.
+    pub cluster_selector: BTreeMap<String, String>,
+    pub cni: Cni,
+    pub cloud_controller_manager: HelmChart,
+    /// `None` when `cinder_csi_enabled=false`.
+    pub csi_cinder: Option<CsiCinder>,
+    pub cloud_config: CloudConfig,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cni {
+    /// `calico` or `cilium` (the template's `network_driver`).
+    pub kind: String,
+    pub calico: bool,
+    pub cilium: bool,
+    pub chart: HelmChart,
+    /// Cilium's Hubble relay and UI (`cilium_hubble_ui_enabled`).
+    pub hubble_ui: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CsiCinder {
+    pub chart: HelmChart,
+    /// The default StorageClass (`csi_cinder_*` labels).
+    pub storage_class: StorageClass,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageClass {
+    pub name: String,
+    /// `Delete` (default) or `Retain` (`csi_cinder_reclaim_policy`).
+    pub reclaim_policy: String,
+    /// `WaitForFirstConsumer` (default) or `Immediate` (`csi_cinder_volume_binding_mode`).
+    pub volume_binding_mode: String,
+    /// `csi_cinder_allow_volume_expansion`, default true.
+    pub allow_volume_expansion: bool,
+    /// `csi_cinder_fstype`, default `ext4`.
+    pub fstype: String,
+    /// Cinder AZ of the volumes (`csi_cinder_availability_zone`).
+    pub availability_zone: Option<String>,
+    /// Cinder volume type (`csi_cinder_volume_type`).
+    pub volume_type: Option<String>,
+}
+
+/// The workload cluster's `kube-system/cloud-config` Secret (CCM and CSI configuration),
+/// delivered by a ClusterResourceSet.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudConfig {
+    /// Name of the ClusterResourceSet and of its resource Secret: `<cluster>-cloud-config`.
+    pub resource_set_name: String,
+    /// `[LoadBalancer]` of `cloud.conf`.
+    pub load_balancer: CcmLoadBalancer,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CcmLoadBalancer {
+    /// `octavia_provider`.
+    pub provider: String,
+    /// `octavia_lb_algorithm`; default `SOURCE_IP_PORT` for `ovn`, else `ROUND_ROBIN`.
+    pub method: String,
+    /// `octavia_lb_healthcheck`, default true.
+    pub create_monitor: bool,
+    /// External network id for Service floating IPs (when known as an id).
+    pub floating_network_id: Option<String>,
+}
+
+/// The four CAs CAPI expects; private keys are never serialised.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CaValues {
+    pub ca: CaPair,
+    pub etcd: CaPair,
+    pub front_proxy: CaPair,
+    pub sa: CaPair,
+}
+
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CaPair {
+    pub cert_pem: String,
+    #[serde(skip)]
+    pub key_pem: SecretString,
+}
+
+impl std::fmt::Debug for CaPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaPair")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+impl From<&ClusterCas> for CaValues {
+    fn from(c: &ClusterCas) -> Self {
+        let pair = |k: &crate::capi::pki::KeyPairPem| CaPair {
+            cert_pem: k.cert_pem.clone(),
+            key_pem: SecretString::from(k.key_pem.clone()),
+        };
+        Self {
+            ca: pair(&c.ca),
+            etcd: pair(&c.etcd),
+            front_proxy: pair(&c.front_proxy),
+            sa: pair(&c.sa),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The values document: everything the templates need to render one Magnum cluster, built by a
+//! pure function from the template, cluster and nodegroup rows (+ operator settings, and the
+//! credential and CAs when they are to be written). The equivalent of the azimuth
+//! `openstack-cluster` chart values; label semantics (both drivers' dialects) live here.
+//!
+//! Labels honoured (cluster labels, which Magnum already merged from the template; `NG`: a
+//! nodegroup's own labels win). Aliases separated by `|` must agree when both are set; empty
+//! values count as unset; a malformed value is a [`ValuesError::BadLabel`] naming the label.
+//!
+//! | label | effect |
+//! |---|---|
+//! | `kube_tag` | Kubernetes version (must match the image's `kube_version` when both exist) |
+//! | `availability_zone` (NG) | MachineDeployment failure domain; control-plane AZ fallback |
+//! | `control_plane_availability_zones` | comma list of control-plane AZs |
+//! | `boot_volume_size`, `boot_volume_type`, `boot_volume_availability_zone` (NG) | root volume |
+//! | `etcd_blockdevice_size`\|`etcd_volume_size`, `etcd_blockdevice_type` (volume/local), `etcd_blockdevice_volume_type`\|`etcd_volume_type`, `etcd_blockdevice_volume_az` | etcd disk |
+//! | `master_lb_floating_ip_enabled` | floating IP on the API (default true) |
+//! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs |
+//! | `octavia_provider`, `octavia_lb_algorithm`, `octavia_lb_healthcheck` | API LB and CCM |
+//! | `api_server_lb_flavor`, `api_server_lb_availability_zone`, `api_server_floating_ip` | API LB |
+//! | `fixed_subnet_cidr` | subnet CAPO creates when no fixed network is given |
+//! | `extra_network_names`\|`extra_network_name` (NG) | extra ports on workers (space/comma list) |
+//! | `calico_ipv4pool`\|`cilium_ipv4pool`, `service_cluster_ip_range`, `dns_cluster_domain` | cluster networks |
+//! | `container_infra_prefix` | kubeadm image repository |
+//! | `api_server_cert_sans`, `admission_control_list`, `api_server_tls_cipher_suites`, `kubelet_tls_cipher_suites` | apiserver/kubelet flags |
+//! | `oidc_issuer_url`, `oidc_client_id`, `oidc_username_claim`, `oidc_username_prefix`, `oidc_groups_claim`, `oidc_groups_prefix` | apiserver OIDC |
+//! | `auto_healing_enabled` (NG) | MachineHealthChecks (default true) |
+//! | `auto_scaling_enabled`, `min_node_count`, `max_node_count` (NG) | autoscaler bounds |
+//! | `calico_tag`, `cilium_tag`, `cilium_hubble_ui_enabled` | CNI chart version / Hubble |
+//! | `cinder_csi_enabled`, `csi_cinder_reclaim_policy`, `csi_cinder_volume_binding_mode`, `csi_cinder_fstype`, `csi_cinder_allow_volume_expansion`, `csi_cinder_availability_zone`, `csi_cinder_volume_type` | Cinder CSI and its StorageClass |
+//!
+//! Layout: `document` (the serialised types), `labels` (reading labels), `build` (the document
+//! from the rows, cluster-wide parts), `nodegroups` (control plane and workers), `rows` (the
+//! `render` command's rows from API bodies). The Kubernetes-version rule is the domain's
+//! ([`crate::domain::kube_version`]).
+
+mod build;
+mod document;
+mod labels;
+mod nodegroups;
+mod rows;
+
+pub use build::{Inputs, build};
+pub use document::*;
+pub use labels::parse_cidr;
+pub use nodegroups::{nodegroup_object_name, sanitise_fragment};
+pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};
+
+pub use crate::domain::kube_version::kube_version;
+use crate::domain::kube_version::{KubeVersionError, VERSION_HINT, mismatch_message};
+
+pub use super::LABEL_CAPI_CLUSTER_NAME;
+/// Autoscaler bounds on a MachineDeployment.
+pub const ANNOTATION_AUTOSCALER_MIN: &str =
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+pub const ANNOTATION_AUTOSCALER_MAX: &str =
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
+/// Longest CAPI cluster name: leaves room for `-control-plane-<hash8>` within 63 characters.
+pub const MAX_CLUSTER_NAME: usize = 40;
+
+/// Why a cluster cannot be rendered: bad input (400s), with the label or field named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValuesError {
+    #[error("label {label}={value:?} is invalid: {reason}")]
+    BadLabel {
+        label: String,
+        value: String,
+        reason: String,
+    },
+    #[error("labels {first}={first_value:?} and {second}={second_value:?} disagree; set only one")]
+    LabelConflict {
+        first: String,
+        first_value: String,
+        second: String,
+        second_value: String,
+    },
+    #[error("{}", mismatch_message(label, image))]
+    KubeVersionMismatch { label: String, image: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn bad(label: &str, value: &str, reason: impl Into<String>) -> ValuesError {
+    ValuesError::BadLabel {
+        label: label.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+impl From<KubeVersionError> for ValuesError {
+    fn from(e: KubeVersionError) -> Self {
+        match e {
+            KubeVersionError::BadTag { value } => bad("kube_tag", &value, VERSION_HINT),
+            KubeVersionError::Mismatch { label, image } => {
+                Self::KubeVersionMismatch { label, image }
+            }
+            KubeVersionError::Invalid(m) => Self::Invalid(m),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_version_errors_keep_their_variant_and_message() {
+        let cases = [
+            KubeVersionError::BadTag {
+                value: "latest".into(),
+            },
+            KubeVersionError::Mismatch {
+                label: "v1.33.0".into(),
+                image: "v1.32.1".into(),
+            },
+            KubeVersionError::Invalid("the image's kube_version property".into()),
+        ];
+        for e in cases {
+            let v = ValuesError::from(e.clone());
+            assert_eq!(v.to_string(), e.to_string());
+            let same_variant = matches!(
+                (&e, &v),
+                (KubeVersionError::BadTag { .. }, ValuesError::BadLabel { label, .. }) if label == "kube_tag"
+            ) || matches!(
+                (&e, &v),
+                (
+                    KubeVersionError::Mismatch { .. },
+                    ValuesError::KubeVersionMismatch { .. }
+                )
+            ) || matches!(
+                (&e, &v),
+                (KubeVersionError::Invalid(_), ValuesError::Invalid(_))
+            );
+            assert!(same_variant, "{e:?} became {v:?}");
+        }
+    }
+}
