@@ -6,6 +6,10 @@
 //! with 50 templates, `GET /v1/clusters/detail?limit=1000` with 10,000 clusters (2 nodegroups
 //! each) in one project, `GET /v1/clusters/{uuid}`, and `POST /v1/clusters`.
 //! Run: `cargo bench --bench api_load` (BENCH_SECS=N to change the duration per scenario).
+//! The closing table puts each figure beside Magnum 23's under the same method (gunicorn, 2
+//! workers, same data; the performance issue's reference) with the ratio, and beside a
+//! "ceiling": a trivial handler answering the same bytes from memory on the same machine, which
+//! is what the load generator and the loopback allow at most.
 //! `BENCH_KEYSTONE=1` runs the same scenarios with real tokens: the test harness's Keystone
 //! (tests/common/keystone.rs) validates them (cache warm after the first request) and the fake
 //! Glance/Nova/Neutron answers the look-ups of `POST /v1/clusters`; it also reports what a cold
@@ -83,6 +87,33 @@ async fn load(client: &reqwest::Client, url: &str, secs: u64, post: Option<Strin
         p99: pct(0.99),
         bytes,
     }
+}
+
+/// Magnum 23.0.0 under gunicorn (2 workers) on the same kind of machine: req/s of the reads,
+/// seconds per create (the performance issue's table).
+const MAGNUM: [(&str, f64); 5] = [
+    ("GET /v1/clustertemplates (50)", 61.0),
+    ("GET /v1/clusters/detail?limit=1000", 1.10),
+    ("GET /v1/clusters?limit=1000", 1.13),
+    ("GET /v1/clusters/{uuid}", 121.0),
+    ("POST /v1/clusters -> 202 (s)", 0.60),
+];
+
+/// Serves `body` for every request: the ceiling of what this load generator measures.
+async fn ceiling(client: &reqwest::Client, body: Vec<u8>, secs: u64) -> Stats {
+    let body = bytes::Bytes::from(body);
+    let app = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { ([("content-type", "application/json")], body) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let s = load(client, &format!("http://{addr}/"), secs, None).await;
+    server.abort();
+    s
 }
 
 fn report(name: &str, s: &Stats) {
@@ -261,32 +292,32 @@ fn main() {
                 .expect("warm-up");
             assert!(r.status().is_success(), "warm-up: {}", r.status());
         }
-        let s = load(&client, &format!("{base}/v1/clustertemplates"), secs, None).await;
-        report("GET /v1/clustertemplates (50 templates)", &s);
-        let s = load(
-            &client,
-            &format!("{base}/v1/clusters/detail?limit=1000"),
-            secs,
-            None,
-        )
-        .await;
-        report("GET /v1/clusters/detail?limit=1000 (10,000)", &s);
-        let s = load(
-            &client,
-            &format!("{base}/v1/clusters?limit=1000"),
-            secs,
-            None,
-        )
-        .await;
-        report("GET /v1/clusters?limit=1000 (10,000)", &s);
-        let s = load(
-            &client,
-            &format!("{base}/v1/clusters/{cluster}"),
-            secs,
-            None,
-        )
-        .await;
-        report("GET /v1/clusters/{uuid}", &s);
+        let mut rows = Vec::new();
+        for (i, path) in [
+            "/v1/clustertemplates".to_string(),
+            "/v1/clusters/detail?limit=1000".to_string(),
+            "/v1/clusters?limit=1000".to_string(),
+            format!("/v1/clusters/{cluster}"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let url = format!("{base}{path}");
+            let s = load(&client, &url, secs, None).await;
+            report(MAGNUM[i].0, &s);
+            let body = client
+                .get(&url)
+                .send()
+                .await
+                .expect("body")
+                .bytes()
+                .await
+                .expect("body")
+                .to_vec();
+            let c = ceiling(&client, body, secs).await;
+            report("  ceiling: the same bytes from memory", &c);
+            rows.push((MAGNUM[i], s, Some(c)));
+        }
         let body = format!("{{\"cluster_template_id\": \"{template}\", \"node_count\": 1}}");
         let s = load(
             &client,
@@ -296,6 +327,31 @@ fn main() {
         )
         .await;
         report("POST /v1/clusters (202, rows + operation)", &s);
+        rows.push((MAGNUM[4], s, None));
+        println!();
+        println!(
+            "| request | Magnum 23 | magnum-capi | ratio | ceiling (same bytes from memory) | share of ceiling |"
+        );
+        println!("| --- | --- | --- | --- | --- | --- |");
+        for ((name, magnum), s, c) in &rows {
+            let rps = s.count as f64 / s.secs;
+            if let Some(c) = c {
+                let ceil = c.count as f64 / c.secs;
+                println!(
+                    "| {name} | {magnum} req/s | {rps:.1} req/s, p99 {:.1} ms | {:.0}x | {ceil:.0} req/s | {:.0}% |",
+                    s.p99.as_secs_f64() * 1000.0,
+                    rps / magnum,
+                    100.0 * rps / ceil
+                );
+            } else {
+                println!(
+                    "| {name} | {magnum} s | p50 {:.1} ms, p99 {:.1} ms | {:.0}x | | |",
+                    s.p50.as_secs_f64() * 1000.0,
+                    s.p99.as_secs_f64() * 1000.0,
+                    magnum / s.p50.as_secs_f64()
+                );
+            }
+        }
     });
     drop(pg);
 }
