@@ -67,6 +67,17 @@ async fn wait_status(t: &TestApp, token: &str, uuid: &str, want: &[&str]) -> Val
     .await
 }
 
+/// Polls the cluster until its `status_reason` starts with `prefix`; the reason.
+async fn wait_reason(t: &TestApp, token: &str, uuid: &str, prefix: &str) -> String {
+    let path = format!("/v1/clusters/{uuid}");
+    eventually(30, &format!("status_reason {prefix:?}"), || async {
+        let r = t.call_token(Some(token), "GET", &path, None, None).await;
+        let reason = r.body["status_reason"].as_str().unwrap_or_default();
+        reason.starts_with(prefix).then(|| reason.to_string())
+    })
+    .await
+}
+
 async fn delete(t: &TestApp, token: &str, uuid: &str) {
     let r = t
         .call_token(
@@ -172,23 +183,7 @@ async fn delete_removes_exactly_the_clusters_load_balancers_and_volumes() {
     let started = std::time::Instant::now();
     delete(t, &token, &uuid).await;
     // While it works, the status says what it removes.
-    let seen = eventually(30, "the cleanup to be reported", || async {
-        let r = t
-            .call_token(
-                Some(&token),
-                "GET",
-                &format!("/v1/clusters/{uuid}"),
-                None,
-                None,
-            )
-            .await;
-        let reason = r.body["status_reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        reason.starts_with("deleting ").then_some(reason)
-    })
-    .await;
+    let seen = wait_reason(t, &token, &uuid, "deleting ").await;
     assert!(
         seen.starts_with("deleting 3 load balancers, 5 volumes")
             || seen.starts_with("deleting 5 volumes"),
@@ -299,32 +294,12 @@ async fn the_cleanup_waits_for_attached_volumes_and_survives_a_restart() {
         ));
     });
     delete(&app.t, &token, &uuid).await;
-    eventually(
-        30,
-        "the cleanup to wait for the attached volume",
-        || async {
-            let r = app
-                .t
-                .call_token(
-                    Some(&token),
-                    "GET",
-                    &format!("/v1/clusters/{uuid}"),
-                    None,
-                    None,
-                )
-                .await;
-            let reason = r.body["status_reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            // The detached volume goes; the attached one waits for its server.
-            reason
-                .starts_with(
-                    "deleting 1 volume (volume restart-vol-attached is attached to server \
-                     restart-server)",
-                )
-                .then_some(reason)
-        },
+    // The detached volume goes; the attached one waits for its server.
+    wait_reason(
+        &app.t,
+        &token,
+        &uuid,
+        "deleting 1 volume (volume restart-vol-attached is attached to server restart-server)",
     )
     .await;
     assert_eq!(remaining("restart").1, ["restart-vol-attached"]);

@@ -253,14 +253,17 @@ async fn the_create_answers_before_keystone_and_a_dead_token_fails_it_cleanly() 
         .await;
     assert_eq!(r.body["status"], "CREATE_IN_PROGRESS");
     assert_eq!(app_creds(&token, &user).await.len(), before);
-    let sealed: Option<String> = sqlx::query_scalar(
-        "SELECT payload->>'sealed_token' FROM operation WHERE cluster_uuid = $1::uuid",
-    )
-    .bind(&c)
-    .fetch_one(&app.t.state.pool)
-    .await
-    .unwrap();
-    assert!(sealed.is_some_and(|s| !s.contains(&token)));
+    let pool = app.t.state.pool.clone();
+    let sealed = || async {
+        sqlx::query_scalar::<_, Option<String>>(
+            "SELECT payload->>'sealed_token' FROM operation WHERE cluster_uuid = $1::uuid",
+        )
+        .bind(&c)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert!(sealed().await.is_some_and(|s| !s.contains(&token)));
     assert!(!postgres_text(&app.t.state.pool).await.contains(&token));
 
     // The token dies before the worker gets to it: the create fails with Keystone's reason and
@@ -303,12 +306,9 @@ async fn the_create_answers_before_keystone_and_a_dead_token_fails_it_cleanly() 
         common::capi::objects(&app, "v1", "Secret", &c).is_empty(),
         "no Secret was left"
     );
-    let sealed: Option<String> = sqlx::query_scalar(
-        "SELECT payload->>'sealed_token' FROM operation WHERE cluster_uuid = $1::uuid",
-    )
-    .bind(&c)
-    .fetch_one(&app.t.state.pool)
-    .await
-    .unwrap();
-    assert_eq!(sealed, None, "the sealed token goes with the operation");
+    assert_eq!(
+        sealed().await,
+        None,
+        "the sealed token goes with the operation"
+    );
 }
