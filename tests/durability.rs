@@ -321,6 +321,31 @@ impl Backend for Flaky {
     }
 }
 
+#[tokio::test]
+async fn another_replicas_operation_wakes_an_idle_worker_at_once() {
+    // An idle worker whose safety poll is a minute away: only the queue's NOTIFY can wake it.
+    let t = app_with(|cfg| cfg.operations.poll_interval_ms = 60_000).await;
+    let w = start_worker(&t);
+    // Let it go idle first.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Another replica records an operation: a plain insert through the queue on its own
+    // connection, no in-process wake-up.
+    let other = db(&t.url).await;
+    let id = enqueue(&other, Uuid::new_v4(), "cluster_create").await;
+    let started = std::time::Instant::now();
+    loop {
+        if op(&t.state.pool, id).await.state == "done" {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the notification did not wake the worker"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    w.stop().await;
+}
+
 async fn ops_of(t: &TestApp, cluster: &str) -> Vec<OperationRow> {
     odb::of_cluster(&t.state.pool, Uuid::parse_str(cluster).expect("uuid"))
         .await
