@@ -243,6 +243,15 @@ pub struct CapiConfig {
     pub ccm_chart_version: String,
     /// `openstack-cinder-csi` chart version (same rule).
     pub cinder_csi_chart_version: String,
+    /// Helm repository of the `metrics-server` chart (add-on `metrics_server_enabled`).
+    pub metrics_server_chart_repo: String,
+    /// `metrics-server` chart version.
+    pub metrics_server_chart_version: String,
+    /// Image of the cluster autoscaler (run on the management cluster for clusters with an
+    /// autoscaled nodegroup), without tag.
+    pub autoscaler_image: String,
+    /// Its tag; unset: the tag for the cluster's Kubernetes minor (README "Add-ons").
+    pub autoscaler_image_tag: Option<String>,
     /// Days a client certificate signed by `POST /v1/certificates` is valid (never beyond the
     /// cluster CA).
     pub client_cert_validity_days: u32,
@@ -285,6 +294,10 @@ impl Default for CapiConfig {
             openstack_chart_repo: "https://kubernetes.github.io/cloud-provider-openstack".into(),
             ccm_chart_version: "2.33.1".into(),
             cinder_csi_chart_version: "2.33.1".into(),
+            metrics_server_chart_repo: "https://kubernetes-sigs.github.io/metrics-server/".into(),
+            metrics_server_chart_version: "3.13.0".into(),
+            autoscaler_image: "registry.k8s.io/autoscaling/cluster-autoscaler".into(),
+            autoscaler_image_tag: None,
             client_cert_validity_days: 365,
             credential_check_interval_secs: 300,
             app_cred_expiry_days: 0,

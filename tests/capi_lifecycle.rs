@@ -400,3 +400,177 @@ async fn one_replica_at_a_time_writes_statuses() {
     })
     .await;
 }
+
+/// The autoscaler's objects of cluster `c` on the management cluster: (kind, name).
+fn autoscaler_objects(app: &common::capi::CapiApp, c: &str) -> Vec<(String, String)> {
+    [
+        ("apps/v1", "Deployment"),
+        ("v1", "ServiceAccount"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ]
+    .into_iter()
+    .flat_map(|(av, kind)| {
+        objects(app, av, kind, c).into_iter().map(move |o| {
+            (
+                kind.to_string(),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+    })
+    .collect()
+}
+
+#[tokio::test]
+async fn the_autoscaler_follows_autoscaling_and_node_count_follows_the_autoscaler() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "auto", "cluster_template_id": ct, "master_count": 1, "node_count": 1,
+                   "labels": {"kube_tag": "v1.33.5", "auto_scaling_enabled": "true",
+                              "min_node_count": "1", "max_node_count": "3"}}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    let done = wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
+    let stack = done["stack_id"].as_str().unwrap().to_string();
+    let name = format!("{stack}-autoscaler");
+    let mut want: Vec<(String, String)> = ["Deployment", "ServiceAccount", "Role", "RoleBinding"]
+        .into_iter()
+        .map(|k| (k.to_string(), name.clone()))
+        .collect();
+    want.sort();
+    let mut have = autoscaler_objects(&app, &c);
+    have.sort();
+    assert_eq!(
+        have, want,
+        "autoscaling on: one autoscaler on the management cluster"
+    );
+
+    // The autoscaler scales the MachineDeployment up: GET shows it.
+    let md = objects(&app, "cluster.x-k8s.io/v1beta2", "MachineDeployment", &c)
+        .pop()
+        .unwrap();
+    let res = magnum_capi::simkube::Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment");
+    app.sim
+        .store()
+        .update(
+            &res,
+            md["metadata"]["namespace"].as_str().unwrap(),
+            md["metadata"]["name"].as_str().unwrap(),
+            magnum_capi::simkube::store::Target::Main,
+            |o| o["spec"]["replicas"] = json!(2),
+        )
+        .unwrap();
+    eventually(30, "node_count to follow the autoscaler", || async {
+        let ngs = nodegroups(t, &ALICE, &c).await;
+        let worker = ngs.iter().find(|n| n["role"] == "worker").unwrap();
+        (worker["node_count"] == 2).then_some(())
+    })
+    .await;
+    let worker = nodegroups(t, &ALICE, &c)
+        .await
+        .into_iter()
+        .find(|n| n["role"] == "worker")
+        .unwrap();
+    let ng_path = format!(
+        "/v1/clusters/{c}/nodegroups/{}",
+        worker["uuid"].as_str().unwrap()
+    );
+
+    // Equal bounds: a fixed size, so no autoscaler.
+    let r = t
+        .patch_v(
+            &ALICE,
+            &ng_path,
+            "1.9",
+            json!([{"op": "replace", "path": "/min_node_count", "value": 2},
+                   {"op": "replace", "path": "/max_node_count", "value": 2}]),
+        )
+        .await;
+    r.assert_status(202);
+    wait_status(t, &ALICE, &c, "UPDATE_COMPLETE").await;
+    eventually(10, "the autoscaler to be removed", || async {
+        autoscaler_objects(&app, &c).is_empty().then_some(())
+    })
+    .await;
+
+    // Autoscaling again, then delete: removed with the cluster.
+    let r = t
+        .patch_v(
+            &ALICE,
+            &ng_path,
+            "1.9",
+            json!([{"op": "replace", "path": "/max_node_count", "value": 4}]),
+        )
+        .await;
+    r.assert_status(202);
+    wait_status(t, &ALICE, &c, "UPDATE_COMPLETE").await;
+    assert_eq!(autoscaler_objects(&app, &c).len(), 4);
+    t.delete(&ALICE, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(204);
+    wait_status(t, &ALICE, &c, "GONE").await;
+    assert!(autoscaler_objects(&app, &c).is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_addon_makes_the_cluster_unhealthy_not_failed() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    // CAAPH (simulated) fails to install metrics-server.
+    app.sim.set_fail_markers(vec!["metrics-server".into()]);
+    let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "addons", "cluster_template_id": ct, "master_count": 1,
+                   "node_count": 1}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
+    let body = eventually(30, "the add-on failure in the health reason", || async {
+        let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
+        (b["health_status_reason"]["addon.metrics-server"]
+            .as_str()
+            .is_some_and(|m| m.contains("simulated failure")))
+        .then_some(b)
+    })
+    .await;
+    assert_eq!(body["status"], "CREATE_COMPLETE", "{body}");
+    assert_eq!(body["health_status"], "UNHEALTHY", "{body}");
+    for addon in ["cni", "ccm", "csi-cinder"] {
+        assert_eq!(
+            body["health_status_reason"][format!("addon.{addon}")],
+            "Ready",
+            "{body}"
+        );
+    }
+    // CAAPH succeeds on its next attempt: healthy again.
+    app.sim.set_fail_markers(vec![]);
+    let body = eventually(30, "the cluster to be healthy again", || async {
+        let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
+        (b["health_status"] == "HEALTHY").then_some(b)
+    })
+    .await;
+    assert_eq!(
+        body["health_status_reason"]["addon.metrics-server"],
+        "Ready"
+    );
+    // The release proxies go with the cluster.
+    t.delete(&ALICE, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(204);
+    wait_status(t, &ALICE, &c, "GONE").await;
+    let res =
+        magnum_capi::simkube::Resource::of("addons.cluster.x-k8s.io/v1alpha1", "HelmReleaseProxy");
+    assert!(app.sim.store().list(&res, None, "").unwrap().is_empty());
+}

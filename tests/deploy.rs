@@ -175,6 +175,18 @@ const DRIVER_VERBS: &[(&str, &[&str])] = &[
     ),
     ("HelmChartProxy", &["list", "create", "patch", "delete"]),
     ("ClusterResourceSet", &["list", "create", "patch", "delete"]),
+    // Watched: add-on health (CAAPH creates them).
+    ("HelmReleaseProxy", &["list", "watch"]),
+    // The cluster autoscaler (templates/autoscaler.yaml.hbs): applied, pruned when no
+    // nodegroup autoscales, deleted with the cluster. Its Role grants what the driver itself
+    // does not hold (machinedeployments/scale...), hence `escalate` and `bind` on Roles.
+    ("ServiceAccount", &["list", "create", "patch", "delete"]),
+    (
+        "Role",
+        &["list", "create", "patch", "delete", "escalate", "bind"],
+    ),
+    ("RoleBinding", &["list", "create", "patch", "delete"]),
+    ("Deployment", &["list", "create", "patch", "delete"]),
 ];
 
 /// Names of the `Gvk` constants of src/capi/mod.rs's `kinds` module, and those `ALL` lists.

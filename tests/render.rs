@@ -154,7 +154,16 @@ fn credentials() -> values::CloudCredentials {
 fn assert_valid(objects: &[Value]) {
     // Built-in kinds; every CAPI/CAPO/CAAPH kind we render (HelmChartProxy and
     // ClusterResourceSet included) is checked against its CRD.
-    let no_crd: BTreeSet<&str> = ["Namespace", "Secret"].into_iter().collect();
+    let no_crd: BTreeSet<&str> = [
+        "Namespace",
+        "Secret",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+    ]
+    .into_iter()
+    .collect();
     for obj in objects {
         let kind = obj["kind"].as_str().unwrap();
         let name = obj["metadata"]["name"].as_str().unwrap();
@@ -226,6 +235,8 @@ fn single_master_cluster_with_credentials_and_cas() {
             "ClusterResourceSet",
             "HelmChartProxy",
             "HelmChartProxy",
+            "HelmChartProxy",
+            // metrics-server, on by default.
             "HelmChartProxy",
         ]
     );
@@ -485,7 +496,105 @@ fn autoscaling_nodegroups() {
         json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "5",
                "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "2"})
     );
+    // One autoscaler on the management cluster, in the cluster's namespace, scoped to it.
+    let stack = "c5d12f6fda1964bf0ae4c1f639a523a52";
+    let ns = format!("magnum-{PROJECT}");
+    let d = one(&objects, "Deployment");
+    assert_eq!(d["metadata"]["name"], format!("{stack}-autoscaler"));
+    assert_eq!(d["metadata"]["namespace"], ns.as_str());
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["image"], "registry.k8s.io/autoscaling/cluster-autoscaler:v1.33.0",
+        "the tag follows the Kubernetes minor"
+    );
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--cloud-provider=clusterapi"), "{args:?}");
+    assert!(
+        args.contains(
+            &format!("--node-group-auto-discovery=clusterapi:namespace={ns},clusterName={stack}")
+                .as_str()
+        ),
+        "{args:?}"
+    );
+    assert_eq!(
+        pod["volumes"][0]["secret"]["secretName"],
+        format!("{stack}-kubeconfig")
+    );
+    assert_eq!(pod["serviceAccountName"], format!("{stack}-autoscaler"));
+    for kind in ["ServiceAccount", "Role", "RoleBinding"] {
+        let o = one(&objects, kind);
+        assert_eq!(o["metadata"]["namespace"], ns.as_str(), "{kind}");
+        assert_eq!(
+            o["metadata"]["labels"]["magnum.openstack.org/cluster-uuid"],
+            CLUSTER_UUID
+        );
+    }
     insta::assert_json_snapshot!("autoscaling", objects);
+}
+
+#[test]
+fn no_autoscaler_without_an_autoscaled_nodegroup() {
+    let objects = render_rows(&rows(template_body(), cluster_body(), None));
+    for kind in ["Deployment", "ServiceAccount", "Role", "RoleBinding"] {
+        assert!(find(&objects, kind).is_empty(), "{kind}");
+    }
+    // Equal bounds are a fixed size: no autoscaler either.
+    let (t, mut c) = with_labels(
+        json!({"auto_scaling_enabled": "true", "min_node_count": "2",
+                                         "max_node_count": "2"}),
+    );
+    c["node_count"] = json!(2);
+    assert!(find(&render_rows(&rows(t, c, None)), "Deployment").is_empty());
+    // `[capi] autoscaler_image_tag` pins the tag.
+    let (t, c) = with_labels(json!({"auto_scaling_enabled": "true", "max_node_count": "5"}));
+    let config = CapiConfig {
+        autoscaler_image_tag: Some("v1.33.9".into()),
+        ..CapiConfig::default()
+    };
+    let v = build_values(&rows(t, c, None), &config).unwrap();
+    let objects = renderer().render(&v).unwrap();
+    assert!(
+        one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .ends_with(":v1.33.9")
+    );
+}
+
+/// The HelmChartProxy of the add-on `key`, if rendered.
+fn addon<'a>(objects: &'a [Value], key: &str) -> Option<&'a Value> {
+    let name = format!("c5d12f6fda1964bf0ae4c1f639a523a52-{key}");
+    find(objects, "HelmChartProxy")
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == name.as_str())
+}
+
+#[test]
+fn metrics_server_is_on_by_default_and_off_by_label() {
+    let objects = render_rows(&rows(template_body(), cluster_body(), None));
+    assert_valid(&objects);
+    let ms = addon(&objects, "metrics-server").expect("metrics-server by default");
+    assert_eq!(ms["spec"]["chartName"], "metrics-server");
+    assert_eq!(
+        ms["spec"]["version"],
+        CapiConfig::default().metrics_server_chart_version
+    );
+    assert_eq!(
+        ms["spec"]["clusterSelector"]["matchLabels"]["magnum.openstack.org/cluster-uuid"],
+        CLUSTER_UUID
+    );
+    let (t, c) = with_labels(json!({"metrics_server_enabled": "false"}));
+    let objects = render_rows(&rows(t, c, None));
+    assert_valid(&objects);
+    assert!(addon(&objects, "metrics-server").is_none());
+    let (t, c) = with_labels(json!({"metrics_server_enabled": "maybe"}));
+    let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("metrics_server_enabled"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------

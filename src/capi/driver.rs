@@ -94,17 +94,31 @@ impl From<CapiError> for BackendError {
 }
 
 /// The kinds we create besides the watched ones; deleted by label once the cluster is gone.
-const OWNED_KINDS: [kinds::Gvk; 6] = [
+const OWNED_KINDS: [kinds::Gvk; 10] = [
     kinds::OPENSTACK_MACHINE_TEMPLATE,
     kinds::KUBEADM_CONFIG_TEMPLATE,
     kinds::MACHINE_HEALTH_CHECK,
     kinds::HELM_CHART_PROXY,
     kinds::CLUSTER_RESOURCE_SET,
+    kinds::DEPLOYMENT,
+    kinds::ROLE_BINDING,
+    kinds::ROLE,
+    kinds::SERVICE_ACCOUNT,
     kinds::SECRET,
 ];
 
+/// Kinds whose objects of a cluster that a render no longer produces are deleted after the
+/// apply: an add-on switched off, the autoscaler when no nodegroup autoscales any more.
+const PRUNED_KINDS: [kinds::Gvk; 5] = [
+    kinds::HELM_CHART_PROXY,
+    kinds::AUTOSCALER[0],
+    kinds::AUTOSCALER[1],
+    kinds::AUTOSCALER[2],
+    kinds::AUTOSCALER[3],
+];
+
 /// Every kind we create for a cluster, all labelled with its uuid and owner.
-pub(super) const LABELLED_KINDS: [kinds::Gvk; 10] = [
+pub(super) const LABELLED_KINDS: [kinds::Gvk; 14] = [
     kinds::SECRET,
     kinds::CLUSTER,
     kinds::OPENSTACK_CLUSTER,
@@ -115,6 +129,10 @@ pub(super) const LABELLED_KINDS: [kinds::Gvk; 10] = [
     kinds::KUBEADM_CONFIG_TEMPLATE,
     kinds::HELM_CHART_PROXY,
     kinds::CLUSTER_RESOURCE_SET,
+    kinds::DEPLOYMENT,
+    kinds::ROLE_BINDING,
+    kinds::ROLE,
+    kinds::SERVICE_ACCOUNT,
 ];
 
 /// Everything the driver needs, shared with the API (credentials at create) and the watchers.
@@ -473,7 +491,27 @@ impl Capi {
         })?;
         let objs = self.renderer.render(&v)?;
         self.mgmt.apply_all(&objs).await?;
+        self.prune(&ns, cluster.uuid, &objs).await?;
         Ok(objs)
+    }
+
+    /// Deletes the cluster's objects of [`PRUNED_KINDS`] that `rendered` no longer has.
+    async fn prune(&self, ns: &str, cluster: Uuid, rendered: &[Value]) -> Result<(), CapiError> {
+        let sel = format!("{LABEL_CLUSTER_UUID}={cluster}");
+        for gvk in PRUNED_KINDS {
+            let keep: std::collections::HashSet<&str> = rendered
+                .iter()
+                .filter(|o| o["kind"] == gvk.1 && o["apiVersion"] == gvk.0)
+                .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+                .collect();
+            for o in self.mgmt.list(gvk, ns, &sel).await? {
+                let name = o.metadata.name.unwrap_or_default();
+                if !keep.contains(name.as_str()) {
+                    self.mgmt.delete(&ObjectRef::new(gvk, ns, &name)).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the cluster's machine templates that nothing live refers to any more (after a

@@ -15,9 +15,12 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The custom resources the driver writes or reads, at the versions it uses (CAPI v1.14
 /// `v1beta2`, CAPO v0.14 `v1beta1`, CAAPH v0.6 `v1alpha1`): every kind of the kinds table that
-/// is not built into Kubernetes.
+/// is not built into Kubernetes (the `*.x-k8s.io` groups; `apps` and `rbac` are built in).
 pub fn required() -> impl Iterator<Item = Gvk> {
-    kinds::ALL.into_iter().filter(|(av, _)| av.contains('/'))
+    kinds::ALL.into_iter().filter(|(av, _)| {
+        av.split_once('/')
+            .is_some_and(|(g, _)| g.ends_with(".x-k8s.io"))
+    })
 }
 
 impl Capi {

@@ -41,6 +41,9 @@ pub const LABEL_USER_ID: &str = "magnum.openstack.org/user-id";
 /// Label on the control plane, MachineDeployments and (through their machine templates) Machines:
 /// the Magnum nodegroup they implement.
 pub const LABEL_NODEGROUP_UUID: &str = "magnum.openstack.org/nodegroup-uuid";
+/// CAAPH's label on a HelmReleaseProxy naming its HelmChartProxy (add-on health).
+pub const LABEL_HELM_CHART_PROXY: &str =
+    "helmreleaseproxy.addons.cluster.x-k8s.io/helmchartproxy-name";
 /// Label on the same objects: `master` or `worker`.
 pub const LABEL_ROLE: &str = "magnum.openstack.org/role";
 
@@ -71,6 +74,13 @@ pub mod kinds {
     );
     pub const HELM_CHART_PROXY: Gvk = ("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy");
     pub const CLUSTER_RESOURCE_SET: Gvk = ("addons.cluster.x-k8s.io/v1beta2", "ClusterResourceSet");
+    /// CAAPH's per-cluster release of a HelmChartProxy: watched for add-on health.
+    pub const HELM_RELEASE_PROXY: Gvk = ("addons.cluster.x-k8s.io/v1alpha1", "HelmReleaseProxy");
+    /// The cluster autoscaler's objects (templates/autoscaler.yaml.hbs).
+    pub const SERVICE_ACCOUNT: Gvk = ("v1", "ServiceAccount");
+    pub const ROLE: Gvk = ("rbac.authorization.k8s.io/v1", "Role");
+    pub const ROLE_BINDING: Gvk = ("rbac.authorization.k8s.io/v1", "RoleBinding");
+    pub const DEPLOYMENT: Gvk = ("apps/v1", "Deployment");
     /// A project's namespace (`templates/namespace.yaml.hbs`), applied before its objects.
     pub const NAMESPACE: Gvk = ("v1", "Namespace");
     /// Immutable machine templates, named by the hash of their spec.
@@ -79,7 +89,7 @@ pub mod kinds {
     /// Every kind above, once: what the service account's RBAC on the management cluster must
     /// cover (`deploy/kubernetes/clusterrole.yaml`, checked against this list by
     /// `tests/deploy.rs`).
-    pub const ALL: [Gvk; 13] = [
+    pub const ALL: [Gvk; 18] = [
         NAMESPACE,
         SECRET,
         CLUSTER,
@@ -93,7 +103,14 @@ pub mod kinds {
         OPENSTACK_MACHINE_TEMPLATE,
         HELM_CHART_PROXY,
         CLUSTER_RESOURCE_SET,
+        HELM_RELEASE_PROXY,
+        SERVICE_ACCOUNT,
+        ROLE,
+        ROLE_BINDING,
+        DEPLOYMENT,
     ];
+    /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales).
+    pub const AUTOSCALER: [Gvk; 4] = [DEPLOYMENT, ROLE_BINDING, ROLE, SERVICE_ACCOUNT];
 }
 
 /// The CAPI cluster name of a Magnum cluster (stored as `stack_id`): derived from the uuid, so it

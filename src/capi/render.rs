@@ -56,6 +56,10 @@ pub const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
         "addons.yaml.hbs",
         include_str!("../../templates/addons.yaml.hbs"),
     ),
+    (
+        "autoscaler.yaml.hbs",
+        include_str!("../../templates/autoscaler.yaml.hbs"),
+    ),
 ];
 
 /// Machine templates are immutable: named by the hash of their spec (`capi::kinds::TEMPLATES`).
@@ -167,7 +171,7 @@ impl Renderer {
     /// Every object of the cluster, in apply order: Namespace, Secrets (credentials only when
     /// `values.credentials`, CAs only when `values.cas`), machine and config templates,
     /// OpenStackCluster, KubeadmControlPlane, Cluster, MachineDeployments, MachineHealthChecks,
-    /// addons.
+    /// addons, the autoscaler (when a nodegroup autoscales).
     pub fn render(&self, values: &Values) -> Result<Vec<Value>, RenderError> {
         // One context for every template: `Handlebars::render` would deep-copy the values per call.
         let mut ctx = context(values)?;
@@ -199,6 +203,9 @@ impl Renderer {
         set_node_group(&mut ctx, None);
         objects.extend(self.render_template("healthchecks.yaml.hbs", &ctx)?);
         objects.extend(self.render_template("addons.yaml.hbs", &ctx)?);
+        if values.autoscaler.is_some() {
+            objects.extend(self.render_template("autoscaler.yaml.hbs", &ctx)?);
+        }
         finish(objects)
     }
 
@@ -329,7 +336,7 @@ fn name_of(obj: &Value) -> &str {
 fn apply_rank(obj: &Value) -> u8 {
     match kind_of(obj) {
         "Namespace" => 0,
-        "Secret" | "ConfigMap" => 1,
+        "Secret" | "ConfigMap" | "ServiceAccount" | "Role" | "RoleBinding" => 1,
         "OpenStackMachineTemplate" | "KubeadmConfigTemplate" => 2,
         "OpenStackCluster" => 3,
         "KubeadmControlPlane" => 4,

@@ -19,6 +19,9 @@ pub struct Observed {
     pub control_plane: Option<Value>,
     pub machine_deployments: Vec<Value>,
     pub machines: Vec<Value>,
+    /// CAAPH's HelmReleaseProxies of the cluster (add-on health; not part of `is_empty`: CAAPH
+    /// removes them with their proxies, after the cluster).
+    pub addons: Vec<Value>,
 }
 
 impl Observed {
@@ -85,6 +88,15 @@ pub struct NodegroupChange {
     pub uuid: Uuid,
     pub status: Option<(Status, Option<String>)>,
     pub addresses: Option<Vec<String>>,
+    /// An autoscaled nodegroup's size as the autoscaler set it (its MachineDeployment's replicas).
+    pub node_count: Option<i32>,
+}
+
+/// The replicas of a MachineDeployment the autoscaler owns (it carries the bounds annotation).
+fn autoscaled_replicas(md: &Value) -> Option<i32> {
+    md.pointer("/metadata/annotations")?
+        .get(super::values::ANNOTATION_AUTOSCALER_MIN)?;
+    i32::try_from(int(md, "/spec/replicas")?).ok()
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
@@ -264,7 +276,11 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
             .iter()
             .filter(|m| label(m, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
             .collect();
-        let ready = !db.operation_open && owner.is_some_and(|o| replicas_ready(o, ng.node_count));
+        let autoscaled = (!ng.is_master)
+            .then(|| owner.and_then(autoscaled_replicas))
+            .flatten();
+        let want = autoscaled.unwrap_or(ng.node_count);
+        let ready = !db.operation_open && owner.is_some_and(|o| replicas_ready(o, want));
         let failure = machines
             .iter()
             .find_map(|m| failure_of(m).map(|f| format!("Machine {}: {f}", name(m))))
@@ -281,7 +297,7 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
                     "{what} {}: {}/{} machines ready",
                     name(o),
                     int(o, "/status/readyReplicas").unwrap_or(0),
-                    ng.node_count
+                    want
                 ),
                 None => format!("{what} {id}: not created yet"),
             });
@@ -293,6 +309,7 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
             uuid: ng.uuid,
             status: None,
             addresses: None,
+            node_count: autoscaled.filter(|n| *n != ng.node_count && !db.operation_open),
         };
         let addrs = addresses(&machines);
         if addrs != ng.addresses && !(machines.is_empty() && owner.is_none()) {
@@ -310,7 +327,7 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
                 change.status = Some(n);
             }
         }
-        if change.status.is_some() || change.addresses.is_some() {
+        if change.status.is_some() || change.addresses.is_some() || change.node_count.is_some() {
             ev.nodegroups.push(change);
         }
     }
@@ -389,8 +406,40 @@ fn health(obs: &Observed, credential_problem: Option<&str>) -> (String, Value) {
     for (k, v) in nodes {
         reason.insert(k, json!(if v { "True" } else { "False" }));
     }
+    let addons_ok = addon_health(name(cluster), &obs.addons, &mut reason);
+    let all = all && addons_ok;
     let status = if all { "HEALTHY" } else { "UNHEALTHY" };
     (status.into(), Value::Object(reason))
+}
+
+/// `addon.<add-on>` per HelmReleaseProxy (the add-on is its proxy's name without the
+/// `<cluster>-` prefix): `Ready`, else the message (or reason) of its `Ready` condition. False
+/// when an add-on failed to install (`Ready=False`); one still installing does not count.
+fn addon_health(cluster: &str, addons: &[Value], reason: &mut Map<String, Value>) -> bool {
+    let prefix = format!("{cluster}-");
+    let mut ok = true;
+    for hrp in addons {
+        let proxy = label(hrp, super::LABEL_HELM_CHART_PROXY).unwrap_or_else(|| name(hrp));
+        let key = proxy.strip_prefix(&prefix).unwrap_or(proxy);
+        let ready = condition(hrp, "Ready");
+        let text = |c: &Value| {
+            s(c, "/message")
+                .filter(|m| !m.is_empty())
+                .or_else(|| s(c, "/reason"))
+                .unwrap_or("Unknown")
+                .to_string()
+        };
+        let value = match ready.and_then(|c| s(c, "/status")) {
+            Some("True") => "Ready".to_string(),
+            Some("False") => {
+                ok = false;
+                ready.map(text).unwrap_or_default()
+            }
+            _ => ready.map_or_else(|| "Installing".to_string(), text),
+        };
+        reason.insert(format!("addon.{key}"), json!(value));
+    }
+    ok
 }
 
 #[cfg(test)]
@@ -453,6 +502,7 @@ mod tests {
                 machine(master.uuid, "10.0.0.3", true),
                 machine(worker.uuid, "10.0.0.9", true),
             ],
+            addons: Vec::new(),
         }
     }
 
@@ -596,6 +646,44 @@ mod tests {
                 .contains("owner is disabled")
         );
         assert_eq!(r["api"], "ok");
+    }
+
+    #[test]
+    fn a_failed_addon_makes_the_cluster_unhealthy_but_not_failed() {
+        let master = ng(true, 1, Status::CreateInProgress);
+        let worker = ng(false, 1, Status::CreateInProgress);
+        let mut obs = observed(&master, &worker);
+        obs.cluster.as_mut().unwrap()["metadata"] = json!({"name": "k", "namespace": "ns"});
+        let hrp = |proxy: &str, status: &str, message: &str| {
+            json!({"metadata": {"name": format!("{proxy}-k"),
+                                "labels": {crate::capi::LABEL_HELM_CHART_PROXY: proxy}},
+                   "status": {"conditions": [{"type": "Ready", "status": status,
+                              "reason": "HelmInstallOrUpgradeFailed", "message": message}]}})
+        };
+        obs.addons = vec![
+            hrp("k-cni", "True", ""),
+            hrp(
+                "k-metrics-server",
+                "False",
+                "error installing metrics-server",
+            ),
+        ];
+        let db = state(Status::CreateInProgress, vec![master, worker]);
+        let ev = evaluate(&obs, &db, Utc::now());
+        assert_eq!(ev.status.unwrap().0, Status::CreateComplete);
+        let (h, reason) = ev.health.unwrap();
+        assert_eq!(h, "UNHEALTHY");
+        assert_eq!(reason["addon.cni"], "Ready");
+        assert_eq!(
+            reason["addon.metrics-server"],
+            "error installing metrics-server"
+        );
+        // Still installing: reported, not unhealthy.
+        obs.addons = vec![json!({"metadata": {"name": "x",
+            "labels": {crate::capi::LABEL_HELM_CHART_PROXY: "k-cni"}}})];
+        let (h, reason) = evaluate(&obs, &db, Utc::now()).health.unwrap();
+        assert_eq!(h, "HEALTHY");
+        assert_eq!(reason["addon.cni"], "Installing");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Watching the management cluster: one `kube::runtime` watcher per kind (Cluster,
 //! KubeadmControlPlane, MachineDeployment, Machine, OpenStackCluster) across namespaces,
-//! selected by our cluster-uuid label, feeding an in-memory index per Magnum cluster; and the
-//! status writer that turns index changes into Postgres statuses, one replica at a time.
+//! selected by our cluster-uuid label, feeding an in-memory index per Magnum cluster (plus
+//! CAAPH's HelmReleaseProxies, which carry only the CAPI cluster name: indexed by namespace and
+//! cluster name, joined to the Magnum cluster through its `Cluster`); and the status writer
+//! that turns index changes into Postgres statuses, one replica at a time.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,7 +21,7 @@ use uuid::Uuid;
 
 use super::apply::resource;
 use super::status::{self, ClusterState, NodegroupState, Observed};
-use super::{LABEL_CLUSTER_UUID, kinds};
+use super::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, LABEL_HELM_CHART_PROXY, kinds};
 use crate::db::DbResult;
 use crate::db::clusters::{self as cdb, DriverFacts};
 use crate::db::nodegroups as ndb;
@@ -35,16 +37,27 @@ pub enum Kind {
     ControlPlane,
     MachineDeployment,
     Machine,
+    /// CAAPH's per-cluster release of an add-on (add-on health).
+    HelmReleaseProxy,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Cluster,
         Kind::OpenStackCluster,
         Kind::ControlPlane,
         Kind::MachineDeployment,
         Kind::Machine,
+        Kind::HelmReleaseProxy,
     ];
+
+    /// The label the watcher selects by: ours, or CAAPH's for its release proxies.
+    fn selector(self) -> &'static str {
+        match self {
+            Kind::HelmReleaseProxy => LABEL_HELM_CHART_PROXY,
+            _ => LABEL_CLUSTER_UUID,
+        }
+    }
 
     pub fn gvk(self) -> kinds::Gvk {
         match self {
@@ -53,12 +66,13 @@ impl Kind {
             Kind::ControlPlane => kinds::CONTROL_PLANE,
             Kind::MachineDeployment => kinds::MACHINE_DEPLOYMENT,
             Kind::Machine => kinds::MACHINE,
+            Kind::HelmReleaseProxy => kinds::HELM_RELEASE_PROXY,
         }
     }
 }
 
-/// The part of an object status evaluation reads (managedFields, annotations and most of the
-/// spec are dropped: 10,000 clusters' worth of full objects would not fit comfortably).
+/// The part of an object status evaluation reads (managedFields, annotations but the
+/// autoscaler's bounds, and most of the spec are dropped: 10,000 clusters' worth of full objects would not fit comfortably).
 fn prune(obj: &DynamicObject) -> Value {
     let mut meta = Map::new();
     let m = &obj.metadata;
@@ -84,6 +98,19 @@ fn prune(obj: &DynamicObject) -> Value {
     }
     if m.deletion_timestamp.is_some() {
         meta.insert("deletionTimestamp".into(), Value::from("set"));
+    }
+    // An autoscaled MachineDeployment: its replicas are the autoscaler's (node_count follows).
+    if let Some(min) = m
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::values::ANNOTATION_AUTOSCALER_MIN))
+    {
+        let mut ann = Map::new();
+        ann.insert(
+            super::values::ANNOTATION_AUTOSCALER_MIN.into(),
+            Value::from(min.clone()),
+        );
+        meta.insert("annotations".into(), Value::Object(ann));
     }
     let mut spec = Map::new();
     if let Some(s) = obj.data.get("spec").and_then(Value::as_object) {
@@ -112,12 +139,43 @@ fn cluster_uuid(obj: &DynamicObject) -> Option<Uuid> {
 
 type Objects = BTreeMap<(Kind, String), Value>;
 
+/// A CAPI cluster by namespace and name.
+type ClusterKey = (String, String);
+
 #[derive(Default)]
 struct Index {
     by_cluster: HashMap<Uuid, Objects>,
     /// Objects being relisted by a restarting watcher, per kind.
     relist: HashMap<Kind, Vec<(Uuid, String, Value)>>,
     synced: HashSet<Kind>,
+    /// The Magnum cluster of each CAPI cluster seen (from the `Cluster` objects).
+    uuids: HashMap<ClusterKey, Uuid>,
+    /// HelmReleaseProxies by CAPI cluster, then name.
+    addons: HashMap<ClusterKey, BTreeMap<String, Value>>,
+    /// HelmReleaseProxies being relisted.
+    addons_relist: Vec<(ClusterKey, String, Value)>,
+}
+
+impl Index {
+    /// The Magnum clusters of `keys` (those whose `Cluster` was seen).
+    fn uuids_of<'a>(&self, keys: impl IntoIterator<Item = &'a ClusterKey>) -> Vec<Uuid> {
+        keys.into_iter()
+            .filter_map(|k| self.uuids.get(k).copied())
+            .collect()
+    }
+}
+
+/// Namespace and CAPI cluster name of a HelmReleaseProxy (CAAPH's cluster-name label).
+fn addon_key(o: &DynamicObject) -> Option<(ClusterKey, String)> {
+    let cluster = o.metadata.labels.as_ref()?.get(LABEL_CAPI_CLUSTER_NAME)?;
+    Some((
+        (o.metadata.namespace.clone()?, cluster.clone()),
+        o.metadata.name.clone()?,
+    ))
+}
+
+fn cluster_key(o: &DynamicObject) -> Option<ClusterKey> {
+    Some((o.metadata.namespace.clone()?, o.metadata.name.clone()?))
 }
 
 /// The watchers' shared view, and the channel that tells the writer what changed.
@@ -171,6 +229,24 @@ impl Observer {
             Event::Init => crate::telemetry::watch_resync(kind.gvk().1),
             Event::InitDone => {}
             _ => crate::telemetry::watch_event(kind.gvk().1),
+        }
+        if kind == Kind::HelmReleaseProxy {
+            return self.apply_addon_event(ev);
+        }
+        if kind == Kind::Cluster {
+            self.with_index(|ix| match &ev {
+                Event::Apply(o) | Event::InitApply(o) => {
+                    if let (Some(k), Some(u)) = (cluster_key(o), cluster_uuid(o)) {
+                        ix.uuids.insert(k, u);
+                    }
+                }
+                Event::Delete(o) => {
+                    if let Some(k) = cluster_key(o) {
+                        ix.uuids.remove(&k);
+                    }
+                }
+                Event::Init | Event::InitDone => {}
+            });
         }
         let key = |o: &DynamicObject| {
             format!(
@@ -233,9 +309,63 @@ impl Observer {
         self.changed(touched);
     }
 
-    /// Every watched kind has listed its objects at least once.
+    /// A HelmReleaseProxy event: indexed by CAPI cluster; its Magnum cluster is re-evaluated.
+    fn apply_addon_event(&self, ev: Event<DynamicObject>) {
+        let touched: Vec<Uuid> = self.with_index(|ix| match ev {
+            Event::Apply(o) => match addon_key(&o) {
+                Some((k, name)) => {
+                    ix.addons
+                        .entry(k.clone())
+                        .or_default()
+                        .insert(name, prune(&o));
+                    ix.uuids_of([&k])
+                }
+                None => Vec::new(),
+            },
+            Event::Delete(o) => match addon_key(&o) {
+                Some((k, name)) => {
+                    if let Some(m) = ix.addons.get_mut(&k) {
+                        m.remove(&name);
+                        if m.is_empty() {
+                            ix.addons.remove(&k);
+                        }
+                    }
+                    ix.uuids_of([&k])
+                }
+                None => Vec::new(),
+            },
+            Event::Init => {
+                ix.addons_relist.clear();
+                Vec::new()
+            }
+            Event::InitApply(o) => {
+                if let Some((k, name)) = addon_key(&o) {
+                    ix.addons_relist.push((k, name, prune(&o)));
+                }
+                Vec::new()
+            }
+            Event::InitDone => {
+                let old = std::mem::take(&mut ix.addons);
+                for (k, name, v) in std::mem::take(&mut ix.addons_relist) {
+                    ix.addons.entry(k).or_default().insert(name, v);
+                }
+                ix.synced.insert(Kind::HelmReleaseProxy);
+                let keys: HashSet<&ClusterKey> = old.keys().chain(ix.addons.keys()).collect();
+                ix.uuids_of(keys)
+            }
+        });
+        self.changed(touched);
+    }
+
+    /// Every watched CAPI/CAPO kind has listed its objects at least once (not waiting for the
+    /// add-on releases: without them only the `addon.*` health entries are missing).
     pub fn synced(&self) -> bool {
-        self.with_index(|ix| Kind::ALL.iter().all(|k| ix.synced.contains(k)))
+        self.with_index(|ix| {
+            Kind::ALL
+                .iter()
+                .filter(|k| **k != Kind::HelmReleaseProxy)
+                .all(|k| ix.synced.contains(k))
+        })
     }
 
     /// What is known about one cluster.
@@ -250,8 +380,16 @@ impl Observer {
                         Kind::ControlPlane => o.control_plane = Some(v.clone()),
                         Kind::MachineDeployment => o.machine_deployments.push(v.clone()),
                         Kind::Machine => o.machines.push(v.clone()),
+                        Kind::HelmReleaseProxy => {}
                     }
                 }
+            }
+            let key = o.cluster.as_ref().and_then(|c| {
+                let s = |p: &str| c.pointer(p).and_then(Value::as_str).map(str::to_owned);
+                Some((s("/metadata/namespace")?, s("/metadata/name")?))
+            });
+            if let Some(addons) = key.and_then(|k| ix.addons.get(&k)) {
+                o.addons = addons.values().cloned().collect();
             }
             o
         })
@@ -299,7 +437,7 @@ impl Observer {
                 tokio::spawn(async move {
                     let (av, k) = kind.gvk();
                     let api: Api<DynamicObject> = Api::all_with(client, &resource(av, k));
-                    let cfg = watcher::Config::default().labels(LABEL_CLUSTER_UUID);
+                    let cfg = watcher::Config::default().labels(kind.selector());
                     let mut stream = watcher::watcher(api, cfg)
                         .default_backoff()
                         .boxed();
@@ -427,6 +565,9 @@ pub async fn sync_cluster(
         }
         if let Some(a) = &ng.addresses {
             ndb::set_addresses(&mut *tx, ng.uuid, a).await?;
+        }
+        if let Some(n) = ng.node_count {
+            ndb::set_node_count(&mut *tx, ng.uuid, n).await?;
         }
     }
     let new_status = ev.status.as_ref().map(|(s, _)| *s);
@@ -619,5 +760,36 @@ mod tests {
         obs.apply_event(Kind::MachineDeployment, Event::Delete(object("md-a", a, 2)));
         assert!(waiting.await.unwrap());
         assert!(obs.clusters().is_empty());
+    }
+
+    #[tokio::test]
+    async fn release_proxies_join_their_cluster_by_namespace_and_name() {
+        let (obs, _feed) = Observer::new();
+        let a = Uuid::new_v4();
+        let obj = |v: Value| -> DynamicObject { serde_json::from_value(v).unwrap() };
+        let hrp = obj(json!({
+            "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "HelmReleaseProxy",
+            "metadata": {"name": "ca-metrics-server-ca", "namespace": "magnum-p",
+                         "labels": {LABEL_CAPI_CLUSTER_NAME: "ca",
+                                    LABEL_HELM_CHART_PROXY: "ca-metrics-server"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
+        // The release may be seen before its Cluster.
+        obs.apply_event(Kind::HelmReleaseProxy, Event::Apply(hrp.clone()));
+        assert!(obs.observed(a).addons.is_empty());
+        obs.apply_event(
+            Kind::Cluster,
+            Event::Apply(obj(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "ca", "namespace": "magnum-p",
+                             "labels": {LABEL_CLUSTER_UUID: a.to_string()}}}))),
+        );
+        let seen = obs.observed(a);
+        assert_eq!(seen.addons.len(), 1);
+        assert_eq!(seen.addons[0]["status"]["conditions"][0]["status"], "True");
+        assert!(!seen.is_empty());
+        // A relist without it forgets it.
+        obs.apply_event(Kind::HelmReleaseProxy, Event::Init);
+        obs.apply_event(Kind::HelmReleaseProxy, Event::InitDone);
+        assert!(obs.observed(a).addons.is_empty());
     }
 }

@@ -301,6 +301,7 @@ impl Simulator {
                                         | Kind::MachineHealthCheck
                                         | Kind::ControlPlane
                                         | Kind::InfraCluster
+                                        | Kind::HelmChartProxy
                                 )
                             )
                         })
@@ -362,7 +363,7 @@ impl Simulator {
                     dirty.push(key.clone());
                     dirty.extend(clusters());
                 }
-                Kind::MachineHealthCheck => {
+                Kind::MachineHealthCheck | Kind::HelmChartProxy => {
                     dirty.push(key.clone());
                     if deleted {
                         dirty.extend(clusters());

@@ -13,6 +13,7 @@ pub const CONTROL_PLANE_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta2";
 pub const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 pub const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const INFRA_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+pub const ADDONS_GROUP: &str = "addons.cluster.x-k8s.io";
 
 pub use crate::capi::LABEL_CAPI_CLUSTER_NAME as LABEL_CLUSTER_NAME;
 pub const LABEL_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
@@ -22,6 +23,9 @@ pub const LABEL_DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
 pub const LABEL_CLUSTER_UUID: &str = "magnum.openstack.org/cluster-uuid";
 /// Machines carrying this annotation are removed first on scale-down.
 pub const ANNOTATION_DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
+/// The cluster autoscaler's lower bound on a MachineDeployment (the initial replicas).
+pub const ANNOTATION_AUTOSCALER_MIN: &str =
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
 /// Which machine template / bootstrap template a simulated Machine was made from (rollouts).
 pub const ANNOTATION_INFRA_TEMPLATE: &str = "simkube.magnum.openstack.org/infrastructure-template";
 pub const ANNOTATION_BOOTSTRAP_TEMPLATE: &str = "simkube.magnum.openstack.org/bootstrap-template";
@@ -46,10 +50,12 @@ pub enum Kind {
     InfraMachine,
     InfraMachineTemplate,
     Secret,
+    HelmChartProxy,
+    HelmReleaseProxy,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Cluster,
         Kind::Machine,
         Kind::MachineSet,
@@ -62,6 +68,8 @@ impl Kind {
         Kind::InfraMachine,
         Kind::InfraMachineTemplate,
         Kind::Secret,
+        Kind::HelmChartProxy,
+        Kind::HelmReleaseProxy,
     ];
 
     pub fn group(self) -> &'static str {
@@ -75,6 +83,7 @@ impl Kind {
             Kind::KubeadmConfig | Kind::KubeadmConfigTemplate => BOOTSTRAP_GROUP,
             Kind::InfraCluster | Kind::InfraMachine | Kind::InfraMachineTemplate => INFRA_GROUP,
             Kind::Secret => "",
+            Kind::HelmChartProxy | Kind::HelmReleaseProxy => ADDONS_GROUP,
         }
     }
 
@@ -92,6 +101,8 @@ impl Kind {
             Kind::InfraMachine => "openstackmachines",
             Kind::InfraMachineTemplate => "openstackmachinetemplates",
             Kind::Secret => "secrets",
+            Kind::HelmChartProxy => "helmchartproxies",
+            Kind::HelmReleaseProxy => "helmreleaseproxies",
         }
     }
 

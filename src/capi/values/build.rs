@@ -88,6 +88,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     let control_plane = cx.control_plane(master, &machines)?;
     let node_groups = cx.node_groups(nodegroups, &machines, &kubeadm)?;
     let addons = cx.addons(&networking)?;
+    let autoscaler = cx.autoscaler(&node_groups, &kubernetes_version, &namespace);
     Ok(Values {
         cloud: Cloud {
             name: "openstack".into(),
@@ -119,6 +120,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         control_plane,
         node_groups,
         addons,
+        autoscaler,
         credentials,
         cas: cas.map(CaValues::from),
         rollout_after: rollout_after.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
@@ -530,6 +532,7 @@ impl<'a> Cx<'a> {
             cni,
             cloud_controller_manager,
             csi_cinder,
+            metrics_server: self.optional_addon("metrics-server")?,
             cloud_config: CloudConfig {
                 resource_set_name: format!("{}-cloud-config", self.cluster_name),
                 load_balancer: CcmLoadBalancer {

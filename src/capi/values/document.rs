@@ -84,6 +84,8 @@ pub struct Values {
     pub node_groups: Vec<NodeGroup>,
     /// Workload-cluster addons.
     pub addons: Addons,
+    /// The cluster autoscaler on the management cluster: present when a nodegroup autoscales.
+    pub autoscaler: Option<ClusterAutoscaler>,
     /// The credential, when its Secrets are to be written.
     pub credentials: Option<CloudCredentials>,
     /// The CAs, when their Secrets are to be written.
@@ -363,6 +365,29 @@ pub struct Addons {
     /// `None` when `cinder_csi_enabled=false`.
     pub csi_cinder: Option<CsiCinder>,
     pub cloud_config: CloudConfig,
+    /// metrics-server (`metrics_server_enabled`, default on).
+    pub metrics_server: Option<HelmChart>,
+}
+
+/// One cluster autoscaler per cluster, on the management cluster in the cluster's namespace
+/// (`--cloud-provider=clusterapi`): it scales the MachineDeployments that carry the autoscaler
+/// annotations, watching the workload cluster through CAPI's kubeconfig Secret.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAutoscaler {
+    /// Name of its Deployment, ServiceAccount, Role and RoleBinding: `<cluster>-autoscaler`.
+    pub name: String,
+    /// Image with tag (the tag follows the Kubernetes minor unless `[capi] autoscaler_image_tag`).
+    pub image: String,
+    /// `--node-group-auto-discovery=clusterapi:namespace=<ns>,clusterName=<cluster>`: this
+    /// cluster's MachineDeployments only.
+    pub auto_discovery_arg: String,
+    /// `<cluster>-kubeconfig`: CAPI's admin kubeconfig of the workload cluster (key `value`).
+    pub kubeconfig_secret: String,
+    /// Labels of its objects: the common ones plus `app.kubernetes.io/*`.
+    pub labels: BTreeMap<String, String>,
+    /// Its pods' labels (the Deployment's selector).
+    pub selector: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -27,19 +27,22 @@
 //! | `auto_healing_enabled` (NG) | MachineHealthChecks (default true) |
 //! | `auto_scaling_enabled`, `min_node_count`, `max_node_count` (NG) | autoscaler bounds |
 //! | `calico_tag`, `cilium_tag`, `cilium_hubble_ui_enabled` | CNI chart version / Hubble |
+//! | `metrics_server_enabled` | metrics-server (default true); the add-on table is README "Add-ons" |
 //! | `cinder_csi_enabled`, `csi_cinder_reclaim_policy`, `csi_cinder_volume_binding_mode`, `csi_cinder_fstype`, `csi_cinder_allow_volume_expansion`, `csi_cinder_availability_zone`, `csi_cinder_volume_type` | Cinder CSI and its StorageClass |
 //!
 //! Layout: `document` (the serialised types), `labels` (reading labels), `build` (the document
-//! from the rows, cluster-wide parts), `nodegroups` (control plane and workers), `rows` (the
+//! from the rows, cluster-wide parts), `addons` (optional add-ons and the autoscaler), `nodegroups` (control plane and workers), `rows` (the
 //! `render` command's rows from API bodies). The Kubernetes-version rule is the domain's
 //! ([`crate::domain::kube_version`]).
 
+mod addons;
 mod build;
 mod document;
 mod labels;
 mod nodegroups;
 mod rows;
 
+pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
 pub use build::{Inputs, build};
 pub use document::*;
 pub use labels::parse_cidr;

@@ -22,7 +22,18 @@ pub(super) fn machine_deployment(cx: &Ctx<'_>, md: &Value) -> Result<(), StoreEr
     let Some(cluster) = cx.get(Kind::Cluster, ns, cluster_name) else {
         return Ok(());
     };
-    let desired = i64_at(md, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
+    let Some(replicas) = i64_at(md, &["spec", "replicas"]) else {
+        // CAPI's defaulting: an autoscaled MachineDeployment starts at its minimum size (the
+        // autoscaler then owns `spec.replicas`), any other at 1.
+        let min = annotation(md, ANNOTATION_AUTOSCALER_MIN)
+            .and_then(|m| m.parse::<i64>().ok())
+            .unwrap_or(1);
+        cx.edit(Kind::MachineDeployment, md, |o| {
+            set_at(o, &["spec"], "replicas", json!(min));
+        })?;
+        return Ok(());
+    };
+    let desired = replicas.max(0) as usize;
     let version = str_at(md, &["spec", "template", "spec", "version"]);
     let infra_template = str_at(
         md,

@@ -5,8 +5,10 @@
 //! balancer, floating IP or an injected failure), `control_plane` and `machine_deployment`
 //! (machines, scaling, rolling replacement, status; what they share is in `machines`),
 //! `machine` (Machine/OpenStackMachine provisioning or an injected `InstanceCreateFailed`, then
-//! kubeadm init/join against the modelled PKI in `kubeadm`) and `health_check` (status only).
+//! kubeadm init/join against the modelled PKI in `kubeadm`), `health_check` (status only) and
+//! `addons` (CAAPH: HelmChartProxy → HelmReleaseProxies, or an injected install failure).
 
+mod addons;
 mod cluster;
 mod control_plane;
 mod health_check;
@@ -23,6 +25,7 @@ use serde_json::Value;
 use super::controllers::Simulator;
 use super::objects::*;
 use super::store::{ObjectKey, Store, StoreError, Target};
+use addons::helm_chart_proxy;
 use cluster::cluster;
 use control_plane::control_plane;
 use health_check::health_check;
@@ -96,6 +99,7 @@ pub(crate) fn reconcile(cx: &Ctx<'_>, key: &ObjectKey) -> Result<(), StoreError>
         Kind::MachineDeployment => machine_deployment(cx, &obj),
         Kind::Machine => machine(cx, &obj),
         Kind::MachineHealthCheck => health_check(cx, &obj),
+        Kind::HelmChartProxy => helm_chart_proxy(cx, &obj),
         _ => Ok(()),
     }
 }

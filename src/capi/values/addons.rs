@@ -1,0 +1,147 @@
+//! The optional add-ons (README "Add-ons": one row of [`OPTIONAL_ADDONS`] each, switched by a
+//! label) and the cluster autoscaler, whose image follows the cluster's Kubernetes minor.
+
+use std::collections::BTreeMap;
+
+use super::ValuesError;
+use super::build::{Cx, label_map};
+use super::document::{ClusterAutoscaler, HelmChart, NodeGroup};
+use crate::config::CapiConfig;
+
+/// An optional add-on delivered by a HelmChartProxy named `<cluster>-<key>`; its health is
+/// reported as `addon.<key>` in `health_status_reason`.
+#[derive(Debug, Clone, Copy)]
+pub struct AddonSpec {
+    /// Proxy name suffix and health key.
+    pub key: &'static str,
+    /// The label that switches it on or off.
+    pub label: &'static str,
+    /// On when the label is absent.
+    pub default: bool,
+    /// Chart name.
+    pub chart: &'static str,
+    /// Namespace of the release in the workload cluster.
+    pub namespace: &'static str,
+}
+
+/// Every optional add-on, in the order of the README's add-on table.
+pub const OPTIONAL_ADDONS: &[AddonSpec] = &[AddonSpec {
+    key: "metrics-server",
+    label: "metrics_server_enabled",
+    default: true,
+    chart: "metrics-server",
+    namespace: "kube-system",
+}];
+
+/// `(repository, version)` of an add-on's chart from `[capi]`.
+fn chart_source<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c str) {
+    match key {
+        "metrics-server" => (
+            &config.metrics_server_chart_repo,
+            &config.metrics_server_chart_version,
+        ),
+        _ => ("", ""),
+    }
+}
+
+/// Cluster-autoscaler tag per Kubernetes minor (the autoscaler is released per minor and only
+/// supports its own); a minor not listed gets `v1.<minor>.0`.
+pub const AUTOSCALER_TAGS: &[(u32, &str)] = &[
+    (30, "v1.30.2"),
+    (31, "v1.31.1"),
+    (32, "v1.32.1"),
+    (33, "v1.33.0"),
+    (34, "v1.34.0"),
+];
+
+/// The autoscaler tag for a `v1.N.x` Kubernetes version.
+pub fn autoscaler_tag(kube_version: &str) -> String {
+    let minor = kube_version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    AUTOSCALER_TAGS
+        .iter()
+        .find(|(m, _)| *m == minor)
+        .map_or_else(|| format!("v1.{minor}.0"), |(_, t)| (*t).to_owned())
+}
+
+impl Cx<'_> {
+    /// The optional add-on `key` as a chart, or `None` when its label turns it off.
+    pub(super) fn optional_addon(&self, key: &str) -> Result<Option<HelmChart>, ValuesError> {
+        let Some(spec) = OPTIONAL_ADDONS.iter().find(|a| a.key == key) else {
+            return Ok(None);
+        };
+        if !self.view.bool(&[spec.label], spec.default)? {
+            return Ok(None);
+        }
+        let (repo, version) = chart_source(self.config, key);
+        Ok(Some(HelmChart {
+            proxy_name: format!("{}-{}", self.cluster_name, spec.key),
+            repo: repo.to_owned(),
+            name: spec.chart.to_owned(),
+            version: version.to_owned(),
+            release_name: spec.chart.to_owned(),
+            namespace: spec.namespace.to_owned(),
+        }))
+    }
+
+    /// The autoscaler, when a nodegroup autoscales.
+    pub(super) fn autoscaler(
+        &self,
+        node_groups: &[NodeGroup],
+        kube_version: &str,
+        namespace: &str,
+    ) -> Option<ClusterAutoscaler> {
+        if node_groups.iter().all(|n| n.autoscale.is_none()) {
+            return None;
+        }
+        let name = format!("{}-autoscaler", self.cluster_name);
+        let selector = label_map(&[
+            ("app.kubernetes.io/name", "cluster-autoscaler"),
+            ("app.kubernetes.io/instance", &name),
+        ]);
+        let mut labels: BTreeMap<String, String> = self.common_labels.clone();
+        labels.extend(selector.clone());
+        let tag = self
+            .config
+            .autoscaler_image_tag
+            .clone()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| autoscaler_tag(kube_version));
+        Some(ClusterAutoscaler {
+            image: format!("{}:{tag}", self.config.autoscaler_image),
+            auto_discovery_arg: format!(
+                "--node-group-auto-discovery=clusterapi:namespace={namespace},clusterName={}",
+                self.cluster_name
+            ),
+            kubeconfig_secret: format!("{}-kubeconfig", self.cluster_name),
+            name,
+            labels,
+            selector,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_autoscaler_follows_the_kubernetes_minor() {
+        assert_eq!(autoscaler_tag("v1.33.5"), "v1.33.0");
+        assert_eq!(autoscaler_tag("v1.31.0"), "v1.31.1");
+        assert_eq!(autoscaler_tag("v1.40.2"), "v1.40.0");
+    }
+
+    #[test]
+    fn every_addon_has_a_chart_source() {
+        let config = CapiConfig::default();
+        for a in OPTIONAL_ADDONS {
+            let (repo, version) = chart_source(&config, a.key);
+            assert!(!repo.is_empty() && !version.is_empty(), "{}", a.key);
+        }
+    }
+}
