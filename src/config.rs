@@ -236,6 +236,13 @@ pub struct CapiConfig {
     pub cilium_chart_repo: String,
     /// `cilium` chart version (the `cilium_tag` label overrides it).
     pub cilium_chart_version: String,
+    /// Helm repository of the `flannel` chart (`network_driver=flannel`).
+    pub flannel_chart_repo: String,
+    /// `flannel` chart version (the `flannel_tag` label overrides it).
+    pub flannel_chart_version: String,
+    /// PEM CA bundle of the private registries every node trusts (containerd `hosts.toml`
+    /// `ca`), unless the template gives its own (`containerd_registry_ca` label, base64 PEM).
+    pub registry_ca: Option<String>,
     /// Helm repository of the cloud-provider-openstack charts (CCM and Cinder CSI).
     pub openstack_chart_repo: String,
     /// `openstack-cloud-controller-manager` chart version; match it to the Kubernetes minor
@@ -291,6 +298,9 @@ impl Default for CapiConfig {
             calico_chart_version: "v3.31.5".into(),
             cilium_chart_repo: "https://helm.cilium.io/".into(),
             cilium_chart_version: "1.19.3".into(),
+            flannel_chart_repo: "https://flannel-io.github.io/flannel/".into(),
+            flannel_chart_version: "v0.27.4".into(),
+            registry_ca: None,
             openstack_chart_repo: "https://kubernetes.github.io/cloud-provider-openstack".into(),
             ccm_chart_version: "2.33.1".into(),
             cinder_csi_chart_version: "2.33.1".into(),

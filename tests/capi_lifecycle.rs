@@ -574,3 +574,133 @@ async fn a_failing_addon_makes_the_cluster_unhealthy_not_failed() {
         magnum_capi::simkube::Resource::of("addons.cluster.x-k8s.io/v1alpha1", "HelmReleaseProxy");
     assert!(app.sim.store().list(&res, None, "").unwrap().is_empty());
 }
+
+/// A proxied, mirrored, audited, anti-affine cluster and a flannel cluster reach
+/// `CREATE_COMPLETE` on the simulated management cluster (every write CRD-validated); bad
+/// node-setting values are refused at template and cluster create, naming the label or field.
+#[tokio::test]
+async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let base = json!({"image_id": "ubuntu-2404-kube-v1.33.5", "coe": "kubernetes",
+        "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+        "external_network_id": "public", "dns_nameserver": "8.8.8.8"});
+    let template = |name: &str, extra: Value| {
+        let mut body = base.clone();
+        body["name"] = json!(name);
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let settings = template(
+        "settings",
+        json!({"http_proxy": "http://proxy.example.com:3128",
+               "https_proxy": "http://proxy.example.com:3128", "no_proxy": "10.1.0.0/16",
+               "master_lb_enabled": true,
+               "labels": {"kube_tag": "v1.33.5",
+                   "containerd_registry_mirrors": "docker.io=https://mirror.example.com",
+                   "insecure_registries": "registry.local:5000",
+                   "audit_log_enabled": "true", "server_group_policies": "anti-affinity"}}),
+    );
+    let flannel = template(
+        "flannel",
+        json!({"network_driver": "flannel", "labels": {"kube_tag": "v1.33.5"}}),
+    );
+    let mut clusters = Vec::new();
+    for (body, masters) in [(settings, 3), (flannel, 1)] {
+        let r = t.post(&ALICE, "/v1/clustertemplates", body).await;
+        r.assert_status(201);
+        let ct = r.body["uuid"].as_str().unwrap().to_string();
+        let r = t
+            .post(
+                &ALICE,
+                "/v1/clusters",
+                json!({"name": format!("c{masters}"), "cluster_template_id": ct,
+                       "master_count": masters, "node_count": 1}),
+            )
+            .await;
+        r.assert_status(202);
+        clusters.push(r.body["uuid"].as_str().unwrap().to_string());
+    }
+    for c in &clusters {
+        wait_status(t, &ALICE, c, "CREATE_COMPLETE").await;
+    }
+    let osmts = objects(
+        &app,
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+        &clusters[0],
+    );
+    assert!(
+        osmts
+            .iter()
+            .all(|o| o["spec"]["template"]["spec"]["serverGroup"]["filter"]["name"].is_string()),
+        "{osmts:#?}"
+    );
+    let kcp = objects(
+        &app,
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+        &clusters[0],
+    );
+    assert!(
+        kcp[0]["spec"]["kubeadmConfigSpec"]["files"]
+            .to_string()
+            .contains("HTTP_PROXY")
+    );
+    let hcps = objects(
+        &app,
+        "addons.cluster.x-k8s.io/v1alpha1",
+        "HelmChartProxy",
+        &clusters[1],
+    );
+    assert!(hcps.iter().any(|h| h["spec"]["chartName"] == "flannel"));
+
+    // Bad values: 400 at template create, naming the label or field.
+    for (extra, named) in [
+        (json!({"http_proxy": "proxy:3128"}), "http_proxy"),
+        (
+            json!({"labels": {"containerd_registry_mirrors": "docker.io"}}),
+            "containerd_registry_mirrors",
+        ),
+        (
+            json!({"labels": {"server_group_policies": "spread"}}),
+            "server_group_policies",
+        ),
+        (
+            json!({"labels": {"audit_log_maxsize": "big"}}),
+            "audit_log_maxsize",
+        ),
+    ] {
+        let r = t
+            .post(
+                &ALICE,
+                "/v1/clustertemplates",
+                template("bad", extra.clone()),
+            )
+            .await;
+        r.assert_status(400);
+        assert!(r.body.to_string().contains(named), "{extra}: {}", r.body);
+    }
+    // …and at cluster create, for labels the cluster brings.
+    let r = t
+        .post(&ALICE, "/v1/clustertemplates", template("ok", json!({})))
+        .await;
+    r.assert_status(201);
+    let ct = r.body["uuid"].as_str().unwrap().to_string();
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "bad", "cluster_template_id": ct,
+                   "labels": {"insecure_registries": "https://r.example.com"}}),
+        )
+        .await;
+    r.assert_status(400);
+    assert!(
+        r.body.to_string().contains("insecure_registries"),
+        "{}",
+        r.body
+    );
+}

@@ -597,6 +597,206 @@ fn metrics_server_is_on_by_default_and_off_by_label() {
     assert!(err.to_string().contains("metrics_server_enabled"), "{err}");
 }
 
+/// A template behind a proxy, with registry mirrors, an insecure registry, a registry CA, the
+/// audit log and anti-affinity for the control plane and the workers.
+fn node_settings_body() -> (Value, Value) {
+    use base64::Engine as _;
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let (mut t, mut c) = with_labels(json!({
+        "container_infra_prefix": "registry.example.com:5000/k8s",
+        "containerd_registry_mirrors":
+            "docker.io=https://mirror.example.com,quay.io=https://mirror.example.com",
+        "insecure_registries": "registry.local:5000",
+        "containerd_registry_ca": base64::engine::general_purpose::STANDARD.encode(ca),
+        "audit_log_enabled": "true",
+        "audit_log_maxage": "7",
+        "audit_log_max_backup": "3",
+        "server_group_policies": "anti-affinity",
+        "api_server_cert_sans": "api.example.com"
+    }));
+    t["http_proxy"] = json!("http://proxy.example.com:3128");
+    t["https_proxy"] = json!("http://proxy.example.com:3128");
+    t["no_proxy"] = json!("10.1.0.0/16,.internal.example.com");
+    t["master_lb_enabled"] = json!(true);
+    c["master_count"] = json!(3);
+    (t, c)
+}
+
+#[test]
+fn proxied_mirrored_audited_anti_affinity_cluster() {
+    let (t, c) = node_settings_body();
+    let objects = render_rows(&rows(t, c, None));
+    assert_valid(&objects);
+    let kcp = one(&objects, "KubeadmControlPlane");
+    let spec = &kcp["spec"]["kubeadmConfigSpec"];
+    let files = spec["files"].as_array().unwrap();
+    let file = |path: &str| {
+        files
+            .iter()
+            .find(|f| f["path"] == path)
+            .unwrap_or_else(|| panic!("no {path} in {files:#?}"))["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let drop_in = file("/etc/systemd/system/containerd.service.d/http-proxy.conf");
+    assert!(
+        drop_in.contains("Environment=\"HTTPS_PROXY=http://proxy.example.com:3128\""),
+        "{drop_in}"
+    );
+    let no_proxy = drop_in
+        .lines()
+        .find(|l| l.starts_with("Environment=\"NO_PROXY="))
+        .unwrap();
+    for must in [
+        "10.1.0.0/16",
+        ".internal.example.com",
+        "localhost",
+        "127.0.0.1",
+        "172.16.0.0/13",
+        "172.24.0.0/13",
+        "10.0.0.0/24",
+        ".svc",
+        ".cluster.local",
+        "api.example.com",
+    ] {
+        assert!(
+            no_proxy.split(['=', ',', '"']).any(|e| e == must),
+            "{must} not in {no_proxy}"
+        );
+    }
+    assert_eq!(
+        file("/etc/systemd/system/kubelet.service.d/http-proxy.conf"),
+        drop_in
+    );
+    assert!(
+        spec["preKubeadmCommands"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("systemctl restart containerd"))
+    );
+    let docker = file("/etc/containerd/certs.d/docker.io/hosts.toml");
+    assert!(
+        docker.contains("[host.\"https://mirror.example.com\"]"),
+        "{docker}"
+    );
+    assert!(
+        docker.contains("ca = \"/etc/containerd/certs.d/magnum-registry-ca.crt\""),
+        "{docker}"
+    );
+    let insecure = file("/etc/containerd/certs.d/registry.local:5000/hosts.toml");
+    assert!(insecure.contains("skip_verify = true"), "{insecure}");
+    file("/etc/containerd/certs.d/registry.example.com:5000/hosts.toml");
+    assert!(file("/etc/containerd/certs.d/magnum-registry-ca.crt").contains("BEGIN CERTIFICATE"));
+    // The audit log: policy on the control plane only, flags and volumes on the apiserver.
+    assert!(file("/etc/kubernetes/audit-policy.yaml").contains("kind: Policy"));
+    let api = &spec["clusterConfiguration"]["apiServer"];
+    for (flag, value) in [
+        ("audit-policy-file", "/etc/kubernetes/audit-policy.yaml"),
+        ("audit-log-maxage", "7"),
+        ("audit-log-maxbackup", "3"),
+        ("audit-log-maxsize", "100"),
+    ] {
+        assert!(
+            api["extraArgs"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"name": flag, "value": value})),
+            "{flag}"
+        );
+    }
+    assert_eq!(api["extraVolumes"].as_array().unwrap().len(), 2);
+    // Workers get the node files, not the audit policy.
+    let kct = one(&objects, "KubeadmConfigTemplate");
+    let worker_files: Vec<&str> = kct["spec"]["template"]["spec"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(worker_files.contains(&"/etc/containerd/certs.d/docker.io/hosts.toml"));
+    assert!(!worker_files.contains(&"/etc/kubernetes/audit-policy.yaml"));
+    // Server groups by name, one for the control plane and one per nodegroup.
+    let groups: Vec<&Value> = find(&objects, "OpenStackMachineTemplate")
+        .iter()
+        .map(|o| &o["spec"]["template"]["spec"]["serverGroup"]["filter"]["name"])
+        .collect();
+    assert_eq!(groups.len(), 2);
+    assert!(groups.contains(&&json!("c5d12f6fda1964bf0ae4c1f639a523a52-control-plane")));
+    // The cloud-facing addons get the proxy environment.
+    for chart in ["openstack-cloud-controller-manager", "openstack-cinder-csi"] {
+        let hcp = find(&objects, "HelmChartProxy")
+            .into_iter()
+            .find(|h| h["spec"]["chartName"] == chart)
+            .unwrap();
+        let values: Value =
+            yaml_serde::from_str(hcp["spec"]["valuesTemplate"].as_str().unwrap()).unwrap();
+        let env = if chart.contains("csi") {
+            &values["csi"]["plugin"]["extraEnv"]
+        } else {
+            &values["extraEnv"]
+        };
+        assert!(
+            env.as_array()
+                .unwrap()
+                .contains(&json!({"name": "HTTP_PROXY", "value": "http://proxy.example.com:3128"})),
+            "{chart}: {env}"
+        );
+    }
+    insta::assert_json_snapshot!("node_settings", objects);
+}
+
+#[test]
+fn flannel_cluster() {
+    let (mut t, c) = with_labels(json!({
+        "flannel_network_cidr": "10.244.0.0/16",
+        "flannel_backend": "host-gw"
+    }));
+    t["network_driver"] = json!("flannel");
+    let objects = render_rows(&rows(t, c, None));
+    assert_valid(&objects);
+    let cluster = one(&objects, "Cluster");
+    assert_eq!(
+        cluster["spec"]["clusterNetwork"]["pods"]["cidrBlocks"],
+        json!(["10.244.0.0/16"])
+    );
+    let cni = find(&objects, "HelmChartProxy")
+        .into_iter()
+        .find(|h| h["spec"]["chartName"] == "flannel")
+        .unwrap();
+    assert_eq!(
+        cni["spec"]["version"],
+        CapiConfig::default().flannel_chart_version
+    );
+    assert_eq!(cni["spec"]["namespace"], "kube-flannel");
+    let values: Value =
+        yaml_serde::from_str(cni["spec"]["valuesTemplate"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        values,
+        json!({"podCidr": "10.244.0.0/16", "flannel": {"backend": "host-gw"}})
+    );
+    insta::assert_json_snapshot!("flannel", objects);
+}
+
+/// What `magnum-capi render` prints for a template with these settings shows them.
+#[test]
+fn the_render_command_shows_node_settings() {
+    let (t, c) = node_settings_body();
+    let r = rows_from_api(&t, &c, None).unwrap();
+    let v = build_for_create(&r, placeholder_credentials());
+    let yaml = to_yaml(&renderer().render(&v).unwrap());
+    for shown in [
+        "HTTP_PROXY=http://proxy.example.com:3128",
+        "/etc/containerd/certs.d/docker.io/hosts.toml",
+        "https://mirror.example.com",
+        "audit-log-maxage",
+        "serverGroup",
+        "-control-plane",
+    ] {
+        assert!(yaml.contains(shown), "{shown} not shown");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rules
 
@@ -711,6 +911,12 @@ fn label_dialects_render_the_same_objects() {
             json!({"api_master_lb_allowed_cidrs": "10.0.0.0/8"}),
             json!({"master_lb_allowed_cidrs": "10.0.0.0/8"}),
         ),
+        (
+            json!({"audit_log_enabled": "true", "audit_log_maxage": "5",
+                   "audit_log_maxbackup": "2", "audit_log_maxsize": "50"}),
+            json!({"audit_log_enabled": "true", "audit_log_max_age": "5",
+                   "audit_log_max_backup": "2", "audit_log_max_size": "50"}),
+        ),
     ];
     let render = |labels: Value| {
         let (mut t, c) = with_labels(labels);
@@ -770,6 +976,24 @@ fn bad_label_values_are_values_errors_naming_the_label() {
             json!({"api_server_floating_ip": "not-an-ip"}),
             "api_server_floating_ip",
         ),
+        (
+            json!({"containerd_registry_mirrors": "docker.io"}),
+            "containerd_registry_mirrors",
+        ),
+        (
+            json!({"insecure_registries": "https://r.example.com"}),
+            "insecure_registries",
+        ),
+        (
+            json!({"server_group_policies": "spread"}),
+            "server_group_policies",
+        ),
+        (json!({"audit_log_maxage": "a week"}), "audit_log_maxage"),
+        (
+            json!({"audit_log_enabled": "yes please"}),
+            "audit_log_enabled",
+        ),
+        (json!({"flannel_backend": "udp"}), "flannel_backend"),
     ];
     for (labels, label) in cases {
         let (t, c) = with_labels(labels.clone());
@@ -795,9 +1019,15 @@ fn other_bad_input_is_a_values_error() {
     assert!(err.to_string().contains("overlaps"), "{err}");
 
     let mut t = template_body();
-    t["network_driver"] = json!("flannel");
+    t["network_driver"] = json!("weave");
     let err = build_values(&rows(t, cluster_body(), None), &CapiConfig::default()).unwrap_err();
-    assert!(err.to_string().contains("flannel"), "{err}");
+    assert!(err.to_string().contains("weave"), "{err}");
+
+    // A malformed proxy names the field.
+    let mut t = template_body();
+    t["http_proxy"] = json!("proxy.example.com:3128");
+    let err = build_values(&rows(t, cluster_body(), None), &CapiConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("http_proxy"), "{err}");
 
     // A single master without a load balancer needs the API floating IP.
     let (t, c) = with_labels(json!({"master_lb_floating_ip_enabled": "false"}));

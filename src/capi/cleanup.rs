@@ -23,6 +23,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::driver::{Capi, CapiError, name_of, namespace_of};
+use super::values::ServerGroup;
 use crate::db::clusters::ClusterRow;
 use crate::db::janitor;
 use crate::openstack::workload::{self, Deleted, LoadBalancer, Volume};
@@ -102,7 +103,10 @@ impl Capi {
     /// A session acting as the cluster (its application credential, read from its Secret on
     /// the management cluster). `None` when the service runs without Keystone or the Secret is
     /// gone (nothing can act for the cluster any more; the delete goes on without cleanup).
-    async fn cluster_session(&self, c: &ClusterRow) -> Result<Option<UserSession>, CapiError> {
+    pub(super) async fn cluster_session(
+        &self,
+        c: &ClusterRow,
+    ) -> Result<Option<UserSession>, CapiError> {
         let Some(k) = &self.keystone else {
             return Ok(None);
         };
@@ -186,6 +190,49 @@ impl Capi {
             }
         }
         Ok(left)
+    }
+
+    /// Creates the Nova server groups `wanted` that do not exist yet, with the cluster's
+    /// credential, before machines that name them are applied (CAPO selects them by name).
+    pub(super) async fn ensure_server_groups(
+        &self,
+        c: &ClusterRow,
+        wanted: &[&ServerGroup],
+    ) -> Result<(), CapiError> {
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let Some(s) = self.cluster_session(c).await? else {
+            return Ok(());
+        };
+        let existing = workload::server_groups(&s).await?;
+        for g in wanted {
+            if !existing.iter().any(|e| e.name == g.name) {
+                let id = workload::create_server_group(&s, &g.name, &g.policy).await?;
+                tracing::info!(cluster = %c.uuid, server_group = %id, name = %g.name, policy = %g.policy, "server group created");
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the cluster's server groups whose name `matches` (after their machines are
+    /// gone). Nothing to act with (no Keystone, no credential left) is not an error.
+    pub(super) async fn delete_server_groups(
+        &self,
+        c: &ClusterRow,
+        matches: impl Fn(&str) -> bool,
+    ) -> Result<(), CapiError> {
+        let Some(s) = self.cluster_session(c).await? else {
+            return Ok(());
+        };
+        let prefix = format!("{}-", name_of(c));
+        for g in workload::server_groups(&s).await? {
+            if g.name.starts_with(&prefix) && matches(&g.name) {
+                workload::delete_server_group(&s, &g.id).await?;
+                tracing::info!(cluster = %c.uuid, server_group = %g.id, name = %g.name, "server group deleted");
+            }
+        }
+        Ok(())
     }
 
     /// The credentials janitor: for each credential creation recorded past its grace time whose

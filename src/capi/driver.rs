@@ -490,6 +490,8 @@ impl Capi {
             ..self.inputs(&template, cluster, &ngs, creds, cas.as_ref())
         })?;
         let objs = self.renderer.render(&v)?;
+        self.ensure_server_groups(cluster, &v.server_groups())
+            .await?;
         self.mgmt.apply_all(&objs).await?;
         self.prune(&ns, cluster.uuid, &objs).await?;
         Ok(objs)
@@ -683,6 +685,12 @@ impl Capi {
                     .await;
             }
         }
+        // The machines are gone: their server groups can go (with the credential, before its
+        // Secret is deleted below).
+        // A group left behind is empty and harmless: never a reason to keep the cluster.
+        if let Err(e) = self.delete_server_groups(c, |_| true).await {
+            tracing::warn!(cluster = %c.uuid, error = %e, "server groups not deleted");
+        }
         // Then what CAPI does not own: our Secrets, machine templates, addons.
         let sel = format!("{LABEL_CLUSTER_UUID}={}", c.uuid);
         for gvk in OWNED_KINDS {
@@ -740,6 +748,11 @@ impl Capi {
         }
         for gvk in kinds::TEMPLATES {
             self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
+        }
+        // Its server group is named after the nodegroup's objects: `<cluster>-…-<uuid hex 8>`.
+        let short = format!("-{}", &ng.simple().to_string()[..8]);
+        if let Err(e) = self.delete_server_groups(c, |n| n.ends_with(&short)).await {
+            tracing::warn!(cluster = %c.uuid, nodegroup = %ng, error = %e, "server group not deleted");
         }
         let mut tx = pool.begin().await.map_err(DbError::from)?;
         ndb::delete(&mut *tx, ng).await?;
@@ -941,18 +954,19 @@ impl Backend for CapiDriver {
     fn credentials(&self) -> Credentials {
         Credentials::Staged
     }
-    fn validate_template(
+    fn validate_template(&self, template: &TemplateRow) -> Result<(), BackendError> {
+        values::check_template(template, &self.0.config)
+            .map_err(|e| BackendError::Invalid(e.to_string()))
+    }
+    fn validate_cluster(
         &self,
-        labels: &crate::domain::labels::Labels,
-        image_kube_version: Option<&str>,
+        template: &TemplateRow,
+        cluster: &ClusterRow,
+        nodegroups: &[NodegroupRow],
     ) -> Result<(), BackendError> {
-        values::kube_version(
-            labels,
-            image_kube_version,
-            &self.0.config.default_kube_version,
-        )
-        .map(|_| ())
-        .map_err(|e| BackendError::Invalid(e.to_string()))
+        values::build(self.0.inputs(template, cluster, nodegroups, None, None))
+            .map(drop)
+            .map_err(|e| BackendError::Invalid(e.to_string()))
     }
     fn readiness(
         &self,

@@ -158,12 +158,20 @@ pub trait Backend: Send + Sync {
     }
 
     /// Whether a cluster template can be built by this backend (e.g. its Kubernetes version
-    /// rules: `kube_tag` and the image's `kube_version` must agree). A refusal is
-    /// [`BackendError::Invalid`].
-    fn validate_template(
+    /// rules: `kube_tag` and the image's `kube_version` must agree; its proxies and labels). A
+    /// refusal is [`BackendError::Invalid`].
+    fn validate_template(&self, _template: &TemplateRow) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Whether a cluster (as it is about to be recorded: a create, a new nodegroup) can be
+    /// built by this backend, so that bad labels are refused before anything is recorded
+    /// instead of failing on the management cluster. A refusal is [`BackendError::Invalid`].
+    fn validate_cluster(
         &self,
-        _labels: &crate::domain::labels::Labels,
-        _image_kube_version: Option<&str>,
+        _template: &TemplateRow,
+        _cluster: &ClusterRow,
+        _nodegroups: &[NodegroupRow],
     ) -> Result<(), BackendError> {
         Ok(())
     }

@@ -125,20 +125,37 @@ impl UserSession {
         method: reqwest::Method,
         url: &str,
     ) -> Result<(u16, serde_json::Value), super::OpenStackError> {
+        self.send_json_with(service, method, url, &[], None).await
+    }
+
+    /// [`UserSession::send_json`] with extra headers (a microversion) and a JSON body.
+    pub async fn send_json_with(
+        &self,
+        service: &str,
+        method: reqwest::Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, serde_json::Value), super::OpenStackError> {
         let unavailable =
             |e: reqwest::Error| super::OpenStackError::unavailable(service, e.without_url());
         let mut token = HeaderValue::from_str(self.token.expose_secret())
             .map_err(|e| super::OpenStackError::unavailable(service, e))?;
         token.set_sensitive(true);
         let started = std::time::Instant::now();
-        let sent = self
+        let mut req = self
             .http
             .request(method, url)
             .header("x-auth-token", token)
             .header("accept", "application/json")
-            .timeout(self.timeout)
-            .send()
-            .await;
+            .timeout(self.timeout);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let sent = req.send().await;
         let resp = match sent {
             Ok(r) => r,
             Err(e) => {

@@ -1,7 +1,8 @@
 //! What a workload cluster's own controllers create in the tenant project, seen and removed with
 //! the cluster's credential: Octavia load balancers of `Service type=LoadBalancer` (with the
 //! floating IPs on their VIP ports), Cinder volumes of PersistentVolumes, and whether the Nova
-//! servers those volumes are attached to still exist. Which of them belong to a cluster is the
+//! servers those volumes are attached to still exist; and the Nova server groups the driver
+//! places a cluster's machines in. Which of them belong to a cluster is the
 //! driver's rule (`capi::cleanup`); this module only speaks the services' wire formats.
 
 use reqwest::Method;
@@ -245,7 +246,7 @@ pub async fn delete_volume(s: &UserSession, v: &Volume) -> Result<Deleted, OpenS
 
 /// Whether Nova still has server `id`.
 pub async fn server_exists(s: &UserSession, id: &str) -> Result<bool, OpenStackError> {
-    let root = versioned(&endpoint(s, NOVA, &["compute"])?, "v2.1");
+    let root = nova(s)?;
     let (status, body) = s
         .send_json(NOVA, Method::GET, &format!("{root}/servers/{id}"))
         .await?;
@@ -253,5 +254,78 @@ pub async fn server_exists(s: &UserSession, id: &str) -> Result<bool, OpenStackE
         200 => Ok(true),
         404 => Ok(false),
         _ => Err(failed(NOVA, "reading a server", status, &body)),
+    }
+}
+
+/// A Nova server group (the fields the driver reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerGroup {
+    pub id: String,
+    pub name: String,
+}
+
+/// Single-`policy` server groups (and the soft policies) need microversion 2.64.
+const NOVA_SERVER_GROUPS: [(&str, &str); 2] = [
+    ("openstack-api-version", "compute 2.64"),
+    ("x-openstack-nova-api-version", "2.64"),
+];
+
+fn nova(s: &UserSession) -> Result<String, OpenStackError> {
+    Ok(versioned(&endpoint(s, NOVA, &["compute"])?, "v2.1"))
+}
+
+/// The server groups of the token's project.
+pub async fn server_groups(s: &UserSession) -> Result<Vec<ServerGroup>, OpenStackError> {
+    let url = format!("{}/os-server-groups", nova(s)?);
+    let (status, body) = s
+        .send_json_with(NOVA, Method::GET, &url, &NOVA_SERVER_GROUPS, None)
+        .await?;
+    if status != 200 {
+        return Err(failed(NOVA, "listing server groups", status, &body));
+    }
+    Ok(body
+        .get("server_groups")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|g| ServerGroup {
+                    id: text(g, "id"),
+                    name: text(g, "name"),
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Creates a server group with `policy`; returns its id.
+pub async fn create_server_group(
+    s: &UserSession,
+    name: &str,
+    policy: &str,
+) -> Result<String, OpenStackError> {
+    let url = format!("{}/os-server-groups", nova(s)?);
+    let body = serde_json::json!({"server_group": {"name": name, "policy": policy}});
+    let (status, answer) = s
+        .send_json_with(NOVA, Method::POST, &url, &NOVA_SERVER_GROUPS, Some(&body))
+        .await?;
+    match status {
+        200..=299 => Ok(answer
+            .pointer("/server_group/id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()),
+        _ => Err(failed(NOVA, "creating a server group", status, &answer)),
+    }
+}
+
+/// Deletes a server group (gone already counts as deleted).
+pub async fn delete_server_group(s: &UserSession, id: &str) -> Result<(), OpenStackError> {
+    let url = format!("{}/os-server-groups/{id}", nova(s)?);
+    let (status, body) = s
+        .send_json_with(NOVA, Method::DELETE, &url, &NOVA_SERVER_GROUPS, None)
+        .await?;
+    match status {
+        200..=299 | 404 => Ok(()),
+        _ => Err(failed(NOVA, "deleting a server group", status, &body)),
     }
 }

@@ -149,6 +149,11 @@ pub async fn create(
         };
         row.resolved = Json(cloud::validate(s, &wanted).await?);
     }
+    if late_error.is_none() {
+        // Bad labels are the caller's 400 now, never a failure on the management cluster.
+        app.backend
+            .validate_cluster(&ct, &row, &[master.clone(), worker.clone()])?;
+    }
     // The application credential is created by the operation, as the caller: their token goes
     // with it, sealed (never in clear in Postgres; dropped when the operation ends), so the 202
     // does not wait for Keystone.

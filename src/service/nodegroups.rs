@@ -192,7 +192,9 @@ pub async fn create(
             .or(c.docker_volume_size),
         labels: Json(merged),
         flavor_id: b.str("flavor_id").or_else(|| c.flavor_id.clone()),
-        image_id: b.str("image_id").or_else(|| ct.and_then(|t| t.image_id)),
+        image_id: b
+            .str("image_id")
+            .or_else(|| ct.as_ref().and_then(|t| t.image_id.clone())),
         node_addresses: Json(vec![]),
         node_count: to_i32(node_count, "node_count")?,
         role,
@@ -208,6 +210,15 @@ pub async fn create(
         created_at: chrono::Utc::now(),
         updated_at: None,
     };
+    if let Some(t) = &ct {
+        // The new nodegroup's labels (server group policy, …) are refused now if bad.
+        let mut all = ndb::of_cluster(&app.pool, c.uuid).await?;
+        all.push(NodegroupRow {
+            id: i64::MAX,
+            ..ng.clone()
+        });
+        app.backend.validate_cluster(t, &c, &all)?;
+    }
     let mut tx = app.pool.begin().await?;
     let inserted = ndb::insert(&mut *tx, &ng).await.map_err(|e| match e {
         DbError::Constraint(_) => DomainError::Conflict(format!(

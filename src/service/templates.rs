@@ -210,10 +210,9 @@ pub async fn create(
     apply_doc(&mut row, &b);
     resolve(app, cloud, &mut row).await?;
     // What the backend needs of a template, e.g. for the Cluster API driver `kube_tag` and the
-    // image's `kube_version` agreeing (checked at create; a later label change that disagrees
-    // fails the clusters built from it, clearly).
-    app.backend
-        .validate_template(&row.labels.0, row.resolved.kube_version.as_deref())?;
+    // image's `kube_version` agreeing, well-formed proxies and node-setting labels (checked at
+    // create; a later label change that breaks them is refused at cluster create).
+    app.backend.validate_template(&row)?;
     if cloud.is_some() {
         // Magnum takes the distro from the image, whatever the client sent.
         row.cluster_distro = row.resolved.os_distro.clone();

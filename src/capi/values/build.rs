@@ -7,10 +7,11 @@ use std::net::IpAddr;
 use super::document::{
     Addons, ApiLoadBalancer, ApiServer, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
     CloudCredentials, Cni, CsiCinder, HelmChart, KubeNetwork, Kubeadm, ManagedSubnet, NameValue,
-    Networking, ResourceRef, StorageClass, Values, nv,
+    Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
 };
 use super::labels::{LabelView, chart_version_label, cidrs_overlap, parse_cidr};
 use super::nodegroups::master_nodegroup;
+use super::nodes;
 use super::{LABEL_CAPI_CLUSTER_NAME, MAX_CLUSTER_NAME, ValuesError, bad};
 use crate::capi::pki::ClusterCas;
 use crate::capi::schema::{dns1123_label_error, dns1123_subdomain_error, label_value_error};
@@ -21,6 +22,9 @@ use crate::db::nodegroups::NodegroupRow;
 use crate::db::templates::TemplateRow;
 use crate::domain::kube_version::kube_version;
 use crate::domain::resources::Resolved;
+
+/// Labels of the pod network (the CNIs' names for it).
+const POD_CIDR_LABELS: &[&str] = &["calico_ipv4pool", "cilium_ipv4pool", "flannel_network_cidr"];
 
 /// Everything needed to render one cluster.
 pub struct Inputs<'a> {
@@ -83,11 +87,28 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     let kube_network = cx.kube_network(networking.managed_subnet.as_ref())?;
     let master = master_nodegroup(nodegroups)?;
     let api_server = cx.api_server(master.node_count, networking.external_network.is_some())?;
+    let mut api_server = api_server;
     let kubeadm = cx.kubeadm()?;
+    let nodes = cx.nodes(&networking, &kube_network, &api_server, &kubeadm)?;
+    let audit_policy = match nodes::audit_log(&cx.view)? {
+        Some((log, args, volumes, policy)) => {
+            api_server.extra_args.extend(args);
+            api_server.extra_volumes = volumes;
+            api_server.audit_log = Some(log);
+            Some(policy)
+        }
+        None => None,
+    };
     let machines = cx.machine_refs()?;
-    let control_plane = cx.control_plane(master, &machines)?;
+    let mut control_plane = cx.control_plane(master, &machines)?;
+    control_plane.files = nodes.files.iter().cloned().chain(audit_policy).collect();
     let node_groups = cx.node_groups(nodegroups, &machines, &kubeadm)?;
-    let addons = cx.addons(&networking)?;
+    let mut addons = cx.addons(&networking)?;
+    addons.cloud_env = nodes
+        .proxy
+        .as_ref()
+        .map(|p| p.env.clone())
+        .unwrap_or_default();
     let autoscaler = cx.autoscaler(&node_groups, &kubernetes_version, &namespace);
     Ok(Values {
         cloud: Cloud {
@@ -117,6 +138,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         kube_network,
         api_server,
         kubeadm,
+        nodes,
         control_plane,
         node_groups,
         addons,
@@ -248,7 +270,7 @@ impl<'a> Cx<'a> {
     fn kube_network(&self, managed: Option<&ManagedSubnet>) -> Result<KubeNetwork, ValuesError> {
         let view = &self.view;
         let pod_cidr = view
-            .cidr(&["calico_ipv4pool", "cilium_ipv4pool"])?
+            .cidr(POD_CIDR_LABELS)?
             .unwrap_or_else(|| self.config.pod_cidr.clone());
         let service_cidr = view
             .cidr(&["service_cluster_ip_range"])?
@@ -365,6 +387,8 @@ impl<'a> Cx<'a> {
             port,
             cert_sans,
             extra_args: self.api_server_args()?,
+            audit_log: None,
+            extra_volumes: Vec::new(),
         })
     }
 
@@ -433,57 +457,48 @@ impl<'a> Cx<'a> {
         })
     }
 
+    /// Proxy and registry settings of every node. `no_proxy` is completed with what nodes must
+    /// reach directly: localhost, the pod, service and node networks, the cluster's DNS
+    /// domains, and the API's names and address as far as they are known before boot (the
+    /// endpoint itself is added on each node at boot).
+    fn nodes(
+        &self,
+        networking: &Networking,
+        kube_network: &KubeNetwork,
+        api_server: &ApiServer,
+        kubeadm: &Kubeadm,
+    ) -> Result<NodeSettings, ValuesError> {
+        let mut direct: Vec<String> = vec!["localhost".into(), "127.0.0.1".into()];
+        direct.push(kube_network.pod_cidr.clone());
+        direct.push(kube_network.service_cidr.clone());
+        if let Some(m) = &networking.managed_subnet {
+            direct.push(m.cidr.clone());
+        }
+        direct.push(".svc".into());
+        direct.push(format!(".{}", kube_network.service_domain));
+        direct.extend(api_server.floating_ip_address.iter().cloned());
+        direct.extend(api_server.cert_sans.iter().cloned());
+        let proxy = nodes::proxy(self.t, &direct)?;
+        let (registries, ca) = nodes::registries(&self.view, self.config.registry_ca.as_deref())?;
+        let prefix_host = kubeadm
+            .image_repository
+            .as_deref()
+            .and_then(|p| p.split('/').next())
+            .filter(|h| h.contains('.') || h.contains(':'));
+        Ok(nodes::node_settings(proxy, registries, ca, prefix_host))
+    }
+
     fn addons(&self, networking: &Networking) -> Result<Addons, ValuesError> {
         let (view, config) = (&self.view, self.config);
-        let chart =
-            |proxy: &str, repo: &str, name: &str, version: String, namespace: &str| HelmChart {
-                proxy_name: format!("{}-{proxy}", self.cluster_name),
-                repo: repo.to_owned(),
-                name: name.to_owned(),
-                version,
-                release_name: name.to_owned(),
-                namespace: namespace.to_owned(),
-            };
-        let network_driver = self
-            .t
-            .network_driver
-            .as_deref()
-            .filter(|d| !d.is_empty())
-            .unwrap_or("calico")
-            .to_ascii_lowercase();
-        let cni = match network_driver.as_str() {
-            "calico" => Cni {
-                kind: "calico".into(),
-                calico: true,
-                cilium: false,
-                chart: chart(
-                    "cni",
-                    &config.calico_chart_repo,
-                    "tigera-operator",
-                    chart_version_label(view, "calico_tag", &config.calico_chart_version, true)?,
-                    "tigera-operator",
-                ),
-                hubble_ui: false,
-            },
-            "cilium" => Cni {
-                kind: "cilium".into(),
-                calico: false,
-                cilium: true,
-                chart: chart(
-                    "cni",
-                    &config.cilium_chart_repo,
-                    "cilium",
-                    chart_version_label(view, "cilium_tag", &config.cilium_chart_version, false)?,
-                    "kube-system",
-                ),
-                hubble_ui: view.bool(&["cilium_hubble_ui_enabled"], false)?,
-            },
-            other => {
-                return Err(ValuesError::Invalid(format!(
-                    "network_driver {other:?} is not supported by this driver (calico or cilium)"
-                )));
-            }
+        let chart = |proxy: &str, repo: &str, name: &str, version: String, namespace: &str| {
+            helm_chart(&self.cluster_name, proxy, repo, name, version, namespace)
         };
+        let cni = cni(
+            view,
+            self.t.network_driver.as_deref(),
+            config,
+            &self.cluster_name,
+        )?;
         let mut cloud_controller_manager = chart(
             "ccm",
             &config.openstack_chart_repo,
@@ -533,6 +548,7 @@ impl<'a> Cx<'a> {
             cloud_controller_manager,
             csi_cinder,
             metrics_server: self.optional_addon("metrics-server")?,
+            cloud_env: Vec::new(),
             cloud_config: CloudConfig {
                 resource_set_name: format!("{}-cloud-config", self.cluster_name),
                 load_balancer: CcmLoadBalancer {
@@ -547,6 +563,102 @@ impl<'a> Cx<'a> {
             },
         })
     }
+}
+
+/// A HelmChartProxy's chart, its proxy named `<cluster>-<proxy>`.
+fn helm_chart(
+    cluster_name: &str,
+    proxy: &str,
+    repo: &str,
+    name: &str,
+    version: String,
+    namespace: &str,
+) -> HelmChart {
+    HelmChart {
+        proxy_name: format!("{cluster_name}-{proxy}"),
+        repo: repo.to_owned(),
+        name: name.to_owned(),
+        version,
+        release_name: name.to_owned(),
+        namespace: namespace.to_owned(),
+    }
+}
+
+/// The CNI of the template's `network_driver` (default calico) and its labels.
+pub(super) fn cni(
+    view: &LabelView<'_>,
+    network_driver: Option<&str>,
+    config: &CapiConfig,
+    cluster_name: &str,
+) -> Result<Cni, ValuesError> {
+    let chart = |proxy: &str, repo: &str, name: &str, version: String, namespace: &str| {
+        helm_chart(cluster_name, proxy, repo, name, version, namespace)
+    };
+    let network_driver = network_driver
+        .filter(|d| !d.is_empty())
+        .unwrap_or("calico")
+        .to_ascii_lowercase();
+    // Checked whatever the driver: a bad value is refused at create, not when someone later
+    // switches the template to flannel.
+    let flannel_backend = view.one_of(
+        &["flannel_backend"],
+        &["vxlan", "host-gw", "wireguard"],
+        "vxlan",
+    )?;
+    let cni = match network_driver.as_str() {
+        "calico" => Cni {
+            kind: "calico".into(),
+            calico: true,
+            cilium: false,
+            chart: chart(
+                "cni",
+                &config.calico_chart_repo,
+                "tigera-operator",
+                chart_version_label(view, "calico_tag", &config.calico_chart_version, true)?,
+                "tigera-operator",
+            ),
+            hubble_ui: false,
+            flannel: false,
+            flannel_backend: String::new(),
+        },
+        "cilium" => Cni {
+            kind: "cilium".into(),
+            calico: false,
+            cilium: true,
+            chart: chart(
+                "cni",
+                &config.cilium_chart_repo,
+                "cilium",
+                chart_version_label(view, "cilium_tag", &config.cilium_chart_version, false)?,
+                "kube-system",
+            ),
+            hubble_ui: view.bool(&["cilium_hubble_ui_enabled"], false)?,
+            flannel: false,
+            flannel_backend: String::new(),
+        },
+        "flannel" => Cni {
+            kind: "flannel".into(),
+            calico: false,
+            cilium: false,
+            chart: chart(
+                "cni",
+                &config.flannel_chart_repo,
+                "flannel",
+                chart_version_label(view, "flannel_tag", &config.flannel_chart_version, true)?,
+                "kube-flannel",
+            ),
+            hubble_ui: false,
+            flannel: true,
+            flannel_backend,
+        },
+        other => {
+            return Err(ValuesError::Invalid(format!(
+                "network_driver {other:?} is not supported by this driver (calico, cilium or \
+                 flannel)"
+            )));
+        }
+    };
+    Ok(cni)
 }
 
 fn storage_class(view: &LabelView<'_>) -> Result<StorageClass, ValuesError> {

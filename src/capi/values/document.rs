@@ -78,6 +78,8 @@ pub struct Values {
     pub api_server: ApiServer,
     /// kubeadm settings shared by every node.
     pub kubeadm: Kubeadm,
+    /// What every node gets besides kubeadm: proxy environment, containerd registry settings.
+    pub nodes: NodeSettings,
     /// The `default-master` nodegroup: KubeadmControlPlane and its machines.
     pub control_plane: ControlPlane,
     /// Every worker nodegroup, ordered by creation: one MachineDeployment each.
@@ -188,8 +190,103 @@ pub struct ApiServer {
     pub port: Option<u16>,
     /// Extra SANs of the serving certificate (`api_server_cert_sans`).
     pub cert_sans: Vec<String>,
-    /// kube-apiserver flags (OIDC, admission plugins, TLS cipher suites).
+    /// kube-apiserver flags (OIDC, admission plugins, TLS cipher suites, audit log).
     pub extra_args: Vec<NameValue>,
+    /// The audit log (`audit_log_enabled`).
+    pub audit_log: Option<AuditLog>,
+    /// Host paths mounted into the kube-apiserver (the audit policy and log directory).
+    pub extra_volumes: Vec<HostPathMount>,
+}
+
+/// The API server's audit log: policy file on every control-plane node, rotated log files.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditLog {
+    pub policy_path: String,
+    pub log_path: String,
+    /// Days (`audit_log_maxage` | `audit_log_max_age`, default 30).
+    pub max_age: u32,
+    /// Files kept (`audit_log_maxbackup` | `audit_log_max_backup`, default 10).
+    pub max_backup: u32,
+    /// MiB per file (`audit_log_maxsize` | `audit_log_max_size`, default 100).
+    pub max_size: u32,
+}
+
+/// A kubeadm `HostPathMount` of a control-plane component.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostPathMount {
+    pub name: String,
+    pub host_path: String,
+    pub mount_path: String,
+    pub read_only: bool,
+    pub path_type: String,
+}
+
+/// A file cloud-init writes on a node before kubeadm runs (KubeadmConfig `files`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFile {
+    pub path: String,
+    pub owner: String,
+    pub permissions: String,
+    pub content: String,
+}
+
+/// Settings of every node (control plane and workers) that are not kubeadm's.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSettings {
+    /// The template's `http_proxy`/`https_proxy`/`no_proxy`, for containerd and the kubelet.
+    pub proxy: Option<Proxy>,
+    /// containerd registry configuration (`hosts.toml` per registry).
+    pub registries: Registries,
+    /// Files every node gets: proxy drop-ins, `hosts.toml`s, the registry CA.
+    pub files: Vec<NodeFile>,
+    /// Commands every node runs before kubeadm (apply the proxy drop-ins).
+    pub pre_kubeadm_commands: Vec<String>,
+}
+
+/// The proxy environment of nodes and of the addons that reach the cloud (CCM, Cinder CSI).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Proxy {
+    pub http_proxy: Option<String>,
+    pub https_proxy: Option<String>,
+    /// The template's `no_proxy` completed with what must never go through the proxy.
+    pub no_proxy: String,
+    /// `HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY` (and lower-case twins) as container env.
+    pub env: Vec<NameValue>,
+}
+
+/// containerd registry settings, as the labels gave them.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registries {
+    /// `containerd_registry_mirrors`: each registry with its mirrors, in the order given.
+    pub mirrors: Vec<RegistryMirrors>,
+    /// `insecure_registries`: hosts whose TLS certificate is not verified (or plain HTTP).
+    pub insecure: Vec<String>,
+    /// Whether a CA for private registries is installed (`containerd_registry_ca` or
+    /// `[capi] registry_ca`).
+    pub ca: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryMirrors {
+    pub registry: String,
+    pub mirrors: Vec<String>,
+}
+
+/// A Nova server group the driver creates (with the cluster's credential) before the machines
+/// and deletes after them; machines select it by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerGroup {
+    pub name: String,
+    /// `affinity`, `anti-affinity`, `soft-affinity` or `soft-anti-affinity`.
+    pub policy: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -291,6 +388,10 @@ pub struct ControlPlane {
     pub etcd_block_device: Option<EtcdBlockDevice>,
     /// A MachineHealthCheck for the control plane (`auto_healing_enabled`).
     pub health_check: bool,
+    /// Files of control-plane nodes: every node's plus the audit policy.
+    pub files: Vec<NodeFile>,
+    /// Nova server group of the control plane (`server_group_policies`).
+    pub server_group: Option<ServerGroup>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -323,6 +424,8 @@ pub struct NodeGroup {
     pub node_taints: Vec<Taint>,
     /// A MachineHealthCheck (`auto_healing_enabled`).
     pub health_check: bool,
+    /// Nova server group of the nodegroup (its `server_group_policies`).
+    pub server_group: Option<ServerGroup>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -367,6 +470,8 @@ pub struct Addons {
     pub cloud_config: CloudConfig,
     /// metrics-server (`metrics_server_enabled`, default on).
     pub metrics_server: Option<HelmChart>,
+    /// Container env of the addons that reach the cloud (CCM, Cinder CSI): the proxy's.
+    pub cloud_env: Vec<NameValue>,
 }
 
 /// One cluster autoscaler per cluster, on the management cluster in the cluster's namespace
@@ -393,10 +498,13 @@ pub struct ClusterAutoscaler {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Cni {
-    /// `calico` or `cilium` (the template's `network_driver`).
+    /// `calico`, `cilium` or `flannel` (the template's `network_driver`).
     pub kind: String,
     pub calico: bool,
     pub cilium: bool,
+    pub flannel: bool,
+    /// Flannel's backend (`flannel_backend`, default `vxlan`).
+    pub flannel_backend: String,
     pub chart: HelmChart,
     /// Cilium's Hubble relay and UI (`cilium_hubble_ui_enabled`).
     pub hubble_ui: bool,
@@ -476,6 +584,21 @@ impl std::fmt::Debug for CaPair {
             .field("cert_pem", &self.cert_pem)
             .field("key_pem", &"<redacted>")
             .finish()
+    }
+}
+
+impl Values {
+    /// Every server group the cluster's machines are placed in.
+    pub fn server_groups(&self) -> Vec<&ServerGroup> {
+        self.control_plane
+            .server_group
+            .iter()
+            .chain(
+                self.node_groups
+                    .iter()
+                    .filter_map(|n| n.server_group.as_ref()),
+            )
+            .collect()
     }
 }
 

@@ -20,18 +20,30 @@
 //! | `api_server_lb_flavor`, `api_server_lb_availability_zone`, `api_server_floating_ip` | API LB |
 //! | `fixed_subnet_cidr` | subnet CAPO creates when no fixed network is given |
 //! | `extra_network_names`\|`extra_network_name` (NG) | extra ports on workers (space/comma list) |
-//! | `calico_ipv4pool`\|`cilium_ipv4pool`, `service_cluster_ip_range`, `dns_cluster_domain` | cluster networks |
-//! | `container_infra_prefix` | kubeadm image repository |
+//! | `calico_ipv4pool`\|`cilium_ipv4pool`\|`flannel_network_cidr`, `service_cluster_ip_range`, `dns_cluster_domain` | cluster networks |
+//! | `container_infra_prefix` | kubeadm image repository (its registry trusts the registry CA) |
+//! | `containerd_registry_mirrors` | `registry=mirror-url,…`: containerd `hosts.toml` per registry, mirrors in order |
+//! | `insecure_registries` | `host[:port],…`: TLS not verified (and plain HTTP) for these registries and mirrors |
+//! | `containerd_registry_ca` | base64 PEM CA of private registries/mirrors (else `[capi] registry_ca`) |
+//! | `audit_log_enabled`, `audit_log_maxage`\|`audit_log_max_age`, `audit_log_maxbackup`\|`audit_log_max_backup`, `audit_log_maxsize`\|`audit_log_max_size` | apiserver audit log (policy file, flags, hostPath volumes; defaults 30, 10, 100) |
+//! | `server_group_policies` (NG) | Nova server group (`anti-affinity`, `soft-anti-affinity`, `affinity`, `soft-affinity`) of the control plane (cluster label) and of each nodegroup (its labels, else the cluster's) |
 //! | `api_server_cert_sans`, `admission_control_list`, `api_server_tls_cipher_suites`, `kubelet_tls_cipher_suites` | apiserver/kubelet flags |
 //! | `oidc_issuer_url`, `oidc_client_id`, `oidc_username_claim`, `oidc_username_prefix`, `oidc_groups_claim`, `oidc_groups_prefix` | apiserver OIDC |
 //! | `auto_healing_enabled` (NG) | MachineHealthChecks (default true) |
 //! | `auto_scaling_enabled`, `min_node_count`, `max_node_count` (NG) | autoscaler bounds |
-//! | `calico_tag`, `cilium_tag`, `cilium_hubble_ui_enabled` | CNI chart version / Hubble |
+//! | `calico_tag`, `cilium_tag`, `cilium_hubble_ui_enabled`, `flannel_tag`, `flannel_backend` (vxlan/host-gw/wireguard) | CNI chart version / Hubble / flannel backend |
 //! | `metrics_server_enabled` | metrics-server (default true); the add-on table is README "Add-ons" |
 //! | `cinder_csi_enabled`, `csi_cinder_reclaim_policy`, `csi_cinder_volume_binding_mode`, `csi_cinder_fstype`, `csi_cinder_allow_volume_expansion`, `csi_cinder_availability_zone`, `csi_cinder_volume_type` | Cinder CSI and its StorageClass |
 //!
+//! Template fields besides labels: `http_proxy`, `https_proxy`, `no_proxy` (containerd and
+//! kubelet drop-ins on every node, env of the CCM and Cinder CSI; `no_proxy` completed with
+//! localhost, the pod/service/node networks, `.svc`, `.<dns domain>`, the API's SANs and
+//! floating IP, and at boot the API endpoint); `network_driver` (calico, cilium, flannel).
+//!
 //! Layout: `document` (the serialised types), `labels` (reading labels), `build` (the document
-//! from the rows, cluster-wide parts), `addons` (optional add-ons and the autoscaler), `nodegroups` (control plane and workers), `rows` (the
+//! from the rows, cluster-wide parts), `addons` (optional add-ons and the autoscaler),
+//! `nodegroups` (control plane and workers), `nodes` (proxies, registries, audit log, server
+//! groups), `rows` (the
 //! `render` command's rows from API bodies). The Kubernetes-version rule is the domain's
 //! ([`crate::domain::kube_version`]).
 
@@ -40,6 +52,7 @@ mod build;
 mod document;
 mod labels;
 mod nodegroups;
+mod nodes;
 mod rows;
 
 pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
@@ -47,6 +60,7 @@ pub use build::{Inputs, build};
 pub use document::*;
 pub use labels::parse_cidr;
 pub use nodegroups::{nodegroup_object_name, sanitise_fragment};
+pub use nodes::SERVER_GROUP_POLICIES;
 pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};
 
 pub use crate::domain::kube_version::kube_version;
@@ -81,6 +95,27 @@ pub enum ValuesError {
     KubeVersionMismatch { label: String, image: String },
     #[error("{0}")]
     Invalid(String),
+}
+
+/// What can be checked of a template before any cluster uses it: the Kubernetes version rule,
+/// the proxies, the network driver and its labels, and the labels of node settings (registries,
+/// audit log, server groups). Cluster create checks the whole document ([`build`]).
+pub fn check_template(
+    t: &crate::db::templates::TemplateRow,
+    config: &crate::config::CapiConfig,
+) -> Result<(), ValuesError> {
+    kube_version(
+        &t.labels.0,
+        t.resolved.kube_version.as_deref(),
+        &config.default_kube_version,
+    )?;
+    let view = labels::LabelView::cluster(&t.labels.0);
+    nodes::proxy(t, &[])?;
+    nodes::registries(&view, config.registry_ca.as_deref())?;
+    nodes::audit_log(&view)?;
+    nodes::server_group(&view, "template")?;
+    build::cni(&view, t.network_driver.as_deref(), config, "template")?;
+    Ok(())
 }
 
 fn bad(label: &str, value: &str, reason: impl Into<String>) -> ValuesError {

@@ -207,6 +207,11 @@ impl<'a> Cx<'a> {
             availability_zones,
             etcd_block_device,
             health_check: view.bool(&["auto_healing_enabled"], true)?,
+            files: Vec::new(),
+            server_group: super::nodes::server_group(
+                view,
+                &format!("{}-control-plane", self.cluster_name),
+            )?,
         })
     }
 
@@ -289,8 +294,10 @@ impl<'a> Cx<'a> {
             kubelet_extra_args.push(nv("node-labels", joined.join(",")));
         }
         let cluster_auto_healing = self.view.bool(&["auto_healing_enabled"], true)?;
+        let name = nodegroup_object_name(&self.cluster_name, &ng.name, ng.uuid);
         Ok(NodeGroup {
-            name: nodegroup_object_name(&self.cluster_name, &ng.name, ng.uuid),
+            server_group: super::nodes::server_group(&view, &name)?,
+            name,
             uuid,
             magnum_name: ng.name.clone(),
             labels,
