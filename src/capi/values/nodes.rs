@@ -360,11 +360,12 @@ pub(super) fn node_settings(
     }
 }
 
-/// The audit log when `audit_log_enabled`: its settings, the apiserver flags and volumes, and
-/// the policy file of control-plane nodes.
-pub(super) fn audit_log(
-    view: &LabelView<'_>,
-) -> Result<Option<(AuditLog, Vec<NameValue>, Vec<HostPathMount>, NodeFile)>, ValuesError> {
+/// What `audit_log_enabled` adds: its settings, the apiserver flags and volumes, and the policy
+/// file of control-plane nodes.
+pub(super) type AuditParts = (AuditLog, Vec<NameValue>, Vec<HostPathMount>, NodeFile);
+
+/// The audit log when `audit_log_enabled`.
+pub(super) fn audit_log(view: &LabelView<'_>) -> Result<Option<AuditParts>, ValuesError> {
     let limit = |names: &[&'static str], default: u32| -> Result<u32, ValuesError> {
         Ok(view.u32(names)?.unwrap_or(default))
     };
