@@ -13,6 +13,7 @@ pub mod nodegroups;
 pub mod openapi;
 pub mod operating;
 pub mod pagination;
+pub mod schemas;
 pub mod versions;
 
 use std::time::Duration;
@@ -39,8 +40,8 @@ pub fn metrics_service(state: AppState) -> Router {
 }
 
 /// The `{"uuid": ...}` body of asynchronous cluster operations.
-pub fn uuid_body(uuid: uuid::Uuid) -> serde_json::Value {
-    serde_json::json!({ "uuid": uuid })
+pub fn uuid_body(uuid: uuid::Uuid) -> schemas::UuidBody {
+    schemas::UuidBody { uuid }
 }
 
 /// The `x-openstack-request-id` of the current request.
