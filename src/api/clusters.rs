@@ -3,59 +3,67 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::Value;
 
 use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
 use super::pagination::list_query;
+use super::schemas::{
+    BadRequest, ClusterCreate, ClusterListQuery, ClusterResize, ClusterUpgrade, Conflict,
+    Forbidden, JsonPatch, MagnumError, MinVersion, NotFound, RollbackQuery, UuidBody,
+};
 use super::{RequestId, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::{clusters, views};
+use crate::service::views::{self, Cluster, ClusterDetailList, ClusterList, ClusterSummaryList};
+use crate::service::clusters;
+
+/// The first version with `actions/resize` and `actions/upgrade`.
+const ACTIONS_SINCE: u32 = 7;
 
 /// List clusters (short form).
 #[utoipa::path(get, path = "/v1/clusters", tag = "clusters",
-    params(("marker" = Option<String>, Query, description = "UUID of the last cluster of the previous page"),
-           ("limit" = Option<i64>, Query, description = "Page size"),
-           ("sort_key" = Option<String>, Query, description = "Column to sort by"),
-           ("sort_dir" = Option<String>, Query, description = "asc or desc")),
-    responses((status = 200, description = "`{clusters: [...], next?}`")))]
+    params(ClusterListQuery),
+    responses((status = 200, description = "A page of clusters", body = ClusterSummaryList),
+              BadRequest, Forbidden, NotFound))]
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
     mv: Mv,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ClusterList>> {
     list_clusters(&app, &caller, mv, &args, false, &base).await
 }
 
 /// List clusters (full form).
 #[utoipa::path(get, path = "/v1/clusters/detail", tag = "clusters",
-    responses((status = 200, description = "`{clusters: [...], next?}`")))]
+    params(ClusterListQuery),
+    responses((status = 200, description = "A page of clusters", body = ClusterDetailList),
+              BadRequest, Forbidden, NotFound))]
 pub async fn detail(
     State(app): State<AppState>,
     caller: Caller,
     mv: Mv,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ClusterList>> {
     list_clusters(&app, &caller, mv, &args, true, &base).await
 }
 
 /// Show a cluster by UUID or name.
 #[utoipa::path(get, path = "/v1/clusters/{ident}", tag = "clusters",
-    params(("ident" = String, Path, description = "UUID or name")),
-    responses((status = 200, description = "The cluster"), (status = 404, description = "Not found")))]
+    params(("ident" = String, Path, description = "UUID or name", min_length = 1)),
+    responses((status = 200, description = "The cluster", body = Cluster),
+              Forbidden, NotFound, Conflict))]
 pub async fn show(
     State(app): State<AppState>,
     caller: Caller,
     mv: Mv,
     Path(ident): Path<String>,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Cluster>> {
     let v = clusters::get(&app, &caller, &ident).await?;
     let s = views::summarize(v.nodegroups.iter());
     Ok(Json(views::cluster_full(
@@ -69,9 +77,13 @@ pub async fn show(
 
 /// Create a cluster: the row exists (CREATE_IN_PROGRESS) before the 202 is sent.
 #[utoipa::path(post, path = "/v1/clusters", tag = "clusters",
-    request_body(content = Object, description = "Cluster attributes"),
-    responses((status = 202, description = "`{uuid}`"), (status = 400, description = "Invalid input"),
-              (status = 403, description = "Quota exceeded")))]
+    request_body(content = ClusterCreate, content_type = "application/json"),
+    responses((status = 202, description = "Accepted: the new cluster's uuid", body = UuidBody),
+              (status = 403, description = "Not allowed by policy, the template is hidden, or \
+                                            the project's quota is reached", body = MagnumError),
+              (status = 404, description = "The template does not exist (from 1.10; below, 400)",
+               body = MagnumError),
+              Conflict))]
 pub async fn create(
     State(app): State<AppState>,
     caller: Caller,
@@ -79,17 +91,17 @@ pub async fn create(
     mv: Mv,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<UuidBody>)> {
     let uuid = clusters::create(&app, &caller, cloud.as_ref(), mv.0, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
-/// JSON-PATCH `node_count`, `health_status`, `health_status_reason`.
+/// JSON-PATCH `node_count`, `health_status`, `health_status_reason` (anything else: 400).
 #[utoipa::path(patch, path = "/v1/clusters/{ident}", tag = "clusters",
-    params(("ident" = String, Path, description = "UUID or name"),
-           ("rollback" = Option<bool>, Query, description = "Accepted from 1.3")),
-    request_body(content = Object, description = "RFC 6902 operations"),
-    responses((status = 202, description = "`{uuid}`")))]
+    params(("ident" = String, Path, description = "UUID or name", min_length = 1), RollbackQuery),
+    request_body(content = JsonPatch, content_type = "application/json"),
+    responses((status = 202, description = "Accepted: the cluster's uuid", body = UuidBody),
+              Forbidden, NotFound, Conflict))]
 #[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn update(
     State(app): State<AppState>,
@@ -100,7 +112,7 @@ pub async fn update(
     args: QueryArgs,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<UuidBody>)> {
     if mv.at_least(3) {
         args.only(&["rollback"])?;
         args.bool("rollback")?;
@@ -113,8 +125,8 @@ pub async fn update(
 
 /// Delete a cluster (any status); it disappears (404) once the driver reports it gone.
 #[utoipa::path(delete, path = "/v1/clusters/{ident}", tag = "clusters",
-    params(("ident" = String, Path, description = "UUID or name")),
-    responses((status = 204, description = "Deletion recorded")))]
+    params(("ident" = String, Path, description = "UUID or name", min_length = 1)),
+    responses((status = 204, description = "Deletion recorded"), Forbidden, NotFound, Conflict))]
 pub async fn delete(
     State(app): State<AppState>,
     caller: Caller,
@@ -128,9 +140,11 @@ pub async fn delete(
 
 /// Resize a nodegroup (default worker unless named); API ≥ 1.7.
 #[utoipa::path(post, path = "/v1/clusters/{ident}/actions/resize", tag = "clusters",
-    params(("ident" = String, Path, description = "UUID or name")),
-    request_body(content = Object, description = "`{node_count, nodes_to_remove?, nodegroup?}`"),
-    responses((status = 202, description = "`{uuid}`")))]
+    params(("ident" = String, Path, description = "UUID or name", min_length = 1),
+           MinVersion<ACTIONS_SINCE>),
+    request_body(content = ClusterResize, content_type = "application/json"),
+    responses((status = 202, description = "Accepted: the cluster's uuid", body = UuidBody),
+              Forbidden, NotFound, Conflict))]
 pub async fn resize(
     State(app): State<AppState>,
     caller: Caller,
@@ -139,17 +153,19 @@ pub async fn resize(
     Path(ident): Path<String>,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    mv.require(7, "resize")?;
+) -> ApiResult<(StatusCode, Json<UuidBody>)> {
+    mv.require(ACTIONS_SINCE, "resize")?;
     let uuid = clusters::resize(&app, &caller, cloud.as_ref(), mv.0, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
-/// Upgrade to another template; API ≥ 1.8.
+/// Upgrade to another template; API ≥ 1.7.
 #[utoipa::path(post, path = "/v1/clusters/{ident}/actions/upgrade", tag = "clusters",
-    params(("ident" = String, Path, description = "UUID or name")),
-    request_body(content = Object, description = "`{cluster_template, max_batch_size?, nodegroup?}`"),
-    responses((status = 202, description = "`{uuid}`")))]
+    params(("ident" = String, Path, description = "UUID or name", min_length = 1),
+           MinVersion<ACTIONS_SINCE>),
+    request_body(content = ClusterUpgrade, content_type = "application/json"),
+    responses((status = 202, description = "Accepted: the cluster's uuid", body = UuidBody),
+              Forbidden, NotFound, Conflict))]
 pub async fn upgrade(
     State(app): State<AppState>,
     caller: Caller,
@@ -158,8 +174,8 @@ pub async fn upgrade(
     Path(ident): Path<String>,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    mv.require(7, "upgrade")?;
+) -> ApiResult<(StatusCode, Json<UuidBody>)> {
+    mv.require(ACTIONS_SINCE, "upgrade")?;
     let uuid = clusters::upgrade(&app, &caller, cloud.as_ref(), mv.0, &ident, &body, &rid).await?;
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
@@ -171,7 +187,7 @@ async fn list_clusters(
     args: &QueryArgs,
     detail: bool,
     base: &str,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ClusterList>> {
     args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
     let q = list_query(args, clusters::SORT_KEYS, app.config.api.max_limit)?;
     Ok(Json(

@@ -1,10 +1,14 @@
 //! The one place errors become HTTP: Magnum's error body, status codes and the 406 variants.
 
+use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use super::microversion::{MAX_VERSION, MIN_VERSION, SERVICE_TYPE, Version};
+use super::schemas::{
+    AuthError, AuthErrorItem, ErrorCode, HelpLink, MagnumError, MicroversionError,
+    MicroversionErrorItem,
+};
 use crate::db::DbError;
 use crate::domain::error::DomainError;
 use crate::driver::BackendError;
@@ -101,15 +105,8 @@ impl From<service::Error> for ApiError {
     }
 }
 
-fn magnum_body(status: StatusCode, code: &str, title: &str, detail: &str) -> serde_json::Value {
-    json!({"errors": [{
-        "request_id": "",
-        "code": code,
-        "status": status.as_u16(),
-        "title": title,
-        "detail": detail,
-        "links": [],
-    }]})
+fn magnum_body(status: StatusCode, code: ErrorCode, title: &str, detail: &str) -> Json<MagnumError> {
+    Json(MagnumError::new(status.as_u16(), code, title, detail))
 }
 
 /// Magnum's `title`: the message up to (excluding) the first '.'.
@@ -120,19 +117,23 @@ pub fn title_of(detail: &str) -> &str {
 fn client_error(status: StatusCode, detail: &str) -> Response {
     (
         status,
-        axum::Json(magnum_body(status, "client", title_of(detail), detail)),
+        magnum_body(status, ErrorCode::Client, title_of(detail), detail),
     )
         .into_response()
 }
 
 fn pecan_error(status: StatusCode, title: &str, detail: &str) -> Response {
-    let mut resp = (status, axum::Json(magnum_body(status, "", title, detail))).into_response();
+    let mut resp = (
+        status,
+        magnum_body(status, ErrorCode::Framework, title, detail),
+    )
+        .into_response();
     resp.extensions_mut().insert(NoVersionHeaders);
     resp
 }
 
 /// Magnum's 406 body for a version outside the supported range.
-pub fn microversion_unsupported_body(v: Version) -> serde_json::Value {
+pub fn microversion_unsupported_body(v: Version) -> MicroversionError {
     let range = format!("[{SERVICE_TYPE} {MIN_VERSION}, {SERVICE_TYPE} {MAX_VERSION}]");
     let description = if v.major != MAX_VERSION.major {
         format!(
@@ -143,14 +144,19 @@ pub fn microversion_unsupported_body(v: Version) -> serde_json::Value {
             "Version {v} was requested but the minor version is not supported by this service. The supported version range is: {range}."
         )
     };
-    json!({"errors": [{
-        "code": "magnum.microversion-unsupported",
-        "title": "Requested microversion is unsupported",
-        "description": description,
-        "max_version": MAX_VERSION.to_string(),
-        "min_version": MIN_VERSION.to_string(),
-        "links": [{"rel": "help", "href": "http://docs.openstack.org/api-guide/compute/microversions.html"}],
-    }]})
+    MicroversionError {
+        errors: vec![MicroversionErrorItem {
+            code: "magnum.microversion-unsupported".into(),
+            title: "Requested microversion is unsupported".into(),
+            description,
+            max_version: MAX_VERSION.to_string(),
+            min_version: MIN_VERSION.to_string(),
+            links: vec![HelpLink {
+                rel: "help".into(),
+                href: "http://docs.openstack.org/api-guide/compute/microversions.html".into(),
+            }],
+        }],
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -183,7 +189,7 @@ impl IntoResponse for ApiError {
             }
             ApiError::MicroversionUnsupported(v) => (
                 StatusCode::NOT_ACCEPTABLE,
-                axum::Json(microversion_unsupported_body(v)),
+                Json(microversion_unsupported_body(v)),
             )
                 .into_response(),
             ApiError::UnsupportedMediaType(detail) => {
@@ -207,7 +213,7 @@ impl IntoResponse for ApiError {
                 let status = StatusCode::SERVICE_UNAVAILABLE;
                 (
                     status,
-                    axum::Json(magnum_body(status, "server", title_of(&detail), &detail)),
+                    magnum_body(status, ErrorCode::Server, title_of(&detail), &detail),
                 )
                     .into_response()
             }
@@ -217,15 +223,14 @@ impl IntoResponse for ApiError {
 
 /// keystonemiddleware's own error body (it answers before Magnum's error middleware runs).
 fn middleware_error(status: StatusCode, message: &str) -> Response {
-    let mut resp = (
-        status,
-        axum::Json(json!({"error": {
-            "code": status.as_u16(),
-            "title": status.canonical_reason().unwrap_or_default(),
-            "message": message,
-        }})),
-    )
-        .into_response();
+    let body = AuthError {
+        error: AuthErrorItem {
+            code: status.as_u16(),
+            title: status.canonical_reason().unwrap_or_default().into(),
+            message: message.into(),
+        },
+    };
+    let mut resp = (status, Json(body)).into_response();
     resp.extensions_mut().insert(NoVersionHeaders);
     resp
 }
@@ -237,7 +242,7 @@ fn internal(detail: &str) -> Response {
     let msg = "An internal error occurred, see the service log for details.";
     (
         status,
-        axum::Json(magnum_body(status, "server", title_of(msg), msg)),
+        magnum_body(status, ErrorCode::Server, title_of(msg), msg),
     )
         .into_response()
 }

@@ -3,36 +3,44 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::Value;
 
 use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
+use super::schemas::{
+    BadRequest, Forbidden, MagnumError, NotFound, QuotaCreate, QuotaListQuery, QuotaUpdate,
+    StatsQuery,
+};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
 use crate::service::misc::{self, QuotaQuery};
+use crate::service::views::{MServiceList, Quota, QuotaList, Stats};
 
 /// Replicas of this service and whether they are up (admin).
 #[utoipa::path(get, path = "/v1/mservices", tag = "mservices",
-    responses((status = 200, description = "`{mservices: [...]}`"), (status = 403, description = "Not an admin")))]
+    responses((status = 200, description = "The replicas", body = MServiceList),
+              (status = 400, description = "An unknown query argument", body = MagnumError),
+              Forbidden))]
 pub async fn mservices(
     State(app): State<AppState>,
     caller: Caller,
     args: QueryArgs,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<MServiceList>> {
     args.only(&[])?;
     Ok(Json(misc::mservices(&app, &caller).await?))
 }
 
 /// Cluster and node counts.
 #[utoipa::path(get, path = "/v1/stats", tag = "stats",
-    params(("project_id" = Option<String>, Query, description = "Project to count (admins: any)"),
-           ("type" = Option<String>, Query, description = "Only `cluster`")),
-    responses((status = 200, description = "`{clusters, nodes}`")))]
+    params(StatsQuery),
+    responses((status = 200, description = "The counts", body = Stats),
+              BadRequest,
+              (status = 403, description = "Not allowed by policy, or another project's counts \
+                                            asked by a non-admin", body = MagnumError)))]
 pub async fn stats(
     State(app): State<AppState>,
     caller: Caller,
     args: QueryArgs,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Stats>> {
     args.only(&["project_id", "type"])?;
     Ok(Json(
         misc::stats(&app, &caller, args.get("type"), args.get("project_id")).await?,
@@ -41,15 +49,15 @@ pub async fn stats(
 
 /// List quotas (admin); `all_tenants=true` for every project.
 #[utoipa::path(get, path = "/v1/quotas", tag = "quotas",
-    params(("all_tenants" = Option<bool>, Query, description = "Every project's quotas"),
-           ("marker" = Option<i64>, Query, description = "Integer id of the last quota of the previous page")),
-    responses((status = 200, description = "`{quotas: [...], next?}`")))]
+    params(QuotaListQuery),
+    responses((status = 200, description = "A page of quotas", body = QuotaList),
+              BadRequest, Forbidden, NotFound))]
 pub async fn quota_list(
     State(app): State<AppState>,
     caller: Caller,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<QuotaList>> {
     args.only(&["marker", "limit", "sort_key", "sort_dir", "all_tenants"])?;
     let (limit, sort_key, desc) =
         super::pagination::common(&args, misc::QUOTA_SORT_KEYS, app.config.api.max_limit)?;
@@ -65,25 +73,31 @@ pub async fn quota_list(
 
 /// Show a project's quota (the configured default when none is stored).
 #[utoipa::path(get, path = "/v1/quotas/{project_id}/{resource}", tag = "quotas",
-    params(("project_id" = String, Path, description = "Project"), ("resource" = String, Path, description = "`Cluster`")),
-    responses((status = 200, description = "The quota")))]
+    params(("project_id" = String, Path, description = "Project", min_length = 1),
+           ("resource" = String, Path, description = "`Cluster`", min_length = 1)),
+    responses((status = 200, description = "The quota", body = Quota),
+              (status = 403, description = "Not allowed by policy, or another project's quota \
+                                            asked by a non-admin", body = MagnumError)))]
 pub async fn quota_show(
     State(app): State<AppState>,
     caller: Caller,
     Path((project, resource)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Quota>> {
     Ok(Json(misc::get(&app, &caller, &project, &resource).await?))
 }
 
 /// Create a quota (admin); 201.
 #[utoipa::path(post, path = "/v1/quotas", tag = "quotas",
-    request_body(content = Object, description = "`{project_id, resource, hard_limit}`"),
-    responses((status = 201, description = "The quota"), (status = 409, description = "Already exists")))]
+    request_body(content = QuotaCreate, content_type = "application/json"),
+    responses((status = 201, description = "The quota", body = Quota),
+              Forbidden,
+              (status = 404, description = "The project does not exist (with Keystone)", body = MagnumError),
+              (status = 409, description = "The project has a quota for this resource", body = MagnumError)))]
 pub async fn quota_create(
     State(app): State<AppState>,
     caller: Caller,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Quota>)> {
     Ok((
         StatusCode::CREATED,
         Json(misc::create(&app, &caller, &body).await?),
@@ -92,15 +106,17 @@ pub async fn quota_create(
 
 /// Change a quota's hard limit (admin); 202. The body is a Quota object, not a JSON-PATCH.
 #[utoipa::path(patch, path = "/v1/quotas/{project_id}/{resource}", tag = "quotas",
-    params(("project_id" = String, Path, description = "Project"), ("resource" = String, Path, description = "`Cluster`")),
-    request_body(content = Object, description = "`{hard_limit}`"),
-    responses((status = 202, description = "The quota"), (status = 404, description = "No such quota")))]
+    params(("project_id" = String, Path, description = "Project", min_length = 1),
+           ("resource" = String, Path, description = "`Cluster`", min_length = 1)),
+    request_body(content = QuotaUpdate, content_type = "application/json"),
+    responses((status = 202, description = "The quota", body = Quota),
+              Forbidden, NotFound))]
 pub async fn quota_update(
     State(app): State<AppState>,
     caller: Caller,
     Path((project, resource)): Path<(String, String)>,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Quota>)> {
     Ok((
         StatusCode::ACCEPTED,
         Json(misc::update(&app, &caller, &project, &resource, &body).await?),
@@ -109,8 +125,9 @@ pub async fn quota_update(
 
 /// Delete a quota (admin).
 #[utoipa::path(delete, path = "/v1/quotas/{project_id}/{resource}", tag = "quotas",
-    params(("project_id" = String, Path, description = "Project"), ("resource" = String, Path, description = "`Cluster`")),
-    responses((status = 204, description = "Deleted"), (status = 404, description = "No such quota")))]
+    params(("project_id" = String, Path, description = "Project", min_length = 1),
+           ("resource" = String, Path, description = "`Cluster`", min_length = 1)),
+    responses((status = 204, description = "Deleted"), Forbidden, NotFound))]
 pub async fn quota_delete(
     State(app): State<AppState>,
     caller: Caller,

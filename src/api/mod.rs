@@ -13,6 +13,7 @@ pub mod nodegroups;
 pub mod openapi;
 pub mod operating;
 pub mod pagination;
+pub mod schemas;
 pub mod versions;
 
 use std::time::Duration;
@@ -20,10 +21,11 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, Uri};
+use axum::handler::Handler;
+use axum::http::{HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch, post};
+use axum::routing::{self, MethodRouter, get};
 use tower::Layer;
 
 use crate::app::AppState;
@@ -38,8 +40,8 @@ pub fn metrics_service(state: AppState) -> Router {
 }
 
 /// The `{"uuid": ...}` body of asynchronous cluster operations.
-pub fn uuid_body(uuid: uuid::Uuid) -> serde_json::Value {
-    serde_json::json!({ "uuid": uuid })
+pub fn uuid_body(uuid: uuid::Uuid) -> schemas::UuidBody {
+    schemas::UuidBody { uuid }
 }
 
 /// The `x-openstack-request-id` of the current request.
@@ -156,65 +158,103 @@ async fn not_found() -> ApiError {
     ApiError::RouteNotFound
 }
 
+/// A router that records the method and path of every route it adds: the table the OpenAPI
+/// test compares with the document, so a route cannot be served undocumented.
+pub struct Routes {
+    router: Router<AppState>,
+    table: Vec<(Method, &'static str)>,
+}
+
+impl Routes {
+    fn new() -> Self {
+        Routes {
+            router: Router::new(),
+            table: Vec::new(),
+        }
+    }
+
+    fn add(mut self, method: Method, path: &'static str, route: MethodRouter<AppState>) -> Self {
+        // axum merges the methods of one path across calls.
+        self.router = self.router.route(path, route);
+        self.table.push((method, path));
+        self
+    }
+
+    fn get<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Self {
+        self.add(Method::GET, path, routing::get(h))
+    }
+
+    fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Self {
+        self.add(Method::POST, path, routing::post(h))
+    }
+
+    fn patch<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Self {
+        self.add(Method::PATCH, path, routing::patch(h))
+    }
+
+    fn delete<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Self {
+        self.add(Method::DELETE, path, routing::delete(h))
+    }
+}
+
+/// The routes anyone may call: versions, health, the OpenAPI document.
+fn public_routes() -> Routes {
+    Routes::new()
+        .get("/", versions::root)
+        .get("/v1", versions::v1)
+        .get("/healthcheck", versions::healthcheck)
+        .get("/healthz", operating::healthz)
+        .get("/readyz", operating::readyz)
+        .get("/openapi.json", openapi::json)
+        .get("/openapi.yaml", openapi::yaml)
+}
+
+/// `/metrics` on the API port (authenticated unless `[http] metrics_public`).
+fn metrics_routes() -> Routes {
+    Routes::new().get("/metrics", operating::metrics)
+}
+
 /// The routes that need an authenticated caller.
-fn v1_routes(state: AppState) -> Router<AppState> {
-    Router::new()
-        .route(
-            "/v1/clustertemplates",
-            get(clustertemplates::list).post(clustertemplates::create),
-        )
-        .route("/v1/clustertemplates/detail", get(clustertemplates::detail))
-        .route(
-            "/v1/clustertemplates/{ident}",
-            get(clustertemplates::show)
-                .patch(clustertemplates::update)
-                .delete(clustertemplates::delete),
-        )
-        .route("/v1/clusters", get(clusters::list).post(clusters::create))
-        .route("/v1/clusters/detail", get(clusters::detail))
-        .route(
-            "/v1/clusters/{ident}",
-            get(clusters::show)
-                .patch(clusters::update)
-                .delete(clusters::delete),
-        )
-        .route(
-            "/v1/clusters/{ident}/actions/resize",
-            post(clusters::resize),
-        )
-        .route(
-            "/v1/clusters/{ident}/actions/upgrade",
-            post(clusters::upgrade),
-        )
-        .route(
-            "/v1/clusters/{ident}/nodegroups",
-            get(nodegroups::list).post(nodegroups::create),
-        )
-        .route(
-            "/v1/clusters/{ident}/nodegroups/{ng}",
-            get(nodegroups::show)
-                .patch(nodegroups::update)
-                .delete(nodegroups::delete),
-        )
-        .route("/v1/certificates", post(certificates::sign))
-        .route(
-            "/v1/certificates/{ident}",
-            get(certificates::show).patch(certificates::rotate_ca),
-        )
-        .route(
-            "/v1/credentials/{ident}",
-            patch(certificates::rotate_credential),
-        )
-        .route("/v1/mservices", get(misc::mservices))
-        .route("/v1/stats", get(misc::stats))
-        .route("/v1/quotas", get(misc::quota_list).post(misc::quota_create))
-        .route(
-            "/v1/quotas/{project_id}/{resource}",
-            get(misc::quota_show)
-                .patch(misc::quota_update)
-                .delete(misc::quota_delete),
-        )
-        .route_layer(middleware::from_fn_with_state(state, context::authenticate))
+fn v1_routes() -> Routes {
+    Routes::new()
+        .get("/v1/clustertemplates", clustertemplates::list)
+        .post("/v1/clustertemplates", clustertemplates::create)
+        .get("/v1/clustertemplates/detail", clustertemplates::detail)
+        .get("/v1/clustertemplates/{ident}", clustertemplates::show)
+        .patch("/v1/clustertemplates/{ident}", clustertemplates::update)
+        .delete("/v1/clustertemplates/{ident}", clustertemplates::delete)
+        .get("/v1/clusters", clusters::list)
+        .post("/v1/clusters", clusters::create)
+        .get("/v1/clusters/detail", clusters::detail)
+        .get("/v1/clusters/{ident}", clusters::show)
+        .patch("/v1/clusters/{ident}", clusters::update)
+        .delete("/v1/clusters/{ident}", clusters::delete)
+        .post("/v1/clusters/{ident}/actions/resize", clusters::resize)
+        .post("/v1/clusters/{ident}/actions/upgrade", clusters::upgrade)
+        .get("/v1/clusters/{ident}/nodegroups", nodegroups::list)
+        .post("/v1/clusters/{ident}/nodegroups", nodegroups::create)
+        .get("/v1/clusters/{ident}/nodegroups/{ng}", nodegroups::show)
+        .patch("/v1/clusters/{ident}/nodegroups/{ng}", nodegroups::update)
+        .delete("/v1/clusters/{ident}/nodegroups/{ng}", nodegroups::delete)
+        .post("/v1/certificates", certificates::sign)
+        .get("/v1/certificates/{ident}", certificates::show)
+        .patch("/v1/certificates/{ident}", certificates::rotate_ca)
+        .patch("/v1/credentials/{ident}", certificates::rotate_credential)
+        .get("/v1/mservices", misc::mservices)
+        .get("/v1/stats", misc::stats)
+        .get("/v1/quotas", misc::quota_list)
+        .post("/v1/quotas", misc::quota_create)
+        .get("/v1/quotas/{project_id}/{resource}", misc::quota_show)
+        .patch("/v1/quotas/{project_id}/{resource}", misc::quota_update)
+        .delete("/v1/quotas/{project_id}/{resource}", misc::quota_delete)
+}
+
+/// Every route of [`service`] as (method, path template), in registration order.
+pub fn route_table() -> Vec<(Method, &'static str)> {
+    [public_routes(), metrics_routes(), v1_routes()]
+        .into_iter()
+        .flat_map(|r| r.table)
+        .collect()
 }
 
 /// The whole HTTP service: front middleware around the router.
@@ -229,25 +269,17 @@ pub fn service(
 + Send
 + 'static {
     let timeout = state.config.http.request_timeout_secs;
-    let metrics = Router::new().route("/metrics", get(operating::metrics));
+    let authenticate = || middleware::from_fn_with_state(state.clone(), context::authenticate);
+    let metrics = metrics_routes().router;
     let metrics = if state.config.http.metrics_public {
         metrics
     } else {
-        metrics.route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            context::authenticate,
-        ))
+        metrics.route_layer(authenticate())
     };
-    let mut router = Router::new()
-        .route("/", get(versions::root))
-        .route("/v1", get(versions::v1))
-        .route("/healthcheck", get(versions::healthcheck))
-        .route("/healthz", get(operating::healthz))
-        .route("/readyz", get(operating::readyz))
-        .route("/openapi.json", get(openapi::json))
-        .route("/openapi.yaml", get(openapi::yaml))
+    let mut router = public_routes()
+        .router
         .merge(metrics)
-        .merge(v1_routes(state.clone()))
+        .merge(v1_routes().router.route_layer(authenticate()))
         .layer(middleware::from_fn(operating::count))
         .fallback(not_found)
         .with_state(state)
@@ -285,5 +317,19 @@ mod tests {
         assert_eq!(n("/"), "/");
         assert_eq!(n("/clusters/"), "/v1/clusters");
         assert_eq!(n("/healthcheck"), "/healthcheck");
+    }
+
+    #[test]
+    fn the_unversioned_paths_are_the_routes_outside_v1() {
+        let mut routed: Vec<&str> = route_table()
+            .into_iter()
+            .map(|(_, p)| p)
+            .filter(|p| *p != "/v1" && !p.starts_with("/v1/"))
+            .collect();
+        routed.sort_unstable();
+        routed.dedup();
+        let mut listed = UNVERSIONED.to_vec();
+        listed.sort_unstable();
+        assert_eq!(routed, listed);
     }
 }

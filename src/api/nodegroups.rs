@@ -3,7 +3,6 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::Value;
 
 use super::RequestId;
 use super::context::Cloud;
@@ -11,22 +10,30 @@ use super::error::ApiResult;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
 use super::pagination::list_query;
+use super::schemas::{
+    BadRequest, Conflict, Forbidden, JsonPatch, MagnumError, MinVersion, NodeGroupCreate,
+    NodegroupListQuery, NotFound,
+};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::{nodegroups, views};
+use crate::service::nodegroups;
+use crate::service::views::{self, NodeGroup, NodeGroupList};
 
+/// The first version with nodegroups.
+const SINCE: u32 = 9;
 /// Magnum reports every nodegroup method below 1.9 under this name.
 const GATE_NAME: &str = "delete";
 
 fn gate(mv: Mv) -> ApiResult<()> {
-    mv.require(9, GATE_NAME)
+    mv.require(SINCE, GATE_NAME)
 }
 
 /// List a cluster's nodegroups (short form), optionally by `role`.
 #[utoipa::path(get, path = "/v1/clusters/{ident}/nodegroups", tag = "nodegroups",
-    params(("ident" = String, Path, description = "Cluster UUID or name"),
-           ("role" = Option<String>, Query, description = "Only this role")),
-    responses((status = 200, description = "`{nodegroups: [...], next?}`"), (status = 406, description = "Below 1.9")))]
+    params(("ident" = String, Path, description = "Cluster UUID or name", min_length = 1),
+           MinVersion<SINCE>, NodegroupListQuery),
+    responses((status = 200, description = "A page of nodegroups", body = NodeGroupList),
+              BadRequest, Forbidden, NotFound, Conflict))]
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
@@ -34,7 +41,7 @@ pub async fn list(
     Path(ident): Path<String>,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<NodeGroupList>> {
     gate(mv)?;
     args.only(&["marker", "limit", "sort_key", "sort_dir", "role"])?;
     let q = list_query(&args, nodegroups::SORT_KEYS, app.config.api.max_limit)?;
@@ -45,16 +52,18 @@ pub async fn list(
 
 /// Show a nodegroup by integer id, UUID or name.
 #[utoipa::path(get, path = "/v1/clusters/{ident}/nodegroups/{ng}", tag = "nodegroups",
-    params(("ident" = String, Path, description = "Cluster UUID or name"),
-           ("ng" = String, Path, description = "Nodegroup id, UUID or name")),
-    responses((status = 200, description = "The nodegroup")))]
+    params(("ident" = String, Path, description = "Cluster UUID or name", min_length = 1),
+           ("ng" = String, Path, description = "Nodegroup id, UUID or name", min_length = 1),
+           MinVersion<SINCE>),
+    responses((status = 200, description = "The nodegroup", body = NodeGroup),
+              Forbidden, NotFound, Conflict))]
 pub async fn show(
     State(app): State<AppState>,
     caller: Caller,
     mv: Mv,
     Path((ident, ng)): Path<(String, String)>,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<NodeGroup>> {
     gate(mv)?;
     let (n, c) = nodegroups::get(&app, &caller, &ident, &ng).await?;
     Ok(Json(views::nodegroup_full(&n, &c.labels.0, &base)))
@@ -62,9 +71,13 @@ pub async fn show(
 
 /// Create a worker nodegroup; 202 with the full nodegroup.
 #[utoipa::path(post, path = "/v1/clusters/{ident}/nodegroups", tag = "nodegroups",
-    params(("ident" = String, Path, description = "Cluster UUID or name")),
-    request_body(content = Object, description = "NodeGroup attributes"),
-    responses((status = 202, description = "The new nodegroup"), (status = 409, description = "Invalid counts, labels or taints")))]
+    params(("ident" = String, Path, description = "Cluster UUID or name", min_length = 1),
+           MinVersion<SINCE>),
+    request_body(content = NodeGroupCreate, content_type = "application/json"),
+    responses((status = 202, description = "The new nodegroup", body = NodeGroup),
+              Forbidden, NotFound,
+              (status = 409, description = "Invalid counts, labels or taints, a duplicate name, \
+                                            or the cluster's API is not up yet", body = MagnumError)))]
 #[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn create(
     State(app): State<AppState>,
@@ -75,7 +88,7 @@ pub async fn create(
     BaseUrl(base): BaseUrl,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<NodeGroup>)> {
     gate(mv)?;
     let (n, c) = nodegroups::create(&app, &caller, cloud.as_ref(), &ident, &body, &rid).await?;
     Ok((
@@ -86,10 +99,14 @@ pub async fn create(
 
 /// JSON-PATCH min/max counts, node labels and taints; 202 with the full nodegroup.
 #[utoipa::path(patch, path = "/v1/clusters/{ident}/nodegroups/{ng}", tag = "nodegroups",
-    params(("ident" = String, Path, description = "Cluster UUID or name"),
-           ("ng" = String, Path, description = "Nodegroup id, UUID or name")),
-    request_body(content = Object, description = "RFC 6902 operations"),
-    responses((status = 202, description = "The nodegroup")))]
+    params(("ident" = String, Path, description = "Cluster UUID or name", min_length = 1),
+           ("ng" = String, Path, description = "Nodegroup id, UUID or name", min_length = 1),
+           MinVersion<SINCE>),
+    request_body(content = JsonPatch, content_type = "application/json"),
+    responses((status = 202, description = "The nodegroup", body = NodeGroup),
+              Forbidden, NotFound,
+              (status = 409, description = "Invalid counts, labels or taints, or the name \
+                                            matches several nodegroups", body = MagnumError)))]
 #[allow(clippy::too_many_arguments)] // one per request part; a struct would only rename them
 pub async fn update(
     State(app): State<AppState>,
@@ -100,7 +117,7 @@ pub async fn update(
     BaseUrl(base): BaseUrl,
     RequestId(rid): RequestId,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<NodeGroup>)> {
     gate(mv)?;
     let (n, c) =
         nodegroups::update(&app, &caller, cloud.as_ref(), &ident, &ng, &body, &rid).await?;
@@ -112,9 +129,12 @@ pub async fn update(
 
 /// Delete a non-default nodegroup.
 #[utoipa::path(delete, path = "/v1/clusters/{ident}/nodegroups/{ng}", tag = "nodegroups",
-    params(("ident" = String, Path, description = "Cluster UUID or name"),
-           ("ng" = String, Path, description = "Nodegroup id, UUID or name")),
-    responses((status = 204, description = "Deletion recorded"), (status = 400, description = "Default nodegroup")))]
+    params(("ident" = String, Path, description = "Cluster UUID or name", min_length = 1),
+           ("ng" = String, Path, description = "Nodegroup id, UUID or name", min_length = 1),
+           MinVersion<SINCE>),
+    responses((status = 204, description = "Deletion recorded"),
+              (status = 400, description = "A default nodegroup", body = MagnumError),
+              Forbidden, NotFound, Conflict))]
 pub async fn delete(
     State(app): State<AppState>,
     caller: Caller,

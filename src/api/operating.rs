@@ -8,22 +8,38 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::error::ApiError;
+use super::schemas::{AuthError, MagnumError, UnavailableBody};
 use crate::app::AppState;
 use crate::domain::error::DomainError;
 use crate::domain::policy::Caller;
 use crate::service::operating;
 use crate::telemetry;
 
+/// The answer of `/healthz`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Alive {
+    /// `ok`.
+    pub status: String,
+}
+
 /// Process alive: always 200.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(get, path = "/healthz", tag = "operating", security(()),
+    responses((status = 200, description = "The process answers", body = Alive)))]
+pub async fn healthz() -> Json<Alive> {
+    Json(Alive {
+        status: "ok".into(),
+    })
 }
 
 /// Dependencies reachable: 200, or 503 naming the failed checks (`{status, checks: [{name, ok,
 /// detail}]}`).
+#[utoipa::path(get, path = "/readyz", tag = "operating", security(()),
+    responses((status = 200, description = "Every dependency answers", body = super::schemas::ReadinessSchema),
+              (status = 503, description = "A dependency does not answer (the failed checks say                                             which)", body = super::schemas::ReadinessSchema)))]
 pub async fn readyz(State(app): State<AppState>) -> Response {
     let r = operating::readiness(&app).await;
     let status = if r.ok() {
@@ -57,6 +73,15 @@ pub async fn render(app: &AppState) -> Response {
 }
 
 /// `/metrics` on the API port: an admin's token, unless `[http] metrics_public`.
+#[utoipa::path(get, path = "/metrics", tag = "operating",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4",
+               content_type = "text/plain; version=0.0.4; charset=utf-8", body = String),
+              (status = 401, description = "No token, or one Keystone does not accept (unless \
+                                            `[http] metrics_public`)", body = AuthError),
+              (status = 403, description = "Not an admin (unless `[http] metrics_public`)",
+               body = MagnumError),
+              (status = 503, description = "Keystone cannot be reached to validate the token",
+               body = UnavailableBody)))]
 pub async fn metrics(State(app): State<AppState>, caller: Option<Caller>) -> Response {
     if !app.config.http.metrics_public && !caller.as_ref().is_some_and(Caller::is_admin) {
         return ApiError::Domain(DomainError::Forbidden(

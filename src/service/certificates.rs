@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::views::links;
+use super::views::{self, links};
 use super::{Error, Result, begin_operation, cluster_scope, find_cluster};
 use crate::app::App;
 use crate::db::clusters::ClusterRow;
@@ -52,7 +52,7 @@ pub async fn show(
     base: &str,
     ident: &str,
     kind: CaKind,
-) -> Result<Value> {
+) -> Result<views::Certificate> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:get", caller, Some(target(&c)))?;
     let pem = app
@@ -60,12 +60,19 @@ pub async fn show(
         .ca_certificate(&c, kind)
         .await?
         .ok_or_else(|| no_ca(&c))?;
-    Ok(
-        json!({"cluster_uuid": c.uuid, "pem": pem, "links": links(base, &format!("certificates/{}", c.uuid))}),
-    )
+    Ok(views::Certificate {
+        cluster_uuid: c.uuid,
+        pem,
+        links: links(base, &format!("certificates/{}", c.uuid)),
+    })
 }
 
-pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> Result<Value> {
+pub async fn sign(
+    app: &App,
+    caller: &Caller,
+    base: &str,
+    body: &Value,
+) -> Result<views::SignedCertificate> {
     let b = schemas::CERTIFICATE.parse_body(body)?;
     let kind = ca_kind(b.str("ca_cert_type").as_deref())?;
     let ident = b.str("cluster_uuid").unwrap_or_default();
@@ -86,11 +93,13 @@ pub async fn sign(app: &App, caller: &Caller, base: &str, body: &Value) -> Resul
         .sign_certificate(&c, kind, &csr, validity)
         .await?
         .ok_or_else(|| no_ca(&c))?;
-    let mut out = json!({"cluster_uuid": c.uuid, "csr": csr, "pem": pem, "links": links(base, &format!("certificates/{}", c.uuid))});
-    if let Some(t) = b.str("ca_cert_type") {
-        out["ca_cert_type"] = json!(t);
-    }
-    Ok(out)
+    Ok(views::SignedCertificate {
+        cluster_uuid: c.uuid,
+        csr,
+        pem,
+        links: links(base, &format!("certificates/{}", c.uuid)),
+        ca_cert_type: b.str("ca_cert_type"),
+    })
 }
 
 /// Records an operation of the whole cluster, which turns `UPDATE_IN_PROGRESS`.

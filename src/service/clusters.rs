@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
@@ -255,7 +255,7 @@ pub async fn list(
     params: &ListQuery,
     detail: bool,
     base: &str,
-) -> Result<Value> {
+) -> Result<views::ClusterList> {
     let rule = if detail {
         "cluster:detail"
     } else {
@@ -291,7 +291,7 @@ pub async fn list(
         HashMap::new()
     };
     let empty = Labels::new();
-    let items: Vec<Value> = rows
+    let items: Vec<views::ClusterEntry> = rows
         .iter()
         .map(|c| {
             let s = views::summarize(ngs.remove(&c.uuid).unwrap_or_default().iter());
@@ -299,26 +299,25 @@ pub async fn list(
                 let parent = template_labels
                     .get(&c.cluster_template_id)
                     .unwrap_or(&empty);
-                views::cluster_full(c, &s, parent, base, mv)
+                views::ClusterEntry::Detail(Box::new(views::cluster_full(c, &s, parent, base, mv)))
             } else {
-                views::cluster_short(c, &s, base, mv)
+                views::ClusterEntry::Summary(views::cluster_short(c, &s, base, mv))
             }
         })
         .collect();
-    let mut body = Map::new();
-    body.insert("clusters".into(), Value::Array(items));
     let path = if detail {
         "clusters/detail"
     } else {
         "clusters"
     };
-    Ok(views::with_next(
-        body,
-        params.next_if_full(rows.len(), || {
-            rows.last()
-                .map(|c| params.next_url(base, path, &c.uuid.to_string()))
-        }),
-    ))
+    let next = params.next_if_full(rows.len(), || {
+        rows.last()
+            .map(|c| params.next_url(base, path, &c.uuid.to_string()))
+    });
+    Ok(views::ClusterList {
+        clusters: items,
+        next,
+    })
 }
 
 fn default_worker(ngs: &[NodegroupRow]) -> Option<&NodegroupRow> {
@@ -366,16 +365,13 @@ pub async fn update(
     let ops = patch::parse(body, &schemas::CLUSTER_PATCH)?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
     let worker = default_worker(&ngs);
-    let mut doc = views::cluster_full(
+    let mut doc = views::document(&views::cluster_full(
         &c,
         &views::summarize(ngs.iter()),
         &Labels::new(),
         "",
         MIN_VERSION,
-    )
-    .as_object()
-    .cloned()
-    .unwrap_or_default();
+    ));
     doc.insert(
         "node_count".into(),
         json!(worker.map(|w| w.node_count).unwrap_or(0)),

@@ -1,6 +1,6 @@
 //! Quotas, stats and mservices use cases (the admin-ish surfaces behind `api/misc.rs`).
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::{Result, views};
 use crate::app::App;
@@ -24,7 +24,12 @@ pub struct QuotaQuery {
     pub all_tenants: bool,
 }
 
-pub async fn list(app: &App, caller: &Caller, q: &QuotaQuery, base: &str) -> Result<Value> {
+pub async fn list(
+    app: &App,
+    caller: &Caller,
+    q: &QuotaQuery,
+    base: &str,
+) -> Result<views::QuotaList> {
     let QuotaQuery {
         limit,
         sort_key,
@@ -50,11 +55,6 @@ pub async fn list(app: &App, caller: &Caller, q: &QuotaQuery, base: &str) -> Res
         limit,
     };
     let rows = qdb::list(&app.pool, project, &page).await?;
-    let mut body = Map::new();
-    body.insert(
-        "quotas".into(),
-        Value::Array(rows.iter().map(views::quota).collect()),
-    );
     let full = i64::try_from(rows.len()).is_ok_and(|l| l == limit);
     let next = rows.last().filter(|_| full).map(|q| {
         format!(
@@ -63,7 +63,10 @@ pub async fn list(app: &App, caller: &Caller, q: &QuotaQuery, base: &str) -> Res
             q.id
         )
     });
-    Ok(views::with_next(body, next))
+    Ok(views::QuotaList {
+        quotas: rows.iter().map(views::quota).collect(),
+        next,
+    })
 }
 
 fn check_own(caller: &Caller, project_id: &str) -> Result<()> {
@@ -73,22 +76,21 @@ fn check_own(caller: &Caller, project_id: &str) -> Result<()> {
     Ok(())
 }
 
-pub async fn get(app: &App, caller: &Caller, project_id: &str, resource: &str) -> Result<Value> {
+pub async fn get(
+    app: &App,
+    caller: &Caller,
+    project_id: &str,
+    resource: &str,
+) -> Result<views::Quota> {
     policy::enforce("quota:get", caller, None)?;
     check_own(caller, project_id)?;
     Ok(match qdb::get(&app.pool, project_id, resource).await? {
         Some(q) => views::quota(&q),
-        // Magnum synthesizes `Quota(project_id=…, hard_limit=…)`: `resource` is the type's
-        // default, whatever the URL named.
-        None => json!({
-            "hard_limit": app.config.quotas.max_clusters_per_project,
-            "project_id": project_id,
-            "resource": "Cluster",
-        }),
+        None => views::default_quota(project_id, app.config.quotas.max_clusters_per_project),
     })
 }
 
-pub async fn create(app: &App, caller: &Caller, body: &Value) -> Result<Value> {
+pub async fn create(app: &App, caller: &Caller, body: &Value) -> Result<views::Quota> {
     let b = schemas::QUOTA.parse_body(body)?;
     let project_id = b.str("project_id").unwrap_or_default();
     // Magnum checks the project in Keystone before the policy (a decorator around the handler).
@@ -120,7 +122,7 @@ pub async fn update(
     project_id: &str,
     resource: &str,
     body: &Value,
-) -> Result<Value> {
+) -> Result<views::Quota> {
     let b = schemas::QUOTA_UPDATE.parse_body(body)?;
     policy::enforce("quota:update", caller, None)?;
     let hard_limit = i32::try_from(b.int("hard_limit").unwrap_or(0))
@@ -146,7 +148,7 @@ pub async fn stats(
     caller: &Caller,
     kind: Option<&str>,
     requested: Option<&str>,
-) -> Result<Value> {
+) -> Result<views::Stats> {
     if let Some(t) = kind
         && !t.eq_ignore_ascii_case("cluster")
     {
@@ -164,13 +166,15 @@ pub async fn stats(
         (false, _) => Some(caller.project_id.clone()),
     };
     let (clusters, nodes) = cdb::stats(&app.pool, project.as_deref()).await?;
-    Ok(json!({"clusters": clusters, "nodes": nodes}))
+    Ok(views::Stats { clusters, nodes })
 }
 
-pub async fn mservices(app: &App, caller: &Caller) -> Result<Value> {
+pub async fn mservices(app: &App, caller: &Caller) -> Result<views::MServiceList> {
     policy::enforce("magnum-service:get_all", caller, None)?;
     let rows = sdb::list(&app.pool).await?;
     let now = chrono::Utc::now();
     let down = app.config.service.service_down_time_secs;
-    Ok(json!({"mservices": rows.iter().map(|s| views::service(s, now, down)).collect::<Vec<_>>()}))
+    Ok(views::MServiceList {
+        mservices: rows.iter().map(|s| views::service(s, now, down)).collect(),
+    })
 }

@@ -1,6 +1,6 @@
 //! Nodegroup use cases (API ≥ 1.9): list, show, create, patch, delete.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
@@ -61,7 +61,7 @@ pub async fn list(
     params: &ListQuery,
     role: Option<&str>,
     base: &str,
-) -> Result<Value> {
+) -> Result<views::NodeGroupList> {
     let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
     authorize(caller, "nodegroup:get_all", &c)?;
     let project = ng_project(caller);
@@ -83,19 +83,15 @@ pub async fn list(
         &super::page(params, marker_id),
     )
     .await?;
-    let mut body = Map::new();
-    body.insert(
-        "nodegroups".into(),
-        Value::Array(rows.iter().map(views::nodegroup_short).collect()),
-    );
     let path = format!("clusters/{}/nodegroups", c.uuid);
-    Ok(views::with_next(
-        body,
-        params.next_if_full(rows.len(), || {
-            rows.last()
-                .map(|n| params.next_url(base, &path, &n.uuid.to_string()))
-        }),
-    ))
+    let next = params.next_if_full(rows.len(), || {
+        rows.last()
+            .map(|n| params.next_url(base, &path, &n.uuid.to_string()))
+    });
+    Ok(views::NodeGroupList {
+        nodegroups: rows.iter().map(views::nodegroup_short).collect(),
+        next,
+    })
 }
 
 pub async fn get(
@@ -261,10 +257,7 @@ pub async fn update(
     policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
-    let doc = views::nodegroup_full(&ng, &c.labels.0, "")
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
+    let doc = views::document(&views::nodegroup_full(&ng, &c.labels.0, ""));
     let patched = patch::apply(&doc, &ops, &schemas::NODEGROUP_PATCH)?;
     let after = Body(schemas::NODEGROUP.revalidate(&patched)?);
     let min = after.int("min_node_count").unwrap_or(0);

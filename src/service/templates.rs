@@ -248,7 +248,7 @@ pub async fn list(
     params: &ListQuery,
     detail: bool,
     base: &str,
-) -> Result<Value> {
+) -> Result<views::ClusterTemplateList> {
     policy::enforce(
         if detail {
             "clustertemplate:detail"
@@ -269,21 +269,19 @@ pub async fn list(
         None => None,
     };
     let rows = tdb::list(&app.pool, &vis, &super::page(params, marker_id)).await?;
-    let items: Vec<Value> = rows.iter().map(|t| views::template(t, base)).collect();
-    let mut body = Map::new();
-    body.insert("clustertemplates".into(), Value::Array(items));
     let path = if detail {
         "clustertemplates/detail"
     } else {
         "clustertemplates"
     };
-    Ok(views::with_next(
-        body,
-        params.next_if_full(rows.len(), || {
-            rows.last()
-                .map(|t| params.next_url(base, path, &t.uuid.to_string()))
-        }),
-    ))
+    let next = params.next_if_full(rows.len(), || {
+        rows.last()
+            .map(|t| params.next_url(base, path, &t.uuid.to_string()))
+    });
+    Ok(views::ClusterTemplateList {
+        clustertemplates: rows.iter().map(|t| views::template(t, base)).collect(),
+        next,
+    })
 }
 
 /// Fields whose change is still allowed while clusters use the template.
@@ -306,8 +304,7 @@ pub async fn update(
     let ops = patch::parse(body, &schemas::TEMPLATE_PATCH)?;
     let vis = template_visibility(caller);
     let t = find_template(app, &vis, ident, false).await?;
-    let before_doc = views::template(&t, "");
-    let before_map = before_doc.as_object().cloned().unwrap_or_default();
+    let before_map = views::document(&views::template(&t, ""));
     let patched = patch::apply(&before_map, &ops, &schemas::TEMPLATE_PATCH)?;
     let after = schemas::TEMPLATE.revalidate(&patched)?;
     let before = schemas::TEMPLATE.revalidate(&before_map)?;

@@ -1,10 +1,17 @@
 //! The views of every resource (what the API returns), field for field and in Magnum's order:
 //! full and short forms, links, RFC 3339 timestamps with offset, version-dependent fields.
+//!
+//! Each view is a struct whose field order is the key order of the JSON object; a field is
+//! skipped only where Magnum leaves the key out (`Option<Option<_>>` with `skip_serializing_if`
+//! where the key may be absent but, when present, may be null). The `ToSchema` derives make them
+//! the response schemas of the OpenAPI document.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::db::clusters::ClusterRow;
@@ -16,69 +23,144 @@ use crate::domain::labels::{self, Labels};
 use crate::domain::status::Status;
 use crate::domain::version::Version;
 
-pub fn ts(t: &DateTime<Utc>) -> Value {
-    Value::String(t.to_rfc3339_opts(SecondsFormat::Secs, false))
+/// An RFC 3339 timestamp with an explicit offset, whole seconds (`2016-08-29T06:51:31+00:00`).
+pub fn ts(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, false)
 }
 
-pub fn ts_opt(t: &Option<DateTime<Utc>>) -> Value {
-    t.as_ref().map(ts).unwrap_or(Value::Null)
+pub fn ts_opt(t: &Option<DateTime<Utc>>) -> Option<String> {
+    t.as_ref().map(ts)
+}
+
+/// A link of a resource or document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Link {
+    pub href: String,
+    /// `self`, `bookmark` or `describedby`.
+    pub rel: String,
+    /// The media type, on `describedby` only.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+}
+
+impl Link {
+    pub fn new(href: String, rel: &str) -> Self {
+        Link {
+            href,
+            rel: rel.into(),
+            media_type: None,
+        }
+    }
 }
 
 /// `[{self}, {bookmark}]` for `resource/id` under `base`.
-pub fn links(base: &str, path: &str) -> Value {
-    json!([
-        {"href": format!("{base}/v1/{path}"), "rel": "self"},
-        {"href": format!("{base}/{path}"), "rel": "bookmark"},
-    ])
+pub fn links(base: &str, path: &str) -> Vec<Link> {
+    vec![
+        Link::new(format!("{base}/v1/{path}"), "self"),
+        Link::new(format!("{base}/{path}"), "bookmark"),
+    ]
 }
 
-fn labels_json(l: &Labels) -> Value {
-    Value::Object(
-        l.iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect(),
-    )
+/// A view as the JSON object a JSON-PATCH applies to (its keys in the view's order).
+pub fn document(view: &impl Serialize) -> Map<String, Value> {
+    match serde_json::to_value(view) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
 }
 
-pub fn template(t: &TemplateRow, base: &str) -> Value {
-    json!({
-        "uuid": t.uuid,
-        "name": t.name,
-        "coe": t.coe,
-        "image_id": t.image_id,
-        "flavor_id": t.flavor_id,
-        "master_flavor_id": t.master_flavor_id,
-        "dns_nameserver": t.dns_nameserver,
-        "keypair_id": t.keypair_id,
-        "external_network_id": t.external_network_id,
-        "fixed_network": t.fixed_network,
-        "fixed_subnet": t.fixed_subnet,
-        "network_driver": t.network_driver,
-        "apiserver_port": t.apiserver_port,
-        "docker_volume_size": t.docker_volume_size,
-        "cluster_distro": t.cluster_distro,
-        "links": links(base, &format!("clustertemplates/{}", t.uuid)),
-        "http_proxy": t.http_proxy,
-        "https_proxy": t.https_proxy,
-        "no_proxy": t.no_proxy,
-        "volume_driver": t.volume_driver,
-        "registry_enabled": t.registry_enabled,
-        "labels": labels_json(&t.labels.0),
-        "tls_disabled": t.tls_disabled,
-        "public": t.public,
-        "server_type": t.server_type,
-        "insecure_registry": t.insecure_registry,
-        "docker_storage_driver": t.docker_storage_driver,
-        "master_lb_enabled": t.master_lb_enabled,
-        "floating_ip_enabled": t.floating_ip_enabled,
-        "project_id": t.project_id,
-        "user_id": t.user_id,
-        "hidden": t.hidden,
-        "tags": t.tags,
-        "driver": t.driver,
-        "created_at": ts(&t.created_at),
-        "updated_at": ts_opt(&t.updated_at),
-    })
+/// A cluster template (every form: templates have no short view).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ClusterTemplate {
+    pub uuid: Uuid,
+    pub name: Option<String>,
+    pub coe: Option<String>,
+    pub image_id: Option<String>,
+    pub flavor_id: Option<String>,
+    pub master_flavor_id: Option<String>,
+    pub dns_nameserver: Option<String>,
+    pub keypair_id: Option<String>,
+    pub external_network_id: Option<String>,
+    pub fixed_network: Option<String>,
+    pub fixed_subnet: Option<String>,
+    pub network_driver: Option<String>,
+    pub apiserver_port: Option<i32>,
+    pub docker_volume_size: Option<i32>,
+    pub cluster_distro: Option<String>,
+    pub links: Vec<Link>,
+    pub http_proxy: Option<String>,
+    pub https_proxy: Option<String>,
+    pub no_proxy: Option<String>,
+    pub volume_driver: Option<String>,
+    pub registry_enabled: bool,
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels: Labels,
+    pub tls_disabled: bool,
+    pub public: bool,
+    pub server_type: Option<String>,
+    pub insecure_registry: Option<String>,
+    pub docker_storage_driver: Option<String>,
+    pub master_lb_enabled: bool,
+    pub floating_ip_enabled: bool,
+    pub project_id: String,
+    pub user_id: String,
+    pub hidden: bool,
+    pub tags: Option<String>,
+    pub driver: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: Option<String>,
+}
+
+pub fn template(t: &TemplateRow, base: &str) -> ClusterTemplate {
+    ClusterTemplate {
+        uuid: t.uuid,
+        name: t.name.clone(),
+        coe: t.coe.clone(),
+        image_id: t.image_id.clone(),
+        flavor_id: t.flavor_id.clone(),
+        master_flavor_id: t.master_flavor_id.clone(),
+        dns_nameserver: t.dns_nameserver.clone(),
+        keypair_id: t.keypair_id.clone(),
+        external_network_id: t.external_network_id.clone(),
+        fixed_network: t.fixed_network.clone(),
+        fixed_subnet: t.fixed_subnet.clone(),
+        network_driver: t.network_driver.clone(),
+        apiserver_port: t.apiserver_port,
+        docker_volume_size: t.docker_volume_size,
+        cluster_distro: t.cluster_distro.clone(),
+        links: links(base, &format!("clustertemplates/{}", t.uuid)),
+        http_proxy: t.http_proxy.clone(),
+        https_proxy: t.https_proxy.clone(),
+        no_proxy: t.no_proxy.clone(),
+        volume_driver: t.volume_driver.clone(),
+        registry_enabled: t.registry_enabled,
+        labels: t.labels.0.clone(),
+        tls_disabled: t.tls_disabled,
+        public: t.public,
+        server_type: t.server_type.clone(),
+        insecure_registry: t.insecure_registry.clone(),
+        docker_storage_driver: t.docker_storage_driver.clone(),
+        master_lb_enabled: t.master_lb_enabled,
+        floating_ip_enabled: t.floating_ip_enabled,
+        project_id: t.project_id.clone(),
+        user_id: t.user_id.clone(),
+        hidden: t.hidden,
+        tags: t.tags.clone(),
+        driver: t.driver.clone(),
+        created_at: ts(&t.created_at),
+        updated_at: ts_opt(&t.updated_at),
+    }
+}
+
+/// `GET /v1/clustertemplates` and `/detail`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ClusterTemplateList {
+    pub clustertemplates: Vec<ClusterTemplate>,
+    /// The next page, when this one is full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// Aggregates of a cluster's nodegroups.
@@ -88,6 +170,7 @@ pub struct NgSummary {
     pub master_count: i64,
     pub node_addresses: Vec<String>,
     pub master_addresses: Vec<String>,
+    /// Failed nodegroup name → its status reason, in nodegroup order.
     pub faults: Map<String, Value>,
 }
 
@@ -128,85 +211,219 @@ pub fn by_cluster(ngs: Vec<NodegroupRow>) -> HashMap<Uuid, Vec<NodegroupRow>> {
     map
 }
 
-fn put_stack_id(m: &mut Map<String, Value>, c: &ClusterRow, mv: Version) {
-    let key = if mv.at_least(13) {
-        "cluster_id"
+/// The Heat-era `stack_id` (below 1.13) or its 1.13 name `cluster_id`, at the same position: the
+/// other key is absent. The value is the Cluster API cluster's name.
+fn stack_keys(c: &ClusterRow, mv: Version) -> (Option<Option<String>>, Option<Option<String>>) {
+    if mv.at_least(13) {
+        (None, Some(c.stack_id.clone()))
     } else {
-        "stack_id"
-    };
-    m.insert(key.into(), json!(c.stack_id));
-}
-
-/// The fields the short and the full cluster views share, in Magnum's order.
-fn cluster_common(c: &ClusterRow, s: &NgSummary, base: &str, mv: Version) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("uuid".into(), json!(c.uuid));
-    m.insert("name".into(), json!(c.name));
-    m.insert("cluster_template_id".into(), json!(c.cluster_template_id));
-    m.insert("keypair".into(), json!(c.keypair));
-    m.insert("node_count".into(), json!(s.node_count));
-    m.insert("master_count".into(), json!(s.master_count));
-    m.insert("docker_volume_size".into(), json!(c.docker_volume_size));
-    m.insert("labels".into(), labels_json(&c.labels.0));
-    m.insert("master_flavor_id".into(), json!(c.master_flavor_id));
-    m.insert("flavor_id".into(), json!(c.flavor_id));
-    m.insert("create_timeout".into(), json!(c.create_timeout));
-    m.insert("links".into(), links(base, &format!("clusters/{}", c.uuid)));
-    put_stack_id(&mut m, c, mv);
-    m.insert("status".into(), json!(c.status));
-    m
+        (Some(c.stack_id.clone()), None)
+    }
 }
 
 /// The short form used by `GET /v1/clusters`.
-pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Version) -> Value {
-    let mut m = cluster_common(c, s, base, mv);
-    m.insert("health_status".into(), json!(c.health_status));
-    m.insert("merge_labels".into(), json!(false));
-    Value::Object(m)
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ClusterSummary {
+    pub uuid: Uuid,
+    pub name: Option<String>,
+    pub cluster_template_id: Uuid,
+    pub keypair: Option<String>,
+    pub node_count: i64,
+    pub master_count: i64,
+    pub docker_volume_size: Option<i32>,
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels: Labels,
+    pub master_flavor_id: Option<String>,
+    pub flavor_id: Option<String>,
+    pub create_timeout: Option<i32>,
+    pub links: Vec<Link>,
+    /// Below 1.13 only (then `cluster_id` is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub stack_id: Option<Option<String>>,
+    /// From 1.13 only (then `stack_id` is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub cluster_id: Option<Option<String>>,
+    pub status: String,
+    pub health_status: Option<String>,
+    /// Always false in views (a create-time flag).
+    pub merge_labels: bool,
+}
+
+pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Version) -> ClusterSummary {
+    let (stack_id, cluster_id) = stack_keys(c, mv);
+    ClusterSummary {
+        uuid: c.uuid,
+        name: c.name.clone(),
+        cluster_template_id: c.cluster_template_id,
+        keypair: c.keypair.clone(),
+        node_count: s.node_count,
+        master_count: s.master_count,
+        docker_volume_size: c.docker_volume_size,
+        labels: c.labels.0.clone(),
+        master_flavor_id: c.master_flavor_id.clone(),
+        flavor_id: c.flavor_id.clone(),
+        create_timeout: c.create_timeout,
+        links: links(base, &format!("clusters/{}", c.uuid)),
+        stack_id,
+        cluster_id,
+        status: c.status.clone(),
+        health_status: c.health_status.clone(),
+        merge_labels: false,
+    }
 }
 
 /// The full form (`GET /v1/clusters/{id}`, `/detail`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Cluster {
+    pub uuid: Uuid,
+    pub name: Option<String>,
+    pub cluster_template_id: Uuid,
+    pub keypair: Option<String>,
+    pub node_count: i64,
+    pub master_count: i64,
+    pub docker_volume_size: Option<i32>,
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels: Labels,
+    pub master_flavor_id: Option<String>,
+    pub flavor_id: Option<String>,
+    pub create_timeout: Option<i32>,
+    pub links: Vec<Link>,
+    /// Below 1.13 only (then `cluster_id` is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub stack_id: Option<Option<String>>,
+    /// From 1.13 only (then `stack_id` is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub cluster_id: Option<Option<String>>,
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub health_status: Option<String>,
+    /// What the health monitor found (`api`, `<node>.Ready`, `credential`), as strings.
+    #[schema(value_type = HashMap<String, String>)]
+    pub health_status_reason: Value,
+    pub discovery_url: Option<String>,
+    pub api_address: Option<String>,
+    pub coe_version: Option<String>,
+    pub container_version: Option<String>,
+    pub project_id: String,
+    pub user_id: String,
+    pub node_addresses: Vec<String>,
+    pub master_addresses: Vec<String>,
+    /// Failed nodegroup → its reason; only on clusters in a `*_FAILED` status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<HashMap<String, Option<String>>>)]
+    pub faults: Option<Map<String, Value>>,
+    pub fixed_network: Option<String>,
+    pub fixed_subnet: Option<String>,
+    pub floating_ip_enabled: Option<bool>,
+    /// Always false in views (a create-time flag).
+    pub merge_labels: bool,
+    /// Labels whose value differs from the template's.
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels_overridden: Labels,
+    /// Labels the template does not have.
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels_added: Labels,
+    /// Template labels the cluster does not have.
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels_skipped: Labels,
+    pub master_lb_enabled: Option<bool>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: Option<String>,
+}
+
 pub fn cluster_full(
     c: &ClusterRow,
     s: &NgSummary,
     parent: &Labels,
     base: &str,
     mv: Version,
-) -> Value {
-    let mut m = cluster_common(c, s, base, mv);
-    m.insert("status_reason".into(), json!(c.status_reason));
-    m.insert("health_status".into(), json!(c.health_status));
-    m.insert(
-        "health_status_reason".into(),
-        c.health_status_reason.0.clone(),
-    );
-    m.insert("discovery_url".into(), json!(c.discovery_url));
-    m.insert("api_address".into(), json!(c.api_address));
-    m.insert("coe_version".into(), json!(c.coe_version));
-    m.insert("container_version".into(), json!(c.container_version));
-    m.insert("project_id".into(), json!(c.project_id));
-    m.insert("user_id".into(), json!(c.user_id));
-    m.insert("node_addresses".into(), json!(s.node_addresses));
-    m.insert("master_addresses".into(), json!(s.master_addresses));
+) -> Cluster {
+    let (stack_id, cluster_id) = stack_keys(c, mv);
     let failed = c.status.parse::<Status>().is_ok_and(Status::is_failed);
-    if failed {
-        m.insert("faults".into(), Value::Object(s.faults.clone()));
-    }
-    m.insert("fixed_network".into(), json!(c.fixed_network));
-    m.insert("fixed_subnet".into(), json!(c.fixed_subnet));
-    m.insert("floating_ip_enabled".into(), json!(c.floating_ip_enabled));
-    m.insert("merge_labels".into(), json!(false));
     let d = labels::diff(parent, &c.labels.0);
-    m.insert("labels_overridden".into(), labels_json(&d.overridden));
-    m.insert("labels_added".into(), labels_json(&d.added));
-    m.insert("labels_skipped".into(), labels_json(&d.skipped));
-    m.insert("master_lb_enabled".into(), json!(c.master_lb_enabled));
-    m.insert("created_at".into(), ts(&c.created_at));
-    m.insert("updated_at".into(), ts_opt(&c.updated_at));
-    Value::Object(m)
+    Cluster {
+        uuid: c.uuid,
+        name: c.name.clone(),
+        cluster_template_id: c.cluster_template_id,
+        keypair: c.keypair.clone(),
+        node_count: s.node_count,
+        master_count: s.master_count,
+        docker_volume_size: c.docker_volume_size,
+        labels: c.labels.0.clone(),
+        master_flavor_id: c.master_flavor_id.clone(),
+        flavor_id: c.flavor_id.clone(),
+        create_timeout: c.create_timeout,
+        links: links(base, &format!("clusters/{}", c.uuid)),
+        stack_id,
+        cluster_id,
+        status: c.status.clone(),
+        status_reason: c.status_reason.clone(),
+        health_status: c.health_status.clone(),
+        health_status_reason: c.health_status_reason.0.clone(),
+        discovery_url: c.discovery_url.clone(),
+        api_address: c.api_address.clone(),
+        coe_version: c.coe_version.clone(),
+        container_version: c.container_version.clone(),
+        project_id: c.project_id.clone(),
+        user_id: c.user_id.clone(),
+        node_addresses: s.node_addresses.clone(),
+        master_addresses: s.master_addresses.clone(),
+        faults: failed.then(|| s.faults.clone()),
+        fixed_network: c.fixed_network.clone(),
+        fixed_subnet: c.fixed_subnet.clone(),
+        floating_ip_enabled: c.floating_ip_enabled,
+        merge_labels: false,
+        labels_overridden: d.overridden,
+        labels_added: d.added,
+        labels_skipped: d.skipped,
+        master_lb_enabled: c.master_lb_enabled,
+        created_at: ts(&c.created_at),
+        updated_at: ts_opt(&c.updated_at),
+    }
 }
 
-fn ng_links(base: &str, ng: &NodegroupRow) -> Value {
+/// One cluster of a list: the short form (`/v1/clusters`) or the full one (`/detail`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum ClusterEntry {
+    Summary(ClusterSummary),
+    Detail(Box<Cluster>),
+}
+
+/// `GET /v1/clusters` and `/detail`: summaries or full clusters.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterList {
+    pub clusters: Vec<ClusterEntry>,
+    /// The next page, when this one is full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// The schema of `GET /v1/clusters`' [`ClusterList`].
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "a schema only: the list is a ClusterList")]
+pub struct ClusterSummaryList {
+    clusters: Vec<ClusterSummary>,
+    /// The next page, when this one is full.
+    next: Option<String>,
+}
+
+/// The schema of `GET /v1/clusters/detail`'s [`ClusterList`].
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "a schema only: the list is a ClusterList")]
+pub struct ClusterDetailList {
+    clusters: Vec<Cluster>,
+    /// The next page, when this one is full.
+    next: Option<String>,
+}
+
+fn ng_links(base: &str, ng: &NodegroupRow) -> Vec<Link> {
     links(
         base,
         &format!("clusters/{}/nodegroups/{}", ng.cluster_id, ng.uuid),
@@ -214,110 +431,284 @@ fn ng_links(base: &str, ng: &NodegroupRow) -> Value {
 }
 
 /// Nodegroup list item.
-pub fn nodegroup_short(ng: &NodegroupRow) -> Value {
-    json!({
-        "uuid": ng.uuid,
-        "name": ng.name,
-        "flavor_id": ng.flavor_id,
-        "image_id": ng.image_id,
-        "node_count": ng.node_count,
-        "role": ng.role,
-        "min_node_count": ng.min_node_count,
-        "max_node_count": ng.max_node_count,
-        "is_default": ng.is_default,
-        "stack_id": ng.stack_id,
-        "status": ng.status,
-        "merge_labels": false,
-    })
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct NodeGroupSummary {
+    pub uuid: Uuid,
+    pub name: String,
+    pub flavor_id: Option<String>,
+    pub image_id: Option<String>,
+    pub node_count: i32,
+    pub role: String,
+    pub min_node_count: i32,
+    pub max_node_count: Option<i32>,
+    pub is_default: bool,
+    pub stack_id: Option<String>,
+    pub status: Option<String>,
+    /// Always false in views (a create-time flag).
+    pub merge_labels: bool,
+}
+
+pub fn nodegroup_short(ng: &NodegroupRow) -> NodeGroupSummary {
+    NodeGroupSummary {
+        uuid: ng.uuid,
+        name: ng.name.clone(),
+        flavor_id: ng.flavor_id.clone(),
+        image_id: ng.image_id.clone(),
+        node_count: ng.node_count,
+        role: ng.role.clone(),
+        min_node_count: ng.min_node_count,
+        max_node_count: ng.max_node_count,
+        is_default: ng.is_default,
+        stack_id: ng.stack_id.clone(),
+        status: ng.status.clone(),
+        merge_labels: false,
+    }
+}
+
+/// `GET /v1/clusters/{ident}/nodegroups`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct NodeGroupList {
+    pub nodegroups: Vec<NodeGroupSummary>,
+    /// The next page, when this one is full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A Kubernetes taint of a nodegroup's nodes.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
 }
 
 /// Nodegroup GET/POST/PATCH body; label diffs against the cluster's labels.
-pub fn nodegroup_full(ng: &NodegroupRow, cluster_labels: &Labels, base: &str) -> Value {
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct NodeGroup {
+    pub id: i64,
+    pub uuid: Uuid,
+    pub name: String,
+    pub cluster_id: Uuid,
+    pub project_id: String,
+    pub docker_volume_size: Option<i32>,
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels: Labels,
+    /// Labels whose value differs from the cluster's.
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels_overridden: Labels,
+    /// Labels the cluster does not have.
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels_added: Labels,
+    /// Cluster labels the nodegroup does not have.
+    #[schema(value_type = HashMap<String, String>)]
+    pub labels_skipped: Labels,
+    pub links: Vec<Link>,
+    pub flavor_id: Option<String>,
+    pub image_id: Option<String>,
+    pub node_addresses: Vec<String>,
+    pub node_count: i32,
+    pub role: String,
+    pub min_node_count: i32,
+    pub max_node_count: Option<i32>,
+    pub is_default: bool,
+    pub stack_id: Option<String>,
+    pub status: Option<String>,
+    pub status_reason: Option<String>,
+    pub version: Option<String>,
+    /// Kubernetes labels of the nodes.
+    #[schema(value_type = Option<HashMap<String, String>>)]
+    pub node_labels: Option<Value>,
+    #[schema(value_type = Option<Vec<Taint>>)]
+    pub node_taints: Option<Value>,
+    /// Always false in views (a create-time flag).
+    pub merge_labels: bool,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: Option<String>,
+}
+
+pub fn nodegroup_full(ng: &NodegroupRow, cluster_labels: &Labels, base: &str) -> NodeGroup {
     let d = labels::diff(cluster_labels, &ng.labels.0);
-    json!({
-        "id": ng.id,
-        "uuid": ng.uuid,
-        "name": ng.name,
-        "cluster_id": ng.cluster_id,
-        "project_id": ng.project_id,
-        "docker_volume_size": ng.docker_volume_size,
-        "labels": labels_json(&ng.labels.0),
-        "labels_overridden": labels_json(&d.overridden),
-        "labels_added": labels_json(&d.added),
-        "labels_skipped": labels_json(&d.skipped),
-        "links": ng_links(base, ng),
-        "flavor_id": ng.flavor_id,
-        "image_id": ng.image_id,
-        "node_addresses": ng.node_addresses.0,
-        "node_count": ng.node_count,
-        "role": ng.role,
-        "min_node_count": ng.min_node_count,
-        "max_node_count": ng.max_node_count,
-        "is_default": ng.is_default,
-        "stack_id": ng.stack_id,
-        "status": ng.status,
-        "status_reason": ng.status_reason,
-        "version": ng.version,
-        "node_labels": ng.node_labels.as_ref().map(|j| j.0.clone()),
-        "node_taints": ng.node_taints.as_ref().map(|j| j.0.clone()),
-        "merge_labels": false,
-        "created_at": ts(&ng.created_at),
-        "updated_at": ts_opt(&ng.updated_at),
-    })
+    NodeGroup {
+        id: ng.id,
+        uuid: ng.uuid,
+        name: ng.name.clone(),
+        cluster_id: ng.cluster_id,
+        project_id: ng.project_id.clone(),
+        docker_volume_size: ng.docker_volume_size,
+        labels: ng.labels.0.clone(),
+        labels_overridden: d.overridden,
+        labels_added: d.added,
+        labels_skipped: d.skipped,
+        links: ng_links(base, ng),
+        flavor_id: ng.flavor_id.clone(),
+        image_id: ng.image_id.clone(),
+        node_addresses: ng.node_addresses.0.clone(),
+        node_count: ng.node_count,
+        role: ng.role.clone(),
+        min_node_count: ng.min_node_count,
+        max_node_count: ng.max_node_count,
+        is_default: ng.is_default,
+        stack_id: ng.stack_id.clone(),
+        status: ng.status.clone(),
+        status_reason: ng.status_reason.clone(),
+        version: ng.version.clone(),
+        node_labels: ng.node_labels.as_ref().map(|j| j.0.clone()),
+        node_taints: ng.node_taints.as_ref().map(|j| j.0.clone()),
+        merge_labels: false,
+        created_at: ts(&ng.created_at),
+        updated_at: ts_opt(&ng.updated_at),
+    }
 }
 
-pub fn quota(q: &QuotaRow) -> Value {
-    json!({
-        "id": q.id,
-        "hard_limit": q.hard_limit,
-        "project_id": q.project_id,
-        "resource": q.resource,
-        "created_at": ts(&q.created_at),
-        "updated_at": ts_opt(&q.updated_at),
-    })
+/// A project's limit of one resource. A project without a stored quota is shown with the
+/// configured default and without `id`, `created_at` and `updated_at`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Quota {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub hard_limit: i64,
+    pub project_id: String,
+    /// `Cluster`.
+    pub resource: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub created_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub updated_at: Option<Option<String>>,
 }
 
-pub fn service(s: &ServiceRow, now: DateTime<Utc>, down_after_secs: i64) -> Value {
+pub fn quota(q: &QuotaRow) -> Quota {
+    Quota {
+        id: Some(q.id),
+        hard_limit: i64::from(q.hard_limit),
+        project_id: q.project_id.clone(),
+        resource: q.resource.clone(),
+        created_at: Some(ts(&q.created_at)),
+        updated_at: Some(ts_opt(&q.updated_at)),
+    }
+}
+
+/// Magnum's synthesized `Quota(project_id=…, hard_limit=…)` of a project without one: `resource`
+/// is the type's default, whatever the URL named.
+pub fn default_quota(project_id: &str, hard_limit: i64) -> Quota {
+    Quota {
+        id: None,
+        hard_limit,
+        project_id: project_id.into(),
+        resource: "Cluster".into(),
+        created_at: None,
+        updated_at: None,
+    }
+}
+
+/// `GET /v1/quotas`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct QuotaList {
+    pub quotas: Vec<Quota>,
+    /// The next page, when this one is full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A replica of this service.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MService {
+    pub host: String,
+    pub binary: String,
+    /// `up` or `down`.
+    pub state: String,
+    pub id: i64,
+    pub report_count: i32,
+    pub disabled: bool,
+    pub disabled_reason: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: Option<String>,
+}
+
+pub fn service(s: &ServiceRow, now: DateTime<Utc>, down_after_secs: i64) -> MService {
     let last = s.last_seen_up.or(s.updated_at).unwrap_or(s.created_at);
     let up = !s.forced_down && (now - last).num_seconds() <= down_after_secs;
-    json!({
-        "host": s.host,
-        "binary": s.binary,
-        "state": if up { "up" } else { "down" },
-        "id": s.id,
-        "report_count": s.report_count,
-        "disabled": s.disabled,
-        "disabled_reason": s.disabled_reason,
-        "created_at": ts(&s.created_at),
-        "updated_at": ts_opt(&s.updated_at),
-    })
+    MService {
+        host: s.host.clone(),
+        binary: s.binary.clone(),
+        state: if up { "up" } else { "down" }.into(),
+        id: s.id,
+        report_count: s.report_count,
+        disabled: s.disabled,
+        disabled_reason: s.disabled_reason.clone(),
+        created_at: ts(&s.created_at),
+        updated_at: ts_opt(&s.updated_at),
+    }
 }
 
-/// Appends the `next` link of a full page.
-pub fn with_next(mut body: Map<String, Value>, next: Option<String>) -> Value {
-    if let Some(url) = next {
-        body.insert("next".into(), Value::String(url));
-    }
-    Value::Object(body)
+/// `GET /v1/mservices`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MServiceList {
+    pub mservices: Vec<MService>,
+}
+
+/// `GET /v1/stats`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Stats {
+    pub clusters: i64,
+    pub nodes: i64,
+}
+
+/// A cluster's CA certificate (`GET /v1/certificates/{cluster}`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Certificate {
+    pub cluster_uuid: Uuid,
+    /// PEM.
+    pub pem: String,
+    pub links: Vec<Link>,
+}
+
+/// A signed client certificate (`POST /v1/certificates`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SignedCertificate {
+    pub cluster_uuid: Uuid,
+    /// The request's CSR (PEM).
+    pub csr: String,
+    /// The certificate (PEM).
+    pub pem: String,
+    pub links: Vec<Link>,
+    /// As sent, when sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_cert_type: Option<String>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use serde_json::json;
 
     #[test]
     fn timestamps_carry_an_explicit_offset() {
         let t = Utc.with_ymd_and_hms(2016, 8, 29, 6, 51, 31).unwrap();
-        assert_eq!(ts(&t), json!("2016-08-29T06:51:31+00:00"));
+        assert_eq!(ts(&t), "2016-08-29T06:51:31+00:00");
     }
 
     #[test]
     fn links_are_self_and_bookmark() {
         assert_eq!(
-            links("http://h:9511", "clusters/x"),
+            serde_json::to_value(links("http://h:9511", "clusters/x")).unwrap(),
             json!([{"href": "http://h:9511/v1/clusters/x", "rel": "self"},
                    {"href": "http://h:9511/clusters/x", "rel": "bookmark"}])
+        );
+    }
+
+    #[test]
+    fn the_default_quota_has_no_id_and_no_timestamps() {
+        assert_eq!(
+            serde_json::to_value(default_quota("p", 20)).unwrap(),
+            json!({"hard_limit": 20, "project_id": "p", "resource": "Cluster"})
         );
     }
 }
