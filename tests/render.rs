@@ -1114,3 +1114,93 @@ fn the_ccm_and_csi_name_their_resources_after_the_capi_cluster_name() {
     let csi: Value = yaml_serde::from_str(&values("cinder-csi")).unwrap();
     assert_eq!(csi["clusterID"], capi.as_str());
 }
+
+#[test]
+fn every_optional_addon_on() {
+    let (t, c) = with_labels(json!({
+        "monitoring_enabled": "true",
+        "ingress_controller": "nginx",
+        "manila_csi_enabled": "true",
+        "manila_csi_share_network_id": "0f5b7c9e-3a1d-4e2f-8b6c-9d0e1f2a3b4c",
+        "gpu_operator_enabled": "true",
+        "metrics_server_enabled": "false",
+    }));
+    let r = rows(t, c, None);
+    let objects = renderer()
+        .render(&build_for_create(&r, credentials()))
+        .unwrap();
+    assert_valid(&objects);
+    let config = CapiConfig::default();
+    for (key, chart, version) in [
+        (
+            "monitoring",
+            "kube-prometheus-stack",
+            &config.monitoring_chart_version,
+        ),
+        (
+            "ingress-nginx",
+            "ingress-nginx",
+            &config.ingress_nginx_chart_version,
+        ),
+        (
+            "csi-manila",
+            "openstack-manila-csi",
+            &config.manila_csi_chart_version,
+        ),
+        ("csi-nfs", "csi-driver-nfs", &config.nfs_csi_chart_version),
+        (
+            "gpu-operator",
+            "gpu-operator",
+            &config.gpu_operator_chart_version,
+        ),
+    ] {
+        let hcp = addon(&objects, key).unwrap_or_else(|| panic!("{key}"));
+        assert_eq!(hcp["spec"]["chartName"], chart);
+        assert_eq!(hcp["spec"]["version"], version.as_str());
+    }
+    assert!(addon(&objects, "metrics-server").is_none());
+    // Manila's credentials and StorageClass travel with the cloud-config resource Secret.
+    let rs = find(&objects, "Secret")
+        .into_iter()
+        .find(|s| s["type"] == "addons.cluster.x-k8s.io/resource-set")
+        .unwrap();
+    let manila = decode(&rs["data"]["csi-manila.yaml"]);
+    let docs: Vec<Value> = yaml_serde::Deserializer::from_str(&manila)
+        .map(|d| {
+            use serde::Deserialize as _;
+            Value::deserialize(d).unwrap()
+        })
+        .collect();
+    assert_eq!(docs[0]["metadata"]["name"], "csi-manila-secrets");
+    assert_eq!(
+        docs[0]["stringData"]["os-applicationCredentialSecret"],
+        "s3cr3t-app-cred"
+    );
+    assert_eq!(docs[1]["kind"], "StorageClass");
+    assert_eq!(
+        docs[1]["parameters"]["shareNetworkID"],
+        "0f5b7c9e-3a1d-4e2f-8b6c-9d0e1f2a3b4c"
+    );
+    // Credentials never appear in a HelmChartProxy.
+    for hcp in find(&objects, "HelmChartProxy") {
+        assert!(!hcp.to_string().contains("s3cr3t"), "{hcp}");
+    }
+    let without_secrets: Vec<&Value> = objects.iter().filter(|o| o["kind"] != "Secret").collect();
+    insta::assert_json_snapshot!("every_addon", without_secrets);
+}
+
+#[test]
+fn ingress_needs_the_delete_cleanup_and_is_nginx_only() {
+    let (t, c) = with_labels(json!({"ingress_controller": "nginx"}));
+    let config = CapiConfig {
+        delete_cleanup: false,
+        ..CapiConfig::default()
+    };
+    let err = build_values(&rows(t, c, None), &config).unwrap_err();
+    assert!(err.to_string().contains("delete_cleanup"), "{err}");
+    for bad in ["traefik", "octavia"] {
+        let (t, c) = with_labels(json!({"ingress_controller": bad}));
+        let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("ingress_controller"), "{err}");
+    }
+}
