@@ -870,6 +870,55 @@ fn a_template_override_replaces_the_builtin() {
 }
 
 #[test]
+fn operator_addon_templates_render_for_every_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let addons = dir.path().join("addons.d");
+    std::fs::create_dir(&addons).unwrap();
+    std::fs::write(
+        addons.join("cert-manager.yaml.hbs"),
+        r#"apiVersion: addons.cluster.x-k8s.io/v1alpha1
+kind: HelmChartProxy
+metadata:
+  name: {{clusterName}}-cert-manager
+  namespace: {{json namespace}}
+  labels: {{json commonLabels}}
+spec:
+  clusterSelector:
+    matchLabels: {{json addons.clusterSelector}}
+  repoURL: https://charts.jetstack.io
+  chartName: cert-manager
+  version: v1.18.2
+  namespace: cert-manager
+  valuesTemplate: |
+    crds:
+      enabled: true
+"#,
+    )
+    .unwrap();
+    std::fs::write(addons.join("notes.txt"), "not a template").unwrap();
+    let r = Renderer::new(Some(dir.path())).unwrap();
+    let v = build_values(
+        &rows(template_body(), cluster_body(), None),
+        &CapiConfig::default(),
+    )
+    .unwrap();
+    let objects = r.render(&v).unwrap();
+    assert_valid(&objects);
+    let hcp = addon(&objects, "cert-manager").expect("the operator's add-on");
+    assert_eq!(
+        hcp["metadata"]["labels"]["magnum.openstack.org/cluster-uuid"],
+        CLUSTER_UUID
+    );
+    // The built-in add-ons are still there.
+    assert!(addon(&objects, "metrics-server").is_some());
+    // Strict mode applies to them too.
+    std::fs::write(addons.join("bad.yaml.hbs"), "kind: {{json nope}}\n").unwrap();
+    let r = Renderer::new(Some(dir.path())).unwrap();
+    let err = r.render(&v).unwrap_err().to_string();
+    assert!(err.contains("addons.d/bad.yaml.hbs"), "{err}");
+}
+
+#[test]
 fn strict_mode_reports_a_missing_value() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
