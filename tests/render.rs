@@ -841,6 +841,16 @@ fn names_are_dns_labels_of_at_most_63_characters() {
     assert_valid(&objects);
 }
 
+/// A renderer with the templates of `dir`, and the default cluster's values.
+fn renderer_and_values(dir: &std::path::Path) -> (Renderer, Values) {
+    let v = build_values(
+        &rows(template_body(), cluster_body(), None),
+        &CapiConfig::default(),
+    )
+    .unwrap();
+    (Renderer::new(Some(dir)).unwrap(), v)
+}
+
 #[test]
 fn a_template_override_replaces_the_builtin() {
     let dir = tempfile::tempdir().unwrap();
@@ -850,12 +860,7 @@ fn a_template_override_replaces_the_builtin() {
     )
     .unwrap();
     std::fs::write(dir.path().join("README.md"), "not a template").unwrap();
-    let r = Renderer::new(Some(dir.path())).unwrap();
-    let v = build_values(
-        &rows(template_body(), cluster_body(), None),
-        &CapiConfig::default(),
-    )
-    .unwrap();
+    let (r, v) = renderer_and_values(dir.path());
     let objects = r.render(&v).unwrap();
     assert_eq!(
         one(&objects, "Namespace")["metadata"]["labels"],
@@ -896,12 +901,7 @@ spec:
     )
     .unwrap();
     std::fs::write(addons.join("notes.txt"), "not a template").unwrap();
-    let r = Renderer::new(Some(dir.path())).unwrap();
-    let v = build_values(
-        &rows(template_body(), cluster_body(), None),
-        &CapiConfig::default(),
-    )
-    .unwrap();
+    let (r, v) = renderer_and_values(dir.path());
     let objects = r.render(&v).unwrap();
     assert_valid(&objects);
     let hcp = addon(&objects, "cert-manager").expect("the operator's add-on");
