@@ -254,6 +254,25 @@ pub struct CapiConfig {
     pub metrics_server_chart_repo: String,
     /// `metrics-server` chart version.
     pub metrics_server_chart_version: String,
+    /// Helm repository of `kube-prometheus-stack` (add-on `monitoring_enabled`).
+    pub monitoring_chart_repo: String,
+    /// `kube-prometheus-stack` chart version.
+    pub monitoring_chart_version: String,
+    /// Helm repository of `ingress-nginx` (add-on `ingress_controller=nginx`).
+    pub ingress_nginx_chart_repo: String,
+    /// `ingress-nginx` chart version.
+    pub ingress_nginx_chart_version: String,
+    /// `openstack-manila-csi` chart version (repository `openstack_chart_repo`; add-on
+    /// `manila_csi_enabled`).
+    pub manila_csi_chart_version: String,
+    /// Helm repository of `csi-driver-nfs`, Manila CSI's NFS node plugin.
+    pub nfs_csi_chart_repo: String,
+    /// `csi-driver-nfs` chart version.
+    pub nfs_csi_chart_version: String,
+    /// Helm repository of the NVIDIA `gpu-operator` (add-on `gpu_operator_enabled`).
+    pub gpu_operator_chart_repo: String,
+    /// `gpu-operator` chart version.
+    pub gpu_operator_chart_version: String,
     /// Image of the cluster autoscaler (run on the management cluster for clusters with an
     /// autoscaled nodegroup), without tag.
     pub autoscaler_image: String,
@@ -306,6 +325,17 @@ impl Default for CapiConfig {
             cinder_csi_chart_version: "2.33.1".into(),
             metrics_server_chart_repo: "https://kubernetes-sigs.github.io/metrics-server/".into(),
             metrics_server_chart_version: "3.13.0".into(),
+            monitoring_chart_repo: "https://prometheus-community.github.io/helm-charts".into(),
+            monitoring_chart_version: "77.0.0".into(),
+            ingress_nginx_chart_repo: "https://kubernetes.github.io/ingress-nginx".into(),
+            ingress_nginx_chart_version: "4.13.0".into(),
+            manila_csi_chart_version: "2.33.1".into(),
+            nfs_csi_chart_repo:
+                "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts"
+                    .into(),
+            nfs_csi_chart_version: "v4.11.0".into(),
+            gpu_operator_chart_repo: "https://helm.ngc.nvidia.com/nvidia".into(),
+            gpu_operator_chart_version: "v25.3.4".into(),
             autoscaler_image: "registry.k8s.io/autoscaling/cluster-autoscaler".into(),
             autoscaler_image_tag: None,
             client_cert_validity_days: 365,

@@ -74,8 +74,8 @@ async fn schemathesis_finds_no_contract_violation() {
         .output()
         .await
         .expect("running schemathesis");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     std::fs::write(&log, &text).expect("console log");
     server.abort();
 

@@ -1071,6 +1071,16 @@ fn names_are_dns_labels_of_at_most_63_characters() {
     assert_valid(&objects);
 }
 
+/// A renderer with the templates of `dir`, and the default cluster's values.
+fn renderer_and_values(dir: &std::path::Path) -> (Renderer, Values) {
+    let v = build_values(
+        &rows(template_body(), cluster_body(), None),
+        &CapiConfig::default(),
+    )
+    .unwrap();
+    (Renderer::new(Some(dir)).unwrap(), v)
+}
+
 #[test]
 fn a_template_override_replaces_the_builtin() {
     let dir = tempfile::tempdir().unwrap();
@@ -1080,12 +1090,7 @@ fn a_template_override_replaces_the_builtin() {
     )
     .unwrap();
     std::fs::write(dir.path().join("README.md"), "not a template").unwrap();
-    let r = Renderer::new(Some(dir.path())).unwrap();
-    let v = build_values(
-        &rows(template_body(), cluster_body(), None),
-        &CapiConfig::default(),
-    )
-    .unwrap();
+    let (r, v) = renderer_and_values(dir.path());
     let objects = r.render(&v).unwrap();
     assert_eq!(
         one(&objects, "Namespace")["metadata"]["labels"],
@@ -1097,6 +1102,50 @@ fn a_template_override_replaces_the_builtin() {
     std::fs::write(dir.path().join("namespaces.yaml.hbs"), "x").unwrap();
     let err = Renderer::new(Some(dir.path())).unwrap_err().to_string();
     assert!(err.contains("namespaces.yaml.hbs"), "{err}");
+}
+
+#[test]
+fn operator_addon_templates_render_for_every_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let addons = dir.path().join("addons.d");
+    std::fs::create_dir(&addons).unwrap();
+    std::fs::write(
+        addons.join("cert-manager.yaml.hbs"),
+        r#"apiVersion: addons.cluster.x-k8s.io/v1alpha1
+kind: HelmChartProxy
+metadata:
+  name: {{clusterName}}-cert-manager
+  namespace: {{json namespace}}
+  labels: {{json commonLabels}}
+spec:
+  clusterSelector:
+    matchLabels: {{json addons.clusterSelector}}
+  repoURL: https://charts.jetstack.io
+  chartName: cert-manager
+  version: v1.18.2
+  namespace: cert-manager
+  valuesTemplate: |
+    crds:
+      enabled: true
+"#,
+    )
+    .unwrap();
+    std::fs::write(addons.join("notes.txt"), "not a template").unwrap();
+    let (r, v) = renderer_and_values(dir.path());
+    let objects = r.render(&v).unwrap();
+    assert_valid(&objects);
+    let hcp = addon(&objects, "cert-manager").expect("the operator's add-on");
+    assert_eq!(
+        hcp["metadata"]["labels"]["magnum.openstack.org/cluster-uuid"],
+        CLUSTER_UUID
+    );
+    // The built-in add-ons are still there.
+    assert!(addon(&objects, "metrics-server").is_some());
+    // Strict mode applies to them too.
+    std::fs::write(addons.join("bad.yaml.hbs"), "kind: {{json nope}}\n").unwrap();
+    let r = Renderer::new(Some(dir.path())).unwrap();
+    let err = r.render(&v).unwrap_err().to_string();
+    assert!(err.contains("addons.d/bad.yaml.hbs"), "{err}");
 }
 
 #[test]
@@ -1343,4 +1392,94 @@ fn the_ccm_and_csi_name_their_resources_after_the_capi_cluster_name() {
     // CSI `clusterID` → `--cluster`: volume metadata cinder.csi.openstack.org/cluster=<capi>.
     let csi: Value = yaml_serde::from_str(&values("cinder-csi")).unwrap();
     assert_eq!(csi["clusterID"], capi.as_str());
+}
+
+#[test]
+fn every_optional_addon_on() {
+    let (t, c) = with_labels(json!({
+        "monitoring_enabled": "true",
+        "ingress_controller": "nginx",
+        "manila_csi_enabled": "true",
+        "manila_csi_share_network_id": "0f5b7c9e-3a1d-4e2f-8b6c-9d0e1f2a3b4c",
+        "gpu_operator_enabled": "true",
+        "metrics_server_enabled": "false",
+    }));
+    let r = rows(t, c, None);
+    let objects = renderer()
+        .render(&build_for_create(&r, credentials()))
+        .unwrap();
+    assert_valid(&objects);
+    let config = CapiConfig::default();
+    for (key, chart, version) in [
+        (
+            "monitoring",
+            "kube-prometheus-stack",
+            &config.monitoring_chart_version,
+        ),
+        (
+            "ingress-nginx",
+            "ingress-nginx",
+            &config.ingress_nginx_chart_version,
+        ),
+        (
+            "csi-manila",
+            "openstack-manila-csi",
+            &config.manila_csi_chart_version,
+        ),
+        ("csi-nfs", "csi-driver-nfs", &config.nfs_csi_chart_version),
+        (
+            "gpu-operator",
+            "gpu-operator",
+            &config.gpu_operator_chart_version,
+        ),
+    ] {
+        let hcp = addon(&objects, key).unwrap_or_else(|| panic!("{key}"));
+        assert_eq!(hcp["spec"]["chartName"], chart);
+        assert_eq!(hcp["spec"]["version"], version.as_str());
+    }
+    assert!(addon(&objects, "metrics-server").is_none());
+    // Manila's credentials and StorageClass travel with the cloud-config resource Secret.
+    let rs = find(&objects, "Secret")
+        .into_iter()
+        .find(|s| s["type"] == "addons.cluster.x-k8s.io/resource-set")
+        .unwrap();
+    let manila = decode(&rs["data"]["csi-manila.yaml"]);
+    let docs: Vec<Value> = yaml_serde::Deserializer::from_str(&manila)
+        .map(|d| {
+            use serde::Deserialize as _;
+            Value::deserialize(d).unwrap()
+        })
+        .collect();
+    assert_eq!(docs[0]["metadata"]["name"], "csi-manila-secrets");
+    assert_eq!(
+        docs[0]["stringData"]["os-applicationCredentialSecret"],
+        "s3cr3t-app-cred"
+    );
+    assert_eq!(docs[1]["kind"], "StorageClass");
+    assert_eq!(
+        docs[1]["parameters"]["shareNetworkID"],
+        "0f5b7c9e-3a1d-4e2f-8b6c-9d0e1f2a3b4c"
+    );
+    // Credentials never appear in a HelmChartProxy.
+    for hcp in find(&objects, "HelmChartProxy") {
+        assert!(!hcp.to_string().contains("s3cr3t"), "{hcp}");
+    }
+    let without_secrets: Vec<&Value> = objects.iter().filter(|o| o["kind"] != "Secret").collect();
+    insta::assert_json_snapshot!("every_addon", without_secrets);
+}
+
+#[test]
+fn ingress_needs_the_delete_cleanup_and_is_nginx_only() {
+    let (t, c) = with_labels(json!({"ingress_controller": "nginx"}));
+    let config = CapiConfig {
+        delete_cleanup: false,
+        ..CapiConfig::default()
+    };
+    let err = build_values(&rows(t, c, None), &config).unwrap_err();
+    assert!(err.to_string().contains("delete_cleanup"), "{err}");
+    for bad in ["traefik", "octavia"] {
+        let (t, c) = with_labels(json!({"ingress_controller": bad}));
+        let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("ingress_controller"), "{err}");
+    }
 }

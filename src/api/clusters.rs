@@ -16,8 +16,8 @@ use super::schemas::{
 use super::{RequestId, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
-use crate::service::views::{self, Cluster, ClusterDetailList, ClusterList, ClusterSummaryList};
 use crate::service::clusters;
+use crate::service::views::{self, Cluster, ClusterDetailList, ClusterList, ClusterSummaryList};
 
 /// The first version with `actions/resize` and `actions/upgrade`.
 const ACTIONS_SINCE: u32 = 7;

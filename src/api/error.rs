@@ -105,7 +105,12 @@ impl From<service::Error> for ApiError {
     }
 }
 
-fn magnum_body(status: StatusCode, code: ErrorCode, title: &str, detail: &str) -> Json<MagnumError> {
+fn magnum_body(
+    status: StatusCode,
+    code: ErrorCode,
+    title: &str,
+    detail: &str,
+) -> Json<MagnumError> {
     Json(MagnumError::new(status.as_u16(), code, title, detail))
 }
 

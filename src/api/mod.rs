@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, Request};
-use axum::http::request::Parts;
 use axum::handler::Handler;
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};

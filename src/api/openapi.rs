@@ -87,9 +87,10 @@ fn add_response(op: &mut Operation, status: &str, response: impl FnOnce() -> Ref
 }
 
 fn has_param(op: &Operation, name: &str) -> bool {
-    op.parameters
-        .as_ref()
-        .is_some_and(|ps| ps.iter().any(|p| matches!(p, RefOr::T(p) if p.name == name)))
+    op.parameters.as_ref().is_some_and(|ps| {
+        ps.iter()
+            .any(|p| matches!(p, RefOr::T(p) if p.name == name))
+    })
 }
 
 /// What every operation of a kind shares.
@@ -111,7 +112,9 @@ impl Modify for Contract {
             .flatten()
             {
                 // Handler names repeat across resources (`list`, `show`): prefix the tag.
-                if let (Some(id), Some(tag)) = (&op.operation_id, op.tags.as_ref().and_then(|t| t.first())) {
+                if let (Some(id), Some(tag)) =
+                    (&op.operation_id, op.tags.as_ref().and_then(|t| t.first()))
+                {
                     op.operation_id = Some(format!("{tag}.{id}"));
                 }
                 if versioned {
@@ -179,12 +182,10 @@ impl Modify for Contract {
             }
         }
         // The request-body schemas the handlers name by type.
-        for (name, schema) in [
-            (
-                schemas::PatchOperation::name(),
-                <schemas::PatchOperation as utoipa::PartialSchema>::schema(),
-            ),
-        ] {
+        for (name, schema) in [(
+            schemas::PatchOperation::name(),
+            <schemas::PatchOperation as utoipa::PartialSchema>::schema(),
+        )] {
             doc.components
                 .get_or_insert_with(Default::default)
                 .schemas

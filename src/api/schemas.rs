@@ -187,7 +187,10 @@ const STRING_INT_MAX: u64 = 999_999_999_999_999_999;
 const I32_FIELDS: &[(&str, &[&str])] = &[
     ("cluster", &["node_count", "master_count"]),
     ("cluster_resize_req", &["node_count"]),
-    ("nodegroup", &["node_count", "min_node_count", "max_node_count"]),
+    (
+        "nodegroup",
+        &["node_count", "min_node_count", "max_node_count"],
+    ),
     ("quota", &["hard_limit"]),
 ];
 
@@ -773,8 +776,16 @@ fn page_params(sort_keys: &[&str]) -> Vec<Parameter> {
             "Page size, capped at `[api] max_limit`",
             int_param(1),
         ),
-        query("sort_key", "Column to sort by (default `id`)", enum_param(sort_keys)),
-        query("sort_dir", "Sort direction (default `asc`)", enum_param(&["asc", "desc"])),
+        query(
+            "sort_key",
+            "Column to sort by (default `id`)",
+            enum_param(sort_keys),
+        ),
+        query(
+            "sort_dir",
+            "Sort direction (default `asc`)",
+            enum_param(&["asc", "desc"]),
+        ),
     ]
 }
 
@@ -927,9 +938,18 @@ mod tests {
 
     #[test]
     fn decimal_ranges_are_exact() {
-        for (lo, hi) in [(0, 14), (1, 14), (9, 14), (1024, 65535), (0, 2147483647), (7, 7)] {
+        for (lo, hi) in [
+            (0, 14),
+            (1, 14),
+            (9, 14),
+            (1024, 65535),
+            (0, 2147483647),
+            (7, 7),
+        ] {
             let p = format!("^(?:{})$", decimal_range(lo, hi));
-            for n in [0, 1, 5, 9, 10, 13, 14, 15, 99, 1023, 1024, 1099, 65535, 65536] {
+            for n in [
+                0, 1, 5, 9, 10, 13, 14, 15, 99, 1023, 1024, 1099, 65535, 65536,
+            ] {
                 assert_eq!(
                     matches(&p, &n.to_string()),
                     (lo..=hi).contains(&n),

@@ -102,7 +102,13 @@ pub enum RenderError {
 /// error, not an empty string).
 pub struct Renderer {
     hb: Handlebars<'static>,
+    /// The operator's extra add-on templates (`<templates_dir>/addons.d/*.hbs`), by name, in
+    /// name order: rendered for every cluster after the built-in add-ons.
+    extra: Vec<String>,
 }
+
+/// The directory of operator-provided add-on templates inside `[capi] templates_dir`.
+pub const EXTRA_ADDONS_DIR: &str = "addons.d";
 
 impl std::fmt::Debug for Renderer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,21 +163,53 @@ impl Renderer {
             }
         }
         let mut hb = registry();
-        for (name, _) in BUILTIN_TEMPLATES {
-            let text = sources.remove(name).unwrap_or_default();
+        let compile = |hb: &mut Handlebars<'static>, name: &str, text: String| {
             hb.register_template_string(name, text)
                 .map_err(|e| RenderError::Compile {
-                    name: (*name).to_owned(),
+                    name: name.to_owned(),
                     message: e.to_string(),
-                })?;
+                })
+        };
+        for (name, _) in BUILTIN_TEMPLATES {
+            compile(&mut hb, name, sources.remove(name).unwrap_or_default())?;
         }
-        Ok(Self { hb })
+        let mut extra = Vec::new();
+        if let Some(dir) = overrides_dir.map(|d| d.join(EXTRA_ADDONS_DIR))
+            && dir.is_dir()
+        {
+            let read_dir = |source| RenderError::ReadDir {
+                path: dir.clone(),
+                source,
+            };
+            let mut files = Vec::new();
+            for entry in std::fs::read_dir(&dir).map_err(read_dir)? {
+                let path = entry.map_err(read_dir)?.path();
+                if path.extension().is_some_and(|e| e == "hbs") {
+                    files.push(path);
+                }
+            }
+            files.sort();
+            for path in files {
+                let name = format!(
+                    "{EXTRA_ADDONS_DIR}/{}",
+                    path.file_name()
+                        .and_then(|f| f.to_str())
+                        .unwrap_or_default()
+                );
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|source| RenderError::ReadOverride { path, source })?;
+                compile(&mut hb, &name, text)?;
+                extra.push(name);
+            }
+        }
+        Ok(Self { hb, extra })
     }
 
     /// Every object of the cluster, in apply order: Namespace, Secrets (credentials only when
     /// `values.credentials`, CAs only when `values.cas`), machine and config templates,
     /// OpenStackCluster, KubeadmControlPlane, Cluster, MachineDeployments, MachineHealthChecks,
-    /// addons, the autoscaler (when a nodegroup autoscales).
+    /// addons (built in, then the operator's `addons.d/`), the autoscaler (when a nodegroup
+    /// autoscales).
     pub fn render(&self, values: &Values) -> Result<Vec<Value>, RenderError> {
         // One context for every template: `Handlebars::render` would deep-copy the values per call.
         let mut ctx = context(values)?;
@@ -203,6 +241,9 @@ impl Renderer {
         set_node_group(&mut ctx, None);
         objects.extend(self.render_template("healthchecks.yaml.hbs", &ctx)?);
         objects.extend(self.render_template("addons.yaml.hbs", &ctx)?);
+        for name in &self.extra {
+            objects.extend(self.render_template(name, &ctx)?);
+        }
         if values.autoscaler.is_some() {
             objects.extend(self.render_template("autoscaler.yaml.hbs", &ctx)?);
         }

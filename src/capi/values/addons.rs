@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::ValuesError;
 use super::build::{Cx, label_map};
-use super::document::{ClusterAutoscaler, HelmChart, NodeGroup};
+use super::document::{ClusterAutoscaler, CsiManila, HelmChart, NodeGroup};
+use super::{ValuesError, bad};
 use crate::config::CapiConfig;
 
 /// An optional add-on delivered by a HelmChartProxy named `<cluster>-<key>`; its health is
@@ -16,6 +16,9 @@ pub struct AddonSpec {
     pub key: &'static str,
     /// The label that switches it on or off.
     pub label: &'static str,
+    /// `None`: a boolean label, on by default when `default`. `Some(v)`: on when the label is
+    /// `v` (a choice label such as `ingress_controller`).
+    pub value: Option<&'static str>,
     /// On when the label is absent.
     pub default: bool,
     /// Chart name.
@@ -24,14 +27,69 @@ pub struct AddonSpec {
     pub namespace: &'static str,
 }
 
+const fn switch(
+    key: &'static str,
+    label: &'static str,
+    default: bool,
+    chart: &'static str,
+    namespace: &'static str,
+) -> AddonSpec {
+    AddonSpec {
+        key,
+        label,
+        value: None,
+        default,
+        chart,
+        namespace,
+    }
+}
+
 /// Every optional add-on, in the order of the README's add-on table.
-pub const OPTIONAL_ADDONS: &[AddonSpec] = &[AddonSpec {
-    key: "metrics-server",
-    label: "metrics_server_enabled",
-    default: true,
-    chart: "metrics-server",
-    namespace: "kube-system",
-}];
+pub const OPTIONAL_ADDONS: &[AddonSpec] = &[
+    switch(
+        "metrics-server",
+        "metrics_server_enabled",
+        true,
+        "metrics-server",
+        "kube-system",
+    ),
+    switch(
+        "monitoring",
+        "monitoring_enabled",
+        false,
+        "kube-prometheus-stack",
+        "monitoring",
+    ),
+    AddonSpec {
+        key: "ingress-nginx",
+        label: "ingress_controller",
+        value: Some("nginx"),
+        default: false,
+        chart: "ingress-nginx",
+        namespace: "ingress-nginx",
+    },
+    switch(
+        "csi-manila",
+        "manila_csi_enabled",
+        false,
+        "openstack-manila-csi",
+        "kube-system",
+    ),
+    switch(
+        "csi-nfs",
+        "manila_csi_enabled",
+        false,
+        "csi-driver-nfs",
+        "kube-system",
+    ),
+    switch(
+        "gpu-operator",
+        "gpu_operator_enabled",
+        false,
+        "gpu-operator",
+        "gpu-operator",
+    ),
+];
 
 /// `(repository, version)` of an add-on's chart from `[capi]`.
 fn chart_source<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c str) {
@@ -40,6 +98,23 @@ fn chart_source<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c str) {
             &config.metrics_server_chart_repo,
             &config.metrics_server_chart_version,
         ),
+        "monitoring" => (
+            &config.monitoring_chart_repo,
+            &config.monitoring_chart_version,
+        ),
+        "ingress-nginx" => (
+            &config.ingress_nginx_chart_repo,
+            &config.ingress_nginx_chart_version,
+        ),
+        "csi-manila" => (
+            &config.openstack_chart_repo,
+            &config.manila_csi_chart_version,
+        ),
+        "csi-nfs" => (&config.nfs_csi_chart_repo, &config.nfs_csi_chart_version),
+        "gpu-operator" => (
+            &config.gpu_operator_chart_repo,
+            &config.gpu_operator_chart_version,
+        ),
         _ => ("", ""),
     }
 }
@@ -47,7 +122,7 @@ fn chart_source<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c str) {
 /// Cluster-autoscaler tag per Kubernetes minor (the autoscaler is released per minor and only
 /// supports its own); a minor not listed gets `v1.<minor>.0`.
 pub const AUTOSCALER_TAGS: &[(u32, &str)] = &[
-    (30, "v1.30.2"),
+    (30, "v1.30.4"),
     (31, "v1.31.1"),
     (32, "v1.32.1"),
     (33, "v1.33.0"),
@@ -74,7 +149,11 @@ impl Cx<'_> {
         let Some(spec) = OPTIONAL_ADDONS.iter().find(|a| a.key == key) else {
             return Ok(None);
         };
-        if !self.view.bool(&[spec.label], spec.default)? {
+        let on = match spec.value {
+            None => self.view.bool(&[spec.label], spec.default)?,
+            Some(v) => self.view.token(&[spec.label])?.as_deref() == Some(v),
+        };
+        if !on {
             return Ok(None);
         }
         let (repo, version) = chart_source(self.config, key);
@@ -85,6 +164,44 @@ impl Cx<'_> {
             version: version.to_owned(),
             release_name: spec.chart.to_owned(),
             namespace: spec.namespace.to_owned(),
+        }))
+    }
+
+    /// The ingress controller (`ingress_controller`): `nginx` only, and only with the delete
+    /// cleanup, which removes the load balancer its Service gets.
+    pub(super) fn ingress(&self) -> Result<Option<HelmChart>, ValuesError> {
+        let Some(v) = self.view.token(&["ingress_controller"])? else {
+            return Ok(None);
+        };
+        match v.as_str() {
+            "nginx" if self.config.delete_cleanup => self.optional_addon("ingress-nginx"),
+            "nginx" => Err(bad(
+                "ingress_controller",
+                &v,
+                "needs [capi] delete_cleanup (its load balancer would outlive the cluster)",
+            )),
+            "" | "none" => Ok(None),
+            _ => Err(bad("ingress_controller", &v, "supported: nginx")),
+        }
+    }
+
+    /// Manila CSI with the NFS node plugin and a StorageClass (`manila_csi_*` labels).
+    pub(super) fn manila(&self) -> Result<Option<CsiManila>, ValuesError> {
+        let (Some(chart), Some(nfs_chart)) = (
+            self.optional_addon("csi-manila")?,
+            self.optional_addon("csi-nfs")?,
+        ) else {
+            return Ok(None);
+        };
+        let view = &self.view;
+        Ok(Some(CsiManila {
+            chart,
+            nfs_chart,
+            share_network_id: view.token(&["manila_csi_share_network_id"])?,
+            share_type: view
+                .token(&["manila_csi_share_type"])?
+                .unwrap_or_else(|| "default".into()),
+            protocol: view.one_of(&["manila_csi_share_protocol"], &["NFS"], "NFS")?,
         }))
     }
 
@@ -133,6 +250,7 @@ mod tests {
     fn the_autoscaler_follows_the_kubernetes_minor() {
         assert_eq!(autoscaler_tag("v1.33.5"), "v1.33.0");
         assert_eq!(autoscaler_tag("v1.31.0"), "v1.31.1");
+        assert_eq!(autoscaler_tag("v1.30.9"), "v1.30.4");
         assert_eq!(autoscaler_tag("v1.40.2"), "v1.40.0");
     }
 

@@ -549,6 +549,10 @@ impl<'a> Cx<'a> {
             csi_cinder,
             metrics_server: self.optional_addon("metrics-server")?,
             cloud_env: Vec::new(),
+            monitoring: self.optional_addon("monitoring")?,
+            ingress_nginx: self.ingress()?,
+            csi_manila: self.manila()?,
+            gpu_operator: self.optional_addon("gpu-operator")?,
             cloud_config: CloudConfig {
                 resource_set_name: format!("{}-cloud-config", self.cluster_name),
                 load_balancer: CcmLoadBalancer {

@@ -470,8 +470,31 @@ pub struct Addons {
     pub cloud_config: CloudConfig,
     /// metrics-server (`metrics_server_enabled`, default on).
     pub metrics_server: Option<HelmChart>,
+    /// kube-prometheus-stack (`monitoring_enabled`).
+    pub monitoring: Option<HelmChart>,
+    /// ingress-nginx behind a LoadBalancer Service (`ingress_controller=nginx`).
+    pub ingress_nginx: Option<HelmChart>,
+    /// Manila CSI (`manila_csi_enabled`).
+    pub csi_manila: Option<CsiManila>,
+    /// The NVIDIA GPU operator (`gpu_operator_enabled`).
+    pub gpu_operator: Option<HelmChart>,
     /// Container env of the addons that reach the cloud (CCM, Cinder CSI): the proxy's.
     pub cloud_env: Vec<NameValue>,
+}
+
+/// Manila CSI: the Manila controller, the NFS node plugin it forwards to, and a StorageClass.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CsiManila {
+    pub chart: HelmChart,
+    /// `csi-driver-nfs`, the node plugin of NFS shares.
+    pub nfs_chart: HelmChart,
+    /// Share network of new shares (`manila_csi_share_network_id`).
+    pub share_network_id: Option<String>,
+    /// Manila share type (`manila_csi_share_type`, default `default`).
+    pub share_type: String,
+    /// Share protocol (`manila_csi_share_protocol`: `NFS`).
+    pub protocol: String,
 }
 
 /// One cluster autoscaler per cluster, on the management cluster in the cluster's namespace
