@@ -181,17 +181,12 @@ impl Modify for Contract {
                     .collect();
             }
         }
-        // The request-body schemas the handlers name by type.
-        for (name, schema) in [(
-            schemas::PatchOperation::name(),
-            <schemas::PatchOperation as utoipa::PartialSchema>::schema(),
-        )] {
-            doc.components
-                .get_or_insert_with(Default::default)
-                .schemas
-                .entry(name.into())
-                .or_insert(schema);
-        }
+        // The request-body schema the handlers name by type.
+        doc.components
+            .get_or_insert_with(Default::default)
+            .schemas
+            .entry(schemas::PatchOperation::name().into())
+            .or_insert(<schemas::PatchOperation as utoipa::PartialSchema>::schema());
     }
 }
 

@@ -301,7 +301,7 @@ pub async fn list(
                     .unwrap_or(&empty);
                 views::ClusterEntry::Detail(Box::new(views::cluster_full(c, &s, parent, base, mv)))
             } else {
-                views::ClusterEntry::Summary(views::cluster_short(c, &s, base, mv))
+                views::ClusterEntry::Summary(Box::new(views::cluster_short(c, &s, base, mv)))
             }
         })
         .collect();

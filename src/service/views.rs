@@ -392,7 +392,7 @@ pub fn cluster_full(
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum ClusterEntry {
-    Summary(ClusterSummary),
+    Summary(Box<ClusterSummary>),
     Detail(Box<Cluster>),
 }
 
