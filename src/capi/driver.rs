@@ -688,7 +688,10 @@ impl Capi {
         // The machines are gone: their server groups can go (with the credential, before its
         // Secret is deleted below).
         // A group left behind is empty and harmless: never a reason to keep the cluster.
-        if let Err(e) = self.delete_server_groups(c, |_| true).await {
+        let ngs = ndb::of_cluster(pool, c.uuid).await?;
+        if uses_server_groups(c, ngs.iter())
+            && let Err(e) = self.delete_server_groups(c, |_| true).await
+        {
             tracing::warn!(cluster = %c.uuid, error = %e, "server groups not deleted");
         }
         // Then what CAPI does not own: our Secrets, machine templates, addons.
@@ -751,7 +754,10 @@ impl Capi {
         }
         // Its server group is named after the nodegroup's objects: `<cluster>-…-<uuid hex 8>`.
         let short = format!("-{}", &ng.simple().to_string()[..8]);
-        if let Err(e) = self.delete_server_groups(c, |n| n.ends_with(&short)).await {
+        let this = ndb::of_cluster(pool, c.uuid).await?;
+        if uses_server_groups(c, this.iter().filter(|n| n.uuid == ng))
+            && let Err(e) = self.delete_server_groups(c, |n| n.ends_with(&short)).await
+        {
             tracing::warn!(cluster = %c.uuid, nodegroup = %ng, error = %e, "server group not deleted");
         }
         let mut tx = pool.begin().await.map_err(DbError::from)?;
@@ -869,6 +875,19 @@ impl Capi {
         }
         Ok(done)
     }
+}
+
+/// Whether the cluster or one of `nodegroups` asks for a server group (so that deletes without
+/// any make no Keystone or Nova call for them).
+fn uses_server_groups<'a>(
+    c: &ClusterRow,
+    mut nodegroups: impl Iterator<Item = &'a NodegroupRow>,
+) -> bool {
+    let set = |l: &crate::domain::labels::Labels| {
+        l.get("server_group_policies")
+            .is_some_and(|v| !v.trim().is_empty())
+    };
+    set(&c.labels.0) || nodegroups.any(|n| set(&n.labels.0))
 }
 
 /// What still exists of a cluster being deleted, for `status_reason`.

@@ -227,12 +227,8 @@ pub(super) fn registries(
 }
 
 /// One `[host."…"]` table of a `hosts.toml`.
-fn host_entry(url: &str, registries: &Registries, mirror: bool) -> String {
+fn host_entry(url: &str, registries: &Registries) -> String {
     let mut out = format!("[host.\"{url}\"]\n  capabilities = [\"pull\", \"resolve\"]\n");
-    if mirror {
-        // Mirrors serve paths under /v2 like the registry itself.
-        out.push_str("  override_path = false\n");
-    }
     if url.starts_with("https://") {
         if registries.insecure.contains(&url_host(url)) {
             out.push_str("  skip_verify = true\n");
@@ -269,20 +265,20 @@ fn hosts_files(registries: &Registries, prefix_host: Option<&str>) -> Vec<NodeFi
                 r => format!("https://{r}"),
             };
             let mut content = format!("server = \"{server}\"\n");
+            if registries.ca && !registries.insecure.contains(&registry) {
+                // The registry itself trusts the CA too (system roots are kept).
+                content.push_str(&format!("ca = \"{REGISTRY_CA_PATH}\"\n"));
+            }
             for m in &mirrors {
                 content.push('\n');
-                content.push_str(&host_entry(m.trim_end_matches('/'), registries, true));
+                content.push_str(&host_entry(m.trim_end_matches('/'), registries));
             }
             if registries.insecure.contains(&registry) {
                 content.push('\n');
-                content.push_str(&host_entry(&server, registries, false));
+                content.push_str(&host_entry(&server, registries));
                 // Plain HTTP when the registry does not speak TLS at all.
                 content.push('\n');
-                content.push_str(&host_entry(
-                    &format!("http://{registry}"),
-                    registries,
-                    false,
-                ));
+                content.push_str(&host_entry(&format!("http://{registry}"), registries));
             }
             NodeFile {
                 path: format!("{CERTS_D}/{registry}/hosts.toml"),
@@ -508,6 +504,8 @@ mod tests {
             [
                 "/etc/containerd/certs.d/docker.io/hosts.toml",
                 "/etc/containerd/certs.d/quay.io/hosts.toml",
+                // An insecure mirror is also insecure when pulled from directly.
+                "/etc/containerd/certs.d/m2.example.com/hosts.toml",
                 "/etc/containerd/certs.d/registry.local:5000/hosts.toml",
             ]
         );
@@ -516,9 +514,9 @@ mod tests {
                 .content
                 .starts_with("server = \"https://registry-1.docker.io\"")
         );
-        assert!(files[0].content.contains("[host.\"https://m2.example.com\"]\n  capabilities = [\"pull\", \"resolve\"]\n  override_path = false\n  skip_verify = true"));
+        assert!(files[0].content.contains("[host.\"https://m2.example.com\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true"));
         assert!(
-            files[2]
+            files[3]
                 .content
                 .contains("[host.\"http://registry.local:5000\"]")
         );
