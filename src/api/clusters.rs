@@ -21,6 +21,9 @@ use crate::service::views::{self, Cluster, ClusterDetailList, ClusterList, Clust
 
 /// The first version with `actions/resize` and `actions/upgrade`.
 const ACTIONS_SINCE: u32 = 7;
+/// The first version whose upgrades are carried out: 1.7 has the route but refuses every
+/// upgrade (400), as Magnum does, so the document offers upgrades from 1.8.
+const UPGRADE_SINCE: u32 = 8;
 
 /// List clusters (short form).
 #[utoipa::path(get, path = "/v1/clusters", tag = "clusters",
@@ -159,10 +162,10 @@ pub async fn resize(
     Ok((StatusCode::ACCEPTED, Json(uuid_body(uuid))))
 }
 
-/// Upgrade to another template; API ≥ 1.7.
+/// Upgrade to another template; API ≥ 1.8 (1.7: 400).
 #[utoipa::path(post, path = "/v1/clusters/{ident}/actions/upgrade", tag = "clusters",
     params(("ident" = String, Path, description = "UUID or name", min_length = 1),
-           MinVersion<ACTIONS_SINCE>),
+           MinVersion<UPGRADE_SINCE>),
     request_body(content = ClusterUpgrade, content_type = "application/json"),
     responses((status = 202, description = "Accepted: the cluster's uuid", body = UuidBody),
               Forbidden, NotFound, Conflict))]

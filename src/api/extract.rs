@@ -53,8 +53,30 @@ pub fn parse_json(content_type: Option<&str>, bytes: &Bytes) -> Result<Value, Ap
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
-    serde_json::from_slice(bytes)
-        .map_err(|_| DomainError::BadRequest("Request is not in valid JSON format".into()).into())
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|_| DomainError::BadRequest("Request is not in valid JSON format".into()))?;
+    if holds_nul(&v) {
+        return Err(DomainError::BadRequest(NUL_REFUSED.into()).into());
+    }
+    Ok(v)
+}
+
+/// PostgreSQL text cannot hold U+0000: a NUL in a request would fail in the database (a 500)
+/// where it is the client's error (400).
+pub const NUL_REFUSED: &str = "Invalid input: text cannot contain NUL (U+0000) characters.";
+
+fn holds_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(m) => m.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
+/// Whether the path or the query carries an encoded NUL (a raw one is not a valid URI).
+pub fn has_nul(uri: &axum::http::Uri) -> bool {
+    uri.path().contains("%00") || uri.query().is_some_and(|q| q.contains("%00"))
 }
 
 /// The raw query arguments, in order.

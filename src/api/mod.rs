@@ -29,6 +29,7 @@ use axum::routing::{self, MethodRouter, get};
 use tower::Layer;
 
 use crate::app::AppState;
+use crate::domain::error::DomainError;
 use error::{ApiError, NoVersionHeaders};
 use microversion::{Mv, VersionError};
 
@@ -111,11 +112,17 @@ async fn front_in_span(mut req: Request, next: Next, request_id: String) -> Resp
     }
     let path = req.uri().path();
     let versioned = path == "/v1" || path.starts_with("/v1/");
+    let nul = path.starts_with("/v1/") && extract::has_nul(req.uri());
     let mut resp = if versioned {
         match microversion::from_headers(req.headers()) {
             Ok(v) => {
                 req.extensions_mut().insert(Mv(v));
-                let mut resp = fix_405(next.run(req).await);
+                let mut resp = if nul {
+                    ApiError::Domain(DomainError::BadRequest(extract::NUL_REFUSED.into()))
+                        .into_response()
+                } else {
+                    fix_405(next.run(req).await)
+                };
                 if resp.extensions().get::<NoVersionHeaders>().is_none() {
                     microversion::add_headers(resp.headers_mut(), v);
                 }

@@ -7,9 +7,9 @@ use axum::Json;
 use axum::http::header;
 use axum::response::IntoResponse;
 use utoipa::openapi::path::Operation;
-use utoipa::openapi::schema::Schema;
+use utoipa::openapi::schema::{Schema, SchemaType, Type};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 use super::schemas::{self, AuthError, MagnumError, NotAcceptableBody, UnavailableBody};
 use super::{certificates, clusters, clustertemplates, misc, nodegroups, operating, versions};
@@ -117,6 +117,18 @@ impl Modify for Contract {
                 {
                     op.operation_id = Some(format!("{tag}.{id}"));
                 }
+                // Free text parameters cannot carry NUL either (400).
+                for p in op.parameters.iter_mut().flatten() {
+                    if let RefOr::T(p) = p
+                        && let Some(RefOr::T(Schema::Object(o))) = p.schema.as_mut()
+                        && o.pattern.is_none()
+                        && o.format.is_none()
+                        && o.enum_values.is_none()
+                        && matches!(&o.schema_type, SchemaType::Type(Type::String))
+                    {
+                        o.pattern = Some(schemas::NO_NUL.to_string());
+                    }
+                }
                 if versioned {
                     if !has_param(op, "OpenStack-API-Version") {
                         op.parameters
@@ -147,14 +159,17 @@ impl Modify for Contract {
                         )
                     });
                 }
-                if op.request_body.is_some() {
+                if authenticated || op.request_body.is_some() {
                     add_response(op, "400", || {
                         error_response(
-                            "Invalid input: not JSON, or a body the request parser or the \
-                             operation's rules refuse",
+                            "Invalid input: a NUL character in the path or query, or a body \
+                             that is not JSON or that the request parser or the operation's \
+                             rules refuse",
                             "MagnumError",
                         )
                     });
+                }
+                if op.request_body.is_some() {
                     add_response(op, "415", || {
                         error_response("A body that is not JSON", "MagnumError")
                     });
@@ -181,12 +196,6 @@ impl Modify for Contract {
                     .collect();
             }
         }
-        // The request-body schema the handlers name by type.
-        doc.components
-            .get_or_insert_with(Default::default)
-            .schemas
-            .entry(schemas::PatchOperation::name().into())
-            .or_insert(<schemas::PatchOperation as utoipa::PartialSchema>::schema());
     }
 }
 
@@ -205,7 +214,7 @@ pub async fn json() -> impl IntoResponse {
 /// This document as YAML.
 #[utoipa::path(get, path = "/openapi.yaml", tag = "operating", security(()),
     responses((status = 200, description = "This OpenAPI document",
-               content_type = "application/yaml", body = String)))]
+               content_type = "application/yaml", body = Object)))]
 pub async fn yaml() -> impl IntoResponse {
     match yaml_text() {
         Ok(y) => ([(header::CONTENT_TYPE, "application/yaml")], y).into_response(),

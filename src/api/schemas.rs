@@ -24,7 +24,7 @@ use crate::service::views::Link;
 
 /// Who raised a Magnum error: the API on a client error, the service on a server error, or the
 /// web framework (no route, method not allowed, version not acceptable): empty.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum ErrorCode {
     #[serde(rename = "client")]
     Client,
@@ -32,6 +32,29 @@ pub enum ErrorCode {
     Server,
     #[serde(rename = "")]
     Framework,
+}
+
+// By hand: the derive does not carry the empty name over.
+impl PartialSchema for ErrorCode {
+    fn schema() -> RefOr<Schema> {
+        Schema::Object(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(["client", "server", ""]))
+                .description(Some(
+                    "Who raised the error: `client` (the API, on a client error), `server` (a \
+                     server error) or empty (routing and version negotiation)",
+                ))
+                .build(),
+        )
+        .into()
+    }
+}
+
+impl ToSchema for ErrorCode {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("ErrorCode")
+    }
 }
 
 /// Magnum's error body.
@@ -225,8 +248,9 @@ fn any_case(word: &str) -> String {
         .map(|c| {
             if c.is_ascii_alphabetic() {
                 format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase())
-            } else if c == '-' || c == '.' {
-                format!("\\{c}")
+            } else if c == '.' {
+                // (`-` stays bare: an ECMA-262 pattern in Unicode mode refuses `\-` outside a class.)
+                "\\.".to_string()
             } else {
                 c.to_string()
             }
@@ -329,6 +353,9 @@ fn int_schema(min: i64, max: i64, nullable: bool) -> Schema {
         .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
         .minimum(Some(min))
         .maximum(Some(max))
+        .description(Some(
+            "Written as an integer: `2.0` is refused, as WSME refuses it".to_string(),
+        ))
         .build();
     let lo = u64::try_from(min.max(0)).unwrap_or(0);
     let hi = u64::try_from(max).unwrap_or(0).min(STRING_INT_MAX);
@@ -374,8 +401,18 @@ fn bool_schema(nullable: bool) -> Schema {
     )
 }
 
-fn string_schema(min: usize, max: usize, nullable_: bool) -> ObjectBuilder {
+/// Text without U+0000, which PostgreSQL cannot store (such a request is refused with 400).
+pub const NO_NUL: &str = "^[^\\u0000]*$";
+
+/// A string without NUL.
+fn text() -> ObjectBuilder {
     ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(NO_NUL))
+}
+
+fn string_schema(min: usize, max: usize, nullable_: bool) -> ObjectBuilder {
+    text()
         .schema_type(nullable(Type::String, nullable_))
         .min_length(Some(min))
         .max_length(Some(max))
@@ -388,10 +425,7 @@ fn taint_schema() -> Schema {
             .schema_type(Type::Object)
             .property("key", string_schema(1, usize::MAX, false).max_length(None))
             .required("key")
-            .property(
-                "value",
-                ObjectBuilder::new().schema_type(nullable(Type::String, true)),
-            )
+            .property("value", text().schema_type(nullable(Type::String, true)))
             .property(
                 "effect",
                 ObjectBuilder::new()
@@ -435,8 +469,9 @@ fn field_schema(f: &Field, max_int: i64) -> Schema {
         Kind::Labels => Schema::Object(
             ObjectBuilder::new()
                 .schema_type(nullable(Type::Object, n))
+                .property_names(Some(text().build()))
                 .additional_properties(Some(Schema::Object(
-                    ObjectBuilder::new()
+                    text()
                         .schema_type(SchemaType::from_iter([
                             Type::String,
                             Type::Number,
@@ -453,15 +488,14 @@ fn field_schema(f: &Field, max_int: i64) -> Schema {
         Kind::StrDict => Schema::Object(
             ObjectBuilder::new()
                 .schema_type(nullable(Type::Object, n))
-                .additional_properties(Some(Schema::Object(
-                    ObjectBuilder::new().schema_type(Type::String).build(),
-                )))
+                .property_names(Some(text().build()))
+                .additional_properties(Some(Schema::Object(text().build())))
                 .build(),
         ),
         Kind::StrList => Schema::Array(
             ArrayBuilder::new()
                 .schema_type(nullable(Type::Array, n))
-                .items(ObjectBuilder::new().schema_type(Type::String))
+                .items(text())
                 .build(),
         ),
         Kind::Taints => Schema::Array(
@@ -587,39 +621,56 @@ pub struct PatchOperation;
 
 impl PartialSchema for PatchOperation {
     fn schema() -> RefOr<Schema> {
-        Schema::Object(
+        let path = || {
             ObjectBuilder::new()
-                .schema_type(Type::Object)
-                .property(
-                    "op",
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .enum_values(Some(["add", "replace", "remove"])),
-                )
-                .required("op")
-                .property(
-                    "path",
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .pattern(Some("^(/[\\w-]+)+$")),
-                )
-                .required("path")
-                .property(
-                    "value",
-                    ObjectBuilder::new()
-                        .schema_type(SchemaType::from_iter([
-                            Type::String,
-                            Type::Integer,
-                            Type::Boolean,
-                            Type::Null,
-                        ]))
-                        .description(Some(
-                            "Required by add and replace. On dict attributes (labels, \
-                             node_labels, ...) a string holding a Python dict literal"
-                                .to_string(),
-                        )),
-                )
-                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+                .schema_type(Type::String)
+                .pattern(Some("^(/[\\w-]+)+$"))
+        };
+        let value = || {
+            text()
+                .schema_type(SchemaType::from_iter([
+                    Type::String,
+                    Type::Integer,
+                    Type::Boolean,
+                    Type::Null,
+                ]))
+                .description(Some(
+                    "On dict attributes (labels, node_labels, ...) a string holding a Python dict \
+                     literal",
+                ))
+        };
+        let add_or_replace = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "op",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["add", "replace"])),
+            )
+            .required("op")
+            .property("path", path())
+            .required("path")
+            .property("value", value())
+            .required("value")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
+        let remove = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "op",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["remove"])),
+            )
+            .required("op")
+            .property("path", path())
+            .required("path")
+            .property("value", value())
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
+        Schema::OneOf(
+            OneOfBuilder::new()
+                .item(add_or_replace)
+                .item(remove)
+                .description(Some("add and replace need a `value`; remove ignores it"))
                 .build(),
         )
         .into()
