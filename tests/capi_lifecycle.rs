@@ -43,21 +43,23 @@ async fn template(t: &TestApp, name: &str, image: &str, kube_tag: &str) -> Strin
     r.body["uuid"].as_str().unwrap().to_string()
 }
 
+/// Creates a cluster as ALICE (`202`); its uuid.
+async fn create_cluster(t: &TestApp, body: Value) -> String {
+    let r = t.post(&ALICE, "/v1/clusters", body).await;
+    r.assert_status(202);
+    r.body["uuid"].as_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn create_resize_nodegroups_upgrade_delete() {
     let app = capi_app_on(None, None, false, |_| {}).await;
     let t = &app.t;
     let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
-    let r = t
-        .post(
-            &ALICE,
-            "/v1/clusters",
-            json!({"name": "c1", "cluster_template_id": ct,
-              "master_count": 1, "node_count": 2}),
-        )
-        .await;
-    r.assert_status(202);
-    let c = r.body["uuid"].as_str().unwrap().to_string();
+    let c = create_cluster(
+        t,
+        json!({"name": "c1", "cluster_template_id": ct, "master_count": 1, "node_count": 2}),
+    )
+    .await;
     let done = wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
     assert!(
         done["api_address"]
@@ -426,17 +428,13 @@ async fn the_autoscaler_follows_autoscaling_and_node_count_follows_the_autoscale
     let app = capi_app_on(None, None, false, |_| {}).await;
     let t = &app.t;
     let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
-    let r = t
-        .post(
-            &ALICE,
-            "/v1/clusters",
-            json!({"name": "auto", "cluster_template_id": ct, "master_count": 1, "node_count": 1,
+    let c = create_cluster(
+        t,
+        json!({"name": "auto", "cluster_template_id": ct, "master_count": 1, "node_count": 1,
                    "labels": {"kube_tag": "v1.33.5", "auto_scaling_enabled": "true",
                               "min_node_count": "1", "max_node_count": "3"}}),
-        )
-        .await;
-    r.assert_status(202);
-    let c = r.body["uuid"].as_str().unwrap().to_string();
+    )
+    .await;
     let done = wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
     let stack = done["stack_id"].as_str().unwrap().to_string();
     let name = format!("{stack}-autoscaler");
