@@ -5,8 +5,9 @@
 //!   in `${MAGNUM_CAPI_CACHE:-$HOME/.cache/magnum-capi}/venv-<hash of the pins>`. It is (re)built
 //!   when its `.complete` marker is missing, under an exclusive lock on `<cache>/venv.lock`, so
 //!   concurrent test binaries install once.
-//! * Keystone side: a temporary directory with `keystone.conf` (sqlite, fernet tokens, no cache,
-//!   bcrypt at the minimum cost so password auth is fast), `keystone-manage` db_sync /
+//! * Keystone side: a temporary directory with `keystone.conf` (sqlite in WAL mode with a 60 s
+//!   busy timeout — two workers writing at once otherwise fail requests with "database is
+//!   locked" under load —, fernet tokens, no cache, bcrypt at the minimum cost so password auth is fast), `keystone-manage` db_sync /
 //!   fernet_setup / credential_setup / bootstrap, then gunicorn (2 sync workers) on a free
 //!   loopback port, through a wrapper module that empties `sys.argv` (oslo.config would otherwise
 //!   parse gunicorn's flags and every worker would exit with "unrecognized arguments").
@@ -907,7 +908,7 @@ fn write_config(dir: &Path) -> Result<()> {
         "[DEFAULT]\n\
          use_stderr = true\n\
          [database]\n\
-         connection = sqlite:///{d}/keystone.db\n\
+         connection = sqlite:///{d}/keystone.db?timeout=60\n\
          [token]\n\
          provider = fernet\n\
          expiration = 86400\n\
@@ -926,6 +927,10 @@ fn write_config(dir: &Path) -> Result<()> {
     let wrapper = format!(
         "import os, sys\n\
          sys.argv = sys.argv[:1]\n\
+         import sqlite3\n\
+         _db = sqlite3.connect(os.path.join({dir:?}, 'keystone.db'))\n\
+         _db.execute('PRAGMA journal_mode=WAL')\n\
+         _db.close()\n\
          os.environ['OS_KEYSTONE_CONFIG_DIR'] = {dir:?}\n\
          os.environ['OS_KEYSTONE_CONFIG_FILES'] = 'keystone.conf'\n\
          from keystone.server.wsgi import initialize_public_application\n\
