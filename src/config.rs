@@ -289,6 +289,67 @@ pub struct CapiConfig {
     pub app_cred_expiry_days: u32,
     /// A credential with an expiry is renewed this many days before it.
     pub app_cred_renew_before_days: u32,
+    /// Several management clusters (README "Many management clusters"): each cluster is placed
+    /// on one at create. `kubeconfig` above, when also set, stays the unnamed one that holds
+    /// the clusters recorded before (it takes no new ones while named ones exist).
+    pub management_clusters: Vec<ManagementClusterConfig>,
+    /// Seconds between reachability probes of each management cluster (an unreachable one
+    /// defers its clusters' operations and says so in their health).
+    pub probe_interval_secs: u64,
+}
+
+/// `[[capi.management_clusters]]`: one Cluster API installation clusters can be placed on.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ManagementClusterConfig {
+    /// Recorded on each cluster placed here (lowercase letters, digits, `-`, `_`).
+    pub name: String,
+    /// Its kubeconfig; unset: the in-cluster service account.
+    #[serde(default)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The region it serves: clusters created in that region go here.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// The availability zones it serves: clusters whose `availability_zone` label names one go
+    /// here.
+    #[serde(default)]
+    pub availability_zones: Vec<String>,
+    /// Projects whose clusters go here (after the template's `management_cluster` label).
+    #[serde(default)]
+    pub projects: Vec<String>,
+    /// Share of new clusters when nothing else decides: fewest clusters relative to weight.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// `false`: draining, no new clusters are placed here (its clusters keep working).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// `serve --dev` only: an in-process simulated management cluster instead of a kubeconfig.
+    #[serde(default)]
+    pub simulated: bool,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl ManagementClusterConfig {
+    /// An enabled entry of weight 1 with nothing else set.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            kubeconfig: None,
+            region: None,
+            availability_zones: Vec::new(),
+            projects: Vec::new(),
+            weight: 1,
+            enabled: true,
+            simulated: false,
+        }
+    }
 }
 
 impl Default for CapiConfig {
@@ -342,7 +403,43 @@ impl Default for CapiConfig {
             credential_check_interval_secs: 300,
             app_cred_expiry_days: 0,
             app_cred_renew_before_days: 7,
+            management_clusters: Vec::new(),
+            probe_interval_secs: 10,
         }
+    }
+}
+
+impl CapiConfig {
+    fn validate_management_clusters(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for m in &self.management_clusters {
+            let valid = !m.name.is_empty()
+                && m.name.len() <= 63
+                && m.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+            if !valid {
+                return Err(ConfigError::Invalid(format!(
+                    "[[capi.management_clusters]] name {:?}: 1-63 lowercase letters, digits, '-' \
+                     or '_'",
+                    m.name
+                )));
+            }
+            if !seen.insert(m.name.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "[[capi.management_clusters]] name {:?} is given twice",
+                    m.name
+                )));
+            }
+            if m.weight == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "[[capi.management_clusters]] {}: weight must be >= 1 (use enabled = false \
+                     to drain it)",
+                    m.name
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -596,6 +693,7 @@ impl Config {
                 "[operations] concurrency must be >= 1".into(),
             ));
         }
+        self.capi.validate_management_clusters()?;
         if let Some(k) = &self.operations.seal_key {
             crate::seal::Sealer::new(Some(k))
                 .map_err(|e| ConfigError::Invalid(format!("[operations] seal_key: {e}")))?;

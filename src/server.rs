@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::app::{App, AppState, AuthMode, simulated_backend};
 use crate::capi::apply::Mgmt;
 use crate::capi::driver::{Capi, CapiDriver};
+use crate::capi::fleet::Fleet;
 use crate::capi::render::Renderer;
 use crate::capi::watch::Observer;
 use crate::config::{Config, DriverKind};
@@ -73,6 +74,95 @@ pub fn backend_for(cfg: &Config, capi: Option<&Arc<Capi>>) -> Arc<dyn Backend> {
         Some(c) => Arc::new(CapiDriver(c.clone())),
         None => simulated_backend(cfg),
     }
+}
+
+/// The backend over `members`: none, the simulated one; the unnamed one alone, its CAPI
+/// driver; several (or named ones), the fleet routing each cluster to its own.
+pub fn backend_for_members(cfg: &Config, members: &[Arc<Capi>]) -> Arc<dyn Backend> {
+    match members {
+        [] => simulated_backend(cfg),
+        [only] if only.name.is_empty() => Arc::new(CapiDriver(only.clone())),
+        several => Arc::new(Fleet::new(several)),
+    }
+}
+
+/// The management clusters of a replica and the simulated ones it may have started.
+pub struct FleetSetup {
+    pub members: Vec<Arc<Capi>>,
+    /// Simulated management clusters (`serve --dev`); they live as long as this value.
+    pub sims: Vec<SimGuard>,
+}
+
+async fn client_from_kubeconfig(path: &std::path::Path) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+    let kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    kube::Client::try_from(kcfg).map_err(|e| e.to_string())
+}
+
+/// Builds every management cluster when `[driver] kind = "capi"`: without
+/// `[[capi.management_clusters]]`, the one of [`build_capi`]; with them, each named one (its
+/// kubeconfig, in-cluster, or with `dev` and `simulated = true` an in-process simulator) after
+/// the unnamed `[capi] kubeconfig`, when that is also set (it keeps the clusters recorded
+/// before).
+pub async fn build_fleet(
+    cfg: &Config,
+    auth: &AuthMode,
+    dev: bool,
+) -> Result<FleetSetup, ServeError> {
+    if cfg.capi.management_clusters.is_empty() {
+        return Ok(match build_capi(cfg, auth, dev).await? {
+            Some(s) => FleetSetup {
+                members: vec![s.capi],
+                sims: s.sim.into_iter().collect(),
+            },
+            None => FleetSetup {
+                members: Vec::new(),
+                sims: Vec::new(),
+            },
+        });
+    }
+    let mut setup = FleetSetup {
+        members: Vec::new(),
+        sims: Vec::new(),
+    };
+    if cfg.driver.kind != DriverKind::Capi {
+        return Ok(setup);
+    }
+    let mut shared_duties = true;
+    if let Some(path) = &cfg.capi.kubeconfig {
+        let client = client_from_kubeconfig(path)
+            .await
+            .map_err(|e| ServeError::Capi(format!("management cluster (unnamed): {e}")))?;
+        setup
+            .members
+            .push(capi_runtime_named(cfg, auth, client, "", shared_duties)?);
+        shared_duties = false;
+    }
+    for m in &cfg.capi.management_clusters {
+        let err = |e: String| ServeError::Capi(format!("management cluster {}: {e}", m.name));
+        let client = if let Some(path) = &m.kubeconfig {
+            client_from_kubeconfig(path).await.map_err(err)?
+        } else if m.simulated && dev {
+            let (client, sim) = start_simulator(cfg).await?;
+            tracing::warn!(management_cluster = %m.name, "simulated management cluster");
+            setup.sims.push(sim);
+            client
+        } else {
+            let kcfg = kube::Config::incluster().map_err(|e| err(e.to_string()))?;
+            kube::Client::try_from(kcfg).map_err(|e| err(e.to_string()))?
+        };
+        setup.members.push(capi_runtime_named(
+            cfg,
+            auth,
+            client,
+            &m.name,
+            shared_duties,
+        )?);
+        shared_duties = false;
+    }
+    Ok(setup)
 }
 
 fn read_cloud_ca(cfg: &Config) -> Result<Option<String>, ServeError> {
@@ -167,6 +257,18 @@ pub fn capi_runtime(
     auth: &AuthMode,
     client: kube::Client,
 ) -> Result<Arc<Capi>, ServeError> {
+    capi_runtime_named(cfg, auth, client, "", true)
+}
+
+/// [`capi_runtime`] for management cluster `name` (`""`: the unnamed one); `shared_duties`:
+/// it also runs the Keystone-wide chores (one per replica).
+pub fn capi_runtime_named(
+    cfg: &Config,
+    auth: &AuthMode,
+    client: kube::Client,
+    name: &str,
+    shared_duties: bool,
+) -> Result<Arc<Capi>, ServeError> {
     let renderer = Renderer::new(cfg.capi.templates_dir.as_deref())
         .map_err(|e| ServeError::Capi(format!("templates: {e}")))?;
     let (observer, feed) = Observer::new();
@@ -182,11 +284,15 @@ pub fn capi_runtime(
         cloud_ca: read_cloud_ca(cfg)?,
         feed: std::sync::Mutex::new(Some(feed)),
         orphans_deleted: Default::default(),
+        name: name.to_string(),
+        reach: Default::default(),
+        shared_duties,
     }))
 }
 
-/// Starts the watchers, the status writer and the leftover-credential sweeper of the CAPI
-/// driver; they stop with `stop`.
+/// Starts the watchers, the status writer (its lock keyed by the management cluster's name),
+/// the reachability probe and the leftover-credential sweeper of the CAPI driver on one
+/// management cluster; they stop with `stop`.
 pub fn spawn_capi(
     app: &AppState,
     capi: &Arc<Capi>,
@@ -216,6 +322,10 @@ pub fn spawn_capi(
         });
         tasks.push(tokio::spawn(crate::capi::watch::run_writer(
             app.pool.clone(),
+            crate::capi::watch::WriterScope {
+                name: capi.name.clone(),
+                reach: capi.reach.clone(),
+            },
             capi.observer.clone(),
             feed,
             Duration::from_secs(capi.config.update_timeout_mins.max(1) * 60),
@@ -224,6 +334,11 @@ pub fn spawn_capi(
             stop.clone(),
         )));
     }
+    tasks.push(tokio::spawn(crate::capi::fleet::watch_reachability(
+        capi.clone(),
+        Duration::from_secs(capi.config.probe_interval_secs.max(1)),
+        stop.clone(),
+    )));
     let (pool, sweeper, mut stop) = (app.pool.clone(), capi.clone(), stop);
     tasks.push(tokio::spawn(async move {
         loop {
@@ -244,11 +359,22 @@ pub async fn build_state(
     auth: AuthMode,
     capi: Option<&Arc<Capi>>,
 ) -> Result<AppState, ServeError> {
+    let members: Vec<Arc<Capi>> = capi.into_iter().cloned().collect();
+    build_state_for(cfg, url, auth, &members).await
+}
+
+/// [`build_state`] over several management clusters.
+pub async fn build_state_for(
+    cfg: Config,
+    url: &str,
+    auth: AuthMode,
+    members: &[Arc<Capi>],
+) -> Result<AppState, ServeError> {
     let pool = db::connect(url, &cfg.database).await?;
     if cfg.database.migrate_on_start {
         db::migrate(&pool).await?;
     }
-    let backend = backend_for(&cfg, capi);
+    let backend = backend_for_members(&cfg, members);
     Ok(App::with_backend(pool, cfg, auth, backend))
 }
 
@@ -257,6 +383,16 @@ pub async fn build_state(
 pub async fn serve(
     state: AppState,
     capi: Option<&Arc<Capi>>,
+    listener: TcpListener,
+) -> Result<(), ServeError> {
+    let members: Vec<Arc<Capi>> = capi.into_iter().cloned().collect();
+    serve_members(state, &members, listener).await
+}
+
+/// [`serve`] with the watchers, writer and janitor of every management cluster in `members`.
+pub async fn serve_members(
+    state: AppState,
+    members: &[Arc<Capi>],
     listener: TcpListener,
 ) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -268,7 +404,7 @@ pub async fn serve(
         host.clone(),
         stop_rx.clone(),
     )));
-    if let Some(capi) = capi {
+    for capi in members {
         background.extend(spawn_capi(&state, capi, stop_rx.clone()));
     }
     if state.config.operations.worker_enabled {

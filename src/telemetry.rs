@@ -26,6 +26,8 @@ pub const TOKEN_CACHE: &str = "magnum_capi_token_cache_total";
 pub const APP_CREDENTIALS: &str = "magnum_capi_app_credentials_total";
 pub const APP_CREDENTIALS_LEFTOVER: &str = "magnum_capi_app_credentials_leftover";
 pub const READY: &str = "magnum_capi_ready";
+pub const MANAGEMENT_CLUSTER_UP: &str = "magnum_capi_management_cluster_up";
+pub const MANAGEMENT_CLUSTER_CLUSTERS: &str = "magnum_capi_management_cluster_clusters";
 
 /// Request-latency buckets (seconds): API calls are milliseconds; OpenStack calls up to seconds.
 const BUCKETS: [f64; 12] = [
@@ -121,6 +123,14 @@ fn describe() {
         "Credentials waiting to be deleted again."
     );
     describe_gauge!(READY, "1 when the last readiness check passed, by check.");
+    describe_gauge!(
+        MANAGEMENT_CLUSTER_UP,
+        "1 when the management cluster's API answered its last probe."
+    );
+    describe_gauge!(
+        MANAGEMENT_CLUSTER_CLUSTERS,
+        "Clusters by management cluster and status."
+    );
 }
 
 pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
@@ -174,6 +184,36 @@ pub fn watch_resync(kind: &'static str) {
 
 pub fn status_delay(took: Duration) {
     histogram!(STATUS_DELAY).record(took.as_secs_f64());
+}
+
+/// [`status_writer`] of management cluster `name` (labelled unless it is the unnamed one).
+pub fn status_writer_of(name: &str, leader: bool) {
+    if name.is_empty() {
+        return status_writer(leader);
+    }
+    gauge!(STATUS_WRITER, "management_cluster" => name.to_string()).set(if leader {
+        1.0
+    } else {
+        0.0
+    });
+}
+
+/// Whether management cluster `name` answered its last probe.
+pub fn management_cluster_up(name: &str, up: bool) {
+    gauge!(MANAGEMENT_CLUSTER_UP, "management_cluster" => name.to_string()).set(if up {
+        1.0
+    } else {
+        0.0
+    });
+}
+
+/// Clusters per management cluster and status.
+pub fn management_cluster_clusters(counts: &[(String, String, i64)]) {
+    for (name, status, n) in counts {
+        gauge!(MANAGEMENT_CLUSTER_CLUSTERS, "management_cluster" => crate::domain::placement::shown(name).to_string(),
+               "status" => status.clone())
+        .set(*n as f64);
+    }
 }
 
 pub fn status_writer(leader: bool) {

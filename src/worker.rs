@@ -205,6 +205,7 @@ async fn execute(
     let counted = match &run {
         Run::Finished(Ok(())) => "done",
         Run::Finished(Err(DriverError::Transient(_))) if op.attempts < cfg.max_attempts => "retry",
+        Run::Finished(Err(DriverError::Deferred { .. })) => "deferred",
         Run::Finished(Err(_)) => "failed",
         Run::LeaseLost => "lease_lost",
         Run::Interrupted => "interrupted",
@@ -221,6 +222,12 @@ async fn execute(
             let delay = backoff_ms(cfg.retry_base_ms, op.attempts);
             tracing::warn!(error = %e, delay_ms = delay, "attempt failed, will retry");
             odb::retry_later(&app.pool, op.id, worker, &e, delay)
+                .await
+                .map(|_| ())
+        }
+        Run::Finished(Err(DriverError::Deferred { reason, retry_ms })) => {
+            tracing::info!(reason = %reason, delay_ms = retry_ms, "waiting for the management cluster");
+            odb::defer(&app.pool, op.id, worker, &reason, retry_ms)
                 .await
                 .map(|_| ())
         }

@@ -414,20 +414,26 @@ impl Capi {
     /// expiring ones renewed, abandoned staged ones discarded, orphaned ones (of clusters that
     /// do not exist) deleted. Failures are logged.
     pub async fn maintenance(&self, pool: &PgPool) {
-        if let Err(e) = self.sweep_leftover_credentials(pool).await {
-            tracing::warn!(error = %e, "sweeping leftover application credentials failed");
+        if self.shared_duties {
+            if let Err(e) = self.sweep_leftover_credentials(pool).await {
+                tracing::warn!(error = %e, "sweeping leftover application credentials failed");
+            }
+            if let Err(e) = self.check_credentials(pool).await {
+                tracing::warn!(error = %e, "checking cluster credentials failed");
+            }
+            if let Err(e) = self.sweep_orphan_credentials(pool).await {
+                tracing::warn!(error = %e, "sweeping orphaned application credentials failed");
+            }
         }
-        if let Err(e) = self.check_credentials(pool).await {
-            tracing::warn!(error = %e, "checking cluster credentials failed");
+        // The rest needs this management cluster.
+        if self.reach.down().is_some() {
+            return;
         }
         if let Err(e) = self.renew_expiring(pool).await {
             tracing::warn!(error = %e, "renewing expiring credentials failed");
         }
         if let Err(e) = self.sweep_staged(pool, STAGED_GRACE).await {
             tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
-        }
-        if let Err(e) = self.sweep_orphan_credentials(pool).await {
-            tracing::warn!(error = %e, "sweeping orphaned application credentials failed");
         }
     }
 
@@ -523,6 +529,10 @@ impl Capi {
             let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, uuid).await? else {
                 continue;
             };
+            // Each management cluster renews the credentials of its own clusters.
+            if !self.owns(&c) {
+                continue;
+            }
             let Some((id, secret)) = self
                 .live_credential(&namespace_of(&self.config, &c), &name_of(&c))
                 .await?

@@ -148,11 +148,19 @@ pub struct Capi {
     pub feed: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
     /// Application credentials of clusters that did not exist, deleted by the janitor.
     pub orphans_deleted: std::sync::atomic::AtomicUsize,
+    /// Its `[[capi.management_clusters]]` name; `""`: the unnamed one (`[capi] kubeconfig`).
+    pub name: String,
+    /// Whether its API answered the last probe (`super::fleet`).
+    pub reach: Arc<super::fleet::Reach>,
+    /// Runs the Keystone-wide chores of `maintenance` (leftover, orphaned and checked
+    /// credentials): one management cluster of a replica does, not each.
+    pub shared_duties: bool,
 }
 
 impl std::fmt::Debug for Capi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Capi")
+            .field("name", &self.name)
             .field("mgmt", &self.mgmt)
             .finish_non_exhaustive()
     }
@@ -205,6 +213,11 @@ pub fn superseded(templates: &[TemplateRef], live: &[Value]) -> Vec<TemplateRef>
 }
 
 impl Capi {
+    /// Whether `c` lives on this management cluster.
+    pub fn owns(&self, c: &ClusterRow) -> bool {
+        c.management_cluster_name() == self.name
+    }
+
     pub(super) fn inputs<'a>(
         &'a self,
         template: &'a TemplateRow,
@@ -775,7 +788,7 @@ impl Capi {
         Ok(())
     }
 
-    async fn run(
+    pub(super) async fn run(
         &self,
         pool: &PgPool,
         op: &OperationRow,

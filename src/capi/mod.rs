@@ -7,6 +7,7 @@ pub mod ca;
 pub mod cleanup;
 pub mod credentials;
 pub mod driver;
+pub mod fleet;
 pub mod health;
 pub mod pki;
 pub mod render;

@@ -184,6 +184,9 @@ pub struct Observer {
     dirty: mpsc::UnboundedSender<Uuid>,
     /// Bumped on every change; waiters (delete) re-check when it moves.
     version: watch::Sender<u64>,
+    /// The change feeds of the other management clusters' observers (`Observer::link`): a
+    /// touch reaches the cluster's own writer whichever observer it went through.
+    peers: std::sync::OnceLock<Vec<mpsc::UnboundedSender<Uuid>>>,
 }
 
 impl std::fmt::Debug for Observer {
@@ -202,6 +205,7 @@ impl Observer {
                 index: Mutex::new(Index::default()),
                 dirty: tx,
                 version,
+                peers: std::sync::OnceLock::new(),
             }),
             rx,
         )
@@ -212,9 +216,26 @@ impl Observer {
         f(&mut guard)
     }
 
-    /// Marks a cluster for re-evaluation (e.g. when its operation finished).
+    /// Marks a cluster for re-evaluation (e.g. when its operation finished), by whichever
+    /// linked writer owns it.
     pub fn touch(&self, cluster: Uuid) {
         let _ = self.dirty.send(cluster);
+        for p in self.peers.get().into_iter().flatten() {
+            let _ = p.send(cluster);
+        }
+    }
+
+    /// Links the observers of several management clusters (each writer ignores the clusters
+    /// that are not its own).
+    pub fn link(observers: &[Arc<Observer>]) {
+        for o in observers {
+            let others = observers
+                .iter()
+                .filter(|p| !Arc::ptr_eq(p, o))
+                .map(|p| p.dirty.clone())
+                .collect();
+            let _ = o.peers.set(others);
+        }
     }
 
     fn changed(&self, clusters: impl IntoIterator<Item = Uuid>) {
@@ -532,6 +553,7 @@ async fn load_state(
 pub async fn sync_cluster(
     pool: &PgPool,
     observer: &Observer,
+    member: &str,
     cluster: Uuid,
     update_timeout: Duration,
 ) -> DbResult<Option<Status>> {
@@ -539,6 +561,10 @@ pub async fn sync_cluster(
     let Some(row) = cdb::lock(&mut *tx, cluster).await? else {
         return Ok(None);
     };
+    // Another management cluster's: its own writer concludes from its own observer.
+    if row.management_cluster_name() != member {
+        return Ok(None);
+    }
     let state = load_state(&mut tx, &row, update_timeout).await?;
     let ev = status::evaluate(&observer.observed(cluster), &state, Utc::now());
     if ev.is_noop() {
@@ -590,13 +616,38 @@ pub async fn sync_cluster(
 /// Advisory-lock key of the status writer (one replica writes statuses at a time).
 const WRITER_LOCK: i64 = 0x6d61_676e_756d_0001;
 
+/// The status-writer lock of management cluster `name`: [`WRITER_LOCK`] for the unnamed one,
+/// else derived from the name (FNV-1a), so each has its own writer.
+pub fn writer_lock(name: &str) -> i64 {
+    if name.is_empty() {
+        return WRITER_LOCK;
+    }
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    WRITER_LOCK ^ i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// Which management cluster a writer writes for, and what its probes found.
+#[derive(Debug, Clone, Default)]
+pub struct WriterScope {
+    /// `""`: the unnamed one.
+    pub name: String,
+    pub reach: Arc<crate::capi::fleet::Reach>,
+}
+
 /// Called with every cluster that reached a new status (e.g. to collect superseded templates).
 pub type OnStatus = Arc<dyn Fn(Uuid, Status) + Send + Sync>;
 
 /// Drains the observer's change feed into Postgres while this replica holds the writer lock;
 /// re-checks in-progress clusters every `tick` (deadlines, operations finished elsewhere).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the writer's whole setup, passed once"
+)]
 pub async fn run_writer(
     pool: PgPool,
+    scope: WriterScope,
     observer: Arc<Observer>,
     mut dirty: mpsc::UnboundedReceiver<Uuid>,
     update_timeout: Duration,
@@ -609,6 +660,9 @@ pub async fn run_writer(
     // Each cluster to write, with when its first unwritten change arrived (the delay metric).
     let mut pending: HashMap<Uuid, tokio::time::Instant> = HashMap::new();
     let now = tokio::time::Instant::now;
+    let shown = crate::capi::fleet::shown(&scope.name).to_string();
+    // The reason written into its clusters' health while it is unreachable.
+    let mut marked_down: Option<String> = None;
     loop {
         tokio::select! {
             got = dirty.recv() => match got {
@@ -617,9 +671,10 @@ pub async fn run_writer(
             },
             _ = ticker.tick() => {
                 if leader.is_none() {
-                    leader = try_lead(&pool).await;
+                    leader = try_lead_key(&pool, writer_lock(&scope.name)).await;
                     if leader.is_some() {
-                        tracing::info!("this replica writes cluster statuses");
+                        marked_down = None;
+                        tracing::info!(management_cluster = %shown, "this replica writes cluster statuses");
                         for u in observer.clusters() {
                             pending.entry(u).or_insert_with(now);
                         }
@@ -631,9 +686,26 @@ pub async fn run_writer(
                     tracing::warn!("lost the status-writer lock's connection");
                     leader = None;
                 }
-                crate::telemetry::status_writer(leader.is_some());
+                crate::telemetry::status_writer_of(&scope.name, leader.is_some());
                 if leader.is_some() {
-                    match in_progress(&pool).await {
+                    let down = scope.reach.down().map(|(why, _)| format!(
+                        "The management cluster {shown} is unreachable ({why}); the cluster's \
+                         status is the last one seen"));
+                    if down.is_some() != marked_down.is_some() {
+                        match cdb::mark_unreachable(&pool, &scope.name, down.as_deref()).await {
+                            Ok(clusters) => {
+                                marked_down = down;
+                                // Back: everything it holds is evaluated afresh.
+                                if marked_down.is_none() {
+                                    for u in clusters {
+                                        pending.entry(u).or_insert_with(now);
+                                    }
+                                }
+                            }
+                            Err(e) => tracing::warn!(error = %e, "recording the management cluster's reachability failed"),
+                        }
+                    }
+                    match cdb::of_management_cluster(&pool, &scope.name, IN_PROGRESS).await {
                         Ok(ids) => {
                             for u in ids {
                                 pending.entry(u).or_insert_with(now);
@@ -651,14 +723,15 @@ pub async fn run_writer(
         while let Ok(u) = dirty.try_recv() {
             pending.entry(u).or_insert_with(now);
         }
-        if leader.is_none() || !observer.synced() {
+        // Unreachable: nothing new to conclude; what it last showed stays in Postgres.
+        if leader.is_none() || !observer.synced() || marked_down.is_some() {
             if leader.is_none() {
                 pending.clear();
             }
             continue;
         }
         for (u, since) in std::mem::take(&mut pending) {
-            match sync_cluster(&pool, &observer, u, update_timeout).await {
+            match sync_cluster(&pool, &observer, &scope.name, u, update_timeout).await {
                 Ok(Some(st)) => {
                     crate::telemetry::status_delay(since.elapsed());
                     on_status(u, st);
@@ -677,9 +750,14 @@ pub async fn run_writer(
 /// Takes the status-writer lock if no other replica holds it: the connection holding it, which
 /// keeps the lock for as long as it lives.
 pub async fn try_lead(pool: &PgPool) -> Option<sqlx::PgConnection> {
+    try_lead_key(pool, WRITER_LOCK).await
+}
+
+/// [`try_lead`] for the writer lock `key` (see [`writer_lock`]).
+pub async fn try_lead_key(pool: &PgPool, key: i64) -> Option<sqlx::PgConnection> {
     let mut conn = pool.acquire().await.ok()?.detach();
     let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
-        .bind(WRITER_LOCK)
+        .bind(key)
         .fetch_one(&mut conn)
         .await
         .ok()?;
@@ -687,14 +765,8 @@ pub async fn try_lead(pool: &PgPool) -> Option<sqlx::PgConnection> {
     got.then_some(conn)
 }
 
-async fn in_progress(pool: &PgPool) -> DbResult<Vec<Uuid>> {
-    let rows: Vec<(Uuid,)> = sqlx::query_as(
-        "SELECT uuid FROM cluster WHERE status IN ('CREATE_IN_PROGRESS', 'UPDATE_IN_PROGRESS')",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows.into_iter().map(|(u,)| u).collect())
-}
+/// The statuses the writer re-checks every tick.
+const IN_PROGRESS: &[&str] = &["CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS"];
 
 #[cfg(test)]
 mod tests {

@@ -46,6 +46,9 @@ pub struct ClusterRow {
     pub resolved: Json<Resolved>,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
+    /// The management cluster it was placed on at create (`[[capi.management_clusters]]`
+    /// name); `None`: the unnamed one (`[capi] kubeconfig`).
+    pub management_cluster: Option<String>,
 }
 
 impl ClusterRow {
@@ -91,7 +94,13 @@ impl ClusterRow {
             resolved: Json(Resolved::default()),
             created_at: Utc::now(),
             updated_at: None,
+            management_cluster: None,
         }
+    }
+
+    /// The name of its management cluster: `""` for the unnamed one.
+    pub fn management_cluster_name(&self) -> &str {
+        self.management_cluster.as_deref().unwrap_or("")
     }
 }
 
@@ -157,8 +166,10 @@ pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<Clu
         "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
             docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
             status_reason, health_status, health_status_reason, create_timeout, discovery_url,
-            fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled, resolved)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
+            fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled, resolved,
+            management_cluster)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,
+                 NULLIF($23, ''))
          RETURNING *",
     )
     .bind(c.uuid)
@@ -183,6 +194,7 @@ pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<Clu
     .bind(c.floating_ip_enabled)
     .bind(c.master_lb_enabled)
     .bind(&c.resolved)
+    .bind(&c.management_cluster)
     .fetch_one(ex)
     .await?)
 }
@@ -249,6 +261,86 @@ pub async fn count_in_project<'e>(ex: impl PgExecutor<'e>, project_id: &str) -> 
         .fetch_one(ex)
         .await?;
     Ok(n)
+}
+
+/// Clusters per management cluster (`""`: the unnamed one), for placement by weight.
+pub async fn count_by_management_cluster(pool: &PgPool) -> DbResult<Vec<(String, i64)>> {
+    Ok(
+        sqlx::query_as("SELECT COALESCE(management_cluster, ''), count(*) FROM cluster GROUP BY 1")
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// Clusters per management cluster and status (`magnum-capi management-clusters`, `/metrics`).
+pub async fn count_by_management_cluster_and_status(
+    pool: &PgPool,
+) -> DbResult<Vec<(String, String, i64)>> {
+    Ok(sqlx::query_as(
+        "SELECT COALESCE(management_cluster, ''), status, count(*) FROM cluster GROUP BY 1, 2
+          ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// The clusters on management cluster `name` (`""`: the unnamed one) in one of `statuses`
+/// (all of them when empty).
+pub async fn of_management_cluster(
+    pool: &PgPool,
+    name: &str,
+    statuses: &[&str],
+) -> DbResult<Vec<Uuid>> {
+    let rows: Vec<(Uuid,)> = sqlx::query_as(
+        "SELECT uuid FROM cluster WHERE COALESCE(management_cluster, '') = $1
+            AND (cardinality($2::text[]) = 0 OR status = ANY($2))",
+    )
+    .bind(name)
+    .bind(statuses)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(u,)| u).collect())
+}
+
+/// While management cluster `name` is unreachable (`reason`), its clusters' health is
+/// `UNKNOWN` with `{"management_cluster": reason}`; once it is back (`None`), that finding is
+/// cleared for the writer to evaluate again. Returns its clusters.
+pub async fn mark_unreachable(
+    pool: &PgPool,
+    name: &str,
+    reason: Option<&str>,
+) -> DbResult<Vec<Uuid>> {
+    let mut tx = pool.begin().await?;
+    match reason {
+        Some(r) => {
+            sqlx::query(
+                "UPDATE cluster SET health_status = 'UNKNOWN',
+                        health_status_reason = jsonb_build_object('management_cluster', $2::text)
+                  WHERE COALESCE(management_cluster, '') = $1",
+            )
+            .bind(name)
+            .bind(r)
+            .execute(&mut *tx)
+            .await?;
+        }
+        None => {
+            sqlx::query(
+                "UPDATE cluster SET health_status = NULL, health_status_reason = '{}'
+                  WHERE COALESCE(management_cluster, '') = $1
+                    AND health_status_reason ? 'management_cluster'",
+            )
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    let rows: Vec<(Uuid,)> =
+        sqlx::query_as("SELECT uuid FROM cluster WHERE COALESCE(management_cluster, '') = $1")
+            .bind(name)
+            .fetch_all(&mut *tx)
+            .await?;
+    tx.commit().await?;
+    Ok(rows.into_iter().map(|(u,)| u).collect())
 }
 
 pub async fn set_health<'e>(

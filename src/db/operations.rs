@@ -168,6 +168,30 @@ pub async fn retry_later(
     Ok(r.rows_affected() == 1)
 }
 
+/// Puts an attempt that could not start (its management cluster unreachable) back in the
+/// queue, due after `delay_ms`, the attempt not counted (only by the lease holder).
+pub async fn defer(
+    pool: &PgPool,
+    id: i64,
+    worker: &str,
+    reason: &str,
+    delay_ms: i64,
+) -> DbResult<bool> {
+    let r = sqlx::query(
+        "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
+                attempts = GREATEST(attempts - 1, 0), last_error = $3,
+                not_before = now() + make_interval(secs => $4), updated_at = now()
+          WHERE id = $1 AND locked_by = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(reason)
+    .bind(delay_ms as f64 / 1000.0)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
 /// Gives an operation up for good (only if `worker` still holds it); true when it did.
 pub async fn fail<'e>(
     ex: impl PgExecutor<'e>,

@@ -12,6 +12,7 @@ pub mod new_cluster;
 pub mod nodegroup_rules;
 pub mod operation;
 pub mod patch;
+pub mod placement;
 pub mod policy;
 pub mod policy_lang;
 pub mod pyliteral;

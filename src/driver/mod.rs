@@ -31,6 +31,10 @@ pub enum DriverError {
     /// Retrying cannot help (invalid spec, quota refused by the cloud).
     #[error("{0}")]
     Permanent(String),
+    /// Nothing could be tried now (the cluster's management cluster is unreachable): the
+    /// operation waits, this attempt not counted, and is tried again after `retry_ms`.
+    #[error("{reason}")]
+    Deferred { reason: String, retry_ms: i64 },
 }
 
 /// How a request-time backend call failed, in the classes the service layer tells apart.
@@ -85,6 +89,10 @@ pub struct Check {
     pub ok: bool,
     /// What was found, or why it failed.
     pub detail: String,
+    /// A failure that does not make the replica unready (one of several management clusters:
+    /// only its clusters are affected).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 impl Check {
@@ -97,7 +105,13 @@ impl Check {
             name: name.to_string(),
             ok,
             detail,
+            optional: false,
         }
+    }
+
+    /// Whether it makes the replica unready.
+    pub fn blocks(&self) -> bool {
+        !self.ok && !self.optional
     }
 }
 

@@ -150,6 +150,11 @@ pub async fn create(
         row.resolved = Json(cloud::validate(s, &wanted).await?);
     }
     if late_error.is_none() {
+        // Recorded with the row and never changed implicitly afterwards.
+        let region = cloud.and_then(UserSession::region);
+        row.management_cluster =
+            super::placement::place(app, &ct.labels.0, &row.labels.0, &caller.project_id, region)
+                .await?;
         // Bad labels are the caller's 400 now, never a failure on the management cluster.
         app.backend
             .validate_cluster(&ct, &row, &[master.clone(), worker.clone()])?;

@@ -11,6 +11,7 @@ pub mod error;
 pub mod misc;
 pub mod nodegroups;
 pub mod operating;
+pub mod placement;
 pub mod templates;
 pub mod views;
 

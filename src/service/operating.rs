@@ -22,7 +22,7 @@ pub struct Readiness {
 
 impl Readiness {
     pub fn ok(&self) -> bool {
-        self.checks.iter().all(|c| c.ok)
+        !self.checks.iter().any(Check::blocks)
     }
 }
 
@@ -84,7 +84,7 @@ pub async fn readiness(app: &App) -> Readiness {
     for c in &checks {
         telemetry::ready(&c.name, c.ok);
     }
-    let status = if checks.iter().all(|c| c.ok) {
+    let status = if !checks.iter().any(Check::blocks) {
         "ok"
     } else {
         "failed"
@@ -111,5 +111,9 @@ pub async fn refresh_gauges(app: &App) -> Result<(), db::DbError> {
         &["HEALTHY", "UNHEALTHY", "UNKNOWN"],
     );
     telemetry::leftover_credentials(g.leftover_credentials);
+    if !app.config.capi.management_clusters.is_empty() {
+        let counts = db::clusters::count_by_management_cluster_and_status(&app.pool).await?;
+        telemetry::management_cluster_clusters(&counts);
+    }
     Ok(())
 }

@@ -1,0 +1,428 @@
+//! Several management clusters behind one backend (issue 19): [`Fleet`] routes each operation
+//! and request-time call to the `Capi` of the cluster's management cluster; [`Reach`] is what
+//! the probes found out about each one's API, so that an unreachable one only defers its own
+//! clusters' operations; [`versions`] finds the CAPI/CAPO versions a management cluster runs.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::driver::{Capi, CapiDriver};
+use super::kinds;
+use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::nodegroups::NodegroupRow;
+use crate::db::operations::OperationRow;
+use crate::db::templates::TemplateRow;
+use crate::domain::certificates::CaKind;
+use crate::driver::{
+    Backend, BackendError, BackendFuture, Check, Credentials, DriverError, DriverFuture,
+};
+use crate::openstack::UserSession;
+
+/// How long one probe of a management cluster's API may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether a management cluster's API answered its last probe.
+#[derive(Debug, Default)]
+pub struct Reach {
+    down: Mutex<Option<(String, Instant)>>,
+}
+
+impl Reach {
+    /// Why it is unreachable and for how long, or `None` when it answered last.
+    pub fn down(&self) -> Option<(String, Duration)> {
+        self.down
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(why, since)| (why.clone(), since.elapsed()))
+    }
+
+    /// Records a probe's outcome; true when reachability changed.
+    pub fn record(&self, outcome: Result<(), String>) -> bool {
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        match (outcome, down.as_mut()) {
+            (Ok(()), None) => false,
+            (Ok(()), Some(_)) => {
+                *down = None;
+                true
+            }
+            (Err(why), Some((was, _))) => {
+                *was = why;
+                false
+            }
+            (Err(why), None) => {
+                *down = Some((why, Instant::now()));
+                true
+            }
+        }
+    }
+}
+
+/// Asks the management cluster's API for its version.
+pub async fn probe(capi: &Capi) -> Result<String, String> {
+    match tokio::time::timeout(PROBE_TIMEOUT, capi.mgmt.client().apiserver_version()).await {
+        Ok(Ok(v)) => Ok(v.git_version),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {}s", PROBE_TIMEOUT.as_secs())),
+    }
+}
+
+pub use crate::domain::placement::shown;
+
+/// Probes `capi` every `every` until `stop`, recording the outcome (and the
+/// `magnum_capi_management_cluster_up` gauge).
+pub async fn watch_reachability(capi: Arc<Capi>, every: Duration, mut stop: watch::Receiver<bool>) {
+    loop {
+        let outcome = probe(&capi).await.map(drop);
+        crate::telemetry::management_cluster_up(shown(&capi.name), outcome.is_ok());
+        if let Err(why) = &outcome
+            && capi.reach.down().is_none()
+        {
+            tracing::warn!(management_cluster = shown(&capi.name), error = %why, "management cluster unreachable; its clusters' operations wait");
+        }
+        if capi.reach.record(outcome) && capi.reach.down().is_none() {
+            tracing::info!(
+                management_cluster = shown(&capi.name),
+                "management cluster reachable again"
+            );
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// How long a deferred operation waits: longer the longer its management cluster has been
+/// unreachable (a quarter of that), between half a second and 30 s.
+fn defer_ms(down_for: Duration) -> i64 {
+    i64::try_from(down_for.as_millis() / 4)
+        .unwrap_or(i64::MAX)
+        .clamp(500, 30_000)
+}
+
+fn unreachable_reason(name: &str, why: &str) -> String {
+    format!(
+        "The management cluster {} is unreachable ({why}); the operation waits for it",
+        shown(name)
+    )
+}
+
+/// The backend over several management clusters: each cluster's calls go to the one recorded
+/// on its row (`management_cluster`; none: the unnamed one).
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    members: Vec<CapiDriver>,
+}
+
+impl Fleet {
+    /// The fleet of `members` (at least one); their observers are linked so that a cluster
+    /// touched through any of them reaches its own status writer.
+    pub fn new(members: &[Arc<Capi>]) -> Self {
+        let observers: Vec<_> = members.iter().map(|m| m.observer.clone()).collect();
+        super::watch::Observer::link(&observers);
+        Self {
+            members: members.iter().cloned().map(CapiDriver).collect(),
+        }
+    }
+
+    pub fn members(&self) -> impl Iterator<Item = &Arc<Capi>> {
+        self.members.iter().map(|d| &d.0)
+    }
+
+    fn member(&self, name: &str) -> Option<&CapiDriver> {
+        self.members.iter().find(|d| d.0.name == name)
+    }
+
+    /// The driver of `c`'s management cluster, if it is configured and reachable now.
+    fn serving(&self, c: &ClusterRow) -> Result<&CapiDriver, BackendError> {
+        let name = c.management_cluster_name();
+        let d = self.member(name).ok_or_else(|| {
+            BackendError::Unavailable(format!(
+                "the cluster's management cluster {} is not configured",
+                shown(name)
+            ))
+        })?;
+        match d.0.reach.down() {
+            Some((why, _)) => Err(BackendError::Unavailable(format!(
+                "the cluster's management cluster {} is unreachable: {why}",
+                shown(name)
+            ))),
+            None => Ok(d),
+        }
+    }
+
+    fn any(&self) -> &CapiDriver {
+        &self.members[0]
+    }
+
+    async fn execute_routed(
+        &self,
+        pool: &PgPool,
+        op: &OperationRow,
+        caller: Option<&SecretString>,
+    ) -> Result<(), DriverError> {
+        let row = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid)
+            .await
+            .map_err(|e| DriverError::Transient(e.to_string()))?;
+        let Some(row) = row else {
+            return Ok(()); // already gone
+        };
+        let name = row.management_cluster_name();
+        let Some(d) = self.member(name) else {
+            tracing::error!(
+                management_cluster = shown(name),
+                "the cluster's management cluster is not configured"
+            );
+            return Err(DriverError::Deferred {
+                reason: format!(
+                    "The management cluster {} is not configured; the operation waits for it",
+                    shown(name)
+                ),
+                retry_ms: 30_000,
+            });
+        };
+        if let Some((why, down_for)) = d.0.reach.down() {
+            return Err(DriverError::Deferred {
+                reason: unreachable_reason(name, &why),
+                retry_ms: defer_ms(down_for),
+            });
+        }
+        match d.0.run(pool, op, caller).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_transient() => {
+                // Unreachable since the last probe: wait for it instead of spending attempts.
+                if let Err(why) = probe(&d.0).await {
+                    d.0.reach.record(Err(why.clone()));
+                    return Err(DriverError::Deferred {
+                        reason: unreachable_reason(name, &why),
+                        retry_ms: defer_ms(Duration::ZERO),
+                    });
+                }
+                Err(e.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Backend for Fleet {
+    fn name(&self) -> &'static str {
+        "capi"
+    }
+    fn execute<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        op: &'a OperationRow,
+        caller: Option<&'a SecretString>,
+    ) -> DriverFuture<'a> {
+        Box::pin(self.execute_routed(pool, op, caller))
+    }
+    fn finished(&self, op: &OperationRow) {
+        // Linked observers: the cluster's own writer re-evaluates it.
+        self.any().finished(op);
+    }
+    fn ca_certificate<'a>(
+        &'a self,
+        cluster: &'a ClusterRow,
+        kind: CaKind,
+    ) -> BackendFuture<'a, Option<String>> {
+        match self.serving(cluster) {
+            Ok(d) => d.ca_certificate(cluster, kind),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn sign_certificate<'a>(
+        &'a self,
+        cluster: &'a ClusterRow,
+        kind: CaKind,
+        csr: &'a str,
+        validity: Duration,
+    ) -> BackendFuture<'a, Option<String>> {
+        match self.serving(cluster) {
+            Ok(d) => d.sign_certificate(cluster, kind, csr, validity),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn validate_template(&self, template: &TemplateRow) -> Result<(), BackendError> {
+        self.any().validate_template(template)
+    }
+    fn validate_cluster(
+        &self,
+        template: &TemplateRow,
+        cluster: &ClusterRow,
+        nodegroups: &[NodegroupRow],
+    ) -> Result<(), BackendError> {
+        self.any().validate_cluster(template, cluster, nodegroups)
+    }
+    fn readiness(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Check>> + Send + '_>> {
+        Box::pin(async move {
+            let several = self.members.len() > 1;
+            let all = futures::future::join_all(self.members.iter().map(|d| async move {
+                let name = shown(&d.0.name).to_string();
+                (name, d.0.readiness().await)
+            }))
+            .await;
+            let mut checks = Vec::new();
+            let mut reachable = Vec::new();
+            let mut unreachable = Vec::new();
+            for (name, found) in all {
+                let up = found.iter().all(|c| c.ok);
+                if up {
+                    reachable.push(name.clone());
+                } else {
+                    unreachable.push(name.clone());
+                }
+                for mut c in found {
+                    c.name = format!("{}:{name}", c.name);
+                    c.optional = several;
+                    checks.push(c);
+                }
+            }
+            if several {
+                let detail = format!(
+                    "{} of {} usable{}",
+                    reachable.len(),
+                    reachable.len() + unreachable.len(),
+                    if unreachable.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not: {}", unreachable.join(", "))
+                    }
+                );
+                // Ready while any can take clusters: the others' clusters wait, reads go on.
+                let result = if reachable.is_empty() {
+                    Err(detail)
+                } else {
+                    Ok(detail)
+                };
+                checks.insert(0, Check::new("management_clusters", result));
+            }
+            checks
+        })
+    }
+    fn credentials(&self) -> Credentials {
+        Credentials::Staged
+    }
+    fn stage_credential<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        cluster: &'a ClusterRow,
+        session: &'a UserSession,
+        user_id: &'a str,
+        roles: &'a [String],
+        implicit: bool,
+    ) -> BackendFuture<'a, Value> {
+        match self.serving(cluster) {
+            Ok(d) => d.stage_credential(pool, cluster, session, user_id, roles, implicit),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn discard_staged<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        cluster: &'a ClusterRow,
+        payload: &'a Value,
+    ) -> BackendFuture<'a, ()> {
+        match self.serving(cluster) {
+            Ok(d) => d.discard_staged(pool, cluster, payload),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
+/// The provider versions a management cluster runs, for `magnum-capi management-clusters`:
+/// `(provider, version)` from clusterctl's provider Deployments (their image tags), else the
+/// API version served for the provider's group.
+pub async fn versions(capi: &Capi) -> Vec<(&'static str, String)> {
+    let providers = [
+        ("CAPI", "cluster-api", "cluster.x-k8s.io"),
+        (
+            "CAPO",
+            "infrastructure-openstack",
+            "infrastructure.cluster.x-k8s.io",
+        ),
+    ];
+    let deployments = tokio::time::timeout(
+        PROBE_TIMEOUT,
+        capi.mgmt
+            .list_all(kinds::DEPLOYMENT, "cluster.x-k8s.io/provider"),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default();
+    let groups = tokio::time::timeout(PROBE_TIMEOUT, capi.mgmt.client().list_api_groups())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let mut out = Vec::new();
+    for (shown, provider, group) in providers {
+        let image = deployments
+            .iter()
+            .filter(|d| {
+                d.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("cluster.x-k8s.io/provider"))
+                    .is_some_and(|p| p == provider)
+            })
+            .find_map(|d| {
+                d.data
+                    .pointer("/spec/template/spec/containers/0/image")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            });
+        let found = match image {
+            Some(i) => i
+                .rsplit_once(':')
+                .map_or(i.clone(), |(_, tag)| tag.to_string()),
+            None => match groups
+                .as_ref()
+                .and_then(|g| g.groups.iter().find(|g| g.name == group))
+            {
+                Some(g) => format!(
+                    "unknown (API {})",
+                    g.preferred_version
+                        .as_ref()
+                        .map_or_else(|| "?".to_string(), |v| v.group_version.clone())
+                ),
+                None => "not installed".to_string(),
+            },
+        };
+        out.push((shown, found));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reach_records_changes_and_keeps_the_first_failure_time() {
+        let r = Reach::default();
+        assert!(r.down().is_none());
+        assert!(!r.record(Ok(())));
+        assert!(r.record(Err("refused".into())));
+        assert!(!r.record(Err("timeout".into())));
+        assert_eq!(r.down().map(|d| d.0), Some("timeout".into()));
+        assert!(r.record(Ok(())));
+        assert!(r.down().is_none());
+    }
+
+    #[test]
+    fn deferral_grows_with_the_outage() {
+        assert_eq!(defer_ms(Duration::ZERO), 500);
+        assert_eq!(defer_ms(Duration::from_secs(8)), 2000);
+        assert_eq!(defer_ms(Duration::from_secs(3600)), 30_000);
+    }
+}
