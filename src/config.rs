@@ -693,12 +693,17 @@ impl Config {
                 "[operations] concurrency must be >= 1".into(),
             ));
         }
-        self.capi.validate_management_clusters()?;
+        self.validate_management_clusters()?;
         if let Some(k) = &self.operations.seal_key {
             crate::seal::Sealer::new(Some(k))
                 .map_err(|e| ConfigError::Invalid(format!("[operations] seal_key: {e}")))?;
         }
         Ok(())
+    }
+
+    /// Checks `[[capi.management_clusters]]` (again, after the command line added some).
+    pub fn validate_management_clusters(&self) -> Result<(), ConfigError> {
+        self.capi.validate_management_clusters()
     }
 
     /// The host name this replica reports.

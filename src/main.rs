@@ -1,4 +1,5 @@
-//! CLI: `serve [--config FILE] [--dev]`, `migrate`, `openapi`, `render --template T --cluster C`.
+//! CLI: `serve [--config FILE] [--dev [--sim-management-clusters a,b]]`, `migrate`, `check`,
+//! `management-clusters`, `openapi`, `render --template T --cluster C`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +34,16 @@ enum Command {
         /// from X-User-Id/X-Project-Id/X-Roles headers. Never use in production.
         #[arg(long)]
         dev: bool,
+        /// With `--dev`: one simulated management cluster per comma-separated name (e.g.
+        /// `east,west`), as `[[capi.management_clusters]]` entries.
+        #[arg(long, value_delimiter = ',', requires = "dev")]
+        sim_management_clusters: Vec<String>,
+    },
+    /// List the management clusters: reachability, the CAPI/CAPO versions found, and their
+    /// clusters by status (from `[database] url`, when set).
+    ManagementClusters {
+        #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Apply database migrations and exit.
     Migrate {
@@ -82,9 +93,10 @@ fn main() -> anyhow::Result<()> {
 /// configuration that does not load is reported by the command itself).
 fn init_logging(cli: &Cli) {
     let config = match &cli.command {
-        Command::Serve { config, .. } | Command::Migrate { config } | Command::Check { config } => {
-            Some(config.as_deref())
-        }
+        Command::Serve { config, .. }
+        | Command::Migrate { config }
+        | Command::Check { config }
+        | Command::ManagementClusters { config } => Some(config.as_deref()),
         _ => None,
     };
     let format = config
@@ -136,16 +148,15 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     } else {
         AuthMode::DevHeaders
     };
-    let setup = match server::build_capi(&cfg, &auth, false).await {
-        Ok(s) => s,
+    let members = match server::build_fleet(&cfg, &auth, false).await {
+        Ok(s) => s.members,
         Err(e) => {
             line(false, "management_cluster", &e.to_string());
             failed = true;
-            None
+            Vec::new()
         }
     };
-    let capi = setup.map(|s| s.capi);
-    let backend = server::backend_for(&cfg, capi.as_ref());
+    let backend = server::backend_for_members(&cfg, &members);
     let pool = db::connect_lazy(&url, &cfg.database)?;
     let app = magnum_capi::app::App::with_backend(pool, cfg, auth, backend);
     let r = magnum_capi::service::operating::readiness(&app).await;
@@ -160,8 +171,91 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     Ok(true)
 }
 
+/// `management-clusters`: each management cluster with its reachability, the provider
+/// versions found on it and its clusters by status.
+async fn management_clusters(config: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use magnum_capi::capi::fleet;
+    let cfg = Config::load(config)?;
+    let setup = server::build_fleet(&cfg, &AuthMode::DevHeaders, false).await?;
+    let counts = match &cfg.database.url {
+        Some(url) => {
+            let pool = db::connect_lazy(url, &cfg.database)?;
+            Some(db::clusters::count_by_management_cluster_and_status(&pool).await)
+        }
+        None => None,
+    };
+    for m in &setup.members {
+        let entry = cfg
+            .capi
+            .management_clusters
+            .iter()
+            .find(|e| e.name == m.name);
+        println!("{}", fleet::shown(&m.name));
+        if let Some(e) = entry {
+            println!(
+                "  placement:   weight {}, {}{}{}",
+                e.weight,
+                if e.enabled {
+                    "enabled"
+                } else {
+                    "DRAINING (no new clusters)"
+                },
+                e.region
+                    .as_deref()
+                    .map(|r| format!(", region {r}"))
+                    .unwrap_or_default(),
+                if e.availability_zones.is_empty() {
+                    String::new()
+                } else {
+                    format!(", zones {}", e.availability_zones.join(" "))
+                }
+            );
+        } else if !cfg.capi.management_clusters.is_empty() {
+            println!("  placement:   none (holds the clusters recorded before placement)");
+        }
+        match fleet::probe(m).await {
+            Ok(v) => {
+                println!("  reachable:   yes (Kubernetes {v})");
+                for (provider, version) in fleet::versions(m).await {
+                    println!("  {:<12} {version}", format!("{provider}:"));
+                }
+            }
+            Err(e) => println!("  reachable:   NO ({e})"),
+        }
+        match &counts {
+            Some(Ok(rows)) => {
+                let mine: Vec<String> = rows
+                    .iter()
+                    .filter(|(n, _, _)| *n == m.name)
+                    .map(|(_, status, n)| format!("{status} {n}"))
+                    .collect();
+                let total: i64 = rows
+                    .iter()
+                    .filter(|(n, _, _)| *n == m.name)
+                    .map(|(_, _, n)| n)
+                    .sum();
+                println!(
+                    "  clusters:    {total}{}",
+                    if mine.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", mine.join(", "))
+                    }
+                );
+            }
+            Some(Err(e)) => println!("  clusters:    unknown (database: {e})"),
+            None => println!("  clusters:    unknown ([database] url is not set)"),
+        }
+    }
+    if setup.members.is_empty() {
+        println!("no management cluster: [driver] kind is not \"capi\"");
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::ManagementClusters { config } => management_clusters(config.as_deref()).await,
         Command::Check { config } => {
             if check(config.as_deref()).await? {
                 Ok(())
@@ -202,8 +296,28 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("migrations applied");
             Ok(())
         }
-        Command::Serve { config, dev } => {
-            let cfg = Config::load(config.as_deref())?;
+        Command::Serve {
+            config,
+            dev,
+            sim_management_clusters,
+        } => {
+            let mut cfg = Config::load(config.as_deref())?;
+            for name in sim_management_clusters {
+                let known = cfg
+                    .capi
+                    .management_clusters
+                    .iter_mut()
+                    .find(|m| m.name == name);
+                match known {
+                    Some(m) => m.simulated = true,
+                    None => {
+                        let mut m = magnum_capi::config::ManagementClusterConfig::named(&name);
+                        m.simulated = true;
+                        cfg.capi.management_clusters.push(m);
+                    }
+                }
+            }
+            cfg.validate_management_clusters()?;
             server::load_policy(&cfg)?;
             cfg.validate_for_serve(dev)?;
             #[cfg(feature = "dev")]
@@ -240,13 +354,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 AuthMode::DevHeaders
             };
             let listener = server::bind(&cfg).await?;
-            let setup = server::build_capi(&cfg, &auth, dev).await?;
-            let (capi, _sim) = match setup {
-                Some(s) => (Some(s.capi), s.sim),
-                None => (None, None),
-            };
-            let state = server::build_state(cfg, &url, auth, capi.as_ref()).await?;
-            let result = server::serve(state, capi.as_ref(), listener).await;
+            let setup = server::build_fleet(&cfg, &auth, dev).await?;
+            let state = server::build_state_for(cfg, &url, auth, &setup.members).await?;
+            let result = server::serve_members(state, &setup.members, listener).await;
+            drop(setup);
             #[cfg(feature = "dev")]
             if let Some(mut pg) = embedded {
                 tokio::task::spawn_blocking(move || pg.stop()).await?;

@@ -69,7 +69,8 @@ pub async fn show(
 ) -> ApiResult<Json<Cluster>> {
     let v = clusters::get(&app, &caller, &ident).await?;
     let s = views::summarize(v.nodegroups.iter());
-    Ok(Json(views::cluster_full(
+    Ok(Json(views::cluster_full_for(
+        caller.is_admin(),
         &v.cluster,
         &s,
         &v.template_labels,

@@ -304,7 +304,14 @@ pub async fn list(
                 let parent = template_labels
                     .get(&c.cluster_template_id)
                     .unwrap_or(&empty);
-                views::ClusterEntry::Detail(Box::new(views::cluster_full(c, &s, parent, base, mv)))
+                views::ClusterEntry::Detail(Box::new(views::cluster_full_for(
+                    caller.is_admin(),
+                    c,
+                    &s,
+                    parent,
+                    base,
+                    mv,
+                )))
             } else {
                 views::ClusterEntry::Summary(Box::new(views::cluster_short(c, &s, base, mv)))
             }

@@ -335,6 +335,26 @@ pub struct Cluster {
     pub created_at: String,
     #[schema(format = DateTime)]
     pub updated_at: Option<String>,
+    /// Admins only, with several management clusters: the one the cluster was placed on
+    /// (not part of Magnum's API; absent for everyone else).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub management_cluster: Option<String>,
+}
+
+/// [`cluster_full`] as `caller_is_admin` sees it: admins also see its management cluster.
+pub fn cluster_full_for(
+    caller_is_admin: bool,
+    c: &ClusterRow,
+    s: &NgSummary,
+    parent: &Labels,
+    base: &str,
+    mv: Version,
+) -> Cluster {
+    let mut view = cluster_full(c, s, parent, base, mv);
+    if caller_is_admin {
+        view.management_cluster = c.management_cluster.clone();
+    }
+    view
 }
 
 pub fn cluster_full(
@@ -385,6 +405,7 @@ pub fn cluster_full(
         master_lb_enabled: c.master_lb_enabled,
         created_at: ts(&c.created_at),
         updated_at: ts_opt(&c.updated_at),
+        management_cluster: None,
     }
 }
 

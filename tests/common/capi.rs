@@ -272,3 +272,104 @@ pub async fn postgres_text(pool: &sqlx::PgPool) -> String {
     .await
     .expect("dumping the rows")
 }
+
+/// A service instance over several simulated management clusters (`[[capi.management_clusters]]`
+/// entries named as in `sims`, adjusted by `tweak`), with the worker, and per management
+/// cluster the watchers, the status writer and the reachability probe.
+pub struct FleetApp {
+    pub t: TestApp,
+    pub sims: Vec<(String, Arc<SimCluster>)>,
+    pub members: Vec<Arc<magnum_capi::capi::driver::Capi>>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl FleetApp {
+    /// The simulated management cluster `name`.
+    pub fn sim(&self, name: &str) -> &Arc<SimCluster> {
+        &self
+            .sims
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no simulated management cluster {name}"))
+            .1
+    }
+}
+
+impl Drop for FleetApp {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts one simulated management cluster per name.
+pub async fn start_sims(names: &[&str]) -> Vec<(String, Arc<SimCluster>)> {
+    let mut sims = Vec::new();
+    for n in names {
+        let sim = SimCluster::start(sim_options(50))
+            .await
+            .expect("simulated management cluster");
+        sims.push((n.to_string(), Arc::new(sim)));
+    }
+    sims
+}
+
+/// Builds an instance on database `url` (fresh when `None`) over `sims`.
+pub async fn fleet_app_on(
+    url: Option<String>,
+    sims: &[(String, Arc<SimCluster>)],
+    tweak: impl FnOnce(&mut Config),
+) -> FleetApp {
+    let url = match url {
+        Some(u) => u,
+        None => fresh_database().await,
+    };
+    let mut cfg = test_config(&url);
+    cfg.driver.kind = DriverKind::Capi;
+    cfg.capi.sim_step_ms = 50;
+    cfg.capi.probe_interval_secs = 1;
+    cfg.capi.management_clusters = sims
+        .iter()
+        .map(|(n, _)| magnum_capi::config::ManagementClusterConfig::named(n))
+        .collect();
+    tweak(&mut cfg);
+    let auth = AuthMode::DevHeaders;
+    let members: Vec<_> = sims
+        .iter()
+        .enumerate()
+        .map(|(i, (n, sim))| {
+            magnum_capi::server::capi_runtime_named(&cfg, &auth, sim.client(), n, i == 0)
+                .expect("capi runtime")
+        })
+        .collect();
+    let pool = magnum_capi::db::connect(&url, &cfg.database)
+        .await
+        .expect("pool");
+    let backend = magnum_capi::server::backend_for_members(&cfg, &members);
+    let state = App::with_backend(pool, cfg, auth, backend);
+    let (stop, rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    for m in &members {
+        tasks.extend(magnum_capi::server::spawn_capi(&state, m, rx.clone()));
+    }
+    tasks.push(tokio::spawn(magnum_capi::worker::run(
+        state.clone(),
+        state.backend.clone(),
+        format!("test-worker-{}", uuid::Uuid::new_v4().simple()),
+        rx,
+    )));
+    FleetApp {
+        t: TestApp {
+            state,
+            url,
+            stop: None,
+        },
+        sims: sims.to_vec(),
+        members,
+        stop,
+        tasks,
+    }
+}
