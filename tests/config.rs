@@ -108,3 +108,35 @@ fn keystone_is_required_outside_dev_mode() {
         .to_string();
     assert!(err.contains("application_credential_secret"), "{err}");
 }
+
+#[test]
+fn management_clusters_need_distinct_valid_names_and_a_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let entry = |name: &str, extra: &str| {
+        format!("[[capi.management_clusters]]\nname = {name:?}\n{extra}\n")
+    };
+    std::fs::write(
+        &path,
+        entry("east", "weight = 3\navailability_zones = [\"az-1\"]")
+            + &entry("west", "enabled = false"),
+    )
+    .unwrap();
+    let cfg = Config::load(Some(&path)).expect("valid");
+    let m = &cfg.capi.management_clusters;
+    assert_eq!(
+        (m[0].weight, m[0].enabled, m[1].weight, m[1].enabled),
+        (3, true, 1, false)
+    );
+    assert_eq!(m[0].availability_zones, ["az-1"]);
+    for (bad, why) in [
+        (entry("east", "") + &entry("east", ""), "twice"),
+        (entry("East", ""), "lowercase"),
+        (entry("east", "weight = 0"), "weight"),
+        (entry("east", "bogus = 1"), "bogus"),
+    ] {
+        std::fs::write(&path, bad).unwrap();
+        let err = Config::load(Some(&path)).unwrap_err().to_string();
+        assert!(err.contains(why), "{why}: {err}");
+    }
+}

@@ -305,3 +305,75 @@ async fn two_replicas_write_each_management_clusters_statuses_once() {
         .assert_status(202);
     wait_status(&second.t, &e, "UPDATE_COMPLETE").await;
 }
+
+/// A kubeconfig for the plain-HTTP API at `server`.
+fn kubeconfig(dir: &std::path::Path, name: &str, server: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+             current-context: c\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test]
+async fn the_command_lists_reachability_versions_and_clusters_by_status() {
+    let sims = start_sims(&["east", "west"]).await;
+    let app = fleet_app_on(None, &sims, |_| {}).await;
+    let t = &app.t;
+    let to_east = template(t, "to-east", json!({"management_cluster": "east"})).await;
+    let e = create(t, "e", &to_east, None).await;
+    wait_status(t, &e, "CREATE_COMPLETE").await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = {:?}\n[[capi.management_clusters]]\nname = \"east\"\nkubeconfig = {:?}\n\
+             weight = 2\n[[capi.management_clusters]]\nname = \"west\"\nkubeconfig = {:?}\nenabled = false\n",
+            t.url,
+            kubeconfig(dir.path(), "east", app.sim("east").url()),
+            kubeconfig(dir.path(), "west", &down),
+        ),
+    )
+    .unwrap();
+    // Off this runtime's thread: the simulated management clusters answer on it.
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
+            .args(["management-clusters", "--config"])
+            .arg(&config)
+            .env_remove("MAGNUM_CAPI_CONFIG")
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (east, west) = text.split_once("\nwest\n").expect(&text);
+    assert!(east.starts_with("east\n"), "{text}");
+    assert!(east.contains("weight 2, enabled"), "{text}");
+    assert!(east.contains("reachable:   yes"), "{text}");
+    assert!(east.contains("CAPI:"), "{text}");
+    assert!(
+        east.contains("clusters:    1 (CREATE_COMPLETE 1)"),
+        "{text}"
+    );
+    assert!(west.contains("DRAINING"), "{text}");
+    assert!(west.contains("reachable:   NO"), "{text}");
+    assert!(west.contains("clusters:    0"), "{text}");
+}
