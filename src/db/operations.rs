@@ -154,18 +154,7 @@ pub async fn retry_later(
     error: &str,
     delay_ms: i64,
 ) -> DbResult<bool> {
-    let r = sqlx::query(
-        "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
-                last_error = $3, not_before = now() + make_interval(secs => $4), updated_at = now()
-          WHERE id = $1 AND locked_by = $2 AND state = 'running'",
-    )
-    .bind(id)
-    .bind(worker)
-    .bind(error)
-    .bind(delay_ms as f64 / 1000.0)
-    .execute(pool)
-    .await?;
-    Ok(r.rows_affected() == 1)
+    requeue(pool, id, worker, error, delay_ms, true).await
 }
 
 /// Puts an attempt that could not start (its management cluster unreachable) back in the
@@ -177,16 +166,28 @@ pub async fn defer(
     reason: &str,
     delay_ms: i64,
 ) -> DbResult<bool> {
+    requeue(pool, id, worker, reason, delay_ms, false).await
+}
+
+async fn requeue(
+    pool: &PgPool,
+    id: i64,
+    worker: &str,
+    error: &str,
+    delay_ms: i64,
+    counted: bool,
+) -> DbResult<bool> {
     let r = sqlx::query(
         "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
-                attempts = GREATEST(attempts - 1, 0), last_error = $3,
-                not_before = now() + make_interval(secs => $4), updated_at = now()
+                attempts = CASE WHEN $5 THEN attempts ELSE GREATEST(attempts - 1, 0) END,
+                last_error = $3, not_before = now() + make_interval(secs => $4), updated_at = now()
           WHERE id = $1 AND locked_by = $2 AND state = 'running'",
     )
     .bind(id)
     .bind(worker)
-    .bind(reason)
+    .bind(error)
     .bind(delay_ms as f64 / 1000.0)
+    .bind(counted)
     .execute(pool)
     .await?;
     Ok(r.rows_affected() == 1)

@@ -78,6 +78,19 @@ pub fn sim_options(step_ms: u64) -> SimOptions {
     }
 }
 
+/// Database `url` (fresh when `None`) and a configuration with the CAPI driver on it, its
+/// simulated management clusters stepping fast.
+async fn capi_config(url: Option<String>) -> (String, Config) {
+    let url = match url {
+        Some(u) => u,
+        None => fresh_database().await,
+    };
+    let mut cfg = test_config(&url);
+    cfg.driver.kind = DriverKind::Capi;
+    cfg.capi.sim_step_ms = 50;
+    (url, cfg)
+}
+
 /// Builds an instance on database `url` (fresh when `None`) and management cluster `sim` (new
 /// when `None`). `keystone`: authenticate with the real Keystone (and create real application
 /// credentials) instead of dev headers.
@@ -87,13 +100,7 @@ pub async fn capi_app_on(
     keystone: bool,
     tweak: impl FnOnce(&mut Config),
 ) -> CapiApp {
-    let url = match url {
-        Some(u) => u,
-        None => fresh_database().await,
-    };
-    let mut cfg = test_config(&url);
-    cfg.driver.kind = DriverKind::Capi;
-    cfg.capi.sim_step_ms = 50;
+    let (url, mut cfg) = capi_config(url).await;
     if keystone {
         let (ks, _) = super::stack::parts().await;
         cfg.keystone = ks.service_config();
@@ -323,13 +330,7 @@ pub async fn fleet_app_on(
     sims: &[(String, Arc<SimCluster>)],
     tweak: impl FnOnce(&mut Config),
 ) -> FleetApp {
-    let url = match url {
-        Some(u) => u,
-        None => fresh_database().await,
-    };
-    let mut cfg = test_config(&url);
-    cfg.driver.kind = DriverKind::Capi;
-    cfg.capi.sim_step_ms = 50;
+    let (url, mut cfg) = capi_config(url).await;
     cfg.capi.probe_interval_secs = 1;
     cfg.capi.management_clusters = sims
         .iter()
