@@ -663,6 +663,8 @@ pub async fn run_writer(
     let shown = crate::capi::fleet::shown(&scope.name).to_string();
     // The reason written into its clusters' health while it is unreachable.
     let mut marked_down: Option<String> = None;
+    // Just took the lock: what a previous writer recorded about reachability is redone.
+    let mut fresh = false;
     loop {
         tokio::select! {
             got = dirty.recv() => match got {
@@ -674,6 +676,7 @@ pub async fn run_writer(
                     leader = try_lead_key(&pool, writer_lock(&scope.name)).await;
                     if leader.is_some() {
                         marked_down = None;
+                        fresh = true;
                         tracing::info!(management_cluster = %shown, "this replica writes cluster statuses");
                         for u in observer.clusters() {
                             pending.entry(u).or_insert_with(now);
@@ -691,10 +694,11 @@ pub async fn run_writer(
                     let down = scope.reach.down().map(|(why, _)| format!(
                         "The management cluster {shown} is unreachable ({why}); the cluster's \
                          status is the last one seen"));
-                    if down.is_some() != marked_down.is_some() {
+                    if fresh || down.is_some() != marked_down.is_some() {
                         match cdb::mark_unreachable(&pool, &scope.name, down.as_deref()).await {
                             Ok(clusters) => {
                                 marked_down = down;
+                                fresh = false;
                                 // Back: everything it holds is evaluated afresh.
                                 if marked_down.is_none() {
                                     for u in clusters {
