@@ -144,7 +144,10 @@ pub async fn build_fleet(
         let err = |e: String| ServeError::Capi(format!("management cluster {}: {e}", m.name));
         let client = if let Some(path) = &m.kubeconfig {
             client_from_kubeconfig(path).await.map_err(err)?
-        } else if m.simulated && dev {
+        } else if m.simulated {
+            if !dev {
+                return Err(err("simulated = true needs `serve --dev`".into()));
+            }
             let (client, sim) = start_simulator(cfg).await?;
             tracing::warn!(management_cluster = %m.name, "simulated management cluster");
             setup.sims.push(sim);
