@@ -420,7 +420,11 @@ impl Req {
 }
 
 async fn handle(State(shared): State<Shared>, req: Request) -> Response {
-    let (parts, _) = req.into_parts();
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let query = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri);
     let path = parts.uri.path();
     let mut r = Req {
@@ -455,7 +459,7 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
             None
         } else if r.token.is_some() {
             st.workload
-                .dispatch(&r.method, &segs, &r.query)
+                .dispatch(&r.method, &segs, &r.query, &body)
                 .map(|(status, body)| match body {
                     Value::Null => text(status, "application/json", String::new()),
                     body => json_resp(status, &body),
