@@ -8,7 +8,7 @@ use common::TestApp;
 use common::capi::{authenticates, capi_app_on, eventually, postgres_text, secret_credential};
 use common::fakecloud::*;
 use common::keystone::keystone;
-use common::stack::env_shared;
+use common::stack::{env_exclusive, env_shared};
 
 use serde_json::{Value, json};
 
@@ -311,4 +311,59 @@ async fn the_create_answers_before_keystone_and_a_dead_token_fails_it_cleanly() 
         None,
         "the sealed token goes with the operation"
     );
+}
+
+/// Keystone goes away between the 202 and the worker: the create retries, then fails with the
+/// reason, and nothing is left — no credential once Keystone is back, no Secret, no sealed token.
+#[tokio::test]
+async fn keystone_down_after_the_202_fails_the_create_with_the_reason_and_no_leftovers() {
+    let _env = env_exclusive().await;
+    let ks = keystone();
+    let mut app = capi_app_on(None, None, true, |cfg| {
+        cfg.operations.worker_enabled = false;
+        cfg.operations.max_attempts = 2;
+        cfg.operations.retry_base_ms = 50;
+    })
+    .await;
+    let (user, token) = ks.new_user_token("unlucky", "member", "alpha").await;
+    let before = app_creds(&token, &user).await.len();
+    let c = cluster(&app.t, &token).await;
+    let path = format!("/v1/clusters/{c}");
+    // The token was validated (and cached) by the create; Keystone goes now.
+    tokio::task::spawn_blocking(|| keystone().stop())
+        .await
+        .unwrap();
+    app.start_worker();
+    let failed = eventually(90, "CREATE_FAILED", || async {
+        let r = app
+            .t
+            .call_token(Some(&token), "GET", &path, None, None)
+            .await;
+        (r.body["status"] == "CREATE_FAILED").then_some(r.body)
+    })
+    .await;
+    tokio::task::spawn_blocking(|| keystone().start())
+        .await
+        .unwrap();
+    let reason = failed["status_reason"].as_str().unwrap();
+    assert!(reason.to_lowercase().contains("keystone"), "{reason}");
+    assert!(!failed.to_string().contains(&token));
+    assert_eq!(
+        app_creds(&token, &user).await.len(),
+        before,
+        "no credential"
+    );
+    assert!(
+        common::capi::objects(&app, "v1", "Secret", &c).is_empty(),
+        "no Secret was left"
+    );
+    let sealed: Option<String> = sqlx::query_scalar(
+        "SELECT payload->>'sealed_token' FROM operation WHERE cluster_uuid = $1::uuid",
+    )
+    .bind(&c)
+    .fetch_one(&app.t.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(sealed, None, "the sealed token goes with the operation");
+    assert!(!postgres_text(&app.t.state.pool).await.contains(&token));
 }
