@@ -205,13 +205,8 @@ fn compile(source: &str) -> Result<Program, String> {
     if !missing.is_empty() {
         return Err(format!("unsupported functions: {}", missing.join(", ")));
     }
-    if let Some(v) = refs
-        .variables()
-        .into_iter()
-        .find(|v| !matches!(*v, "self" | "oldSelf"))
-    {
-        return Err(format!("unsupported variable: {v}"));
-    }
+    // Variables other than `self`/`oldSelf` are comprehension variables (`all(x, …)`); an
+    // unknown one fails evaluation, which refuses the object (never passes it silently).
     Ok(program)
 }
 

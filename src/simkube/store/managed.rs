@@ -145,10 +145,9 @@ pub(super) fn apply(
         }
     }
     let mut new = live.clone();
-    // Children first, so that removing an item does not hide the removal of its fields.
-    let mut dropped = last.difference(&applied).members();
-    dropped.reverse();
-    for path in dropped {
+    // Parents first: a list-map item is found by its key fields, so they must still be there
+    // when the item goes (its own fields go with it).
+    for path in last.difference(&applied).members() {
         if !others.covers(&path) {
             remove_at(&mut new, &path);
         }
