@@ -430,3 +430,95 @@ impl Admission for CrdAdmission {
         self.schemas.schema(api_version, kind)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Evaluates one rule source on `value` (and `old`) as the admission does.
+    fn holds(source: &str, schema: &Value, value: &Value, old: Option<&Value>) -> bool {
+        let rule = compile_rule(&json!({"rule": source, "message": "m"})).unwrap();
+        let node = Node {
+            value,
+            old,
+            schema,
+            ptr: String::new(),
+            field: String::new(),
+        };
+        evaluate(&rule, &node).is_none()
+    }
+
+    #[test]
+    fn the_rule_shapes_of_the_capi_and_capo_crds_evaluate() {
+        let any = json!({});
+        let unique = "self.all(x, self.exists_one(y, x.name == y.name))";
+        assert!(holds(
+            unique,
+            &any,
+            &json!([{"name": "a"}, {"name": "b"}]),
+            None
+        ));
+        assert!(!holds(
+            unique,
+            &any,
+            &json!([{"name": "a"}, {"name": "a"}]),
+            None
+        ));
+        let one_of = "[has(self.layout),has(self.diskLayout)].filter(x,x==true).size() == 1";
+        assert!(holds(one_of, &any, &json!({"layout": true}), None));
+        assert!(!holds(one_of, &any, &json!({}), None));
+        let not_in = "!(self in ['Ready','Available'])";
+        assert!(holds(not_in, &any, &json!("Custom"), None));
+        assert!(!holds(not_in, &any, &json!("Ready"), None));
+        let pattern = "self.matches('^(Linux|[0-9A-F]{2})$')";
+        assert!(holds(pattern, &any, &json!("Linux"), None));
+        assert!(!holds(pattern, &any, &json!("NTFS"), None));
+        let cond = "has(self.type) && self.type == 'Bool' ? has(self.bool) : !has(self.bool)";
+        assert!(holds(
+            cond,
+            &any,
+            &json!({"type": "Bool", "bool": true}),
+            None
+        ));
+        assert!(!holds(
+            cond,
+            &any,
+            &json!({"type": "String", "bool": true}),
+            None
+        ));
+        let immutable =
+            "(!has(self.region) && !has(oldSelf.region)) || self.region == oldSelf.region";
+        let (r1, r2) = (json!({"region": "a"}), json!({"region": "b"}));
+        assert!(holds(immutable, &any, &r1, Some(&r1)));
+        assert!(!holds(immutable, &any, &r2, Some(&r1)));
+        assert!(!holds(immutable, &any, &r1, Some(&json!({}))));
+        assert!(holds(immutable, &any, &json!({}), Some(&json!({}))));
+        // `number` fields are doubles even when written as integers.
+        let number = json!({"type": "number"});
+        assert!(holds("self > 0.5", &number, &json!(1), None));
+    }
+
+    #[test]
+    fn message_expressions_word_the_failure_and_unknown_functions_are_refused_at_load() {
+        let rule = compile_rule(&json!({"rule": "self.size() < 2", "message": "static",
+            "messageExpression": "'has ' + string(self.size()) + ' items'"}))
+        .unwrap();
+        let schema = json!({});
+        let value = json!([1, 2, 3]);
+        let node = Node {
+            value: &value,
+            old: None,
+            schema: &schema,
+            ptr: String::new(),
+            field: String::new(),
+        };
+        assert_eq!(evaluate(&rule, &node).as_deref(), Some("has 3 items"));
+        let err = compile_rule(&json!({"rule": "self.isSorted()"}))
+            .err()
+            .unwrap();
+        assert_eq!(err, "unsupported functions: isSorted");
+        assert!(compile_rule(&json!({"rule": "self.("})).is_err());
+    }
+}
