@@ -2,6 +2,7 @@
 //! server-side apply with field ownership (removal of what a manager stops applying, other
 //! managers' fields kept, 409 conflicts unless forced), structural defaults and the CRDs'
 //! `x-kubernetes-validations` CEL rules, and the inventory of rules the evaluator cannot run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 
