@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cel::{Context, Program};
 use serde_json::Value;
@@ -364,9 +364,15 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// The CEL standard library, built once (a `Context::default()` builds it per evaluation).
+fn stdlib() -> Arc<cel::Env> {
+    static ENV: OnceLock<Arc<cel::Env>> = OnceLock::new();
+    ENV.get_or_init(|| Arc::new(cel::Env::stdlib())).clone()
+}
+
 /// `None` when the rule holds, else the message to report.
 fn evaluate(rule: &Rule, n: &Node<'_>) -> Option<String> {
-    let mut ctx = Context::default();
+    let mut ctx = Context::with_env(stdlib());
     ctx.add_variable_from_value("self", to_cel(n.value, Some(n.schema)));
     if let Some(old) = n.old {
         ctx.add_variable_from_value("oldSelf", to_cel(old, Some(n.schema)));

@@ -464,16 +464,9 @@ impl Store {
                 managed::track_update(None, &mut obj, Self::writer(res, m, Target::Main), schema);
             }
             Track::Apply(m) => {
-                let system = obj.get("metadata").cloned();
+                // Applying over nothing is the body itself plus the applier's entry.
                 let empty = json!({});
                 obj = managed::apply(&empty, &obj, Self::writer(res, m, Target::Main), schema)?;
-                let fields = obj.pointer("/metadata/managedFields").cloned();
-                if let Some(mut meta) = system {
-                    if let Some(f) = fields {
-                        meta["managedFields"] = f;
-                    }
-                    obj["metadata"] = meta;
-                }
             }
         }
         self.commit(inner, key, None, obj)
