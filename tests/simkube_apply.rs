@@ -113,9 +113,10 @@ async fn reapplying_without_a_field_removes_it_and_other_managers_fields_survive
         Some("{{ local_hostname }}"),
     );
     let created = apply(&sim, "magnum-capi", &first).await;
+    let spec = &created["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:template"];
+    let args = &spec["f:spec"]["f:joinConfiguration"]["f:nodeRegistration"]["f:kubeletExtraArgs"];
     assert_eq!(
-        created["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:joinConfiguration"]
-            ["f:nodeRegistration"]["f:kubeletExtraArgs"]["k:{\"name\":\"provider-id\",\"value\":\"x\"}"],
+        args["k:{\"name\":\"provider-id\",\"value\":\"x\"}"],
         json!({".": {}, "f:name": {}, "f:value": {}})
     );
 

@@ -331,6 +331,12 @@ impl CrdAdmission {
                 }
             }
             Value::Array(list) => {
+                if let Some(dup) = duplicate(n.schema, list) {
+                    errs.push(FieldError::new(
+                        format!("{}[{dup}]", n.field),
+                        format!("Duplicate value: {}", list[dup]),
+                    ));
+                }
                 let Some(sub) = n.schema.get("items").filter(|i| i.is_object()) else {
                     return;
                 };
@@ -351,6 +357,29 @@ impl CrdAdmission {
             _ => {}
         }
     }
+}
+
+/// The index of the first item repeating an earlier one in a `set` list (by value) or a `map`
+/// list (by its keys), which the apiserver refuses.
+fn duplicate(schema: &Value, list: &[Value]) -> Option<usize> {
+    let keys: Option<Vec<&str>> = match schema.get("x-kubernetes-list-type").and_then(Value::as_str)
+    {
+        Some("set") => None,
+        Some("map") => Some(
+            schema
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)?
+                .iter()
+                .filter_map(Value::as_str)
+                .collect(),
+        ),
+        _ => return None,
+    };
+    let same = |a: &Value, b: &Value| match &keys {
+        None => a == b,
+        Some(keys) => keys.iter().all(|k| a.get(k) == b.get(k)),
+    };
+    (1..list.len()).find(|&i| list[..i].iter().any(|earlier| same(earlier, &list[i])))
 }
 
 fn type_name(v: &Value) -> &'static str {

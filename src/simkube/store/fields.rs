@@ -269,6 +269,17 @@ fn collect(
                 let mut elems = Vec::with_capacity(list.len());
                 for (i, item) in list.iter().enumerate() {
                     match key_elem(item, &keys).filter(|_| item.is_object()) {
+                        Some(e) if elems.contains(&e) => {
+                            if strict {
+                                return Err(format!(
+                                    "{}: duplicate entries for key {}",
+                                    dotted(path),
+                                    e.trim_start_matches("k:")
+                                ));
+                            }
+                            out.insert(path);
+                            return Ok(());
+                        }
                         Some(e) => elems.push(e),
                         None if strict => {
                             return Err(format!(
@@ -490,8 +501,13 @@ mod tests {
         let mut o = obj.clone();
         remove_at(&mut o, &item);
         assert_eq!(o["spec"]["items"], json!([]));
-        let bad = json!({"spec": {"items": [{"v": 1}]}});
-        assert!(field_set(&bad, Some(&schema), false, true).is_err());
-        assert!(field_set(&bad, Some(&schema), false, false).is_ok());
+        for bad in [
+            json!({"spec": {"items": [{"v": 1}]}}),
+            json!({"spec": {"items": [{"name": "a"}, {"name": "a", "v": 2}]}}),
+        ] {
+            assert!(field_set(&bad, Some(&schema), false, true).is_err());
+            let lenient = field_set(&bad, Some(&schema), false, false).unwrap();
+            assert!(lenient.contains(&p(&["f:spec", "f:items"])));
+        }
     }
 }

@@ -4,9 +4,9 @@
 //! changes that watchers and the CAPI/CAPO simulator subscribe to.
 //!
 //! This module owns the `Store` itself, its indexes (`Inner`) and the reads; the vocabulary of
-//! the API is in `types`, metadata rules in `meta`, create/update/patch in `write`, field sets in `fields` and
-//! their ownership (`managedFields`, server-side apply) in `managed`, deletion and
-//! garbage collection in `delete`, the event history and watches in `watch`.
+//! the API is in `types`, metadata rules in `meta`, create/update/patch in `write`, field sets
+//! in `fields` and their ownership (`managedFields`, server-side apply) in `managed`, deletion
+//! and garbage collection in `delete`, the event history and watches in `watch`.
 
 mod delete;
 mod fields;
