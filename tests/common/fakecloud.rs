@@ -798,6 +798,17 @@ fn nova(st: &Inner, r: &Req, rest: &[&str]) -> Response {
             Some(f) => json_resp(200, &json!({"flavor": flavor_view(&st.base, f, mv, true)})),
             None => nova_err(r, 404, &format!("Flavor {id} could not be found.")),
         },
+        // Nova's `{"extra_specs": {key: value}}` at any microversion (policy-gated for
+        // non-admins in real clouds; the fake answers as an admin).
+        ["v2.1", "flavors", id, "os-extra_specs"] => {
+            match flavors.iter().find(|f| f["id"] == *id) {
+                Some(f) => {
+                    let specs = f.get("extra_specs").cloned().unwrap_or_else(|| json!({}));
+                    json_resp(200, &json!({ "extra_specs": specs }))
+                }
+                None => nova_err(r, 404, &format!("Flavor {id} could not be found.")),
+            }
+        }
         ["v2.1", "os-keypairs"] => keypairs(st, r, mv, None),
         ["v2.1", "os-keypairs", name] => keypairs(st, r, mv, Some(name)),
         _ => nova_err(r, 404, NOT_FOUND),
