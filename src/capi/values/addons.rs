@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::build::{Cx, label_map};
 use super::document::{ClusterAutoscaler, CsiManila, FlavorRef, HelmChart, NodeGroup};
+use super::labels::LabelView;
 use super::{ValuesError, bad};
 use crate::config::{CapiConfig, MinorTable};
 
@@ -171,6 +172,45 @@ pub(super) fn chart_for_minor(table: &MinorTable, fallback: &str, kube_version: 
     for_minor(table, kube_version).unwrap_or_else(|| fallback.to_owned())
 }
 
+/// The add-on labels of a template, checked as a cluster create would (except what depends on
+/// the cluster: its Keystone URL, the GPU flavors).
+pub(super) fn check_labels(view: &LabelView<'_>, config: &CapiConfig) -> Result<(), ValuesError> {
+    for spec in OPTIONAL_ADDONS.iter().filter(|s| s.value.is_none()) {
+        view.bool(&[spec.label], spec.default)?;
+    }
+    ingress(view, config)?;
+    manila_labels(view)?;
+    super::keystone::labels(view)?;
+    Ok(())
+}
+
+/// Whether `ingress_controller` asks for nginx (checked).
+fn ingress(view: &LabelView<'_>, config: &CapiConfig) -> Result<bool, ValuesError> {
+    let Some(v) = view.token(&["ingress_controller"])? else {
+        return Ok(false);
+    };
+    match v.as_str() {
+        "nginx" if config.delete_cleanup => Ok(true),
+        "nginx" => Err(bad(
+            "ingress_controller",
+            &v,
+            "needs [capi] delete_cleanup (its load balancer would outlive the cluster)",
+        )),
+        "" | "none" => Ok(false),
+        _ => Err(bad("ingress_controller", &v, "supported: nginx")),
+    }
+}
+
+/// Manila's share network, type and protocol labels.
+fn manila_labels(view: &LabelView<'_>) -> Result<(Option<String>, String, String), ValuesError> {
+    Ok((
+        view.token(&["manila_csi_share_network_id"])?,
+        view.token(&["manila_csi_share_type"])?
+            .unwrap_or_else(|| "default".into()),
+        view.one_of(&["manila_csi_share_protocol"], &["NFS"], "NFS")?,
+    ))
+}
+
 impl Cx<'_> {
     /// The optional add-on `key` as a chart, or `None` when its label turns it off.
     pub(super) fn optional_addon(&self, key: &str) -> Result<Option<HelmChart>, ValuesError> {
@@ -221,18 +261,10 @@ impl Cx<'_> {
     /// The ingress controller (`ingress_controller`): `nginx` only, and only with the delete
     /// cleanup, which removes the load balancer its Service gets.
     pub(super) fn ingress(&self) -> Result<Option<HelmChart>, ValuesError> {
-        let Some(v) = self.view.token(&["ingress_controller"])? else {
-            return Ok(None);
-        };
-        match v.as_str() {
-            "nginx" if self.config.delete_cleanup => self.optional_addon("ingress-nginx"),
-            "nginx" => Err(bad(
-                "ingress_controller",
-                &v,
-                "needs [capi] delete_cleanup (its load balancer would outlive the cluster)",
-            )),
-            "" | "none" => Ok(None),
-            _ => Err(bad("ingress_controller", &v, "supported: nginx")),
+        if ingress(&self.view, self.config)? {
+            self.optional_addon("ingress-nginx")
+        } else {
+            Ok(None)
         }
     }
 
@@ -244,15 +276,13 @@ impl Cx<'_> {
         ) else {
             return Ok(None);
         };
-        let view = &self.view;
+        let (share_network_id, share_type, protocol) = manila_labels(&self.view)?;
         Ok(Some(CsiManila {
             chart,
             nfs_chart,
-            share_network_id: view.token(&["manila_csi_share_network_id"])?,
-            share_type: view
-                .token(&["manila_csi_share_type"])?
-                .unwrap_or_else(|| "default".into()),
-            protocol: view.one_of(&["manila_csi_share_protocol"], &["NFS"], "NFS")?,
+            share_network_id,
+            share_type,
+            protocol,
         }))
     }
 

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::addons::for_minor;
 use super::build::Cx;
 use super::document::{HostPathMount, KeystoneAuth, NameValue, NodeFile, nv};
+use super::labels::LabelView;
 use super::{ValuesError, bad};
 use crate::capi::schema::dns1123_subdomain_error;
 
@@ -35,22 +36,9 @@ impl Cx<'_> {
     /// The k8s-keystone-auth add-on, or `None` when `keystone_auth_enabled` is off. Its labels
     /// are checked either way.
     pub(super) fn keystone_auth(&self) -> Result<Option<KeystoneAuth>, ValuesError> {
-        let view = &self.view;
-        let authorization = view.bool(&["keystone_auth_authz_enabled"], true)?;
-        let policy_config_map = view.parsed(&["keystone_auth_policy_configmap"], |v| {
-            if let Some(e) = dns1123_subdomain_error(v) {
-                return Err(format!("must be a ConfigMap name: {e}"));
-            }
-            if !authorization {
-                return Err(
-                    "needs keystone_auth_authz_enabled (the policy is for authorization)".into(),
-                );
-            }
-            Ok(v.to_owned())
-        })?;
-        if !view.bool(&["keystone_auth_enabled"], false)? {
+        let Some((authorization, policy_config_map)) = labels(&self.view)? else {
             return Ok(None);
-        }
+        };
         let auth_url = self.config.keystone_auth_url.clone().ok_or_else(|| {
             bad(
                 "keystone_auth_enabled",
@@ -94,6 +82,26 @@ impl Cx<'_> {
                 .map_err(|e| ValuesError::Invalid(format!("keystone policy: {e}")))?,
         }))
     }
+}
+
+/// The Keystone-auth labels, checked: `None` when `keystone_auth_enabled` is off, else whether
+/// the authorization webhook is on and the policy ConfigMap a label names.
+pub(super) fn labels(view: &LabelView<'_>) -> Result<Option<(bool, Option<String>)>, ValuesError> {
+    let authorization = view.bool(&["keystone_auth_authz_enabled"], true)?;
+    let policy_config_map = view.parsed(&["keystone_auth_policy_configmap"], |v| {
+        if let Some(e) = dns1123_subdomain_error(v) {
+            return Err(format!("must be a ConfigMap name: {e}"));
+        }
+        if !authorization {
+            return Err(
+                "needs keystone_auth_authz_enabled (the policy is for authorization)".into(),
+            );
+        }
+        Ok(v.to_owned())
+    })?;
+    Ok(view
+        .bool(&["keystone_auth_enabled"], false)?
+        .then_some((authorization, policy_config_map)))
 }
 
 /// The API server's webhook flags, the kubeconfig file they name, its mount and the SAN the

@@ -102,7 +102,7 @@ pub enum ValuesError {
 
 /// What can be checked of a template before any cluster uses it: the Kubernetes version rule,
 /// the proxies, the network driver and its labels, and the labels of node settings (registries,
-/// audit log, server groups). Cluster create checks the whole document ([`build`]).
+/// audit log, server groups), the add-ons' labels. Cluster create checks the whole document ([`build`]).
 pub fn check_template(
     t: &crate::db::templates::TemplateRow,
     config: &crate::config::CapiConfig,
@@ -118,6 +118,7 @@ pub fn check_template(
     nodes::audit_log(&view)?;
     nodes::server_group(&view, "template")?;
     build::cni(&view, t.network_driver.as_deref(), config, "template")?;
+    addons::check_labels(&view, config)?;
     Ok(())
 }
 
