@@ -12,7 +12,8 @@
 //!   mentions `application/json` (openstack_sdk always sends it), an HTML page otherwise.
 //! * Nova honours microversions (`OpenStack-API-Version: compute X.Y` or the legacy header;
 //!   default 2.1, max [`NOVA_MAX_MICROVERSION`]): flavor `description` needs 2.55, `extra_specs`
-//!   2.61, a zero `swap` reads `""` before 2.75, keypair `type` needs 2.2 and `?user_id=` 2.10.
+//!   2.61, a zero `swap` reads `""` before 2.75, keypair `type` needs 2.2 and `?user_id=` 2.10;
+//!   `GET /flavors/{id}/os-extra_specs` answers `{"extra_specs": {...}}` at any microversion.
 //! * Keypair ownership: the fake cannot read users out of tokens. A keypair added with an owner is
 //!   hidden only from requests whose user is known and different: `?user_id=` (2.10+, as a Nova
 //!   admin would) or the user given to [`FakeCloud::set_token_user`] for the request's token.

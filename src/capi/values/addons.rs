@@ -141,7 +141,7 @@ pub const AUTOSCALER_TAGS: &[(u32, &str)] = &[
 ];
 
 /// The minor of a `v1.N.x` Kubernetes version.
-pub(super) fn kube_minor(kube_version: &str) -> u32 {
+fn kube_minor(kube_version: &str) -> u32 {
     kube_version
         .trim_start_matches('v')
         .split('.')
@@ -151,14 +151,14 @@ pub(super) fn kube_minor(kube_version: &str) -> u32 {
 }
 
 /// `table`'s entry for the minor of `kube_version` (keys `"1.<minor>"`).
-pub(super) fn for_minor(table: &MinorTable, kube_version: &str) -> Option<String> {
+fn for_minor(table: &MinorTable, kube_version: &str) -> Option<String> {
     table
         .get(&format!("1.{}", kube_minor(kube_version)))
         .cloned()
 }
 
 /// An image tag for `kube_version` from `table`, else `v1.<minor>.0`.
-fn tag_for_minor(table: &MinorTable, kube_version: &str) -> String {
+pub(super) fn tag_for_minor(table: &MinorTable, kube_version: &str) -> String {
     for_minor(table, kube_version).unwrap_or_else(|| format!("v1.{}.0", kube_minor(kube_version)))
 }
 

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::addons::for_minor;
+use super::addons::tag_for_minor;
 use super::build::Cx;
 use super::document::{HostPathMount, KeystoneAuth, NameValue, NodeFile, nv};
 use super::labels::LabelView;
@@ -67,8 +67,7 @@ impl Cx<'_> {
         if ca.is_some() {
             args.push(format!("--keystone-ca-file={CA_DIR}/ca.crt"));
         }
-        let tag = for_minor(&self.config.keystone_auth_image_tags, &self.kube_version)
-            .unwrap_or_else(|| format!("v1.{}.0", super::addons::kube_minor(&self.kube_version)));
+        let tag = tag_for_minor(&self.config.keystone_auth_image_tags, &self.kube_version);
         Ok(Some(KeystoneAuth {
             resource_set_name: format!("{}-keystone-auth", self.cluster_name),
             image: format!("{}:{tag}", self.config.keystone_auth_image),
