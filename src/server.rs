@@ -169,16 +169,23 @@ pub fn capi_runtime(
     let renderer = Renderer::new(cfg.capi.templates_dir.as_deref())
         .map_err(|e| ServeError::Capi(format!("templates: {e}")))?;
     let (observer, feed) = Observer::new();
+    let cloud_ca = read_cloud_ca(cfg)?;
+    let mut config = cfg.capi.clone();
+    config.keystone_auth_url = config
+        .keystone_auth_url
+        .take()
+        .or_else(|| cfg.keystone.public_v3_url());
+    config.keystone_auth_ca = cloud_ca.clone();
     Ok(Arc::new(Capi {
         mgmt: Mgmt::new(client, &cfg.capi.field_manager),
         renderer,
         observer,
-        config: cfg.capi.clone(),
+        config,
         keystone: match auth {
             AuthMode::Keystone(k) => Some(k.clone()),
             AuthMode::DevHeaders => None,
         },
-        cloud_ca: read_cloud_ca(cfg)?,
+        cloud_ca,
         feed: std::sync::Mutex::new(Some(feed)),
         orphans_deleted: Default::default(),
     }))
