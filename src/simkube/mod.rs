@@ -4,8 +4,10 @@
 //! `SimCluster::start` binds an axum server (`api`) over an in-memory object store (`store`)
 //! and, unless disabled, starts the simulator (`controllers` + `reconcile`) on the same store.
 //! The same server serves the simulated workload clusters (`workload`) under
-//! `/workload/{namespace}/{cluster}`; the simulator models kubeadm's PKI on them (`pki`).
+//! `/workload/{namespace}/{cluster}`; the simulator models kubeadm's PKI on them (`pki`). CRD
+//! defaults, schemas and CEL rules are applied to writes by `admission`.
 
+pub mod admission;
 mod api;
 pub mod controllers;
 mod kubeconfig;
@@ -26,8 +28,8 @@ use tokio::task::JoinHandle;
 pub use controllers::Simulator;
 pub use selector::Selector;
 pub use store::{
-    Event, EventType, ObjectKey, Patch, Propagation, Resource, Store, StoreError, StoreOptions,
-    Target, Validator,
+    Admission, Event, EventType, FieldError, FieldManager, ObjectKey, Patch, Propagation, Resource,
+    Store, StoreError, StoreOptions, Target, Validator,
 };
 
 /// How a simulated management cluster runs.
