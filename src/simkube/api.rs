@@ -37,10 +37,20 @@ pub(crate) struct ApiState {
     pub store: Arc<Store>,
     /// The simulated workload clusters, served under `/workload/{namespace}/{cluster}`.
     pub workloads: Arc<Workloads>,
+    /// Which API this router serves.
+    pub scope: Scope,
     pub shutdown: watch::Receiver<bool>,
     pub bookmark_interval: Duration,
     /// While false, every request is answered 503 (an outage of the API server, for tests).
     pub available: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The management cluster's API (`store`, plus the workload clusters under `/workload/…`), or
+/// one workload cluster's API at its own endpoint.
+#[derive(Clone, Debug)]
+pub(crate) enum Scope {
+    Management,
+    Workload { namespace: String, cluster: String },
 }
 
 pub(crate) fn router(state: ApiState) -> Router {
@@ -252,10 +262,22 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     }
     let (parts, body) = req.into_parts();
     let query = parse_query(parts.uri.query());
-    let (st, path) = match workload::split_path(parts.uri.path()) {
-        None => (st, parts.uri.path()),
+    let scoped = match &st.scope {
+        Scope::Management => workload::split_path(parts.uri.path()),
+        Scope::Workload { namespace, cluster } => {
+            Some((namespace.as_str(), cluster.as_str(), parts.uri.path()))
+        }
+    };
+    let (st, path) = match scoped {
+        None => (st.clone(), parts.uri.path()),
         Some((ns, cluster, rest)) => match st.workloads.get(ns, cluster) {
-            Some(store) => (ApiState { store, ..st }, rest),
+            Some(store) => (
+                ApiState {
+                    store,
+                    ..st.clone()
+                },
+                rest,
+            ),
             None => {
                 return error_response(&StoreError::NotFound(format!(
                     "workload cluster {ns}/{cluster} does not exist"
@@ -421,9 +443,45 @@ fn api_groups(store: &Store) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-/// Discovery of a group/version: the kinds whose CRDs a management cluster with CAPI, CAPO and
-/// CAAPH installed serves there (what the driver's readiness check asks for).
+/// The core (`v1`) resources the store serves in discovery: (plural, kind, namespaced, short
+/// names).
+const CORE_RESOURCES: [(&str, &str, bool, &[&str]); 8] = [
+    ("configmaps", "ConfigMap", true, &["cm"]),
+    ("events", "Event", true, &["ev"]),
+    ("namespaces", "Namespace", false, &["ns"]),
+    ("nodes", "Node", false, &["no"]),
+    ("pods", "Pod", true, &["po"]),
+    ("secrets", "Secret", true, &[]),
+    ("serviceaccounts", "ServiceAccount", true, &["sa"]),
+    ("services", "Service", true, &["svc"]),
+];
+
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// Discovery of a group/version: the core resources for `v1`, else the kinds whose CRDs a
+/// management cluster with CAPI, CAPO and CAAPH installed serves there (what the driver's
+/// readiness check asks for).
 fn resource_list(gv: &str) -> Value {
+    if gv == "v1" {
+        let resources: Vec<Value> = CORE_RESOURCES
+            .iter()
+            .map(|(plural, kind, namespaced, short)| {
+                json!({"name": plural, "singularName": kind.to_ascii_lowercase(),
+                       "namespaced": namespaced, "kind": kind, "verbs": VERBS,
+                       "shortNames": short})
+            })
+            .collect();
+        return json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources});
+    }
     let resources: Vec<Value> = crate::capi::health::required()
         .filter(|(av, _)| *av == gv)
         .map(|(av, kind)| {

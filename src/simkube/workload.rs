@@ -2,7 +2,8 @@
 //! initialized (`kubeadm init`), served by the management API server under
 //! `/workload/{namespace}/{cluster}` with the same handlers, and removed with the Cluster. A
 //! workload store starts with the `default`, `kube-system` and `kube-public` Namespaces and the
-//! `kube-public/cluster-info` ConfigMap kubeadm publishes for join discovery.
+//! `kube-public/cluster-info` ConfigMap kubeadm publishes for join discovery; each Running
+//! Machine registers its Node there (`put_node`) and takes it along when deleted.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -91,6 +92,68 @@ impl Workloads {
 
 fn configmaps() -> Resource {
     Resource::core("configmaps")
+}
+
+fn nodes() -> Resource {
+    Resource::core("nodes")
+}
+
+/// The Node the kubelet of a Running Machine registers (named as the Machine's `nodeRef`), with
+/// kubeadm's role label and taint on control-plane machines; replaced if it exists.
+pub fn put_node(store: &Store, machine: &Value, control_plane: bool) -> Result<(), StoreError> {
+    let name = super::objects::name(machine);
+    let status = machine.get("status").cloned().unwrap_or_default();
+    let mut labels = json!({
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    });
+    let mut taints = json!([]);
+    if control_plane {
+        labels["node-role.kubernetes.io/control-plane"] = json!("");
+        labels["node.kubernetes.io/exclude-from-external-load-balancers"] = json!("");
+        taints = json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]);
+    }
+    let mut addresses = status.get("addresses").cloned().unwrap_or(json!([]));
+    if let Some(a) = addresses.as_array_mut() {
+        a.push(json!({"type": "Hostname", "address": name}));
+    }
+    let now = super::store::now_rfc3339();
+    let resources =
+        json!({"cpu": "2", "ephemeral-storage": "20Gi", "memory": "4Gi", "pods": "110"});
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let node = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "providerID": machine.get("spec").and_then(|s| s.get("providerID")),
+            "taints": taints,
+        },
+        "status": {
+            "addresses": addresses,
+            "capacity": resources,
+            "allocatable": resources,
+            "nodeInfo": status.get("nodeInfo"),
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+        },
+    });
+    remove_node(store, name);
+    store.create(&nodes(), "", node)?;
+    Ok(())
+}
+
+/// Removes a Node (as CAPI does when it deletes the Machine); absent is fine.
+pub fn remove_node(store: &Store, name: &str) {
+    let _ = store.delete(&nodes(), "", name);
 }
 
 /// The `cluster-info` ConfigMap kubeadm init writes: a kubeconfig with one unnamed cluster.
