@@ -1667,11 +1667,20 @@ async fn a_ca_rotation_in_three_phases_ends_on_the_new_ca() {
     let [(old, old_key), (new, new_key)] = &cas.ca;
     let [(eold, eold_key), (enew, enew_key)] = &cas.etcd;
 
+    let first_kubeconfig = kubeconfig_doc(&sim).await.unwrap();
+
     // 1: sign old, trust both; cluster-info carries both.
     apply(&sim, tls_secret("ca", &format!("{old}{new}"), old_key)).await;
     apply(&sim, tls_secret("etcd", &format!("{eold}{enew}"), eold_key)).await;
     set_cluster_info_ca(&sim, &format!("{old}{new}")).await;
-    roll_and_wait(&sim, 2).await;
+    let machines = roll_and_wait(&sim, 2).await;
+    // The first kubeconfig still works: the apiservers sign with the old CA and trust both.
+    assert_eq!(
+        node_names(&client_of(first_kubeconfig.clone()).await)
+            .await
+            .unwrap(),
+        names(&machines)
+    );
 
     // 2: sign new, trust both; a new kubeconfig.
     apply(&sim, tls_secret("ca", &format!("{new}{old}"), new_key)).await;
@@ -1704,6 +1713,23 @@ async fn a_ca_rotation_in_three_phases_ends_on_the_new_ca() {
     let (_, info) = cluster_info_ca(&workload_client(&sim).await).await;
     assert_eq!(info, *new);
     wait_available(&sim).await;
+    // Through the endpoint: the new kubeconfig and any certificate of the new CA list the
+    // Nodes; the old CA's certificate is Unauthorized, and a client that trusts only the old
+    // CA refuses the apiserver's certificate.
+    let nodes = names(&all);
+    assert_eq!(node_names(&client_of(doc).await).await.unwrap(), nodes);
+    let by_new = endpoint_kubeconfig(&sim, new, Some((new, new_key)));
+    assert_eq!(node_names(&client_of(by_new).await).await.unwrap(), nodes);
+    let by_old = endpoint_kubeconfig(&sim, new, Some((old, old_key)));
+    match node_names(&client_of(by_old).await).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (401, "Unauthorized")),
+        other => panic!("the rotated-out CA's certificate was not refused: {other:?}"),
+    }
+    let stale = node_names(&client_of(first_kubeconfig).await).await;
+    assert!(
+        !matches!(stale, Ok(_) | Err(kube::Error::Api(_))),
+        "a client trusting only the old CA accepted the serving certificate: {stale:?}"
+    );
     sim.shutdown().await;
 }
 
@@ -1943,8 +1969,6 @@ async fn the_workload_endpoint_serves_nodes_version_and_pods_over_tls() {
         kubectl(&doc, &["get", "pods", "-A"]).await.unwrap();
         let table = kubectl(&doc, &["get", "nodes"]).await.unwrap();
         assert!(table.contains(&want[0]), "{table}");
-        eprintln!("TABLE\n{table}");
-        eprintln!("PODS\n{:?}", kubectl(&doc, &["get", "pods", "-A"]).await);
     }
     // A deleted worker takes its Node along.
     let worker = all
