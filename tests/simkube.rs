@@ -1967,8 +1967,28 @@ async fn the_workload_endpoint_serves_nodes_version_and_pods_over_tls() {
         let version = kubectl(&doc, &["get", "--raw", "/version"]).await.unwrap();
         assert!(version.contains("\"gitVersion\""), "{version}");
         kubectl(&doc, &["get", "pods", "-A"]).await.unwrap();
+        // Server-side printing, as kube-apiserver does it.
         let table = kubectl(&doc, &["get", "nodes"]).await.unwrap();
-        assert!(table.contains(&want[0]), "{table}");
+        let lines: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+            "{table}"
+        );
+        assert_eq!(
+            lines[1][..3],
+            [want[0].as_str(), "Ready", "control-plane"],
+            "{table}"
+        );
+        assert_eq!(
+            lines[2][..3],
+            [want[1].as_str(), "Ready", "<none>"],
+            "{table}"
+        );
+        assert_eq!(lines[1][4], "v1.33.1", "{table}");
     }
     // A deleted worker takes its Node along.
     let worker = all

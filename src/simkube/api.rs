@@ -24,6 +24,7 @@ use super::selector::Selector;
 use super::store::{
     Event, EventType, Patch, Propagation, Resource, Store, StoreError, Target, watch_line,
 };
+use super::table;
 use super::workload::{self, Workloads};
 
 /// Largest request body accepted.
@@ -334,11 +335,25 @@ fn dispatch(
             let (items, rv) =
                 store.list_matching(&path.resource, path.namespace.as_deref(), &labels, &fields);
             let kind = kind_for(store, &path.resource);
+            if table::wanted(headers) {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &table::render(&kind, &items, rv),
+                ));
+            }
             Ok(list_response(&path.api_version, &kind, rv, &items))
         }
         ("GET", Some(name)) => {
             target_of(&path)?;
             match store.get(&path.resource, &ns, &name) {
+                Some(o) if table::wanted(headers) && path.subresource.is_none() => {
+                    let kind = kind_for(store, &path.resource);
+                    let rv = store.resource_version();
+                    Ok(json_response(
+                        StatusCode::OK,
+                        &table::render(&kind, &[o], rv),
+                    ))
+                }
                 Some(o) => Ok(json_response(StatusCode::OK, &o)),
                 None => Err(StoreError::NotFound(format!(
                     "{} \"{name}\" not found",

@@ -17,6 +17,7 @@ mod pki;
 mod reconcile;
 pub mod selector;
 pub mod store;
+mod table;
 mod workload;
 
 use std::net::SocketAddr;
