@@ -1577,10 +1577,9 @@ async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
     )
     .unwrap();
     cms.patch("x", &ssa(), &Patch::Apply(&cm)).await.unwrap();
-    assert_eq!(
-        cms.list(&ListParams::default()).await.unwrap().items.len(),
-        1
-    );
+    // (kube-system also holds kubeadm's `kubeadm-config`.)
+    let listed = cms.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.iter().filter(|c| c.name_any() == "x").count(), 1);
     cms.delete("x", &DeleteParams::default()).await.unwrap();
     // The management API does not see it; an unknown workload cluster is a 404.
     assert!(
@@ -1933,7 +1932,16 @@ async fn the_workload_endpoint_serves_nodes_version_and_pods_over_tls() {
             .as_str()
             .unwrap()
     );
-    assert_eq!(client.apiserver_version().await.unwrap().major, "1");
+    // The version kubeadm recorded: the control plane's.
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        (
+            version.major.as_str(),
+            version.minor.as_str(),
+            version.git_version.as_str()
+        ),
+        ("1", "33", "v1.33.1")
+    );
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone());
     assert!(pods.list(&ListParams::default()).await.is_ok());
     // Anonymous: the version only.
@@ -1965,7 +1973,7 @@ async fn the_workload_endpoint_serves_nodes_version_and_pods_over_tls() {
         let expected: Vec<String> = want.iter().map(|n| format!("node/{n}")).collect();
         assert_eq!(listed, expected);
         let version = kubectl(&doc, &["get", "--raw", "/version"]).await.unwrap();
-        assert!(version.contains("\"gitVersion\""), "{version}");
+        assert!(version.contains("\"gitVersion\":\"v1.33.1\""), "{version}");
         kubectl(&doc, &["get", "pods", "-A"]).await.unwrap();
         // Server-side printing, as kube-apiserver does it.
         let table = kubectl(&doc, &["get", "nodes"]).await.unwrap();

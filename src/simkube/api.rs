@@ -1,8 +1,9 @@
 //! The HTTP surface of the simulated management cluster: an axum router speaking enough of the
 //! Kubernetes REST API (paths, verbs, patch types, watch streams, `Status` errors, minimal
-//! discovery) for kube-rs clients, translating every request into one `Store` call. Requests
-//! under `/workload/{namespace}/{cluster}` go, with the same handlers, to that simulated
-//! workload cluster's store.
+//! discovery, server-side printing for kubectl) for kube-rs clients and kubectl, translating
+//! every request into one `Store` call. Requests under `/workload/{namespace}/{cluster}` go,
+//! with the same handlers, to that simulated workload cluster's store, as does every request to
+//! a workload cluster's own endpoint (`Scope::Workload`, see `endpoint`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -269,6 +270,7 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
             Some((namespace.as_str(), cluster.as_str(), parts.uri.path()))
         }
     };
+    let workload = scoped.is_some();
     let (st, path) = match scoped {
         None => (st.clone(), parts.uri.path()),
         Some((ns, cluster, rest)) => match st.workloads.get(ns, cluster) {
@@ -300,7 +302,12 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
             );
         }
         Route::ApiGroups => return json_response(StatusCode::OK, &api_groups(&st.store)),
-        Route::Version => return json_response(StatusCode::OK, &version()),
+        Route::Version => {
+            let recorded = workload
+                .then(|| workload::kubernetes_version(&st.store))
+                .flatten();
+            return json_response(StatusCode::OK, &version(recorded.as_deref()));
+        }
         Route::Health => return (StatusCode::OK, "ok").into_response(),
         Route::ResourceList(gv) => {
             return json_response(StatusCode::OK, &resource_list(&gv));
@@ -509,9 +516,14 @@ fn resource_list(gv: &str) -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
 }
 
-fn version() -> Value {
+/// `/version`: a workload cluster's is the Kubernetes version kubeadm recorded
+/// (`workload::kubernetes_version`), the management cluster's a fixed one.
+fn version(git_version: Option<&str>) -> Value {
+    let git_version = git_version.unwrap_or("v1.33.0-simkube");
+    let mut parts = git_version.trim_start_matches('v').split(['.', '-']);
+    let (major, minor) = (parts.next().unwrap_or("1"), parts.next().unwrap_or("33"));
     json!({
-        "major": "1", "minor": "33", "gitVersion": "v1.33.0-simkube", "gitCommit": "simkube",
+        "major": major, "minor": minor, "gitVersion": git_version, "gitCommit": "simkube",
         "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "none",
         "compiler": "simkube", "platform": "linux/amd64",
     })

@@ -270,6 +270,9 @@ pub(super) fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
     if let Some(workload) = cx.sim.workloads().get(ns, cluster_name) {
         let m = cx.get(Kind::Machine, ns, name(&m)).unwrap_or(m);
         workload::put_node(&workload, &m, is_control_plane)?;
+        if is_control_plane {
+            workload::record_kubernetes_version(&workload, &kubelet)?;
+        }
     }
     Ok(())
 }
