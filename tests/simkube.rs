@@ -790,7 +790,8 @@ async fn a_minimal_cluster_becomes_available_with_addresses_and_a_kubeconfig() {
             m.data["status"]["addresses"][0]["address"]
                 .as_str()
                 .unwrap()
-                .starts_with("10.0.0.")
+                .starts_with("127.0.0."),
+            "node addresses are on loopback"
         );
         assert_eq!(m.data["status"]["nodeRef"]["name"], m.name_any().as_str());
         for kind in [

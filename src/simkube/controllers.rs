@@ -422,7 +422,8 @@ impl Simulator {
         out
     }
 
-    /// The next node address of a cluster: 10.0.0.10, 10.0.0.11, …
+    /// The next node address of a cluster: 127.0.0.10, 127.0.0.11, … (loopback: Magnum reports
+    /// them as node addresses, and a client that follows one, ssh say, stays on this machine).
     pub(crate) fn next_node_address(&self, ns: &str, cluster: &str) -> String {
         let mut hosts = lock(&self.next_host);
         let n = hosts
@@ -430,7 +431,7 @@ impl Simulator {
             .or_insert(9);
         *n += 1;
         let a = *n - 10;
-        format!("10.0.{}.{}", a / 240, 10 + a % 240)
+        format!("127.0.{}.{}", a / 240, 10 + a % 240)
     }
 
     /// The simulated workload API of a cluster, as its kubeconfig names it: its TLS endpoint
@@ -592,10 +593,10 @@ impl Simulator {
             .is_some()
     }
 
-    /// A floating IP (a router's external address), from loopback 127.0.1.0/24: nothing the
+    /// A floating IP (a router's external address), from loopback 127.255.0.0/24: nothing the
     /// simulator hands out leads off the machine.
     pub(crate) fn next_floating_ip(&self) -> String {
         let n = self.floating_ips.fetch_add(1, Ordering::Relaxed);
-        format!("127.0.1.{}", n % 254 + 1)
+        format!("127.255.0.{}", n % 254 + 1)
     }
 }
