@@ -4,7 +4,8 @@
 //! blocking pool. The per-kind behaviour lives in `reconcile`.
 //!
 //! It also keeps what the store does not: per Machine the PKI its bootstrap data carried and
-//! what kubeadm installed (`pki`), and the simulated workload clusters (`workload`).
+//! what kubeadm installed (`pki`), the simulated workload clusters (`workload`) and their
+//! loopback TLS endpoints (`endpoint`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
