@@ -115,6 +115,21 @@ impl Default for KeystoneConfig {
 }
 
 impl KeystoneConfig {
+    /// The versioned public Keystone URL workload clusters validate tokens with:
+    /// `www_authenticate_uri`, else `auth_url`.
+    pub fn public_v3_url(&self) -> Option<String> {
+        let url = self
+            .www_authenticate_uri
+            .as_ref()
+            .or(self.auth_url.as_ref())?;
+        let url = url.trim_end_matches('/');
+        Some(if url.ends_with("/v3") {
+            url.to_owned()
+        } else {
+            format!("{url}/v3")
+        })
+    }
+
     /// Whether requests are authenticated by Keystone (else: `--dev` header identity).
     pub fn active(&self) -> bool {
         self.enabled && self.auth_url.is_some()
@@ -250,6 +265,13 @@ pub struct CapiConfig {
     pub ccm_chart_version: String,
     /// `openstack-cinder-csi` chart version (same rule).
     pub cinder_csi_chart_version: String,
+    /// Chart versions by Kubernetes minor (`"1.33" = "2.33.1"`): the cluster's minor picks the
+    /// CCM, Cinder CSI and Manila CSI charts at create and at each upgrade (README "Add-ons");
+    /// a minor not listed gets `ccm_chart_version` / `cinder_csi_chart_version` /
+    /// `manila_csi_chart_version`. Setting a table replaces the built-in one.
+    pub ccm_chart_versions: MinorTable,
+    pub cinder_csi_chart_versions: MinorTable,
+    pub manila_csi_chart_versions: MinorTable,
     /// Helm repository of the `metrics-server` chart (add-on `metrics_server_enabled`).
     pub metrics_server_chart_repo: String,
     /// `metrics-server` chart version.
@@ -278,6 +300,19 @@ pub struct CapiConfig {
     pub autoscaler_image: String,
     /// Its tag; unset: the tag for the cluster's Kubernetes minor (README "Add-ons").
     pub autoscaler_image_tag: Option<String>,
+    /// Autoscaler tags by Kubernetes minor; a minor not listed gets `v1.<minor>.0`.
+    pub autoscaler_image_tags: MinorTable,
+    /// Image of k8s-keystone-auth (`keystone_auth_enabled`), without tag.
+    pub keystone_auth_image: String,
+    /// Its tags by Kubernetes minor (cloud-provider-openstack releases); other minors `v1.<minor>.0`.
+    pub keystone_auth_image_tags: MinorTable,
+    /// Keystone URL the workload clusters' k8s-keystone-auth validates tokens with (the public
+    /// identity endpoint); unset: `[keystone] www_authenticate_uri`, else `[keystone] auth_url`.
+    pub keystone_auth_url: Option<String>,
+    /// The CA bundle (PEM) k8s-keystone-auth trusts for that URL: the one of `cloud_ca_file`
+    /// (else `[keystone] cafile`), read at start-up; not a configuration key.
+    #[serde(skip)]
+    pub keystone_auth_ca: Option<String>,
     /// Days a client certificate signed by `POST /v1/certificates` is valid (never beyond the
     /// cluster CA).
     pub client_cert_validity_days: u32,
@@ -323,6 +358,31 @@ impl Default for CapiConfig {
             openstack_chart_repo: "https://kubernetes.github.io/cloud-provider-openstack".into(),
             ccm_chart_version: "2.33.1".into(),
             cinder_csi_chart_version: "2.33.1".into(),
+            // Verified against the release-1.N branches of kubernetes/cloud-provider-openstack.
+            ccm_chart_versions: minor_table(&[
+                ("1.30", "2.30.5"),
+                ("1.31", "2.31.4"),
+                ("1.32", "2.32.1"),
+                ("1.33", "2.33.1"),
+                ("1.34", "2.34.0"),
+                ("1.35", "2.35.0"),
+            ]),
+            cinder_csi_chart_versions: minor_table(&[
+                ("1.30", "2.30.3"),
+                ("1.31", "2.31.8"),
+                ("1.32", "2.32.2"),
+                ("1.33", "2.33.1"),
+                ("1.34", "2.34.0"),
+                ("1.35", "2.35.0"),
+            ]),
+            manila_csi_chart_versions: minor_table(&[
+                ("1.30", "2.30.3"),
+                ("1.31", "2.31.5"),
+                ("1.32", "2.32.1"),
+                ("1.33", "2.33.1"),
+                ("1.34", "2.34.0"),
+                ("1.35", "2.35.0"),
+            ]),
             metrics_server_chart_repo: "https://kubernetes-sigs.github.io/metrics-server/".into(),
             metrics_server_chart_version: "3.13.0".into(),
             monitoring_chart_repo: "https://prometheus-community.github.io/helm-charts".into(),
@@ -338,12 +398,41 @@ impl Default for CapiConfig {
             gpu_operator_chart_version: "v25.3.4".into(),
             autoscaler_image: "registry.k8s.io/autoscaling/cluster-autoscaler".into(),
             autoscaler_image_tag: None,
+            autoscaler_image_tags: minor_table(&[
+                ("1.30", "v1.30.4"),
+                ("1.31", "v1.31.1"),
+                ("1.32", "v1.32.1"),
+                ("1.33", "v1.33.0"),
+                ("1.34", "v1.34.0"),
+            ]),
+            keystone_auth_image: "registry.k8s.io/provider-os/k8s-keystone-auth".into(),
+            // cloud-provider-openstack release tags (the k8s-keystone-auth image's).
+            keystone_auth_image_tags: minor_table(&[
+                ("1.30", "v1.30.3"),
+                ("1.31", "v1.31.4"),
+                ("1.32", "v1.32.1"),
+                ("1.33", "v1.33.1"),
+                ("1.34", "v1.34.1"),
+                ("1.35", "v1.35.0"),
+            ]),
+            keystone_auth_url: None,
+            keystone_auth_ca: None,
             client_cert_validity_days: 365,
             credential_check_interval_secs: 300,
             app_cred_expiry_days: 0,
             app_cred_renew_before_days: 7,
         }
     }
+}
+
+/// Versions by Kubernetes minor, keyed `"1.<minor>"`.
+pub type MinorTable = std::collections::BTreeMap<String, String>;
+
+fn minor_table(pairs: &[(&str, &str)]) -> MinorTable {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 /// `[policy]`: operator overrides of Magnum's default policy.

@@ -265,7 +265,10 @@ fn render_manifests(
     config: Option<&std::path::Path>,
 ) -> anyhow::Result<String> {
     use magnum_capi::capi::{render, values};
-    let cfg = Config::load(config)?;
+    let mut cfg = Config::load(config)?;
+    if cfg.capi.keystone_auth_url.is_none() {
+        cfg.capi.keystone_auth_url = cfg.keystone.public_v3_url();
+    }
     let read = |path: &std::path::Path| -> anyhow::Result<serde_json::Value> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;

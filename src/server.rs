@@ -88,14 +88,13 @@ fn read_cloud_ca(cfg: &Config) -> Result<Option<String>, ServeError> {
     .transpose()
 }
 
-/// The CRD schemas in `dir` as a write validator for the simulated management cluster.
+/// The CRDs in `dir` as the simulated management cluster's admission: schema list/map types
+/// for server-side apply, defaults, schema validation and CEL rules.
 #[cfg(feature = "dev")]
 pub fn crd_validator(dir: &std::path::Path) -> Result<crate::simkube::Validator, ServeError> {
-    let schemas = crate::capi::schema::CrdSchemas::load(dir)
+    let admission = crate::simkube::admission::CrdAdmission::load(dir)
         .map_err(|e| ServeError::Capi(format!("CRD directory {}: {e}", dir.display())))?;
-    Ok(Arc::new(move |obj: &serde_json::Value| {
-        schemas.validate(obj).map(|_| ())
-    }))
+    Ok(Arc::new(admission))
 }
 
 /// Builds the CAPI runtime when `[driver] kind = "capi"`: a kube client from `[capi] kubeconfig`,
@@ -170,16 +169,23 @@ pub fn capi_runtime(
     let renderer = Renderer::new(cfg.capi.templates_dir.as_deref())
         .map_err(|e| ServeError::Capi(format!("templates: {e}")))?;
     let (observer, feed) = Observer::new();
+    let cloud_ca = read_cloud_ca(cfg)?;
+    let mut config = cfg.capi.clone();
+    config.keystone_auth_url = config
+        .keystone_auth_url
+        .take()
+        .or_else(|| cfg.keystone.public_v3_url());
+    config.keystone_auth_ca = cloud_ca.clone();
     Ok(Arc::new(Capi {
         mgmt: Mgmt::new(client, &cfg.capi.field_manager),
         renderer,
         observer,
-        config: cfg.capi.clone(),
+        config,
         keystone: match auth {
             AuthMode::Keystone(k) => Some(k.clone()),
             AuthMode::DevHeaders => None,
         },
-        cloud_ca: read_cloud_ca(cfg)?,
+        cloud_ca,
         feed: std::sync::Mutex::new(Some(feed)),
         orphans_deleted: Default::default(),
     }))

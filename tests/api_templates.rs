@@ -1443,6 +1443,10 @@ async fn create_field_constraints_are_400() {
             "Invalid input for field/attribute apiserver_port. Value: '80'. Value should be greater or equal to 1024".to_string(),
         ),
         (
+            json!({"image_id": "img", "coe": "kubernetes", "docker_volume_size": 3_000_000_000_i64}),
+            "Invalid input for field/attribute docker_volume_size. Value: '3000000000'. Value should be lower or equal to 2147483647".to_string(),
+        ),
+        (
             json!({"image_id": "img", "coe": "kubernetes", "server_type": "pod"}),
             "Invalid input for field/attribute server_type. Value: 'pod'. Value should be one of: vm, bm".to_string(),
         ),

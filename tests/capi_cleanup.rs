@@ -28,6 +28,16 @@ async fn post(t: &TestApp, token: &str, path: &str, body: Value, status: u16) ->
 
 /// A template and a cluster from it, `CREATE_COMPLETE`; `(uuid, CAPI name)`.
 async fn running_cluster(t: &TestApp, token: &str, name: &str) -> (String, String) {
+    running_cluster_with(t, token, name, json!({"kube_tag": "v1.30.4"})).await
+}
+
+/// [`running_cluster`] from a template with `labels`.
+async fn running_cluster_with(
+    t: &TestApp,
+    token: &str,
+    name: &str,
+    labels: Value,
+) -> (String, String) {
     let ct = post(
         t,
         token,
@@ -35,7 +45,7 @@ async fn running_cluster(t: &TestApp, token: &str, name: &str) -> (String, Strin
         json!({"name": format!("{name}-ct"), "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
                "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
                "keypair_id": KEYPAIR_DEFAULT, "external_network_id": NETWORK_PUBLIC,
-               "labels": {"kube_tag": "v1.30.4"}}),
+               "labels": labels}),
         201,
     )
     .await;
@@ -148,6 +158,80 @@ async fn app(tweak: impl FnOnce(&mut magnum_capi::config::Config)) -> CapiApp {
         tweak(cfg);
     })
     .await
+}
+
+/// The fake Nova's server groups whose name starts with `prefix`: `(name, policy)`.
+fn server_groups(prefix: &str) -> Vec<(String, String)> {
+    cloud_of().workload(|w| {
+        let mut v: Vec<(String, String)> = w
+            .server_groups
+            .iter()
+            .filter(|g| g["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .map(|g| (g["name"].to_string(), g["policy"].to_string()))
+            .collect();
+        v.sort();
+        v
+    })
+}
+
+/// `server_group_policies` makes the driver create the Nova server group (with the cluster's
+/// credential, before the machines that select it by name) and delete it after the machines;
+/// a cluster that did not ask leaves the project's other groups alone.
+#[tokio::test]
+async fn server_groups_are_created_before_the_machines_and_deleted_after_them() {
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (ks, _) = parts().await;
+    let token = ks.token("alice", "alpha").await;
+    let labels = json!({"kube_tag": "v1.30.4", "server_group_policies": "soft-anti-affinity"});
+    let (uuid, capi) = running_cluster_with(t, &token, "grouped", labels).await;
+    let groups = server_groups(&format!("{capi}-"));
+    assert!(!groups.is_empty(), "no server group for {capi}");
+    assert!(
+        groups.iter().all(|(_, p)| p == "\"soft-anti-affinity\""),
+        "{groups:?}"
+    );
+    // Every machine template names one of them.
+    let osmts = app
+        .sim
+        .store()
+        .list(
+            &magnum_capi::simkube::Resource::of(
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachineTemplate",
+            ),
+            None,
+            "",
+        )
+        .unwrap();
+    let named: Vec<String> = osmts
+        .iter()
+        .filter(|o| {
+            o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(&capi))
+        })
+        .filter_map(|o| {
+            o.pointer("/spec/template/spec/serverGroup/filter/name")
+                .map(Value::to_string)
+        })
+        .collect();
+    assert!(!named.is_empty());
+    assert!(
+        named.iter().all(|n| groups.iter().any(|(g, _)| g == n)),
+        "{named:?} vs {groups:?}"
+    );
+    // A group of the same project the cluster did not create.
+    cloud_of().workload(|w| {
+        w.server_groups
+            .push(json!({"id": "foreign-sg", "name": "foreign-group",
+            "policy": "affinity", "rules": {}, "members": [], "project_id": "", "user_id": ""}));
+    });
+    delete(t, &token, &uuid).await;
+    wait_status(t, &token, &uuid, &["gone"]).await;
+    assert_eq!(server_groups(&format!("{capi}-")), vec![]);
+    assert_eq!(server_groups("foreign-").len(), 1);
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use common::TestApp;
 use common::capi::{authenticates, capi_app_on, eventually, postgres_text, secret_credential};
 use common::fakecloud::*;
 use common::keystone::keystone;
-use common::stack::env_shared;
+use common::stack::{env_exclusive, env_shared};
 
 use serde_json::{Value, json};
 
@@ -310,5 +310,145 @@ async fn the_create_answers_before_keystone_and_a_dead_token_fails_it_cleanly() 
         sealed().await,
         None,
         "the sealed token goes with the operation"
+    );
+}
+
+/// Keystone goes away between the 202 and the worker: the create retries, then fails with the
+/// reason, and nothing is left — no credential once Keystone is back, no Secret, no sealed token.
+#[tokio::test]
+async fn keystone_down_after_the_202_fails_the_create_with_the_reason_and_no_leftovers() {
+    let _env = env_exclusive().await;
+    let ks = keystone();
+    let mut app = capi_app_on(None, None, true, |cfg| {
+        cfg.operations.worker_enabled = false;
+        cfg.operations.max_attempts = 2;
+        cfg.operations.retry_base_ms = 50;
+    })
+    .await;
+    let (user, token) = ks.new_user_token("unlucky", "member", "alpha").await;
+    let before = app_creds(&token, &user).await.len();
+    let c = cluster(&app.t, &token).await;
+    let path = format!("/v1/clusters/{c}");
+    // The token was validated (and cached) by the create; Keystone goes now.
+    tokio::task::spawn_blocking(|| keystone().stop())
+        .await
+        .unwrap();
+    app.start_worker();
+    let failed = eventually(90, "CREATE_FAILED", || async {
+        let r = app
+            .t
+            .call_token(Some(&token), "GET", &path, None, None)
+            .await;
+        (r.body["status"] == "CREATE_FAILED").then_some(r.body)
+    })
+    .await;
+    tokio::task::spawn_blocking(|| keystone().start())
+        .await
+        .unwrap();
+    let reason = failed["status_reason"].as_str().unwrap();
+    assert!(reason.to_lowercase().contains("keystone"), "{reason}");
+    assert!(!failed.to_string().contains(&token));
+    assert_eq!(
+        app_creds(&token, &user).await.len(),
+        before,
+        "no credential"
+    );
+    assert!(
+        common::capi::objects(&app, "v1", "Secret", &c).is_empty(),
+        "no Secret was left"
+    );
+    let sealed: Option<String> = sqlx::query_scalar(
+        "SELECT payload->>'sealed_token' FROM operation WHERE cluster_uuid = $1::uuid",
+    )
+    .bind(&c)
+    .fetch_one(&app.t.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(sealed, None, "the sealed token goes with the operation");
+    assert!(!postgres_text(&app.t.state.pool).await.contains(&token));
+}
+
+/// A GPU flavor (Nova extra specs read at validation) brings the GPU operator; Keystone
+/// authentication gets the service's Keystone URL; bad add-on labels are 400 naming the label.
+#[tokio::test]
+async fn a_gpu_flavor_and_keystone_auth_reach_the_management_cluster() {
+    let _env = env_shared().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let t = &app.t;
+    let token = keystone().token("alice", "alpha").await;
+    common::stack::cloud().add_flavor(json!({
+        "id": "gpu-t4", "name": "g1.t4", "ram": 16384, "disk": 40, "vcpus": 8,
+        "extra_specs": {"pci_passthrough:alias": "nvidia-t4:1", "hw:cpu_policy": "dedicated"}}));
+    let body = |name: &str, labels: Value| {
+        json!({"name": name, "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
+               "flavor_id": "g1.t4", "master_flavor_id": "m1.medium",
+               "keypair_id": KEYPAIR_DEFAULT, "external_network_id": NETWORK_PUBLIC,
+               "labels": labels})
+    };
+    for (labels, label) in [
+        (
+            json!({"keystone_auth_enabled": "sure"}),
+            "keystone_auth_enabled",
+        ),
+        (
+            json!({"keystone_auth_policy_configmap": "Bad_Name"}),
+            "keystone_auth_policy_configmap",
+        ),
+        (
+            json!({"gpu_operator_enabled": "maybe"}),
+            "gpu_operator_enabled",
+        ),
+    ] {
+        let bad = create(t, &token, "/v1/clustertemplates", body("bad", labels), 400).await;
+        assert!(bad.to_string().contains(label), "{bad}");
+    }
+    let ct = create(
+        t,
+        &token,
+        "/v1/clustertemplates",
+        body(
+            "gpu",
+            json!({"kube_tag": "v1.30.4", "keystone_auth_enabled": "true"}),
+        ),
+        201,
+    )
+    .await;
+    let c = create(
+        t,
+        &token,
+        "/v1/clusters",
+        json!({"name": "gpu", "cluster_template_id": ct["uuid"]}),
+        202,
+    )
+    .await;
+    let c = c["uuid"].as_str().unwrap().to_string();
+    let gpu = eventually(60, "the GPU operator for the GPU flavor", || async {
+        common::capi::objects(
+            &app,
+            "addons.cluster.x-k8s.io/v1alpha1",
+            "HelmChartProxy",
+            &c,
+        )
+        .into_iter()
+        .find(|h| h["spec"]["chartName"] == "gpu-operator")
+    })
+    .await;
+    assert_eq!(
+        gpu["spec"]["version"],
+        magnum_capi::config::CapiConfig::default().gpu_operator_chart_version
+    );
+    let cm = common::capi::objects(&app, "v1", "ConfigMap", &c)
+        .pop()
+        .expect("the k8s-keystone-auth manifests");
+    let manifests = cm["data"]["keystone-auth.yaml"].as_str().unwrap();
+    let url = app.t.state.config.keystone.public_v3_url().unwrap();
+    assert!(
+        manifests.contains(&format!("--keystone-url={url}")),
+        "{manifests}"
+    );
+    // The image follows the cluster's minor (v1.30).
+    assert!(
+        manifests.contains("k8s-keystone-auth:v1.30.3"),
+        "{manifests}"
     );
 }

@@ -687,6 +687,32 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
         .await;
     r.assert_status(201);
     let ct = r.body["uuid"].as_str().unwrap().to_string();
+    // …and when a PATCH brings them to a template.
+    for (op, named) in [
+        (
+            json!({"op": "add", "path": "/labels/server_group_policies", "value": "spread"}),
+            "server_group_policies",
+        ),
+        (
+            json!({"op": "replace", "path": "/https_proxy", "value": "proxy:3128"}),
+            "https_proxy",
+        ),
+    ] {
+        let r = t
+            .patch(&ALICE, &format!("/v1/clustertemplates/{ct}"), json!([op]))
+            .await;
+        r.assert_status(400);
+        assert!(r.body.to_string().contains(named), "{op}: {}", r.body);
+    }
+    let r = t
+        .patch(
+            &ALICE,
+            &format!("/v1/clustertemplates/{ct}"),
+            json!([{"op": "add", "path": "/labels/server_group_policies",
+                    "value": "anti-affinity"}]),
+        )
+        .await;
+    r.assert_status(200);
     let r = t
         .post(
             &ALICE,

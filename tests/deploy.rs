@@ -187,6 +187,9 @@ const DRIVER_VERBS: &[(&str, &[&str])] = &[
     ),
     ("RoleBinding", &["list", "create", "patch", "delete"]),
     ("Deployment", &["list", "create", "patch", "delete"]),
+    // The k8s-keystone-auth manifests (a ClusterResourceSet resource): applied, pruned when
+    // keystone_auth_enabled goes off, deleted with the cluster.
+    ("ConfigMap", &["list", "create", "patch", "delete"]),
 ];
 
 /// Names of the `Gvk` constants of src/capi/mod.rs's `kinds` module, and those `ALL` lists.

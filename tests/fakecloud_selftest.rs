@@ -257,6 +257,20 @@ async fn nova_flavors() {
     c.add_flavor(json!({"id": "p1", "name": "private", "os-flavor-access:is_public": false}));
     let (_, _, body) = get(&format!("{url}/detail?is_public=false"), &[]).await;
     assert_eq!(names(&body["flavors"]), ["private"]);
+
+    // Extra specs: Nova's `{"extra_specs": {...}}` at any microversion; 404 for no flavor.
+    c.add_flavor(json!({"id": "g1", "name": "gpu", "extra_specs": {"resources:VGPU": "1"}}));
+    let (s, _, body) = get(&format!("{url}/g1/os-extra_specs"), &[]).await;
+    assert_eq!(s, 200);
+    assert_eq!(body, json!({"extra_specs": {"resources:VGPU": "1"}}));
+    let (_, _, body) = get(&format!("{url}/1/os-extra_specs"), &[]).await;
+    assert_eq!(body, json!({"extra_specs": {}}));
+    let (s, _, body) = get(&format!("{url}/nope/os-extra_specs"), &[]).await;
+    assert_eq!(s, 404);
+    assert_eq!(
+        body["itemNotFound"]["message"],
+        "Flavor nope could not be found."
+    );
 }
 
 #[tokio::test]

@@ -94,6 +94,7 @@ fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -> ApiRows {
         external_network_id: Some(EXTERNAL_NET_ID.into()),
         fixed_network_id: None,
         fixed_subnet_id: None,
+        gpu_flavor_ids: Vec::new(),
     });
     r.cluster.resolved = r.template.resolved.clone();
     r
@@ -157,6 +158,7 @@ fn assert_valid(objects: &[Value]) {
     let no_crd: BTreeSet<&str> = [
         "Namespace",
         "Secret",
+        "ConfigMap",
         "ServiceAccount",
         "Role",
         "RoleBinding",
@@ -1481,4 +1483,292 @@ fn ingress_needs_the_delete_cleanup_and_is_nginx_only() {
         let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
         assert!(err.to_string().contains("ingress_controller"), "{err}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keystone authentication, GPUs by flavor, versions by Kubernetes minor
+
+const KEYSTONE_URL: &str = "https://keystone.example.com:5000/v3";
+const KEYSTONE_CA: &str =
+    "-----BEGIN CERTIFICATE-----\nMIIBkeystoneCA\n-----END CERTIFICATE-----\n";
+
+fn keystone_config() -> CapiConfig {
+    CapiConfig {
+        keystone_auth_url: Some(KEYSTONE_URL.into()),
+        keystone_auth_ca: Some(KEYSTONE_CA.into()),
+        ..CapiConfig::default()
+    }
+}
+
+/// The workload manifests a management-side ConfigMap carries for a ClusterResourceSet.
+fn config_map_documents(cm: &Value, key: &str) -> Vec<Value> {
+    let text = cm["data"][key].as_str().unwrap();
+    yaml_serde::Deserializer::from_str(text)
+        .map(|d| {
+            use serde::Deserialize as _;
+            Value::deserialize(d).unwrap()
+        })
+        .collect()
+}
+
+fn kcp_args(objects: &[Value]) -> Vec<(String, String)> {
+    let kcp = one(objects, "KubeadmControlPlane");
+    kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|nv| {
+                    (
+                        nv["name"].as_str().unwrap().to_owned(),
+                        nv["value"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn keystone_auth_webhooks_and_default_policy() {
+    // Off by default: no webhook, no ConfigMap.
+    let objects = render_rows(&rows(template_body(), cluster_body(), None));
+    assert!(find(&objects, "ConfigMap").is_empty());
+    assert!(
+        kcp_args(&objects)
+            .iter()
+            .all(|(n, _)| !n.contains("webhook"))
+    );
+
+    let (t, c) = with_labels(json!({"keystone_auth_enabled": "true"}));
+    let v = build_values(&rows(t, c, None), &keystone_config()).unwrap();
+    let objects = renderer().render(&v).unwrap();
+    assert_valid(&objects);
+    let args = kcp_args(&objects);
+    let webhook = "/etc/kubernetes/keystone-auth/webhook.kubeconfig";
+    for (name, value) in [
+        ("authentication-token-webhook-config-file", webhook),
+        ("authorization-mode", "Node,RBAC,Webhook"),
+        ("authorization-webhook-config-file", webhook),
+    ] {
+        assert!(
+            args.contains(&(name.to_owned(), value.to_owned())),
+            "{name}: {args:?}"
+        );
+    }
+    let kcp = one(&objects, "KubeadmControlPlane");
+    let spec = &kcp["spec"]["kubeadmConfigSpec"];
+    let api = &spec["clusterConfiguration"]["apiServer"];
+    assert!(
+        api["certSANs"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("127.0.0.1"))
+    );
+    assert!(
+        api["extraVolumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["hostPath"] == "/etc/kubernetes/keystone-auth" && v["readOnly"] == true)
+    );
+    let file = spec["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == webhook)
+        .expect("the webhook kubeconfig");
+    let kubeconfig: Value = yaml_serde::from_str(file["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        kubeconfig["clusters"][0]["cluster"]["server"],
+        "https://127.0.0.1:8443/webhook"
+    );
+
+    // The manifests travel with the cloud-config ClusterResourceSet.
+    let crs = one(&objects, "ClusterResourceSet");
+    let cm = one(&objects, "ConfigMap");
+    assert!(
+        crs["spec"]["resources"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"kind": "ConfigMap", "name": cm["metadata"]["name"]}))
+    );
+    let docs = config_map_documents(cm, "keystone-auth.yaml");
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "ConfigMap",
+            "ConfigMap",
+            "DaemonSet"
+        ]
+    );
+    let ds = docs.last().unwrap();
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    // The image follows the Kubernetes minor (v1.33.5 here).
+    assert_eq!(
+        container["image"],
+        "registry.k8s.io/provider-os/k8s-keystone-auth:v1.33.1"
+    );
+    let cargs: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        cargs.contains(&format!("--keystone-url={KEYSTONE_URL}").as_str()),
+        "{cargs:?}"
+    );
+    assert!(cargs.contains(&"--policy-configmap-name=k8s-keystone-auth-policy"));
+    assert!(cargs.contains(&"--keystone-ca-file=/etc/keystone-auth-ca/ca.crt"));
+    assert_eq!(docs[4]["data"]["ca.crt"], KEYSTONE_CA);
+    // The default policy: the cluster's project, admin/member/reader.
+    let policy: Value =
+        serde_json::from_str(docs[3]["data"]["policies"].as_str().unwrap()).unwrap();
+    assert_eq!(policy, values::keystone_default_policy(PROJECT));
+    let roles: Vec<&Value> = policy
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["users"]["roles"][0])
+        .collect();
+    assert_eq!(roles, [&json!("admin"), &json!("member"), &json!("reader")]);
+    insta::assert_json_snapshot!(
+        "keystone_auth",
+        json!({"kubeadmConfigSpec": spec, "clusterResourceSet": crs, "manifests": docs})
+    );
+
+    // Authentication only, or the operator's own policy ConfigMap.
+    let (t, c) = with_labels(
+        json!({"keystone_auth_enabled": "true", "keystone_auth_authz_enabled": "false"}),
+    );
+    let v = build_values(&rows(t, c, None), &keystone_config()).unwrap();
+    let args = kcp_args(&renderer().render(&v).unwrap());
+    assert!(
+        args.iter()
+            .any(|(n, _)| n == "authentication-token-webhook-config-file")
+    );
+    assert!(
+        args.iter().all(|(n, _)| !n.starts_with("authorization")),
+        "{args:?}"
+    );
+    let (t, c) = with_labels(
+        json!({"keystone_auth_enabled": "true", "keystone_auth_policy_configmap": "my-policy"}),
+    );
+    let v = build_values(&rows(t, c, None), &keystone_config()).unwrap();
+    let ka = v.addons.keystone_auth.unwrap();
+    assert!(
+        ka.args
+            .contains(&"--policy-configmap-name=my-policy".to_owned())
+    );
+}
+
+#[test]
+fn bad_keystone_auth_labels_are_refused_naming_the_label() {
+    for (labels, label) in [
+        (
+            json!({"keystone_auth_enabled": "sure"}),
+            "keystone_auth_enabled",
+        ),
+        (
+            json!({"keystone_auth_enabled": "true", "keystone_auth_authz_enabled": "2"}),
+            "keystone_auth_authz_enabled",
+        ),
+        (
+            json!({"keystone_auth_policy_configmap": "Not_A_Name"}),
+            "keystone_auth_policy_configmap",
+        ),
+        (
+            json!({"keystone_auth_authz_enabled": "false",
+                   "keystone_auth_policy_configmap": "my-policy"}),
+            "keystone_auth_policy_configmap",
+        ),
+    ] {
+        let (t, c) = with_labels(labels.clone());
+        let err =
+            build_values(&rows(t, c, None), &keystone_config()).expect_err(&labels.to_string());
+        assert!(
+            matches!(&err, ValuesError::BadLabel { label: l, .. } if l == label),
+            "{labels}: {err:?}"
+        );
+    }
+    // Without a Keystone URL in the service's configuration the label cannot be honoured.
+    let (t, c) = with_labels(json!({"keystone_auth_enabled": "true"}));
+    let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
+    assert!(
+        matches!(&err, ValuesError::BadLabel { label, .. } if label == "keystone_auth_enabled"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_gpu_flavor_turns_the_gpu_operator_on_unless_the_label_says_no() {
+    let gpu_rows = |labels: Value| {
+        let (t, c) = with_labels(labels);
+        let mut r = rows(t, c, None);
+        // Nova's extra specs of the worker flavor ("3") asked for a GPU at validation.
+        r.cluster.resolved.0.gpu_flavor_ids = vec!["3".into()];
+        r
+    };
+    let objects = render_rows(&gpu_rows(json!({})));
+    assert_valid(&objects);
+    let hcp = addon(&objects, "gpu-operator").expect("GPU operator for a GPU flavor");
+    assert_eq!(hcp["spec"]["chartName"], "gpu-operator");
+    // The explicit label wins.
+    let objects = render_rows(&gpu_rows(json!({"gpu_operator_enabled": "false"})));
+    assert!(addon(&objects, "gpu-operator").is_none());
+    // No GPU flavor: off unless asked.
+    let objects = render_rows(&rows(template_body(), cluster_body(), None));
+    assert!(addon(&objects, "gpu-operator").is_none());
+    let (t, c) = with_labels(json!({"gpu_operator_enabled": "true"}));
+    assert!(addon(&render_rows(&rows(t, c, None)), "gpu-operator").is_some());
+}
+
+/// What an upgrade from v1.32 to v1.33 changes in the add-ons: every version that follows the
+/// Kubernetes minor moves with it (README "Add-ons", `[capi] *_versions` tables).
+#[test]
+fn addon_versions_follow_the_kubernetes_minor_across_an_upgrade() {
+    let render_at = |kube: &str| {
+        let (t, c) = with_labels(json!({
+            "kube_tag": kube, "auto_scaling_enabled": "true", "max_node_count": "4",
+            "manila_csi_enabled": "true", "keystone_auth_enabled": "true"
+        }));
+        let mut r = rows(t, c, None);
+        r.template.resolved.0.kube_version = None;
+        r.cluster.resolved.0.kube_version = None;
+        let v = build_values(&r, &keystone_config()).unwrap();
+        let objects = renderer().render(&v).unwrap();
+        assert_valid(&objects);
+        let version = |key: &str| addon(&objects, key).unwrap()["spec"]["version"].clone();
+        let autoscaler =
+            one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+                .clone();
+        let keystone = config_map_documents(one(&objects, "ConfigMap"), "keystone-auth.yaml")
+            .last()
+            .unwrap()["spec"]["template"]["spec"]["containers"][0]["image"]
+            .clone();
+        json!({
+            "kubernetes": kube,
+            "ccm": version("ccm"),
+            "csi-cinder": version("csi-cinder"),
+            "csi-manila": version("csi-manila"),
+            "autoscaler": autoscaler,
+            "k8s-keystone-auth": keystone,
+        })
+    };
+    let before = render_at("v1.32.4");
+    let after = render_at("v1.33.5");
+    for key in [
+        "ccm",
+        "csi-cinder",
+        "csi-manila",
+        "autoscaler",
+        "k8s-keystone-auth",
+    ] {
+        assert_ne!(before[key], after[key], "{key}");
+    }
+    insta::assert_json_snapshot!("versions_by_minor", json!([before, after]));
 }

@@ -94,7 +94,7 @@ impl From<CapiError> for BackendError {
 }
 
 /// The kinds we create besides the watched ones; deleted by label once the cluster is gone.
-const OWNED_KINDS: [kinds::Gvk; 10] = [
+const OWNED_KINDS: [kinds::Gvk; 11] = [
     kinds::OPENSTACK_MACHINE_TEMPLATE,
     kinds::KUBEADM_CONFIG_TEMPLATE,
     kinds::MACHINE_HEALTH_CHECK,
@@ -104,13 +104,15 @@ const OWNED_KINDS: [kinds::Gvk; 10] = [
     kinds::ROLE_BINDING,
     kinds::ROLE,
     kinds::SERVICE_ACCOUNT,
+    kinds::CONFIG_MAP,
     kinds::SECRET,
 ];
 
 /// Kinds whose objects of a cluster that a render no longer produces are deleted after the
 /// apply: an add-on switched off, the autoscaler when no nodegroup autoscales any more.
-const PRUNED_KINDS: [kinds::Gvk; 5] = [
+const PRUNED_KINDS: [kinds::Gvk; 6] = [
     kinds::HELM_CHART_PROXY,
+    kinds::CONFIG_MAP,
     kinds::AUTOSCALER[0],
     kinds::AUTOSCALER[1],
     kinds::AUTOSCALER[2],
@@ -118,7 +120,7 @@ const PRUNED_KINDS: [kinds::Gvk; 5] = [
 ];
 
 /// Every kind we create for a cluster, all labelled with its uuid and owner.
-pub(super) const LABELLED_KINDS: [kinds::Gvk; 14] = [
+pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
     kinds::SECRET,
     kinds::CLUSTER,
     kinds::OPENSTACK_CLUSTER,
@@ -133,6 +135,7 @@ pub(super) const LABELLED_KINDS: [kinds::Gvk; 14] = [
     kinds::ROLE_BINDING,
     kinds::ROLE,
     kinds::SERVICE_ACCOUNT,
+    kinds::CONFIG_MAP,
 ];
 
 /// Everything the driver needs, shared with the API (credentials at create) and the watchers.

@@ -81,6 +81,8 @@ pub mod kinds {
     pub const ROLE: Gvk = ("rbac.authorization.k8s.io/v1", "Role");
     pub const ROLE_BINDING: Gvk = ("rbac.authorization.k8s.io/v1", "RoleBinding");
     pub const DEPLOYMENT: Gvk = ("apps/v1", "Deployment");
+    /// The k8s-keystone-auth manifests, a ClusterResourceSet resource (templates/addons.yaml.hbs).
+    pub const CONFIG_MAP: Gvk = ("v1", "ConfigMap");
     /// A project's namespace (`templates/namespace.yaml.hbs`), applied before its objects.
     pub const NAMESPACE: Gvk = ("v1", "Namespace");
     /// Immutable machine templates, named by the hash of their spec.
@@ -89,7 +91,7 @@ pub mod kinds {
     /// Every kind above, once: what the service account's RBAC on the management cluster must
     /// cover (`deploy/kubernetes/clusterrole.yaml`, checked against this list by
     /// `tests/deploy.rs`).
-    pub const ALL: [Gvk; 18] = [
+    pub const ALL: [Gvk; 19] = [
         NAMESPACE,
         SECRET,
         CLUSTER,
@@ -108,6 +110,7 @@ pub mod kinds {
         ROLE,
         ROLE_BINDING,
         DEPLOYMENT,
+        CONFIG_MAP,
     ];
     /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales).
     pub const AUTOSCALER: [Gvk; 4] = [DEPLOYMENT, ROLE_BINDING, ROLE, SERVICE_ACCOUNT];

@@ -106,6 +106,31 @@ impl CrdSchemas {
             .contains_key(&(api_version.to_owned(), kind.to_owned()))
     }
 
+    /// The `openAPIV3Schema` (as written) serving `kind` at `api_version`.
+    pub fn schema(&self, api_version: &str, kind: &str) -> Option<&Value> {
+        self.schemas
+            .get(&(api_version.to_owned(), kind.to_owned()))
+            .map(|c| &c.raw)
+    }
+
+    /// Every served (`apiVersion`, `kind`) with its schema as written.
+    pub fn kinds(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+        self.schemas
+            .iter()
+            .map(|((av, kind), c)| (av.as_str(), kind.as_str(), &c.raw))
+    }
+
+    /// What the apiserver does to a custom resource before validating and storing it: drops
+    /// `null`s of non-nullable fields and fills in the schema's `default`s. Other kinds are left
+    /// alone.
+    pub fn apply_defaults(&self, obj: &mut Value) {
+        let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        if let Some(compiled) = self.schemas.get(&(api_version.to_owned(), kind.to_owned())) {
+            default_and_prune(obj, &compiled.raw);
+        }
+    }
+
     /// Validates `obj` against its CRD: `Ok(true)` when valid, `Ok(false)` when no CRD serves its
     /// apiVersion/kind (built-in kinds, kinds of other providers), else one `at <json pointer>:
     /// <message>` line per problem. Like the apiserver, nulls of non-nullable fields are dropped

@@ -26,4 +26,59 @@ pub struct Resolved {
     pub fixed_network_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixed_subnet_id: Option<String>,
+    /// Those of `flavor_id` and `master_flavor_id` whose Nova extra specs ask for a GPU
+    /// ([`flavor_has_gpu`]); empty when none does or the extra specs could not be read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_flavor_ids: Vec<String>,
+}
+
+/// Whether a flavor's extra specs give its servers a GPU: a vGPU or physical-GPU resource
+/// (`resources:VGPU`, `resources:PGPU`, any `resources:*GPU*` custom class) greater than zero,
+/// a required `trait:CUSTOM_*GPU*` trait, or a PCI passthrough alias naming a GPU
+/// (`pci_passthrough:alias` entries `name:count` whose name contains `gpu`, `nvidia`, `tesla`).
+pub fn flavor_has_gpu<'a>(extra_specs: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
+    extra_specs.into_iter().any(|(key, value)| {
+        let (key, value) = (key.to_ascii_uppercase(), value.trim());
+        if let Some(class) = key.strip_prefix("RESOURCES:") {
+            return class.contains("GPU") && value.parse::<u32>().is_ok_and(|n| n > 0);
+        }
+        if let Some(t) = key.strip_prefix("TRAIT:") {
+            return t.starts_with("CUSTOM_") && t.contains("GPU") && value == "required";
+        }
+        if key == "PCI_PASSTHROUGH:ALIAS" {
+            return value.split(',').any(|alias| {
+                let name = alias.split(':').next().unwrap_or("").to_ascii_lowercase();
+                ["gpu", "nvidia", "tesla"].iter().any(|w| name.contains(w))
+            });
+        }
+        false
+    })
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::flavor_has_gpu;
+
+    #[test]
+    fn gpu_extra_specs() {
+        for yes in [
+            [("resources:VGPU", "1")],
+            [("resources:PGPU", "2")],
+            [("resources:CUSTOM_NVIDIA_A100_GPU", "1")],
+            [("trait:CUSTOM_HAS_GPU", "required")],
+            [("pci_passthrough:alias", "nvidia-a100:1")],
+            [("pci_passthrough:alias", "nic:1,gpu-t4:2")],
+        ] {
+            assert!(flavor_has_gpu(yes), "{yes:?}");
+        }
+        for no in [
+            [("resources:VGPU", "0")],
+            [("resources:VCPU", "4")],
+            [("trait:CUSTOM_HAS_GPU", "forbidden")],
+            [("pci_passthrough:alias", "sriov-nic:1")],
+            [("hw:cpu_policy", "dedicated")],
+        ] {
+            assert!(!flavor_has_gpu(no), "{no:?}");
+        }
+    }
 }

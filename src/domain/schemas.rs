@@ -6,12 +6,14 @@ use super::patch::PatchRules;
 const fn s255(name: &'static str) -> Field {
     Field::new(name, Kind::Str { min: 1, max: 255 })
 }
+/// An integer with a lower bound. The upper bound is the column's: every integer Magnum
+/// stores is a 32-bit `Integer`, so a larger value is a 400 rather than silently lost.
 const fn int_min(name: &'static str, min: i64) -> Field {
     Field::new(
         name,
         Kind::Int {
             min: Some(min),
-            max: None,
+            max: Some(i32::MAX as i64),
         },
     )
 }

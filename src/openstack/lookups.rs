@@ -1,6 +1,7 @@
 //! Look-ups in Glance, Nova and Neutron with the caller's token: every match for a name or id,
 //! so the caller (the service layer) applies Magnum's rules (none → 400/404, several → 409).
 
+use openstack_sdk::api::compute::v2::flavor::extra_spec::list_21 as flavor_extra_specs;
 use openstack_sdk::api::compute::v2::flavor::list_detailed_20 as flavor_list;
 use openstack_sdk::api::compute::v2::keypair::get_20 as keypair_get;
 use openstack_sdk::api::image::v2::image::{get as image_get, list as image_list};
@@ -83,6 +84,19 @@ pub async fn images(s: &UserSession, ident: &str) -> Result<Vec<Image>, OpenStac
 pub async fn flavors(s: &UserSession) -> Result<Vec<Flavor>, OpenStackError> {
     const SVC: &str = "Nova";
     let ep = flavor_list::Request::builder()
+        .build()
+        .map_err(|e| builder_error(SVC, e))?;
+    query(s, SVC, ep).await
+}
+
+/// A flavor's extra specs (`GET /flavors/{id}/os-extra_specs`), as the caller.
+pub async fn flavor_extra_specs(
+    s: &UserSession,
+    flavor_id: &str,
+) -> Result<std::collections::BTreeMap<String, String>, OpenStackError> {
+    const SVC: &str = "Nova";
+    let ep = flavor_extra_specs::Request::builder()
+        .flavor_id(flavor_id)
         .build()
         .map_err(|e| builder_error(SVC, e))?;
     query(s, SVC, ep).await

@@ -309,11 +309,11 @@ pub async fn create_server_group(
         .send_json_with(NOVA, Method::POST, &url, &NOVA_SERVER_GROUPS, Some(&body))
         .await?;
     match status {
-        200..=299 => Ok(answer
+        200..=299 => answer
             .pointer("/server_group/id")
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()),
+            .map(str::to_owned)
+            .ok_or_else(|| failed(NOVA, "creating a server group (no id)", status, &answer)),
         _ => Err(failed(NOVA, "creating a server group", status, &answer)),
     }
 }

@@ -81,6 +81,28 @@ impl Flavors {
     }
 }
 
+/// The flavors among `ids` whose extra specs ask for a GPU. Best effort: extra specs a policy
+/// hides (or any other failure) count as "no GPU", and the `gpu_operator_enabled` label remains
+/// the way to ask.
+async fn gpu_flavors(s: &UserSession, ids: [&Option<String>; 2]) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for id in ids.into_iter().flatten() {
+        if found.contains(id) {
+            continue;
+        }
+        match lookups::flavor_extra_specs(s, id).await {
+            Ok(specs) => {
+                let pairs = specs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+                if crate::domain::resources::flavor_has_gpu(pairs) {
+                    found.push(id.clone());
+                }
+            }
+            Err(e) => tracing::debug!(flavor = %id, error = %e, "flavor extra specs not read"),
+        }
+    }
+    found
+}
+
 /// `boot_volume_size` from the labels, else the configured default (Magnum's
 /// `[cinder] default_boot_volume_size`).
 pub fn boot_volume_size(labels: &Labels, default: i64) -> Result<i64> {
@@ -189,6 +211,7 @@ pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> Result<Resolved> {
         if let Some(f) = w.master_flavor {
             r.master_flavor_id = Some(flavors.check(f, w.boot_volume_size)?);
         }
+        r.gpu_flavor_ids = gpu_flavors(s, [&r.flavor_id, &r.master_flavor_id]).await;
     }
     if let Some(n) = w.external_network {
         r.external_network_id = Some(external_network(s, n).await?);

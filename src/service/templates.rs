@@ -211,7 +211,7 @@ pub async fn create(
     resolve(app, cloud, &mut row).await?;
     // What the backend needs of a template, e.g. for the Cluster API driver `kube_tag` and the
     // image's `kube_version` agreeing, well-formed proxies and node-setting labels (checked at
-    // create; a later label change that breaks them is refused at cluster create).
+    // create and on every PATCH).
     app.backend.validate_template(&row)?;
     if cloud.is_some() {
         // Magnum takes the distro from the image, whatever the client sent.
@@ -342,6 +342,9 @@ pub async fn update(
     // Magnum re-validates every reference on PATCH; cluster_distro stays as created.
     row.cluster_distro = t.cluster_distro.clone();
     resolve(app, cloud, &mut row).await?;
+    // The patched template must hold what a created one must (labels, proxies, kube_tag
+    // against the image): a bad value is a 400 now, not a failure at the next cluster create.
+    app.backend.validate_template(&row)?;
     Ok(tdb::update(&app.pool, &row).await?)
 }
 

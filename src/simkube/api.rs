@@ -23,7 +23,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::selector::Selector;
 use super::store::{
-    Event, EventType, Patch, Propagation, Resource, Store, StoreError, Target, watch_line,
+    Event, EventType, FieldManager, Patch, Propagation, Resource, Store, StoreError, Target,
+    watch_line,
 };
 use super::table;
 use super::workload::{self, Workloads};
@@ -242,6 +243,38 @@ fn propagation(q: &HashMap<String, String>, bytes: &Bytes) -> Propagation {
     }
 }
 
+/// The field manager of a write: `fieldManager`, else (not for apply, which requires it) the
+/// client's User-Agent up to its first `/`, as kube-apiserver derives it.
+fn field_manager(
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    apply: bool,
+) -> Result<FieldManager, StoreError> {
+    let force = q.get("force").is_some_and(|f| f == "true");
+    if force && !apply {
+        return Err(StoreError::BadRequest(
+            "force may not be set for non-apply patch requests".into(),
+        ));
+    }
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return Ok(FieldManager::new(m.clone(), force));
+    }
+    if apply {
+        return Err(StoreError::BadRequest(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is \
+             required for apply patch"
+                .into(),
+        ));
+    }
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|ua| !ua.is_empty())
+        .unwrap_or("unknown");
+    Ok(FieldManager::new(agent, false))
+}
+
 fn target_of(path: &ResourcePath) -> Result<Target, StoreError> {
     match path.subresource.as_deref() {
         None | Some("finalize") => Ok(Target::Main),
@@ -379,13 +412,15 @@ fn dispatch(
                     .unwrap_or_default()
                     .to_string(),
             };
-            let o = store.create(&path.resource, &ns, body)?;
+            let manager = field_manager(q, headers, false)?;
+            let o = store.create_as(&path.resource, &ns, body, &manager)?;
             Ok(json_response(StatusCode::CREATED, &o))
         }
         ("PUT", Some(name)) => {
             let target = target_of(&path)?;
             let body = parse_body(bytes, true)?;
-            let o = store.replace(&path.resource, &ns, &name, body, target)?;
+            let manager = field_manager(q, headers, false)?;
+            let o = store.replace_as(&path.resource, &ns, &name, body, target, &manager)?;
             Ok(json_response(StatusCode::OK, &o))
         }
         ("PATCH", Some(name)) => {
@@ -411,7 +446,9 @@ fn dispatch(
                      application/apply-patch+yaml (got {ctype:?})"
                 )));
             };
-            let (o, created) = store.patch(&path.resource, &ns, &name, patch, target)?;
+            let manager = field_manager(q, headers, matches!(patch, Patch::Apply(_)))?;
+            let (o, created) =
+                store.patch_as(&path.resource, &ns, &name, patch, target, &manager)?;
             let code = if created {
                 StatusCode::CREATED
             } else {

@@ -6,8 +6,9 @@
 //! Each simulated workload cluster (`workload`) is served over TLS at its own loopback endpoint
 //! (`endpoint`, its `controlPlaneEndpoint`), and, without authentication, under
 //! `/workload/{namespace}/{cluster}` on this server; the simulator models kubeadm's PKI on them
-//! (`pki`).
+//! (`pki`). CRD defaults, schemas and CEL rules are applied to writes by `admission`.
 
+pub mod admission;
 mod api;
 pub mod controllers;
 mod endpoint;
@@ -30,8 +31,8 @@ use tokio::task::JoinHandle;
 pub use controllers::Simulator;
 pub use selector::Selector;
 pub use store::{
-    Event, EventType, ObjectKey, Patch, Propagation, Resource, Store, StoreError, StoreOptions,
-    Target, Validator,
+    Admission, Event, EventType, FieldError, FieldManager, ObjectKey, Patch, Propagation, Resource,
+    Store, StoreError, StoreOptions, Target, Validator,
 };
 
 /// How a simulated management cluster runs.

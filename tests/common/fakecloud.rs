@@ -12,7 +12,8 @@
 //!   mentions `application/json` (openstack_sdk always sends it), an HTML page otherwise.
 //! * Nova honours microversions (`OpenStack-API-Version: compute X.Y` or the legacy header;
 //!   default 2.1, max [`NOVA_MAX_MICROVERSION`]): flavor `description` needs 2.55, `extra_specs`
-//!   2.61, a zero `swap` reads `""` before 2.75, keypair `type` needs 2.2 and `?user_id=` 2.10.
+//!   2.61, a zero `swap` reads `""` before 2.75, keypair `type` needs 2.2 and `?user_id=` 2.10;
+//!   `GET /flavors/{id}/os-extra_specs` answers `{"extra_specs": {...}}` at any microversion.
 //! * Keypair ownership: the fake cannot read users out of tokens. A keypair added with an owner is
 //!   hidden only from requests whose user is known and different: `?user_id=` (2.10+, as a Nova
 //!   admin would) or the user given to [`FakeCloud::set_token_user`] for the request's token.
@@ -420,7 +421,11 @@ impl Req {
 }
 
 async fn handle(State(shared): State<Shared>, req: Request) -> Response {
-    let (parts, _) = req.into_parts();
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let query = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri);
     let path = parts.uri.path();
     let mut r = Req {
@@ -455,7 +460,7 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
             None
         } else if r.token.is_some() {
             st.workload
-                .dispatch(&r.method, &segs, &r.query)
+                .dispatch(&r.method, &segs, &r.query, &body)
                 .map(|(status, body)| match body {
                     Value::Null => text(status, "application/json", String::new()),
                     body => json_resp(status, &body),
@@ -798,6 +803,17 @@ fn nova(st: &Inner, r: &Req, rest: &[&str]) -> Response {
             Some(f) => json_resp(200, &json!({"flavor": flavor_view(&st.base, f, mv, true)})),
             None => nova_err(r, 404, &format!("Flavor {id} could not be found.")),
         },
+        // Nova's `{"extra_specs": {key: value}}` at any microversion (policy-gated for
+        // non-admins in real clouds; the fake answers as an admin).
+        ["v2.1", "flavors", id, "os-extra_specs"] => {
+            match flavors.iter().find(|f| f["id"] == *id) {
+                Some(f) => {
+                    let specs = f.get("extra_specs").cloned().unwrap_or_else(|| json!({}));
+                    json_resp(200, &json!({ "extra_specs": specs }))
+                }
+                None => nova_err(r, 404, &format!("Flavor {id} could not be found.")),
+            }
+        }
         ["v2.1", "os-keypairs"] => keypairs(st, r, mv, None),
         ["v2.1", "os-keypairs", name] => keypairs(st, r, mv, Some(name)),
         _ => nova_err(r, 404, NOT_FOUND),

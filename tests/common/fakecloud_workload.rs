@@ -3,7 +3,9 @@
 //! show, delete with `?cascade=true`; 409 without cascade while listeners or pools exist, 409
 //! while `PENDING_*`), Cinder v3 volumes (`/volume/v3/{project}/volumes/detail?metadata=…`,
 //! show, delete; 400 while attached), Neutron floating IPs (`/networking/v2.0/floatingips`
-//! list by `port_id`, delete) and Nova servers (`/compute/v2.1/servers/{id}`).
+//! list by `port_id`, delete), Nova servers (`/compute/v2.1/servers/{id}`) and Nova server
+//! groups (`/compute/v2.1/os-server-groups`: list, create with microversion ≥ 2.64's `policy`,
+//! show, delete; 400 for an unknown policy as Nova's schema check answers).
 //!
 //! Deletes are asynchronous as in the real services: a deleted load balancer is
 //! `PENDING_DELETE` and a deleted volume `deleting` until the next listing, then gone.
@@ -21,6 +23,7 @@ pub struct Workload {
     pub volumes: Vec<Value>,
     pub floating_ips: Vec<Value>,
     pub servers: Vec<Value>,
+    pub server_groups: Vec<Value>,
     /// Services answering 503: `load-balancer`, `volume`.
     pub down: HashSet<String>,
 }
@@ -75,6 +78,7 @@ impl Workload {
         method: &Method,
         segs: &[&str],
         query: &[(String, String)],
+        body: &Value,
     ) -> Option<Answer> {
         let param = |k: &str| query.iter().find(|(q, _)| q == k).map(|(_, v)| v.as_str());
         match segs {
@@ -92,6 +96,9 @@ impl Workload {
             }
             ["networking", "v2.0", "floatingips", rest @ ..] => {
                 Some(self.floating_ips(method, rest, param("port_id")))
+            }
+            ["compute", "v2.1", "os-server-groups", rest @ ..] => {
+                Some(self.server_groups(method, rest, body))
             }
             ["compute", "v2.1", "servers", id] if *method == Method::GET => {
                 Some(match self.servers.iter().find(|s| s["id"] == *id) {
@@ -213,6 +220,59 @@ impl Workload {
                 }
             }
             _ => neutron_fault(405, "HTTPMethodNotAllowed", "Method not allowed"),
+        }
+    }
+}
+
+impl Workload {
+    fn server_groups(&mut self, method: &Method, rest: &[&str], body: &Value) -> Answer {
+        let fault = |status: u16, msg: &str| {
+            let name = if status == 404 {
+                "itemNotFound"
+            } else {
+                "badRequest"
+            };
+            (status, json!({name: {"code": status, "message": msg}}))
+        };
+        match (method.clone(), rest) {
+            (Method::GET, []) => (200, json!({"server_groups": self.server_groups})),
+            (Method::GET, [id]) => match self.server_groups.iter().find(|g| g["id"] == *id) {
+                Some(g) => (200, json!({ "server_group": g })),
+                None => fault(404, &format!("Server group {id} could not be found.")),
+            },
+            (Method::POST, []) => {
+                let name = body.pointer("/server_group/name").and_then(Value::as_str);
+                let policy = body.pointer("/server_group/policy").and_then(Value::as_str);
+                let Some(name) = name.filter(|n| !n.is_empty() && n.len() <= 255) else {
+                    return fault(400, "Invalid input for field/attribute name.");
+                };
+                let allowed = [
+                    "anti-affinity",
+                    "affinity",
+                    "soft-anti-affinity",
+                    "soft-affinity",
+                ];
+                let Some(policy) = policy.filter(|p| allowed.contains(p)) else {
+                    return fault(400, "Invalid input for field/attribute policy.");
+                };
+                let group = json!({
+                    "id": format!("sg-{:04}-{name}", self.server_groups.len()),
+                    "name": name, "policy": policy, "rules": {}, "members": [],
+                    "project_id": "", "user_id": "",
+                });
+                self.server_groups.push(group.clone());
+                (200, json!({ "server_group": group }))
+            }
+            (Method::DELETE, [id]) => {
+                let before = self.server_groups.len();
+                self.server_groups.retain(|g| g["id"] != *id);
+                if self.server_groups.len() == before {
+                    fault(404, &format!("Server group {id} could not be found."))
+                } else {
+                    (204, Value::Null)
+                }
+            }
+            _ => fault(405, "Method not allowed"),
         }
     }
 }

@@ -494,13 +494,17 @@ impl Keystone {
         }
     }
 
-    /// `[keystone]` of the service under test: this Keystone, the service user's password.
+    /// `[keystone]` of the service under test: this Keystone, the service user's password. The
+    /// per-call timeout is raised to 60 s: this sqlite-backed Keystone answers in 0.3–0.6 s
+    /// on a quiet machine but has been seen to take over 10 s (the default) while the machine
+    /// compiles, and a test must not fail on that.
     pub fn service_config(&self) -> magnum_capi::config::KeystoneConfig {
         magnum_capi::config::KeystoneConfig {
             auth_url: Some(self.url.clone()),
             username: Some(SERVICE_USER.into()),
             password: Some(password(SERVICE_USER).into()),
             project_name: Some(SERVICE_PROJECT.into()),
+            timeout_secs: 60,
             ..Default::default()
         }
     }

@@ -106,6 +106,9 @@ pub fn test_config(url: &str) -> Config {
     cfg.database.migrate_on_start = false;
     cfg.operations.poll_interval_ms = 50;
     cfg.operations.retry_base_ms = 50;
+    // Calls to the real (sqlite-backed) Keystone can exceed the 10 s default while the machine
+    // compiles; a test must not fail on that (tests of timeouts set their own).
+    cfg.openstack.timeout_secs = 60;
     // API tests: operations complete at once, no management cluster (tests/capi_*.rs use one).
     cfg.driver.kind = magnum_capi::config::DriverKind::Simulated;
     cfg

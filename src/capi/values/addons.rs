@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::build::{Cx, label_map};
-use super::document::{ClusterAutoscaler, CsiManila, HelmChart, NodeGroup};
+use super::document::{ClusterAutoscaler, CsiManila, FlavorRef, HelmChart, NodeGroup};
+use super::labels::LabelView;
 use super::{ValuesError, bad};
-use crate::config::CapiConfig;
+use crate::config::{CapiConfig, MinorTable};
 
 /// An optional add-on delivered by a HelmChartProxy named `<cluster>-<key>`; its health is
 /// reported as `addon.<key>` in `health_status_reason`.
@@ -91,8 +92,17 @@ pub const OPTIONAL_ADDONS: &[AddonSpec] = &[
     ),
 ];
 
-/// `(repository, version)` of an add-on's chart from `[capi]`.
-fn chart_source<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c str) {
+/// `(repository, version)` of an add-on's chart from `[capi]` for a cluster on `kube_version`.
+fn chart_source(config: &CapiConfig, key: &str, kube_version: &str) -> (String, String) {
+    let (repo, version) = chart_source_fixed(config, key);
+    let version = match key {
+        "csi-manila" => chart_for_minor(&config.manila_csi_chart_versions, version, kube_version),
+        _ => version.to_owned(),
+    };
+    (repo.to_owned(), version)
+}
+
+fn chart_source_fixed<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c str) {
     match key {
         "metrics-server" => (
             &config.metrics_server_chart_repo,
@@ -120,7 +130,8 @@ fn chart_source<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c str) {
 }
 
 /// Cluster-autoscaler tag per Kubernetes minor (the autoscaler is released per minor and only
-/// supports its own); a minor not listed gets `v1.<minor>.0`.
+/// supports its own): the built-in `[capi] autoscaler_image_tags`; a minor not listed gets
+/// `v1.<minor>.0`.
 pub const AUTOSCALER_TAGS: &[(u32, &str)] = &[
     (30, "v1.30.4"),
     (31, "v1.31.1"),
@@ -129,18 +140,75 @@ pub const AUTOSCALER_TAGS: &[(u32, &str)] = &[
     (34, "v1.34.0"),
 ];
 
-/// The autoscaler tag for a `v1.N.x` Kubernetes version.
-pub fn autoscaler_tag(kube_version: &str) -> String {
-    let minor = kube_version
+/// The minor of a `v1.N.x` Kubernetes version.
+fn kube_minor(kube_version: &str) -> u32 {
+    kube_version
         .trim_start_matches('v')
         .split('.')
         .nth(1)
         .and_then(|m| m.parse::<u32>().ok())
-        .unwrap_or(0);
-    AUTOSCALER_TAGS
-        .iter()
-        .find(|(m, _)| *m == minor)
-        .map_or_else(|| format!("v1.{minor}.0"), |(_, t)| (*t).to_owned())
+        .unwrap_or(0)
+}
+
+/// `table`'s entry for the minor of `kube_version` (keys `"1.<minor>"`).
+fn for_minor(table: &MinorTable, kube_version: &str) -> Option<String> {
+    table
+        .get(&format!("1.{}", kube_minor(kube_version)))
+        .cloned()
+}
+
+/// An image tag for `kube_version` from `table`, else `v1.<minor>.0`.
+pub(super) fn tag_for_minor(table: &MinorTable, kube_version: &str) -> String {
+    for_minor(table, kube_version).unwrap_or_else(|| format!("v1.{}.0", kube_minor(kube_version)))
+}
+
+/// The autoscaler tag for a `v1.N.x` Kubernetes version with the built-in table.
+pub fn autoscaler_tag(kube_version: &str) -> String {
+    tag_for_minor(&CapiConfig::default().autoscaler_image_tags, kube_version)
+}
+
+/// A chart version that follows the Kubernetes minor: `table`'s, else `fallback`.
+pub(super) fn chart_for_minor(table: &MinorTable, fallback: &str, kube_version: &str) -> String {
+    for_minor(table, kube_version).unwrap_or_else(|| fallback.to_owned())
+}
+
+/// The add-on labels of a template, checked as a cluster create would (except what depends on
+/// the cluster: its Keystone URL, the GPU flavors).
+pub(super) fn check_labels(view: &LabelView<'_>, config: &CapiConfig) -> Result<(), ValuesError> {
+    for spec in OPTIONAL_ADDONS.iter().filter(|s| s.value.is_none()) {
+        view.bool(&[spec.label], spec.default)?;
+    }
+    ingress(view, config)?;
+    manila_labels(view)?;
+    super::keystone::labels(view)?;
+    Ok(())
+}
+
+/// Whether `ingress_controller` asks for nginx (checked).
+fn ingress(view: &LabelView<'_>, config: &CapiConfig) -> Result<bool, ValuesError> {
+    let Some(v) = view.token(&["ingress_controller"])? else {
+        return Ok(false);
+    };
+    match v.as_str() {
+        "nginx" if config.delete_cleanup => Ok(true),
+        "nginx" => Err(bad(
+            "ingress_controller",
+            &v,
+            "needs [capi] delete_cleanup (its load balancer would outlive the cluster)",
+        )),
+        "" | "none" => Ok(false),
+        _ => Err(bad("ingress_controller", &v, "supported: nginx")),
+    }
+}
+
+/// Manila's share network, type and protocol labels.
+fn manila_labels(view: &LabelView<'_>) -> Result<(Option<String>, String, String), ValuesError> {
+    Ok((
+        view.token(&["manila_csi_share_network_id"])?,
+        view.token(&["manila_csi_share_type"])?
+            .unwrap_or_else(|| "default".into()),
+        view.one_of(&["manila_csi_share_protocol"], &["NFS"], "NFS")?,
+    ))
 }
 
 impl Cx<'_> {
@@ -153,35 +221,50 @@ impl Cx<'_> {
             None => self.view.bool(&[spec.label], spec.default)?,
             Some(v) => self.view.token(&[spec.label])?.as_deref() == Some(v),
         };
-        if !on {
-            return Ok(None);
-        }
-        let (repo, version) = chart_source(self.config, key);
-        Ok(Some(HelmChart {
+        Ok(on.then(|| self.addon_chart(spec)))
+    }
+
+    fn addon_chart(&self, spec: &AddonSpec) -> HelmChart {
+        let (repo, version) = chart_source(self.config, spec.key, &self.kube_version);
+        HelmChart {
             proxy_name: format!("{}-{}", self.cluster_name, spec.key),
-            repo: repo.to_owned(),
+            repo,
             name: spec.chart.to_owned(),
-            version: version.to_owned(),
+            version,
             release_name: spec.chart.to_owned(),
             namespace: spec.namespace.to_owned(),
-        }))
+        }
+    }
+
+    /// The GPU operator: as `gpu_operator_enabled` says when it is set, else on when a machine
+    /// flavor of the cluster was found to carry a GPU (its Nova extra specs, at validation).
+    pub(super) fn gpu_operator(
+        &self,
+        flavors: &[&FlavorRef],
+    ) -> Result<Option<HelmChart>, ValuesError> {
+        const KEY: &str = "gpu-operator";
+        if self.view.raw(&["gpu_operator_enabled"])?.is_some() {
+            return self.optional_addon(KEY);
+        }
+        let gpu_ids = || self.tr.gpu_flavor_ids.iter().chain(&self.cr.gpu_flavor_ids);
+        let gpu = flavors
+            .iter()
+            .filter_map(|f| f.id.as_ref())
+            .any(|id| gpu_ids().any(|g| g == id));
+        Ok(OPTIONAL_ADDONS
+            .iter()
+            .find(|a| a.key == KEY)
+            .filter(|_| gpu)
+            .map(|spec| self.addon_chart(spec)))
     }
 
     /// The ingress controller (`ingress_controller`): `nginx` only, and only with the delete
     /// cleanup, which removes the load balancer its Service gets.
     pub(super) fn ingress(&self) -> Result<Option<HelmChart>, ValuesError> {
-        let Some(v) = self.view.token(&["ingress_controller"])? else {
-            return Ok(None);
-        };
-        match v.as_str() {
-            "nginx" if self.config.delete_cleanup => self.optional_addon("ingress-nginx"),
-            "nginx" => Err(bad(
-                "ingress_controller",
-                &v,
-                "needs [capi] delete_cleanup (its load balancer would outlive the cluster)",
-            )),
-            "" | "none" => Ok(None),
-            _ => Err(bad("ingress_controller", &v, "supported: nginx")),
+        if ingress(&self.view, self.config)? {
+            self.optional_addon("ingress-nginx")
+        } else {
+            Ok(None)
         }
     }
 
@@ -193,15 +276,13 @@ impl Cx<'_> {
         ) else {
             return Ok(None);
         };
-        let view = &self.view;
+        let (share_network_id, share_type, protocol) = manila_labels(&self.view)?;
         Ok(Some(CsiManila {
             chart,
             nfs_chart,
-            share_network_id: view.token(&["manila_csi_share_network_id"])?,
-            share_type: view
-                .token(&["manila_csi_share_type"])?
-                .unwrap_or_else(|| "default".into()),
-            protocol: view.one_of(&["manila_csi_share_protocol"], &["NFS"], "NFS")?,
+            share_network_id,
+            share_type,
+            protocol,
         }))
     }
 
@@ -227,7 +308,7 @@ impl Cx<'_> {
             .autoscaler_image_tag
             .clone()
             .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| autoscaler_tag(kube_version));
+            .unwrap_or_else(|| tag_for_minor(&self.config.autoscaler_image_tags, kube_version));
         Some(ClusterAutoscaler {
             image: format!("{}:{tag}", self.config.autoscaler_image),
             auto_discovery_arg: format!(
@@ -255,10 +336,51 @@ mod tests {
     }
 
     #[test]
+    fn the_builtin_autoscaler_table_is_the_config_default() {
+        let table = CapiConfig::default().autoscaler_image_tags;
+        assert_eq!(table.len(), AUTOSCALER_TAGS.len());
+        for (minor, tag) in AUTOSCALER_TAGS {
+            assert_eq!(
+                table.get(&format!("1.{minor}")).map(String::as_str),
+                Some(*tag)
+            );
+        }
+    }
+
+    #[test]
+    fn openstack_charts_follow_the_kubernetes_minor() {
+        let config = CapiConfig::default();
+        for (kube, ccm, cinder) in [
+            ("v1.31.2", "2.31.4", "2.31.8"),
+            ("v1.33.5", "2.33.1", "2.33.1"),
+            ("v1.34.1", "2.34.0", "2.34.0"),
+            // Not in the table: the single key.
+            ("v1.40.0", "2.33.1", "2.33.1"),
+        ] {
+            let v = |t, f| chart_for_minor(t, f, kube);
+            assert_eq!(
+                v(&config.ccm_chart_versions, &config.ccm_chart_version),
+                ccm
+            );
+            assert_eq!(
+                v(
+                    &config.cinder_csi_chart_versions,
+                    &config.cinder_csi_chart_version
+                ),
+                cinder
+            );
+        }
+        assert_eq!(
+            tag_for_minor(&config.keystone_auth_image_tags, "v1.32.0"),
+            "v1.32.1"
+        );
+    }
+
+    #[test]
     fn every_addon_has_a_chart_source() {
         let config = CapiConfig::default();
         for a in OPTIONAL_ADDONS {
-            let (repo, version) = chart_source(&config, a.key);
+            let (repo, version) = chart_source(&config, a.key, "v1.33.5");
             assert!(!repo.is_empty() && !version.is_empty(), "{}", a.key);
         }
     }

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use super::addons::chart_for_minor;
 use super::document::{
     Addons, ApiLoadBalancer, ApiServer, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
-    CloudCredentials, Cni, CsiCinder, HelmChart, KubeNetwork, Kubeadm, ManagedSubnet, NameValue,
-    Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
+    CloudCredentials, Cni, CsiCinder, FlavorRef, HelmChart, KubeNetwork, Kubeadm, ManagedSubnet,
+    NameValue, Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
 };
+use super::keystone;
 use super::labels::{LabelView, chart_version_label, cidrs_overlap, parse_cidr};
 use super::nodegroups::master_nodegroup;
 use super::nodes;
@@ -68,7 +70,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         cas,
         rollout_after,
     } = inputs;
-    let cx = Cx::new(template, cluster, config)?;
+    let mut cx = Cx::new(template, cluster, config)?;
     let namespace = crate::capi::namespace(&config.namespace_prefix, &cluster.project_id);
     if let Some(e) = dns1123_label_error(&namespace) {
         return Err(ValuesError::Invalid(format!("namespace {namespace:?} {e}")));
@@ -83,6 +85,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         resolved_kube,
         &config.default_kube_version,
     )?;
+    cx.kube_version = kubernetes_version.clone();
     let networking = cx.networking()?;
     let kube_network = cx.kube_network(networking.managed_subnet.as_ref())?;
     let master = master_nodegroup(nodegroups)?;
@@ -93,17 +96,39 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     let audit_policy = match nodes::audit_log(&cx.view)? {
         Some((log, args, volumes, policy)) => {
             api_server.extra_args.extend(args);
-            api_server.extra_volumes = volumes;
+            api_server.extra_volumes.extend(volumes);
             api_server.audit_log = Some(log);
             Some(policy)
         }
         None => None,
     };
+    let keystone_auth = cx.keystone_auth()?;
+    let keystone_parts = keystone_auth.as_ref().map(keystone::api_server_parts);
+    if let Some(k) = &keystone_parts {
+        api_server.extra_args.extend(k.args.iter().cloned());
+        api_server.extra_volumes.push(k.volume.clone());
+        if !api_server.cert_sans.contains(&k.cert_san) {
+            api_server.cert_sans.push(k.cert_san.clone());
+        }
+    }
     let machines = cx.machine_refs()?;
     let mut control_plane = cx.control_plane(master, &machines)?;
-    control_plane.files = nodes.files.iter().cloned().chain(audit_policy).collect();
+    control_plane.files = nodes
+        .files
+        .iter()
+        .cloned()
+        .chain(audit_policy)
+        .chain(keystone_parts.map(|k| k.file))
+        .collect();
     let node_groups = cx.node_groups(nodegroups, &machines, &kubeadm)?;
     let mut addons = cx.addons(&networking)?;
+    addons.keystone_auth = keystone_auth;
+    let flavors: Vec<&FlavorRef> = node_groups
+        .iter()
+        .map(|n| &n.machine.flavor)
+        .chain([&control_plane.machine.flavor])
+        .collect();
+    addons.gpu_operator = cx.gpu_operator(&flavors)?;
     addons.cloud_env = nodes
         .proxy
         .as_ref()
@@ -163,6 +188,8 @@ pub(super) struct Cx<'a> {
     pub(super) cluster_name: String,
     pub(super) cluster_uuid: String,
     pub(super) common_labels: BTreeMap<String, String>,
+    /// The cluster's Kubernetes version (set once known): add-on versions follow its minor.
+    pub(super) kube_version: String,
 }
 
 impl<'a> Cx<'a> {
@@ -205,6 +232,7 @@ impl<'a> Cx<'a> {
             cluster_name,
             cluster_uuid,
             common_labels,
+            kube_version: config.default_kube_version.clone(),
         })
     }
 
@@ -503,7 +531,11 @@ impl<'a> Cx<'a> {
             "ccm",
             &config.openstack_chart_repo,
             "openstack-cloud-controller-manager",
-            config.ccm_chart_version.clone(),
+            chart_for_minor(
+                &config.ccm_chart_versions,
+                &config.ccm_chart_version,
+                &self.kube_version,
+            ),
             "kube-system",
         );
         cloud_controller_manager.release_name = "openstack-ccm".into();
@@ -512,7 +544,11 @@ impl<'a> Cx<'a> {
                 "csi-cinder",
                 &config.openstack_chart_repo,
                 "openstack-cinder-csi",
-                config.cinder_csi_chart_version.clone(),
+                chart_for_minor(
+                    &config.cinder_csi_chart_versions,
+                    &config.cinder_csi_chart_version,
+                    &self.kube_version,
+                ),
                 "kube-system",
             );
             csi_chart.release_name = "cinder-csi".into();
@@ -552,7 +588,8 @@ impl<'a> Cx<'a> {
             monitoring: self.optional_addon("monitoring")?,
             ingress_nginx: self.ingress()?,
             csi_manila: self.manila()?,
-            gpu_operator: self.optional_addon("gpu-operator")?,
+            gpu_operator: None,
+            keystone_auth: None,
             cloud_config: CloudConfig {
                 resource_set_name: format!("{}-cloud-config", self.cluster_name),
                 load_balancer: CcmLoadBalancer {

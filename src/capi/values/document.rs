@@ -478,11 +478,38 @@ pub struct Addons {
     pub csi_manila: Option<CsiManila>,
     /// The NVIDIA GPU operator (`gpu_operator_enabled`).
     pub gpu_operator: Option<HelmChart>,
+    /// k8s-keystone-auth (`keystone_auth_enabled`), delivered by the cloud-config
+    /// ClusterResourceSet from a ConfigMap of manifests.
+    pub keystone_auth: Option<KeystoneAuth>,
     /// Container env of the addons that reach the cloud (CCM, Cinder CSI): the proxy's.
     pub cloud_env: Vec<NameValue>,
 }
 
 /// Manila CSI: the Manila controller, the NFS node plugin it forwards to, and a StorageClass.
+/// k8s-keystone-auth in the workload cluster (README "Keystone authentication").
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeystoneAuth {
+    /// The management-side ConfigMap holding the manifests (a ClusterResourceSet resource).
+    pub resource_set_name: String,
+    /// Image with tag (the tag follows the Kubernetes minor).
+    pub image: String,
+    /// Keystone's public URL (`/v3`).
+    pub auth_url: String,
+    /// PEM CA bundle for Keystone, when the service has one.
+    pub ca: Option<String>,
+    /// Its command-line flags.
+    pub args: Vec<String>,
+    /// Also the authorization webhook (`keystone_auth_authz_enabled`, default true).
+    pub authorization: bool,
+    /// The kube-system ConfigMap whose `policies` it enforces.
+    pub policy_config_map: String,
+    /// The ConfigMap the default policy is written to.
+    pub default_policy_config_map: String,
+    /// The default policy (JSON) for the cluster's project.
+    pub default_policy: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CsiManila {

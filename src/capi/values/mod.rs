@@ -33,6 +33,7 @@
 //! | `auto_scaling_enabled`, `min_node_count`, `max_node_count` (NG) | autoscaler bounds |
 //! | `calico_tag`, `cilium_tag`, `cilium_hubble_ui_enabled`, `flannel_tag`, `flannel_backend` (vxlan/host-gw/wireguard) | CNI chart version / Hubble / flannel backend |
 //! | `metrics_server_enabled`, `monitoring_enabled`, `ingress_controller`, `manila_csi_enabled`, `manila_csi_share_network_id`, `manila_csi_share_type`, `manila_csi_share_protocol`, `gpu_operator_enabled` | optional add-ons (README "Add-ons", [`OPTIONAL_ADDONS`]) |
+//! | `keystone_auth_enabled`, `keystone_auth_authz_enabled` (default true), `keystone_auth_policy_configmap` | k8s-keystone-auth webhooks (README "Keystone authentication") |
 //! | `cinder_csi_enabled`, `csi_cinder_reclaim_policy`, `csi_cinder_volume_binding_mode`, `csi_cinder_fstype`, `csi_cinder_allow_volume_expansion`, `csi_cinder_availability_zone`, `csi_cinder_volume_type` | Cinder CSI and its StorageClass |
 //!
 //! Template fields besides labels: `http_proxy`, `https_proxy`, `no_proxy` (containerd and
@@ -50,6 +51,7 @@
 mod addons;
 mod build;
 mod document;
+mod keystone;
 mod labels;
 mod nodegroups;
 mod nodes;
@@ -58,6 +60,7 @@ mod rows;
 pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
 pub use build::{Inputs, build};
 pub use document::*;
+pub use keystone::default_policy as keystone_default_policy;
 pub use labels::parse_cidr;
 pub use nodegroups::{nodegroup_object_name, sanitise_fragment};
 pub use nodes::SERVER_GROUP_POLICIES;
@@ -99,7 +102,7 @@ pub enum ValuesError {
 
 /// What can be checked of a template before any cluster uses it: the Kubernetes version rule,
 /// the proxies, the network driver and its labels, and the labels of node settings (registries,
-/// audit log, server groups). Cluster create checks the whole document ([`build`]).
+/// audit log, server groups), the add-ons' labels. Cluster create checks the whole document ([`build`]).
 pub fn check_template(
     t: &crate::db::templates::TemplateRow,
     config: &crate::config::CapiConfig,
@@ -115,6 +118,7 @@ pub fn check_template(
     nodes::audit_log(&view)?;
     nodes::server_group(&view, "template")?;
     build::cni(&view, t.network_driver.as_deref(), config, "template")?;
+    addons::check_labels(&view, config)?;
     Ok(())
 }
 

@@ -4,10 +4,13 @@
 //! changes that watchers and the CAPI/CAPO simulator subscribe to.
 //!
 //! This module owns the `Store` itself, its indexes (`Inner`) and the reads; the vocabulary of
-//! the API is in `types`, metadata rules in `meta`, create/update/patch in `write`, deletion and
-//! garbage collection in `delete`, the event history and watches in `watch`.
+//! the API is in `types`, metadata rules in `meta`, create/update/patch in `write`, field sets
+//! in `fields` and their ownership (`managedFields`, server-side apply) in `managed`, deletion
+//! and garbage collection in `delete`, the event history and watches in `watch`.
 
 mod delete;
+mod fields;
+mod managed;
 mod meta;
 mod types;
 mod watch;
@@ -24,7 +27,8 @@ use super::selector::Selector;
 pub use delete::FOREGROUND_FINALIZER;
 pub use meta::{now_rfc3339, random_suffix};
 pub use types::{
-    ObjectKey, Patch, Propagation, Resource, StoreError, StoreOptions, Target, Validator,
+    Admission, FieldError, FieldManager, ObjectKey, Patch, Propagation, Resource, StoreError,
+    StoreOptions, Target, Validator,
 };
 pub use watch::{Event, EventType, WatchStart, watch_line};
 

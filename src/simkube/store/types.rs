@@ -1,13 +1,89 @@
 //! The vocabulary of the store's API: what it keys objects by (`Resource`, `ObjectKey`), how
-//! a write addresses and changes an object (`Target`, `Patch`, `Propagation`), how it is tuned
-//! (`StoreOptions`, `Validator`) and how it fails (`StoreError`).
+//! a write addresses and changes an object (`Target`, `Patch`, `Propagation`, `FieldManager`),
+//! how it is tuned and checked (`StoreOptions`, `Admission`) and how it fails (`StoreError`).
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-/// Checks an object before it is stored; `Err` carries the messages of a 422 `Invalid` answer.
-pub type Validator = Arc<dyn Fn(&Value) -> Result<(), Vec<String>> + Send + Sync>;
+/// What the API server knows of a kind beyond storing it: its structural schema (list and map
+/// types for server-side apply), its defaults, and its validation (a 422 `Invalid` on `Err`).
+/// A plain `Fn(&Value) -> Result<(), Vec<String>>` is one that only validates.
+pub trait Admission: Send + Sync {
+    /// Checks `new` (with the stored `old` on updates, for transition rules).
+    fn validate(&self, new: &Value, old: Option<&Value>) -> Result<(), Vec<FieldError>>;
+
+    /// Fills in defaults before the object is validated and stored.
+    fn default(&self, _obj: &mut Value) {}
+
+    /// The `openAPIV3Schema` of `apiVersion` + `kind`, if one is known.
+    fn schema(&self, _api_version: &str, _kind: &str) -> Option<&Value> {
+        None
+    }
+}
+
+impl<F> Admission for F
+where
+    F: Fn(&Value) -> Result<(), Vec<String>> + Send + Sync,
+{
+    fn validate(&self, new: &Value, _old: Option<&Value>) -> Result<(), Vec<FieldError>> {
+        self(new).map_err(|errs| errs.into_iter().map(FieldError::from_message).collect())
+    }
+}
+
+/// The schema, defaults and validation of every write (see `Admission`).
+pub type Validator = Arc<dyn Admission>;
+
+/// One problem of an invalid object: the field (`spec.x[0].y`, empty when unknown) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A message as `CrdSchemas::validate` words it (`at /spec/x: …`), or any other text.
+    pub fn from_message(msg: String) -> Self {
+        if let Some(rest) = msg.strip_prefix("at ")
+            && let Some((ptr, text)) = rest.split_once(": ")
+            && ptr.starts_with('/')
+        {
+            let field = ptr
+                .trim_start_matches('/')
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.replace("~1", "/").replace("~0", "~"))
+                .fold(String::new(), |acc, seg| {
+                    if seg.parse::<usize>().is_ok() {
+                        format!("{acc}[{seg}]")
+                    } else if acc.is_empty() {
+                        seg
+                    } else {
+                        format!("{acc}.{seg}")
+                    }
+                });
+            return FieldError::new(field, text);
+        }
+        FieldError::new("", msg)
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
 
 /// A kind of object as the store keys it: API group (`""` for core) and plural name. The
 /// version is not part of the key: an object is served with the apiVersion it was written with.
@@ -98,14 +174,22 @@ pub enum StoreError {
     MethodNotAllowed(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// 422 `Invalid` with the Status `details` (kind, name, one cause per field).
+    #[error("{message}")]
+    InvalidObject { message: String, details: Value },
+    /// 409 `Conflict` of server-side apply, with one cause per field and manager.
+    #[error("{message}")]
+    FieldConflict { message: String, details: Value },
 }
 
 impl StoreError {
     pub fn code(&self) -> u16 {
         match self {
             StoreError::NotFound(_) => 404,
-            StoreError::AlreadyExists(_) | StoreError::Conflict(_) => 409,
-            StoreError::Invalid(_) => 422,
+            StoreError::AlreadyExists(_)
+            | StoreError::Conflict(_)
+            | StoreError::FieldConflict { .. } => 409,
+            StoreError::Invalid(_) | StoreError::InvalidObject { .. } => 422,
             StoreError::BadRequest(_) => 400,
             StoreError::Expired(_) => 410,
             StoreError::MethodNotAllowed(_) => 405,
@@ -117,8 +201,8 @@ impl StoreError {
         match self {
             StoreError::NotFound(_) => "NotFound",
             StoreError::AlreadyExists(_) => "AlreadyExists",
-            StoreError::Conflict(_) => "Conflict",
-            StoreError::Invalid(_) => "Invalid",
+            StoreError::Conflict(_) | StoreError::FieldConflict { .. } => "Conflict",
+            StoreError::Invalid(_) | StoreError::InvalidObject { .. } => "Invalid",
             StoreError::BadRequest(_) => "BadRequest",
             StoreError::Expired(_) => "Expired",
             StoreError::MethodNotAllowed(_) => "MethodNotAllowed",
@@ -128,7 +212,7 @@ impl StoreError {
 
     /// The Kubernetes `Status` object kube parses into `Error::Api`.
     pub fn status_body(&self) -> Value {
-        json!({
+        let mut body = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -136,7 +220,13 @@ impl StoreError {
             "message": self.to_string(),
             "reason": self.reason(),
             "code": self.code(),
-        })
+        });
+        if let StoreError::InvalidObject { details, .. }
+        | StoreError::FieldConflict { details, .. } = self
+        {
+            body["details"] = details.clone();
+        }
+        body
     }
 }
 
@@ -147,12 +237,36 @@ pub(super) fn not_found(res: &Resource, name: &str) -> StoreError {
 /// How a write changes an existing object.
 #[derive(Debug, Clone)]
 pub enum Patch {
-    /// Server-side apply: create when absent, else JSON-merge the body (no field ownership).
+    /// Server-side apply: create when absent, else merge by field ownership (`managedFields`).
     Apply(Value),
     /// RFC 7386 JSON merge patch (also used for strategic merge patch).
     Merge(Value),
     /// RFC 6902 JSON patch.
     Json(json_patch::Patch),
+}
+
+/// Who writes: the field manager recorded in `managedFields`, and for apply whether conflicts
+/// with other managers are overridden (`force=true`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldManager {
+    pub name: String,
+    pub force: bool,
+}
+
+impl FieldManager {
+    pub fn new(name: impl Into<String>, force: bool) -> Self {
+        FieldManager {
+            name: name.into(),
+            force,
+        }
+    }
+}
+
+impl Default for FieldManager {
+    /// Writes through the store's Rust API (the simulated controllers, test seeding).
+    fn default() -> Self {
+        FieldManager::new("simkube", true)
+    }
 }
 
 /// Which part of an object a write addresses.

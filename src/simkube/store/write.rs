@@ -1,18 +1,21 @@
 //! Creating and changing objects: create (system metadata, `generateName`, Namespace check),
-//! replace, patch (apply, merge, JSON), update, the `/status` subresource rules, resourceVersion
-//! preconditions, and `commit`, the one place a new state is validated, stored, indexed and
-//! announced.
+//! replace, patch (server-side apply, merge, JSON), update, the `/status` subresource rules,
+//! resourceVersion preconditions, field ownership (`managedFields`, via `managed`), and
+//! `commit`, the one place a new state is defaulted, validated, stored, indexed and announced.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use super::delete::Removed;
+use super::managed::{self, Writer};
 use super::meta::{
     fold_string_data, has_finalizers, is_deleting, meta_mut, meta_str, now_rfc3339, owner_uids,
     random_suffix, require_object, set_meta, spec_changed, strip_nulls,
 };
-use super::types::{ObjectKey, Patch, Resource, StoreError, Target, not_found};
+use super::types::{
+    FieldError, FieldManager, ObjectKey, Patch, Resource, StoreError, Target, not_found,
+};
 use super::watch::EventType;
 use super::{Inner, Store};
 
@@ -31,6 +34,42 @@ fn check_precondition(res: &Resource, old: &Value, body: &Value) -> Result<(), S
     }
 }
 
+/// How a create records field ownership.
+#[derive(Clone, Copy)]
+enum Track<'a> {
+    /// Test seeding (`put`): none, and a custom resource keeps the `status` given.
+    Seed,
+    /// An `Update` entry of this manager for every field set.
+    Update(&'a FieldManager),
+    /// Server-side apply that creates: an `Apply` entry of this manager.
+    Apply(&'a FieldManager),
+}
+
+/// The 422 of an object its admission refused, worded as kube-apiserver does
+/// (`Kind.group "name" is invalid: field: message`, several in brackets).
+fn invalid(key: &ObjectKey, obj: &Value, errs: &[FieldError]) -> StoreError {
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let what = if key.resource.is_core() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{}", key.resource.group)
+    };
+    let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    let joined = match list.as_slice() {
+        [one] => one.clone(),
+        _ => format!("[{}]", list.join(", ")),
+    };
+    let causes: Vec<Value> = errs
+        .iter()
+        .map(|e| json!({"reason": "FieldValueInvalid", "message": e.message, "field": e.field}))
+        .collect();
+    StoreError::InvalidObject {
+        message: format!("{what} \"{}\" is invalid: {joined}", key.name),
+        details: json!({"name": key.name, "group": key.resource.group, "kind": kind,
+                        "causes": causes}),
+    }
+}
+
 impl Store {
     /// Creates the Namespace if it does not exist.
     pub fn ensure_namespace(&self, name: &str) -> Result<Arc<Value>, StoreError> {
@@ -40,7 +79,13 @@ impl Store {
             return Ok(o.clone());
         }
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        self.create_locked(&mut inner, &res, "", obj, false)
+        self.create_locked(
+            &mut inner,
+            &res,
+            "",
+            obj,
+            Track::Update(&FieldManager::default()),
+        )
     }
 
     /// Creates an object (409 `AlreadyExists` when present). A custom resource's `status` in
@@ -51,8 +96,19 @@ impl Store {
         namespace: &str,
         obj: Value,
     ) -> Result<Arc<Value>, StoreError> {
+        self.create_as(res, namespace, obj, &FieldManager::default())
+    }
+
+    /// `create` by a named field manager (its `Update` entry owns every field set).
+    pub fn create_as(
+        &self,
+        res: &Resource,
+        namespace: &str,
+        obj: Value,
+        manager: &FieldManager,
+    ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.write();
-        self.create_locked(&mut inner, res, namespace, obj, false)
+        self.create_locked(&mut inner, res, namespace, obj, Track::Update(manager))
     }
 
     /// Test seeding: creates or replaces the whole object, `status` included, bypassing the
@@ -64,7 +120,7 @@ impl Store {
         let mut inner = self.write();
         let key = ObjectKey::new(res, &ns, &name);
         let Some(old) = inner.get(&key).cloned() else {
-            return self.create_locked(&mut inner, res, &ns, obj, true);
+            return self.create_locked(&mut inner, res, &ns, obj, Track::Seed);
         };
         let mut new = obj;
         strip_nulls(&mut new);
@@ -82,6 +138,19 @@ impl Store {
         body: Value,
         target: Target,
     ) -> Result<Arc<Value>, StoreError> {
+        self.replace_as(res, namespace, name, body, target, &FieldManager::default())
+    }
+
+    /// `replace` by a named field manager.
+    pub fn replace_as(
+        &self,
+        res: &Resource,
+        namespace: &str,
+        name: &str,
+        body: Value,
+        target: Target,
+        manager: &FieldManager,
+    ) -> Result<Arc<Value>, StoreError> {
         require_object(&body)?;
         if meta_str(&body, "name").is_some_and(|n| n != name) {
             return Err(StoreError::BadRequest(
@@ -95,7 +164,8 @@ impl Store {
             .cloned()
             .ok_or_else(|| not_found(res, name))?;
         check_precondition(res, &old, &body)?;
-        let new = Self::finish_update(res, &old, body, target);
+        let mut new = Self::finish_update(res, &old, body, target);
+        self.track(res, &old, &mut new, manager, target);
         self.commit(&mut inner, key, Some(old), new)
     }
 
@@ -108,6 +178,27 @@ impl Store {
         patch: Patch,
         target: Target,
     ) -> Result<(Arc<Value>, bool), StoreError> {
+        self.patch_as(
+            res,
+            namespace,
+            name,
+            patch,
+            target,
+            &FieldManager::default(),
+        )
+    }
+
+    /// `patch` by a named field manager: its `Apply` entry for server-side apply (409 on
+    /// conflicts with other managers unless forced), its `Update` entry otherwise.
+    pub fn patch_as(
+        &self,
+        res: &Resource,
+        namespace: &str,
+        name: &str,
+        patch: Patch,
+        target: Target,
+        manager: &FieldManager,
+    ) -> Result<(Arc<Value>, bool), StoreError> {
         let mut inner = self.write();
         let key = ObjectKey::new(res, namespace, name);
         let Some(old) = inner.get(&key).cloned() else {
@@ -119,7 +210,7 @@ impl Store {
                         ));
                     }
                     set_meta(&mut body, "name", json!(name));
-                    self.create_locked(&mut inner, res, namespace, body, false)
+                    self.create_locked(&mut inner, res, namespace, body, Track::Apply(manager))
                         .map(|o| (o, true))
                 }
                 _ => Err(not_found(res, name)),
@@ -127,7 +218,13 @@ impl Store {
         };
         let mut new = (*old).clone();
         match patch {
-            Patch::Apply(body) | Patch::Merge(body) => {
+            Patch::Apply(body) => {
+                let new = self.apply_over(res, &old, body, target, manager)?;
+                return self
+                    .commit(&mut inner, key, Some(old), new)
+                    .map(|o| (o, false));
+            }
+            Patch::Merge(body) => {
                 if !body.is_object() {
                     return Err(StoreError::BadRequest(
                         "patch body must be an object".into(),
@@ -142,9 +239,89 @@ impl Store {
                 require_object(&new)?;
             }
         }
-        let new = Self::finish_update(res, &old, new, target);
+        let mut new = Self::finish_update(res, &old, new, target);
+        self.track(res, &old, &mut new, manager, target);
         self.commit(&mut inner, key, Some(old), new)
             .map(|o| (o, false))
+    }
+
+    /// Server-side apply of `body` over the stored `old`: the candidate new state.
+    fn apply_over(
+        &self,
+        res: &Resource,
+        old: &Value,
+        body: Value,
+        target: Target,
+        manager: &FieldManager,
+    ) -> Result<Value, StoreError> {
+        if !body.is_object() {
+            return Err(StoreError::BadRequest(
+                "patch body must be an object".into(),
+            ));
+        }
+        check_precondition(res, old, &body)?;
+        let cfg = Self::applied_config(res, body, target);
+        let schema = self.schema_of(old);
+        let merged = managed::apply(old, &cfg, Self::writer(res, manager, target), schema)?;
+        let fields = merged.pointer("/metadata/managedFields").cloned();
+        let mut new = Self::finish_update(res, old, merged, target);
+        match fields {
+            Some(f) => set_meta(&mut new, "managedFields", f),
+            None => {
+                if let Some(m) = meta_mut(&mut new) {
+                    m.remove("managedFields");
+                }
+            }
+        }
+        Ok(new)
+    }
+
+    /// The part of an applied body that the addressed target owns: `status` only through
+    /// `/status`, never through the main resource of a kind with that subresource.
+    fn applied_config(res: &Resource, mut body: Value, target: Target) -> Value {
+        strip_nulls(&mut body);
+        fold_string_data(res, &mut body);
+        if let Some(m) = body.as_object_mut() {
+            match target {
+                Target::Status => {
+                    m.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "status"))
+                }
+                Target::Main if res.has_status_subresource() => {
+                    m.remove("status");
+                }
+                Target::Main => {}
+            }
+        }
+        body
+    }
+
+    fn writer<'a>(res: &Resource, manager: &'a FieldManager, target: Target) -> Writer<'a> {
+        Writer {
+            manager: &manager.name,
+            force: manager.force,
+            subresource: (target == Target::Status).then_some("status"),
+            with_status: target == Target::Status || !res.has_status_subresource(),
+        }
+    }
+
+    /// The structural schema of an object's kind, when the admission knows it.
+    fn schema_of(&self, obj: &Value) -> Option<&Value> {
+        let av = obj.get("apiVersion").and_then(Value::as_str)?;
+        let kind = obj.get("kind").and_then(Value::as_str)?;
+        self.opts.validator.as_ref()?.schema(av, kind)
+    }
+
+    /// Records a non-apply write of `new` over `old` in `managedFields`.
+    fn track(
+        &self,
+        res: &Resource,
+        old: &Value,
+        new: &mut Value,
+        manager: &FieldManager,
+        target: Target,
+    ) {
+        let schema = self.schema_of(old);
+        managed::track_update(Some(old), new, Self::writer(res, manager, target), schema);
     }
 
     /// JSON-merges `patch` (`{"status": …}` or just the status fields under `status`) into the
@@ -184,7 +361,8 @@ impl Store {
         let mut new = (*old).clone();
         f(&mut new);
         require_object(&new)?;
-        let new = Self::finish_update(res, &old, new, target);
+        let mut new = Self::finish_update(res, &old, new, target);
+        self.track(res, &old, &mut new, &FieldManager::default(), target);
         self.commit(&mut inner, key, Some(old), new)
     }
 
@@ -208,7 +386,7 @@ impl Store {
         res: &Resource,
         namespace: &str,
         mut obj: Value,
-        keep_status: bool,
+        track: Track<'_>,
     ) -> Result<Arc<Value>, StoreError> {
         if !obj.is_object() {
             return Err(StoreError::BadRequest("the body must be an object".into()));
@@ -271,13 +449,25 @@ impl Store {
             }
         }
         if res.has_status_subresource()
-            && !keep_status
+            && !matches!(track, Track::Seed)
             && let Some(m) = obj.as_object_mut()
         {
             m.remove("status");
         }
         if res.is_namespace() && obj.get("status").is_none() {
             obj["status"] = json!({"phase": "Active"});
+        }
+        let schema = self.schema_of(&obj);
+        match track {
+            Track::Seed => {}
+            Track::Update(m) => {
+                managed::track_update(None, &mut obj, Self::writer(res, m, Target::Main), schema);
+            }
+            Track::Apply(m) => {
+                // Applying over nothing is the body itself plus the applier's entry.
+                let empty = json!({});
+                obj = managed::apply(&empty, &obj, Self::writer(res, m, Target::Main), schema)?;
+            }
         }
         self.commit(inner, key, None, obj)
     }
@@ -309,13 +499,13 @@ impl Store {
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
             "resourceVersion",
+            "managedFields",
         ] {
             match old_meta.get(f) {
                 Some(v) => meta.insert(f.into(), v.clone()),
                 None => meta.remove(f),
             };
         }
-        meta.remove("managedFields");
         meta.insert(
             "generation".into(),
             json!(if bump { generation + 1 } else { generation }),
@@ -384,25 +574,18 @@ impl Store {
         old: Option<Arc<Value>>,
         mut new: Value,
     ) -> Result<Arc<Value>, StoreError> {
+        if let Some(admission) = &self.opts.validator {
+            admission.default(&mut new);
+        }
         if let Some(old) = &old
             && **old == new
         {
             return Ok(old.clone());
         }
-        if let Some(validate) = &self.opts.validator {
-            validate(&new).map_err(|errs| {
-                let kind = new.get("kind").and_then(Value::as_str).unwrap_or_default();
-                let what = if key.resource.is_core() {
-                    kind.to_string()
-                } else {
-                    format!("{kind}.{}", key.resource.group)
-                };
-                StoreError::Invalid(format!(
-                    "{what} \"{}\" is invalid: {}",
-                    key.name,
-                    errs.join("; ")
-                ))
-            })?;
+        if let Some(admission) = &self.opts.validator {
+            admission
+                .validate(&new, old.as_deref())
+                .map_err(|errs| invalid(&key, &new, &errs))?;
         }
         if let (Some(av), Some(kind)) = (
             new.get("apiVersion").and_then(Value::as_str),
