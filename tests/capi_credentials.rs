@@ -440,6 +440,61 @@ async fn coe_cluster_config_gives_a_kubeconfig_the_cluster_accepts() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // The cluster answers at its api_address, on loopback over TLS: its Nodes are its machines.
+    assert!(api.starts_with("https://127.0.0.1:"), "{api}");
+    let capi_name = magnum_capi::capi::capi_name(uuid);
+    let selector = magnum_capi::simkube::Selector::parse(&format!(
+        "cluster.x-k8s.io/cluster-name={capi_name}"
+    ))
+    .unwrap();
+    let (machines, _) = app.sim.store().list_matching(
+        &magnum_capi::simkube::Resource::new("cluster.x-k8s.io", "machines"),
+        Some(&ns),
+        &selector,
+        &Default::default(),
+    );
+    let mut machines: Vec<String> = machines
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    machines.sort();
+    assert_eq!(machines.len(), 2, "one control-plane machine, one worker");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut nodes: Vec<String> = nodes
+        .items
+        .into_iter()
+        .map(|n| n.metadata.name.unwrap())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, machines);
+    assert_eq!(client.apiserver_version().await.unwrap().major, "1");
+    // `kubectl get nodes` (asynchronously: this runtime serves the cluster it talks to).
+    if let Ok(out) = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(dir.path().join("config"))
+        .args(["get", "nodes", "-o", "name"])
+        .output()
+        .await
+    {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let listed: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim_start_matches("node/").to_string())
+            .collect();
+        assert_eq!(listed, machines);
+    }
     server.abort();
 }
 

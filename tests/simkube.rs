@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
@@ -729,7 +729,8 @@ async fn a_minimal_cluster_becomes_available_with_addresses_and_a_kubeconfig() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(host.starts_with("203.0.113."), "{host}");
+    // The simulated load balancer is a loopback listener: nothing leads off the machine.
+    assert_eq!(host, "127.0.0.1");
     for kind in [
         "InfrastructureReady",
         "ControlPlaneAvailable",
@@ -789,7 +790,8 @@ async fn a_minimal_cluster_becomes_available_with_addresses_and_a_kubeconfig() {
             m.data["status"]["addresses"][0]["address"]
                 .as_str()
                 .unwrap()
-                .starts_with("10.0.0.")
+                .starts_with("127.0.0."),
+            "node addresses are on loopback"
         );
         assert_eq!(m.data["status"]["nodeRef"]["name"], m.name_any().as_str());
         for kind in [
@@ -1294,16 +1296,20 @@ async fn many_clusters_become_available() {
 
 /// A client certificate signed by the CA (`ca_pem`'s first certificate, key `ca_key`).
 fn client_cert(ca_pem: &str, ca_key: &str) -> String {
+    client_credentials(ca_pem, ca_key).0
+}
+
+/// A client certificate signed by the CA, and its key (PEM).
+fn client_credentials(ca_pem: &str, ca_key: &str) -> (String, String) {
     let issuer =
         rcgen::Issuer::from_ca_cert_pem(ca_pem, rcgen::KeyPair::from_pem(ca_key).unwrap()).unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, "someone");
-    params
-        .signed_by(&rcgen::KeyPair::generate().unwrap(), &issuer)
-        .unwrap()
-        .pem()
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap().pem();
+    (cert, key.serialize_pem())
 }
 
 /// Two CA generations of `ca` and `etcd` (old, new), each (cert, key).
@@ -1552,7 +1558,9 @@ async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
     let host = cluster.data["spec"]["controlPlaneEndpoint"]["host"]
         .as_str()
         .unwrap();
-    assert_eq!(server, format!("https://{host}:6443"));
+    let port = &cluster.data["spec"]["controlPlaneEndpoint"]["port"];
+    assert_eq!(server, format!("https://{host}:{port}"));
+    assert_eq!(server, sim.workload_url(NS, CLUSTER));
     let ca_secret = Api::<Secret>::namespaced(sim.client(), NS)
         .get(&format!("{CLUSTER}-ca"))
         .await
@@ -1561,8 +1569,8 @@ async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
         ca.as_bytes(),
         ca_secret.data.unwrap()["tls.crt"].0.as_slice()
     );
-    // The endpoint the Cluster reports is the simulated load balancer, as before.
-    assert!(host.starts_with("203.0.113."), "{host}");
+    // The endpoint the Cluster reports is the simulated load balancer, on loopback.
+    assert_eq!(host, "127.0.0.1");
     // Every namespace kubeadm creates exists; ConfigMaps can be written, listed and deleted.
     let cms = Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
     let cm: ConfigMap = serde_json::from_value(
@@ -1570,10 +1578,9 @@ async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
     )
     .unwrap();
     cms.patch("x", &ssa(), &Patch::Apply(&cm)).await.unwrap();
-    assert_eq!(
-        cms.list(&ListParams::default()).await.unwrap().items.len(),
-        1
-    );
+    // (kube-system also holds kubeadm's `kubeadm-config`.)
+    let listed = cms.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.iter().filter(|c| c.name_any() == "x").count(), 1);
     cms.delete("x", &DeleteParams::default()).await.unwrap();
     // The management API does not see it; an unknown workload cluster is a 404.
     assert!(
@@ -1660,11 +1667,20 @@ async fn a_ca_rotation_in_three_phases_ends_on_the_new_ca() {
     let [(old, old_key), (new, new_key)] = &cas.ca;
     let [(eold, eold_key), (enew, enew_key)] = &cas.etcd;
 
+    let first_kubeconfig = kubeconfig_doc(&sim).await.unwrap();
+
     // 1: sign old, trust both; cluster-info carries both.
     apply(&sim, tls_secret("ca", &format!("{old}{new}"), old_key)).await;
     apply(&sim, tls_secret("etcd", &format!("{eold}{enew}"), eold_key)).await;
     set_cluster_info_ca(&sim, &format!("{old}{new}")).await;
-    roll_and_wait(&sim, 2).await;
+    let machines = roll_and_wait(&sim, 2).await;
+    // The first kubeconfig still works: the apiservers sign with the old CA and trust both.
+    assert_eq!(
+        node_names(&client_of(first_kubeconfig.clone()).await)
+            .await
+            .unwrap(),
+        names(&machines)
+    );
 
     // 2: sign new, trust both; a new kubeconfig.
     apply(&sim, tls_secret("ca", &format!("{new}{old}"), new_key)).await;
@@ -1697,6 +1713,23 @@ async fn a_ca_rotation_in_three_phases_ends_on_the_new_ca() {
     let (_, info) = cluster_info_ca(&workload_client(&sim).await).await;
     assert_eq!(info, *new);
     wait_available(&sim).await;
+    // Through the endpoint: the new kubeconfig and any certificate of the new CA list the
+    // Nodes; the old CA's certificate is Unauthorized, and a client that trusts only the old
+    // CA refuses the apiserver's certificate.
+    let nodes = names(&all);
+    assert_eq!(node_names(&client_of(doc).await).await.unwrap(), nodes);
+    let by_new = endpoint_kubeconfig(&sim, new, Some((new, new_key)));
+    assert_eq!(node_names(&client_of(by_new).await).await.unwrap(), nodes);
+    let by_old = endpoint_kubeconfig(&sim, new, Some((old, old_key)));
+    match node_names(&client_of(by_old).await).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (401, "Unauthorized")),
+        other => panic!("the rotated-out CA's certificate was not refused: {other:?}"),
+    }
+    let stale = node_names(&client_of(first_kubeconfig).await).await;
+    assert!(
+        !matches!(stale, Ok(_) | Err(kube::Error::Api(_))),
+        "a client trusting only the old CA accepted the serving certificate: {stale:?}"
+    );
     sim.shutdown().await;
 }
 
@@ -1797,5 +1830,205 @@ async fn a_key_that_is_not_the_first_certificates_fails_kubeadm() {
         condition(&m, "NodeHealthy").unwrap()["reason"],
         "KubeadmJoinFailed"
     );
+    sim.shutdown().await;
+}
+
+/// A kubeconfig for the workload endpoint trusting `server_ca` (PEM), with a client
+/// certificate signed by `signer` (cert, key), or no credentials.
+fn endpoint_kubeconfig(
+    sim: &SimCluster,
+    server_ca: &str,
+    signer: Option<(&str, &str)>,
+) -> Kubeconfig {
+    let mut user = json!({});
+    if let Some((ca, key)) = signer {
+        let (cert, cert_key) = client_credentials(ca, key);
+        user = json!({"client-certificate-data": STANDARD.encode(cert),
+                      "client-key-data": STANDARD.encode(cert_key)});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": sim.workload_url(NS, CLUSTER),
+                                               "certificate-authority-data": STANDARD.encode(server_ca)}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }))
+    .unwrap()
+}
+
+async fn client_of(doc: Kubeconfig) -> kube::Client {
+    let config = kube::Config::from_custom_kubeconfig(doc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// The names of the workload cluster's Nodes.
+async fn node_names(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let mut names: Vec<String> = nodes.items.iter().map(|n| n.name_any()).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// `kubectl --kubeconfig <doc> <args>`: its stdout, or `None` without kubectl on this machine.
+async fn kubectl(doc: &Kubeconfig, args: &[&str]) -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config");
+    std::fs::write(&path, yaml_serde::to_string(doc).unwrap()).unwrap();
+    // Asynchronously: the test's runtime serves the endpoint kubectl talks to.
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&path)
+        .args(args)
+        .output()
+        .await
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+#[tokio::test]
+async fn the_workload_endpoint_serves_nodes_version_and_pods_over_tls() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 2, "m1.small", ext_net())).await;
+    let cluster = wait_available(&sim).await;
+    let all = wait_replaced(&sim, UUID_LABEL, &[], 3).await;
+    let url = sim.workload_url(NS, CLUSTER);
+    let port = cluster.data["spec"]["controlPlaneEndpoint"]["port"].clone();
+    assert_eq!(url, format!("https://127.0.0.1:{port}"));
+    let doc = kubeconfig_doc(&sim).await.unwrap();
+    assert_eq!(
+        doc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+        Some(url.as_str())
+    );
+    let client = client_of(doc.clone()).await;
+    // Every machine registered its Node; the control plane's carries kubeadm's role.
+    let want: Vec<String> = names(&all);
+    assert_eq!(node_names(&client).await.unwrap(), want);
+    let cp = &machines(&sim, "cluster.x-k8s.io/control-plane").await[0];
+    let node = Api::<Node>::all(client.clone())
+        .get(&cp.name_any())
+        .await
+        .unwrap();
+    assert!(
+        node.labels()
+            .contains_key("node-role.kubernetes.io/control-plane")
+    );
+    let status = node.status.unwrap();
+    assert_eq!(
+        status.node_info.unwrap().kubelet_version,
+        cp.data["spec"]["version"].as_str().unwrap()
+    );
+    assert_eq!(
+        status.addresses.unwrap()[0].address,
+        cp.data["status"]["addresses"][0]["address"]
+            .as_str()
+            .unwrap()
+    );
+    // The version kubeadm recorded: the control plane's.
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        (
+            version.major.as_str(),
+            version.minor.as_str(),
+            version.git_version.as_str()
+        ),
+        ("1", "33", "v1.33.1")
+    );
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone());
+    assert!(pods.list(&ListParams::default()).await.is_ok());
+    // Anonymous: the version only.
+    let ca = ca_data(&doc).unwrap();
+    let anonymous = client_of(endpoint_kubeconfig(&sim, &ca, None)).await;
+    assert!(anonymous.apiserver_version().await.is_ok());
+    match node_names(&anonymous).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("anonymous listed nodes: {other:?}"),
+    }
+    // A client trusting another CA refuses the serving certificate.
+    let (other_ca, other_key) = new_ca("kubernetes");
+    let wrong_server = client_of(endpoint_kubeconfig(
+        &sim,
+        &other_ca,
+        Some((&ca, &other_key)),
+    ))
+    .await;
+    assert!(
+        !matches!(
+            node_names(&wrong_server).await,
+            Ok(_) | Err(kube::Error::Api(_))
+        ),
+        "the serving certificate is not signed by the cluster CA"
+    );
+    // kubectl, where installed.
+    if let Some(out) = kubectl(&doc, &["get", "nodes", "-o", "name"]).await {
+        let listed: Vec<&str> = out.lines().collect();
+        let expected: Vec<String> = want.iter().map(|n| format!("node/{n}")).collect();
+        assert_eq!(listed, expected);
+        let version = kubectl(&doc, &["get", "--raw", "/version"]).await.unwrap();
+        assert!(version.contains("\"gitVersion\":\"v1.33.1\""), "{version}");
+        kubectl(&doc, &["get", "pods", "-A"]).await.unwrap();
+        // Server-side printing, as kube-apiserver does it.
+        let table = kubectl(&doc, &["get", "nodes"]).await.unwrap();
+        let lines: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+            "{table}"
+        );
+        assert_eq!(
+            lines[1][..3],
+            [want[0].as_str(), "Ready", "control-plane"],
+            "{table}"
+        );
+        assert_eq!(
+            lines[2][..3],
+            [want[1].as_str(), "Ready", "<none>"],
+            "{table}"
+        );
+        assert_eq!(lines[1][4], "v1.33.1", "{table}");
+    }
+    // A deleted worker takes its Node along.
+    let worker = all
+        .iter()
+        .find(|m| m.name_any() != cp.name_any())
+        .unwrap()
+        .name_any();
+    api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Machine")
+        .delete(&worker, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the deleted machine's Node to go", || {
+        let (client, worker) = (&client, &worker);
+        async move { (!node_names(client).await.ok()?.contains(worker)).then_some(()) }
+    })
+    .await;
+    // The endpoint closes with the Cluster.
+    api(&sim, NS, "cluster.x-k8s.io/v1beta2", "Cluster")
+        .delete(CLUSTER, &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    wait_for("the endpoint to close", || {
+        let addr = addr.clone();
+        async move {
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .is_err()
+                .then_some(())
+        }
+    })
+    .await;
     sim.shutdown().await;
 }

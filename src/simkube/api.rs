@@ -1,8 +1,9 @@
 //! The HTTP surface of the simulated management cluster: an axum router speaking enough of the
 //! Kubernetes REST API (paths, verbs, patch types, watch streams, `Status` errors, minimal
-//! discovery) for kube-rs clients, translating every request into one `Store` call. Requests
-//! under `/workload/{namespace}/{cluster}` go, with the same handlers, to that simulated
-//! workload cluster's store.
+//! discovery, server-side printing for kubectl) for kube-rs clients and kubectl, translating
+//! every request into one `Store` call. Requests under `/workload/{namespace}/{cluster}` go,
+//! with the same handlers, to that simulated workload cluster's store, as does every request to
+//! a workload cluster's own endpoint (`Scope::Workload`, see `endpoint`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -25,6 +26,7 @@ use super::store::{
     Event, EventType, FieldManager, Patch, Propagation, Resource, Store, StoreError, Target,
     watch_line,
 };
+use super::table;
 use super::workload::{self, Workloads};
 
 /// Largest request body accepted.
@@ -38,10 +40,20 @@ pub(crate) struct ApiState {
     pub store: Arc<Store>,
     /// The simulated workload clusters, served under `/workload/{namespace}/{cluster}`.
     pub workloads: Arc<Workloads>,
+    /// Which API this router serves.
+    pub scope: Scope,
     pub shutdown: watch::Receiver<bool>,
     pub bookmark_interval: Duration,
     /// While false, every request is answered 503 (an outage of the API server, for tests).
     pub available: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The management cluster's API (`store`, plus the workload clusters under `/workload/…`), or
+/// one workload cluster's API at its own endpoint.
+#[derive(Clone, Debug)]
+pub(crate) enum Scope {
+    Management,
+    Workload { namespace: String, cluster: String },
 }
 
 pub(crate) fn router(state: ApiState) -> Router {
@@ -285,10 +297,23 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     }
     let (parts, body) = req.into_parts();
     let query = parse_query(parts.uri.query());
-    let (st, path) = match workload::split_path(parts.uri.path()) {
-        None => (st, parts.uri.path()),
+    let scoped = match &st.scope {
+        Scope::Management => workload::split_path(parts.uri.path()),
+        Scope::Workload { namespace, cluster } => {
+            Some((namespace.as_str(), cluster.as_str(), parts.uri.path()))
+        }
+    };
+    let workload = scoped.is_some();
+    let (st, path) = match scoped {
+        None => (st.clone(), parts.uri.path()),
         Some((ns, cluster, rest)) => match st.workloads.get(ns, cluster) {
-            Some(store) => (ApiState { store, ..st }, rest),
+            Some(store) => (
+                ApiState {
+                    store,
+                    ..st.clone()
+                },
+                rest,
+            ),
             None => {
                 return error_response(&StoreError::NotFound(format!(
                     "workload cluster {ns}/{cluster} does not exist"
@@ -310,7 +335,12 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
             );
         }
         Route::ApiGroups => return json_response(StatusCode::OK, &api_groups(&st.store)),
-        Route::Version => return json_response(StatusCode::OK, &version()),
+        Route::Version => {
+            let recorded = workload
+                .then(|| workload::kubernetes_version(&st.store))
+                .flatten();
+            return json_response(StatusCode::OK, &version(recorded.as_deref()));
+        }
         Route::Health => return (StatusCode::OK, "ok").into_response(),
         Route::ResourceList(gv) => {
             return json_response(StatusCode::OK, &resource_list(&gv));
@@ -345,11 +375,25 @@ fn dispatch(
             let (items, rv) =
                 store.list_matching(&path.resource, path.namespace.as_deref(), &labels, &fields);
             let kind = kind_for(store, &path.resource);
+            if table::wanted(headers) {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &table::render(&kind, &items, rv),
+                ));
+            }
             Ok(list_response(&path.api_version, &kind, rv, &items))
         }
         ("GET", Some(name)) => {
             target_of(&path)?;
             match store.get(&path.resource, &ns, &name) {
+                Some(o) if table::wanted(headers) && path.subresource.is_none() => {
+                    let kind = kind_for(store, &path.resource);
+                    let rv = store.resource_version();
+                    Ok(json_response(
+                        StatusCode::OK,
+                        &table::render(&kind, &[o], rv),
+                    ))
+                }
                 Some(o) => Ok(json_response(StatusCode::OK, &o)),
                 None => Err(StoreError::NotFound(format!(
                     "{} \"{name}\" not found",
@@ -458,9 +502,45 @@ fn api_groups(store: &Store) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-/// Discovery of a group/version: the kinds whose CRDs a management cluster with CAPI, CAPO and
-/// CAAPH installed serves there (what the driver's readiness check asks for).
+/// The core (`v1`) resources the store serves in discovery: (plural, kind, namespaced, short
+/// names).
+const CORE_RESOURCES: [(&str, &str, bool, &[&str]); 8] = [
+    ("configmaps", "ConfigMap", true, &["cm"]),
+    ("events", "Event", true, &["ev"]),
+    ("namespaces", "Namespace", false, &["ns"]),
+    ("nodes", "Node", false, &["no"]),
+    ("pods", "Pod", true, &["po"]),
+    ("secrets", "Secret", true, &[]),
+    ("serviceaccounts", "ServiceAccount", true, &["sa"]),
+    ("services", "Service", true, &["svc"]),
+];
+
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// Discovery of a group/version: the core resources for `v1`, else the kinds whose CRDs a
+/// management cluster with CAPI, CAPO and CAAPH installed serves there (what the driver's
+/// readiness check asks for).
 fn resource_list(gv: &str) -> Value {
+    if gv == "v1" {
+        let resources: Vec<Value> = CORE_RESOURCES
+            .iter()
+            .map(|(plural, kind, namespaced, short)| {
+                json!({"name": plural, "singularName": kind.to_ascii_lowercase(),
+                       "namespaced": namespaced, "kind": kind, "verbs": VERBS,
+                       "shortNames": short})
+            })
+            .collect();
+        return json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources});
+    }
     let resources: Vec<Value> = crate::capi::health::required()
         .filter(|(av, _)| *av == gv)
         .map(|(av, kind)| {
@@ -473,9 +553,14 @@ fn resource_list(gv: &str) -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
 }
 
-fn version() -> Value {
+/// `/version`: a workload cluster's is the Kubernetes version kubeadm recorded
+/// (`workload::kubernetes_version`), the management cluster's a fixed one.
+fn version(git_version: Option<&str>) -> Value {
+    let git_version = git_version.unwrap_or("v1.33.0-simkube");
+    let mut parts = git_version.trim_start_matches('v').split(['.', '-']);
+    let (major, minor) = (parts.next().unwrap_or("1"), parts.next().unwrap_or("33"));
     json!({
-        "major": "1", "minor": "33", "gitVersion": "v1.33.0-simkube", "gitCommit": "simkube",
+        "major": major, "minor": minor, "gitVersion": git_version, "gitCommit": "simkube",
         "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "none",
         "compiler": "simkube", "platform": "linux/amd64",
     })

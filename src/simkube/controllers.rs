@@ -4,17 +4,19 @@
 //! blocking pool. The per-kind behaviour lives in `reconcile`.
 //!
 //! It also keeps what the store does not: per Machine the PKI its bootstrap data carried and
-//! what kubeadm installed (`pki`), and the simulated workload clusters (`workload`).
+//! what kubeadm installed (`pki`), the simulated workload clusters (`workload`) and their
+//! loopback TLS endpoints (`endpoint`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+use super::endpoint::{self, Endpoints, Serving};
 use super::objects::{
     Kind, LABEL_CLUSTER_UUID, LABEL_CONTROL_PLANE, cluster_names, condition_true, is_deleting,
     label, owners, str_at,
@@ -73,9 +75,14 @@ pub struct Simulator {
     /// (namespace, cluster) → last node address handed out (host part).
     next_host: Mutex<HashMap<(String, String), u32>>,
     floating_ips: AtomicU32,
-    /// `http://127.0.0.1:<port>` of the API server (workload kubeconfigs point below it).
+    /// `http://127.0.0.1:<port>` of the API server (it serves the workload APIs below it too).
     base_url: String,
     workloads: Arc<Workloads>,
+    /// The workload clusters' TLS endpoints.
+    endpoints: Endpoints,
+    serving: Serving,
+    /// This simulator, for the endpoints' servers (which must not keep it alive).
+    me: Weak<Simulator>,
     /// Machine → its PKI.
     pki: Mutex<HashMap<ObjectKey, MachinePki>>,
 }
@@ -94,18 +101,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Simulator {
-    /// Starts the feed and the step loop; both stop when `shutdown` turns true. `base_url` is
-    /// the API server's, which serves `workloads` too.
+    /// Starts the feed and the step loop; both, and the workload endpoints, stop when
+    /// `serving.shutdown` turns true. `base_url` is the API server's, which serves `workloads`
+    /// too.
     pub(crate) fn start(
         store: Arc<Store>,
         step: Duration,
         fail_markers: Vec<String>,
-        shutdown: watch::Receiver<bool>,
         base_url: String,
         workloads: Arc<Workloads>,
+        serving: Serving,
     ) -> (Arc<Simulator>, Vec<JoinHandle<()>>) {
         let feed = store.subscribe();
-        let sim = Arc::new(Simulator {
+        let shutdown = serving.shutdown.clone();
+        let sim = Arc::new_cyclic(|me| Simulator {
             store,
             step: step.max(Duration::from_millis(1)),
             markers: RwLock::new(fail_markers),
@@ -116,6 +125,9 @@ impl Simulator {
             floating_ips: AtomicU32::new(0),
             base_url,
             workloads,
+            endpoints: Endpoints::default(),
+            serving,
+            me: me.clone(),
             pki: Mutex::new(HashMap::new()),
         });
         sim.resync();
@@ -275,7 +287,7 @@ impl Simulator {
                 }
             }
             if deleted {
-                self.workloads.remove(&ns, &key.name);
+                self.remove_workload(&ns, &key.name);
             }
             if let Some(u) = &uuid {
                 if deleted {
@@ -337,6 +349,7 @@ impl Simulator {
                 Kind::Machine => {
                     if deleted {
                         lock(&self.pki).remove(key);
+                        self.remove_node(obj);
                     }
                     dirty.push(key.clone());
                     for (owner_kind, owner_res) in [
@@ -410,7 +423,8 @@ impl Simulator {
         out
     }
 
-    /// The next node address of a cluster: 10.0.0.10, 10.0.0.11, …
+    /// The next node address of a cluster: 127.0.0.10, 127.0.0.11, … (loopback: Magnum reports
+    /// them as node addresses, and a client that follows one, ssh say, stays on this machine).
     pub(crate) fn next_node_address(&self, ns: &str, cluster: &str) -> String {
         let mut hosts = lock(&self.next_host);
         let n = hosts
@@ -418,16 +432,54 @@ impl Simulator {
             .or_insert(9);
         *n += 1;
         let a = *n - 10;
-        format!("10.0.{}.{}", a / 240, 10 + a % 240)
+        format!("127.0.{}.{}", a / 240, 10 + a % 240)
     }
 
-    /// The simulated workload API of a cluster: `{base url}/workload/{namespace}/{cluster}`.
+    /// The simulated workload API of a cluster, as its kubeconfig names it: its TLS endpoint
+    /// `https://127.0.0.1:<port>` once open, else `{base url}/workload/{namespace}/{cluster}`
+    /// (plain HTTP on the management API server).
     pub fn workload_url(&self, namespace: &str, cluster: &str) -> String {
-        workload::url(&self.base_url, namespace, cluster)
+        match self.endpoints.port(namespace, cluster) {
+            Some(port) => endpoint::url(port),
+            None => workload::url(&self.base_url, namespace, cluster),
+        }
+    }
+
+    /// The port of a cluster's loopback API endpoint, opened unless it is (CAPO's load balancer
+    /// or floating IP).
+    pub(crate) fn open_endpoint(&self, namespace: &str, cluster: &str) -> std::io::Result<u16> {
+        self.endpoints
+            .open(self.me.clone(), &self.serving, namespace, cluster)
+    }
+
+    /// The Cluster is gone: its workload cluster and its endpoint with it.
+    pub(crate) fn remove_workload(&self, namespace: &str, cluster: &str) {
+        self.workloads.remove(namespace, cluster);
+        self.endpoints.close(namespace, cluster);
+    }
+
+    /// The Node of a Machine leaves the workload cluster with it.
+    pub(crate) fn remove_node(&self, machine: &Value) {
+        let cluster = str_at(machine, &["spec", "clusterName"]).unwrap_or_default();
+        if let Some(store) = self
+            .workloads
+            .get(super::objects::namespace(machine), cluster)
+        {
+            workload::remove_node(&store, super::objects::name(machine));
+        }
     }
 
     pub(crate) fn workloads(&self) -> &Workloads {
         &self.workloads
+    }
+
+    pub(crate) fn workloads_arc(&self) -> Arc<Workloads> {
+        self.workloads.clone()
+    }
+
+    /// The management cluster's store.
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
     }
 
     /// What the bootstrap data of a Machine carried; taken by `capture` (and kept) if it was not
@@ -509,18 +561,43 @@ impl Simulator {
     /// certificate is within its validity and signed by a CA in the `ca` trust bundle of every
     /// one of them (the load balancer may send a request to any).
     pub fn workload_accepts(&self, namespace: &str, cluster: &str, client_cert_pem: &str) -> bool {
-        let servers = self.control_plane_pki(namespace, cluster, false);
-        !servers.is_empty()
-            && servers.iter().all(|(_, m)| {
-                m.ca_trust
-                    .as_ref()
-                    .is_some_and(|ca| ca.accepts(client_cert_pem))
-            })
+        self.workload_trusts(namespace, cluster, |ca| ca.accepts(client_cert_pem))
     }
 
-    /// A floating IP from the documentation range 203.0.113.0/24.
+    /// `workload_accepts` for a DER certificate (as a TLS client presents it).
+    pub(crate) fn workload_accepts_der(&self, namespace: &str, cluster: &str, der: &[u8]) -> bool {
+        self.workload_trusts(namespace, cluster, |ca| ca.accepts_der(der))
+    }
+
+    fn workload_trusts(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        accepts: impl Fn(&super::pki::Ca) -> bool,
+    ) -> bool {
+        let servers = self.control_plane_pki(namespace, cluster, false);
+        !servers.is_empty()
+            && servers
+                .iter()
+                .all(|(_, m)| m.ca_trust.as_ref().is_some_and(&accepts))
+    }
+
+    /// Whether a workload cluster's PKI is modelled (its `<cluster>-ca` Secret exists, so its
+    /// kubeconfig carries a client certificate): without one, its API lets every client in.
+    pub(crate) fn workload_pki_modelled(&self, namespace: &str, cluster: &str) -> bool {
+        self.store
+            .get(
+                &Kind::Secret.resource(),
+                namespace,
+                &format!("{cluster}-ca"),
+            )
+            .is_some()
+    }
+
+    /// A floating IP (a router's external address), from loopback 127.255.0.0/24: nothing the
+    /// simulator hands out leads off the machine.
     pub(crate) fn next_floating_ip(&self) -> String {
         let n = self.floating_ips.fetch_add(1, Ordering::Relaxed);
-        format!("203.0.113.{}", n % 254 + 1)
+        format!("127.255.0.{}", n % 254 + 1)
     }
 }

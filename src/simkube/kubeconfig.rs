@@ -1,8 +1,8 @@
 //! The `<cluster>-kubeconfig` Secret the simulated control plane publishes, as CAPI does once
 //! the first control-plane machine is up (and again whenever it is deleted): server the
-//! simulated workload API (`{management url}/workload/{namespace}/{cluster}`, plain HTTP), the
-//! whole `tls.crt` of `<cluster>-ca` as CA data, and an admin client certificate signed by the
-//! CA's current key (`tls.key`, the key of the first certificate of `tls.crt`).
+//! simulated workload API's endpoint (`https://127.0.0.1:<port>`, see `endpoint`), the whole
+//! `tls.crt` of `<cluster>-ca` as CA data, and an admin client certificate signed by the CA's
+//! current key (`tls.key`, the key of the first certificate of `tls.crt`).
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -196,16 +196,11 @@ mod tests {
 
     #[test]
     fn kubeconfig_points_at_the_endpoint_with_the_ca() {
-        let doc = serde_json::to_value(render(
-            "demo",
-            "https://203.0.113.5:6443",
-            Some("PEM"),
-            None,
-        ))
-        .unwrap();
+        let doc = serde_json::to_value(render("demo", "https://127.0.0.1:6443", Some("PEM"), None))
+            .unwrap();
         assert_eq!(
             doc["clusters"][0]["cluster"]["server"],
-            "https://203.0.113.5:6443"
+            "https://127.0.0.1:6443"
         );
         assert_eq!(
             doc["clusters"][0]["cluster"]["certificate-authority-data"],

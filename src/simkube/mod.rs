@@ -3,19 +3,22 @@
 //!
 //! `SimCluster::start` binds an axum server (`api`) over an in-memory object store (`store`)
 //! and, unless disabled, starts the simulator (`controllers` + `reconcile`) on the same store.
-//! The same server serves the simulated workload clusters (`workload`) under
-//! `/workload/{namespace}/{cluster}`; the simulator models kubeadm's PKI on them (`pki`). CRD
-//! defaults, schemas and CEL rules are applied to writes by `admission`.
+//! Each simulated workload cluster (`workload`) is served over TLS at its own loopback endpoint
+//! (`endpoint`, its `controlPlaneEndpoint`), and, without authentication, under
+//! `/workload/{namespace}/{cluster}` on this server; the simulator models kubeadm's PKI on them
+//! (`pki`). CRD defaults, schemas and CEL rules are applied to writes by `admission`.
 
 pub mod admission;
 mod api;
 pub mod controllers;
+mod endpoint;
 mod kubeconfig;
 pub mod objects;
 mod pki;
 mod reconcile;
 pub mod selector;
 pub mod store;
+mod table;
 mod workload;
 
 use std::net::SocketAddr;
@@ -157,6 +160,7 @@ impl SimCluster {
         let app = api::router(api::ApiState {
             store: store.clone(),
             workloads: workloads.clone(),
+            scope: api::Scope::Management,
             shutdown: shutdown_rx.clone(),
             bookmark_interval: opts.bookmark_interval,
             available: available.clone(),
@@ -176,9 +180,13 @@ impl SimCluster {
                 store.clone(),
                 opts.step,
                 opts.fail_markers,
-                shutdown_rx,
                 url.clone(),
                 workloads.clone(),
+                endpoint::Serving {
+                    runtime: tokio::runtime::Handle::current(),
+                    shutdown: shutdown_rx,
+                    bookmark_interval: opts.bookmark_interval,
+                },
             );
             tasks.extend(sim_tasks);
             Some(sim)
@@ -224,10 +232,14 @@ impl SimCluster {
         self.workloads.get(namespace, cluster)
     }
 
-    /// `{url}/workload/{namespace}/{cluster}`: the workload API the `<cluster>-kubeconfig`
-    /// Secret points at.
+    /// The workload API the `<cluster>-kubeconfig` Secret points at: the cluster's TLS endpoint
+    /// `https://127.0.0.1:<port>` once open (see `Simulator::workload_url`), else
+    /// `{url}/workload/{namespace}/{cluster}` (plain HTTP, no authentication) on this server.
     pub fn workload_url(&self, namespace: &str, cluster: &str) -> String {
-        workload::url(&self.url, namespace, cluster)
+        match &self.simulator {
+            Some(sim) => sim.workload_url(namespace, cluster),
+            None => workload::url(&self.url, namespace, cluster),
+        }
     }
 
     /// See `Simulator::workload_accepts` (false without controllers).

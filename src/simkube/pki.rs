@@ -16,9 +16,9 @@ use base64::engine::general_purpose::STANDARD;
 use rcgen::KeyPair;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::prelude::{FromDer, SubjectPublicKeyInfo, X509Certificate};
 
-use crate::capi::pki::{key_matches, verifies};
+use crate::capi::pki::key_matches;
 
 /// One parsed CA certificate: its public key (SubjectPublicKeyInfo DER) and a readable name.
 #[derive(Clone)]
@@ -90,6 +90,19 @@ pub struct Ca {
     /// Set when `tls.key` is missing, unreadable, or not the key of the first certificate:
     /// machines that sign with this CA fail (workers never get the key).
     pub key_error: Option<String>,
+    /// `tls.key` when it is the key of the first certificate: what a control-plane machine signs
+    /// its apiserver serving certificate with.
+    pub key: Option<SigningKey>,
+}
+
+/// A CA private key (PEM), kept out of `Debug` output.
+#[derive(Clone)]
+pub struct SigningKey(pub String);
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SigningKey(..)")
+    }
 }
 
 impl Ca {
@@ -101,11 +114,12 @@ impl Ca {
         })?;
         let load_error =
             |what: String| format!("[certs] failure loading key from Secret {secret_name}: {what}");
-        let key_error = match crate::capi::secret_data(secret, "tls.key") {
+        let key_text = crate::capi::secret_data(secret, "tls.key");
+        let key_error = match &key_text {
             None => Some(load_error("tls.key is missing".into())),
-            Some(key) => match KeyPair::from_pem(&key) {
+            Some(key) => match KeyPair::from_pem(key) {
                 Err(e) => Some(load_error(format!("tls.key: cannot parse the key: {e}"))),
-                Ok(_) if key_matches(&pem, &key) => None,
+                Ok(_) if key_matches(&pem, key) => None,
                 Ok(_) => Some(format!(
                     "[certs] the certificate and key in Secret {secret_name} do not match: tls.key \
                      is not the key of the first certificate of tls.crt, {} (tls: private key does \
@@ -114,10 +128,12 @@ impl Ca {
                 )),
             },
         };
+        let key = key_text.filter(|_| key_error.is_none()).map(SigningKey);
         Ok(Ca {
             pem,
             trust,
             key_error,
+            key,
         })
     }
 
@@ -139,11 +155,22 @@ impl Ca {
     /// True when the PEM client certificate is within its validity and its signature verifies
     /// against a certificate of this bundle.
     pub fn accepts(&self, client_cert_pem: &str) -> bool {
-        let valid = x509_parser::pem::Pem::iter_from_buffer(client_cert_pem.as_bytes())
+        x509_parser::pem::Pem::iter_from_buffer(client_cert_pem.as_bytes())
             .map_while(Result::ok)
             .find(|block| block.label == "CERTIFICATE")
-            .is_some_and(|block| block.parse_x509().is_ok_and(|c| c.validity().is_valid()));
-        valid && verifies(client_cert_pem, &self.pem)
+            .is_some_and(|block| self.accepts_der(&block.contents))
+    }
+
+    /// `accepts` for a DER certificate (as a TLS handshake presents it).
+    pub fn accepts_der(&self, client_cert_der: &[u8]) -> bool {
+        let Ok((_, cert)) = X509Certificate::from_der(client_cert_der) else {
+            return false;
+        };
+        cert.validity().is_valid()
+            && self.trust.iter().any(|ca| {
+                SubjectPublicKeyInfo::from_der(&ca.spki)
+                    .is_ok_and(|(_, spki)| cert.verify_signature(Some(&spki)).is_ok())
+            })
     }
 }
 
@@ -199,6 +226,9 @@ pub struct Installed {
     /// control plane's signer when it joined).
     pub ca_signer: Option<Cert>,
     pub etcd: Option<Ca>,
+    /// Control-plane machines: the `<cluster>-ca` bundle and key their apiserver's serving
+    /// certificate is signed with (`None` on workers, or when the key does not match).
+    pub serving_ca: Option<(String, SigningKey)>,
 }
 
 impl Installed {
@@ -207,6 +237,9 @@ impl Installed {
         let ca = b.ca.and_then(Result::ok);
         Installed {
             ca_signer: ca.as_ref().and_then(|c| c.signer().cloned()),
+            serving_ca: ca
+                .as_ref()
+                .and_then(|c| Some((c.pem.clone(), c.key.clone()?))),
             ca_trust: ca,
             etcd: b.etcd.and_then(Result::ok),
         }

@@ -421,7 +421,7 @@ fn cluster_delete(cx: &Ctx<'_>, c: &Value) -> Result<(), StoreError> {
     cx.set_status(Kind::Cluster, c, status)?;
     if remaining.is_empty() {
         cx.edit(Kind::Cluster, c, |o| remove_finalizer(o, FINALIZER_CLUSTER))?;
-        cx.sim.workloads().remove(ns, cname);
+        cx.sim.remove_workload(ns, cname);
         return Ok(());
     }
     for (key, obj) in &remaining {

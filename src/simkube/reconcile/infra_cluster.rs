@@ -1,5 +1,6 @@
 //! The OpenStackCluster controller (CAPO): network, router, security groups, optional load
-//! balancer and floating-IP endpoint, or an injected external-network failure.
+//! balancer and the API endpoint (a loopback TLS listener, see `endpoint`), or an injected
+//! external-network failure.
 
 use std::sync::Arc;
 
@@ -44,14 +45,20 @@ pub(super) fn infra_cluster(cx: &Ctx<'_>, osc: &Value) -> Result<(), StoreError>
         cx.set_status(Kind::InfraCluster, osc, status)?;
         return Ok(());
     }
-    let host = str_at(osc, &["spec", "controlPlaneEndpoint", "host"])
-        .or_else(|| str_at(osc, &["spec", "apiServerFloatingIP"]))
-        .map(str::to_string)
-        .unwrap_or_else(|| cx.sim.next_floating_ip());
-    let port = i64_at(osc, &["spec", "controlPlaneEndpoint", "port"])
-        .or_else(|| i64_at(osc, &["spec", "apiServerPort"]))
-        .unwrap_or(6443);
-    let osc = if str_at(osc, &["spec", "controlPlaneEndpoint", "host"]).is_none() {
+    // The load balancer / floating IP in front of the API is a loopback TLS listener (whatever
+    // `apiServerFloatingIP` or `apiServerPort` asked for): a client that follows the endpoint
+    // reaches the simulated workload API, never another machine.
+    let port = cx
+        .sim
+        .open_endpoint(ns, &cluster_name)
+        // Conflict: the step loop retries it.
+        .map_err(|e| StoreError::Conflict(format!("cannot open the workload API endpoint: {e}")))?;
+    let host = std::net::Ipv4Addr::LOCALHOST.to_string();
+    let current = (
+        str_at(osc, &["spec", "controlPlaneEndpoint", "host"]),
+        i64_at(osc, &["spec", "controlPlaneEndpoint", "port"]),
+    );
+    let osc = if current != (Some(host.as_str()), Some(i64::from(port))) {
         let endpoint = json!({"host": host, "port": port});
         cx.edit(Kind::InfraCluster, osc, |o| {
             set_at(o, &["spec"], "controlPlaneEndpoint", endpoint)

@@ -101,6 +101,7 @@ pub(super) fn kubeadm(
                 pem,
                 trust,
                 key_error: None,
+                key: None,
             }),
             Err(e) => {
                 return unverified(format!(
@@ -126,6 +127,7 @@ pub(super) fn kubeadm(
             ca_trust: discovered,
             ca_signer: oldest.ca_signer.clone(),
             etcd: None,
+            serving_ca: None,
         }
     };
     for (peer, theirs) in &peers {

@@ -8,9 +8,9 @@ use super::kubeadm::{
     KUBEADM_INIT_FAILED, KUBEADM_JOIN_FAILED, Kubeadm, capture_bootstrap, kubeadm, kubeadm_failure,
 };
 use super::{Ctx, failed_condition_message};
-use crate::simkube::kubeconfig;
 use crate::simkube::objects::*;
 use crate::simkube::store::{ObjectKey, StoreError, now_rfc3339};
+use crate::simkube::{kubeconfig, workload};
 
 /// The injected failure of an OpenStackMachine whose image or flavor carries a marker.
 fn instance_failure(cx: &Ctx<'_>, osm: &Value) -> Option<String> {
@@ -32,6 +32,8 @@ fn instance_failure(cx: &Ctx<'_>, osm: &Value) -> Option<String> {
 pub(super) fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
     if is_deleting(m) {
         if has_finalizer(m, FINALIZER_MACHINE) {
+            // CAPI deletes the Node before it lets the Machine go.
+            cx.sim.remove_node(m);
             cx.edit(Kind::Machine, m, |o| remove_finalizer(o, FINALIZER_MACHINE))?;
         }
         return Ok(());
@@ -265,5 +267,12 @@ pub(super) fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
         cx.sim.workloads().init(ns, cluster_name, &server, ca_pem)?;
     }
     cx.sim.set_installed(&key, installed);
+    if let Some(workload) = cx.sim.workloads().get(ns, cluster_name) {
+        let m = cx.get(Kind::Machine, ns, name(&m)).unwrap_or(m);
+        workload::put_node(&workload, &m, is_control_plane)?;
+        if is_control_plane {
+            workload::record_kubernetes_version(&workload, &kubelet)?;
+        }
+    }
     Ok(())
 }
