@@ -314,16 +314,3 @@ pub async fn delete(pool: &PgPool, uuid: Uuid) -> DbResult<bool> {
     .await?;
     Ok(res.rows_affected() == 1)
 }
-
-/// Labels of the given templates (any visibility), for label diffs of a page of clusters.
-pub async fn labels_of(
-    pool: &PgPool,
-    uuids: &[Uuid],
-) -> DbResult<std::collections::HashMap<Uuid, Labels>> {
-    let rows: Vec<(Uuid, Json<Labels>)> =
-        sqlx::query_as("SELECT uuid, labels FROM cluster_template WHERE uuid = ANY($1)")
-            .bind(uuids)
-            .fetch_all(pool)
-            .await?;
-    Ok(rows.into_iter().map(|(u, l)| (u, l.0)).collect())
-}
