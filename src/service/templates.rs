@@ -279,7 +279,10 @@ pub async fn list(
             .map(|t| params.next_url(base, path, &t.uuid.to_string()))
     });
     Ok(views::ClusterTemplateList {
-        clustertemplates: rows.iter().map(|t| views::template(t, base)).collect(),
+        clustertemplates: rows
+            .into_iter()
+            .map(|t| views::template_owned(t, base))
+            .collect(),
         next,
     })
 }
