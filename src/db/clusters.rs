@@ -226,23 +226,6 @@ pub async fn lock<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<Cl
     )
 }
 
-pub async fn list(pool: &PgPool, scope: &Scope, page: &PageQuery) -> DbResult<Vec<ClusterRow>> {
-    let mut sql = format!("SELECT * FROM cluster t WHERE {}", scope.sql(1));
-    if let Some(after) = page.after_marker_sql("cluster", 2) {
-        sql.push_str(" AND ");
-        sql.push_str(&after);
-    }
-    sql.push(' ');
-    sql.push_str(&page.order_sql());
-    sql.push_str(" LIMIT $3");
-    Ok(sqlx::query_as::<_, ClusterRow>(AssertSqlSafe(sql))
-        .bind(scope.project())
-        .bind(page.marker_id.unwrap_or(0))
-        .bind(page.limit)
-        .fetch_all(pool)
-        .await?)
-}
-
 /// A cluster with what its views read from elsewhere, fetched in the same statement: its
 /// nodegroups' aggregates (in nodegroup order) and, when asked for, its template's labels.
 #[derive(Debug, FromRow)]
