@@ -19,3 +19,20 @@ CREATE TRIGGER cluster_changed AFTER INSERT OR UPDATE ON cluster
 
 CREATE TRIGGER operation_changed AFTER INSERT OR UPDATE OF state ON operation
     FOR EACH ROW EXECUTE FUNCTION magnum_capi_operation_changed();
+
+-- A counter every change to the templates moves (any replica, any statement): serialised
+-- template pages are reused while it stands still (src/service/templates.rs).
+CREATE TABLE template_generation (
+    id boolean PRIMARY KEY DEFAULT true CHECK (id),
+    n  bigint  NOT NULL
+);
+INSERT INTO template_generation (id, n) VALUES (true, 0);
+
+CREATE FUNCTION magnum_capi_templates_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE template_generation SET n = n + 1;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER templates_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON cluster_template
+    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_templates_changed();
