@@ -282,11 +282,12 @@ pub async fn page_with_nodes(
     }
     sql.push(' ');
     sql.push_str(&page.order_sql());
-    sql.push_str(" LIMIT $3");
+    // The limit in the text, not a parameter: the prepared statement's generic plan would not
+    // know it and, with many clusters, sort them all instead of walking an index for one page.
+    sql.push_str(&format!(" LIMIT {}", page.limit));
     Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
         .bind(scope.project())
         .bind(page.marker_id.unwrap_or(0))
-        .bind(page.limit)
         .fetch_all(pool)
         .await?)
 }
