@@ -285,7 +285,11 @@ pub async fn page_with_nodes(
     // The limit in the text, not a parameter: the prepared statement's generic plan would not
     // know it and, with many clusters, sort them all instead of walking an index for one page.
     sql.push_str(&format!(" LIMIT {}", page.limit));
+    // Planned for the project at hand each time (not a generic plan): one large project among
+    // many small ones would otherwise get the small ones' plan (fetch the project's clusters
+    // through its index and sort them all).
     Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
+        .persistent(false)
         .bind(scope.project())
         .bind(page.marker_id.unwrap_or(0))
         .fetch_all(pool)
