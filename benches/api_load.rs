@@ -1,19 +1,38 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Load benchmark: the service in-process on loopback with a private PostgreSQL, 20 concurrent
-//! connections, fixed duration per scenario; prints req/s and p50/p99 latency.
+//! Load benchmark of the read paths and the create, with Magnum 23's figures beside ours.
 //!
-//! Scenarios match the figures measured for the real magnum-api: `GET /v1/clustertemplates`
-//! with 50 templates, `GET /v1/clusters/detail?limit=1000` with 10,000 clusters (2 nodegroups
-//! each) in one project, `GET /v1/clusters/{uuid}`, and `POST /v1/clusters`.
-//! Run: `cargo bench --bench api_load` (BENCH_SECS=N to change the duration per scenario).
-//! The closing table puts each figure beside Magnum 23's under the same method (gunicorn, 2
-//! workers, same data; the performance issue's reference) with the ratio, and beside a
-//! "ceiling": a trivial handler answering the same bytes from memory on the same machine, which
-//! is what the load generator and the loopback allow at most.
-//! `BENCH_KEYSTONE=1` runs the same scenarios with real tokens: the test harness's Keystone
-//! (tests/common/keystone.rs) validates them (cache warm after the first request) and the fake
-//! Glance/Nova/Neutron answers the look-ups of `POST /v1/clusters`; it also reports what a cold
-//! (uncached) token validation costs.
+//! The service runs in this process (multi-threaded runtime, loopback listener) on a private
+//! PostgreSQL; the load comes from `wrk -t2 -c20 --latency` in a separate process (the method
+//! of the performance issue; `apt-get install wrk`), or, when `wrk` is not on `PATH` or with
+//! `BENCH_LOADGEN=internal`, from 20 reqwest connections in this process.
+//!
+//! Data (the issue's): 50 templates; clusters with 2 nodegroups each, 11 labels on every
+//! cluster, nodegroup and template, all in one project. Scenarios at 10,000 clusters:
+//! `GET /v1/clustertemplates`, `GET /v1/clusters/detail?limit=1000`, `GET /v1/clusters?limit=1000`,
+//! `GET /v1/clusters/{uuid}` (each followed by its "ceiling": a trivial handler in this process
+//! answering the same bytes from memory under the same load generator — what the machine, the
+//! loopback and the load generator allow at most), then `POST /v1/clusters` (20 reqwest
+//! connections: latency of the 202). The closing table puts each figure beside Magnum 23's under
+//! the same method (gunicorn, 2 workers, same data, Keystone tokens cached; the performance
+//! issue's reference), with the ratio, the ceiling and our share of it.
+//!
+//! The scale curve follows: with 1,000, 10,000 and 100,000 clusters in the database, the time of
+//! one `GET /v1/clusters/detail?limit=1000` (sequential requests), the service's RSS (this
+//! process; PostgreSQL not included) and the p99 of `GET /v1/clusters?limit=1000` with 100
+//! concurrent connections.
+//!
+//! Run: `cargo bench --bench api_load` (a release build). Knobs (environment):
+//! * `BENCH_SECS=N` — seconds per load scenario (default 10);
+//! * `BENCH_SCALE=1000,10000,100000` — the scale curve's points (`none` to skip it; the table
+//!   always runs at 10,000 clusters);
+//! * `BENCH_LOADGEN=wrk|internal` — the load generator (default: wrk when installed);
+//! * `BENCH_KEYSTONE=1` — real tokens: the test harness's Keystone (tests/common/keystone.rs)
+//!   validates them (cache warm after the first request) and the fake Glance/Nova/Neutron
+//!   answers the look-ups of `POST /v1/clusters`; also reports what a cold (uncached) token
+//!   validation costs. Without it, `--dev` identity headers.
+//!
+//! The machine is shared: compare ratios to the ceiling, measured in the same minute, rather
+//! than absolute figures across runs.
 
 #[path = "../tests/common/fakecloud.rs"]
 mod fakecloud;
@@ -30,20 +49,127 @@ use magnum_capi::devdb::EmbeddedPostgres;
 use reqwest::header::{HeaderMap, HeaderValue};
 
 const CONCURRENCY: usize = 20;
+/// Clients of the scale curve's list scenario.
+const MANY_CLIENTS: usize = 100;
+/// The table's data size.
+const TABLE_CLUSTERS: i64 = 10_000;
 
 struct Stats {
-    count: usize,
-    secs: f64,
+    rps: f64,
     p50: Duration,
     p99: Duration,
+    requests: u64,
     bytes: usize,
 }
 
-async fn load(client: &reqwest::Client, url: &str, secs: u64, post: Option<String>) -> Stats {
+/// Which load generator drives the scenarios.
+#[derive(Clone, Copy, PartialEq)]
+enum LoadGen {
+    Wrk,
+    Internal,
+}
+
+struct Bench {
+    client: Arc<reqwest::Client>,
+    headers: HeaderMap,
+    loadgen: LoadGen,
+    secs: u64,
+}
+
+impl Bench {
+    /// Loads `url` with `connections` connections for `secs` seconds.
+    async fn get(&self, url: &str, connections: usize, secs: u64) -> Stats {
+        match self.loadgen {
+            LoadGen::Wrk => wrk(&self.headers, url, connections, secs).await,
+            LoadGen::Internal => load(&self.client, url, connections, secs, None).await,
+        }
+    }
+
+    /// The trivial handler answering `body` from memory, under the same load.
+    async fn ceiling(&self, body: Vec<u8>, connections: usize, secs: u64) -> Stats {
+        let body = bytes::Bytes::from(body);
+        let app = axum::Router::new().fallback(move || {
+            let body = body.clone();
+            async move { ([("content-type", "application/json")], body) }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let s = self
+            .get(&format!("http://{addr}/"), connections, secs)
+            .await;
+        server.abort();
+        s
+    }
+
+    async fn body(&self, url: &str) -> Vec<u8> {
+        let r = self.client.get(url).send().await.expect("request");
+        assert!(r.status().is_success(), "{} {url}", r.status());
+        r.bytes().await.expect("body").to_vec()
+    }
+}
+
+/// `wrk -t2 -c<connections> -d<secs>s --latency` with our headers; its summary parsed.
+async fn wrk(headers: &HeaderMap, url: &str, connections: usize, secs: u64) -> Stats {
+    let mut cmd = tokio::process::Command::new("wrk");
+    cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{secs}s")])
+        .args(["--latency", "--timeout", "30s"]);
+    for (k, v) in headers {
+        cmd.arg("-H")
+            .arg(format!("{k}: {}", v.to_str().expect("header")));
+    }
+    let out = cmd.arg(url).output().await.expect("running wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "wrk failed: {text}");
+    assert!(
+        !text.contains("Non-2xx"),
+        "wrk saw failed requests on {url}: {text}"
+    );
+    let field = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix).map(str::trim))
+            .unwrap_or_else(|| panic!("no {prefix:?} in wrk's output: {text}"))
+            .to_string()
+    };
+    let duration = |v: &str| {
+        let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
+        let n: f64 = num.parse().expect("wrk latency");
+        Duration::from_secs_f64(match unit {
+            "us" => n / 1e6,
+            "ms" => n / 1e3,
+            "s" => n,
+            "m" => n * 60.0,
+            _ => panic!("wrk latency unit {unit:?}"),
+        })
+    };
+    let requests: u64 = text
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("wrk request count");
+    Stats {
+        rps: field("Requests/sec:").parse().expect("wrk req/s"),
+        p50: duration(&field("50%")),
+        p99: duration(&field("99%")),
+        requests,
+        bytes: 0,
+    }
+}
+
+async fn load(
+    client: &reqwest::Client,
+    url: &str,
+    connections: usize,
+    secs: u64,
+    post: Option<String>,
+) -> Stats {
     let deadline = Instant::now() + Duration::from_secs(secs);
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for worker in 0..CONCURRENCY {
+    for worker in 0..connections {
         let client = client.clone();
         let url = url.to_string();
         let post = post.clone();
@@ -81,10 +207,10 @@ async fn load(client: &reqwest::Client, url: &str, secs: u64, post: Option<Strin
     all.sort_unstable();
     let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
     Stats {
-        count: all.len(),
-        secs,
+        rps: all.len() as f64 / secs,
         p50: pct(0.50),
         p99: pct(0.99),
+        requests: all.len() as u64,
         bytes,
     }
 }
@@ -99,44 +225,54 @@ const MAGNUM: [(&str, f64); 5] = [
     ("POST /v1/clusters -> 202 (s)", 0.60),
 ];
 
-/// Serves `body` for every request: the ceiling of what this load generator measures.
-async fn ceiling(client: &reqwest::Client, body: Vec<u8>, secs: u64) -> Stats {
-    let body = bytes::Bytes::from(body);
-    let app = axum::Router::new().fallback(move || {
-        let body = body.clone();
-        async move { ([("content-type", "application/json")], body) }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let s = load(client, &format!("http://{addr}/"), secs, None).await;
-    server.abort();
-    s
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
-fn report(name: &str, s: &Stats) {
+fn report(name: &str, s: &Stats, body: usize) {
     println!(
         "{name:<48} {:>9.1} req/s   p50 {:>8.2} ms   p99 {:>8.2} ms   ({} requests, body {} B)",
-        s.count as f64 / s.secs,
-        s.p50.as_secs_f64() * 1000.0,
-        s.p99.as_secs_f64() * 1000.0,
-        s.count,
-        s.bytes
+        s.rps,
+        ms(s.p50),
+        ms(s.p99),
+        s.requests,
+        body.max(s.bytes)
     );
 }
 
-async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
+/// Eleven labels, as a JSON object (the issue's data).
+fn eleven_labels() -> String {
+    let mut m = serde_json::Map::new();
+    for (k, v) in [
+        ("kube_tag", "v1.30.4"),
+        ("auto_healing_enabled", "true"),
+        ("auto_scaling_enabled", "false"),
+        ("boot_volume_size", "40"),
+        ("boot_volume_type", "ssd"),
+        ("container_infra_prefix", "registry.example.org/capi/"),
+        ("cloud_provider_enabled", "true"),
+        ("keystone_auth_enabled", "true"),
+        ("master_lb_floating_ip_enabled", "false"),
+        ("monitoring_enabled", "false"),
+        ("os_distro", "ubuntu"),
+    ] {
+        m.insert(k.into(), v.into());
+    }
+    serde_json::Value::Object(m).to_string()
+}
+
+/// 50 templates in `project`; returns the first one's uuid.
+async fn seed_templates(pool: &sqlx::PgPool, project: &str) -> String {
     sqlx::query(
         "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id, master_flavor_id,
             keypair_id, external_network_id, network_driver, docker_volume_size, coe, labels, server_type, driver, dns_nameserver, public)
          SELECT gen_random_uuid(), $1, 'bench-user', 'template-' || g, 'fedora-coreos-40', 'm1.small', 'm1.medium',
-            'default', 'public', 'calico', 20, 'kubernetes', '{\"kube_tag\": \"v1.30.4\", \"auto_healing_enabled\": \"true\"}',
+            'default', 'public', 'calico', 20, 'kubernetes', $2::jsonb,
             'vm', 'k8s_capi_rust_v1', '8.8.8.8', true
            FROM generate_series(1, 50) g",
     )
     .bind(project)
+    .bind(eleven_labels())
     .execute(pool)
     .await
     .expect("templates");
@@ -145,16 +281,36 @@ async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
             .fetch_one(pool)
             .await
             .expect("template");
+    ct.to_string()
+}
+
+/// Clusters `from+1..=to` in `project` (2 nodegroups each, 11 labels everywhere; one label
+/// overridden so the detail view's label diffs are not empty); returns the newest's uuid.
+async fn seed_clusters(
+    pool: &sqlx::PgPool,
+    project: &str,
+    template: &str,
+    from: i64,
+    to: i64,
+) -> String {
+    let ct = uuid::Uuid::parse_str(template).expect("uuid");
+    let (before,): (i64,) = sqlx::query_as("SELECT COALESCE(max(id), 0) FROM cluster")
+        .fetch_one(pool)
+        .await
+        .expect("max id");
     sqlx::query(
         "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair, docker_volume_size,
             labels, master_flavor_id, flavor_id, stack_id, status, create_timeout, api_address, coe_version)
          SELECT gen_random_uuid(), $1, 'bench-user', 'cluster-' || g, $2, 'default', 20,
-            '{\"kube_tag\": \"v1.30.4\", \"extra\": \"x\"}', 'm1.medium', 'm1.small', 'c' || md5(g::text),
-            'CREATE_COMPLETE', 60, 'https://192.0.2.1:6443', 'v1.30.4'
-           FROM generate_series(1, 10000) g",
+            $3::jsonb || '{\"kube_tag\": \"v1.31.1\"}', 'm1.medium', 'm1.small', 'c' || md5(g::text),
+            'CREATE_COMPLETE', 60, 'https://192.0.2.1:6443', 'v1.31.1'
+           FROM generate_series($4::bigint, $5::bigint) g",
     )
     .bind(project)
     .bind(ct)
+    .bind(eleven_labels())
+    .bind(from + 1)
+    .bind(to)
     .execute(pool)
     .await
     .expect("clusters");
@@ -163,8 +319,10 @@ async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
             node_count, role, is_default, status)
          SELECT gen_random_uuid(), r.name, c.uuid, c.project_id, c.labels, 'm1.small', 'ubuntu-jammy',
             '[\"192.0.2.10\"]', 1, r.role, true, 'CREATE_COMPLETE'
-           FROM cluster c CROSS JOIN (VALUES ('default-master', 'master'), ('default-worker', 'worker')) AS r(name, role)",
+           FROM cluster c CROSS JOIN (VALUES ('default-master', 'master'), ('default-worker', 'worker')) AS r(name, role)
+          WHERE c.id > $1",
     )
+    .bind(before)
     .execute(pool)
     .await
     .expect("nodegroups");
@@ -173,7 +331,57 @@ async fn seed(pool: &sqlx::PgPool, project: &str) -> (String, String) {
         .fetch_one(pool)
         .await
         .expect("cluster");
-    (ct.to_string(), cl.to_string())
+    cl.to_string()
+}
+
+/// This process's resident set (the service; PostgreSQL is another process), in MiB.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// One point of the scale curve.
+struct ScalePoint {
+    clusters: i64,
+    detail_ms: f64,
+    detail_p50_ms: f64,
+    rss: f64,
+    list_many: Stats,
+}
+
+async fn scale_point(b: &Bench, base: &str, clusters: i64) -> ScalePoint {
+    let url = format!("{base}/v1/clusters/detail?limit=1000");
+    for _ in 0..2 {
+        b.body(&url).await;
+    }
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        b.body(&url).await;
+        times.push(t.elapsed());
+    }
+    times.sort_unstable();
+    let mean = times.iter().sum::<Duration>() / times.len() as u32;
+    let list_many = b
+        .get(
+            &format!("{base}/v1/clusters?limit=1000"),
+            MANY_CLIENTS,
+            b.secs.div_ceil(2).max(3),
+        )
+        .await;
+    ScalePoint {
+        clusters,
+        detail_ms: ms(mean),
+        detail_p50_ms: ms(times[times.len() / 2]),
+        rss: rss_mib(),
+        list_many,
+    }
 }
 
 /// What a request costs when its token is not cached yet: fresh tokens, one request each.
@@ -208,12 +416,30 @@ async fn cold_validations(ks: &keystone::Keystone, base: &str) {
     );
 }
 
+fn wrk_installed() -> bool {
+    std::process::Command::new("wrk")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
 fn main() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let secs: u64 = std::env::var("BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
+    let scale: Vec<i64> = match std::env::var("BENCH_SCALE") {
+        Ok(v) if v == "none" => Vec::new(),
+        Ok(v) => v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        Err(_) => vec![1_000, 10_000, 100_000],
+    };
+    let loadgen = match std::env::var("BENCH_LOADGEN").as_deref() {
+        Ok("internal") => LoadGen::Internal,
+        Ok("wrk") => LoadGen::Wrk,
+        _ if wrk_installed() => LoadGen::Wrk,
+        _ => LoadGen::Internal,
+    };
     let with_keystone = std::env::var("BENCH_KEYSTONE").is_ok_and(|v| v == "1");
     // Started before the runtime: the harness blocks while Keystone boots.
     let ks = with_keystone.then(keystone::keystone);
@@ -257,8 +483,8 @@ fn main() {
                 ("bench-project".to_string(), AuthMode::DevHeaders)
             }
         };
-        let (template, cluster) = seed(&pool, &project).await;
-        let state = App::new(pool, cfg, auth);
+        let template = seed_templates(&pool, &project).await;
+        let state = App::new(pool.clone(), cfg, auth);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -272,83 +498,117 @@ fn main() {
         headers.insert("accept", HeaderValue::from_static("application/json"));
         let client = Arc::new(
             reqwest::Client::builder()
-                .default_headers(headers)
-                .pool_max_idle_per_host(CONCURRENCY)
+                .default_headers(headers.clone())
+                .pool_max_idle_per_host(MANY_CLIENTS)
                 .build()
                 .expect("client"),
         );
+        let b = Bench { client: client.clone(), headers, loadgen, secs };
         let base = format!("http://{addr}");
         println!(
-            "magnum-capi load benchmark: {CONCURRENCY} connections, {secs} s per scenario, loopback, {}",
+            "magnum-capi load benchmark: {}, {CONCURRENCY} connections, {secs} s per scenario, loopback, {}",
+            match loadgen {
+                LoadGen::Wrk => "wrk -t2 (separate process)",
+                LoadGen::Internal => "in-process reqwest load",
+            },
             if with_keystone { "real Keystone tokens (cache warm)" } else { "--dev identity headers" }
         );
         if let Some(ks) = ks {
             cold_validations(ks, &base).await;
             // Warm the cache for the token the scenarios use: they measure the warm path.
-            let r = client
-                .get(format!("{base}/v1/clustertemplates"))
-                .send()
-                .await
-                .expect("warm-up");
-            assert!(r.status().is_success(), "warm-up: {}", r.status());
+            b.body(&format!("{base}/v1/clustertemplates")).await;
         }
+        // The scale points below the table's size come first, then the table, then the rest.
+        let mut seeded = 0;
+        let mut newest = String::new();
+        let mut curve = Vec::new();
+        for &n in scale.iter().filter(|&&n| n < TABLE_CLUSTERS) {
+            newest = seed_clusters(&pool, &project, &template, seeded, n).await;
+            seeded = n;
+            curve.push(scale_point(&b, &base, n).await);
+        }
+        if seeded < TABLE_CLUSTERS {
+            newest = seed_clusters(&pool, &project, &template, seeded, TABLE_CLUSTERS).await;
+            seeded = TABLE_CLUSTERS;
+        }
+        if scale.contains(&TABLE_CLUSTERS) {
+            curve.push(scale_point(&b, &base, TABLE_CLUSTERS).await);
+        }
+        println!("{TABLE_CLUSTERS} clusters x 2 nodegroups, 50 templates, 11 labels each");
         let mut rows = Vec::new();
         for (i, path) in [
             "/v1/clustertemplates".to_string(),
             "/v1/clusters/detail?limit=1000".to_string(),
             "/v1/clusters?limit=1000".to_string(),
-            format!("/v1/clusters/{cluster}"),
+            format!("/v1/clusters/{newest}"),
         ]
         .iter()
         .enumerate()
         {
             let url = format!("{base}{path}");
-            let s = load(&client, &url, secs, None).await;
-            report(MAGNUM[i].0, &s);
-            let body = client
-                .get(&url)
-                .send()
-                .await
-                .expect("body")
-                .bytes()
-                .await
-                .expect("body")
-                .to_vec();
-            let c = ceiling(&client, body, secs).await;
-            report("  ceiling: the same bytes from memory", &c);
+            let body = b.body(&url).await;
+            let s = b.get(&url, CONCURRENCY, secs).await;
+            report(MAGNUM[i].0, &s, body.len());
+            let len = body.len();
+            let c = b.ceiling(body, CONCURRENCY, secs).await;
+            report("  ceiling: the same bytes from memory", &c, len);
             rows.push((MAGNUM[i], s, Some(c)));
         }
         let body = format!("{{\"cluster_template_id\": \"{template}\", \"node_count\": 1}}");
         let s = load(
             &client,
             &format!("{base}/v1/clusters"),
+            CONCURRENCY,
             secs.min(5),
             Some(body),
         )
         .await;
-        report("POST /v1/clusters (202, rows + operation)", &s);
+        report("POST /v1/clusters (202, rows + operation)", &s, 0);
         rows.push((MAGNUM[4], s, None));
+        for &n in scale.iter().filter(|&&n| n > TABLE_CLUSTERS) {
+            seed_clusters(&pool, &project, &template, seeded, n).await;
+            seeded = n;
+            curve.push(scale_point(&b, &base, n).await);
+        }
         println!();
         println!(
             "| request | Magnum 23 | magnum-capi | ratio | ceiling (same bytes from memory) | share of ceiling |"
         );
         println!("| --- | --- | --- | --- | --- | --- |");
         for ((name, magnum), s, c) in &rows {
-            let rps = s.count as f64 / s.secs;
             if let Some(c) = c {
-                let ceil = c.count as f64 / c.secs;
                 println!(
-                    "| {name} | {magnum} req/s | {rps:.1} req/s, p99 {:.1} ms | {:.0}x | {ceil:.0} req/s | {:.0}% |",
-                    s.p99.as_secs_f64() * 1000.0,
-                    rps / magnum,
-                    100.0 * rps / ceil
+                    "| {name} | {magnum} req/s | {:.1} req/s, p99 {:.1} ms | {:.0}x | {:.0} req/s | {:.0}% |",
+                    s.rps,
+                    ms(s.p99),
+                    s.rps / magnum,
+                    c.rps,
+                    100.0 * s.rps / c.rps
                 );
             } else {
                 println!(
                     "| {name} | {magnum} s | p50 {:.1} ms, p99 {:.1} ms | {:.0}x | | |",
-                    s.p50.as_secs_f64() * 1000.0,
-                    s.p99.as_secs_f64() * 1000.0,
+                    ms(s.p50),
+                    ms(s.p99),
                     magnum / s.p50.as_secs_f64()
+                );
+            }
+        }
+        if !curve.is_empty() {
+            println!();
+            println!(
+                "| clusters in the database | GET /v1/clusters/detail?limit=1000 (mean, p50 of 20) | service RSS | GET /v1/clusters?limit=1000, {MANY_CLIENTS} clients |"
+            );
+            println!("| --- | --- | --- | --- |");
+            for p in &curve {
+                println!(
+                    "| {} | {:.1} ms, {:.1} ms | {:.0} MiB | {:.1} req/s, p99 {:.0} ms |",
+                    p.clusters,
+                    p.detail_ms,
+                    p.detail_p50_ms,
+                    p.rss,
+                    p.list_many.rps,
+                    ms(p.list_many.p99)
                 );
             }
         }

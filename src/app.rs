@@ -45,6 +45,42 @@ pub struct App {
     /// Seals the caller's token into operations that act as the caller later (`None` only if
     /// no key could be made: creates with Keystone are then refused).
     pub sealer: Option<Sealer>,
+    /// Serialised template pages, reused while the templates' generation stands still.
+    pub template_pages: PageCache,
+}
+
+/// Serialised response bodies by request key, each valid for one generation of its data.
+#[derive(Debug, Default)]
+pub struct PageCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (i64, bytes::Bytes)>>,
+}
+
+impl PageCache {
+    /// Bounds the memory: past this many keys the cache starts over.
+    const MAX_ENTRIES: usize = 512;
+
+    /// The body stored for `key` at `generation`.
+    pub fn get(&self, key: &str, generation: i64) -> Option<bytes::Bytes> {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries
+            .get(key)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, b)| b.clone())
+    }
+
+    pub fn put(&self, key: String, generation: i64, body: bytes::Bytes) {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if entries.len() >= Self::MAX_ENTRIES && !entries.contains_key(&key) {
+            entries.clear();
+        }
+        entries.insert(key, (generation, body));
+    }
 }
 
 pub type AppState = Arc<App>;
@@ -70,6 +106,7 @@ impl App {
             work_ready: Notify::new(),
             backend,
             sealer,
+            template_pages: PageCache::default(),
         })
     }
 }

@@ -299,9 +299,25 @@ pub fn capi_runtime_named(
     }))
 }
 
+/// How often the status writer re-checks in-progress clusters and its lock when no event woke
+/// it (it wakes on watch events, cluster-change notifications, reachability changes and
+/// deadlines).
+const SAFETY_POLL: Duration = Duration::from_secs(60);
+
+/// The pace of the credential maintenance (leftovers, checks due, renewals, abandoned staged
+/// and orphaned credentials), all due on the scale of minutes to days: every 5 minutes, or the
+/// credential check interval when shorter (at least 30 s).
+fn maintenance_every(check_interval_secs: u64) -> Duration {
+    let secs = match check_interval_secs {
+        0 => 300,
+        n => n.clamp(30, 300),
+    };
+    Duration::from_secs(secs)
+}
+
 /// Starts the watchers, the status writer (its lock keyed by the management cluster's name),
-/// the reachability probe and the leftover-credential sweeper of the CAPI driver on one
-/// management cluster; they stop with `stop`.
+/// the reachability probe and the credential maintenance of the CAPI driver on one management
+/// cluster; they stop with `stop`.
 pub fn spawn_capi(
     app: &AppState,
     capi: &Arc<Capi>,
@@ -338,7 +354,7 @@ pub fn spawn_capi(
             capi.observer.clone(),
             feed,
             Duration::from_secs(capi.config.update_timeout_mins.max(1) * 60),
-            Duration::from_secs(2),
+            SAFETY_POLL,
             on_status,
             stop.clone(),
         )));
@@ -348,12 +364,13 @@ pub fn spawn_capi(
         Duration::from_secs(capi.config.probe_interval_secs.max(1)),
         stop.clone(),
     )));
+    let every = maintenance_every(capi.config.credential_check_interval_secs);
     let (pool, sweeper, mut stop) = (app.pool.clone(), capi.clone(), stop);
     tasks.push(tokio::spawn(async move {
         loop {
             sweeper.maintenance(&pool).await;
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                _ = tokio::time::sleep(every) => {}
                 _ = stop.changed() => return,
             }
         }

@@ -728,3 +728,53 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
         r.body
     );
 }
+
+/// Statements other sessions of this database started in the last `secs` seconds (what they are).
+async fn recent_statements(probe: &mut sqlx::PgConnection, secs: f64) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT left(query, 120) FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid()
+            AND query_start > now() - make_interval(secs => $1)",
+    )
+    .bind(secs)
+    .fetch_all(probe)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_idle_service_leaves_postgres_alone_and_statuses_still_land_promptly() {
+    use sqlx::Connection;
+    // Production pacing: the worker's safety poll at its default (tests poll every 50 ms).
+    let app = capi_app_on(None, None, false, |cfg| {
+        cfg.operations.poll_interval_ms = 30_000;
+    })
+    .await;
+    let t = &app.t;
+    let ct = template(t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let mut probe = sqlx::PgConnection::connect(&t.url).await.unwrap();
+    // Once start-up is over, a quiet stretch of 6 s comes: no statement from the writer, the
+    // maintenance or the workers (a loop faster than that would never leave one).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(25);
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let last = recent_statements(&mut probe, 6.0).await;
+        if last.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "PostgreSQL was never left alone for 6 s; the last statements: {last:?}"
+        );
+    }
+    // Events still move statuses at once: a create completes on the simulated management
+    // cluster in about a second (the writer's safety poll is a minute).
+    let started = std::time::Instant::now();
+    let c = create_cluster(t, json!({"name": "c1", "cluster_template_id": ct})).await;
+    wait_status(t, &ALICE, &c, "CREATE_COMPLETE").await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the status took {:?}",
+        started.elapsed()
+    );
+}

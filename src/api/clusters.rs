@@ -17,7 +17,7 @@ use super::{RequestId, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
 use crate::service::clusters;
-use crate::service::views::{self, Cluster, ClusterDetailList, ClusterList, ClusterSummaryList};
+use crate::service::views::{Cluster, ClusterDetailList, ClusterList, ClusterSummaryList};
 
 /// The first version with `actions/resize` and `actions/upgrade`.
 const ACTIONS_SINCE: u32 = 7;
@@ -67,16 +67,9 @@ pub async fn show(
     Path(ident): Path<String>,
     BaseUrl(base): BaseUrl,
 ) -> ApiResult<Json<Cluster>> {
-    let v = clusters::get(&app, &caller, &ident).await?;
-    let s = views::summarize(v.nodegroups.iter());
-    Ok(Json(views::cluster_full_for(
-        caller.is_admin(),
-        &v.cluster,
-        &s,
-        &v.template_labels,
-        &base,
-        mv.0,
-    )))
+    Ok(Json(
+        clusters::get(&app, &caller, &ident, &base, mv.0).await?,
+    ))
 }
 
 /// Create a cluster: the row exists (CREATE_IN_PROGRESS) before the 202 is sent.

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 use super::context::Cloud;
 use super::error::ApiResult;
@@ -26,7 +27,7 @@ pub async fn list(
     caller: Caller,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<ClusterTemplateList>> {
+) -> ApiResult<Response> {
     list_templates(&app, &caller, &args, false, &base).await
 }
 
@@ -40,7 +41,7 @@ pub async fn detail(
     caller: Caller,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<ClusterTemplateList>> {
+) -> ApiResult<Response> {
     list_templates(&app, &caller, &args, true, &base).await
 }
 
@@ -126,8 +127,10 @@ async fn list_templates(
     args: &QueryArgs,
     detail: bool,
     base: &str,
-) -> ApiResult<Json<ClusterTemplateList>> {
+) -> ApiResult<Response> {
     args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
     let q = list_query(args, templates::SORT_KEYS, app.config.api.max_limit)?;
-    Ok(Json(templates::list(app, caller, &q, detail, base).await?))
+    // The serialised page (cached while no template changes), as `Json` would send it.
+    let body = templates::list_json(app, caller, &q, detail, base).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }

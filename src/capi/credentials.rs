@@ -410,7 +410,7 @@ impl Capi {
         Ok(())
     }
 
-    /// The periodic credential work (every 30 s): leftovers deleted, credentials checked,
+    /// The periodic credential work (every 5 minutes at most): leftovers deleted, credentials checked,
     /// expiring ones renewed, abandoned staged ones discarded, orphaned ones (of clusters that
     /// do not exist) deleted. Failures are logged.
     pub async fn maintenance(&self, pool: &PgPool) {

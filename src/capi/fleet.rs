@@ -31,6 +31,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Debug, Default)]
 pub struct Reach {
     down: Mutex<Option<(String, Instant)>>,
+    /// Signalled when reachability changes, so the status writer (which otherwise sleeps until
+    /// an event) records it at once.
+    changed: tokio::sync::Notify,
 }
 
 impl Reach {
@@ -43,8 +46,21 @@ impl Reach {
             .map(|(why, since)| (why.clone(), since.elapsed()))
     }
 
+    /// Waits until reachability changes (a change before the call counts once).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
     /// Records a probe's outcome; true when reachability changed.
     pub fn record(&self, outcome: Result<(), String>) -> bool {
+        let changed = self.update(outcome);
+        if changed {
+            self.changed.notify_one();
+        }
+        changed
+    }
+
+    fn update(&self, outcome: Result<(), String>) -> bool {
         let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
         match (outcome, down.as_mut()) {
             (Ok(()), None) => false,

@@ -636,11 +636,24 @@ pub struct WriterScope {
     pub reach: Arc<crate::capi::fleet::Reach>,
 }
 
+/// The channel a change to a cluster row or to one of its operations notifies (payload: the
+/// cluster's uuid; triggers of migration `cluster_change_events`).
+pub const CLUSTER_CHANNEL: &str = "magnum_capi_clusters";
+
 /// Called with every cluster that reached a new status (e.g. to collect superseded templates).
 pub type OnStatus = Arc<dyn Fn(Uuid, Status) + Send + Sync>;
 
-/// Drains the observer's change feed into Postgres while this replica holds the writer lock;
-/// re-checks in-progress clusters every `tick` (deadlines, operations finished elsewhere).
+type Pending = HashMap<Uuid, tokio::time::Instant>;
+
+/// Drains the observer's change feed into Postgres while this replica holds the writer lock of
+/// its management cluster (`scope`).
+///
+/// Nothing runs while nothing happens: the writer wakes on the watchers' changes, on
+/// `magnum_capi_clusters` notifications (any replica's cluster or operation change), on a change
+/// of the management cluster's reachability, and at the next in-progress deadline; `safety` is
+/// only the pace of the re-check of in-progress clusters and of the lock's connection when no
+/// event came. A replica without the lock waits for it in PostgreSQL (`pg_advisory_lock`), so it
+/// takes over as soon as the holder's session ends.
 #[expect(
     clippy::too_many_arguments,
     reason = "the writer's whole setup, passed once"
@@ -651,104 +664,214 @@ pub async fn run_writer(
     observer: Arc<Observer>,
     mut dirty: mpsc::UnboundedReceiver<Uuid>,
     update_timeout: Duration,
-    tick: Duration,
+    safety: Duration,
     on_status: OnStatus,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    type Acquiring = std::pin::Pin<Box<dyn Future<Output = DbResult<sqlx::PgConnection>> + Send>>;
     let mut leader: Option<sqlx::PgConnection> = None;
-    let mut ticker = tokio::time::interval(tick);
+    let mut acquiring: Option<Acquiring> = None;
+    let mut events: Option<sqlx::postgres::PgListener> = None;
     // Each cluster to write, with when its first unwritten change arrived (the delay metric).
-    let mut pending: HashMap<Uuid, tokio::time::Instant> = HashMap::new();
+    let mut pending: Pending = HashMap::new();
     let now = tokio::time::Instant::now;
+    let mut wake_at = now() + safety;
+    let mut retry_lock_at: Option<tokio::time::Instant> = None;
+    let key = writer_lock(&scope.name);
     let shown = crate::capi::fleet::shown(&scope.name).to_string();
     // The reason written into its clusters' health while it is unreachable.
     let mut marked_down: Option<String> = None;
     // Just took the lock: what a previous writer recorded about reachability is redone.
     let mut fresh = false;
     loop {
+        if leader.is_none() && acquiring.is_none() && retry_lock_at.is_none_or(|t| t <= now()) {
+            acquiring = Some(Box::pin(wait_lead(pool.clone(), key)));
+        }
+        let mut rescan = false;
         tokio::select! {
             got = dirty.recv() => match got {
                 Some(u) => { pending.entry(u).or_insert_with(now); }
                 None => return,
             },
-            _ = ticker.tick() => {
-                if leader.is_none() {
-                    leader = try_lead_key(&pool, writer_lock(&scope.name)).await;
-                    if leader.is_some() {
+            got = async {
+                match acquiring.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                acquiring = None;
+                match got {
+                    Ok(conn) => {
+                        tracing::info!(management_cluster = %shown, "this replica writes cluster statuses");
+                        leader = Some(conn);
+                        retry_lock_at = None;
                         marked_down = None;
                         fresh = true;
-                        tracing::info!(management_cluster = %shown, "this replica writes cluster statuses");
                         for u in observer.clusters() {
                             pending.entry(u).or_insert_with(now);
                         }
+                        rescan = true;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "waiting for the status-writer lock failed; retrying");
+                        retry_lock_at = Some(now() + Duration::from_secs(5));
                     }
                 }
-                if let Some(conn) = leader.as_mut()
-                    && sqlx::query("SELECT 1").execute(&mut *conn).await.is_err()
-                {
-                    tracing::warn!("lost the status-writer lock's connection");
-                    leader = None;
+            },
+            n = async {
+                match events.as_mut() {
+                    Some(l) => l.try_recv().await,
+                    None => std::future::pending().await,
                 }
-                crate::telemetry::status_writer_of(&scope.name, leader.is_some());
-                if leader.is_some() {
-                    let down = scope.reach.down().map(|(why, _)| format!(
-                        "The management cluster {shown} is unreachable ({why}); the cluster's \
-                         status is the last one seen"));
-                    if fresh || down.is_some() != marked_down.is_some() {
-                        match cdb::mark_unreachable(&pool, &scope.name, down.as_deref()).await {
-                            Ok(clusters) => {
-                                marked_down = down;
-                                fresh = false;
-                                // Back: everything it holds is evaluated afresh.
-                                if marked_down.is_none() {
-                                    for u in clusters {
-                                        pending.entry(u).or_insert_with(now);
-                                    }
-                                }
-                            }
-                            Err(e) => tracing::warn!(error = %e, "recording the management cluster's reachability failed"),
-                        }
-                    }
-                    match cdb::of_management_cluster(&pool, &scope.name, IN_PROGRESS).await {
-                        Ok(ids) => {
-                            for u in ids {
-                                pending.entry(u).or_insert_with(now);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "listing in-progress clusters failed");
-                        }
+            } => match n {
+                Ok(Some(n)) => {
+                    if let Ok(u) = n.payload().parse::<Uuid>() {
+                        pending.entry(u).or_insert_with(now);
                     }
                 }
-            }
+                // The listening connection dropped (it reconnects on the next call): what was
+                // notified meanwhile is lost, so look at everything in progress.
+                Ok(None) => rescan = true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cluster change notifications lost");
+                    events = None;
+                    rescan = true;
+                }
+            },
+            () = scope.reach.changed() => {}
+            _ = tokio::time::sleep_until(wake_at), if leader.is_some() => rescan = true,
+            _ = tokio::time::sleep_until(retry_lock_at.unwrap_or_else(now)), if retry_lock_at.is_some() => {}
             _ = shutdown.changed() => return,
         }
         // Take everything queued so far, then write.
         while let Ok(u) = dirty.try_recv() {
             pending.entry(u).or_insert_with(now);
         }
-        // Unreachable: nothing new to conclude; what it last showed stays in Postgres.
-        if leader.is_none() || !observer.synced() || marked_down.is_some() {
-            if leader.is_none() {
-                pending.clear();
+        crate::telemetry::status_writer_of(&scope.name, leader.is_some());
+        let Some(conn) = leader.as_mut() else {
+            pending.clear();
+            continue;
+        };
+        if rescan {
+            if sqlx::query("SELECT 1").execute(&mut *conn).await.is_err() {
+                tracing::warn!("lost the status-writer lock's connection");
+                leader = None;
+                events = None;
+                continue;
             }
+            if events.is_none() {
+                events = listen_for_changes(&pool).await;
+            }
+        }
+        let down = scope.reach.down().map(|(why, _)| {
+            format!(
+                "The management cluster {shown} is unreachable ({why}); the cluster's status is \
+                 the last one seen"
+            )
+        });
+        if fresh || down.is_some() != marked_down.is_some() {
+            match cdb::mark_unreachable(&pool, &scope.name, down.as_deref()).await {
+                Ok(clusters) => {
+                    marked_down = down;
+                    fresh = false;
+                    // Back: everything it holds is evaluated afresh.
+                    if marked_down.is_none() {
+                        for u in clusters {
+                            pending.entry(u).or_insert_with(now);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "recording the management cluster's reachability failed")
+                }
+            }
+        }
+        if rescan {
+            match cdb::of_management_cluster(&pool, &scope.name, IN_PROGRESS).await {
+                Ok(ids) => {
+                    for u in ids {
+                        pending.entry(u).or_insert_with(now);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "listing in-progress clusters failed"),
+            }
+        }
+        // Unreachable: nothing new to conclude; what it last showed stays in Postgres.
+        if !observer.synced() || marked_down.is_some() || (pending.is_empty() && !rescan) {
             continue;
         }
-        for (u, since) in std::mem::take(&mut pending) {
-            match sync_cluster(&pool, &observer, &scope.name, u, update_timeout).await {
-                Ok(Some(st)) => {
-                    crate::telemetry::status_delay(since.elapsed());
-                    on_status(u, st);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
-                    pending.insert(u, since);
-                    break;
-                }
+        write_pending(
+            &pool,
+            &observer,
+            &scope.name,
+            &mut pending,
+            update_timeout,
+            &on_status,
+        )
+        .await;
+        // Without notifications, the safety poll is all there is: keep it short then.
+        let poll = if events.is_some() {
+            safety
+        } else {
+            safety.min(Duration::from_secs(2))
+        };
+        wake_at = now() + poll;
+        match next_deadline(&pool, update_timeout).await {
+            Ok(Some(d)) => {
+                // A second past it, so the evaluation finds it passed.
+                let left =
+                    (d - Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_secs(1);
+                wake_at = wake_at.min(now() + left);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the next in-progress deadline failed"),
+        }
+        if !pending.is_empty() {
+            // A write failed: try again soon.
+            wake_at = wake_at.min(now() + Duration::from_secs(1));
+        }
+    }
+}
+
+/// Writes what changed for each pending cluster of management cluster `member`; stops at the
+/// first failure (kept pending).
+async fn write_pending(
+    pool: &PgPool,
+    observer: &Observer,
+    member: &str,
+    pending: &mut Pending,
+    update_timeout: Duration,
+    on_status: &OnStatus,
+) {
+    for (u, since) in std::mem::take(pending) {
+        match sync_cluster(pool, observer, member, u, update_timeout).await {
+            Ok(Some(st)) => {
+                crate::telemetry::status_delay(since.elapsed());
+                on_status(u, st);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
+                pending.insert(u, since);
+                break;
             }
         }
     }
+}
+
+/// `LISTEN` on [`CLUSTER_CHANNEL`]; `None` (with a warning) when it cannot.
+async fn listen_for_changes(pool: &PgPool) -> Option<sqlx::postgres::PgListener> {
+    let listening = async {
+        let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
+        l.listen(CLUSTER_CHANNEL).await?;
+        Ok::<_, sqlx::Error>(l)
+    }
+    .await;
+    listening
+        .map_err(
+            |e| tracing::warn!(error = %e, "cannot listen for cluster changes; polling meanwhile"),
+        )
+        .ok()
 }
 
 /// Takes the status-writer lock if no other replica holds it: the connection holding it, which
@@ -769,8 +892,36 @@ pub async fn try_lead_key(pool: &PgPool, key: i64) -> Option<sqlx::PgConnection>
     got.then_some(conn)
 }
 
-/// The statuses the writer re-checks every tick.
+/// Waits in PostgreSQL until this replica holds the status-writer lock `key` (granted when the
+/// holder's session ends); the connection holding it, outside the pool.
+async fn wait_lead(pool: PgPool, key: i64) -> DbResult<sqlx::PgConnection> {
+    let mut conn = pool.acquire().await?.detach();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(key)
+        .execute(&mut conn)
+        .await?;
+    Ok(conn)
+}
+
+/// The statuses the writer re-checks.
 const IN_PROGRESS: &[&str] = &["CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS"];
+
+/// The earliest deadline of an in-progress cluster ([`load_state`]'s): its create timeout, or
+/// `update_timeout` after its last operation.
+async fn next_deadline(pool: &PgPool, update_timeout: Duration) -> DbResult<Option<DateTime<Utc>>> {
+    Ok(sqlx::query_scalar(
+        "SELECT min(d) FROM (
+           SELECT created_at + make_interval(mins => GREATEST(COALESCE(create_timeout, 60), 1)) AS d
+             FROM cluster WHERE status = 'CREATE_IN_PROGRESS'
+           UNION ALL
+           SELECT (SELECT max(o.created_at) FROM operation o WHERE o.cluster_uuid = c.uuid)
+                  + make_interval(secs => $1)
+             FROM cluster c WHERE c.status = 'UPDATE_IN_PROGRESS') x",
+    )
+    .bind(update_timeout.as_secs_f64())
+    .fetch_one(pool)
+    .await?)
+}
 
 #[cfg(test)]
 mod tests {

@@ -238,20 +238,88 @@ pub async fn lock<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<Cl
     )
 }
 
-pub async fn list(pool: &PgPool, scope: &Scope, page: &PageQuery) -> DbResult<Vec<ClusterRow>> {
-    let mut sql = format!("SELECT * FROM cluster t WHERE {}", scope.sql(1));
+/// A cluster with what its views read from elsewhere, fetched in the same statement: its
+/// nodegroups' aggregates (in nodegroup order) and, when asked for, its template's labels.
+#[derive(Debug, FromRow)]
+pub struct ClusterWithNodes {
+    #[sqlx(flatten)]
+    pub cluster: ClusterRow,
+    /// Nodes of the non-master nodegroups.
+    pub ng_node_count: i64,
+    pub ng_master_count: i64,
+    /// `node_addresses` of each non-master nodegroup.
+    pub ng_node_addresses: Json<Vec<Vec<String>>>,
+    pub ng_master_addresses: Json<Vec<Vec<String>>>,
+    /// `(name, status_reason)` of each nodegroup in a `*FAILED` status.
+    pub ng_faults: Json<Vec<(String, Option<String>)>>,
+    /// The template's labels (the detail views' parent labels); NULL when not asked for.
+    pub template_labels: Option<Json<Labels>>,
+}
+
+/// The select list and joins of [`ClusterWithNodes`] for `cluster t`; `$1` is the project.
+fn with_nodes_sql(scope: &Scope, template_labels: bool) -> String {
+    let labels = if template_labels {
+        "(SELECT ct.labels FROM cluster_template ct WHERE ct.uuid = t.cluster_template_id)"
+    } else {
+        "NULL::jsonb"
+    };
+    format!(
+        "SELECT t.*, g.*, {labels} AS template_labels
+           FROM cluster t
+           CROSS JOIN LATERAL (
+             SELECT COALESCE(sum(n.node_count) FILTER (WHERE n.role <> 'master'), 0)::bigint AS ng_node_count,
+                    COALESCE(sum(n.node_count) FILTER (WHERE n.role = 'master'), 0)::bigint AS ng_master_count,
+                    COALESCE(json_agg(n.node_addresses ORDER BY n.id) FILTER (WHERE n.role <> 'master'), '[]') AS ng_node_addresses,
+                    COALESCE(json_agg(n.node_addresses ORDER BY n.id) FILTER (WHERE n.role = 'master'), '[]') AS ng_master_addresses,
+                    COALESCE(json_agg(json_build_array(n.name, n.status_reason) ORDER BY n.id)
+                             FILTER (WHERE n.status LIKE '%FAILED'), '[]') AS ng_faults
+               FROM nodegroup n WHERE n.cluster_id = t.uuid) g
+          WHERE {}",
+        scope.sql(1)
+    )
+}
+
+/// A page of clusters with their nodegroups' aggregates (and template labels with
+/// `template_labels`): one statement per page.
+pub async fn page_with_nodes(
+    pool: &PgPool,
+    scope: &Scope,
+    page: &PageQuery,
+    template_labels: bool,
+) -> DbResult<Vec<ClusterWithNodes>> {
+    let mut sql = with_nodes_sql(scope, template_labels);
     if let Some(after) = page.after_marker_sql("cluster", 2) {
         sql.push_str(" AND ");
         sql.push_str(&after);
     }
     sql.push(' ');
     sql.push_str(&page.order_sql());
-    sql.push_str(" LIMIT $3");
-    Ok(sqlx::query_as::<_, ClusterRow>(AssertSqlSafe(sql))
+    // The limit in the text, not a parameter: the prepared statement's generic plan would not
+    // know it and, with many clusters, sort them all instead of walking an index for one page.
+    sql.push_str(&format!(" LIMIT {}", page.limit));
+    // Planned for the project at hand each time (not a generic plan): one large project among
+    // many small ones would otherwise get the small ones' plan (fetch the project's clusters
+    // through its index and sort them all).
+    Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
+        .persistent(false)
         .bind(scope.project())
         .bind(page.marker_id.unwrap_or(0))
-        .bind(page.limit)
         .fetch_all(pool)
+        .await?)
+}
+
+/// One visible cluster by uuid with its nodegroups' aggregates and its template's labels.
+pub async fn one_with_nodes(
+    pool: &PgPool,
+    scope: &Scope,
+    uuid: Uuid,
+) -> DbResult<Option<ClusterWithNodes>> {
+    let mut sql = with_nodes_sql(scope, true);
+    sql.push_str(" AND t.uuid = $2");
+    Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
+        .bind(scope.project())
+        .bind(uuid)
+        .fetch_optional(pool)
         .await?)
 }
 

@@ -139,16 +139,7 @@ pub async fn insert<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbResult<N
     .await?)
 }
 
-/// All nodegroups of the given clusters, ordered by id (one query for a whole page of clusters).
-pub async fn of_clusters(pool: &PgPool, clusters: &[Uuid]) -> DbResult<Vec<NodegroupRow>> {
-    Ok(sqlx::query_as::<_, NodegroupRow>(
-        "SELECT * FROM nodegroup WHERE cluster_id = ANY($1) ORDER BY id",
-    )
-    .bind(clusters)
-    .fetch_all(pool)
-    .await?)
-}
-
+/// The nodegroups of one cluster, ordered by id.
 pub async fn of_cluster<'e>(ex: impl PgExecutor<'e>, cluster: Uuid) -> DbResult<Vec<NodegroupRow>> {
     Ok(sqlx::query_as::<_, NodegroupRow>(
         "SELECT * FROM nodegroup WHERE cluster_id = $1 ORDER BY id",

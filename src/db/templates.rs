@@ -112,6 +112,13 @@ pub const SORT_KEYS: &[&str] = &[
     "updated_at",
 ];
 
+/// The templates' generation: moves (trigger `templates_changed`) with every change to them.
+pub async fn generation(pool: &PgPool) -> DbResult<i64> {
+    Ok(sqlx::query_scalar("SELECT n FROM template_generation")
+        .fetch_one(pool)
+        .await?)
+}
+
 /// Which templates a caller can see.
 #[derive(Debug, Clone)]
 pub enum Visibility {
@@ -313,17 +320,4 @@ pub async fn delete(pool: &PgPool, uuid: Uuid) -> DbResult<bool> {
     .execute(pool)
     .await?;
     Ok(res.rows_affected() == 1)
-}
-
-/// Labels of the given templates (any visibility), for label diffs of a page of clusters.
-pub async fn labels_of(
-    pool: &PgPool,
-    uuids: &[Uuid],
-) -> DbResult<std::collections::HashMap<Uuid, Labels>> {
-    let rows: Vec<(Uuid, Json<Labels>)> =
-        sqlx::query_as("SELECT uuid, labels FROM cluster_template WHERE uuid = ANY($1)")
-            .bind(uuids)
-            .fetch_all(pool)
-            .await?;
-    Ok(rows.into_iter().map(|(u, l)| (u, l.0)).collect())
 }

@@ -1,8 +1,6 @@
 //! Cluster use cases: create (rows + default nodegroups + operation in one transaction), show,
 //! list, patch, delete, resize, upgrade.
 
-use std::collections::HashMap;
-
 use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -231,26 +229,25 @@ async fn record_create(
     Ok(())
 }
 
-/// A cluster with everything its full view needs.
-pub struct ClusterView {
-    pub cluster: ClusterRow,
-    pub nodegroups: Vec<NodegroupRow>,
-    pub template_labels: Labels,
-}
-
-pub async fn get(app: &App, caller: &Caller, ident: &str) -> Result<ClusterView> {
-    let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
-    authorize(caller, "cluster:get", &c)?;
-    let nodegroups = ndb::of_cluster(&app.pool, c.uuid).await?;
-    let template_labels = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id)
+/// Show: the cluster (by uuid or unique name) in full, read in one statement with its
+/// nodegroups' aggregates and its template's labels.
+pub async fn get(
+    app: &App,
+    caller: &Caller,
+    ident: &str,
+    base: &str,
+    mv: Version,
+) -> Result<views::Cluster> {
+    let scope = cluster_scope(caller, true);
+    let uuid = match parse_uuid(ident) {
+        Some(u) => u,
+        None => find_cluster(app, &scope, ident).await?.uuid,
+    };
+    let row = cdb::one_with_nodes(&app.pool, &scope, uuid)
         .await?
-        .map(|t| t.labels.0)
-        .unwrap_or_default();
-    Ok(ClusterView {
-        cluster: c,
-        nodegroups,
-        template_labels,
-    })
+        .ok_or_else(|| DomainError::cluster_not_found(ident))?;
+    authorize(caller, "cluster:get", &row.cluster)?;
+    Ok(views::cluster_aggregated(row, caller.is_admin(), base, mv))
 }
 
 pub async fn list(
@@ -284,39 +281,9 @@ pub async fn list(
         ),
         None => None,
     };
-    let rows = cdb::list(&app.pool, &scope, &super::page(params, marker_id)).await?;
-    let uuids: Vec<Uuid> = rows.iter().map(|c| c.uuid).collect();
-    let mut ngs = views::by_cluster(ndb::of_clusters(&app.pool, &uuids).await?);
-    let template_labels: HashMap<Uuid, Labels> = if detail {
-        let mut ct_uuids: Vec<Uuid> = rows.iter().map(|c| c.cluster_template_id).collect();
-        ct_uuids.sort_unstable();
-        ct_uuids.dedup();
-        tdb::labels_of(&app.pool, &ct_uuids).await?
-    } else {
-        HashMap::new()
-    };
-    let empty = Labels::new();
-    let items: Vec<views::ClusterEntry> = rows
-        .iter()
-        .map(|c| {
-            let s = views::summarize(ngs.remove(&c.uuid).unwrap_or_default().iter());
-            if detail {
-                let parent = template_labels
-                    .get(&c.cluster_template_id)
-                    .unwrap_or(&empty);
-                views::ClusterEntry::Detail(Box::new(views::cluster_full_for(
-                    caller.is_admin(),
-                    c,
-                    &s,
-                    parent,
-                    base,
-                    mv,
-                )))
-            } else {
-                views::ClusterEntry::Summary(Box::new(views::cluster_short(c, &s, base, mv)))
-            }
-        })
-        .collect();
+    // One statement per page: nodegroups aggregated (and template labels joined) in SQL.
+    let rows =
+        cdb::page_with_nodes(&app.pool, &scope, &super::page(params, marker_id), detail).await?;
     let path = if detail {
         "clusters/detail"
     } else {
@@ -324,8 +291,12 @@ pub async fn list(
     };
     let next = params.next_if_full(rows.len(), || {
         rows.last()
-            .map(|c| params.next_url(base, path, &c.uuid.to_string()))
+            .map(|c| params.next_url(base, path, &c.cluster.uuid.to_string()))
     });
+    let items = rows
+        .into_iter()
+        .map(|row| views::cluster_entry(row, detail, caller.is_admin(), base, mv))
+        .collect();
     Ok(views::ClusterList {
         clusters: items,
         next,

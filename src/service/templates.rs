@@ -242,13 +242,37 @@ pub async fn get(app: &App, caller: &Caller, ident: &str) -> Result<TemplateRow>
     Ok(t)
 }
 
-pub async fn list(
+/// [`list`] serialised: the page's JSON, reused while no template changed (the generation is
+/// read before the rows, so a stored page is never older than its generation).
+pub async fn list_json(
     app: &App,
     caller: &Caller,
     params: &ListQuery,
     detail: bool,
     base: &str,
-) -> Result<views::ClusterTemplateList> {
+) -> Result<bytes::Bytes> {
+    authorize_list(caller, detail)?;
+    let vis = template_visibility(caller);
+    let key = format!(
+        "{vis:?} {detail} {base} {} {} {} {:?}",
+        params.limit,
+        params.sort_key,
+        params.dir(),
+        params.marker
+    );
+    let generation = tdb::generation(&app.pool).await?;
+    if let Some(body) = app.template_pages.get(&key, generation) {
+        return Ok(body);
+    }
+    let page = list(app, caller, params, detail, base).await?;
+    let body = bytes::Bytes::from(
+        serde_json::to_vec(&page).map_err(|e| super::Error::Internal(e.to_string()))?,
+    );
+    app.template_pages.put(key, generation, body.clone());
+    Ok(body)
+}
+
+fn authorize_list(caller: &Caller, detail: bool) -> Result<()> {
     policy::enforce(
         if detail {
             "clustertemplate:detail"
@@ -258,6 +282,17 @@ pub async fn list(
         caller,
         None,
     )?;
+    Ok(())
+}
+
+pub async fn list(
+    app: &App,
+    caller: &Caller,
+    params: &ListQuery,
+    detail: bool,
+    base: &str,
+) -> Result<views::ClusterTemplateList> {
+    authorize_list(caller, detail)?;
     let vis = template_visibility(caller);
     let marker_id = match params.marker {
         Some(m) => Some(
@@ -279,7 +314,10 @@ pub async fn list(
             .map(|t| params.next_url(base, path, &t.uuid.to_string()))
     });
     Ok(views::ClusterTemplateList {
-        clustertemplates: rows.iter().map(|t| views::template(t, base)).collect(),
+        clustertemplates: rows
+            .into_iter()
+            .map(|t| views::template_owned(t, base))
+            .collect(),
         next,
     })
 }

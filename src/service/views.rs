@@ -6,15 +6,13 @@
 //! where the key may be absent but, when present, may be null). The `ToSchema` derives make them
 //! the response schemas of the OpenAPI document.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::db::clusters::ClusterRow;
+use crate::db::clusters::{ClusterRow, ClusterWithNodes};
 use crate::db::nodegroups::NodegroupRow;
 use crate::db::quotas::QuotaRow;
 use crate::db::services::ServiceRow;
@@ -114,41 +112,46 @@ pub struct ClusterTemplate {
 }
 
 pub fn template(t: &TemplateRow, base: &str) -> ClusterTemplate {
+    template_owned(t.clone(), base)
+}
+
+/// [`template`] consuming the row (a list moves its fields instead of copying them).
+pub fn template_owned(t: TemplateRow, base: &str) -> ClusterTemplate {
     ClusterTemplate {
         uuid: t.uuid,
-        name: t.name.clone(),
-        coe: t.coe.clone(),
-        image_id: t.image_id.clone(),
-        flavor_id: t.flavor_id.clone(),
-        master_flavor_id: t.master_flavor_id.clone(),
-        dns_nameserver: t.dns_nameserver.clone(),
-        keypair_id: t.keypair_id.clone(),
-        external_network_id: t.external_network_id.clone(),
-        fixed_network: t.fixed_network.clone(),
-        fixed_subnet: t.fixed_subnet.clone(),
-        network_driver: t.network_driver.clone(),
+        name: t.name,
+        coe: t.coe,
+        image_id: t.image_id,
+        flavor_id: t.flavor_id,
+        master_flavor_id: t.master_flavor_id,
+        dns_nameserver: t.dns_nameserver,
+        keypair_id: t.keypair_id,
+        external_network_id: t.external_network_id,
+        fixed_network: t.fixed_network,
+        fixed_subnet: t.fixed_subnet,
+        network_driver: t.network_driver,
         apiserver_port: t.apiserver_port,
         docker_volume_size: t.docker_volume_size,
-        cluster_distro: t.cluster_distro.clone(),
+        cluster_distro: t.cluster_distro,
         links: links(base, &format!("clustertemplates/{}", t.uuid)),
-        http_proxy: t.http_proxy.clone(),
-        https_proxy: t.https_proxy.clone(),
-        no_proxy: t.no_proxy.clone(),
-        volume_driver: t.volume_driver.clone(),
+        http_proxy: t.http_proxy,
+        https_proxy: t.https_proxy,
+        no_proxy: t.no_proxy,
+        volume_driver: t.volume_driver,
         registry_enabled: t.registry_enabled,
-        labels: t.labels.0.clone(),
+        labels: t.labels.0,
         tls_disabled: t.tls_disabled,
         public: t.public,
-        server_type: t.server_type.clone(),
-        insecure_registry: t.insecure_registry.clone(),
-        docker_storage_driver: t.docker_storage_driver.clone(),
+        server_type: t.server_type,
+        insecure_registry: t.insecure_registry,
+        docker_storage_driver: t.docker_storage_driver,
         master_lb_enabled: t.master_lb_enabled,
         floating_ip_enabled: t.floating_ip_enabled,
-        project_id: t.project_id.clone(),
-        user_id: t.user_id.clone(),
+        project_id: t.project_id,
+        user_id: t.user_id,
         hidden: t.hidden,
-        tags: t.tags.clone(),
-        driver: t.driver.clone(),
+        tags: t.tags,
+        driver: t.driver,
         created_at: ts(&t.created_at),
         updated_at: ts_opt(&t.updated_at),
     }
@@ -164,7 +167,7 @@ pub struct ClusterTemplateList {
 }
 
 /// Aggregates of a cluster's nodegroups.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct NgSummary {
     pub node_count: i64,
     pub master_count: i64,
@@ -200,15 +203,6 @@ pub fn summarize<'a>(ngs: impl IntoIterator<Item = &'a NodegroupRow>) -> NgSumma
         }
     }
     s
-}
-
-/// Groups nodegroups by cluster uuid.
-pub fn by_cluster(ngs: Vec<NodegroupRow>) -> HashMap<Uuid, Vec<NodegroupRow>> {
-    let mut map: HashMap<Uuid, Vec<NodegroupRow>> = HashMap::new();
-    for ng in ngs {
-        map.entry(ng.cluster_id).or_default().push(ng);
-    }
-    map
 }
 
 /// The Heat-era `stack_id` (below 1.13) or its 1.13 name `cluster_id`, at the same position: the
@@ -252,24 +246,34 @@ pub struct ClusterSummary {
 }
 
 pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Version) -> ClusterSummary {
-    let (stack_id, cluster_id) = stack_keys(c, mv);
+    cluster_short_owned(c.clone(), s, base, mv)
+}
+
+/// [`cluster_short`] consuming the row (a list moves its fields instead of copying them).
+pub fn cluster_short_owned(
+    c: ClusterRow,
+    s: &NgSummary,
+    base: &str,
+    mv: Version,
+) -> ClusterSummary {
+    let (stack_id, cluster_id) = stack_keys(&c, mv);
     ClusterSummary {
         uuid: c.uuid,
-        name: c.name.clone(),
+        name: c.name,
         cluster_template_id: c.cluster_template_id,
-        keypair: c.keypair.clone(),
+        keypair: c.keypair,
         node_count: s.node_count,
         master_count: s.master_count,
         docker_volume_size: c.docker_volume_size,
-        labels: c.labels.0.clone(),
-        master_flavor_id: c.master_flavor_id.clone(),
-        flavor_id: c.flavor_id.clone(),
+        labels: c.labels.0,
+        master_flavor_id: c.master_flavor_id,
+        flavor_id: c.flavor_id,
         create_timeout: c.create_timeout,
         links: links(base, &format!("clusters/{}", c.uuid)),
         stack_id,
         cluster_id,
-        status: c.status.clone(),
-        health_status: c.health_status.clone(),
+        status: c.status,
+        health_status: c.health_status,
         merge_labels: false,
     }
 }
@@ -341,22 +345,6 @@ pub struct Cluster {
     pub management_cluster: Option<String>,
 }
 
-/// [`cluster_full`] as `caller_is_admin` sees it: admins also see its management cluster.
-pub fn cluster_full_for(
-    caller_is_admin: bool,
-    c: &ClusterRow,
-    s: &NgSummary,
-    parent: &Labels,
-    base: &str,
-    mv: Version,
-) -> Cluster {
-    let mut view = cluster_full(c, s, parent, base, mv);
-    if caller_is_admin {
-        view.management_cluster = c.management_cluster.clone();
-    }
-    view
-}
-
 pub fn cluster_full(
     c: &ClusterRow,
     s: &NgSummary,
@@ -364,39 +352,50 @@ pub fn cluster_full(
     base: &str,
     mv: Version,
 ) -> Cluster {
-    let (stack_id, cluster_id) = stack_keys(c, mv);
+    cluster_full_owned(c.clone(), s.clone(), parent, base, mv)
+}
+
+/// [`cluster_full`] consuming the row and the summary (a list moves their fields).
+pub fn cluster_full_owned(
+    c: ClusterRow,
+    s: NgSummary,
+    parent: &Labels,
+    base: &str,
+    mv: Version,
+) -> Cluster {
+    let (stack_id, cluster_id) = stack_keys(&c, mv);
     let failed = c.status.parse::<Status>().is_ok_and(Status::is_failed);
     let d = labels::diff(parent, &c.labels.0);
     Cluster {
         uuid: c.uuid,
-        name: c.name.clone(),
+        name: c.name,
         cluster_template_id: c.cluster_template_id,
-        keypair: c.keypair.clone(),
+        keypair: c.keypair,
         node_count: s.node_count,
         master_count: s.master_count,
         docker_volume_size: c.docker_volume_size,
-        labels: c.labels.0.clone(),
-        master_flavor_id: c.master_flavor_id.clone(),
-        flavor_id: c.flavor_id.clone(),
+        labels: c.labels.0,
+        master_flavor_id: c.master_flavor_id,
+        flavor_id: c.flavor_id,
         create_timeout: c.create_timeout,
         links: links(base, &format!("clusters/{}", c.uuid)),
         stack_id,
         cluster_id,
-        status: c.status.clone(),
-        status_reason: c.status_reason.clone(),
-        health_status: c.health_status.clone(),
-        health_status_reason: c.health_status_reason.0.clone(),
-        discovery_url: c.discovery_url.clone(),
-        api_address: c.api_address.clone(),
-        coe_version: c.coe_version.clone(),
-        container_version: c.container_version.clone(),
-        project_id: c.project_id.clone(),
-        user_id: c.user_id.clone(),
-        node_addresses: s.node_addresses.clone(),
-        master_addresses: s.master_addresses.clone(),
-        faults: failed.then(|| s.faults.clone()),
-        fixed_network: c.fixed_network.clone(),
-        fixed_subnet: c.fixed_subnet.clone(),
+        status: c.status,
+        status_reason: c.status_reason,
+        health_status: c.health_status,
+        health_status_reason: c.health_status_reason.0,
+        discovery_url: c.discovery_url,
+        api_address: c.api_address,
+        coe_version: c.coe_version,
+        container_version: c.container_version,
+        project_id: c.project_id,
+        user_id: c.user_id,
+        node_addresses: s.node_addresses,
+        master_addresses: s.master_addresses,
+        faults: failed.then_some(s.faults),
+        fixed_network: c.fixed_network,
+        fixed_subnet: c.fixed_subnet,
         floating_ip_enabled: c.floating_ip_enabled,
         merge_labels: false,
         labels_overridden: d.overridden,
@@ -407,6 +406,60 @@ pub fn cluster_full(
         updated_at: ts_opt(&c.updated_at),
         management_cluster: None,
     }
+}
+
+/// A cluster of a page as the statement returned it (nodegroups aggregated in SQL): the short
+/// form, or with `detail` the full one against its template's labels.
+pub fn cluster_entry(
+    row: ClusterWithNodes,
+    detail: bool,
+    caller_is_admin: bool,
+    base: &str,
+    mv: Version,
+) -> ClusterEntry {
+    if detail {
+        ClusterEntry::Detail(Box::new(cluster_aggregated(row, caller_is_admin, base, mv)))
+    } else {
+        let (c, s, _) = split_aggregated(row);
+        ClusterEntry::Summary(Box::new(cluster_short_owned(c, &s, base, mv)))
+    }
+}
+
+/// The full form of a cluster fetched with its nodegroups' aggregates.
+/// Admins (`caller_is_admin`) also see its management cluster.
+pub fn cluster_aggregated(
+    row: ClusterWithNodes,
+    caller_is_admin: bool,
+    base: &str,
+    mv: Version,
+) -> Cluster {
+    let (c, s, parent) = split_aggregated(row);
+    let placed = if caller_is_admin {
+        c.management_cluster.clone()
+    } else {
+        None
+    };
+    let mut view = cluster_full_owned(c, s, &parent, base, mv);
+    view.management_cluster = placed;
+    view
+}
+
+fn split_aggregated(row: ClusterWithNodes) -> (ClusterRow, NgSummary, Labels) {
+    let flat = |v: Vec<Vec<String>>| v.into_iter().flatten().collect();
+    let s = NgSummary {
+        node_count: row.ng_node_count,
+        master_count: row.ng_master_count,
+        node_addresses: flat(row.ng_node_addresses.0),
+        master_addresses: flat(row.ng_master_addresses.0),
+        faults: row
+            .ng_faults
+            .0
+            .into_iter()
+            .map(|(name, reason)| (name, reason.map_or(Value::Null, Value::String)))
+            .collect(),
+    };
+    let parent = row.template_labels.map(|l| l.0).unwrap_or_default();
+    (row.cluster, s, parent)
 }
 
 /// One cluster of a list: the short form (`/v1/clusters`) or the full one (`/detail`).
