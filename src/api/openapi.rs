@@ -40,7 +40,10 @@ pub struct ApiDoc;
 /// The keys a response object may leave out (the views' `skip_serializing_if` fields); every
 /// other key of a response object is always present, null when it has no value.
 const MAY_BE_ABSENT: &[(&str, &[&str])] = &[
-    ("Cluster", &["stack_id", "cluster_id", "faults"]),
+    (
+        "Cluster",
+        &["stack_id", "cluster_id", "faults", "management_cluster"],
+    ),
     ("ClusterSummary", &["stack_id", "cluster_id"]),
     ("ClusterTemplateList", &["next"]),
     ("ClusterDetailList", &["next"]),

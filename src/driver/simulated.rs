@@ -23,10 +23,17 @@ fn transient(e: DbError) -> DriverError {
     DriverError::Transient(e.to_string())
 }
 
-/// Documentation-range addresses (RFC 5737) for simulated nodes.
+/// Most addresses a simulated nodegroup lists: a schema-valid `node_count` goes up to 2^31−1,
+/// and the simulator must not try to hold that many in memory (a real cloud's quota would stop
+/// such a cluster long before).
+const MAX_SIM_ADDRESSES: i32 = 4096;
+
+/// Loopback addresses for simulated nodes (development mode hands out nothing a client could
+/// follow off the machine): `127.<prefix>.<n / 256>.<n % 256>` for the n-th node from 1, at most [`MAX_SIM_ADDRESSES`].
 fn addresses(prefix: u8, n: i32) -> Vec<String> {
-    (0..n.max(0))
-        .map(|i| format!("192.0.2.{}", u32::from(prefix) + i as u32))
+    (0..n.clamp(0, MAX_SIM_ADDRESSES))
+        .map(|i| i + 1)
+        .map(|i| format!("127.{prefix}.{}.{}", (i >> 8) & 0xff, i & 0xff))
         .collect()
 }
 
@@ -55,7 +62,7 @@ impl SimulatedDriver {
                         .await?;
                 }
                 let facts = DriverFacts {
-                    api_address: Some("https://192.0.2.1:6443".into()),
+                    api_address: Some("https://127.0.0.1:6443".into()),
                     coe_version: Some(
                         cluster
                             .labels
@@ -137,5 +144,23 @@ impl Backend for SimulatedDriver {
         _caller: Option<&'a secrecy::SecretString>,
     ) -> DriverFuture<'a> {
         Box::pin(async move { self.run(pool, op).await.map_err(transient) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_loopback_and_bounded() {
+        assert_eq!(addresses(10, 2), ["127.10.0.1", "127.10.0.2"]);
+        assert_eq!(addresses(100, 300)[299], "127.100.1.44");
+        assert!(addresses(100, -1).is_empty());
+        let many = addresses(100, i32::MAX);
+        assert_eq!(many.len(), MAX_SIM_ADDRESSES as usize);
+        assert!(many.iter().all(|a| {
+            a.parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| ip.is_loopback())
+        }));
     }
 }
