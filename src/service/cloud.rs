@@ -85,22 +85,23 @@ impl Flavors {
 /// hides (or any other failure) count as "no GPU", and the `gpu_operator_enabled` label remains
 /// the way to ask.
 async fn gpu_flavors(s: &UserSession, ids: [&Option<String>; 2]) -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
-    for id in ids.into_iter().flatten() {
-        if found.contains(id) {
-            continue;
-        }
-        match lookups::flavor_extra_specs(s, id).await {
-            Ok(specs) => {
-                let pairs = specs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-                if crate::domain::resources::flavor_has_gpu(pairs) {
-                    found.push(id.clone());
-                }
+    let mut ids: Vec<&String> = ids.into_iter().flatten().collect();
+    ids.dedup();
+    // One request per distinct flavor, in parallel: this runs inside every create and PATCH.
+    let specs = futures::future::join_all(ids.iter().map(|id| lookups::flavor_extra_specs(s, id)));
+    ids.iter()
+        .zip(specs.await)
+        .filter_map(|(id, specs)| match specs {
+            Ok(specs) => crate::domain::resources::flavor_has_gpu(
+                specs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .then(|| (*id).clone()),
+            Err(e) => {
+                tracing::debug!(flavor = %id, error = %e, "flavor extra specs not read");
+                None
             }
-            Err(e) => tracing::debug!(flavor = %id, error = %e, "flavor extra specs not read"),
-        }
-    }
-    found
+        })
+        .collect()
 }
 
 /// `boot_volume_size` from the labels, else the configured default (Magnum's

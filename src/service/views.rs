@@ -245,17 +245,9 @@ pub struct ClusterSummary {
     pub merge_labels: bool,
 }
 
-pub fn cluster_short(c: &ClusterRow, s: &NgSummary, base: &str, mv: Version) -> ClusterSummary {
-    cluster_short_owned(c.clone(), s, base, mv)
-}
-
-/// [`cluster_short`] consuming the row (a list moves its fields instead of copying them).
-pub fn cluster_short_owned(
-    c: ClusterRow,
-    s: &NgSummary,
-    base: &str,
-    mv: Version,
-) -> ClusterSummary {
+/// The short form of a cluster, consuming the row (a list moves its fields instead of copying
+/// them).
+pub fn cluster_short(c: ClusterRow, s: &NgSummary, base: &str, mv: Version) -> ClusterSummary {
     let (stack_id, cluster_id) = stack_keys(&c, mv);
     ClusterSummary {
         uuid: c.uuid,
@@ -421,7 +413,7 @@ pub fn cluster_entry(
         ClusterEntry::Detail(Box::new(cluster_aggregated(row, caller_is_admin, base, mv)))
     } else {
         let (c, s, _) = split_aggregated(row);
-        ClusterEntry::Summary(Box::new(cluster_short_owned(c, &s, base, mv)))
+        ClusterEntry::Summary(Box::new(cluster_short(c, &s, base, mv)))
     }
 }
 
