@@ -359,7 +359,24 @@ impl Keystone {
             .await
     }
 
+    /// Password authentication writes to Keystone's database (the user's failed-auth/last-active
+    /// bookkeeping); with sqlite, two workers doing so at once can fail one with "database is
+    /// locked" (a 500: WAL mode hands out SQLITE_BUSY at once when a reader must become a writer,
+    /// whatever the busy timeout). A production Keystone on MySQL does not; the harness retries.
     async fn issue_scoped(&self, user: &str, scope: Value) -> Result<String> {
+        let mut attempt = 0;
+        loop {
+            match self.issue_scoped_once(user, &scope).await {
+                Err(e) if attempt < 4 && format!("{e:#}").contains("500 Internal Server Error") => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn issue_scoped_once(&self, user: &str, scope: &Value) -> Result<String> {
         let body = json!({"auth": {
             "identity": {"methods": ["password"], "password": {"user": {
                 "name": user, "domain": {"id": DOMAIN}, "password": password(user)}}},
