@@ -11,6 +11,7 @@ use crate::driver::Backend;
 use crate::driver::simulated::SimulatedDriver;
 use crate::openstack::Keystone;
 use crate::seal::Sealer;
+use crate::view_cache::ViewCache;
 
 /// How requests are authenticated.
 #[derive(Debug, Clone)]
@@ -45,42 +46,8 @@ pub struct App {
     /// Seals the caller's token into operations that act as the caller later (`None` only if
     /// no key could be made: creates with Keystone are then refused).
     pub sealer: Option<Sealer>,
-    /// Serialised template pages, reused while the templates' generation stands still.
-    pub template_pages: PageCache,
-}
-
-/// Serialised response bodies by request key, each valid for one generation of its data.
-#[derive(Debug, Default)]
-pub struct PageCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, (i64, bytes::Bytes)>>,
-}
-
-impl PageCache {
-    /// Bounds the memory: past this many keys the cache starts over.
-    const MAX_ENTRIES: usize = 512;
-
-    /// The body stored for `key` at `generation`.
-    pub fn get(&self, key: &str, generation: i64) -> Option<bytes::Bytes> {
-        let entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries
-            .get(key)
-            .filter(|(g, _)| *g == generation)
-            .map(|(_, b)| b.clone())
-    }
-
-    pub fn put(&self, key: String, generation: i64, body: bytes::Bytes) {
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if entries.len() >= Self::MAX_ENTRIES && !entries.contains_key(&key) {
-            entries.clear();
-        }
-        entries.insert(key, (generation, body));
-    }
+    /// Serialised cluster and template views, reused until their data changes.
+    pub views: ViewCache,
 }
 
 pub type AppState = Arc<App>;
@@ -99,6 +66,7 @@ impl App {
         backend: Arc<dyn Backend>,
     ) -> AppState {
         let sealer = sealer_for(&config);
+        let views = ViewCache::new(config.api.view_cache_mib.saturating_mul(1 << 20));
         Arc::new(App {
             pool,
             config,
@@ -106,7 +74,7 @@ impl App {
             work_ready: Notify::new(),
             backend,
             sealer,
-            template_pages: PageCache::default(),
+            views,
         })
     }
 }

@@ -607,6 +607,9 @@ pub struct ApiConfig {
     pub default_network_driver: String,
     /// Driver name stored in `driver` of new templates when neither request nor image names one.
     pub default_driver: String,
+    /// MiB of serialised cluster and template views kept for reuse until their data changes
+    /// (`src/view_cache.rs`); 0 builds every response from PostgreSQL.
+    pub view_cache_mib: u64,
 }
 
 impl Default for ApiConfig {
@@ -616,6 +619,7 @@ impl Default for ApiConfig {
             allowed_network_drivers: vec!["all".into()],
             default_network_driver: "calico".into(),
             default_driver: "k8s_capi_rust_v1".into(),
+            view_cache_mib: 64,
         }
     }
 }

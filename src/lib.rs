@@ -18,4 +18,5 @@ pub mod service;
 #[cfg(feature = "dev")]
 pub mod simkube;
 pub mod telemetry;
+pub mod view_cache;
 pub mod worker;

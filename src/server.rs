@@ -404,6 +404,15 @@ pub async fn build_state_for(
     Ok(App::with_backend(pool, cfg, auth, backend))
 }
 
+/// The task that retires serialised views when PostgreSQL reports a change (`view_cache`).
+pub fn spawn_view_follower(
+    state: &AppState,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let state = state.clone();
+    tokio::spawn(async move { state.views.follow_changes(&state.pool, stop).await })
+}
+
 /// Serves until a shutdown signal, then drains requests and stops the background tasks (and,
 /// with `capi`, the CAPI driver's watchers, status writer and janitor).
 pub async fn serve(
@@ -430,6 +439,7 @@ pub async fn serve_members(
         host.clone(),
         stop_rx.clone(),
     )));
+    background.push(spawn_view_follower(&state, stop_rx.clone()));
     for capi in members {
         background.extend(spawn_capi(&state, capi, stop_rx.clone()));
     }

@@ -23,6 +23,7 @@ pub const STATUS_WRITER: &str = "magnum_capi_status_writer_leader";
 pub const OPENSTACK_REQUESTS: &str = "magnum_capi_openstack_requests_total";
 pub const OPENSTACK_DURATION: &str = "magnum_capi_openstack_request_duration_seconds";
 pub const TOKEN_CACHE: &str = "magnum_capi_token_cache_total";
+pub const VIEW_CACHE: &str = "magnum_capi_view_cache_total";
 pub const APP_CREDENTIALS: &str = "magnum_capi_app_credentials_total";
 pub const APP_CREDENTIALS_LEFTOVER: &str = "magnum_capi_app_credentials_leftover";
 pub const READY: &str = "magnum_capi_ready";
@@ -113,6 +114,10 @@ fn describe() {
     describe_counter!(
         TOKEN_CACHE,
         "Keystone token validations by cache result (hit, miss)."
+    );
+    describe_counter!(
+        VIEW_CACHE,
+        "Cluster and template reads by serialised-view cache result (hit, miss, bypass)."
     );
     describe_counter!(
         APP_CREDENTIALS,
@@ -229,6 +234,10 @@ pub fn openstack_call(service: &str, ok: bool, took: Duration) {
 
 pub fn token_cache(hit: bool) {
     counter!(TOKEN_CACHE, "result" => if hit { "hit" } else { "miss" }).increment(1);
+}
+
+pub fn view_cache(result: &'static str) {
+    counter!(VIEW_CACHE, "result" => result).increment(1);
 }
 
 pub fn app_credential(event: &'static str, n: u64) {

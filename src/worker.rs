@@ -43,41 +43,20 @@ pub async fn run(
 /// Wakes this replica's workers whenever any replica records (or hands back) an operation:
 /// PostgreSQL `LISTEN` on the queue's channel. While the listening connection is down, the
 /// workers fall back to their safety poll.
-pub async fn listen(app: AppState, mut shutdown: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_millis(500);
-    loop {
-        let connected = async {
-            let mut l = sqlx::postgres::PgListener::connect_with(&app.pool).await?;
-            l.listen(odb::CHANNEL).await?;
-            Ok::<_, sqlx::Error>(l)
-        }
-        .await;
-        match connected {
-            Ok(mut l) => {
-                backoff = Duration::from_millis(500);
-                // Something may have been recorded while nobody listened.
+pub async fn listen(app: AppState, shutdown: watch::Receiver<bool>) {
+    crate::db::events::follow(
+        &app.pool,
+        &[odb::CHANNEL],
+        "operation queue",
+        shutdown,
+        |e| {
+            // On `Listening` too: something may have been recorded while nobody listened.
+            if e != crate::db::events::Event::Lost {
                 app.work_ready.notify_waiters();
-                loop {
-                    tokio::select! {
-                        n = l.recv() => match n {
-                            Ok(_) => app.work_ready.notify_waiters(),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "operation notifications lost; reconnecting");
-                                break;
-                            }
-                        },
-                        _ = shutdown.changed() => return,
-                    }
-                }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot listen for operations; polling meanwhile"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = shutdown.changed() => return,
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
-    }
+        },
+    )
+    .await;
 }
 
 /// How long an idle worker sleeps: until the next retry or lease expiry, at most the safety poll.

@@ -452,9 +452,8 @@ async fn certificate_get_belongs_to_the_cluster_creator() {
 
 async fn set_cluster_status(t: &TestApp, uuid: &str, status: &str) {
     let n = t
-        .sql_i64(&format!(
-            "WITH u AS (UPDATE cluster SET status = '{status}' WHERE uuid = '{uuid}' RETURNING 1)
-             SELECT count(*) FROM u"
+        .write_sql(&format!(
+            "UPDATE cluster SET status = '{status}' WHERE uuid = '{uuid}'"
         ))
         .await;
     assert_eq!(n, 1);

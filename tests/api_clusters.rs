@@ -25,10 +25,7 @@ fn body_named(name: &str, mut body: Value) -> Value {
 }
 
 async fn exec(t: &TestApp, sql: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
-        .execute(&t.state.pool)
-        .await
-        .expect("sql");
+    t.write_sql(sql).await;
 }
 
 async fn nodegroups(t: &TestApp, who: &As, cluster: &str) -> Vec<Value> {

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 
 use super::context::Cloud;
 use super::error::ApiResult;
@@ -13,11 +14,11 @@ use super::schemas::{
     BadRequest, ClusterCreate, ClusterListQuery, ClusterResize, ClusterUpgrade, Conflict,
     Forbidden, JsonPatch, MagnumError, MinVersion, NotFound, RollbackQuery, UuidBody,
 };
-use super::{RequestId, uuid_body};
+use super::{RequestId, json_bytes, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
 use crate::service::clusters;
-use crate::service::views::{Cluster, ClusterDetailList, ClusterList, ClusterSummaryList};
+use crate::service::views::{Cluster, ClusterDetailList, ClusterSummaryList};
 
 /// The first version with `actions/resize` and `actions/upgrade`.
 const ACTIONS_SINCE: u32 = 7;
@@ -36,7 +37,7 @@ pub async fn list(
     mv: Mv,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<ClusterList>> {
+) -> ApiResult<Response> {
     list_clusters(&app, &caller, mv, &args, false, &base).await
 }
 
@@ -51,7 +52,7 @@ pub async fn detail(
     mv: Mv,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<ClusterList>> {
+) -> ApiResult<Response> {
     list_clusters(&app, &caller, mv, &args, true, &base).await
 }
 
@@ -66,9 +67,10 @@ pub async fn show(
     mv: Mv,
     Path(ident): Path<String>,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Cluster>> {
-    Ok(Json(
-        clusters::get(&app, &caller, &ident, &base, mv.0).await?,
+) -> ApiResult<Response> {
+    // The serialised view (reused while the cluster is unchanged), as `Json` would send it.
+    Ok(json_bytes(
+        clusters::get_json(&app, &caller, &ident, &base, mv.0).await?,
     ))
 }
 
@@ -184,10 +186,10 @@ async fn list_clusters(
     args: &QueryArgs,
     detail: bool,
     base: &str,
-) -> ApiResult<Json<ClusterList>> {
+) -> ApiResult<Response> {
     args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
     let q = list_query(args, clusters::SORT_KEYS, app.config.api.max_limit)?;
-    Ok(Json(
-        clusters::list(app, caller, mv.0, &q, detail, base).await?,
+    Ok(json_bytes(
+        clusters::list_json(app, caller, mv.0, &q, detail, base).await?,
     ))
 }

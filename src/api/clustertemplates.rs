@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use super::context::Cloud;
 use super::error::ApiResult;
@@ -132,5 +132,5 @@ async fn list_templates(
     let q = list_query(args, templates::SORT_KEYS, app.config.api.max_limit)?;
     // The serialised page (cached while no template changes), as `Json` would send it.
     let body = templates::list_json(app, caller, &q, detail, base).await?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    Ok(super::json_bytes(body))
 }

@@ -19,7 +19,7 @@ pub mod versions;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Request};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::handler::Handler;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, Uri};
@@ -38,6 +38,15 @@ pub fn metrics_service(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(operating::metrics_open))
         .with_state(state)
+}
+
+/// A serialised JSON body sent as `axum::Json` would send it.
+pub fn json_bytes(body: bytes::Bytes) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 /// The `{"uuid": ...}` body of asynchronous cluster operations.
@@ -264,6 +273,18 @@ pub fn route_table() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
+/// After a request that may have written (anything but GET/HEAD/OPTIONS) and before its answer
+/// leaves, the serialised views stored so far are retired: this replica's clients read their
+/// own writes at once, without waiting for the change notification (`view_cache`).
+async fn own_writes(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let resp = next.run(req).await;
+    if !reads {
+        app.views.changed();
+    }
+    resp
+}
+
 /// The whole HTTP service: front middleware around the router.
 pub fn service(
     state: AppState,
@@ -288,6 +309,7 @@ pub fn service(
         .merge(metrics)
         .merge(v1_routes().router.route_layer(authenticate()))
         .layer(middleware::from_fn(operating::count))
+        .layer(middleware::from_fn_with_state(state.clone(), own_writes))
         .fallback(not_found)
         .with_state(state)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {

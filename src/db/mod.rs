@@ -3,6 +3,7 @@
 
 pub mod clusters;
 pub mod day2;
+pub mod events;
 pub mod janitor;
 pub mod nodegroups;
 pub mod operations;

@@ -112,13 +112,6 @@ pub const SORT_KEYS: &[&str] = &[
     "updated_at",
 ];
 
-/// The templates' generation: moves (trigger `templates_changed`) with every change to them.
-pub async fn generation(pool: &PgPool) -> DbResult<i64> {
-    Ok(sqlx::query_scalar("SELECT n FROM template_generation")
-        .fetch_one(pool)
-        .await?)
-}
-
 /// Which templates a caller can see.
 #[derive(Debug, Clone)]
 pub enum Visibility {

@@ -1,6 +1,7 @@
 //! Cluster use cases: create (rows + default nodegroups + operation in one transaction), show,
 //! list, patch, delete, resize, upgrade.
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -28,6 +29,7 @@ use crate::domain::status::Status;
 use crate::domain::version::{MIN_VERSION, Version};
 use crate::domain::{patch, schemas};
 use crate::openstack::UserSession;
+use crate::view_cache::Owner;
 
 /// The columns a cluster list may be sorted by.
 pub use crate::db::clusters::SORT_KEYS;
@@ -47,7 +49,11 @@ fn target(c: &ClusterRow) -> Target<'_> {
 
 /// Policy `rule` against the cluster, plus `rule_all_projects` when the cluster is someone else's.
 pub fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> Result<()> {
-    if c.project_id != caller.project_id {
+    authorize_target(caller, rule, target(c))
+}
+
+fn authorize_target(caller: &Caller, rule: &str, t: Target<'_>) -> Result<()> {
+    if t.project_id != caller.project_id {
         policy::enforce(
             &crate::domain::policy::all_projects_rule(rule),
             caller,
@@ -55,7 +61,7 @@ pub fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> Result<()> {
         )?;
         return Ok(());
     }
-    policy::enforce(rule, caller, Some(target(c)))?;
+    policy::enforce(rule, caller, Some(t))?;
     Ok(())
 }
 
@@ -230,34 +236,47 @@ async fn record_create(
 }
 
 /// Show: the cluster (by uuid or unique name) in full, read in one statement with its
-/// nodegroups' aggregates and its template's labels.
-pub async fn get(
+/// nodegroups' aggregates and its template's labels; serialised, and reused while nothing
+/// under it changed (`view_cache`).
+pub async fn get_json(
     app: &App,
     caller: &Caller,
     ident: &str,
     base: &str,
     mv: Version,
-) -> Result<views::Cluster> {
+) -> Result<Bytes> {
     let scope = cluster_scope(caller, true);
-    let uuid = match parse_uuid(ident) {
-        Some(u) => u,
-        None => find_cluster(app, &scope, ident).await?.uuid,
-    };
-    let row = cdb::one_with_nodes(&app.pool, &scope, uuid)
-        .await?
-        .ok_or_else(|| DomainError::cluster_not_found(ident))?;
-    authorize(caller, "cluster:get", &row.cluster)?;
-    Ok(views::cluster_aggregated(row, caller.is_admin(), base, mv))
+    let admin = caller.is_admin();
+    let key = format!("cluster {scope:?} {admin} {base} {mv:?} {ident}");
+    let (body, owner) = super::cached_view(app, key, || async {
+        let uuid = match parse_uuid(ident) {
+            Some(u) => u,
+            None => find_cluster(app, &scope, ident).await?.uuid,
+        };
+        let row = cdb::one_with_nodes(&app.pool, &scope, uuid)
+            .await?
+            .ok_or_else(|| DomainError::cluster_not_found(ident))?;
+        let owner = Owner {
+            project_id: row.cluster.project_id.clone(),
+            user_id: row.cluster.user_id.clone(),
+        };
+        let view = views::cluster_aggregated(row, admin, base, mv);
+        Ok((super::json_body(&view)?, Some(owner)))
+    })
+    .await?;
+    let owner = owner.ok_or_else(|| Error::Internal("a cluster view without its owner".into()))?;
+    authorize_target(
+        caller,
+        "cluster:get",
+        Target {
+            project_id: &owner.project_id,
+            user_id: &owner.user_id,
+        },
+    )?;
+    Ok(body)
 }
 
-pub async fn list(
-    app: &App,
-    caller: &Caller,
-    mv: Version,
-    params: &ListQuery,
-    detail: bool,
-    base: &str,
-) -> Result<views::ClusterList> {
+fn authorize_list(caller: &Caller, detail: bool) -> Result<()> {
     let rule = if detail {
         "cluster:detail"
     } else {
@@ -271,6 +290,48 @@ pub async fn list(
             None,
         )?;
     }
+    Ok(())
+}
+
+/// A page of clusters serialised, reused while nothing under it changed (`view_cache`).
+pub async fn list_json(
+    app: &App,
+    caller: &Caller,
+    mv: Version,
+    params: &ListQuery,
+    detail: bool,
+    base: &str,
+) -> Result<Bytes> {
+    authorize_list(caller, detail)?;
+    let key = format!(
+        "clusters {:?} {} {detail} {base} {mv:?} {} {} {} {:?}",
+        cluster_scope(caller, true),
+        caller.is_admin(),
+        params.limit,
+        params.sort_key,
+        params.dir(),
+        params.marker
+    );
+    let (body, _) = super::cached_view(app, key, || async {
+        Ok((
+            super::json_body(&list(app, caller, mv, params, detail, base).await?)?,
+            None,
+        ))
+    })
+    .await?;
+    Ok(body)
+}
+
+/// A page of clusters: one statement, nodegroups aggregated (and template labels joined) in SQL.
+pub async fn list(
+    app: &App,
+    caller: &Caller,
+    mv: Version,
+    params: &ListQuery,
+    detail: bool,
+    base: &str,
+) -> Result<views::ClusterList> {
+    authorize_list(caller, detail)?;
     let scope = cluster_scope(caller, true);
     let marker_id = match params.marker {
         Some(m) => Some(
@@ -281,7 +342,6 @@ pub async fn list(
         ),
         None => None,
     };
-    // One statement per page: nodegroups aggregated (and template labels joined) in SQL.
     let rows =
         cdb::page_with_nodes(&app.pool, &scope, &super::page(params, marker_id), detail).await?;
     let path = if detail {

@@ -17,6 +17,8 @@ pub mod views;
 
 pub use error::{Error, Result};
 
+use bytes::Bytes;
+
 use crate::app::App;
 use crate::db::clusters::{self as cdb, ClusterRow, Scope};
 use crate::db::page::PageQuery;
@@ -27,6 +29,35 @@ use crate::domain::listing::ListQuery;
 use crate::domain::names::parse_uuid;
 use crate::domain::policy::Caller;
 use crate::domain::status::Status;
+use crate::view_cache::Owner;
+
+/// A response body: the view stored under `key` while the data under it is unchanged (see
+/// `view_cache`), else the one `build` makes, stored for the next request. The owner travels
+/// with the body, so the caller authorises a reuse exactly like the first read.
+pub async fn cached_view<F, Fut>(app: &App, key: String, build: F) -> Result<(Bytes, Option<Owner>)>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>)>>,
+{
+    let generation = app.views.generation();
+    if let Some(g) = generation
+        && let Some(v) = app.views.get(&key, g).await
+    {
+        return Ok((v.body.clone(), v.owner.clone()));
+    }
+    let (body, owner) = build().await?;
+    if let Some(g) = generation {
+        app.views.put(key, g, body.clone(), owner.clone()).await;
+    }
+    Ok((body, owner))
+}
+
+/// `view` as the JSON bytes `axum::Json` would send.
+pub fn json_body<T: serde::Serialize>(view: &T) -> Result<Bytes> {
+    serde_json::to_vec(view)
+        .map(Bytes::from)
+        .map_err(|e| Error::Internal(e.to_string()))
+}
 
 /// Clusters the caller can see: everything for an admin (when `widen`), else the own project.
 pub fn cluster_scope(caller: &Caller, widen: bool) -> Scope {

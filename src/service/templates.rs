@@ -242,8 +242,7 @@ pub async fn get(app: &App, caller: &Caller, ident: &str) -> Result<TemplateRow>
     Ok(t)
 }
 
-/// [`list`] serialised: the page's JSON, reused while no template changed (the generation is
-/// read before the rows, so a stored page is never older than its generation).
+/// [`list`] serialised: the page's JSON, reused while no template changed (`view_cache`).
 pub async fn list_json(
     app: &App,
     caller: &Caller,
@@ -252,23 +251,21 @@ pub async fn list_json(
     base: &str,
 ) -> Result<bytes::Bytes> {
     authorize_list(caller, detail)?;
-    let vis = template_visibility(caller);
     let key = format!(
-        "{vis:?} {detail} {base} {} {} {} {:?}",
+        "templates {:?} {detail} {base} {} {} {} {:?}",
+        template_visibility(caller),
         params.limit,
         params.sort_key,
         params.dir(),
         params.marker
     );
-    let generation = tdb::generation(&app.pool).await?;
-    if let Some(body) = app.template_pages.get(&key, generation) {
-        return Ok(body);
-    }
-    let page = list(app, caller, params, detail, base).await?;
-    let body = bytes::Bytes::from(
-        serde_json::to_vec(&page).map_err(|e| super::Error::Internal(e.to_string()))?,
-    );
-    app.template_pages.put(key, generation, body.clone());
+    let (body, _) = super::cached_view(app, key, || async {
+        Ok((
+            super::json_body(&list(app, caller, params, detail, base).await?)?,
+            None,
+        ))
+    })
+    .await?;
     Ok(body)
 }
 

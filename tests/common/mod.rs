@@ -194,9 +194,38 @@ impl TestApp {
         self
     }
 
+    /// Follows change notifications as `serve` does, so serialised views are reused (without
+    /// it they never are); waits until it listens.
+    pub async fn with_view_cache(mut self) -> TestApp {
+        let tx = self.stop.get_or_insert_with(|| watch::channel(false).0);
+        magnum_capi::server::spawn_view_follower(&self.state, tx.subscribe());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !self.state.views.listening() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "view cache not listening"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        self
+    }
+
+    /// Another instance on the same database (another replica), its config tweaked.
+    pub async fn twin(&self, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        let mut cfg = self.state.config.clone();
+        tweak(&mut cfg);
+        let pool = db::connect(&self.url, &cfg.database).await.expect("pool");
+        TestApp {
+            state: App::new(pool, cfg, self.state.auth.clone()),
+            url: self.url.clone(),
+            stop: None,
+        }
+    }
+
     fn start_worker(&mut self) {
         let t = self;
-        let (tx, rx) = watch::channel(false);
+        let tx = t.stop.get_or_insert_with(|| watch::channel(false).0);
+        let rx = tx.subscribe();
         let driver = t.state.backend.clone();
         tokio::spawn(magnum_capi::worker::run(
             t.state.clone(),
@@ -204,7 +233,6 @@ impl TestApp {
             "test-worker".into(),
             rx,
         ));
-        t.stop = Some(tx);
     }
 }
 
@@ -382,6 +410,29 @@ impl TestApp {
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
         panic!("cluster {uuid} never reached {status}");
+    }
+
+    /// Runs a write the way another replica would (straight to PostgreSQL) and waits until this
+    /// instance has heard of it (its change notification retired the serialised views);
+    /// returns the rows affected.
+    pub async fn write_sql(&self, sql: &str) -> u64 {
+        let before = self.state.views.peek();
+        let n = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&self.state.pool)
+            .await
+            .expect("sql")
+            .rows_affected();
+        if let Some(g) = before.filter(|_| n > 0) {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while self.state.views.peek() == Some(g) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no change notification 10 s after: {sql}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        }
+        n
     }
 
     /// Runs SQL against this test's database.
