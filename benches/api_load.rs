@@ -26,6 +26,8 @@
 //! * `BENCH_SCALE=1000,10000,100000` — the scale curve's points (`none` to skip it; the table
 //!   always runs at 10,000 clusters);
 //! * `BENCH_LOADGEN=wrk|internal` — the load generator (default: wrk when installed);
+//! * `BENCH_ONLY=<text>` — only the reads whose path contains it (to profile one; with `perf
+//!   record -a` started once the scenarios begin, see README "Benchmarks");
 //! * `BENCH_KEYSTONE=1` — real tokens: the test harness's Keystone (tests/common/keystone.rs)
 //!   validates them (cache warm after the first request) and the fake Glance/Nova/Neutron
 //!   answers the look-ups of `POST /v1/clusters`; also reports what a cold (uncached) token
@@ -456,6 +458,7 @@ fn main() {
         _ if wrk_installed() => LoadGen::Wrk,
         _ => LoadGen::Internal,
     };
+    let only = std::env::var("BENCH_ONLY").ok();
     let with_keystone = std::env::var("BENCH_KEYSTONE").is_ok_and(|v| v == "1");
     // Started before the runtime: the harness blocks while Keystone boots.
     let ks = with_keystone.then(keystone::keystone);
@@ -564,6 +567,9 @@ fn main() {
         .iter()
         .enumerate()
         {
+            if !only.as_deref().is_none_or(|o| path.contains(o)) {
+                continue;
+            }
             let url = format!("{base}{path}");
             let body = b.body(&url).await;
             // The same answer from both instances (links aside: they name each one's port).

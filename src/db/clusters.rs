@@ -323,11 +323,20 @@ pub async fn one_with_nodes(
         .await?)
 }
 
-pub async fn count_in_project<'e>(ex: impl PgExecutor<'e>, project_id: &str) -> DbResult<i64> {
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM cluster WHERE project_id = $1")
-        .bind(project_id)
-        .fetch_one(ex)
-        .await?;
+/// The project's clusters, counted up to `limit` at most: the quota check holds the project's
+/// lock meanwhile, and only needs to know whether the limit is reached.
+pub async fn count_in_project<'e>(
+    ex: impl PgExecutor<'e>,
+    project_id: &str,
+    limit: i64,
+) -> DbResult<i64> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM (SELECT 1 FROM cluster WHERE project_id = $1 LIMIT $2) c",
+    )
+    .bind(project_id)
+    .bind(limit.max(0))
+    .fetch_one(ex)
+    .await?;
     Ok(n)
 }
 

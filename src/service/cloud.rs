@@ -194,37 +194,56 @@ impl<'a> Wanted<'a> {
     }
 }
 
-/// Validates everything `w` names, in Magnum's order (image, flavors, external network, fixed
-/// network, fixed subnet, then the keypair), and returns the resolved ids.
+/// Validates everything `w` names and returns the resolved ids. The look-ups go out together
+/// (a create waits for the slowest, not for their sum); their errors are reported in Magnum's
+/// order (image, flavors, external network, fixed network, fixed subnet, then the keypair).
 pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> Result<Resolved> {
+    async fn opt<T, F: std::future::Future<Output = Result<T>>>(
+        f: Option<F>,
+    ) -> Result<Option<T>> {
+        match f {
+            Some(f) => f.await.map(Some),
+            None => Ok(None),
+        }
+    }
+    let flavors = async {
+        if w.flavor.is_none() && w.master_flavor.is_none() {
+            return Ok::<_, Error>(None);
+        }
+        let flavors = Flavors::fetch(s).await?;
+        let flavor_id = w
+            .flavor
+            .map(|f| flavors.check(f, w.boot_volume_size))
+            .transpose()?;
+        let master_flavor_id = w
+            .master_flavor
+            .map(|f| flavors.check(f, w.boot_volume_size))
+            .transpose()?;
+        let gpus = gpu_flavors(s, [&flavor_id, &master_flavor_id]).await;
+        Ok::<_, Error>(Some((flavor_id, master_flavor_id, gpus)))
+    };
+    let (image, flavors, external, fixed, subnet, keypair_ok) = tokio::join!(
+        opt(w.image.map(|i| image(s, i))),
+        flavors,
+        opt(w.external_network.map(|n| external_network(s, n))),
+        opt(w.fixed_network.map(|n| fixed_network(s, n))),
+        opt(w.fixed_subnet.map(|n| fixed_subnet(s, n))),
+        opt(w.keypair.map(|k| keypair(s, k))),
+    );
     let mut r = Resolved::default();
-    if let Some(ident) = w.image {
-        let img = image(s, ident).await?;
+    if let Some(img) = image? {
         r.image_id = Some(img.id);
         r.os_distro = img.os_distro;
         r.kube_version = img.kube_version;
     }
-    if w.flavor.is_some() || w.master_flavor.is_some() {
-        let flavors = Flavors::fetch(s).await?;
-        if let Some(f) = w.flavor {
-            r.flavor_id = Some(flavors.check(f, w.boot_volume_size)?);
-        }
-        if let Some(f) = w.master_flavor {
-            r.master_flavor_id = Some(flavors.check(f, w.boot_volume_size)?);
-        }
-        r.gpu_flavor_ids = gpu_flavors(s, [&r.flavor_id, &r.master_flavor_id]).await;
+    if let Some((flavor_id, master_flavor_id, gpus)) = flavors? {
+        r.flavor_id = flavor_id;
+        r.master_flavor_id = master_flavor_id;
+        r.gpu_flavor_ids = gpus;
     }
-    if let Some(n) = w.external_network {
-        r.external_network_id = Some(external_network(s, n).await?);
-    }
-    if let Some(n) = w.fixed_network {
-        r.fixed_network_id = Some(fixed_network(s, n).await?);
-    }
-    if let Some(n) = w.fixed_subnet {
-        r.fixed_subnet_id = Some(fixed_subnet(s, n).await?);
-    }
-    if let Some(k) = w.keypair {
-        keypair(s, k).await?;
-    }
+    r.external_network_id = external?;
+    r.fixed_network_id = fixed?;
+    r.fixed_subnet_id = subnet?;
+    keypair_ok?;
     Ok(r)
 }

@@ -208,7 +208,7 @@ async fn record_create(
         Some(q) => i64::from(q.hard_limit),
         None => app.config.quotas.max_clusters_per_project,
     };
-    if cdb::count_in_project(&mut *tx, &caller.project_id).await? >= limit {
+    if cdb::count_in_project(&mut *tx, &caller.project_id, limit).await? >= limit {
         return Err(DomainError::Forbidden(format!(
             "Resource limit exceeded: You have reached the maximum clusters per project, {limit}. You may delete a cluster to make room for a new one."
         ))
