@@ -9,10 +9,12 @@
 //! Data (the issue's): 50 templates; clusters with 2 nodegroups each, 11 labels on every
 //! cluster, nodegroup and template, all in one project. Scenarios at 10,000 clusters:
 //! `GET /v1/clustertemplates`, `GET /v1/clusters/detail?limit=1000`, `GET /v1/clusters?limit=1000`,
-//! `GET /v1/clusters/{uuid}` (each followed by its "ceiling": a trivial handler in this process
-//! answering the same bytes from memory under the same load generator — what the machine, the
-//! loopback and the load generator allow at most), then `POST /v1/clusters` (20 reqwest
-//! connections: latency of the 202). The closing table puts each figure beside Magnum 23's under
+//! `GET /v1/clusters/{uuid}`, each asked of two instances on the same database — one as `serve`
+//! runs it (serialised views reused until a change notification, src/view_cache.rs) and one with
+//! `[api] view_cache_mib = 0` (every answer built from PostgreSQL) — and followed by its
+//! "ceiling": a trivial handler in this process answering the same bytes from memory under the
+//! same load generator (what the machine, the loopback and the load generator allow at most).
+//! Then `POST /v1/clusters` with 1 and with 20 reqwest connections (latency of the 202). The closing table puts each figure beside Magnum 23's under
 //! the same method (gunicorn, 2 workers, same data, Keystone tokens cached; the performance
 //! issue's reference), with the ratio, the ceiling and our share of it.
 //!
@@ -371,6 +373,7 @@ struct ScalePoint {
     rss: f64,
     list_many: Stats,
     list_many_plain: Stats,
+    list_many_ceiling: Stats,
 }
 
 /// `base`: the service reusing serialised views; `plain`: the same service building every
@@ -392,6 +395,8 @@ async fn scale_point(b: &Bench, base: &str, plain: &str, clusters: i64) -> Scale
     let list = "/v1/clusters?limit=1000";
     let list_many = b.get(&format!("{base}{list}"), MANY_CLIENTS, secs).await;
     let list_many_plain = b.get(&format!("{plain}{list}"), MANY_CLIENTS, secs).await;
+    let body = b.body(&format!("{base}{list}")).await;
+    let list_many_ceiling = b.ceiling(body, MANY_CLIENTS, secs).await;
     ScalePoint {
         clusters,
         detail_ms: ms(mean),
@@ -399,6 +404,7 @@ async fn scale_point(b: &Bench, base: &str, plain: &str, clusters: i64) -> Scale
         rss: rss_mib(),
         list_many,
         list_many_plain,
+        list_many_ceiling,
     }
 }
 
@@ -643,12 +649,12 @@ fn main() {
         if !curve.is_empty() {
             println!();
             println!(
-                "| clusters in the database | GET /v1/clusters/detail?limit=1000 built from PostgreSQL (mean, p50 of 20) | service RSS | GET /v1/clusters?limit=1000, {MANY_CLIENTS} clients | same, built from PostgreSQL |"
+                "| clusters in the database | GET /v1/clusters/detail?limit=1000 built from PostgreSQL (mean, p50 of 20) | service RSS | GET /v1/clusters?limit=1000, {MANY_CLIENTS} clients | same, built from PostgreSQL | ceiling, same clients |"
             );
-            println!("| --- | --- | --- | --- | --- |");
+            println!("| --- | --- | --- | --- | --- | --- |");
             for p in &curve {
                 println!(
-                    "| {} | {:.1} ms, {:.1} ms | {:.0} MiB | {:.1} req/s, p99 {:.0} ms | {:.1} req/s, p99 {:.0} ms |",
+                    "| {} | {:.1} ms, {:.1} ms | {:.0} MiB | {:.1} req/s, p99 {:.0} ms | {:.1} req/s, p99 {:.0} ms | {:.0} req/s, p99 {:.0} ms |",
                     p.clusters,
                     p.detail_ms,
                     p.detail_p50_ms,
@@ -656,7 +662,9 @@ fn main() {
                     p.list_many.rps,
                     ms(p.list_many.p99),
                     p.list_many_plain.rps,
-                    ms(p.list_many_plain.p99)
+                    ms(p.list_many_plain.p99),
+                    p.list_many_ceiling.rps,
+                    ms(p.list_many_ceiling.p99)
                 );
             }
         }

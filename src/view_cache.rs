@@ -2,8 +2,10 @@
 //!
 //! Every change to a cluster, nodegroup or template notifies `magnum_capi_views` when it commits
 //! (any replica, any writer); a notification moves this process's generation and every view
-//! stored under an older generation stops being served. A view is stored under the generation
-//! read *before* its rows, so a change that lands while it is being built leaves it stale-marked.
+//! stored under an older generation stops being served (the generation is part of the key; old
+//! entries age out). A view is stored under the generation read *before* its rows, so a change
+//! that lands while it is being built leaves it under a retired generation. Concurrent requests
+//! for a view nobody has built yet wait for one build (no stampede after every change).
 //! Writes through this replica's API move the generation themselves before they answer (the
 //! front middleware), so a client always reads its own writes here; a change made elsewhere is
 //! served once its notification arrives (milliseconds). While the listening connection is down,
@@ -28,7 +30,6 @@ pub struct Owner {
 /// One stored response body.
 #[derive(Debug)]
 pub struct View {
-    generation: u64,
     pub body: Bytes,
     pub owner: Option<Owner>,
 }
@@ -84,30 +85,39 @@ impl ViewCache {
             .then(|| self.generation.load(Ordering::Acquire))
     }
 
-    /// The view stored for `key`, if it belongs to `generation`.
-    pub async fn get(&self, key: &str, generation: u64) -> Option<Arc<View>> {
-        let hit = self
-            .entries
-            .as_ref()?
-            .get(key)
-            .await
-            .filter(|v| v.generation == generation);
-        crate::telemetry::view_cache(if hit.is_some() { "hit" } else { "miss" });
-        hit
-    }
-
-    /// Stores `body` for `key` as built under `generation` (an older generation is not stored).
-    pub async fn put(&self, key: String, generation: u64, body: Bytes, owner: Option<Owner>) {
-        let Some(entries) = &self.entries else { return };
-        if self.generation.load(Ordering::Acquire) != generation {
-            return;
+    /// The view for `key`: stored, or built by `build` and stored — once, while concurrent
+    /// callers of the same key wait for it. Without reuse (off, not listening) always built.
+    /// A failed build stores nothing and is the caller's error; whoever waited on it builds
+    /// on its own.
+    pub async fn get_or_build<E, F, Fut>(&self, key: &str, build: F) -> Result<Arc<View>, E>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>), E>>,
+    {
+        let view = |(body, owner)| Arc::new(View { body, owner });
+        let (Some(entries), Some(generation)) = (&self.entries, self.generation()) else {
+            return build().await.map(view);
+        };
+        let mut built = false;
+        let mut failed = None;
+        let found = entries
+            .optionally_get_with(format!("{generation} {key}"), async {
+                built = true;
+                match build().await {
+                    Ok(v) => Some(view(v)),
+                    Err(e) => {
+                        failed = Some(e);
+                        None
+                    }
+                }
+            })
+            .await;
+        crate::telemetry::view_cache(if built { "miss" } else { "hit" });
+        match (found, failed) {
+            (Some(v), _) => Ok(v),
+            (None, Some(e)) => Err(e),
+            (None, None) => build().await.map(view),
         }
-        let view = Arc::new(View {
-            generation,
-            body,
-            owner,
-        });
-        entries.insert(key, view).await;
     }
 
     /// Something under the views changed: nothing stored so far is served again.
@@ -151,34 +161,74 @@ impl ViewCache {
 mod tests {
     use super::*;
 
+    async fn read(c: &ViewCache, key: &str, body: &'static str) -> Bytes {
+        c.get_or_build(key, || async {
+            Ok::<_, ()>((Bytes::from_static(body.as_bytes()), None))
+        })
+        .await
+        .unwrap()
+        .body
+        .clone()
+    }
+
     #[tokio::test]
     async fn a_view_is_served_only_in_its_generation_and_only_while_listening() {
         let c = ViewCache::new(1 << 20);
         assert_eq!(c.generation(), None, "not listening yet");
+        assert_eq!(read(&c, "k", "one").await, "one");
+        assert_eq!(read(&c, "k", "two").await, "two", "nothing reused yet");
         c.set_listening(true);
-        let g = c.generation().unwrap();
-        c.put("k".into(), g, Bytes::from_static(b"one"), None).await;
-        assert_eq!(c.get("k", g).await.unwrap().body, "one");
+        assert_eq!(read(&c, "k", "three").await, "three");
+        assert_eq!(read(&c, "k", "four").await, "three", "reused");
         c.changed();
-        let g2 = c.generation().unwrap();
-        assert!(c.get("k", g2).await.is_none(), "a change retires the view");
-        // Built from a read that began before a change: not stored.
-        c.put("k".into(), g, Bytes::from_static(b"old"), None).await;
-        assert!(c.get("k", g2).await.is_none());
-        c.put("k".into(), g2, Bytes::from_static(b"two"), None)
-            .await;
+        assert_eq!(
+            read(&c, "k", "five").await,
+            "five",
+            "a change retires the view"
+        );
         c.set_listening(false);
         assert_eq!(
-            c.generation(),
-            None,
-            "notifications may be missed: no reuse"
+            read(&c, "k", "six").await,
+            "six",
+            "notifications may be missed"
         );
         c.set_listening(true);
-        let g3 = c.generation().unwrap();
-        assert!(
-            c.get("k", g3).await.is_none(),
+        assert_eq!(
+            read(&c, "k", "seven").await,
+            "seven",
             "nothing from before the gap"
         );
+    }
+
+    #[tokio::test]
+    async fn concurrent_readers_of_a_missing_view_share_one_build_and_failures_are_not_kept() {
+        let c = Arc::new(ViewCache::new(1 << 20));
+        c.set_listening(true);
+        let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (c, builds) = (c.clone(), builds.clone());
+            tasks.push(tokio::spawn(async move {
+                c.get_or_build("k", || async {
+                    builds.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    Ok::<_, ()>((Bytes::from_static(b"page"), None))
+                })
+                .await
+                .unwrap()
+                .body
+                .clone()
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), "page");
+        }
+        assert_eq!(builds.load(Ordering::SeqCst), 1);
+        let failed = c
+            .get_or_build("e", || async { Err::<(Bytes, Option<Owner>), _>("boom") })
+            .await;
+        assert_eq!(failed.unwrap_err(), "boom");
+        assert_eq!(read(&c, "e", "ok").await, "ok", "a failure is not stored");
     }
 
     #[tokio::test]

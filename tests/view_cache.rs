@@ -56,15 +56,16 @@ impl Stopped {
 impl Drop for Stopped {
     fn drop(&mut self) {
         // No assertion here: a panic while a failed test unwinds would abort the run.
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
+        let _ = std::process::Command::new("sh")
+            .args(["-c", &format!("kill -CONT {}", self.0)])
             .status();
     }
 }
 
 fn signal(pid: i32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
+    // The shell's builtin `kill`: no procps needed.
+    let ok = std::process::Command::new("sh")
+        .args(["-c", &format!("kill {sig} {pid}")])
         .status()
         .expect("kill")
         .success();

@@ -198,9 +198,7 @@ impl<'a> Wanted<'a> {
 /// (a create waits for the slowest, not for their sum); their errors are reported in Magnum's
 /// order (image, flavors, external network, fixed network, fixed subnet, then the keypair).
 pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> Result<Resolved> {
-    async fn opt<T, F: std::future::Future<Output = Result<T>>>(
-        f: Option<F>,
-    ) -> Result<Option<T>> {
+    async fn opt<T, F: std::future::Future<Output = Result<T>>>(f: Option<F>) -> Result<Option<T>> {
         match f {
             Some(f) => f.await.map(Some),
             None => Ok(None),

@@ -36,20 +36,11 @@ use crate::view_cache::Owner;
 /// with the body, so the caller authorises a reuse exactly like the first read.
 pub async fn cached_view<F, Fut>(app: &App, key: String, build: F) -> Result<(Bytes, Option<Owner>)>
 where
-    F: FnOnce() -> Fut,
+    F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>)>>,
 {
-    let generation = app.views.generation();
-    if let Some(g) = generation
-        && let Some(v) = app.views.get(&key, g).await
-    {
-        return Ok((v.body.clone(), v.owner.clone()));
-    }
-    let (body, owner) = build().await?;
-    if let Some(g) = generation {
-        app.views.put(key, g, body.clone(), owner.clone()).await;
-    }
-    Ok((body, owner))
+    let v = app.views.get_or_build(&key, build).await?;
+    Ok((v.body.clone(), v.owner.clone()))
 }
 
 /// `view` as the JSON bytes `axum::Json` would send.
