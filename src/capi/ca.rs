@@ -390,7 +390,7 @@ mod tests {
                    "status": {"conditions": [{"type": "Ready", "status": ready}]}})
         };
         let obs = |ms: Vec<Value>| Observed {
-            machines: ms,
+            machines: ms.into_iter().map(std::sync::Arc::new).collect(),
             ..Observed::default()
         };
         let new_ready = m("2026-11-22T10:00:00Z", "True");

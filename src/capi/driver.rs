@@ -757,7 +757,7 @@ impl Capi {
                     .and_then(Value::as_str)
                     == Some(id.as_str())
             };
-            !o.machine_deployments.iter().any(has) && !o.machines.iter().any(has)
+            !o.machine_deployments.iter().any(|v| has(v)) && !o.machines.iter().any(|v| has(v))
         };
         let timeout = Duration::from_secs(self.config.delete_timeout_mins.max(1) * 60);
         if !self.observer.wait_for(c.uuid, timeout, gone).await {

@@ -14,15 +14,19 @@ use crate::domain::status::Status;
 /// Everything the watchers know about one cluster's objects.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
-    pub cluster: Option<Value>,
-    pub openstack_cluster: Option<Value>,
-    pub control_plane: Option<Value>,
-    pub machine_deployments: Vec<Value>,
-    pub machines: Vec<Value>,
+    pub cluster: Option<Shared>,
+    pub openstack_cluster: Option<Shared>,
+    pub control_plane: Option<Shared>,
+    pub machine_deployments: Vec<Shared>,
+    pub machines: Vec<Shared>,
     /// CAAPH's HelmReleaseProxies of the cluster (add-on health; not part of `is_empty`: CAAPH
     /// removes them with their proxies, after the cluster).
-    pub addons: Vec<Value>,
+    pub addons: Vec<Shared>,
 }
+
+/// An object as the watchers keep it: shared, so a status evaluation reads the index's copy
+/// instead of cloning every object of the cluster.
+pub type Shared = std::sync::Arc<Value>;
 
 impl Observed {
     /// Nothing of the cluster exists on the management cluster.
@@ -246,7 +250,7 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
     if db.status == Status::DeleteInProgress || db.status == Status::DeleteComplete {
         return ev; // the delete operation reports its own progress
     }
-    if let Some(addr) = obs.cluster.as_ref().and_then(api_address)
+    if let Some(addr) = obs.cluster.as_deref().and_then(api_address)
         && db.api_address.as_deref() != Some(addr.as_str())
     {
         ev.api_address = Some(addr);
@@ -264,17 +268,19 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
     let mut waiting: Vec<String> = Vec::new();
     for ng in &db.nodegroups {
         let id = ng.uuid.to_string();
-        let owner = if ng.is_master {
-            obs.control_plane.as_ref()
+        let owner: Option<&Value> = if ng.is_master {
+            obs.control_plane.as_deref()
         } else {
             obs.machine_deployments
                 .iter()
                 .find(|md| label(md, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
+                .map(|md| &**md)
         };
         let machines: Vec<&Value> = obs
             .machines
             .iter()
             .filter(|m| label(m, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
+            .map(|m| &**m)
             .collect();
         let autoscaled = (!ng.is_master)
             .then(|| owner.and_then(autoscaled_replicas))
@@ -331,7 +337,7 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
             ev.nodegroups.push(change);
         }
     }
-    let infra_failure = obs.openstack_cluster.as_ref().and_then(failure_of);
+    let infra_failure = obs.openstack_cluster.as_deref().and_then(failure_of);
     let failure = infra_failure
         .map(|f| format!("OpenStackCluster: {f}"))
         .or(first_failure);
@@ -415,7 +421,7 @@ fn health(obs: &Observed, credential_problem: Option<&str>) -> (String, Value) {
 /// `addon.<add-on>` per HelmReleaseProxy (the add-on is its proxy's name without the
 /// `<cluster>-` prefix): `Ready`, else the message (or reason) of its `Ready` condition. False
 /// when an add-on failed to install (`Ready=False`); one still installing does not count.
-fn addon_health(cluster: &str, addons: &[Value], reason: &mut Map<String, Value>) -> bool {
+fn addon_health(cluster: &str, addons: &[Shared], reason: &mut Map<String, Value>) -> bool {
     let prefix = format!("{cluster}-");
     let mut ok = true;
     for hrp in addons {
@@ -491,16 +497,16 @@ mod tests {
         md["metadata"]["labels"] = json!({LABEL_NODEGROUP_UUID: worker.uuid.to_string()});
         md["metadata"]["name"] = json!("k-md");
         Observed {
-            cluster: Some(
+            cluster: Some(Shared::new(
                 json!({"spec": {"controlPlaneEndpoint": {"host": "203.0.113.9", "port": 6443}},
                                  "status": {"conditions": [{"type": "Available", "status": "True"}]}}),
-            ),
-            openstack_cluster: Some(json!({"status": {"ready": true}})),
-            control_plane: Some(ready_set(master.node_count)),
-            machine_deployments: vec![md],
+            )),
+            openstack_cluster: Some(Shared::new(json!({"status": {"ready": true}}))),
+            control_plane: Some(Shared::new(ready_set(master.node_count))),
+            machine_deployments: vec![Shared::new(md)],
             machines: vec![
-                machine(master.uuid, "10.0.0.3", true),
-                machine(worker.uuid, "10.0.0.9", true),
+                Shared::new(machine(master.uuid, "10.0.0.3", true)),
+                Shared::new(machine(worker.uuid, "10.0.0.9", true)),
             ],
             addons: Vec::new(),
         }
@@ -540,16 +546,16 @@ mod tests {
         );
         let mut db = state(Status::UpdateInProgress, vec![m.clone(), w.clone()]);
         let mut obs = observed(&m, &ng(false, 1, Status::UpdateComplete));
-        obs.machine_deployments[0]["metadata"]["labels"] =
+        std::sync::Arc::make_mut(&mut obs.machine_deployments[0])["metadata"]["labels"] =
             json!({LABEL_NODEGROUP_UUID: w.uuid.to_string()});
         // The MD still shows one replica: not ready for three.
         assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
         db.operation_open = true;
-        obs.machine_deployments[0] = {
+        obs.machine_deployments[0] = Shared::new({
             let mut md = ready_set(3);
             md["metadata"]["labels"] = json!({LABEL_NODEGROUP_UUID: w.uuid.to_string()});
             md
-        };
+        });
         assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
         db.operation_open = false;
         assert_eq!(
@@ -557,7 +563,8 @@ mod tests {
             Some((Status::UpdateComplete, None))
         );
         // A spec the controller has not observed yet is not ready.
-        obs.machine_deployments[0]["metadata"]["generation"] = json!(3);
+        std::sync::Arc::make_mut(&mut obs.machine_deployments[0])["metadata"]["generation"] =
+            json!(3);
         assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
     }
 
@@ -572,8 +579,9 @@ mod tests {
         let mut bad = machine(w.uuid, "10.0.0.10", false);
         bad["status"]["conditions"] = json!([{"type": "InfrastructureReady", "status": "False",
             "reason": "InstanceCreateFailed", "message": "No valid host was found"}]);
-        obs.machines.push(bad);
-        obs.machine_deployments[0]["status"]["readyReplicas"] = json!(1);
+        obs.machines.push(Shared::new(bad));
+        std::sync::Arc::make_mut(&mut obs.machine_deployments[0])["status"]["readyReplicas"] =
+            json!(1);
         let ev = evaluate(&obs, &db, Utc::now());
         let (st, reason) = ev.status.unwrap();
         assert_eq!(st, Status::CreateFailed);
@@ -584,7 +592,8 @@ mod tests {
         let mut db = state(Status::CreateFailed, vec![m.clone(), w.clone()]);
         db.status_reason = Some("x".into());
         let mut obs = observed(&m, &w);
-        obs.machines.push(machine(w.uuid, "10.0.0.11", true));
+        obs.machines
+            .push(Shared::new(machine(w.uuid, "10.0.0.11", true)));
         assert_eq!(
             evaluate(&obs, &db, Utc::now()).status,
             Some((Status::CreateComplete, None))
@@ -599,7 +608,8 @@ mod tests {
         );
         let mut db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
         let mut obs = observed(&m, &w);
-        obs.control_plane.as_mut().unwrap()["status"]["readyReplicas"] = json!(0);
+        std::sync::Arc::make_mut(obs.control_plane.as_mut().unwrap())["status"]["readyReplicas"] =
+            json!(0);
         assert_eq!(evaluate(&obs, &db, Utc::now()).status, None);
         db.deadline = Some(Utc::now() - chrono::Duration::seconds(1));
         let (st, reason) = evaluate(&obs, &db, Utc::now()).status.unwrap();
@@ -616,8 +626,8 @@ mod tests {
         let db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
         let mut obs = observed(&m, &w);
         obs.control_plane = None;
-        obs.openstack_cluster = Some(json!({"status": {"ready": false,
-            "failureReason": "CreateError", "failureMessage": "failed to reconcile external network"}}));
+        obs.openstack_cluster = Some(Shared::new(json!({"status": {"ready": false,
+            "failureReason": "CreateError", "failureMessage": "failed to reconcile external network"}})));
         let ev = evaluate(&obs, &db, Utc::now());
         assert_eq!(ev.status.as_ref().unwrap().0, Status::CreateFailed);
         assert!(
@@ -627,7 +637,7 @@ mod tests {
                 .unwrap()
                 .starts_with("OpenStackCluster: failed to reconcile")
         );
-        obs.machines[1] = machine(w.uuid, "10.0.0.9", false);
+        obs.machines[1] = Shared::new(machine(w.uuid, "10.0.0.9", false));
         assert_eq!(ev.health.unwrap().0, "HEALTHY");
         let (h, r) = health(&obs, None);
         assert_eq!(h, "UNHEALTHY");
@@ -653,12 +663,13 @@ mod tests {
         let master = ng(true, 1, Status::CreateInProgress);
         let worker = ng(false, 1, Status::CreateInProgress);
         let mut obs = observed(&master, &worker);
-        obs.cluster.as_mut().unwrap()["metadata"] = json!({"name": "k", "namespace": "ns"});
+        std::sync::Arc::make_mut(obs.cluster.as_mut().unwrap())["metadata"] =
+            json!({"name": "k", "namespace": "ns"});
         let hrp = |proxy: &str, status: &str, message: &str| {
-            json!({"metadata": {"name": format!("{proxy}-k"),
+            Shared::new(json!({"metadata": {"name": format!("{proxy}-k"),
                                 "labels": {crate::capi::LABEL_HELM_CHART_PROXY: proxy}},
                    "status": {"conditions": [{"type": "Ready", "status": status,
-                              "reason": "HelmInstallOrUpgradeFailed", "message": message}]}})
+                              "reason": "HelmInstallOrUpgradeFailed", "message": message}]}}))
         };
         obs.addons = vec![
             hrp("k-cni", "True", ""),
@@ -679,8 +690,8 @@ mod tests {
             "error installing metrics-server"
         );
         // Still installing: reported, not unhealthy.
-        obs.addons = vec![json!({"metadata": {"name": "x",
-            "labels": {crate::capi::LABEL_HELM_CHART_PROXY: "k-cni"}}})];
+        obs.addons = vec![Shared::new(json!({"metadata": {"name": "x",
+            "labels": {crate::capi::LABEL_HELM_CHART_PROXY: "k-cni"}}}))];
         let (h, reason) = evaluate(&obs, &db, Utc::now()).health.unwrap();
         assert_eq!(h, "HEALTHY");
         assert_eq!(reason["addon.cni"], "Installing");

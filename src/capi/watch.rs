@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
 use super::apply::resource;
-use super::status::{self, ClusterState, NodegroupState, Observed};
+use super::status::{self, ClusterState, NodegroupState, Observed, Shared};
 use super::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, LABEL_HELM_CHART_PROXY, kinds};
 use crate::db::DbResult;
 use crate::db::clusters::{self as cdb, DriverFacts};
@@ -73,7 +73,7 @@ impl Kind {
 
 /// The part of an object status evaluation reads (managedFields, annotations but the
 /// autoscaler's bounds, and most of the spec are dropped: 10,000 clusters' worth of full objects would not fit comfortably).
-fn prune(obj: &DynamicObject) -> Value {
+fn prune(obj: &DynamicObject) -> Shared {
     let mut meta = Map::new();
     let m = &obj.metadata;
     meta.insert(
@@ -126,7 +126,7 @@ fn prune(obj: &DynamicObject) -> Value {
     if let Some(st) = obj.data.get("status") {
         out.insert("status".into(), st.clone());
     }
-    Value::Object(out)
+    Shared::new(Value::Object(out))
 }
 
 fn cluster_uuid(obj: &DynamicObject) -> Option<Uuid> {
@@ -137,7 +137,7 @@ fn cluster_uuid(obj: &DynamicObject) -> Option<Uuid> {
         .and_then(|s| Uuid::parse_str(s).ok())
 }
 
-type Objects = BTreeMap<(Kind, String), Value>;
+type Objects = BTreeMap<(Kind, String), Shared>;
 
 /// A CAPI cluster by namespace and name.
 type ClusterKey = (String, String);
@@ -146,14 +146,14 @@ type ClusterKey = (String, String);
 struct Index {
     by_cluster: HashMap<Uuid, Objects>,
     /// Objects being relisted by a restarting watcher, per kind.
-    relist: HashMap<Kind, Vec<(Uuid, String, Value)>>,
+    relist: HashMap<Kind, Vec<(Uuid, String, Shared)>>,
     synced: HashSet<Kind>,
     /// The Magnum cluster of each CAPI cluster seen (from the `Cluster` objects).
     uuids: HashMap<ClusterKey, Uuid>,
     /// HelmReleaseProxies by CAPI cluster, then name.
-    addons: HashMap<ClusterKey, BTreeMap<String, Value>>,
+    addons: HashMap<ClusterKey, BTreeMap<String, Shared>>,
     /// HelmReleaseProxies being relisted.
-    addons_relist: Vec<(ClusterKey, String, Value)>,
+    addons_relist: Vec<(ClusterKey, String, Shared)>,
 }
 
 impl Index {
