@@ -247,7 +247,8 @@ pub async fn get_json(
 ) -> Result<Bytes> {
     let scope = cluster_scope(caller, true);
     let admin = caller.is_admin();
-    let key = format!("cluster {scope:?} {admin} {base} {mv:?} {ident}");
+    // Debug-quoted strings: no two requests can spell the same key.
+    let key = format!("cluster {scope:?} {admin} {base:?} {mv:?} {ident:?}");
     let (body, owner) = super::cached_view(app, key, || async {
         let uuid = match parse_uuid(ident) {
             Some(u) => u,
@@ -304,7 +305,7 @@ pub async fn list_json(
 ) -> Result<Bytes> {
     authorize_list(caller, detail)?;
     let key = format!(
-        "clusters {:?} {} {detail} {base} {mv:?} {} {} {} {:?}",
+        "clusters {:?} {} {detail} {base:?} {mv:?} {} {:?} {} {:?}",
         cluster_scope(caller, true),
         caller.is_admin(),
         params.limit,

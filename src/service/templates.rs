@@ -252,7 +252,7 @@ pub async fn list_json(
 ) -> Result<bytes::Bytes> {
     authorize_list(caller, detail)?;
     let key = format!(
-        "templates {:?} {detail} {base} {} {} {} {:?}",
+        "templates {:?} {detail} {base:?} {} {:?} {} {:?}",
         template_visibility(caller),
         params.limit,
         params.sort_key,
