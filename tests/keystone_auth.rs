@@ -303,22 +303,27 @@ async fn cluster_keypair_and_flavor_overrides_are_checked() {
         .await;
     r.assert_status(404);
     assert_eq!(r.detail(), "Unable to find keypair missing.");
-    let r = app
-        .call_token(
-            Some(&alice),
-            "POST",
-            "/v1/clusters",
-            None,
-            Some(cluster(
-                json!({"keypair": "default", "flavor_id": "ds-zero"}),
-            )),
-        )
-        .await;
-    r.assert_status(400);
-    assert_eq!(
-        r.detail(),
-        "Flavor with zero root volume size is not supported when boot_volume_size is zero."
-    );
+    // With the keypair also wrong, the answer is still Magnum's first check (flavors come before
+    // the keypair), whichever of the look-ups, which go out together, returns first.
+    let both_wrong = json!({"keypair": "missing", "flavor_id": "ds-zero"});
+    let mut bodies = vec![json!({"keypair": "default", "flavor_id": "ds-zero"})];
+    bodies.extend(std::iter::repeat_n(both_wrong, 5));
+    for extra in bodies {
+        let r = app
+            .call_token(
+                Some(&alice),
+                "POST",
+                "/v1/clusters",
+                None,
+                Some(cluster(extra)),
+            )
+            .await;
+        r.assert_status(400);
+        assert_eq!(
+            r.detail(),
+            "Flavor with zero root volume size is not supported when boot_volume_size is zero."
+        );
+    }
     let r = app
         .call_token(
             Some(&alice),

@@ -305,26 +305,16 @@ pub async fn list_json(
 ) -> Result<Bytes> {
     authorize_list(caller, detail)?;
     let key = format!(
-        "clusters {:?} {} {detail} {base:?} {mv:?} {} {:?} {} {:?}",
+        "clusters {:?} {} {detail} {base:?} {mv:?} {params:?}",
         cluster_scope(caller, true),
         caller.is_admin(),
-        params.limit,
-        params.sort_key,
-        params.dir(),
-        params.marker
     );
-    let (body, _) = super::cached_view(app, key, || async {
-        Ok((
-            super::json_body(&list(app, caller, mv, params, detail, base).await?)?,
-            None,
-        ))
-    })
-    .await?;
-    Ok(body)
+    super::cached_page(app, key, || page(app, caller, mv, params, detail, base)).await
 }
 
-/// A page of clusters: one statement, nodegroups aggregated (and template labels joined) in SQL.
-pub async fn list(
+/// A page of clusters (the caller passed [`authorize_list`]): one statement, nodegroups
+/// aggregated (and template labels joined) in SQL.
+async fn page(
     app: &App,
     caller: &Caller,
     mv: Version,
@@ -332,7 +322,6 @@ pub async fn list(
     detail: bool,
     base: &str,
 ) -> Result<views::ClusterList> {
-    authorize_list(caller, detail)?;
     let scope = cluster_scope(caller, true);
     let marker_id = match params.marker {
         Some(m) => Some(

@@ -43,6 +43,22 @@ where
     Ok((v.body.clone(), v.owner.clone()))
 }
 
+/// A list page: the serialised page stored under `key` (which names the collection, the
+/// caller's visibility and `params`), else the one `build` makes. Pages have no owner: their
+/// policy is checked before.
+pub async fn cached_page<T, F, Fut>(app: &App, key: String, build: F) -> Result<Bytes>
+where
+    T: serde::Serialize,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let (body, _) = cached_view(app, key, || async {
+        Ok((json_body(&build().await?)?, None))
+    })
+    .await?;
+    Ok(body)
+}
+
 /// `view` as the JSON bytes `axum::Json` would send.
 pub fn json_body<T: serde::Serialize>(view: &T) -> Result<Bytes> {
     serde_json::to_vec(view)

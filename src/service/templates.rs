@@ -242,7 +242,7 @@ pub async fn get(app: &App, caller: &Caller, ident: &str) -> Result<TemplateRow>
     Ok(t)
 }
 
-/// [`list`] serialised: the page's JSON, reused while no template changed (`view_cache`).
+/// A page of templates serialised, reused while no template changed (`view_cache`).
 pub async fn list_json(
     app: &App,
     caller: &Caller,
@@ -251,22 +251,9 @@ pub async fn list_json(
     base: &str,
 ) -> Result<bytes::Bytes> {
     authorize_list(caller, detail)?;
-    let key = format!(
-        "templates {:?} {detail} {base:?} {} {:?} {} {:?}",
-        template_visibility(caller),
-        params.limit,
-        params.sort_key,
-        params.dir(),
-        params.marker
-    );
-    let (body, _) = super::cached_view(app, key, || async {
-        Ok((
-            super::json_body(&list(app, caller, params, detail, base).await?)?,
-            None,
-        ))
-    })
-    .await?;
-    Ok(body)
+    let vis = template_visibility(caller);
+    let key = format!("templates {vis:?} {detail} {base:?} {params:?}");
+    super::cached_page(app, key, || page(app, &vis, params, detail, base)).await
 }
 
 fn authorize_list(caller: &Caller, detail: bool) -> Result<()> {
@@ -282,25 +269,24 @@ fn authorize_list(caller: &Caller, detail: bool) -> Result<()> {
     Ok(())
 }
 
-pub async fn list(
+/// A page of templates the caller sees (`vis`; the caller passed [`authorize_list`]).
+async fn page(
     app: &App,
-    caller: &Caller,
+    vis: &Visibility,
     params: &ListQuery,
     detail: bool,
     base: &str,
 ) -> Result<views::ClusterTemplateList> {
-    authorize_list(caller, detail)?;
-    let vis = template_visibility(caller);
     let marker_id = match params.marker {
         Some(m) => Some(
-            tdb::by_uuid(&app.pool, &vis, m)
+            tdb::by_uuid(&app.pool, vis, m)
                 .await?
                 .ok_or_else(|| DomainError::template_not_found(&m.to_string()))?
                 .id,
         ),
         None => None,
     };
-    let rows = tdb::list(&app.pool, &vis, &super::page(params, marker_id)).await?;
+    let rows = tdb::list(&app.pool, vis, &super::page(params, marker_id)).await?;
     let path = if detail {
         "clustertemplates/detail"
     } else {
