@@ -94,6 +94,9 @@ async fn worker_loop(
                 execute(&app, driver.as_ref(), &id, op, &mut shutdown)
                     .instrument(span)
                     .await;
+                // What the operation wrote (a finished create, a deleted cluster) is read back
+                // from this replica at once, not only when its change notification arrives.
+                app.views.changed();
                 continue;
             }
             Ok(None) => {}

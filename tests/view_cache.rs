@@ -299,3 +299,19 @@ async fn reused_answers_are_the_answers_without_reuse() {
         }
     }
 }
+
+#[tokio::test]
+async fn what_this_replicas_worker_finishes_is_read_back_at_once() {
+    let t = app().await.with_view_cache().await.with_worker();
+    let tpl = t.template(&ALICE, "tpl").await;
+    settle(&t).await;
+    // No notification arrives while the listening backend is stopped: only the worker's own
+    // retiring can make the outcome visible.
+    let _stopped = Stopped::new(listener_pid(&t).await);
+    let c = t.cluster(&ALICE, "one", &tpl).await;
+    t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
+    t.delete(&ALICE, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(204);
+    t.wait_cluster(&ALICE, &c, "GONE").await;
+}
