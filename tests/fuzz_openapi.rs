@@ -7,9 +7,10 @@
 //!
 //! Bounded (examples per operation, a fixed seed) so a run takes a few minutes on two cores;
 //! `tests/fuzz/schemathesis.toml` holds the settings and the few exceptions, each with its reason,
-//! `tests/fuzz/hooks.py` the one request rewrite (whole floats). The run's figures are printed and
-//! its reports are left in `$CARGO_TARGET_DIR/fuzz-openapi/{latest,1.1}/` (JUnit XML, the console
-//! log).
+//! `tests/fuzz/hooks.py` the one request rewrite (whole floats) and the wait for asynchronous
+//! deletes to finish (a client's wait, before a scenario reads the resource gone). The run's
+//! figures are printed and its reports are left in `$CARGO_TARGET_DIR/fuzz-openapi/{latest,1.1}/`
+//! (JUnit XML, the console log).
 
 mod common;
 

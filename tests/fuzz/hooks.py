@@ -1,5 +1,10 @@
 """schemathesis hooks of tests/fuzz_openapi.rs (loaded through SCHEMATHESIS_HOOKS)."""
 
+import re
+import time
+from urllib.parse import urlsplit
+
+import requests
 import schemathesis
 
 
@@ -19,3 +24,33 @@ def map_body(context, body):
     # (the integer fields' descriptions say so). JSON Schema cannot tell `2.0` from `2`, so
     # schemathesis spells integers as whole floats too; they go out as integers instead.
     return _integral(body)
+
+
+# Paths whose DELETE is asynchronous, as in Magnum: the answer (204) means the driver was asked;
+# the cluster or nodegroup stays readable in DELETE_IN_PROGRESS until the driver is done (with the
+# test's simulated driver, milliseconds later). Templates are deleted at once and are not waited for.
+_ASYNC_DELETE = re.compile(r"/v1/clusters/[^/]+(/nodegroups/[^/]+)?/?$")
+_DELETE_WAIT_SECS = 30.0
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    # A client waits for an asynchronous delete to finish before calling the resource gone (as
+    # `openstack coe cluster delete` users and Terraform do); so does this run, before the next
+    # step of a stateful scenario reads it. Without the wait, the use-after-free check (ST301)
+    # raced the worker. If the resource never goes away, the wait ends and that check still fails.
+    if case.method.upper() != "DELETE" or not 200 <= response.status_code < 300:
+        return
+    url = response.request.url
+    if not _ASYNC_DELETE.search(urlsplit(url).path):
+        return
+    headers = {
+        k: v
+        for k, v in response.request.headers.items()
+        if k.lower() not in ("content-length", "content-type")
+    }
+    deadline = time.monotonic() + _DELETE_WAIT_SECS
+    while time.monotonic() < deadline:
+        if requests.get(url, headers=headers, timeout=10).status_code == 404:
+            return
+        time.sleep(0.02)
