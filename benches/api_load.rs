@@ -14,9 +14,10 @@
 //! `[api] view_cache_mib = 0` (every answer built from PostgreSQL) — and followed by its
 //! "ceiling": a trivial handler in this process answering the same bytes from memory under the
 //! same load generator (what the machine, the loopback and the load generator allow at most).
-//! Then `POST /v1/clusters` with 1 and with 20 reqwest connections (latency of the 202). The closing table puts each figure beside Magnum 23's under
-//! the same method (gunicorn, 2 workers, same data, Keystone tokens cached; the performance
-//! issue's reference), with the ratio, the ceiling and our share of it.
+//! Then `POST /v1/clusters` with 1 and with 20 reqwest connections (latency of the 202). The
+//! closing table puts each figure beside Magnum 23's under the same method (gunicorn, 2
+//! workers, same data, Keystone tokens cached; the performance issue's reference), with the
+//! ratio, the ceiling and our share of it.
 //!
 //! The scale curve follows: with 1,000, 10,000 and 100,000 clusters in the database, the time of
 //! one `GET /v1/clusters/detail?limit=1000` (sequential requests), the service's RSS (this
@@ -115,7 +116,6 @@ impl Bench {
     }
 }
 
-/// `wrk -t2 -c<connections> -d<secs>s --latency` with our headers; its summary parsed.
 /// Serves `state`'s API on a loopback port.
 async fn spawn_api(state: magnum_capi::app::AppState) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -131,6 +131,7 @@ async fn spawn_api(state: magnum_capi::app::AppState) -> std::net::SocketAddr {
     addr
 }
 
+/// `wrk -t2 -c<connections> -d<secs>s --latency` with our headers; its summary parsed.
 async fn wrk(headers: &HeaderMap, url: &str, connections: usize, secs: u64) -> Stats {
     let mut cmd = tokio::process::Command::new("wrk");
     cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{secs}s")])

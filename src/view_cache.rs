@@ -70,19 +70,20 @@ impl ViewCache {
     }
 
     /// The generation a view built from a read starting now belongs to; `None` when views are
-    /// not reused now (turned off, or change notifications are not being received).
-    pub fn generation(&self) -> Option<u64> {
-        if self.entries.is_none() || !self.listening.load(Ordering::Acquire) {
-            crate::telemetry::view_cache("bypass");
-            return None;
-        }
-        Some(self.generation.load(Ordering::Acquire))
-    }
-
-    /// [`Self::generation`] without counting a use (for observers: tests, diagnostics).
+    /// not reused now (turned off, or change notifications are not being received). Does not
+    /// count as a use (observers: tests, diagnostics).
     pub fn peek(&self) -> Option<u64> {
         (self.entries.is_some() && self.listening.load(Ordering::Acquire))
             .then(|| self.generation.load(Ordering::Acquire))
+    }
+
+    /// [`Self::peek`] for a read: a read without reuse is counted.
+    fn generation(&self) -> Option<u64> {
+        let g = self.peek();
+        if g.is_none() {
+            crate::telemetry::view_cache("bypass");
+        }
+        g
     }
 
     /// The view for `key`: stored, or built by `build` and stored — once, while concurrent

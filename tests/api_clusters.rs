@@ -24,10 +24,6 @@ fn body_named(name: &str, mut body: Value) -> Value {
     body
 }
 
-async fn exec(t: &TestApp, sql: &str) {
-    t.write_sql(sql).await;
-}
-
 async fn nodegroups(t: &TestApp, who: &As, cluster: &str) -> Vec<Value> {
     let r = t
         .get_v(who, &format!("/v1/clusters/{cluster}/nodegroups"), "1.9")
@@ -600,14 +596,11 @@ async fn show_faults_appear_only_when_failed() {
     let t = app().await;
     let ct = t.template(&ALICE, "ct").await;
     let uuid = t.cluster(&ALICE, "c1", &ct).await;
-    exec(
-        &t,
-        &format!(
-            "UPDATE cluster SET status = 'CREATE_FAILED', status_reason = 'boom' WHERE uuid = '{uuid}'"
-        ),
-    )
+    t.write_sql(&format!(
+        "UPDATE cluster SET status = 'CREATE_FAILED', status_reason = 'boom' WHERE uuid = '{uuid}'"
+    ))
     .await;
-    exec(&t, &format!("UPDATE nodegroup SET status = 'CREATE_FAILED', status_reason = 'no capacity' WHERE cluster_id = '{uuid}' AND name = 'default-worker'")).await;
+    t.write_sql(&format!("UPDATE nodegroup SET status = 'CREATE_FAILED', status_reason = 'no capacity' WHERE cluster_id = '{uuid}' AND name = 'default-worker'")).await;
     let r = t.get(&ALICE, &format!("/v1/clusters/{uuid}")).await;
     assert_eq!(keys(&r.body), keys(&sample("cluster_show_create_failed")));
     assert_eq!(r.body["faults"], json!({"default-worker": "no capacity"}));
@@ -742,7 +735,7 @@ async fn node_and_master_counts_are_computed_from_nodegroups() {
     assert_eq!(c.body["node_count"], 4);
     assert_eq!(c.body["master_count"], 3);
     // An extra worker group counts towards node_count.
-    exec(&t, &format!(
+    t.write_sql(&format!(
         "INSERT INTO nodegroup (uuid, name, cluster_id, project_id, node_count, role, min_node_count, is_default, labels, node_addresses, status)
          VALUES ('{}', 'extra', '{uuid}', 'p-alice', 2, 'worker', 0, false, '{{}}', '[]', 'CREATE_COMPLETE')",
         uuid::Uuid::new_v4()

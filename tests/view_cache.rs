@@ -4,6 +4,7 @@
 //! answer an instance without reuse gives.
 
 mod common;
+use common::served::Server;
 use common::*;
 
 use serde_json::{Value, json};
@@ -48,7 +49,7 @@ struct Stopped(i32);
 
 impl Stopped {
     fn new(pid: i32) -> Self {
-        signal(pid, "-STOP");
+        assert!(signal(pid, "-STOP"), "kill -STOP {pid}");
         Stopped(pid)
     }
 }
@@ -56,20 +57,16 @@ impl Stopped {
 impl Drop for Stopped {
     fn drop(&mut self) {
         // No assertion here: a panic while a failed test unwinds would abort the run.
-        let _ = std::process::Command::new("sh")
-            .args(["-c", &format!("kill -CONT {}", self.0)])
-            .status();
+        signal(self.0, "-CONT");
     }
 }
 
-fn signal(pid: i32, sig: &str) {
-    // The shell's builtin `kill`: no procps needed.
-    let ok = std::process::Command::new("sh")
+/// Whether `kill <sig> <pid>` succeeded (the shell's builtin: no procps needed).
+fn signal(pid: i32, sig: &str) -> bool {
+    std::process::Command::new("sh")
         .args(["-c", &format!("kill {sig} {pid}")])
         .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill {sig} {pid}");
+        .is_ok_and(|s| s.success())
 }
 
 async fn setup() -> (TestApp, String, String) {
@@ -78,6 +75,16 @@ async fn setup() -> (TestApp, String, String) {
     let c = t.cluster(&ALICE, "one", &tpl).await;
     settle(&t).await;
     (t, tpl, c)
+}
+
+/// `field` of the first item of the list at `path`, as Alice reads it.
+async fn first(t: &TestApp, path: &str, field: &str) -> Value {
+    let list = path
+        .trim_start_matches("/v1/")
+        .split(['/', '?'])
+        .next()
+        .unwrap();
+    t.get(&ALICE, path).await.body[list][0][field].clone()
 }
 
 /// Waits until the notifications of the writes so far have arrived (none for 200 ms), so that
@@ -103,9 +110,9 @@ async fn a_view_is_reused_until_a_change_is_announced() {
         "/v1/clusters/detail",
         "/v1/clustertemplates",
     ];
-    let first = t.get(&ALICE, &show).await;
-    first.assert_status(200);
-    assert_eq!(first.body["status"], "CREATE_IN_PROGRESS");
+    let shown = t.get(&ALICE, &show).await;
+    shown.assert_status(200);
+    assert_eq!(shown.body["status"], "CREATE_IN_PROGRESS");
     for p in pages {
         t.get(&ALICE, p).await.assert_status(200);
     }
@@ -116,15 +123,12 @@ async fn a_view_is_reused_until_a_change_is_announced() {
     .await;
     unannounced(&t, "UPDATE cluster_template SET name = 'renamed'").await;
     // Nothing was announced: every view is served as stored.
-    assert_eq!(t.get(&ALICE, &show).await.body, first.body);
+    assert_eq!(t.get(&ALICE, &show).await.body, shown.body);
     assert_eq!(
-        t.get(&ALICE, "/v1/clusters").await.body["clusters"][0]["status"],
+        first(&t, "/v1/clusters", "status").await,
         "CREATE_IN_PROGRESS"
     );
-    assert_eq!(
-        t.get(&ALICE, "/v1/clustertemplates").await.body["clustertemplates"][0]["name"],
-        "tpl"
-    );
+    assert_eq!(first(&t, "/v1/clustertemplates", "name").await, "tpl");
     // Any announced change (another replica, the status writer) retires them all.
     t.write_sql(&format!(
         "UPDATE nodegroup SET status_reason = 'x' WHERE cluster_id = '{c}' AND role = 'worker'"
@@ -132,13 +136,10 @@ async fn a_view_is_reused_until_a_change_is_announced() {
     .await;
     assert_eq!(t.get(&ALICE, &show).await.body["status"], "CREATE_COMPLETE");
     assert_eq!(
-        t.get(&ALICE, "/v1/clusters/detail").await.body["clusters"][0]["status"],
+        first(&t, "/v1/clusters/detail", "status").await,
         "CREATE_COMPLETE"
     );
-    assert_eq!(
-        t.get(&ALICE, "/v1/clustertemplates").await.body["clustertemplates"][0]["name"],
-        "renamed"
-    );
+    assert_eq!(first(&t, "/v1/clustertemplates", "name").await, "renamed");
 }
 
 #[tokio::test]
@@ -176,10 +177,7 @@ async fn a_write_through_this_replica_is_read_back_at_once_and_another_after_its
     )
     .await
     .assert_status(200);
-    assert_eq!(
-        t.get(&ALICE, "/v1/clustertemplates").await.body["clustertemplates"][0]["name"],
-        "patched"
-    );
+    assert_eq!(first(&t, "/v1/clustertemplates", "name").await, "patched");
     // Another replica's write: not seen while the notification cannot arrive...
     let show = format!("/v1/clusters/{second}");
     assert_eq!(
@@ -199,15 +197,7 @@ async fn a_write_through_this_replica_is_read_back_at_once_and_another_after_its
         "reused while unannounced"
     );
     // ...and seen as soon as it does.
-    let mut seen = false;
-    for _ in 0..500 {
-        if t.get(&ALICE, &show).await.body["status"] == "CREATE_FAILED" {
-            seen = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(seen, "the notification never retired the view");
+    t.wait_cluster(&ALICE, &second, "CREATE_FAILED").await;
 }
 
 #[tokio::test]
@@ -266,7 +256,7 @@ async fn reused_answers_are_the_answers_without_reuse() {
         .cluster(&BOB, "bobs", &t.template(&BOB, "btpl").await)
         .await;
     let plain = t.twin(|cfg| cfg.api.view_cache_mib = 0).await;
-    let mut paths = vec![
+    let paths = [
         format!("/v1/clusters/{c}"),
         "/v1/clusters/one".to_string(),
         "/v1/clusters".to_string(),
@@ -278,8 +268,8 @@ async fn reused_answers_are_the_answers_without_reuse() {
         "/v1/clustertemplates/detail".to_string(),
         "/v1/clustertemplates?limit=1".to_string(),
         format!("/v1/clustertemplates/{tpl}"),
+        "/v1/clusters/nosuch".to_string(),
     ];
-    paths.push("/v1/clusters/nosuch".to_string());
     let versions = ["1.1", "1.9", "1.10", "latest"];
     let callers = [&ALICE, &READER, &ADMIN, &BOB, &NOBODY];
     for round in 0..2 {
@@ -314,4 +304,69 @@ async fn what_this_replicas_worker_finishes_is_read_back_at_once() {
         .await
         .assert_status(204);
     t.wait_cluster(&ALICE, &c, "GONE").await;
+}
+
+/// `magnum-capi serve` itself follows the change notifications (the tests above start the
+/// follower the way `serve` does; this checks that `serve` does): a second read of a cluster is
+/// served from the stored view, counted as a hit, and an announced change is read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reuses_views_until_a_change() {
+    let url = fresh_database().await;
+    let s = Server::start(
+        &url,
+        &[
+            ("MAGNUM_CAPI__HTTP__METRICS_PUBLIC", "true"),
+            ("MAGNUM_CAPI__OPERATIONS__WORKER_ENABLED", "false"),
+        ],
+    )
+    .await;
+    let hits = || async {
+        let text = reqwest::get(s.url("/metrics"))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .find_map(|l| l.strip_prefix("magnum_capi_view_cache_total{result=\"hit\"} "))
+            .map_or(0, |n| n.trim().parse::<u64>().expect("a count"))
+    };
+    let c = s.create_cluster().await;
+    // The create's own notifications arrive within milliseconds: let them, so that what is
+    // stored next stays current; then read until a view is reused.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut reused = false;
+    for _ in 0..100 {
+        assert_eq!(s.cluster_status(c).await, "CREATE_IN_PROGRESS");
+        if hits().await > 0 {
+            reused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(reused, "serve never reused a view:\n{}", s.log_text());
+    let pool = sqlx::PgPool::connect(&url).await.expect("database");
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE cluster SET status = 'CREATE_FAILED' WHERE uuid = $1")
+        .bind(c)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        s.cluster_status(c).await,
+        "CREATE_IN_PROGRESS",
+        "unannounced: the stored view"
+    );
+    sqlx::query("UPDATE cluster SET status = 'CREATE_COMPLETE' WHERE uuid = $1")
+        .bind(c)
+        .execute(&pool)
+        .await
+        .unwrap();
+    s.wait_status(c, "CREATE_COMPLETE", std::time::Duration::from_secs(10))
+        .await;
 }

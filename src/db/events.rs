@@ -49,19 +49,19 @@ pub async fn follow(
                     // `try_recv`, not `recv`: `recv` reconnects by itself and hides that
                     // notifications were missed meanwhile.
                     tokio::select! {
-                        n = l.try_recv() => match n {
-                            Ok(Some(_)) => on(Event::Notified),
-                            Ok(None) => {
-                                on(Event::Lost);
-                                tracing::warn!("{what}: connection lost; reconnecting");
-                                break;
-                            }
-                            Err(e) => {
-                                on(Event::Lost);
-                                tracing::warn!(error = %e, "{what}: notifications lost; reconnecting");
-                                break;
-                            }
-                        },
+                        n = l.try_recv() => {
+                            let error = match n {
+                                Ok(Some(_)) => {
+                                    on(Event::Notified);
+                                    continue;
+                                }
+                                Ok(None) => "connection closed".to_string(),
+                                Err(e) => e.to_string(),
+                            };
+                            on(Event::Lost);
+                            tracing::warn!(%error, "{what}: notifications lost; reconnecting");
+                            break;
+                        }
                         _ = shutdown.changed() => return,
                     }
                 }

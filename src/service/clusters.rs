@@ -11,7 +11,7 @@ use super::{
     template_visibility, views,
 };
 use crate::app::App;
-use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::clusters::{self as cdb, ClusterRow, Scope};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
 use crate::db::operations::SEALED_TOKEN;
@@ -304,28 +304,30 @@ pub async fn list_json(
     base: &str,
 ) -> Result<Bytes> {
     authorize_list(caller, detail)?;
-    let key = format!(
-        "clusters {:?} {} {detail} {base:?} {mv:?} {params:?}",
-        cluster_scope(caller, true),
-        caller.is_admin(),
-    );
-    super::cached_page(app, key, || page(app, caller, mv, params, detail, base)).await
+    // The key is made of exactly what the page is built from.
+    let scope = cluster_scope(caller, true);
+    let admin = caller.is_admin();
+    let key = format!("clusters {scope:?} {admin} {detail} {base:?} {mv:?} {params:?}");
+    super::cached_page(app, key, || {
+        page(app, &scope, admin, mv, params, detail, base)
+    })
+    .await
 }
 
-/// A page of clusters (the caller passed [`authorize_list`]): one statement, nodegroups
-/// aggregated (and template labels joined) in SQL.
+/// A page of the clusters in `scope` (the caller passed [`authorize_list`]; `admin`: the
+/// caller is one): one statement, nodegroups aggregated (and template labels joined) in SQL.
 async fn page(
     app: &App,
-    caller: &Caller,
+    scope: &Scope,
+    admin: bool,
     mv: Version,
     params: &ListQuery,
     detail: bool,
     base: &str,
 ) -> Result<views::ClusterList> {
-    let scope = cluster_scope(caller, true);
     let marker_id = match params.marker {
         Some(m) => Some(
-            cdb::by_uuid(&app.pool, &scope, m)
+            cdb::by_uuid(&app.pool, scope, m)
                 .await?
                 .ok_or_else(|| DomainError::cluster_not_found(&m.to_string()))?
                 .id,
@@ -333,7 +335,7 @@ async fn page(
         None => None,
     };
     let rows =
-        cdb::page_with_nodes(&app.pool, &scope, &super::page(params, marker_id), detail).await?;
+        cdb::page_with_nodes(&app.pool, scope, &super::page(params, marker_id), detail).await?;
     let path = if detail {
         "clusters/detail"
     } else {
@@ -345,7 +347,7 @@ async fn page(
     });
     let items = rows
         .into_iter()
-        .map(|row| views::cluster_entry(row, detail, caller.is_admin(), base, mv))
+        .map(|row| views::cluster_entry(row, detail, admin, base, mv))
         .collect();
     Ok(views::ClusterList {
         clusters: items,

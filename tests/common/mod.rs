@@ -7,6 +7,7 @@ pub mod capi;
 pub mod fakecloud;
 pub mod keystone;
 pub mod osc;
+pub mod served;
 pub mod stack;
 
 use std::sync::OnceLock;
