@@ -1,9 +1,17 @@
 //! The operation worker: claims recorded operations from Postgres, runs them through the
-//! driver under a renewed lease, retries transient failures with exponential backoff, and marks
-//! resources `*_FAILED` when an operation is given up. Also the mservice heartbeat.
+//! driver under a renewed lease, parks the ones whose backend waits for the world (woken by the
+//! backend's change feed or their due time), retries transient failures with exponential
+//! backoff, and marks resources `*_FAILED` when an operation is given up. Also the mservice
+//! heartbeat.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use futures::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use uuid::Uuid;
 
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -13,7 +21,7 @@ use crate::db::operations::{self as odb, OperationRow};
 use crate::db::services as sdb;
 use crate::db::status::{self as status, Transition};
 use crate::domain::operation::{OperationKind, backoff_ms};
-use crate::driver::{Backend, DriverError};
+use crate::driver::{Backend, DriverError, Outcome};
 
 /// Runs `concurrency` workers until `shutdown` flips to true.
 pub async fn run(
@@ -23,15 +31,23 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let n = app.config.operations.concurrency;
-    let mut tasks = Vec::with_capacity(n + 1);
+    let parked = Parked::default();
+    let mut tasks = Vec::with_capacity(n + 2);
     tasks.push(tokio::spawn(listen(app.clone(), shutdown.clone())));
+    tasks.push(tokio::spawn(wake_on_changes(
+        app.clone(),
+        driver.changes(),
+        parked.clone(),
+        shutdown.clone(),
+    )));
     for i in 0..n {
         let app = app.clone();
         let driver = driver.clone();
         let id = format!("{worker_id}/{i}");
         let shutdown = shutdown.clone();
+        let parked = parked.clone();
         tasks.push(tokio::spawn(async move {
-            worker_loop(app, driver, id, shutdown).await
+            worker_loop(app, driver, id, parked, shutdown).await
         }));
     }
     let _ = shutdown.wait_for(|stop| *stop).await;
@@ -59,6 +75,109 @@ pub async fn listen(app: AppState, shutdown: watch::Receiver<bool>) {
     .await;
 }
 
+/// The operations this replica runs or parked, by cluster: what a change of that cluster
+/// wakes. A change that arrives while the operation's step is running is remembered, so the
+/// step that just looked at the cluster is not left waiting for its fallback due time.
+#[derive(Clone, Default)]
+struct Parked(Arc<Mutex<HashMap<Uuid, Watched>>>);
+
+#[derive(Clone, Copy)]
+struct Watched {
+    op: i64,
+    parked: bool,
+    changed: bool,
+}
+
+impl Parked {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<Uuid, Watched>) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The operation's step starts: changes of its cluster are noted from now on.
+    fn running(&self, cluster: Uuid, op: i64) {
+        self.with(|m| {
+            m.insert(
+                cluster,
+                Watched {
+                    op,
+                    parked: false,
+                    changed: false,
+                },
+            )
+        });
+    }
+
+    /// The operation is parked; `Some(op)` when its cluster changed meanwhile (wake it now).
+    fn parked(&self, cluster: Uuid) -> Option<i64> {
+        self.with(|m| match m.get_mut(&cluster) {
+            Some(w) if w.changed => m.remove(&cluster).map(|w| w.op),
+            Some(w) => {
+                w.parked = true;
+                None
+            }
+            None => None,
+        })
+    }
+
+    /// The operation ended (or left this replica): nothing to wake for its cluster.
+    fn forget(&self, cluster: Uuid) {
+        self.with(|m| m.remove(&cluster));
+    }
+
+    /// `cluster` changed (`None`: maybe any did): the parked operations to wake.
+    fn changed(&self, cluster: Option<Uuid>) -> Vec<i64> {
+        self.with(|m| {
+            let keys: Vec<Uuid> = match cluster {
+                Some(c) => m.contains_key(&c).then_some(c).into_iter().collect(),
+                None => m.keys().copied().collect(),
+            };
+            let mut wake = Vec::new();
+            for k in keys {
+                if let Some(w) = m.get_mut(&k) {
+                    if w.parked {
+                        wake.push(w.op);
+                        m.remove(&k);
+                    } else {
+                        w.changed = true;
+                    }
+                }
+            }
+            wake
+        })
+    }
+}
+
+/// Makes an operation parked for a cluster due as soon as the backend reports a change of that
+/// cluster (CAPI deleted a machine, a rollout moved): the operation's next step runs within
+/// milliseconds instead of at its fallback due time. A lagging feed wakes every parked
+/// operation, so no change is missed.
+async fn wake_on_changes(
+    app: AppState,
+    feeds: Vec<tokio::sync::broadcast::Receiver<Uuid>>,
+    parked: Parked,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if feeds.is_empty() {
+        return;
+    }
+    let mut changes = futures::stream::select_all(feeds.into_iter().map(BroadcastStream::new));
+    loop {
+        let ops = tokio::select! {
+            next = changes.next() => match next {
+                Some(Ok(cluster)) => parked.changed(Some(cluster)),
+                Some(Err(BroadcastStreamRecvError::Lagged(_))) => parked.changed(None),
+                None => return,
+            },
+            _ = stopping(&mut shutdown) => return,
+        };
+        for op in ops {
+            if let Err(e) = odb::wake(&app.pool, op).await {
+                tracing::warn!(op, error = %e, "waking a parked operation failed; it runs when due");
+            }
+        }
+    }
+}
+
 /// How long an idle worker sleeps: until the next retry or lease expiry, at most the safety poll.
 async fn idle_for(app: &AppState, safety: Duration) -> Duration {
     match odb::next_due(&app.pool).await {
@@ -78,6 +197,7 @@ async fn worker_loop(
     app: AppState,
     driver: Arc<dyn Backend>,
     id: String,
+    parked: Parked,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let cfg = app.config.operations.clone();
@@ -91,7 +211,7 @@ async fn worker_loop(
                 let span = tracing::info_span!("operation", id = op.id, kind = %op.kind,
                     cluster = %op.cluster_uuid, attempt = op.attempts,
                     request_id = op.request_id.as_deref().unwrap_or(""));
-                execute(&app, driver.as_ref(), &id, op, &mut shutdown)
+                execute(&app, driver.as_ref(), &id, &parked, op, &mut shutdown)
                     .instrument(span)
                     .await;
                 // What the operation wrote (a finished create, a deleted cluster) is read back
@@ -129,7 +249,7 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
 
 /// How a driver run ended, seen from the queue.
 enum Run {
-    Finished(Result<(), DriverError>),
+    Finished(Result<Outcome, DriverError>),
     /// Another replica took the operation over after our lease ran out.
     LeaseLost,
     /// This replica is stopping.
@@ -140,6 +260,7 @@ async fn execute(
     app: &AppState,
     driver: &dyn Backend,
     worker: &str,
+    parked: &Parked,
     op: OperationRow,
     shutdown: &mut watch::Receiver<bool>,
 ) {
@@ -165,6 +286,7 @@ async fn execute(
             None => None,
         },
     };
+    parked.running(op.cluster_uuid, op.id);
     let run = {
         let work = driver.execute(&app.pool, &op, caller.as_ref());
         tokio::pin!(work);
@@ -185,7 +307,8 @@ async fn execute(
         }
     };
     let counted = match &run {
-        Run::Finished(Ok(())) => "done",
+        Run::Finished(Ok(Outcome::Done)) => "done",
+        Run::Finished(Ok(Outcome::Requeue { .. })) => "requeued",
         Run::Finished(Err(DriverError::Transient(_))) if op.attempts < cfg.max_attempts => "retry",
         Run::Finished(Err(DriverError::Deferred { .. })) => "deferred",
         Run::Finished(Err(_)) => "failed",
@@ -193,17 +316,35 @@ async fn execute(
         Run::Interrupted => "interrupted",
     };
     crate::telemetry::operation_outcome(&op.kind, counted);
+    if !matches!(run, Run::Finished(Ok(Outcome::Requeue { .. }))) {
+        parked.forget(op.cluster_uuid);
+    }
     let outcome = match run {
-        Run::Finished(Ok(())) => odb::finish(&app.pool, op.id, worker).await.map(|held| {
-            driver.finished(&op);
-            if !held {
-                tracing::warn!("finished after the lease was lost; the new holder decides");
-            }
-        }),
+        Run::Finished(Ok(Outcome::Done)) => {
+            odb::finish(&app.pool, op.id, worker).await.map(|held| {
+                driver.finished(&op);
+                if !held {
+                    tracing::warn!("finished after the lease was lost; the new holder decides");
+                }
+            })
+        }
+        Run::Finished(Ok(Outcome::Requeue {
+            after,
+            progress,
+            step,
+        })) => park(app, &op, worker, after, progress.as_deref(), step.as_ref())
+            .await
+            .map(|held| {
+                if !held {
+                    parked.forget(op.cluster_uuid);
+                } else if let Some(id) = parked.parked(op.cluster_uuid) {
+                    wake_soon(app, id);
+                }
+            }),
         Run::Finished(Err(DriverError::Transient(e))) if op.attempts < cfg.max_attempts => {
             let delay = backoff_ms(cfg.retry_base_ms, op.attempts);
-            tracing::warn!(error = %e, delay_ms = delay, "attempt failed, will retry");
-            odb::retry_later(&app.pool, op.id, worker, &e, delay)
+            tracing::warn!(error = %chain(e.as_ref()), delay_ms = delay, "attempt failed, will retry");
+            odb::retry_later(&app.pool, op.id, worker, &e.to_string(), delay)
                 .await
                 .map(|_| ())
         }
@@ -214,7 +355,7 @@ async fn execute(
                 .map(|_| ())
         }
         Run::Finished(Err(e)) => {
-            tracing::error!(error = %e, "operation failed for good");
+            tracing::error!(error = %chain(&e), "operation failed for good");
             give_up(app, &op, worker, &e.to_string()).await
         }
         Run::LeaseLost => {
@@ -229,6 +370,66 @@ async fn execute(
     if let Err(e) = outcome {
         tracing::error!(error = %e, "recording the outcome failed; the lease will expire and the operation rerun");
     }
+}
+
+/// Wakes a parked operation whose cluster changed while its step ran.
+fn wake_soon(app: &AppState, op: i64) {
+    let pool = app.pool.clone();
+    tokio::spawn(async move {
+        if let Err(e) = odb::wake(&pool, op).await {
+            tracing::warn!(op, error = %e, "waking a parked operation failed; it runs when due");
+        }
+    });
+}
+
+/// The error and every source under it, as one line for the log.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
+}
+
+/// Parks the operation for its next step (`odb::park`) and, in the same transaction, shows the
+/// step's progress on the cluster while it is still in the operation's in-progress status.
+/// Lock order: the cluster's row (by the status write) before the operation's. False when the
+/// lease was lost meanwhile.
+async fn park(
+    app: &AppState,
+    op: &OperationRow,
+    worker: &str,
+    after: Duration,
+    progress: Option<&str>,
+    step: Option<&serde_json::Value>,
+) -> Result<bool, crate::db::DbError> {
+    let mut tx = app.pool.begin().await?;
+    if let (Some(reason), Ok(kind)) = (progress, op.op_kind()) {
+        status::write(
+            &mut tx,
+            op.cluster_uuid,
+            Transition::Progress {
+                status: kind.in_progress_status(),
+                reason,
+            },
+        )
+        .await?;
+    }
+    let delay_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+    let held = odb::park(&mut *tx, op.id, worker, delay_ms, step).await?;
+    if held {
+        tx.commit().await?;
+    } else {
+        tracing::warn!("lease lost before parking; leaving the operation to its holder");
+        tx.rollback().await?;
+    }
+    Ok(held)
 }
 
 async fn give_up(

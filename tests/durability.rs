@@ -612,7 +612,7 @@ impl Backend for Hang {
         Box::pin(async move {
             let _flag = flag;
             std::future::pending::<()>().await;
-            Ok(())
+            Ok(magnum_capi::driver::Outcome::Done)
         })
     }
 }

@@ -23,6 +23,7 @@ use crate::db::day2;
 use crate::db::operations::OperationRow;
 use crate::db::status::{self as status, Transition};
 use crate::domain::status::Status;
+use crate::driver::Outcome;
 
 pub use crate::domain::certificates::CaKind;
 
@@ -273,68 +274,50 @@ impl Capi {
     }
 
     /// `rotate_ca`: three phases, each written to the CA Secrets (and cluster-info), then rolled
-    /// out to every machine and waited for. Replays resume at the recorded phase.
+    /// out to every machine. One run does what can be done now — start the next phase, or find
+    /// the current one rolled out — and requeues while machines are replaced (no worker waits
+    /// for a rollout). The phase and its marker are durable (`day2`), so replays resume there.
     pub(super) async fn rotate_ca(
         &self,
         pool: &PgPool,
         c: &ClusterRow,
         op: &OperationRow,
-    ) -> Result<(), CapiError> {
-        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+    ) -> Result<Outcome, CapiError> {
+        let mut step: CaStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
         let (phase, after) = day2::ca_rotation(pool, c.uuid).await?;
-        let (old, new, labels) = self.rotation_cas(c, phase.is_some()).await?;
+        let (ph, after) = match (phase, after) {
+            (Some(p), Some(a)) => (p, a),
+            _ => return self.start_phase(pool, c, 1, false, step).await,
+        };
+        if step.applied != Some(ph) {
+            // A replay of a phase whose objects may not all be written: write them again.
+            let cas = self.rotation_cas(c, true).await?;
+            self.apply_phase(pool, c, ph, after, cas).await?;
+            step.applied = Some(ph);
+            return Ok(step.requeue(ROLLOUT_POLL));
+        }
         let expected: usize = crate::db::nodegroups::of_cluster(pool, c.uuid)
             .await?
             .iter()
             .map(|n| usize::try_from(n.node_count).unwrap_or(0))
             .sum();
         let timeout = Duration::from_secs(self.config.update_timeout_mins.max(1) * 60);
-        for ph in phase.unwrap_or(1)..=3 {
-            // Durable first: a replay of this phase keeps its marker (no second rollout).
-            let after = match (phase, after) {
-                (Some(p), Some(a)) if p == ph => a,
-                _ => {
-                    let a = marker(Utc::now());
-                    day2::set_ca_rotation(pool, c.uuid, Some(ph), Some(a)).await?;
-                    a
-                }
-            };
-            let mut objs = Vec::new();
-            for (i, k) in CaKind::ALL.into_iter().enumerate() {
-                objs.push(self.ca_secret(c, k, &phase_pair(ph, &old[i], &new[i]), &labels));
-            }
-            self.mgmt.apply_all(&objs).await?;
-            match ph {
-                1 => {
-                    self.set_cluster_info_ca(c, &pki::bundle(&[&old[0].cert_pem, &new[0].cert_pem]))
-                        .await?
-                }
-                3 => self.set_cluster_info_ca(c, &new[0].cert_pem).await?,
-                _ => {}
-            }
-            if ph >= 2 {
-                // CAPI regenerates the admin kubeconfig with the key now in force.
-                self.mgmt
-                    .delete(&ObjectRef::new(
-                        kinds::SECRET,
-                        &ns,
-                        &format!("{name}-kubeconfig"),
-                    ))
-                    .await?;
-            }
-            tracing::info!(cluster = %c.uuid, phase = ph, after = %after, "CA rotation phase rolling out");
-            self.apply_cluster(pool, c, None, false).await?;
-            if !self
-                .observer
-                .wait_for(c.uuid, timeout, |o| rolled_out(o, after, expected))
-                .await
-            {
+        if !(self.observer.synced() && rolled_out(&self.observer.observed(c.uuid), after, expected))
+        {
+            let deadline = after + chrono::Duration::from_std(timeout).unwrap_or_default();
+            let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+            if left.is_zero() {
                 return Err(CapiError::Waiting(format!(
                     "CA rotation phase {ph}: not every machine was replaced within {} minutes",
                     timeout.as_secs() / 60
                 )));
             }
+            return Ok(step.requeue(ROLLOUT_POLL.min(left)));
         }
+        if ph < 3 {
+            return self.start_phase(pool, c, ph + 1, true, step).await;
+        }
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         self.mgmt
             .delete(&ObjectRef::new(kinds::SECRET, &ns, &rotation_secret(&name)))
             .await?;
@@ -351,7 +334,86 @@ impl Capi {
         .await?;
         tx.commit().await.map_err(DbError::from)?;
         tracing::info!(cluster = %c.uuid, "CA rotation complete");
+        Ok(Outcome::Done)
+    }
+
+    /// Records phase `ph` with a new marker (durable first: a replay keeps it and starts no
+    /// second rollout), writes it, and requeues to watch its rollout. `started`: an earlier
+    /// phase exists (the rotation's CAs must be there already).
+    async fn start_phase(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        ph: i16,
+        started: bool,
+        mut step: CaStep,
+    ) -> Result<Outcome, CapiError> {
+        // The rotation Secret first, so the recorded phase always has its CAs.
+        let cas = self.rotation_cas(c, started).await?;
+        let after = marker(Utc::now());
+        day2::set_ca_rotation(pool, c.uuid, Some(ph), Some(after)).await?;
+        self.apply_phase(pool, c, ph, after, cas).await?;
+        step.applied = Some(ph);
+        Ok(step.requeue(ROLLOUT_POLL))
+    }
+
+    /// Writes phase `ph` of the rotation's CAs (`old`, `new`, the CA Secrets' `labels`) to the CA
+    /// Secrets and cluster-info and rolls it out (`after`: the phase's marker, for the log).
+    async fn apply_phase(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        ph: i16,
+        after: DateTime<Utc>,
+        (old, new, labels): (Vec<KeyPairPem>, Vec<KeyPairPem>, Value),
+    ) -> Result<(), CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let mut objs = Vec::new();
+        for (i, k) in CaKind::ALL.into_iter().enumerate() {
+            objs.push(self.ca_secret(c, k, &phase_pair(ph, &old[i], &new[i]), &labels));
+        }
+        self.mgmt.apply_all(&objs).await?;
+        match ph {
+            1 => {
+                self.set_cluster_info_ca(c, &pki::bundle(&[&old[0].cert_pem, &new[0].cert_pem]))
+                    .await?
+            }
+            3 => self.set_cluster_info_ca(c, &new[0].cert_pem).await?,
+            _ => {}
+        }
+        if ph >= 2 {
+            // CAPI regenerates the admin kubeconfig with the key now in force.
+            self.mgmt
+                .delete(&ObjectRef::new(
+                    kinds::SECRET,
+                    &ns,
+                    &format!("{name}-kubeconfig"),
+                ))
+                .await?;
+        }
+        tracing::info!(cluster = %c.uuid, phase = ph, after = %after, "CA rotation phase rolling out");
+        self.apply_cluster(pool, c, None, false).await?;
         Ok(())
+    }
+}
+
+/// How often a rollout is looked at when no change of the cluster woke it sooner.
+const ROLLOUT_POLL: Duration = Duration::from_secs(30);
+
+/// Where a CA rotation is between its runs: the phase whose objects are written.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct CaStep {
+    #[serde(default)]
+    applied: Option<i16>,
+}
+
+impl CaStep {
+    fn requeue(&self, after: Duration) -> Outcome {
+        Outcome::Requeue {
+            after,
+            progress: None,
+            step: serde_json::to_value(self).ok(),
+        }
     }
 }
 

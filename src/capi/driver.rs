@@ -26,8 +26,8 @@ use crate::domain::certificates::CaKind;
 use crate::domain::operation::{OperationKind as K, backoff_ms};
 use crate::domain::status::Status;
 use crate::driver::{
-    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, ProvisionRequest,
-    Provisioned,
+    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Outcome,
+    ProvisionRequest, Provisioned,
 };
 use crate::openstack::{Keystone, OpenStackError, UserSession, appcred};
 use secrecy::{ExposeSecret, SecretString};
@@ -72,9 +72,9 @@ impl CapiError {
 impl From<CapiError> for DriverError {
     fn from(e: CapiError) -> Self {
         if e.is_transient() {
-            DriverError::Transient(e.to_string())
+            DriverError::Transient(Box::new(e))
         } else {
-            DriverError::Permanent(e.to_string())
+            DriverError::Permanent(Box::new(e))
         }
     }
 }
@@ -618,89 +618,88 @@ impl Capi {
         Ok(())
     }
 
-    /// Deletes the `Cluster` (CAPI cascades), removes what the workload created in the tenant
-    /// project once its machines are gone (`cleanup`), then our own objects, the credential and
-    /// the rows. Every wait is bounded by `delete_timeout_mins` from the operation's start (a
-    /// retry or a restart keeps the deadline); past it the delete fails naming what is left.
+    /// One step of a cluster delete: asks for the `Cluster`'s deletion (CAPI cascades), removes
+    /// what the workload created in the tenant project once its machines are gone (`cleanup`),
+    /// and when both are done our own objects, the credential and the rows. Until then it
+    /// requeues with what is left as progress; the step wakes on every change of the cluster's
+    /// objects, and polls only the cloud cleanup. Bounded by `delete_timeout_mins` from the
+    /// operation's start (a retry or a restart keeps the deadline); past it the delete fails
+    /// naming what is left.
     async fn delete_cluster(
         &self,
         pool: &PgPool,
         c: &ClusterRow,
         op: &OperationRow,
-    ) -> Result<(), CapiError> {
+    ) -> Result<Outcome, CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
-        self.mgmt
-            .delete(&ObjectRef::new(kinds::CLUSTER, &ns, &name))
-            .await?;
-        let timeout = chrono::Duration::minutes(
-            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
-        );
-        let deadline = op.created_at + timeout;
-        let poll = Duration::from_secs(self.config.cleanup_poll_secs.max(1));
-        let mut cleaned = !self.config.delete_cleanup;
+        let mut step: DeleteStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
+        if !self.observer.synced() {
+            return Ok(step.requeue(Duration::from_secs(1), None));
+        }
+        let observed = self.observer.observed(c.uuid);
+        // Asked once, and again only if the Cluster shows up without a deletion under way.
+        let deleting = observed
+            .cluster
+            .as_ref()
+            .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
+        if !step.requested || (observed.cluster.is_some() && !deleting) {
+            self.mgmt
+                .delete(&ObjectRef::new(kinds::CLUSTER, &ns, &name))
+                .await?;
+            step.requested = true;
+        }
+        step.cleaned |= !self.config.delete_cleanup;
         let mut cloud_left: Option<String> = None;
-        let mut reported = String::new();
-        loop {
-            let observed = self.observer.observed(c.uuid);
-            // Never before the machines are gone: a live cloud-controller-manager would
-            // recreate what we delete.
-            if !cleaned && self.observer.synced() && observed.machines.is_empty() {
-                let left = self.cleanup_cloud(c).await?;
-                cleaned = left.is_done();
-                cloud_left = (!cleaned).then(|| left.describe());
-            }
-            let capi_gone = self.observer.synced() && observed.is_empty();
-            if capi_gone && cleaned {
-                break;
-            }
-            let what = [
-                cloud_left.clone(),
-                (!capi_gone).then(|| blocking(&observed)),
-            ]
+        // Never before the machines are gone: a live cloud-controller-manager would recreate
+        // what we delete.
+        if !step.cleaned && observed.machines.is_empty() {
+            let left = self.cleanup_cloud(c).await?;
+            step.cleaned = left.is_done();
+            cloud_left = (!step.cleaned).then(|| left.describe());
+        }
+        let capi_gone = observed.is_empty();
+        if capi_gone && step.cleaned {
+            self.delete_remains(pool, c, &ns).await?;
+            return Ok(Outcome::Done);
+        }
+        let what = [cloud_left, (!capi_gone).then(|| blocking(&observed))]
             .into_iter()
             .flatten()
             .collect::<Vec<_>>()
             .join("; ");
-            if what != reported {
-                status::write_now(
-                    pool,
-                    c.uuid,
-                    Transition::Progress {
-                        status: Status::DeleteInProgress,
-                        reason: &what,
-                    },
-                )
-                .await?;
-                reported.clone_from(&what);
-            }
-            let now = chrono::Utc::now();
-            if now >= deadline {
-                return Err(CapiError::Stuck(format!(
-                    "Timed out deleting the cluster after {} minutes: {what}. Deleting it again \
-                     resumes from here.",
-                    timeout.num_minutes()
-                )));
-            }
-            let left = (deadline - now).to_std().unwrap_or_default();
-            if capi_gone {
-                // Only the cloud cleanup is left: poll it.
-                tokio::time::sleep(poll.min(left)).await;
-            } else {
-                // Watch-driven: wake when CAPI is done, or when the machines are gone and the
-                // cleanup may start (and every `poll` while the cleanup is under way).
-                let slice = if cleaned {
-                    Duration::from_secs(10)
-                } else {
-                    poll
-                };
-                let pending = !cleaned;
-                self.observer
-                    .wait_for(c.uuid, slice.min(left), |o| {
-                        o.is_empty() || (pending && o.machines.is_empty())
-                    })
-                    .await;
-            }
+        let timeout = chrono::Duration::minutes(
+            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
+        );
+        let left = (op.created_at + timeout - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default();
+        if left.is_zero() {
+            return Err(CapiError::Stuck(format!(
+                "Timed out deleting the cluster after {} minutes: {what}. Deleting it again \
+                 resumes from here.",
+                timeout.num_minutes()
+            )));
         }
+        // Changes of the cluster's objects wake the step at once; the cloud cleanup, which
+        // nothing announces, is looked at every `cleanup_poll_secs`.
+        let after = if !step.cleaned && observed.machines.is_empty() || capi_gone {
+            Duration::from_secs(self.config.cleanup_poll_secs.max(1))
+        } else {
+            UNANNOUNCED_POLL
+        };
+        let progress = (what != step.reported).then(|| what.clone());
+        step.reported = what;
+        Ok(step.requeue(after.min(left), progress))
+    }
+
+    /// What is left once Cluster API and the cloud cleanup are done with a deleted cluster: its
+    /// server groups, the objects CAPI does not own, the credential, the rows.
+    async fn delete_remains(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        ns: &str,
+    ) -> Result<(), CapiError> {
         // The machines are gone: their server groups can go (with the credential, before its
         // Secret is deleted below).
         // A group left behind is empty and harmless: never a reason to keep the cluster.
@@ -713,7 +712,7 @@ impl Capi {
         // Then what CAPI does not own: our Secrets, machine templates, addons.
         let sel = format!("{LABEL_CLUSTER_UUID}={}", c.uuid);
         for gvk in OWNED_KINDS {
-            self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
+            self.mgmt.delete_labelled(gvk, ns, &sel).await?;
         }
         // The credential: with the service's credentials (its owner may be gone).
         if let Some(id) = cdb::app_cred(pool, c.uuid).await? {
@@ -736,18 +735,27 @@ impl Capi {
         Ok(())
     }
 
+    /// One step of a nodegroup delete: the first renders the cluster without the nodegroup and
+    /// deletes its MachineDeployment (and health check); later ones find its machines gone, then
+    /// delete its templates, server group and row. Requeued (woken by changes of the cluster's
+    /// objects) while CAPI deletes the machines, within `delete_timeout_mins` of the operation's
+    /// start.
     async fn delete_nodegroup(
         &self,
         pool: &PgPool,
         c: &ClusterRow,
         ng: Uuid,
-        op: i64,
-    ) -> Result<(), CapiError> {
+        op: &OperationRow,
+    ) -> Result<Outcome, CapiError> {
         let ns = namespace_of(&self.config, c);
-        self.apply_cluster(pool, c, Some(ng), false).await?;
         let sel = format!("{LABEL_NODEGROUP_UUID}={ng}");
-        for gvk in [kinds::MACHINE_DEPLOYMENT, kinds::MACHINE_HEALTH_CHECK] {
-            self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
+        let mut step: DeleteStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
+        if !step.requested {
+            self.apply_cluster(pool, c, Some(ng), false).await?;
+            for gvk in [kinds::MACHINE_DEPLOYMENT, kinds::MACHINE_HEALTH_CHECK] {
+                self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
+            }
+            step.requested = true;
         }
         let id = ng.to_string();
         let gone = |o: &super::status::Observed| {
@@ -759,11 +767,19 @@ impl Capi {
             };
             !o.machine_deployments.iter().any(|v| has(v)) && !o.machines.iter().any(|v| has(v))
         };
-        let timeout = Duration::from_secs(self.config.delete_timeout_mins.max(1) * 60);
-        if !self.observer.wait_for(c.uuid, timeout, gone).await {
-            return Err(CapiError::Waiting(
-                "Timed out waiting for the nodegroup's machines to be deleted".into(),
-            ));
+        if !(self.observer.synced() && gone(&self.observer.observed(c.uuid))) {
+            let timeout = chrono::Duration::minutes(
+                i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
+            );
+            let left = (op.created_at + timeout - chrono::Utc::now())
+                .to_std()
+                .unwrap_or_default();
+            if left.is_zero() {
+                return Err(CapiError::Stuck(
+                    "Timed out waiting for the nodegroup's machines to be deleted".into(),
+                ));
+            }
+            return Ok(step.requeue(UNANNOUNCED_POLL.min(left), None));
         }
         for gvk in kinds::TEMPLATES {
             self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
@@ -782,13 +798,13 @@ impl Capi {
             &mut tx,
             c.uuid,
             Transition::Completed {
-                op,
+                op: op.id,
                 status: Status::UpdateComplete,
             },
         )
         .await?;
         tx.commit().await.map_err(DbError::from)?;
-        Ok(())
+        Ok(Outcome::Done)
     }
 
     pub(super) async fn run(
@@ -796,9 +812,9 @@ impl Capi {
         pool: &PgPool,
         op: &OperationRow,
         caller: Option<&SecretString>,
-    ) -> Result<(), CapiError> {
+    ) -> Result<Outcome, CapiError> {
         let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid).await? else {
-            return Ok(()); // already gone
+            return Ok(Outcome::Done); // already gone
         };
         let kind = op.op_kind().map_err(|e| {
             CapiError::Invalid(format!("the Cluster API driver cannot run it: {e}"))
@@ -858,14 +874,14 @@ impl Capi {
             }
             K::NodegroupDelete => {
                 if let Some(ng) = op.nodegroup_uuid {
-                    self.delete_nodegroup(pool, &c, ng, op.id).await?;
+                    return self.delete_nodegroup(pool, &c, ng, op).await;
                 }
             }
-            K::Delete => self.delete_cluster(pool, &c, op).await?,
+            K::Delete => return self.delete_cluster(pool, &c, op).await,
             K::RotateCredential => self.commit_rotation(pool, &c, op).await?,
-            K::RotateCa => self.rotate_ca(pool, &c, op).await?,
+            K::RotateCa => return self.rotate_ca(pool, &c, op).await,
         }
-        Ok(())
+        Ok(Outcome::Done)
     }
 
     /// Retries deleting credentials that could not be deleted when their cluster went away.
@@ -904,6 +920,34 @@ fn uses_server_groups<'a>(
             .is_some_and(|v| !v.trim().is_empty())
     };
     set(&c.labels.0) || nodegroups.any(|n| set(&n.labels.0))
+}
+
+/// How often a step waiting for Cluster API looks again when no change of the cluster's objects
+/// woke it sooner (a missed event, a watch being re-listed).
+const UNANNOUNCED_POLL: Duration = Duration::from_secs(10);
+
+/// Where a cluster or nodegroup delete is between its runs.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct DeleteStep {
+    /// The deletion of the Cluster (or the nodegroup's MachineDeployment) was asked for.
+    #[serde(default)]
+    requested: bool,
+    /// The tenant project's leftovers are gone (or the cleanup is off).
+    #[serde(default)]
+    cleaned: bool,
+    /// The progress last shown, so an unchanged one is not written again.
+    #[serde(default)]
+    reported: String,
+}
+
+impl DeleteStep {
+    fn requeue(&self, after: Duration, progress: Option<String>) -> Outcome {
+        Outcome::Requeue {
+            after,
+            progress,
+            step: serde_json::to_value(self).ok(),
+        }
+    }
 }
 
 /// What still exists of a cluster being deleted, for `status_reason`.
@@ -953,6 +997,9 @@ impl Backend for CapiDriver {
     }
     fn finished(&self, op: &OperationRow) {
         self.0.observer.touch(op.cluster_uuid);
+    }
+    fn changes(&self) -> Vec<tokio::sync::broadcast::Receiver<Uuid>> {
+        vec![self.0.observer.subscribe()]
     }
     fn ca_certificate<'a>(
         &'a self,

@@ -20,7 +20,7 @@ use crate::db::operations::OperationRow;
 use crate::db::templates::TemplateRow;
 use crate::domain::certificates::CaKind;
 use crate::driver::{
-    Backend, BackendError, BackendFuture, Check, Credentials, DriverError, DriverFuture,
+    Backend, BackendError, BackendFuture, Check, Credentials, DriverError, DriverFuture, Outcome,
 };
 use crate::openstack::UserSession;
 
@@ -183,12 +183,12 @@ impl Fleet {
         pool: &PgPool,
         op: &OperationRow,
         caller: Option<&SecretString>,
-    ) -> Result<(), DriverError> {
+    ) -> Result<Outcome, DriverError> {
         let row = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid)
             .await
-            .map_err(|e| DriverError::Transient(e.to_string()))?;
+            .map_err(|e| DriverError::Transient(Box::new(e)))?;
         let Some(row) = row else {
-            return Ok(()); // already gone
+            return Ok(Outcome::Done); // already gone
         };
         let name = row.management_cluster_name();
         let Some(d) = self.member(name) else {
@@ -211,7 +211,7 @@ impl Fleet {
             });
         }
         match d.0.run(pool, op, caller).await {
-            Ok(()) => Ok(()),
+            Ok(outcome) => Ok(outcome),
             Err(e) if e.is_transient() => {
                 // Unreachable since the last probe: wait for it instead of spending attempts.
                 if let Err(why) = probe(&d.0).await {
@@ -239,6 +239,9 @@ impl Backend for Fleet {
         caller: Option<&'a SecretString>,
     ) -> DriverFuture<'a> {
         Box::pin(self.execute_routed(pool, op, caller))
+    }
+    fn changes(&self) -> Vec<tokio::sync::broadcast::Receiver<uuid::Uuid>> {
+        self.members.iter().flat_map(|m| m.changes()).collect()
     }
     fn finished(&self, op: &OperationRow) {
         // Linked observers: the cluster's own writer re-evaluates it.

@@ -178,12 +178,19 @@ fn cluster_key(o: &DynamicObject) -> Option<ClusterKey> {
     Some((o.metadata.namespace.clone()?, o.metadata.name.clone()?))
 }
 
+/// How many changes the feed holds for a slow subscriber before it lags (a lagging worker
+/// wakes every operation it parked, so nothing is missed).
+const FEED_CAPACITY: usize = 4096;
+
 /// The watchers' shared view, and the channel that tells the writer what changed.
 pub struct Observer {
     index: Mutex<Index>,
     dirty: mpsc::UnboundedSender<Uuid>,
-    /// Bumped on every change; waiters (delete) re-check when it moves.
+    /// Bumped on every change; waiters re-check when it moves.
     version: watch::Sender<u64>,
+    /// Every cluster whose objects changed, for the worker to wake the operation it parked for
+    /// that cluster (`crate::driver::Backend::changes`).
+    feed: tokio::sync::broadcast::Sender<Uuid>,
     /// The change feeds of the other management clusters' observers (`Observer::link`): a
     /// touch reaches the cluster's own writer whichever observer it went through.
     peers: std::sync::OnceLock<Vec<mpsc::UnboundedSender<Uuid>>>,
@@ -200,11 +207,13 @@ impl Observer {
     pub fn new() -> (Arc<Observer>, mpsc::UnboundedReceiver<Uuid>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let (version, _) = watch::channel(0);
+        let (feed, _) = tokio::sync::broadcast::channel(FEED_CAPACITY);
         (
             Arc::new(Observer {
                 index: Mutex::new(Index::default()),
                 dirty: tx,
                 version,
+                feed,
                 peers: std::sync::OnceLock::new(),
             }),
             rx,
@@ -238,9 +247,16 @@ impl Observer {
         }
     }
 
+    /// A feed of the clusters whose objects change from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Uuid> {
+        self.feed.subscribe()
+    }
+
     fn changed(&self, clusters: impl IntoIterator<Item = Uuid>) {
         for c in clusters {
             let _ = self.dirty.send(c);
+            // No subscriber (no worker on this replica) is not an error.
+            let _ = self.feed.send(c);
         }
         self.version.send_modify(|v| *v += 1);
     }

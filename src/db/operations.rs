@@ -26,12 +26,22 @@ pub struct OperationRow {
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Where a long operation is, as its backend recorded it ([`park`]); `None` before its
+    /// first step.
+    pub step: Option<Json<serde_json::Value>>,
 }
 
 impl OperationRow {
     /// The operation's kind; an error for a kind this version does not know.
     pub fn op_kind(&self) -> Result<OperationKind, UnknownKind> {
         self.kind.parse()
+    }
+
+    /// The step its backend recorded, or `Null` before the first.
+    pub fn step(&self) -> &serde_json::Value {
+        self.step
+            .as_ref()
+            .map_or(&serde_json::Value::Null, |s| &s.0)
     }
 }
 
@@ -191,6 +201,47 @@ async fn requeue(
     .execute(pool)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// Parks a running operation whose backend is waiting for the world (a management cluster
+/// deleting machines, a rollout): pending again, due after `delay_ms` (or sooner through
+/// [`wake`]), the step not counted as an attempt, `step` recorded for the next run. Only by the
+/// lease holder, inside the caller's transaction (with the step's progress on the cluster).
+pub async fn park<'e>(
+    ex: impl PgExecutor<'e>,
+    id: i64,
+    worker: &str,
+    delay_ms: i64,
+    step: Option<&serde_json::Value>,
+) -> DbResult<bool> {
+    let r = sqlx::query(
+        "UPDATE operation SET state = 'pending', locked_by = NULL, locked_until = NULL,
+                attempts = GREATEST(attempts - 1, 0), step = COALESCE($4, step),
+                not_before = now() + make_interval(secs => $3), updated_at = now()
+          WHERE id = $1 AND locked_by = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(delay_ms as f64 / 1000.0)
+    .bind(step.map(Json))
+    .execute(ex)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Makes a parked operation due now and tells the workers (its cluster changed on the
+/// management cluster); true when it was still parked.
+pub async fn wake(pool: &PgPool, id: i64) -> DbResult<bool> {
+    let woken: Option<(i64,)> = sqlx::query_as(
+        "WITH woken AS (
+           UPDATE operation SET not_before = now()
+            WHERE id = $1 AND state = 'pending' AND not_before > now() RETURNING id)
+         SELECT id FROM woken, pg_notify('magnum_capi_operations', $1::text) AS n",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(woken.is_some())
 }
 
 /// Gives an operation up for good (only if `worker` still holds it); true when it did.

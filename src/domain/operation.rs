@@ -50,6 +50,16 @@ impl OperationKind {
         }
     }
 
+    /// The status the cluster shows while the operation runs (what a step's progress is
+    /// written under).
+    pub const fn in_progress_status(self) -> Status {
+        match self {
+            OperationKind::Create => Status::CreateInProgress,
+            OperationKind::Delete => Status::DeleteInProgress,
+            _ => Status::UpdateInProgress,
+        }
+    }
+
     /// The status the cluster (and the operation's nodegroup) gets when the operation is given up.
     pub const fn failed_status(self) -> Status {
         match self {

@@ -22,19 +22,53 @@ use crate::db::templates::TemplateRow;
 use crate::domain::certificates::CaKind;
 use crate::openstack::{OpenStackError, UserSession};
 
+/// The cause an operation failure carries, kept whole so its source chain reaches the log.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// How executing an operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum DriverError {
     /// Worth retrying (backend unreachable, conflict, timeout).
-    #[error("{0}")]
-    Transient(String),
+    #[error(transparent)]
+    Transient(Cause),
     /// Retrying cannot help (invalid spec, quota refused by the cloud).
-    #[error("{0}")]
-    Permanent(String),
+    #[error(transparent)]
+    Permanent(Cause),
     /// Nothing could be tried now (the cluster's management cluster is unreachable): the
     /// operation waits, this attempt not counted, and is tried again after `retry_ms`.
     #[error("{reason}")]
     Deferred { reason: String, retry_ms: i64 },
+}
+
+impl DriverError {
+    /// A transient failure described by `reason` alone (no underlying error to keep).
+    pub fn transient(reason: impl Into<String>) -> Self {
+        DriverError::Transient(reason.into().into())
+    }
+
+    /// A permanent failure described by `reason` alone.
+    pub fn permanent(reason: impl Into<String>) -> Self {
+        DriverError::Permanent(reason.into().into())
+    }
+}
+
+/// What one run of an operation came to when it did not fail. A backend never waits for the
+/// world inside a run: it does what can be done now and says when to look again.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The operation is complete.
+    Done,
+    /// The world is still working (a management cluster deleting machines, a rollout, a cloud
+    /// deleting what a cluster left): run the operation again after `after`, or as soon as the
+    /// backend reports a change of the cluster ([`Backend::changes`]), without holding a worker
+    /// meanwhile and without counting an attempt. `progress` is a new `status_reason` to show
+    /// (written only while the cluster is still in the operation's in-progress status);
+    /// `step` is what the backend records to resume from (handed back in `OperationRow::step`).
+    Requeue {
+        after: Duration,
+        progress: Option<String>,
+        step: Option<serde_json::Value>,
+    },
 }
 
 /// How a request-time backend call failed, in the classes the service layer tells apart.
@@ -55,7 +89,7 @@ pub enum BackendError {
     Internal(String),
 }
 
-pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<(), DriverError>> + Send + 'a>>;
+pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<Outcome, DriverError>> + Send + 'a>>;
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BackendError>> + Send + 'a>>;
 
 /// What provisioning a cluster's credential needs.
@@ -126,9 +160,10 @@ pub enum Credentials {
 }
 
 /// A cluster backend. Implementations of `execute` must be idempotent: an operation whose
-/// replica died mid-way is executed again. On success the backend has reported the resulting
-/// statuses (through `db::status`); on a final failure the queue marks the resources
-/// `*_FAILED`.
+/// replica died mid-way is executed again. A run does what can be done now and returns: done,
+/// or [`Outcome::Requeue`] while the world works (no run waits for a management cluster or a
+/// cloud). On success the backend has reported the resulting statuses (through `db::status`);
+/// on a final failure the queue marks the resources `*_FAILED`.
 ///
 /// The request-time methods have defaults describing a backend without a management cluster:
 /// it provisions nothing, and its clusters have no CAs.
@@ -144,6 +179,13 @@ pub trait Backend: Send + Sync {
         op: &'a OperationRow,
         caller: Option<&'a SecretString>,
     ) -> DriverFuture<'a>;
+
+    /// Feeds of the clusters whose observed state changed, so an operation requeued for a
+    /// cluster runs again as soon as something happened to it. None: a requeued operation
+    /// waits its `after`.
+    fn changes(&self) -> Vec<tokio::sync::broadcast::Receiver<uuid::Uuid>> {
+        Vec::new()
+    }
 
     /// Called once the queue has recorded the operation as done (e.g. to re-evaluate statuses
     /// that waited for it).

@@ -1,11 +1,11 @@
-//! The simulated driver: completes every operation after a configurable delay, writing the
-//! statuses and facts a real cluster would produce. Used by `serve --dev` and the tests.
+//! The simulated driver: completes every operation after a configurable delay (a first step
+//! requeued for that long), writing the statuses and facts a real cluster would produce. Used by `serve --dev` and the tests.
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::{Backend, DriverError, DriverFuture};
+use super::{Backend, DriverError, DriverFuture, Outcome};
 use crate::db::DbError;
 use crate::db::clusters::{self as cdb, DriverFacts};
 use crate::db::nodegroups as ndb;
@@ -20,7 +20,7 @@ pub struct SimulatedDriver {
 }
 
 fn transient(e: DbError) -> DriverError {
-    DriverError::Transient(e.to_string())
+    DriverError::Transient(Box::new(e))
 }
 
 /// Most addresses a simulated nodegroup lists: a schema-valid `node_count` goes up to 2^31−1,
@@ -39,7 +39,6 @@ fn addresses(prefix: u8, n: i32) -> Vec<String> {
 
 impl SimulatedDriver {
     async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<(), DbError> {
-        tokio::time::sleep(self.delay).await;
         let mut tx = pool.begin().await?;
         let Some(cluster) = cdb::lock(&mut *tx, op.cluster_uuid).await? else {
             // The cluster is gone: nothing left to do.
@@ -143,7 +142,21 @@ impl Backend for SimulatedDriver {
         op: &'a OperationRow,
         _caller: Option<&'a secrecy::SecretString>,
     ) -> DriverFuture<'a> {
-        Box::pin(async move { self.run(pool, op).await.map_err(transient) })
+        Box::pin(async move {
+            // The simulated world takes `delay` to do anything: a first run records that it
+            // started and comes back after the delay, holding no worker meanwhile.
+            if !self.delay.is_zero() && op.step().get("started").is_none() {
+                return Ok(Outcome::Requeue {
+                    after: self.delay,
+                    progress: None,
+                    step: Some(serde_json::json!({ "started": true })),
+                });
+            }
+            self.run(pool, op)
+                .await
+                .map(|()| Outcome::Done)
+                .map_err(transient)
+        })
     }
 }
 
