@@ -104,5 +104,6 @@ fn sealer_for(config: &Config) -> Option<Sealer> {
 pub fn simulated_backend(cfg: &Config) -> Arc<dyn Backend> {
     Arc::new(SimulatedDriver {
         delay: Duration::from_millis(cfg.driver.simulated_delay_ms),
+        run: Duration::from_millis(cfg.driver.simulated_run_ms),
     })
 }

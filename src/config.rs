@@ -717,8 +717,12 @@ pub enum DriverKind {
 #[serde(deny_unknown_fields, default)]
 pub struct DriverConfig {
     pub kind: DriverKind,
-    /// Simulated driver only: milliseconds each operation takes.
+    /// Simulated driver only: milliseconds the simulated world takes to carry an operation
+    /// out (the operation is parked meanwhile, holding no worker).
     pub simulated_delay_ms: u64,
+    /// Simulated driver only: milliseconds one run of an operation itself takes, holding its
+    /// worker (a slow management-cluster API); for tests of leases and graceful hand-back.
+    pub simulated_run_ms: u64,
 }
 
 impl Default for DriverConfig {
@@ -726,6 +730,7 @@ impl Default for DriverConfig {
         Self {
             kind: DriverKind::Capi,
             simulated_delay_ms: 0,
+            simulated_run_ms: 0,
         }
     }
 }

@@ -293,6 +293,7 @@ impl Flaky {
             calls: AtomicUsize::new(0),
             inner: SimulatedDriver {
                 delay: Duration::ZERO,
+                run: Duration::ZERO,
             },
         })
     }
@@ -503,7 +504,7 @@ async fn operation_of_a_killed_replica_is_taken_over_after_its_lease() {
         &url,
         &[
             WORKER,
-            ("MAGNUM_CAPI__DRIVER__SIMULATED_DELAY_MS", "60000"),
+            ("MAGNUM_CAPI__DRIVER__SIMULATED_RUN_MS", "60000"),
             ("MAGNUM_CAPI__OPERATIONS__LEASE_SECS", "2"),
         ],
     )
@@ -555,7 +556,7 @@ async fn graceful_shutdown_hands_the_running_operation_back() {
     // A long lease: only an explicit hand-back lets the next replica start at once.
     let first = Server::start(
         &url,
-        &[WORKER, ("MAGNUM_CAPI__DRIVER__SIMULATED_DELAY_MS", "60000")],
+        &[WORKER, ("MAGNUM_CAPI__DRIVER__SIMULATED_RUN_MS", "60000")],
     )
     .await;
     let c = first.create_cluster().await;

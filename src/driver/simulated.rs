@@ -16,7 +16,10 @@ use crate::domain::status::Status;
 
 #[derive(Debug, Clone)]
 pub struct SimulatedDriver {
+    /// How long the simulated world takes to carry an operation out (the operation is parked).
     pub delay: Duration,
+    /// How long each run itself takes, holding its worker (a slow management-cluster API).
+    pub run: Duration,
 }
 
 fn transient(e: DbError) -> DriverError {
@@ -143,6 +146,7 @@ impl Backend for SimulatedDriver {
         _caller: Option<&'a secrecy::SecretString>,
     ) -> DriverFuture<'a> {
         Box::pin(async move {
+            tokio::time::sleep(self.run).await;
             // The simulated world takes `delay` to do anything: a first run records that it
             // started and comes back after the delay, holding no worker meanwhile.
             if !self.delay.is_zero() && op.step().get("started").is_none() {
