@@ -21,6 +21,7 @@ use crate::db::operations::{self as odb, OperationRow};
 use crate::db::services as sdb;
 use crate::db::status::{self as status, Transition};
 use crate::domain::operation::{OperationKind, backoff_ms};
+use crate::domain::status::Status;
 use crate::driver::{Backend, DriverError, Outcome};
 
 /// Runs `concurrency` workers until `shutdown` flips to true.
@@ -307,8 +308,8 @@ async fn execute(
         }
     };
     let counted = match &run {
-        Run::Finished(Ok(Outcome::Done)) => "done",
         Run::Finished(Ok(Outcome::Requeue { .. })) => "requeued",
+        Run::Finished(Ok(_)) => "done",
         Run::Finished(Err(DriverError::Transient(_))) if op.attempts < cfg.max_attempts => "retry",
         Run::Finished(Err(DriverError::Deferred { .. })) => "deferred",
         Run::Finished(Err(_)) => "failed",
@@ -320,14 +321,6 @@ async fn execute(
         parked.forget(op.cluster_uuid);
     }
     let outcome = match run {
-        Run::Finished(Ok(Outcome::Done)) => {
-            odb::finish(&app.pool, op.id, worker).await.map(|held| {
-                driver.finished(&op);
-                if !held {
-                    tracing::warn!("finished after the lease was lost; the new holder decides");
-                }
-            })
-        }
         Run::Finished(Ok(Outcome::Requeue {
             after,
             progress,
@@ -341,6 +334,13 @@ async fn execute(
                     wake_soon(app, id);
                 }
             }),
+        Run::Finished(Ok(done)) => complete(app, &op, worker, &done).await.map(|held| {
+            if held {
+                driver.finished(&op);
+            } else {
+                tracing::warn!("finished after the lease was lost; the new holder decides");
+            }
+        }),
         Run::Finished(Err(DriverError::Transient(e))) if op.attempts < cfg.max_attempts => {
             let delay = backoff_ms(cfg.retry_base_ms, op.attempts);
             tracing::warn!(error = %chain(e.as_ref()), delay_ms = delay, "attempt failed, will retry");
@@ -395,6 +395,38 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         next = s.source();
     }
     out
+}
+
+/// Records a completed operation and what its backend reported with it, in one transaction
+/// (lock order: the cluster's row first, then its nodegroups, then the operation). Nothing is
+/// recorded when the lease was lost meanwhile: the new holder runs the operation again, and a
+/// run is idempotent. False then.
+async fn complete(
+    app: &AppState,
+    op: &OperationRow,
+    worker: &str,
+    done: &Outcome,
+) -> Result<bool, crate::db::DbError> {
+    let mut tx = app.pool.begin().await?;
+    let completed = |status| Transition::Completed { op: op.id, status };
+    match done {
+        Outcome::Done | Outcome::Requeue { .. } => {}
+        Outcome::Completed(status) => {
+            status::write(&mut tx, op.cluster_uuid, completed(*status)).await?;
+        }
+        Outcome::NodegroupDeleted(ng) => {
+            status::write(&mut tx, op.cluster_uuid, completed(Status::UpdateComplete)).await?;
+            crate::db::nodegroups::delete(&mut *tx, *ng).await?;
+        }
+        Outcome::ClusterDeleted => crate::db::clusters::delete(&mut *tx, op.cluster_uuid).await?,
+    }
+    let held = odb::finish(&mut *tx, op.id, worker).await?;
+    if held {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
+    Ok(held)
 }
 
 /// Parks the operation for its next step (`odb::park`) and, in the same transaction, shows the

@@ -8,7 +8,7 @@ mod common;
 use common::ALICE;
 use common::capi::capi_app_on;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;

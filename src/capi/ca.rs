@@ -17,11 +17,11 @@ use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::pki::{self, ClusterCas, KeyPairPem};
 use super::status::Observed;
 use super::{LABEL_ROLE, kinds, secret_data};
-use crate::db::DbError;
+
 use crate::db::clusters::ClusterRow;
 use crate::db::day2;
 use crate::db::operations::OperationRow;
-use crate::db::status::{self as status, Transition};
+
 use crate::domain::status::Status;
 use crate::driver::Outcome;
 
@@ -321,20 +321,9 @@ impl Capi {
         self.mgmt
             .delete(&ObjectRef::new(kinds::SECRET, &ns, &rotation_secret(&name)))
             .await?;
-        let mut tx = pool.begin().await.map_err(DbError::from)?;
-        day2::set_ca_rotation(&mut *tx, c.uuid, None, None).await?;
-        status::write(
-            &mut tx,
-            c.uuid,
-            Transition::Completed {
-                op: op.id,
-                status: Status::UpdateComplete,
-            },
-        )
-        .await?;
-        tx.commit().await.map_err(DbError::from)?;
+        day2::set_ca_rotation(pool, c.uuid, None, None).await?;
         tracing::info!(cluster = %c.uuid, "CA rotation complete");
-        Ok(Outcome::Done)
+        Ok(Outcome::Completed(Status::UpdateComplete))
     }
 
     /// Records phase `ph` with a new marker (durable first: a replay keeps it and starts no

@@ -29,6 +29,7 @@ use crate::db::status::{self as status, Transition};
 use crate::db::templates as tdb;
 use crate::domain::operation::OperationKind;
 use crate::domain::status::Status;
+use crate::driver::Outcome;
 use crate::openstack::UserSession;
 
 /// Annotation of the staging Secret: the id of the credential it carries.
@@ -274,10 +275,10 @@ impl Capi {
         pool: &PgPool,
         c: &ClusterRow,
         op: &OperationRow,
-    ) -> Result<(), CapiError> {
+    ) -> Result<Outcome, CapiError> {
         let p: RotationPayload = serde_json::from_value(op.payload.0.clone())
             .map_err(|e| CapiError::Invalid(format!("malformed rotation operation: {e}")))?;
-        let result = self.commit_inner(pool, c, op, &p).await;
+        let result = self.commit_inner(pool, c, &p).await;
         match result {
             // An implicit rotation retries a transient failure twice, then gives way to the
             // operation it precedes (whose status a given-up rotation must not overwrite).
@@ -298,7 +299,7 @@ impl Capi {
                     )
                     .await?;
                     self.observer.touch(c.uuid);
-                    return Ok(());
+                    return Ok(Outcome::Done);
                 }
                 Err(CapiError::Invalid(format!(
                     "Rotating the application credential failed: {e}. The previous credential stays in force."
@@ -312,9 +313,8 @@ impl Capi {
         &self,
         pool: &PgPool,
         c: &ClusterRow,
-        op: &OperationRow,
         p: &RotationPayload,
-    ) -> Result<(), CapiError> {
+    ) -> Result<Outcome, CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         let staging_ref = ObjectRef::new(kinds::SECRET, &ns, &staging_name(&name));
         let current = cdb::app_cred(pool, c.uuid).await?;
@@ -370,20 +370,14 @@ impl Capi {
                 .await?;
         }
         self.mgmt.delete(&staging_ref).await?;
-        if !p.implicit {
-            status::write_now(
-                pool,
-                c.uuid,
-                Transition::Completed {
-                    op: op.id,
-                    status: Status::UpdateComplete,
-                },
-            )
-            .await?;
-        }
         crate::telemetry::app_credential("rotated", 1);
         self.observer.touch(c.uuid);
-        Ok(())
+        // An implicit rotation precedes another operation, whose status it must not touch.
+        Ok(if p.implicit {
+            Outcome::Done
+        } else {
+            Outcome::Completed(Status::UpdateComplete)
+        })
     }
 
     /// Sets the owner label on every object of the cluster we created.

@@ -20,11 +20,10 @@ use crate::db::DbError;
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NodegroupRow};
 use crate::db::operations::OperationRow;
-use crate::db::status::{self as status, Transition};
+
 use crate::db::templates::{self as tdb, TemplateRow};
 use crate::domain::certificates::CaKind;
 use crate::domain::operation::{OperationKind as K, backoff_ms};
-use crate::domain::status::Status;
 use crate::driver::{
     Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Outcome,
     ProvisionRequest, Provisioned,
@@ -660,7 +659,7 @@ impl Capi {
         let capi_gone = observed.is_empty();
         if capi_gone && step.cleaned {
             self.delete_remains(pool, c, &ns).await?;
-            return Ok(Outcome::Done);
+            return Ok(Outcome::ClusterDeleted);
         }
         let what = [cloud_left, (!capi_gone).then(|| blocking(&observed))]
             .into_iter()
@@ -693,7 +692,8 @@ impl Capi {
     }
 
     /// What is left once Cluster API and the cloud cleanup are done with a deleted cluster: its
-    /// server groups, the objects CAPI does not own, the credential, the rows.
+    /// server groups, the objects CAPI does not own, the credential (the worker deletes the
+    /// rows).
     async fn delete_remains(
         &self,
         pool: &PgPool,
@@ -731,13 +731,12 @@ impl Capi {
                 }
             }
         }
-        cdb::delete(pool, c.uuid).await?;
         Ok(())
     }
 
     /// One step of a nodegroup delete: the first renders the cluster without the nodegroup and
     /// deletes its MachineDeployment (and health check); later ones find its machines gone, then
-    /// delete its templates, server group and row. Requeued (woken by changes of the cluster's
+    /// delete its templates and server group (the worker deletes its row). Requeued (woken by changes of the cluster's
     /// objects) while CAPI deletes the machines, within `delete_timeout_mins` of the operation's
     /// start.
     async fn delete_nodegroup(
@@ -792,19 +791,7 @@ impl Capi {
         {
             tracing::warn!(cluster = %c.uuid, nodegroup = %ng, error = %e, "server group not deleted");
         }
-        let mut tx = pool.begin().await.map_err(DbError::from)?;
-        ndb::delete(&mut *tx, ng).await?;
-        status::write(
-            &mut tx,
-            c.uuid,
-            Transition::Completed {
-                op: op.id,
-                status: Status::UpdateComplete,
-            },
-        )
-        .await?;
-        tx.commit().await.map_err(DbError::from)?;
-        Ok(Outcome::Done)
+        Ok(Outcome::NodegroupDeleted(ng))
     }
 
     pub(super) async fn run(
@@ -878,7 +865,7 @@ impl Capi {
                 }
             }
             K::Delete => return self.delete_cluster(pool, &c, op).await,
-            K::RotateCredential => self.commit_rotation(pool, &c, op).await?,
+            K::RotateCredential => return self.commit_rotation(pool, &c, op).await,
             K::RotateCa => return self.rotate_ca(pool, &c, op).await,
         }
         Ok(Outcome::Done)

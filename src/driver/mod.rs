@@ -56,8 +56,18 @@ impl DriverError {
 /// world inside a run: it does what can be done now and says when to look again.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// The operation is complete.
+    /// The operation is complete; the cluster's status follows from what its management
+    /// cluster reports (the status writer).
     Done,
+    /// The operation is complete and the cluster is `status` now (unless another of its
+    /// operations is still open): what no object on the management cluster will report (a
+    /// rotation finished).
+    Completed(crate::domain::status::Status),
+    /// The nodegroup is gone from the management cluster: its row goes, and the cluster is
+    /// `UPDATE_COMPLETE` (unless another of its operations is still open).
+    NodegroupDeleted(uuid::Uuid),
+    /// The cluster is gone from the management cluster and the cloud: its rows go.
+    ClusterDeleted,
     /// The world is still working (a management cluster deleting machines, a rollout, a cloud
     /// deleting what a cluster left): run the operation again after `after`, or as soon as the
     /// backend reports a change of the cluster ([`Backend::changes`]), without holding a worker
