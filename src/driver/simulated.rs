@@ -10,7 +10,6 @@ use crate::db::DbError;
 use crate::db::clusters::{self as cdb, DriverFacts};
 use crate::db::nodegroups as ndb;
 use crate::db::operations::OperationRow;
-use crate::db::status::{self as status, Transition};
 use crate::domain::operation::OperationKind as K;
 use crate::domain::status::Status;
 
@@ -41,20 +40,19 @@ fn addresses(prefix: u8, n: i32) -> Vec<String> {
 }
 
 impl SimulatedDriver {
-    async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<(), DbError> {
+    /// Writes the facts a real cluster would report (addresses, versions, nodegroup statuses);
+    /// the worker records the outcome (the cluster's status, deleted rows).
+    async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<Outcome, DbError> {
         let mut tx = pool.begin().await?;
         let Some(cluster) = cdb::lock(&mut *tx, op.cluster_uuid).await? else {
             // The cluster is gone: nothing left to do.
-            return Ok(());
+            return Ok(Outcome::Done);
         };
         let Ok(kind) = op.op_kind() else {
-            return Ok(()); // a kind of a newer version: nothing this driver can do
+            return Ok(Outcome::Done); // a kind of a newer version: nothing this driver can do
         };
-        let done = Transition::Completed {
-            op: op.id,
-            status: Status::UpdateComplete,
-        };
-        match kind {
+        let done = Outcome::Completed(Status::UpdateComplete);
+        let outcome = match kind {
             K::Create => {
                 for ng in ndb::of_cluster(&mut *tx, cluster.uuid).await? {
                     let prefix = if ng.is_master() { 10 } else { 100 };
@@ -76,17 +74,9 @@ impl SimulatedDriver {
                     container_version: Some("containerd 1.7".into()),
                 };
                 cdb::set_driver_facts(&mut *tx, cluster.uuid, &facts).await?;
-                status::write(
-                    &mut tx,
-                    cluster.uuid,
-                    Transition::Completed {
-                        op: op.id,
-                        status: Status::CreateComplete,
-                    },
-                )
-                .await?;
+                Outcome::Completed(Status::CreateComplete)
             }
-            K::Delete => cdb::delete(&mut *tx, cluster.uuid).await?,
+            K::Delete => Outcome::ClusterDeleted,
             K::Resize | K::NodegroupCreate | K::NodegroupUpdate | K::Upgrade => {
                 if let Some(ng_uuid) = op.nodegroup_uuid
                     && let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid)
@@ -118,20 +108,16 @@ impl SimulatedDriver {
                         }
                     }
                 }
-                status::write(&mut tx, cluster.uuid, done).await?;
+                done
             }
-            K::NodegroupDelete => {
-                if let Some(ng_uuid) = op.nodegroup_uuid {
-                    ndb::delete(&mut *tx, ng_uuid).await?;
-                }
-                status::write(&mut tx, cluster.uuid, done).await?;
-            }
-            K::RotateCa | K::RotateCredential => {
-                status::write(&mut tx, cluster.uuid, done).await?;
-            }
-        }
+            K::NodegroupDelete => match op.nodegroup_uuid {
+                Some(ng) => Outcome::NodegroupDeleted(ng),
+                None => done,
+            },
+            K::RotateCa | K::RotateCredential => done,
+        };
         tx.commit().await?;
-        Ok(())
+        Ok(outcome)
     }
 }
 
@@ -156,10 +142,7 @@ impl Backend for SimulatedDriver {
                     step: Some(serde_json::json!({ "started": true })),
                 });
             }
-            self.run(pool, op)
-                .await
-                .map(|()| Outcome::Done)
-                .map_err(transient)
+            self.run(pool, op).await.map_err(transient)
         })
     }
 }
