@@ -18,14 +18,16 @@
 # Fresh install: about 50 s on a 2-core machine with an empty pip cache.
 set -euo pipefail
 
-# The pinned set (all exist on PyPI and install together with Python 3.11).
+# The pinned set (all exist on PyPI and install together with Python 3.11). psycopg2-binary is
+# SQLAlchemy's PostgreSQL driver: the test Keystone keeps its database in the harness's PostgreSQL.
 REQUIREMENTS='keystone==30.0.0
 gunicorn==27.0.1
 python-openstackclient==10.5.0
 python-magnumclient==5.0.0
-openstacksdk==4.22.0'
+openstacksdk==4.22.0
+psycopg2-binary==2.9.13'
 
 # shellcheck source=.ci/venv-lib.sh
 . "$(dirname "$0")/venv-lib.sh"
-cached_venv venv "$REQUIREMENTS" 'keystone.server.wsgi, gunicorn, openstackclient, magnumclient, openstack' \
+cached_venv venv "$REQUIREMENTS" 'keystone.server.wsgi, gunicorn, openstackclient, magnumclient, openstack, psycopg2' \
   keystone-manage gunicorn openstack -- "$@"

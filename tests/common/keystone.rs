@@ -5,12 +5,20 @@
 //!   in `${MAGNUM_CAPI_CACHE:-$HOME/.cache/magnum-capi}/venv-<hash of the pins>`. It is (re)built
 //!   when its `.complete` marker is missing, under an exclusive lock on `<cache>/venv.lock`, so
 //!   concurrent test binaries install once.
-//! * Keystone side: a temporary directory with `keystone.conf` (sqlite in WAL mode with a 60 s
-//!   busy timeout — two workers writing at once otherwise fail requests with "database is
-//!   locked" under load —, fernet tokens, no cache, bcrypt at the minimum cost so password auth is fast), `keystone-manage` db_sync /
-//!   fernet_setup / credential_setup / bootstrap, then gunicorn (2 sync workers) on a free
-//!   loopback port, through a wrapper module that empties `sys.argv` (oslo.config would otherwise
-//!   parse gunicorn's flags and every worker would exit with "unrecognized arguments").
+//! * Keystone side: a temporary directory with `keystone.conf` (PostgreSQL, fernet tokens, no
+//!   cache, bcrypt at the minimum cost so password auth is fast) and fresh fernet/credential key
+//!   repositories, then gunicorn (2 sync workers) on a free loopback port, through a wrapper
+//!   module that empties `sys.argv` (oslo.config would otherwise parse gunicorn's flags and every
+//!   worker would exit with "unrecognized arguments").
+//! * Database: `keystone_<pid>_<n>` in a private PostgreSQL per test process ([`postgres`],
+//!   [`EmbeddedPostgres`] like the service's tests), over loopback with psycopg2. On sqlite two
+//!   workers writing at once (password auth records the user's last activity) failed requests
+//!   with 500 "database is locked" under load; PostgreSQL has row locks and no such failure.
+//! * Cached seed ([`SeedCache`]): the first start after any change of the venv, the PostgreSQL
+//!   version or this file runs `keystone-manage` db_sync and bootstrap, seeds through the REST
+//!   API and saves a `pg_dump` of the result (plus the seeded ids) in
+//!   `<cache>/keystone-db-<key>/`; every later start restores that dump with `psql` and points
+//!   the identity endpoints at its own port, with no keystone-manage and no seeding.
 //! * The gunicorn master is forked from a long-lived spawner thread with `PR_SET_PDEATHSIG`
 //!   (SIGINT = quick shutdown), and a gunicorn `post_fork` hook gives every worker
 //!   `PR_SET_PDEATHSIG(SIGKILL)`, so nothing outlives a SIGKILLed test process. Temporary
@@ -22,19 +30,24 @@
 //!   member token carries `member, reader`, an admin one `admin, manager, member, reader`
 //!   (checked; missing links would be created). Passwords come from [`password`].
 //!
-//! Cost, measured on the 2-core Debian 12 / Python 3.11 machine (shared, load 1–4):
-//! * one-time venv build (`.ci/keystone-venv.sh`, empty pip cache): 63 s;
-//! * per test process, first [`keystone()`] call: 17–19 s = keystone-manage 4.5–6 s (one Python
-//!   import, the four steps forked from it, three in parallel) + gunicorn `--preload` with 2
-//!   workers answering 3.5–4.5 s + seeding 6–10 s (every Keystone request costs 0.3–0.6 s here:
-//!   with `[cache] enabled = false` token validation alone runs ~300 SQL queries);
-//! * stop() ~0.05 s, start() ~3 s; a password token ~0.3 s (cached per (user, project)), a
+//! Cost, measured on the 2-core Debian 12 / Python 3.11 machine (shared with other builds,
+//! load 8–10 while measured):
+//! * one-time venv build (`.ci/keystone-venv.sh`, empty pip cache): 35–63 s;
+//! * once per change of the cache key, the first [`keystone()`] call builds the cached database:
+//!   keystone-manage (one Python import, db_sync then bootstrap forked from it) + gunicorn +
+//!   seeding (every Keystone request costs 0.3–0.6 s here: with `[cache] enabled = false`
+//!   token validation alone runs ~300 SQL queries) + pg_dump, 50–60 s under that load;
+//! * per test process, first [`keystone()`] call from the cache: 12 s under that load
+//!   (was 52–60 s with sqlite, db_sync and the REST seed in every process) = PostgreSQL initdb
+//!   and start + restore 3.5 s + gunicorn `--preload` with 2 workers answering 8 s (3.5–4.5 s on
+//!   a quiet machine);
+//! * stop() ~0.05 s, start() ~3–4 s; a password token ~0.3 s (cached per (user, project)), a
 //!   validation ~0.4 s.
 //!
 //! The instance is shared by all tests of a process: [`Keystone::stop`] takes it away from every
 //! concurrently running test, and [`Keystone::register_endpoint`] replaces the one
 //! `container-infra` endpoint. Tests that need either in isolation can use a private instance
-//! from [`Keystone::launch`] (another ~17 s) or serialize themselves.
+//! from [`Keystone::launch`] (another gunicorn start, a few seconds) or serialize themselves.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -45,14 +58,16 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
+use magnum_capi::devdb::EmbeddedPostgres;
 use nix::sys::signal::{self, Signal};
-use nix::unistd::{Group, Pid, User};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 /// The domain everything lives in.
@@ -108,9 +123,11 @@ pub struct Keystone {
     /// `http://127.0.0.1:PORT/v3`
     pub url: String,
     pub port: u16,
-    /// Temporary directory: keystone.conf, keystone.db, keys, gunicorn.log.
+    /// Temporary directory: keystone.conf, key repositories, gunicorn.log.
     pub dir: PathBuf,
     pub venv: PathBuf,
+    /// Name of Keystone's database (in this process's Keystone PostgreSQL, see [`postgres`]).
+    pub database: String,
     /// name → id
     pub user_ids: HashMap<String, String>,
     pub project_ids: HashMap<String, String>,
@@ -130,6 +147,9 @@ impl Keystone {
     /// on the calling thread for seeding, so call it from a plain thread).
     pub fn launch() -> Result<Keystone> {
         let t0 = Instant::now();
+        // Keystone's PostgreSQL (initdb + start, ~2 s on the first start in this process) comes up
+        // while the venv is looked at.
+        let pg = thread::spawn(|| postgres().map(|pg| pg.url("postgres")));
         let venv = ensure_venv()?;
         let t_venv = t0.elapsed();
         let tmp = std::env::temp_dir();
@@ -145,63 +165,36 @@ impl Keystone {
 
         let port = free_port()?;
         let url = format!("http://127.0.0.1:{port}/v3");
-        write_config(&dir)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building a runtime")?;
+        let admin_url = pg
+            .join()
+            .map_err(|_| anyhow!("starting Keystone's PostgreSQL panicked"))??;
+        let db = rt.block_on(Database::create(&admin_url))?;
+        write_config(&dir, &db.sqlalchemy_url())?;
+        write_key_repositories(&dir)?;
 
-        let user = User::from_uid(nix::unistd::getuid())
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-            .ok_or_else(|| anyhow!("no name for the current uid"))?;
-        let group = Group::from_gid(nix::unistd::getgid())
-            .ok()
-            .flatten()
-            .map(|g| g.name)
-            .ok_or_else(|| anyhow!("no name for the current gid"))?;
-        let owner_flags = json!(["--keystone-user", user, "--keystone-group", group]);
-        let mut fernet = json!(["fernet_setup"]);
-        let mut credential = json!(["credential_setup"]);
-        for v in [&mut fernet, &mut credential] {
-            if let (Some(a), Some(f)) = (v.as_array_mut(), owner_flags.as_array()) {
-                a.extend(f.iter().cloned());
+        // A database seeded by an earlier start is restored (no keystone-manage, no seeding);
+        // otherwise this start builds it and saves it for the next ones, holding the cache lock
+        // so that concurrent test processes wait for it instead of building it too.
+        let cache = SeedCache::new(&venv, &db)?;
+        let (ids, build_lock) = match cache.load() {
+            Some(ids) => (Some(ids), None),
+            None => {
+                let lock = cache.lock()?;
+                match cache.load() {
+                    Some(ids) => (Some(ids), None),
+                    None => (None, Some(lock)),
+                }
             }
+        };
+        match &ids {
+            Some(_) => db.restore(&cache.dump_file(), &url)?,
+            None => keystone_manage(&venv, &dir, &url)?,
         }
-        let admin_pw = password(ADMIN_USER);
-        let bootstrap = json!([
-            "bootstrap",
-            "--bootstrap-password",
-            admin_pw,
-            "--bootstrap-username",
-            ADMIN_USER,
-            "--bootstrap-project-name",
-            ADMIN_PROJECT,
-            "--bootstrap-admin-url",
-            url,
-            "--bootstrap-internal-url",
-            url,
-            "--bootstrap-public-url",
-            url,
-            "--bootstrap-region-id",
-            REGION,
-        ]);
-        // Stages: db_sync, fernet_setup and credential_setup are independent and run together;
-        // then bootstrap.
-        let stages = json!([[["db_sync"], fernet, credential], [bootstrap]]);
-        let mut cmd = Command::new(venv.join("bin/python"));
-        cmd.arg(dir.join(format!("{SETUP_MODULE}.py")))
-            .arg(dir.join("keystone.conf"))
-            .arg(stages.to_string())
-            .current_dir(&dir)
-            .stdin(Stdio::null());
-        scrub_env(&mut cmd);
-        let out = cmd.output().context("running keystone-manage steps")?;
-        if !out.status.success() {
-            bail!(
-                "keystone-manage steps failed ({}):\n{}",
-                out.status,
-                tail(&String::from_utf8_lossy(&out.stderr), 40)
-            );
-        }
-        let t_manage = t0.elapsed();
+        let t_db = t0.elapsed();
 
         let child = launch_gunicorn(&venv, &dir, port)?;
         let t_ready = t0.elapsed();
@@ -216,6 +209,7 @@ impl Keystone {
             port,
             dir,
             venv,
+            database: db.name.clone(),
             user_ids: HashMap::new(),
             project_ids: HashMap::new(),
             role_ids: HashMap::new(),
@@ -226,23 +220,52 @@ impl Keystone {
             client,
             _owner: owner,
         };
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("building a runtime for seeding")?
-            .block_on(ks.seed())?;
+        let how = match ids {
+            Some(ids) => {
+                ks.set_ids(&ids)?;
+                "restored"
+            }
+            None => {
+                rt.block_on(ks.seed())?;
+                cache.save(&db, &ks.ids())?;
+                drop(build_lock);
+                "built and cached"
+            }
+        };
         eprintln!(
-            "test Keystone at {} ready in {:.1?} (venv {:.1?}, keystone-manage {:.1?}, \
-             gunicorn {:.1?}, seed {:.1?}); dir {}",
+            "test Keystone at {} ready in {:.1?} (venv {:.1?}, database {how} {:.1?}, \
+             gunicorn {:.1?}, seed {:.1?}); dir {}, database {}",
             ks.url,
             t0.elapsed(),
             t_venv,
-            t_manage - t_venv,
-            t_ready - t_manage,
+            t_db - t_venv,
+            t_ready - t_db,
             t0.elapsed() - t_ready,
-            ks.dir.display()
+            ks.dir.display(),
+            ks.database,
         );
         Ok(ks)
+    }
+
+    /// The seeded ids, as [`SeedCache`] keeps them next to the database dump.
+    fn ids(&self) -> Value {
+        json!({
+            "users": self.user_ids,
+            "projects": self.project_ids,
+            "roles": self.role_ids,
+            "service": self.service_id,
+        })
+    }
+
+    fn set_ids(&mut self, ids: &Value) -> Result<()> {
+        let map = |key: &str| -> Result<HashMap<String, String>> {
+            serde_json::from_value(ids[key].clone()).with_context(|| format!("ids: {key}"))
+        };
+        self.user_ids = map("users")?;
+        self.project_ids = map("projects")?;
+        self.role_ids = map("roles")?;
+        self.service_id = str_at(ids, "/service")?;
+        Ok(())
     }
 
     /// Id of a seeded user (`admin`, `alice`, `bob`, `rita`, `svc-magnum`).
@@ -359,24 +382,7 @@ impl Keystone {
             .await
     }
 
-    /// Password authentication writes to Keystone's database (the user's failed-auth/last-active
-    /// bookkeeping); with sqlite, two workers doing so at once can fail one with "database is
-    /// locked" (a 500: WAL mode hands out SQLITE_BUSY at once when a reader must become a writer,
-    /// whatever the busy timeout). A production Keystone on MySQL does not; the harness retries.
     async fn issue_scoped(&self, user: &str, scope: Value) -> Result<String> {
-        let mut attempt = 0;
-        loop {
-            match self.issue_scoped_once(user, &scope).await {
-                Err(e) if attempt < 4 && format!("{e:#}").contains("500 Internal Server Error") => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn issue_scoped_once(&self, user: &str, scope: &Value) -> Result<String> {
         let body = json!({"auth": {
             "identity": {"methods": ["password"], "password": {"user": {
                 "name": user, "domain": {"id": DOMAIN}, "password": password(user)}}},
@@ -512,7 +518,7 @@ impl Keystone {
     }
 
     /// `[keystone]` of the service under test: this Keystone, the service user's password. The
-    /// per-call timeout is raised to 60 s: this sqlite-backed Keystone answers in 0.3–0.6 s
+    /// per-call timeout is raised to 60 s: this Keystone answers in 0.3–0.6 s
     /// on a quiet machine but has been seen to take over 10 s (the default) while the machine
     /// compiles, and a test must not fail on that.
     pub fn service_config(&self) -> magnum_capi::config::KeystoneConfig {
@@ -923,13 +929,13 @@ fn venv_complete(venv: &Path) -> bool {
 // Keystone processes
 // ---------------------------------------------------------------------------------------------
 
-fn write_config(dir: &Path) -> Result<()> {
+fn write_config(dir: &Path, database: &str) -> Result<()> {
     let d = dir.display();
     let conf = format!(
         "[DEFAULT]\n\
          use_stderr = true\n\
          [database]\n\
-         connection = sqlite:///{d}/keystone.db?timeout=60\n\
+         connection = {database}\n\
          [token]\n\
          provider = fernet\n\
          expiration = 86400\n\
@@ -948,10 +954,6 @@ fn write_config(dir: &Path) -> Result<()> {
     let wrapper = format!(
         "import os, sys\n\
          sys.argv = sys.argv[:1]\n\
-         import sqlite3\n\
-         _db = sqlite3.connect(os.path.join({dir:?}, 'keystone.db'))\n\
-         _db.execute('PRAGMA journal_mode=WAL')\n\
-         _db.close()\n\
          os.environ['OS_KEYSTONE_CONFIG_DIR'] = {dir:?}\n\
          os.environ['OS_KEYSTONE_CONFIG_FILES'] = 'keystone.conf'\n\
          from keystone.server.wsgi import initialize_public_application\n\
@@ -962,6 +964,332 @@ fn write_config(dir: &Path) -> Result<()> {
     fs::write(dir.join(GUNICORN_CONF), GUNICORN_CONF_PY).context("writing gunicorn conf")?;
     fs::write(dir.join(format!("{SETUP_MODULE}.py")), SETUP_PY).context("writing setup")?;
     Ok(())
+}
+
+/// The fernet token and credential key repositories, as `keystone-manage fernet_setup` and
+/// `credential_setup` leave them: key `0` (staged) and key `1` (primary), each the URL-safe
+/// base64 of 32 random bytes, in a 0700 directory. Written here, fresh for every instance, so
+/// that a start from the cached database runs no keystone-manage (each call is a ~3.5 s Python
+/// import).
+fn write_key_repositories(dir: &Path) -> Result<()> {
+    use base64::Engine as _;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    for repo in ["fernet-keys", "credential-keys"] {
+        let path = dir.join(repo);
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        for index in ["0", "1"] {
+            let key = base64::engine::general_purpose::URL_SAFE.encode(rand::random::<[u8; 32]>());
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path.join(index))
+                .and_then(|mut f| f.write_all(key.as_bytes()))
+                .with_context(|| format!("writing {repo}/{index}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `keystone-manage db_sync`, then `bootstrap` (admin user and project, RegionOne, the identity
+/// service with its endpoints at `url`), with one Python import (see [`SETUP_PY`]).
+fn keystone_manage(venv: &Path, dir: &Path, url: &str) -> Result<()> {
+    let bootstrap = json!([
+        "bootstrap",
+        "--bootstrap-password",
+        password(ADMIN_USER),
+        "--bootstrap-username",
+        ADMIN_USER,
+        "--bootstrap-project-name",
+        ADMIN_PROJECT,
+        "--bootstrap-admin-url",
+        url,
+        "--bootstrap-internal-url",
+        url,
+        "--bootstrap-public-url",
+        url,
+        "--bootstrap-region-id",
+        REGION,
+    ]);
+    let stages = json!([[["db_sync"]], [bootstrap]]);
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.arg(dir.join(format!("{SETUP_MODULE}.py")))
+        .arg(dir.join("keystone.conf"))
+        .arg(stages.to_string())
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    scrub_env(&mut cmd);
+    let out = cmd.output().context("running keystone-manage steps")?;
+    if !out.status.success() {
+        bail!(
+            "keystone-manage steps failed ({}):\n{}",
+            out.status,
+            tail(&String::from_utf8_lossy(&out.stderr), 40)
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keystone's database
+// ---------------------------------------------------------------------------------------------
+
+static POSTGRES: OnceLock<Result<EmbeddedPostgres, String>> = OnceLock::new();
+static DATABASES: AtomicUsize = AtomicUsize::new(0);
+
+/// The PostgreSQL server of this process's Keystones, started on first use the way the
+/// service's tests and `serve --dev` start theirs ([`EmbeddedPostgres`]: a private cluster from
+/// the local binaries, run as `postgres` when we are root, gone with the process). A server of
+/// its own rather than the one of `tests/common/mod.rs`: this file is also compiled alone (by
+/// `keystone_harness`), and a test that needs Keystone need not start the service's database.
+fn postgres() -> Result<&'static EmbeddedPostgres> {
+    POSTGRES
+        .get_or_init(|| EmbeddedPostgres::start().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow!("starting Keystone's PostgreSQL: {e}"))
+}
+
+/// Keystone's own database in [`postgres`]: trust authentication as `postgres` over loopback.
+struct Database {
+    /// The server's `postgres` database (`postgres://…`), for administration.
+    admin_url: String,
+    port: u16,
+    name: String,
+    /// The server's binaries (`psql` and `pg_dump` of the same version are there).
+    bindir: PathBuf,
+    /// `server_version_num`, part of the [`SeedCache`] key.
+    version: String,
+}
+
+impl Database {
+    /// Creates `keystone_<pid>_<n>` (empty).
+    async fn create(admin_url: &str) -> Result<Database> {
+        use sqlx::Connection as _;
+        let port = url::Url::parse(admin_url)
+            .ok()
+            .and_then(|u| u.port())
+            .ok_or_else(|| anyhow!("no port in {admin_url}"))?;
+        let mut admin = sqlx::PgConnection::connect(admin_url)
+            .await
+            .with_context(|| format!("connecting to {admin_url}"))?;
+        let bindir: String =
+            sqlx::query_scalar("SELECT setting FROM pg_config WHERE name = 'BINDIR'")
+                .fetch_one(&mut admin)
+                .await
+                .context("looking up the server's BINDIR")?;
+        let version: String = sqlx::query_scalar("SELECT current_setting('server_version_num')")
+            .fetch_one(&mut admin)
+            .await
+            .context("looking up the server's version")?;
+        let name = format!(
+            "keystone_{}_{}",
+            std::process::id(),
+            DATABASES.fetch_add(1, Ordering::SeqCst)
+        );
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .with_context(|| format!("creating database {name}"))?;
+        admin.close().await.ok();
+        Ok(Database {
+            admin_url: admin_url.to_string(),
+            port,
+            name,
+            bindir: PathBuf::from(bindir),
+            version,
+        })
+    }
+
+    /// keystone.conf's `[database] connection`.
+    fn sqlalchemy_url(&self) -> String {
+        format!(
+            "postgresql+psycopg2://postgres@127.0.0.1:{}/{}",
+            self.port, self.name
+        )
+    }
+
+    /// A client tool of the server (`psql`, `pg_dump`) pointed at this database.
+    fn tool(&self, name: &str) -> Command {
+        let mut cmd = Command::new(self.bindir.join(name));
+        cmd.args([
+            "--host",
+            "127.0.0.1",
+            "--username",
+            "postgres",
+            "--no-password",
+        ])
+        .arg(format!("--port={}", self.port))
+        .arg(format!("--dbname={}", self.name))
+        .stdin(Stdio::null());
+        for var in [
+            "PGPASSWORD",
+            "PGSERVICE",
+            "PGOPTIONS",
+            "PGDATABASE",
+            "PGUSER",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd
+    }
+
+    /// Loads `dump` (from [`Database::dump`]) and points the identity endpoints that bootstrap
+    /// registered at `url` (this instance's port), in one transaction.
+    fn restore(&self, dump: &Path, url: &str) -> Result<()> {
+        let update = format!(
+            "UPDATE public.endpoint SET url = '{}' WHERE service_id IN \
+             (SELECT id FROM public.service WHERE type = 'identity')",
+            url.replace('\'', "''")
+        );
+        let out = self
+            .tool("psql")
+            .args(["--no-psqlrc", "--quiet", "--single-transaction"])
+            .args(["--set", "ON_ERROR_STOP=1"])
+            .arg("--file")
+            .arg(dump)
+            .args(["--command", &update])
+            .output()
+            .context("running psql")?;
+        if !out.status.success() {
+            bail!(
+                "restoring {} into {} failed ({}):\n{}",
+                dump.display(),
+                self.name,
+                out.status,
+                tail(&String::from_utf8_lossy(&out.stderr), 40)
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the whole database as SQL to `to`.
+    fn dump(&self, to: &Path) -> Result<()> {
+        let out = self
+            .tool("pg_dump")
+            .args(["--no-owner", "--no-privileges", "--file"])
+            .arg(to)
+            .output()
+            .context("running pg_dump")?;
+        if !out.status.success() {
+            bail!(
+                "pg_dump of {} failed ({}):\n{}",
+                self.name,
+                out.status,
+                tail(&String::from_utf8_lossy(&out.stderr), 40)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A bootstrapped and seeded Keystone database, kept as a `pg_dump` next to the venv
+/// (`<cache>/keystone-db-<key>/`: `dump.sql`, and `ids.json` with the seeded ids), so that a
+/// start restores it (~0.5 s) instead of running keystone-manage and the REST seed (~10 s).
+/// The key hashes everything the dump depends on: the venv (its pins), the PostgreSQL version
+/// and this file (the seed, the setup steps and keystone.conf are all written here), so any
+/// change rebuilds it. Built under an exclusive lock on `<cache>/keystone-db.lock`; complete
+/// once its directory exists (renamed into place).
+struct SeedCache {
+    root: PathBuf,
+    dir: PathBuf,
+}
+
+impl SeedCache {
+    /// Caches unused for this long are removed when a new one is built.
+    const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    fn new(venv: &Path, db: &Database) -> Result<SeedCache> {
+        use sha2::Digest as _;
+        let root = venv
+            .parent()
+            .ok_or_else(|| anyhow!("venv path {} has no parent", venv.display()))?
+            .to_path_buf();
+        let mut h = sha2::Sha256::new();
+        for part in [
+            venv.file_name().unwrap_or_default().as_encoded_bytes(),
+            db.version.as_bytes(),
+            include_str!("keystone.rs").as_bytes(),
+        ] {
+            h.update(part);
+            h.update([0]);
+        }
+        let key: String = h.finalize()[..6]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Ok(SeedCache {
+            dir: root.join(format!("keystone-db-{key}")),
+            root,
+        })
+    }
+
+    fn dump_file(&self) -> PathBuf {
+        self.dir.join("dump.sql")
+    }
+
+    /// The seeded ids when the cache is complete.
+    fn load(&self) -> Option<Value> {
+        if !self.dump_file().is_file() {
+            return None;
+        }
+        let ids = fs::read(self.dir.join("ids.json")).ok()?;
+        serde_json::from_slice(&ids).ok()
+    }
+
+    fn lock(&self) -> Result<File> {
+        fs::create_dir_all(&self.root)
+            .with_context(|| format!("creating {}", self.root.display()))?;
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.join("keystone-db.lock"))
+            .context("opening keystone-db.lock")?;
+        lock.lock().context("locking keystone-db.lock")?;
+        Ok(lock)
+    }
+
+    /// Dumps `db` and writes `ids`; the caller holds [`SeedCache::lock`].
+    fn save(&self, db: &Database, ids: &Value) -> Result<()> {
+        let tmp = self
+            .root
+            .join(format!("keystone-db-tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        db.dump(&tmp.join("dump.sql"))?;
+        fs::write(tmp.join("ids.json"), ids.to_string()).context("writing ids.json")?;
+        let _ = fs::remove_dir_all(&self.dir);
+        fs::rename(&tmp, &self.dir)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), self.dir.display()))?;
+        self.sweep();
+        Ok(())
+    }
+
+    /// Removes other caches not modified for [`SeedCache::MAX_AGE`] (and leftovers of builds
+    /// that died).
+    fn sweep(&self) {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let ours = e
+                .file_name()
+                .as_encoded_bytes()
+                .starts_with(b"keystone-db-");
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > Self::MAX_AGE);
+            if ours && old && path != self.dir {
+                let _ = fs::remove_dir_all(&path);
+            }
+        }
+    }
 }
 
 /// gunicorn config: every worker dies with the master (the master itself gets
