@@ -244,7 +244,8 @@ fn watched(s: Status) -> bool {
     )
 }
 
-/// Compares what CAPI reports with what Postgres has, at `now`.
+/// Compares what CAPI reports with what Postgres has, at `now`: the facts (API address,
+/// version), each nodegroup's verdict, the cluster's status from those, and its health.
 pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evaluation {
     let mut ev = Evaluation::default();
     if db.status == Status::DeleteInProgress || db.status == Status::DeleteComplete {
@@ -262,111 +263,21 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         ev.coe_version = Some(v.to_string());
     }
 
-    // Per nodegroup: its objects, its machines, ready or failed.
-    let mut all_ready = obs.cluster.is_some();
-    let mut first_failure: Option<String> = None;
-    let mut waiting: Vec<String> = Vec::new();
-    for ng in &db.nodegroups {
-        let id = ng.uuid.to_string();
-        let owner: Option<&Value> = if ng.is_master {
-            obs.control_plane.as_deref()
-        } else {
-            obs.machine_deployments
-                .iter()
-                .find(|md| label(md, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
-                .map(|md| &**md)
-        };
-        let machines: Vec<&Value> = obs
-            .machines
-            .iter()
-            .filter(|m| label(m, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
-            .map(|m| &**m)
-            .collect();
-        let autoscaled = (!ng.is_master)
-            .then(|| owner.and_then(autoscaled_replicas))
-            .flatten();
-        let want = autoscaled.unwrap_or(ng.node_count);
-        let ready = !db.operation_open && owner.is_some_and(|o| replicas_ready(o, want));
-        let failure = machines
-            .iter()
-            .find_map(|m| failure_of(m).map(|f| format!("Machine {}: {f}", name(m))))
-            .or_else(|| owner.and_then(failure_of));
-        let what = if ng.is_master {
-            "control plane"
-        } else {
-            "nodegroup"
-        };
-        if !ready {
-            all_ready = false;
-            waiting.push(match owner {
-                Some(o) => format!(
-                    "{what} {}: {}/{} machines ready",
-                    name(o),
-                    int(o, "/status/readyReplicas").unwrap_or(0),
-                    want
-                ),
-                None => format!("{what} {id}: not created yet"),
-            });
-        }
-        if first_failure.is_none() {
-            first_failure.clone_from(&failure);
-        }
-        let mut change = NodegroupChange {
-            uuid: ng.uuid,
-            status: None,
-            addresses: None,
-            node_count: autoscaled.filter(|n| *n != ng.node_count && !db.operation_open),
-        };
-        let addrs = addresses(&machines);
-        if addrs != ng.addresses && !(machines.is_empty() && owner.is_none()) {
-            change.addresses = Some(addrs);
-        }
-        if let Some(st) = ng.status.filter(|s| watched(*s)) {
-            let next = if ready {
-                Some((completed(st), None))
-            } else {
-                failure.as_ref().map(|f| (failed(st), Some(f.clone())))
-            };
-            if let Some(n) = next
-                && (n.0 != st || n.1 != ng.status_reason)
-            {
-                change.status = Some(n);
-            }
-        }
-        if change.status.is_some() || change.addresses.is_some() || change.node_count.is_some() {
-            ev.nodegroups.push(change);
-        }
-    }
+    let verdicts: Vec<Verdict> = db
+        .nodegroups
+        .iter()
+        .map(|ng| nodegroup_verdict(obs, ng, db.operation_open))
+        .collect();
+    let all_ready = obs.cluster.is_some() && verdicts.iter().all(|v| v.waiting.is_none());
+    let waiting: Vec<String> = verdicts.iter().filter_map(|v| v.waiting.clone()).collect();
     let infra_failure = obs.openstack_cluster.as_deref().and_then(failure_of);
     let failure = infra_failure
         .map(|f| format!("OpenStackCluster: {f}"))
-        .or(first_failure);
+        .or_else(|| verdicts.iter().find_map(|v| v.failure.clone()));
+    ev.nodegroups = verdicts.into_iter().filter_map(|v| v.change).collect();
 
     if watched(db.status) && !db.operation_open && !db.final_failure {
-        let next = if all_ready {
-            Some((completed(db.status), None))
-        } else if let Some(f) = failure {
-            Some((failed(db.status), Some(f)))
-        } else if db.deadline.is_some_and(|d| now >= d)
-            && matches!(
-                db.status,
-                Status::CreateInProgress | Status::UpdateInProgress
-            )
-        {
-            Some((
-                failed(db.status),
-                Some(format!(
-                    "Timed out waiting for the cluster: {}",
-                    if waiting.is_empty() {
-                        "the Cluster object does not exist".to_string()
-                    } else {
-                        waiting.join("; ")
-                    }
-                )),
-            ))
-        } else {
-            None
-        };
+        let next = cluster_status(db, all_ready, failure, &waiting, now);
         if let Some(n) = next
             && (n.0 != db.status || n.1 != db.status_reason)
         {
@@ -380,6 +291,124 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         ev.health = Some(health);
     }
     ev
+}
+
+/// What one nodegroup's objects say.
+struct Verdict {
+    /// What it still waits for (`None`: ready).
+    waiting: Option<String>,
+    /// Its first machine's (or owner's) failure.
+    failure: Option<String>,
+    /// What to write of it, when anything changed.
+    change: Option<NodegroupChange>,
+}
+
+/// A nodegroup's objects (its control plane or MachineDeployment, its machines) against its
+/// row: ready or not (never while an operation of the cluster is open, which may not be
+/// applied yet), failed, and what changed (status, addresses, autoscaled node count).
+fn nodegroup_verdict(obs: &Observed, ng: &NodegroupState, operation_open: bool) -> Verdict {
+    let id = ng.uuid.to_string();
+    let owner: Option<&Value> = if ng.is_master {
+        obs.control_plane.as_deref()
+    } else {
+        obs.machine_deployments
+            .iter()
+            .find(|md| label(md, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
+            .map(|md| &**md)
+    };
+    let machines: Vec<&Value> = obs
+        .machines
+        .iter()
+        .filter(|m| label(m, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
+        .map(|m| &**m)
+        .collect();
+    let autoscaled = (!ng.is_master)
+        .then(|| owner.and_then(autoscaled_replicas))
+        .flatten();
+    let want = autoscaled.unwrap_or(ng.node_count);
+    let ready = !operation_open && owner.is_some_and(|o| replicas_ready(o, want));
+    let failure = machines
+        .iter()
+        .find_map(|m| failure_of(m).map(|f| format!("Machine {}: {f}", name(m))))
+        .or_else(|| owner.and_then(failure_of));
+    let what = if ng.is_master {
+        "control plane"
+    } else {
+        "nodegroup"
+    };
+    let waiting = (!ready).then(|| match owner {
+        Some(o) => format!(
+            "{what} {}: {}/{} machines ready",
+            name(o),
+            int(o, "/status/readyReplicas").unwrap_or(0),
+            want
+        ),
+        None => format!("{what} {id}: not created yet"),
+    });
+    let mut change = NodegroupChange {
+        uuid: ng.uuid,
+        status: None,
+        addresses: None,
+        node_count: autoscaled.filter(|n| *n != ng.node_count && !operation_open),
+    };
+    let addrs = addresses(&machines);
+    if addrs != ng.addresses && !(machines.is_empty() && owner.is_none()) {
+        change.addresses = Some(addrs);
+    }
+    if let Some(st) = ng.status.filter(|s| watched(*s)) {
+        let next = if ready {
+            Some((completed(st), None))
+        } else {
+            failure.as_ref().map(|f| (failed(st), Some(f.clone())))
+        };
+        if let Some(n) = next
+            && (n.0 != st || n.1 != ng.status_reason)
+        {
+            change.status = Some(n);
+        }
+    }
+    let changed =
+        change.status.is_some() || change.addresses.is_some() || change.node_count.is_some();
+    Verdict {
+        waiting,
+        failure,
+        change: changed.then_some(change),
+    }
+}
+
+/// The cluster's next status from its nodegroups' verdicts: complete when all are ready, failed
+/// with the first failure, failed when its deadline passed with what it still waits for.
+fn cluster_status(
+    db: &ClusterState,
+    all_ready: bool,
+    failure: Option<String>,
+    waiting: &[String],
+    now: DateTime<Utc>,
+) -> Option<(Status, Option<String>)> {
+    if all_ready {
+        Some((completed(db.status), None))
+    } else if let Some(f) = failure {
+        Some((failed(db.status), Some(f)))
+    } else if db.deadline.is_some_and(|d| now >= d)
+        && matches!(
+            db.status,
+            Status::CreateInProgress | Status::UpdateInProgress
+        )
+    {
+        Some((
+            failed(db.status),
+            Some(format!(
+                "Timed out waiting for the cluster: {}",
+                if waiting.is_empty() {
+                    "the Cluster object does not exist".to_string()
+                } else {
+                    waiting.join("; ")
+                }
+            )),
+        ))
+    } else {
+        None
+    }
 }
 
 /// `HEALTHY` when the Cluster is available, every machine's node is ready and the cluster's
