@@ -172,6 +172,7 @@ impl Keystone {
         let admin_url = pg
             .join()
             .map_err(|_| anyhow!("starting Keystone's PostgreSQL panicked"))??;
+        let t_pg = t0.elapsed();
         let db = rt.block_on(Database::create(&admin_url))?;
         write_config(&dir, &db.sqlalchemy_url())?;
         write_key_repositories(&dir)?;
@@ -233,12 +234,13 @@ impl Keystone {
             }
         };
         eprintln!(
-            "test Keystone at {} ready in {:.1?} (venv {:.1?}, database {how} {:.1?}, \
-             gunicorn {:.1?}, seed {:.1?}); dir {}, database {}",
+            "test Keystone at {} ready in {:.1?} (venv {:.1?}, PostgreSQL {:.1?}, database {how} \
+             {:.1?}, gunicorn {:.1?}, seed {:.1?}); dir {}, database {}",
             ks.url,
             t0.elapsed(),
             t_venv,
-            t_db - t_venv,
+            t_pg - t_venv,
+            t_db - t_pg,
             t_ready - t_db,
             t0.elapsed() - t_ready,
             ks.dir.display(),
