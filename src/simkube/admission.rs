@@ -12,7 +12,7 @@ use cel::{Context, Program};
 use serde_json::Value;
 
 use super::store::{Admission, FieldError};
-use crate::capi::schema::{CrdSchemas, SchemaError};
+use crate::k8s::schema::{CrdSchemas, SchemaError};
 
 /// Functions of the CEL standard library the `cel` crate evaluates as Kubernetes does. A rule
 /// calling anything else (Kubernetes' extension libraries: `isSorted`, `quantity`, `url`,

@@ -15,7 +15,7 @@ pub const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const INFRA_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 pub const ADDONS_GROUP: &str = "addons.cluster.x-k8s.io";
 
-pub use crate::capi::LABEL_CAPI_CLUSTER_NAME as LABEL_CLUSTER_NAME;
+pub use crate::k8s::labels::LABEL_CAPI_CLUSTER_NAME as LABEL_CLUSTER_NAME;
 pub const LABEL_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 pub const LABEL_CONTROL_PLANE_NAME: &str = "cluster.x-k8s.io/control-plane-name";
 pub const LABEL_DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
