@@ -1,5 +1,5 @@
 //! What the simulated apiserver does with a custom resource before storing it, from the CRDs:
-//! structural defaults, `openAPIV3Schema` validation (`capi::schema`) and the
+//! structural defaults, `openAPIV3Schema` validation (`k8s::schema`) and the
 //! `x-kubernetes-validations` CEL rules (with `oldSelf` transition rules on updates and
 //! `messageExpression`), evaluated with the `cel` crate. Rules it cannot evaluate are kept in
 //! `CrdAdmission::unsupported`, never silently dropped.
