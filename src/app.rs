@@ -1,6 +1,7 @@
 //! Shared application state handed to every handler and background task.
 
 use std::sync::Arc;
+#[cfg(feature = "dev")]
 use std::time::Duration;
 
 use sqlx::PgPool;

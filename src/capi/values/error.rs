@@ -43,3 +43,40 @@ impl From<KubeVersionError> for ValuesError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_version_errors_keep_their_variant_and_message() {
+        let cases = [
+            KubeVersionError::BadTag {
+                value: "latest".into(),
+            },
+            KubeVersionError::Mismatch {
+                label: "v1.33.0".into(),
+                image: "v1.32.1".into(),
+            },
+            KubeVersionError::Invalid("the image's kube_version property".into()),
+        ];
+        for e in cases {
+            let v = ValuesError::from(e.clone());
+            assert_eq!(v.to_string(), e.to_string());
+            let same_variant = matches!(
+                (&e, &v),
+                (KubeVersionError::BadTag { .. }, ValuesError::BadLabel { label, .. }) if label == "kube_tag"
+            ) || matches!(
+                (&e, &v),
+                (
+                    KubeVersionError::Mismatch { .. },
+                    ValuesError::KubeVersionMismatch { .. }
+                )
+            ) || matches!(
+                (&e, &v),
+                (KubeVersionError::Invalid(_), ValuesError::Invalid(_))
+            );
+            assert!(same_variant, "{e:?} became {v:?}");
+        }
+    }
+}
