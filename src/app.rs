@@ -1,6 +1,7 @@
 //! Shared application state handed to every handler and background task.
 
 use std::sync::Arc;
+#[cfg(feature = "dev")]
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -8,7 +9,6 @@ use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::driver::Backend;
-use crate::driver::simulated::SimulatedDriver;
 use crate::openstack::Keystone;
 use crate::seal::Sealer;
 use crate::view_cache::ViewCache;
@@ -16,7 +16,9 @@ use crate::view_cache::ViewCache;
 /// How requests are authenticated.
 #[derive(Debug, Clone)]
 pub enum AuthMode {
-    /// `serve --dev` only: identity from `X-User-Id` / `X-Project-Id` / `X-Roles` headers.
+    /// `serve --dev` only: identity from `X-User-Id` / `X-Project-Id` / `X-Roles` headers (not
+    /// in a build without the `dev` feature).
+    #[cfg(feature = "dev")]
     DevHeaders,
     /// Every `X-Auth-Token` is validated by Keystone.
     Keystone(Arc<Keystone>),
@@ -27,6 +29,7 @@ impl AuthMode {
     pub fn keystone(&self) -> Option<&Keystone> {
         match self {
             AuthMode::Keystone(k) => Some(k),
+            #[cfg(feature = "dev")]
             AuthMode::DevHeaders => None,
         }
     }
@@ -53,7 +56,8 @@ pub struct App {
 pub type AppState = Arc<App>;
 
 impl App {
-    /// An app on the simulated backend (`[driver] kind = "simulated"`).
+    /// An app on the simulated backend (`[driver] kind = "simulated"`; `dev` builds only).
+    #[cfg(feature = "dev")]
     pub fn new(pool: PgPool, config: Config, auth: AuthMode) -> AppState {
         let backend = simulated_backend(&config);
         Self::with_backend(pool, config, auth, backend)
@@ -100,9 +104,10 @@ fn sealer_for(config: &Config) -> Option<Sealer> {
     }
 }
 
-/// The operation-completing backend without a management cluster.
+/// The operation-completing backend without a management cluster (`dev` builds only).
+#[cfg(feature = "dev")]
 pub fn simulated_backend(cfg: &Config) -> Arc<dyn Backend> {
-    Arc::new(SimulatedDriver {
+    Arc::new(crate::driver::simulated::SimulatedDriver {
         delay: Duration::from_millis(cfg.driver.simulated_delay_ms),
         run: Duration::from_millis(cfg.driver.simulated_run_ms),
     })

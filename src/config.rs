@@ -708,7 +708,8 @@ pub enum DriverKind {
     /// Cluster API on a management cluster (`[capi]`); with `serve --dev` and no kubeconfig, an
     /// in-process simulated management cluster.
     Capi,
-    /// Completes every operation at once without any management cluster (API tests only).
+    /// Completes every operation at once without any management cluster (API tests only; a
+    /// build without the `dev` feature refuses it).
     Simulated,
 }
 
@@ -764,7 +765,45 @@ impl Config {
 
     /// Checks what only `serve` needs (the other commands never authenticate anyone).
     pub fn validate_for_serve(&self, dev: bool) -> Result<(), ConfigError> {
+        self.refuse_development_only(dev)?;
         self.keystone.validate(dev)
+    }
+
+    /// A build with the `dev` feature has every development shortcut.
+    #[cfg(feature = "dev")]
+    fn refuse_development_only(&self, _dev: bool) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    /// A production build (no `dev` feature) has no development identity and no simulated
+    /// backend: a configuration asking for one is refused, naming what to set instead.
+    #[cfg(not(feature = "dev"))]
+    fn refuse_development_only(&self, dev: bool) -> Result<(), ConfigError> {
+        const BUILD: &str = "this build has no `dev` feature";
+        let refuse = |m: String| Err(ConfigError::Invalid(m));
+        if dev {
+            return refuse(format!(
+                "`serve --dev` is not available: {BUILD} (build with the default features)"
+            ));
+        }
+        if !self.keystone.active() {
+            return refuse(format!(
+                "[keystone] auth_url is required: {BUILD}, so there is no identity from \
+                 X-User-Id / X-Project-Id / X-Roles headers (and [keystone] enabled must be true)"
+            ));
+        }
+        if self.driver.kind == DriverKind::Simulated {
+            return refuse(format!(
+                "[driver] kind = \"simulated\" is not available: {BUILD}; use \"capi\""
+            ));
+        }
+        if let Some(m) = self.capi.management_clusters.iter().find(|m| m.simulated) {
+            return refuse(format!(
+                "[[capi.management_clusters]] {}: simulated = true is not available: {BUILD}",
+                m.name
+            ));
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -812,5 +851,63 @@ impl Config {
                 .and_then(|h| h.into_string().ok())
                 .unwrap_or_else(|| "localhost".into())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(toml: &str) -> Config {
+        config::Config::builder()
+            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap()
+    }
+
+    const KEYSTONE: &str = "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\n\
+                            password = \"pw\"\nproject_name = \"service\"\n";
+
+    fn refusal(cfg: &Config, dev: bool) -> String {
+        match cfg.validate_for_serve(dev) {
+            Ok(()) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[cfg(feature = "dev")]
+    #[test]
+    fn development_builds_accept_header_identity_and_simulated_backends_with_serve_dev() {
+        let cfg = parsed("[driver]\nkind = \"simulated\"\n");
+        assert_eq!(refusal(&cfg, true), "");
+        assert!(refusal(&cfg, false).contains("auth_url"));
+        assert_eq!(refusal(&parsed(KEYSTONE), false), "");
+    }
+
+    /// Run by `.ci/run` as `cargo test --no-default-features --lib config::`.
+    #[cfg(not(feature = "dev"))]
+    #[test]
+    fn production_builds_refuse_header_identity_and_simulated_backends() {
+        assert_eq!(refusal(&parsed(KEYSTONE), false), "");
+        let dev = refusal(&parsed(KEYSTONE), true);
+        assert!(dev.contains("`serve --dev` is not available"), "{dev}");
+        for without_keystone in ["", "[keystone]\nenabled = false\n"] {
+            let e = refusal(&parsed(without_keystone), false);
+            assert!(e.contains("X-User-Id"), "{e}");
+        }
+        let e = refusal(
+            &parsed(&format!("{KEYSTONE}[driver]\nkind = \"simulated\"\n")),
+            false,
+        );
+        assert!(e.contains("kind = \"simulated\" is not available"), "{e}");
+        let e = refusal(
+            &parsed(&format!(
+                "{KEYSTONE}[[capi.management_clusters]]\nname = \"east\"\nsimulated = true\n"
+            )),
+            false,
+        );
+        assert!(e.contains("east: simulated = true is not available"), "{e}");
     }
 }

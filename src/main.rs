@@ -31,7 +31,8 @@ enum Command {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
         /// Development mode: a throwaway PostgreSQL when no database is configured, identity
-        /// from X-User-Id/X-Project-Id/X-Roles headers. Never use in production.
+        /// from X-User-Id/X-Project-Id/X-Roles headers. Never use in production (a build without
+        /// the `dev` feature refuses it).
         #[arg(long)]
         dev: bool,
         /// With `--dev`: one simulated management cluster per comma-separated name (e.g.
@@ -143,10 +144,12 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
         line(false, "postgresql", "[database] url is not set");
         return Ok(false);
     };
-    let auth = if cfg.keystone.active() {
-        AuthMode::Keystone(Arc::new(Keystone::new(&cfg.keystone, &cfg.openstack)?))
-    } else {
-        AuthMode::DevHeaders
+    let auth = match auth_mode(&cfg) {
+        Ok(auth) => auth,
+        Err(e) => {
+            line(false, "keystone", &e.to_string());
+            return Ok(false);
+        }
     };
     let members = match server::build_fleet(&cfg, &auth, false).await {
         Ok(s) => s.members,
@@ -176,7 +179,7 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
 async fn management_clusters(config: Option<&std::path::Path>) -> anyhow::Result<()> {
     use magnum_capi::capi::fleet;
     let cfg = Config::load(config)?;
-    let setup = server::build_fleet(&cfg, &AuthMode::DevHeaders, false).await?;
+    let setup = server::build_fleet(&cfg, &auth_mode(&cfg)?, false).await?;
     let counts = match &cfg.database.url {
         Some(url) => {
             let pool = db::connect_lazy(url, &cfg.database)?;
@@ -341,18 +344,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 ),
                 (None, false) => return Err(server::ServeError::NoDatabase.into()),
             };
-            let auth = if cfg.keystone.active() {
-                let ks = Keystone::new(&cfg.keystone, &cfg.openstack)?;
-                tracing::info!(auth_url = ?cfg.keystone.auth_url, "tokens are validated by Keystone");
-                AuthMode::Keystone(Arc::new(ks))
-            } else {
-                tracing::warn!(
+            let auth = auth_mode(&cfg)?;
+            match &auth {
+                AuthMode::Keystone(_) => {
+                    tracing::info!(auth_url = ?cfg.keystone.auth_url, "tokens are validated by Keystone");
+                }
+                #[cfg(feature = "dev")]
+                AuthMode::DevHeaders => tracing::warn!(
                     "INSECURE DEVELOPMENT MODE: no Keystone; identity is taken from X-User-Id / \
                      X-Project-Id / X-Roles headers (default: admin of project 'dev') and nothing is \
                      looked up in Glance/Nova/Neutron; never expose this to a network"
-                );
-                AuthMode::DevHeaders
-            };
+                ),
+            }
             let listener = server::bind(&cfg).await?;
             let setup = server::build_fleet(&cfg, &auth, dev).await?;
             let state = server::build_state_for(cfg, &url, auth, &setup.members).await?;
@@ -365,6 +368,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(result?)
         }
     }
+}
+
+/// Keystone when `[keystone]` is configured, else development header identity (`serve --dev`;
+/// a build without the `dev` feature has none and says so).
+fn auth_mode(cfg: &Config) -> anyhow::Result<AuthMode> {
+    if cfg.keystone.active() {
+        let ks = Keystone::new(&cfg.keystone, &cfg.openstack)?;
+        return Ok(AuthMode::Keystone(Arc::new(ks)));
+    }
+    development_identity()
+}
+
+#[cfg(feature = "dev")]
+fn development_identity() -> anyhow::Result<AuthMode> {
+    Ok(AuthMode::DevHeaders)
+}
+
+#[cfg(not(feature = "dev"))]
+fn development_identity() -> anyhow::Result<AuthMode> {
+    anyhow::bail!(
+        "[keystone] auth_url is required: this build has no `dev` feature, so there is no \
+         development identity"
+    )
 }
 
 /// `render`: the manifests the driver would apply for the cluster these API bodies describe.

@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::app::{App, AppState, AuthMode, simulated_backend};
+#[cfg(feature = "dev")]
+use crate::app::simulated_backend;
+use crate::app::{App, AppState, AuthMode};
 use crate::capi::apply::Mgmt;
 use crate::capi::driver::{Capi, CapiDriver};
 use crate::capi::fleet::Fleet;
@@ -68,21 +70,29 @@ pub struct CapiSetup {
     pub sim: Option<SimGuard>,
 }
 
-/// The backend of an app: the CAPI driver on `capi`'s management cluster, else the simulated one.
+/// The backend of an app: the CAPI driver on `capi`'s management cluster, else (see
+/// [`backend_for_members`]) the simulated one.
 pub fn backend_for(cfg: &Config, capi: Option<&Arc<Capi>>) -> Arc<dyn Backend> {
     match capi {
         Some(c) => Arc::new(CapiDriver(c.clone())),
-        None => simulated_backend(cfg),
+        None => backend_for_members(cfg, &[]),
     }
 }
 
-/// The backend over `members`: none, the simulated one; the unnamed one alone, its CAPI
-/// driver; several (or named ones), the fleet routing each cluster to its own.
+/// The backend over `members`: none, the simulated one (in a build without the `dev` feature,
+/// which has none, a fleet of none: `check` after a management cluster failed); the unnamed
+/// one alone, its CAPI driver; several (or named ones), the fleet routing each cluster to its
+/// own.
 pub fn backend_for_members(cfg: &Config, members: &[Arc<Capi>]) -> Arc<dyn Backend> {
     match members {
+        #[cfg(feature = "dev")]
         [] => simulated_backend(cfg),
         [only] if only.name.is_empty() => Arc::new(CapiDriver(only.clone())),
-        several => Arc::new(Fleet::new(several)),
+        several => {
+            #[cfg(not(feature = "dev"))]
+            let _ = cfg;
+            Arc::new(Fleet::new(several))
+        }
     }
 }
 
@@ -288,6 +298,7 @@ pub fn capi_runtime_named(
         config,
         keystone: match auth {
             AuthMode::Keystone(k) => Some(k.clone()),
+            #[cfg(feature = "dev")]
             AuthMode::DevHeaders => None,
         },
         cloud_ca,

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use magnum_capi::capi::render::{Renderer, referenced_templates, to_yaml};
-use magnum_capi::capi::schema::{CrdSchemas, check_metadata};
 use magnum_capi::capi::values::{
     self, ApiRows, Inputs, Values, ValuesError, placeholder_cas, placeholder_credentials,
     rows_from_api,
 };
 use magnum_capi::config::CapiConfig;
 use magnum_capi::domain::resources::Resolved;
+use magnum_capi::k8s::schema::{CrdSchemas, check_metadata};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use sqlx::types::Json;
@@ -1065,7 +1065,7 @@ fn names_are_dns_labels_of_at_most_63_characters() {
         let name = obj["metadata"]["name"].as_str().unwrap();
         assert!(name.len() <= 63, "{name}");
         assert!(
-            magnum_capi::capi::schema::dns1123_label_error(name).is_none(),
+            magnum_capi::k8s::schema::dns1123_label_error(name).is_none(),
             "{name}"
         );
     }

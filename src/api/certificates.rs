@@ -4,15 +4,16 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
+use super::body::uuid_body;
 use super::context::Cloud;
 use super::error::ApiResult;
+use super::extract::RequestId;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
 use super::schemas::{
     CaCertTypeQuery, CertificateSign, Conflict, Forbidden, MagnumError, MinVersion, NotFound,
     UuidBody,
 };
-use super::{RequestId, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
 use crate::service::views::{Certificate, SignedCertificate};

@@ -5,8 +5,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::body::{json_bytes, uuid_body};
 use super::context::Cloud;
 use super::error::ApiResult;
+use super::extract::RequestId;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
 use super::pagination::list_query;
@@ -14,7 +16,6 @@ use super::schemas::{
     BadRequest, ClusterCreate, ClusterListQuery, ClusterResize, ClusterUpgrade, Conflict,
     Forbidden, JsonPatch, MagnumError, MinVersion, NotFound, RollbackQuery, UuidBody,
 };
-use super::{RequestId, json_bytes, uuid_body};
 use crate::app::AppState;
 use crate::domain::policy::Caller;
 use crate::service::clusters;

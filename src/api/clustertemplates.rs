@@ -132,5 +132,5 @@ async fn list_templates(
     let q = list_query(args, templates::SORT_KEYS, app.config.api.max_limit)?;
     // The serialised page (cached while no template changes), as `Json` would send it.
     let body = templates::list_json(app, caller, &q, detail, base).await?;
-    Ok(super::json_bytes(body))
+    Ok(super::body::json_bytes(body))
 }

@@ -1,5 +1,6 @@
 //! The caller's identity as an extractor, and the middleware that establishes it: Keystone
-//! token validation (or, with `serve --dev` only, development headers).
+//! token validation (or, with `serve --dev` in a build with the `dev` feature only, development
+//! headers).
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::HeaderMap;
@@ -13,8 +14,11 @@ use crate::domain::policy::Caller;
 use crate::openstack::{Identity, OpenStackError, UserSession};
 
 /// Default development identity: an admin of project `dev`.
+#[cfg(feature = "dev")]
 pub const DEV_USER: &str = "dev-user";
+#[cfg(feature = "dev")]
 pub const DEV_PROJECT: &str = "dev";
+#[cfg(feature = "dev")]
 pub const DEV_ROLES: &str = "admin,member,reader";
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -24,7 +28,8 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
-/// Identity from development headers (only ever used with `serve --dev`).
+/// Identity from development headers (only ever used with `serve --dev`; `dev` builds only).
+#[cfg(feature = "dev")]
 pub fn dev_caller(h: &HeaderMap) -> Caller {
     Caller {
         user_id: header(h, "x-user-id").unwrap_or(DEV_USER).to_string(),
@@ -53,6 +58,7 @@ fn keystone_caller(id: &Identity) -> Caller {
 /// Authenticates every request except `/`, `/v1` and the health/spec endpoints.
 pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
     match &app.auth {
+        #[cfg(feature = "dev")]
         AuthMode::DevHeaders => {
             let caller = dev_caller(req.headers());
             req.extensions_mut().insert(caller);

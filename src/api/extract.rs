@@ -1,5 +1,5 @@
 //! Request extractors with Magnum's error behaviour: JSON bodies (415, bad JSON), query strings
-//! (unknown arguments, typed values), the request's own base URL for links.
+//! (unknown arguments, typed values), the request's own base URL for links, the request id.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -190,4 +190,19 @@ pub fn base_url(parts: &Parts) -> String {
         .unwrap_or("")
         .trim_end_matches('/');
     format!("{scheme}://{host}{prefix}")
+}
+
+/// The `x-openstack-request-id` of the current request.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<RequestId>()
+            .cloned()
+            .unwrap_or_else(|| RequestId(String::new())))
+    }
 }

@@ -1,6 +1,7 @@
 //! HTTP surface: the router, the front middleware (request ids, Magnum's routing quirks,
 //! microversions), and one thin handler module per resource.
 
+pub mod body;
 pub mod certificates;
 pub mod clusters;
 pub mod clustertemplates;
@@ -19,9 +20,8 @@ pub mod versions;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{Request, State};
 use axum::handler::Handler;
-use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -31,6 +31,7 @@ use tower::Layer;
 use crate::app::AppState;
 use crate::domain::error::DomainError;
 use error::{ApiError, NoVersionHeaders};
+use extract::RequestId;
 use microversion::{Mv, VersionError};
 
 /// The listener of `[http] metrics_bind`: `/metrics` only, unauthenticated.
@@ -38,35 +39,6 @@ pub fn metrics_service(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(operating::metrics_open))
         .with_state(state)
-}
-
-/// A serialised JSON body sent as `axum::Json` would send it.
-pub fn json_bytes(body: bytes::Bytes) -> Response {
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response()
-}
-
-/// The `{"uuid": ...}` body of asynchronous cluster operations.
-pub fn uuid_body(uuid: uuid::Uuid) -> schemas::UuidBody {
-    schemas::UuidBody { uuid }
-}
-
-/// The `x-openstack-request-id` of the current request.
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
-
-impl<S: Send + Sync> FromRequestParts<S> for RequestId {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<RequestId>()
-            .cloned()
-            .unwrap_or_else(|| RequestId(String::new())))
-    }
 }
 
 /// Paths served as they are; everything else not under `/v1` is a bookmark link (`/clusters/x`).

@@ -4,9 +4,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
-use super::RequestId;
 use super::context::Cloud;
 use super::error::ApiResult;
+use super::extract::RequestId;
 use super::extract::{BaseUrl, JsonBody, QueryArgs};
 use super::microversion::Mv;
 use super::pagination::list_query;

@@ -11,28 +11,18 @@ pub mod fleet;
 pub mod health;
 pub mod pki;
 pub mod render;
-pub mod schema;
 pub mod status;
 pub mod values;
 pub mod watch;
+
+pub use crate::k8s::labels::{LABEL_CAPI_CLUSTER_NAME, LABEL_HELM_CHART_PROXY};
+pub use crate::k8s::secret::secret_data;
 
 /// `<cluster>-cloud-credentials`: the Secret with the cluster's `clouds.yaml` (CAPO's identityRef).
 pub fn credentials_secret_name(cluster: &str) -> String {
     format!("{cluster}-cloud-credentials")
 }
 
-/// A Secret's `data.<key>` (base64) as UTF-8 text.
-pub fn secret_data(secret: &serde_json::Value, key: &str) -> Option<String> {
-    use base64::Engine;
-    let encoded = secret.get("data")?.get(key)?.as_str()?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .ok()?;
-    String::from_utf8(bytes).ok()
-}
-
-/// CAPI's own label naming the cluster an object belongs to.
-pub const LABEL_CAPI_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
 /// Label on every object we create: the Magnum cluster's uuid.
 pub const LABEL_CLUSTER_UUID: &str = "magnum.openstack.org/cluster-uuid";
 /// Label on every object we create: the cluster's project.
@@ -42,9 +32,6 @@ pub const LABEL_USER_ID: &str = "magnum.openstack.org/user-id";
 /// Label on the control plane, MachineDeployments and (through their machine templates) Machines:
 /// the Magnum nodegroup they implement.
 pub const LABEL_NODEGROUP_UUID: &str = "magnum.openstack.org/nodegroup-uuid";
-/// CAAPH's label on a HelmReleaseProxy naming its HelmChartProxy (add-on health).
-pub const LABEL_HELM_CHART_PROXY: &str =
-    "helmreleaseproxy.addons.cluster.x-k8s.io/helmchartproxy-name";
 /// Label on the same objects: `master` or `worker`.
 pub const LABEL_ROLE: &str = "magnum.openstack.org/role";
 

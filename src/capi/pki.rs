@@ -29,6 +29,9 @@ pub struct ClusterCas {
 }
 
 use chrono::{Datelike, Utc};
+
+pub use crate::k8s::pem::key_matches;
+use crate::k8s::pem::{cert_ders, pem_blocks};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
     SerialNumber,
@@ -151,36 +154,6 @@ const CLOCK_SKEW_SECS: i64 = 5 * 60;
 /// RSA moduli accepted in a CSR, in bits.
 const RSA_BITS: std::ops::RangeInclusive<usize> = 2048..=8192;
 
-/// The DER contents of every PEM block labelled one of `labels`, in order; `None` for a block
-/// whose body is not base64. Whitespace (CRLF, indentation) inside and around blocks is ignored.
-fn pem_blocks(pem: &str, labels: &[&str]) -> Vec<Option<Vec<u8>>> {
-    use base64::Engine as _;
-    let mut out = Vec::new();
-    let mut rest = pem;
-    while let Some(start) = rest.find("-----BEGIN ") {
-        let after = &rest[start + "-----BEGIN ".len()..];
-        let Some(label_end) = after.find("-----") else {
-            break;
-        };
-        let label = &after[..label_end];
-        let body = &after[label_end + 5..];
-        let end_marker = format!("-----END {label}-----");
-        let Some(body_end) = body.find(&end_marker) else {
-            rest = after; // an unterminated block: look for the next one
-            continue;
-        };
-        if labels.contains(&label) {
-            let b64: String = body[..body_end]
-                .chars()
-                .filter(|c| !c.is_ascii_whitespace())
-                .collect();
-            out.push(base64::engine::general_purpose::STANDARD.decode(b64).ok());
-        }
-        rest = &body[body_end + end_marker.len()..];
-    }
-    out
-}
-
 fn pem_encode(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
@@ -191,14 +164,6 @@ fn pem_encode(label: &str, der: &[u8]) -> String {
     }
     out.push_str(&format!("-----END {label}-----\n"));
     out
-}
-
-/// The DER of each (base64-valid) CERTIFICATE block of `pem`, in order.
-fn cert_ders(pem: &str) -> Vec<Vec<u8>> {
-    pem_blocks(pem, &["CERTIFICATE"])
-        .into_iter()
-        .flatten()
-        .collect()
 }
 
 /// Each CERTIFICATE block of `pem`, in order, re-encoded canonically (64-column base64, LF);
@@ -256,20 +221,6 @@ pub fn verifies(cert_pem: &str, ca_pem: &str) -> bool {
         x509_parser::parse_x509_certificate(ca_der)
             .is_ok_and(|(_, ca)| cert.verify_signature(Some(ca.public_key())).is_ok())
     })
-}
-
-/// Whether `key_pem` (a private key, PKCS#8) is the key of the first certificate of `cert_pem`.
-pub fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
-    let Some(der) = cert_ders(cert_pem).into_iter().next() else {
-        return false;
-    };
-    let (Ok((_, cert)), Ok(key)) = (
-        x509_parser::parse_x509_certificate(&der),
-        KeyPair::from_pem(key_pem),
-    ) else {
-        return false;
-    };
-    key.public_key_raw() == cert.public_key().subject_public_key.data.as_ref()
 }
 
 /// Checks the CSR's key is one we sign, and returns it in rcgen's terms.

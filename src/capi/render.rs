@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::schema::check_metadata;
 use super::values::Values;
+use crate::k8s::schema::check_metadata;
 
 /// The built-in templates, one per object family, embedded so the binary renders anywhere.
 pub const BUILTIN_TEMPLATES: &[(&str, &str)] = &[

@@ -5,6 +5,7 @@
 //! the Cluster API driver (`crate::capi::driver::CapiDriver`) and by [`simulated`], which needs
 //! no infrastructure.
 
+#[cfg(feature = "dev")]
 pub mod simulated;
 
 use std::future::Future;

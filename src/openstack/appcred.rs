@@ -6,7 +6,8 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{OpenStackError, UserSession, builder_error, query};
+use super::call::{OpenStackError, builder_error, query};
+use super::session::UserSession;
 use openstack_sdk::api::identity::v3::user::application_credential::{
     create as ac_create, delete as ac_delete,
 };
@@ -120,7 +121,7 @@ where
     .await
     {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => match super::from_api_error(SERVICE, e) {
+        Ok(Err(e)) => match super::call::from_api_error(SERVICE, e) {
             OpenStackError::NotFound(_) => Ok(()),
             other => Err(other),
         },

@@ -21,9 +21,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
+use super::call::{OpenStackError, builder_error, query_found};
 use super::catalog::Catalog;
 use super::session::UserSession;
-use super::{OpenStackError, builder_error, query_found};
 use crate::config::{KeystoneConfig, OpenStackConfig};
 
 const SERVICE: &str = "Keystone";
@@ -496,7 +496,7 @@ impl Keystone {
             .build()
             .map_err(|e| builder_error(SERVICE, e))?;
         let roles: Vec<serde_json::Value> =
-            super::query(session, SERVICE, self.timeout, ep).await?;
+            super::call::query(session, SERVICE, self.timeout, ep).await?;
         if roles.is_empty() {
             return Ok(Some(format!(
                 "its owner (user {user_id}) no longer has a role on project {project_id}"

@@ -11,8 +11,8 @@ use openstack_sdk_core::api::RestEndpoint;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::call::{OpenStackError, builder_error, query_found};
 use super::session::UserSession;
-use super::{OpenStackError, builder_error, query_found};
 
 /// A Glance image, with the properties Magnum reads.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -58,7 +58,7 @@ where
     E: RestEndpoint + Sync,
     T: DeserializeOwned + Send + 'static,
 {
-    super::query(s, service, s.timeout(), ep).await
+    super::call::query(s, service, s.timeout(), ep).await
 }
 
 /// Images whose id (when `ident` is a UUID) or name is `ident`.

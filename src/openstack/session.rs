@@ -124,7 +124,7 @@ impl UserSession {
         service: &str,
         method: reqwest::Method,
         url: &str,
-    ) -> Result<(u16, serde_json::Value), super::OpenStackError> {
+    ) -> Result<(u16, serde_json::Value), super::call::OpenStackError> {
         self.send_json_with(service, method, url, &[], None).await
     }
 
@@ -136,11 +136,11 @@ impl UserSession {
         url: &str,
         headers: &[(&str, &str)],
         body: Option<&serde_json::Value>,
-    ) -> Result<(u16, serde_json::Value), super::OpenStackError> {
+    ) -> Result<(u16, serde_json::Value), super::call::OpenStackError> {
         let unavailable =
-            |e: reqwest::Error| super::OpenStackError::unavailable(service, e.without_url());
+            |e: reqwest::Error| super::call::OpenStackError::unavailable(service, e.without_url());
         let mut token = HeaderValue::from_str(self.token.expose_secret())
-            .map_err(|e| super::OpenStackError::unavailable(service, e))?;
+            .map_err(|e| super::call::OpenStackError::unavailable(service, e))?;
         token.set_sensitive(true);
         let started = std::time::Instant::now();
         let mut req = self

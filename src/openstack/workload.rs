@@ -8,7 +8,9 @@
 use reqwest::Method;
 use serde_json::Value;
 
-use super::{OpenStackError, UserSession, catalog::versioned};
+use super::call::OpenStackError;
+use super::catalog::versioned;
+use super::session::UserSession;
 
 const OCTAVIA: &str = "Octavia";
 const CINDER: &str = "Cinder";

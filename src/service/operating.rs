@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::app::{App, AuthMode};
+use crate::app::App;
 use crate::db;
 use crate::domain::status::Status;
 use crate::driver::Check;
@@ -60,7 +60,7 @@ pub async fn readiness(app: &App) -> Readiness {
         })
         .await,
     ];
-    if let AuthMode::Keystone(k) = &app.auth {
+    if let Some(k) = app.auth.keystone() {
         checks.push(
             bounded("keystone", async {
                 k.reachable()

@@ -1,5 +1,5 @@
 //! What the simulated apiserver does with a custom resource before storing it, from the CRDs:
-//! structural defaults, `openAPIV3Schema` validation (`capi::schema`) and the
+//! structural defaults, `openAPIV3Schema` validation (`k8s::schema`) and the
 //! `x-kubernetes-validations` CEL rules (with `oldSelf` transition rules on updates and
 //! `messageExpression`), evaluated with the `cel` crate. Rules it cannot evaluate are kept in
 //! `CrdAdmission::unsupported`, never silently dropped.
@@ -12,7 +12,7 @@ use cel::{Context, Program};
 use serde_json::Value;
 
 use super::store::{Admission, FieldError};
-use crate::capi::schema::{CrdSchemas, SchemaError};
+use crate::k8s::schema::{CrdSchemas, SchemaError};
 
 /// Functions of the CEL standard library the `cel` crate evaluates as Kubernetes does. A rule
 /// calling anything else (Kubernetes' extension libraries: `isSorted`, `quantity`, `url`,

@@ -526,9 +526,62 @@ const VERBS: [&str; 8] = [
     "watch",
 ];
 
-/// Discovery of a group/version: the core resources for `v1`, else the kinds whose CRDs a
-/// management cluster with CAPI, CAPO and CAAPH installed serves there (what the driver's
-/// readiness check asks for).
+/// The custom resources a management cluster with CAPI v1.14, CAPO v0.14 and CAAPH v0.6
+/// installed serves, as the simulator plays it: (apiVersion, kind, plural). The simulator's own
+/// list, not the driver's: the driver's readiness check is tested against it.
+const INSTALLED_CRDS: [(&str, &str, &str); 12] = [
+    ("cluster.x-k8s.io/v1beta2", "Cluster", "clusters"),
+    (
+        "cluster.x-k8s.io/v1beta2",
+        "MachineDeployment",
+        "machinedeployments",
+    ),
+    ("cluster.x-k8s.io/v1beta2", "MachineSet", "machinesets"),
+    ("cluster.x-k8s.io/v1beta2", "Machine", "machines"),
+    (
+        "cluster.x-k8s.io/v1beta2",
+        "MachineHealthCheck",
+        "machinehealthchecks",
+    ),
+    (
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+        "kubeadmcontrolplanes",
+    ),
+    (
+        "bootstrap.cluster.x-k8s.io/v1beta2",
+        "KubeadmConfigTemplate",
+        "kubeadmconfigtemplates",
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackCluster",
+        "openstackclusters",
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+        "openstackmachinetemplates",
+    ),
+    (
+        "addons.cluster.x-k8s.io/v1alpha1",
+        "HelmChartProxy",
+        "helmchartproxies",
+    ),
+    (
+        "addons.cluster.x-k8s.io/v1beta2",
+        "ClusterResourceSet",
+        "clusterresourcesets",
+    ),
+    (
+        "addons.cluster.x-k8s.io/v1alpha1",
+        "HelmReleaseProxy",
+        "helmreleaseproxies",
+    ),
+];
+
+/// Discovery of a group/version: the core resources for `v1`, else the [`INSTALLED_CRDS`]
+/// served there.
 fn resource_list(gv: &str) -> Value {
     if gv == "v1" {
         let resources: Vec<Value> = CORE_RESOURCES
@@ -541,10 +594,10 @@ fn resource_list(gv: &str) -> Value {
             .collect();
         return json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources});
     }
-    let resources: Vec<Value> = crate::capi::health::required()
-        .filter(|(av, _)| *av == gv)
-        .map(|(av, kind)| {
-            let plural = crate::capi::apply::resource(av, kind).plural;
+    let resources: Vec<Value> = INSTALLED_CRDS
+        .iter()
+        .filter(|(av, _, _)| *av == gv)
+        .map(|(_, kind, plural)| {
             json!({"name": plural, "singularName": kind.to_ascii_lowercase(), "namespaced": true,
                    "kind": kind, "verbs": ["create", "delete", "deletecollection", "get", "list",
                                            "patch", "update", "watch"]})

@@ -23,6 +23,7 @@ use super::objects::{
 };
 use super::pki::{Bootstrap, Installed};
 use super::reconcile;
+use super::simulation::Simulation;
 use super::store::{Event, EventType, ObjectKey, Store, StoreError};
 use super::workload::{self, Workloads};
 
@@ -599,5 +600,64 @@ impl Simulator {
     pub(crate) fn next_floating_ip(&self) -> String {
         let n = self.floating_ips.fetch_add(1, Ordering::Relaxed);
         format!("127.255.0.{}", n % 254 + 1)
+    }
+}
+
+impl Simulation for Simulator {
+    fn store(&self) -> &Arc<Store> {
+        Simulator::store(self)
+    }
+    fn cluster_parts(&self, ns: &str, cluster: &str, uuid: Option<&str>) -> Vec<ObjectKey> {
+        Simulator::cluster_parts(self, ns, cluster, uuid)
+    }
+    fn mark(&self, key: ObjectKey) {
+        Simulator::mark(self, key)
+    }
+    fn next_floating_ip(&self) -> String {
+        Simulator::next_floating_ip(self)
+    }
+    fn next_node_address(&self, ns: &str, cluster: &str) -> String {
+        Simulator::next_node_address(self, ns, cluster)
+    }
+    fn control_plane_pki(
+        &self,
+        ns: &str,
+        cluster: &str,
+        ready_only: bool,
+    ) -> Vec<(String, Installed)> {
+        Simulator::control_plane_pki(self, ns, cluster, ready_only)
+    }
+    fn bootstrap(&self, machine: &ObjectKey, capture: &dyn Fn() -> Bootstrap) -> Bootstrap {
+        Simulator::bootstrap(self, machine, capture)
+    }
+    fn set_bootstrap(&self, machine: &ObjectKey, bootstrap: Bootstrap) {
+        Simulator::set_bootstrap(self, machine, bootstrap)
+    }
+    fn set_installed(&self, machine: &ObjectKey, installed: Installed) {
+        Simulator::set_installed(self, machine, installed)
+    }
+    fn workloads(&self) -> &Workloads {
+        Simulator::workloads(self)
+    }
+    fn workloads_arc(&self) -> Arc<Workloads> {
+        Simulator::workloads_arc(self)
+    }
+    fn open_endpoint(&self, namespace: &str, cluster: &str) -> std::io::Result<u16> {
+        Simulator::open_endpoint(self, namespace, cluster)
+    }
+    fn workload_url(&self, namespace: &str, cluster: &str) -> String {
+        Simulator::workload_url(self, namespace, cluster)
+    }
+    fn remove_workload(&self, namespace: &str, cluster: &str) {
+        Simulator::remove_workload(self, namespace, cluster)
+    }
+    fn remove_node(&self, machine: &Value) {
+        Simulator::remove_node(self, machine)
+    }
+    fn workload_pki_modelled(&self, namespace: &str, cluster: &str) -> bool {
+        Simulator::workload_pki_modelled(self, namespace, cluster)
+    }
+    fn workload_accepts_der(&self, namespace: &str, cluster: &str, der: &[u8]) -> bool {
+        Simulator::workload_accepts_der(self, namespace, cluster, der)
     }
 }

@@ -39,8 +39,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::api::{ApiState, Scope, router};
-use super::controllers::Simulator;
 use super::pki::{SigningKey, parse_bundle};
+use super::simulation::Simulation;
 
 /// A client that connects and never finishes its handshake is dropped after this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,7 +84,7 @@ impl Endpoints {
     /// The port of a cluster's endpoint, opening it first unless it is open.
     pub(crate) fn open(
         &self,
-        sim: Weak<Simulator>,
+        sim: Weak<dyn Simulation>,
         serving: &Serving,
         namespace: &str,
         cluster: &str,
@@ -153,7 +153,7 @@ type Cache = Arc<Mutex<Option<(String, Arc<ServerConfig>)>>>;
 
 /// One endpoint's server.
 struct Server {
-    sim: Weak<Simulator>,
+    sim: Weak<dyn Simulation>,
     key: Key,
     serving: Serving,
     cache: Cache,
@@ -247,7 +247,7 @@ impl Server {
                 return;
             };
             // No workload cluster yet: a load balancer without members resets the connection.
-            let Some(config) = self.tls_config(&sim) else {
+            let Some(config) = self.tls_config(sim.as_ref()) else {
                 continue;
             };
             let tx = tx.clone();
@@ -270,7 +270,7 @@ impl Server {
 
     /// The TLS configuration for the next connection, `None` while the cluster has no workload
     /// API. The serving certificate is re-issued when the signing CA changes.
-    fn tls_config(&self, sim: &Simulator) -> Option<Arc<ServerConfig>> {
+    fn tls_config(&self, sim: &dyn Simulation) -> Option<Arc<ServerConfig>> {
         let (ns, cluster) = (&self.key.0, &self.key.1);
         sim.workloads().get(ns, cluster)?;
         let signer = sim
@@ -448,7 +448,7 @@ impl Connected<IncomingStream<'_, Incoming>> for Peer {
 
 #[derive(Clone)]
 struct Auth {
-    sim: Weak<Simulator>,
+    sim: Weak<dyn Simulation>,
     key: Key,
 }
 

@@ -125,11 +125,11 @@ pub fn ensure(store: &Store, cluster: &Value, server: &str) -> Result<(), StoreE
     let ca = store.get(&secrets, ns, &format!("{cluster_name}-ca"));
     let ca_pem = ca
         .as_deref()
-        .and_then(|s| crate::capi::secret_data(s, "tls.crt"));
+        .and_then(|s| crate::k8s::secret::secret_data(s, "tls.crt"));
     let credentials = match (
         &ca_pem,
         ca.as_deref()
-            .and_then(|s| crate::capi::secret_data(s, "tls.key")),
+            .and_then(|s| crate::k8s::secret::secret_data(s, "tls.key")),
     ) {
         (Some(cert), Some(key)) => admin_credentials(cert, &key),
         _ => None,

@@ -17,6 +17,7 @@ pub mod objects;
 mod pki;
 mod reconcile;
 pub mod selector;
+mod simulation;
 pub mod store;
 mod table;
 mod workload;

@@ -15,7 +15,8 @@ pub const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const INFRA_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 pub const ADDONS_GROUP: &str = "addons.cluster.x-k8s.io";
 
-pub use crate::capi::LABEL_CAPI_CLUSTER_NAME as LABEL_CLUSTER_NAME;
+pub use super::store::{add_finalizer, has_finalizer, remove_finalizer};
+pub use crate::k8s::labels::LABEL_CAPI_CLUSTER_NAME as LABEL_CLUSTER_NAME;
 pub const LABEL_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 pub const LABEL_CONTROL_PLANE_NAME: &str = "cluster.x-k8s.io/control-plane-name";
 pub const LABEL_DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
@@ -208,28 +209,6 @@ pub fn is_deleting(v: &Value) -> bool {
     str_at(v, &["metadata", "deletionTimestamp"]).is_some()
 }
 
-pub fn has_finalizer(v: &Value, finalizer: &str) -> bool {
-    at(v, &["metadata", "finalizers"])
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|x| x == finalizer))
-}
-
-/// Adds a finalizer (no-op when present).
-pub fn add_finalizer(v: &mut Value, finalizer: &str) {
-    if has_finalizer(v, finalizer) {
-        return;
-    }
-    let Some(meta) = obj_at_mut(v, &["metadata"]) else {
-        return;
-    };
-    match meta.get_mut("finalizers") {
-        Some(Value::Array(list)) => list.push(json!(finalizer)),
-        _ => {
-            meta.insert("finalizers".into(), json!([finalizer]));
-        }
-    }
-}
-
 /// Appends an owner reference unless one with the same uid is there.
 pub fn add_owner_ref(v: &mut Value, owner: Value) {
     let owner_uid = owner
@@ -248,12 +227,6 @@ pub fn add_owner_ref(v: &mut Value, owner: Value) {
         _ => {
             meta.insert("ownerReferences".into(), json!([owner]));
         }
-    }
-}
-
-pub fn remove_finalizer(v: &mut Value, finalizer: &str) {
-    if let Some(Value::Array(list)) = v.get_mut("metadata").and_then(|m| m.get_mut("finalizers")) {
-        list.retain(|x| x != finalizer);
     }
 }
 

@@ -18,7 +18,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use x509_parser::prelude::{FromDer, SubjectPublicKeyInfo, X509Certificate};
 
-use crate::capi::pki::key_matches;
+use crate::k8s::pem::key_matches;
 
 /// One parsed CA certificate: its public key (SubjectPublicKeyInfo DER) and a readable name.
 #[derive(Clone)]
@@ -108,13 +108,13 @@ impl fmt::Debug for SigningKey {
 impl Ca {
     /// The CA in a Secret (`Err` when `tls.crt` holds no certificate).
     pub fn from_secret(secret: &Value, secret_name: &str) -> Result<Ca, String> {
-        let pem = crate::capi::secret_data(secret, "tls.crt").unwrap_or_default();
+        let pem = crate::k8s::secret::secret_data(secret, "tls.crt").unwrap_or_default();
         let trust = parse_bundle(&pem).map_err(|e| {
             format!("[certs] failure loading certificate authority from Secret {secret_name}: tls.crt: {e}")
         })?;
         let load_error =
             |what: String| format!("[certs] failure loading key from Secret {secret_name}: {what}");
-        let key_text = crate::capi::secret_data(secret, "tls.key");
+        let key_text = crate::k8s::secret::secret_data(secret, "tls.key");
         let key_error = match &key_text {
             None => Some(load_error("tls.key is missing".into())),
             Some(key) => match KeyPair::from_pem(key) {

@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use super::build::{Cx, label_map};
+use super::cx::{Cx, label_map};
 use super::document::{ClusterAutoscaler, CsiManila, FlavorRef, HelmChart, NodeGroup};
+use super::error::{ValuesError, bad};
 use super::labels::LabelView;
-use super::{ValuesError, bad};
-use crate::config::{CapiConfig, MinorTable};
+use super::versions::{chart_for_minor, tag_for_minor};
+use crate::config::CapiConfig;
 
 /// An optional add-on delivered by a HelmChartProxy named `<cluster>-<key>`; its health is
 /// reported as `addon.<key>` in `health_status_reason`.
@@ -140,36 +141,9 @@ pub const AUTOSCALER_TAGS: &[(u32, &str)] = &[
     (34, "v1.34.0"),
 ];
 
-/// The minor of a `v1.N.x` Kubernetes version.
-fn kube_minor(kube_version: &str) -> u32 {
-    kube_version
-        .trim_start_matches('v')
-        .split('.')
-        .nth(1)
-        .and_then(|m| m.parse::<u32>().ok())
-        .unwrap_or(0)
-}
-
-/// `table`'s entry for the minor of `kube_version` (keys `"1.<minor>"`).
-fn for_minor(table: &MinorTable, kube_version: &str) -> Option<String> {
-    table
-        .get(&format!("1.{}", kube_minor(kube_version)))
-        .cloned()
-}
-
-/// An image tag for `kube_version` from `table`, else `v1.<minor>.0`.
-pub(super) fn tag_for_minor(table: &MinorTable, kube_version: &str) -> String {
-    for_minor(table, kube_version).unwrap_or_else(|| format!("v1.{}.0", kube_minor(kube_version)))
-}
-
 /// The autoscaler tag for a `v1.N.x` Kubernetes version with the built-in table.
 pub fn autoscaler_tag(kube_version: &str) -> String {
     tag_for_minor(&CapiConfig::default().autoscaler_image_tags, kube_version)
-}
-
-/// A chart version that follows the Kubernetes minor: `table`'s, else `fallback`.
-pub(super) fn chart_for_minor(table: &MinorTable, fallback: &str, kube_version: &str) -> String {
-    for_minor(table, kube_version).unwrap_or_else(|| fallback.to_owned())
 }
 
 /// The add-on labels of a template, checked as a cluster create would (except what depends on

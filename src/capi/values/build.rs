@@ -1,29 +1,28 @@
 //! [`build`]: the values document from the rows, and the cluster-wide parts of it (networks,
 //! API server, kubeadm, addons); the machines are in [`super::nodegroups`].
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::addons::chart_for_minor;
+use super::cx::{Cx, given_and_resolved, label_map};
 use super::document::{
     Addons, ApiLoadBalancer, ApiServer, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
     CloudCredentials, Cni, CsiCinder, FlavorRef, HelmChart, KubeNetwork, Kubeadm, ManagedSubnet,
     NameValue, Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
 };
+use super::error::{ValuesError, bad};
 use super::keystone;
 use super::labels::{LabelView, chart_version_label, cidrs_overlap, parse_cidr};
 use super::nodegroups::master_nodegroup;
 use super::nodes;
-use super::{LABEL_CAPI_CLUSTER_NAME, MAX_CLUSTER_NAME, ValuesError, bad};
+use super::versions::chart_for_minor;
 use crate::capi::pki::ClusterCas;
-use crate::capi::schema::{dns1123_label_error, dns1123_subdomain_error, label_value_error};
-use crate::capi::{LABEL_CLUSTER_UUID, LABEL_PROJECT_ID, LABEL_USER_ID};
+use crate::capi::{LABEL_CLUSTER_UUID, LABEL_PROJECT_ID};
 use crate::config::CapiConfig;
 use crate::db::clusters::ClusterRow;
 use crate::db::nodegroups::NodegroupRow;
 use crate::db::templates::TemplateRow;
 use crate::domain::kube_version::kube_version;
-use crate::domain::resources::Resolved;
+use crate::k8s::schema::{dns1123_label_error, dns1123_subdomain_error};
 
 /// Labels of the pod network (the CNIs' names for it).
 const POD_CIDR_LABELS: &[&str] = &["calico_ipv4pool", "cilium_ipv4pool", "flannel_network_cidr"];
@@ -41,22 +40,6 @@ pub struct Inputs<'a> {
     pub cas: Option<&'a ClusterCas>,
     /// The CA rotation's rollout marker: machines created before it are replaced.
     pub rollout_after: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-pub(super) fn label_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
-fn check_label_value(what: &str, v: &str) -> Result<(), ValuesError> {
-    match label_value_error(v) {
-        None => Ok(()),
-        Some(e) => Err(ValuesError::Invalid(format!(
-            "{what} {v:?} cannot be a Kubernetes label value: {e}"
-        ))),
-    }
 }
 
 /// Builds the values document. Pure: the same rows give the same document.
@@ -177,65 +160,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     })
 }
 
-/// What the parts of the build share: the rows, the cluster's label view, the names.
-pub(super) struct Cx<'a> {
-    pub(super) t: &'a TemplateRow,
-    pub(super) c: &'a ClusterRow,
-    pub(super) tr: &'a Resolved,
-    pub(super) cr: &'a Resolved,
-    pub(super) view: LabelView<'a>,
-    pub(super) config: &'a CapiConfig,
-    pub(super) cluster_name: String,
-    pub(super) cluster_uuid: String,
-    pub(super) common_labels: BTreeMap<String, String>,
-    /// The cluster's Kubernetes version (set once known): add-on versions follow its minor.
-    pub(super) kube_version: String,
-}
-
 impl<'a> Cx<'a> {
-    fn new(
-        t: &'a TemplateRow,
-        c: &'a ClusterRow,
-        config: &'a CapiConfig,
-    ) -> Result<Self, ValuesError> {
-        let cluster_name = c
-            .stack_id
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| crate::capi::capi_name(c.uuid));
-        if let Some(e) = dns1123_label_error(&cluster_name) {
-            return Err(ValuesError::Invalid(format!(
-                "CAPI cluster name {cluster_name:?} {e}"
-            )));
-        }
-        if cluster_name.len() > MAX_CLUSTER_NAME {
-            return Err(ValuesError::Invalid(format!(
-                "CAPI cluster name {cluster_name:?} is longer than {MAX_CLUSTER_NAME} characters"
-            )));
-        }
-        check_label_value("project id", &c.project_id)?;
-        check_label_value("user id", &c.user_id)?;
-        let cluster_uuid = c.uuid.to_string();
-        let common_labels = label_map(&[
-            (LABEL_CLUSTER_UUID, &cluster_uuid),
-            (LABEL_PROJECT_ID, &c.project_id),
-            (LABEL_USER_ID, &c.user_id),
-            (LABEL_CAPI_CLUSTER_NAME, &cluster_name),
-        ]);
-        Ok(Self {
-            t,
-            c,
-            tr: &t.resolved.0,
-            cr: &c.resolved.0,
-            view: LabelView::cluster(&c.labels.0),
-            config,
-            cluster_name,
-            cluster_uuid,
-            common_labels,
-            kube_version: config.default_kube_version.clone(),
-        })
-    }
-
     fn networking(&self) -> Result<Networking, ValuesError> {
         let (t, c, tr, cr) = (self.t, self.c, self.tr, self.cr);
         let external_network = ResourceRef::resolve(
@@ -720,18 +645,6 @@ fn storage_class(view: &LabelView<'_>) -> Result<StorageClass, ValuesError> {
         availability_zone: view.token(&["csi_cinder_availability_zone"])?,
         volume_type: view.token(&["csi_cinder_volume_type"])?,
     })
-}
-
-/// A reference the cluster gives (with what it resolved to), else the template's: never one's
-/// name paired with the other's id.
-pub(super) fn given_and_resolved<'a>(
-    cluster: (Option<&'a String>, Option<&'a String>),
-    template: (Option<&'a String>, Option<&'a String>),
-) -> (Option<&'a String>, Option<&'a String>) {
-    match cluster.0.filter(|s| !s.is_empty()) {
-        Some(given) => (Some(given), cluster.1),
-        None => (template.0.filter(|s| !s.is_empty()), template.1),
-    }
 }
 
 fn cipher_suites(view: &LabelView<'_>, label: &'static str) -> Result<Option<String>, ValuesError> {

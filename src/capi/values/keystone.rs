@@ -5,12 +5,12 @@
 
 use serde_json::{Value, json};
 
-use super::addons::tag_for_minor;
-use super::build::Cx;
+use super::cx::Cx;
 use super::document::{HostPathMount, KeystoneAuth, NameValue, NodeFile, nv};
+use super::error::{ValuesError, bad};
 use super::labels::LabelView;
-use super::{ValuesError, bad};
-use crate::capi::schema::dns1123_subdomain_error;
+use super::versions::tag_for_minor;
+use crate::k8s::schema::dns1123_subdomain_error;
 
 /// Directory of the webhook kubeconfig on the control-plane nodes (mounted into the API server).
 const WEBHOOK_DIR: &str = "/etc/kubernetes/keystone-auth";

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::{ValuesError, bad};
+use super::error::{ValuesError, bad};
 use crate::domain::fields::bool_from_string;
 use crate::domain::kube_version::normalise_version;
 use crate::domain::labels::Labels;
@@ -197,7 +197,7 @@ pub(super) fn chart_version_label(
 mod tests {
     use super::*;
 
-    use crate::capi::values::build::label_map as l;
+    use crate::capi::values::cx::label_map as l;
 
     #[test]
     fn aliases_agree_or_fail() {

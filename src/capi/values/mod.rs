@@ -50,55 +50,30 @@
 
 mod addons;
 mod build;
+mod cx;
 mod document;
+mod error;
 mod keystone;
 mod labels;
 mod nodegroups;
 mod nodes;
 mod rows;
+mod versions;
 
 pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
 pub use build::{Inputs, build};
+pub use cx::MAX_CLUSTER_NAME;
 pub use document::*;
+pub use error::ValuesError;
 pub use keystone::default_policy as keystone_default_policy;
 pub use labels::parse_cidr;
-pub use nodegroups::{nodegroup_object_name, sanitise_fragment};
+pub use nodegroups::{
+    ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, nodegroup_object_name, sanitise_fragment,
+};
 pub use nodes::SERVER_GROUP_POLICIES;
 pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};
 
 pub use crate::domain::kube_version::kube_version;
-use crate::domain::kube_version::{KubeVersionError, VERSION_HINT, mismatch_message};
-
-pub use super::LABEL_CAPI_CLUSTER_NAME;
-/// Autoscaler bounds on a MachineDeployment.
-pub const ANNOTATION_AUTOSCALER_MIN: &str =
-    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
-pub const ANNOTATION_AUTOSCALER_MAX: &str =
-    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
-/// Longest CAPI cluster name: leaves room for `-control-plane-<hash8>` within 63 characters.
-pub const MAX_CLUSTER_NAME: usize = 40;
-
-/// Why a cluster cannot be rendered: bad input (400s), with the label or field named.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ValuesError {
-    #[error("label {label}={value:?} is invalid: {reason}")]
-    BadLabel {
-        label: String,
-        value: String,
-        reason: String,
-    },
-    #[error("labels {first}={first_value:?} and {second}={second_value:?} disagree; set only one")]
-    LabelConflict {
-        first: String,
-        first_value: String,
-        second: String,
-        second_value: String,
-    },
-    #[error("{}", mismatch_message(label, image))]
-    KubeVersionMismatch { label: String, image: String },
-    #[error("{0}")]
-    Invalid(String),
-}
 
 /// What can be checked of a template before any cluster uses it: the Kubernetes version rule,
 /// the proxies, the network driver and its labels, and the labels of node settings (registries,
@@ -120,61 +95,4 @@ pub fn check_template(
     build::cni(&view, t.network_driver.as_deref(), config, "template")?;
     addons::check_labels(&view, config)?;
     Ok(())
-}
-
-fn bad(label: &str, value: &str, reason: impl Into<String>) -> ValuesError {
-    ValuesError::BadLabel {
-        label: label.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
-impl From<KubeVersionError> for ValuesError {
-    fn from(e: KubeVersionError) -> Self {
-        match e {
-            KubeVersionError::BadTag { value } => bad("kube_tag", &value, VERSION_HINT),
-            KubeVersionError::Mismatch { label, image } => {
-                Self::KubeVersionMismatch { label, image }
-            }
-            KubeVersionError::Invalid(m) => Self::Invalid(m),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kube_version_errors_keep_their_variant_and_message() {
-        let cases = [
-            KubeVersionError::BadTag {
-                value: "latest".into(),
-            },
-            KubeVersionError::Mismatch {
-                label: "v1.33.0".into(),
-                image: "v1.32.1".into(),
-            },
-            KubeVersionError::Invalid("the image's kube_version property".into()),
-        ];
-        for e in cases {
-            let v = ValuesError::from(e.clone());
-            assert_eq!(v.to_string(), e.to_string());
-            let same_variant = matches!(
-                (&e, &v),
-                (KubeVersionError::BadTag { .. }, ValuesError::BadLabel { label, .. }) if label == "kube_tag"
-            ) || matches!(
-                (&e, &v),
-                (
-                    KubeVersionError::Mismatch { .. },
-                    ValuesError::KubeVersionMismatch { .. }
-                )
-            ) || matches!(
-                (&e, &v),
-                (KubeVersionError::Invalid(_), ValuesError::Invalid(_))
-            );
-            assert!(same_variant, "{e:?} became {v:?}");
-        }
-    }
 }

@@ -7,17 +7,23 @@ use serde_json::Value;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::build::{Cx, given_and_resolved, label_map};
+use super::cx::{Cx, given_and_resolved, label_map};
 use super::document::{
     Autoscale, ControlPlane, EtcdBlockDevice, FlavorRef, ImageRef, Kubeadm, Machine, NodeGroup,
     ResourceRef, RootVolume, Taint, nv,
 };
+use super::error::{ValuesError, bad};
 use super::labels::{LabelView, any_item};
-use super::{ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, ValuesError, bad};
-use crate::capi::schema::{label_key_error, label_value_error};
 use crate::capi::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_ROLE};
 use crate::config::CapiConfig;
 use crate::db::nodegroups::NodegroupRow;
+use crate::k8s::schema::{label_key_error, label_value_error};
+
+/// Autoscaler bounds on a MachineDeployment.
+pub const ANNOTATION_AUTOSCALER_MIN: &str =
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+pub const ANNOTATION_AUTOSCALER_MAX: &str =
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 
 /// `s` lower-cased with every run of other characters than `[a-z0-9]` turned into one `-`,
 /// trimmed of `-`, and cut to at most `max` characters.

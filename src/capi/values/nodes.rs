@@ -4,11 +4,11 @@
 //! Nova server groups. Each parser reads only labels and template fields, so a template can be
 //! checked before any cluster exists ([`super::check_template`]).
 
-use super::ValuesError;
 use super::document::{
     AuditLog, HostPathMount, NameValue, NodeFile, NodeSettings, Proxy, Registries, RegistryMirrors,
     ServerGroup, nv,
 };
+use super::error::ValuesError;
 use super::labels::LabelView;
 use crate::db::templates::TemplateRow;
 
@@ -464,7 +464,7 @@ pub(super) fn server_group(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capi::values::build::label_map as l;
+    use crate::capi::values::cx::label_map as l;
 
     #[test]
     fn registry_hosts_and_urls() {

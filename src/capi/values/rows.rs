@@ -6,8 +6,8 @@ use serde_json::Value;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::ValuesError;
 use super::document::CloudCredentials;
+use super::error::ValuesError;
 use crate::capi::pki::ClusterCas;
 use crate::db::clusters::ClusterRow;
 use crate::db::nodegroups::NodegroupRow;

@@ -6,11 +6,11 @@
 
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::simkube::objects::*;
 use crate::simkube::store::{StoreError, now_rfc3339};
 
-use crate::capi::LABEL_HELM_CHART_PROXY;
+use crate::k8s::labels::LABEL_HELM_CHART_PROXY;
 const ADDONS_VERSION: &str = "addons.cluster.x-k8s.io/v1alpha1";
 
 pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreError> {

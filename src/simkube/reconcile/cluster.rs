@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Ctx, failed_condition_message};
+use super::ctx::{Ctx, failed_condition_message};
 use crate::simkube::kubeconfig;
 use crate::simkube::objects::*;
 use crate::simkube::store::{ObjectKey, StoreError, now_rfc3339};

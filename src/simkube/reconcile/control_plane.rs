@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use super::machines::{
     MachineView, NewMachine, create_machine, failures, machines_of, rolled_out, rollout_after,
     rollout_conditions, version_key, victims,

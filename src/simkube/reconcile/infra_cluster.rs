@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::simkube::objects::*;
 use crate::simkube::store::{StoreError, now_rfc3339};
 

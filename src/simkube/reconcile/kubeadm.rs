@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Ctx, failure_message};
+use super::ctx::{Ctx, failure_message};
 use crate::simkube::objects::*;
 use crate::simkube::pki::{Bootstrap, Ca, Installed, check_pins, parse_bundle};
 use crate::simkube::store::ObjectKey;
@@ -67,7 +67,7 @@ pub(super) fn kubeadm(
     let ns = key.namespace.as_str();
     let bootstrap = cx
         .sim
-        .bootstrap(key, || capture_bootstrap(cx, ns, cluster, control_plane));
+        .bootstrap(key, &|| capture_bootstrap(cx, ns, cluster, control_plane));
     let workload = cx.sim.workloads().get(ns, cluster);
     let init = control_plane && workload.is_none();
     let verb = if init { "kubeadm init" } else { "kubeadm join" };

@@ -4,10 +4,10 @@
 
 use serde_json::{Value, json};
 
+use super::ctx::{Ctx, failed_condition_message};
 use super::kubeadm::{
     KUBEADM_INIT_FAILED, KUBEADM_JOIN_FAILED, Kubeadm, capture_bootstrap, kubeadm, kubeadm_failure,
 };
-use super::{Ctx, failed_condition_message};
 use crate::simkube::objects::*;
 use crate::simkube::store::{ObjectKey, StoreError, now_rfc3339};
 use crate::simkube::{kubeconfig, workload};

@@ -5,8 +5,8 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
+use super::ctx::{Ctx, failure_message};
 use super::kubeadm::kubeadm_failure;
-use super::{Ctx, failure_message};
 use crate::simkube::objects::*;
 use crate::simkube::store::{ObjectKey, StoreError, random_suffix};
 

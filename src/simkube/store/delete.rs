@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::meta::{has_finalizers, is_deleting, mark_deleting, meta_str, owner_uids, set_meta};
+use super::event::EventType;
+use super::meta::{
+    add_finalizer, has_finalizer, has_finalizers, is_deleting, mark_deleting, meta_str, owner_uids,
+    remove_finalizer, set_meta,
+};
+use super::state::{Inner, Store};
 use super::types::{ObjectKey, Propagation, Resource, StoreError, not_found};
-use super::watch::EventType;
-use super::{Inner, Store};
-use crate::simkube::objects::{add_finalizer, has_finalizer, remove_finalizer};
 use crate::simkube::selector::Selector;
 
 /// A removed object: where garbage collection and foreground deletion continue from.

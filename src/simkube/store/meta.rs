@@ -142,6 +142,39 @@ pub fn random_suffix() -> String {
         .collect()
 }
 
+/// Whether `finalizer` is among the object's finalizers.
+pub fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x == finalizer))
+}
+
+/// Adds a finalizer (no-op when present).
+pub fn add_finalizer(obj: &mut Value, finalizer: &str) {
+    if has_finalizer(obj, finalizer) {
+        return;
+    }
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match meta.get_mut("finalizers") {
+        Some(Value::Array(list)) => list.push(json!(finalizer)),
+        _ => {
+            meta.insert("finalizers".into(), json!([finalizer]));
+        }
+    }
+}
+
+/// Removes a finalizer (no-op when absent).
+pub fn remove_finalizer(obj: &mut Value, finalizer: &str) {
+    if let Some(Value::Array(list)) = obj
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("finalizers"))
+    {
+        list.retain(|x| x != finalizer);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

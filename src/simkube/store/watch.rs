@@ -1,61 +1,15 @@
-//! Change events: their type and watch-stream line, the bounded history watches resume from
-//! (410 `Expired` beyond it), the broadcast every change is sent on, and starting a watch.
+//! Watches: the bounded history they resume from (410 `Expired` beyond it), the broadcast
+//! every change is sent on, and starting a watch.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use super::event::{Event, EventType};
+use super::state::{Inner, Store};
 use super::types::{ObjectKey, Resource, StoreError};
-use super::{Inner, Store};
 use crate::simkube::selector::Selector;
-
-/// The type of a watch event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One change of one object; every change bumps the global resourceVersion by exactly one.
-#[derive(Debug)]
-pub struct Event {
-    pub resource_version: u64,
-    pub event_type: EventType,
-    pub key: ObjectKey,
-    pub object: Arc<Value>,
-    /// The previous state, for `MODIFIED` (lets label-selected watches see objects enter and
-    /// leave the selection).
-    pub old: Option<Arc<Value>>,
-    line: OnceLock<Bytes>,
-}
-
-impl Event {
-    /// The newline-terminated watch-stream line, serialised once however many watchers send it.
-    pub fn line(&self) -> Bytes {
-        self.line
-            .get_or_init(|| watch_line(self.event_type.as_str(), &self.object))
-            .clone()
-    }
-}
-
-/// `{"type":…,"object":…}\n` without copying the object into a new `Value`.
-pub fn watch_line(event_type: &str, object: &Value) -> Bytes {
-    let body = serde_json::to_string(object).unwrap_or_else(|_| "{}".to_string());
-    Bytes::from(format!("{{\"type\":\"{event_type}\",\"object\":{body}}}\n"))
-}
 
 /// What a watch starts from, taken atomically with its subscription.
 #[derive(Debug)]
@@ -130,14 +84,7 @@ impl Store {
         obj: Arc<Value>,
         old: Option<Arc<Value>>,
     ) {
-        let event = Arc::new(Event {
-            resource_version: rv,
-            event_type,
-            key,
-            object: obj,
-            old,
-            line: OnceLock::new(),
-        });
+        let event = Arc::new(Event::new(rv, event_type, key, obj, old));
         if self.opts.history > 0 {
             inner.history.push_back(event.clone());
             while inner.history.len() > self.opts.history {

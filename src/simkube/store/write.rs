@@ -8,16 +8,16 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::delete::Removed;
+use super::event::EventType;
 use super::managed::{self, Writer};
 use super::meta::{
     fold_string_data, has_finalizers, is_deleting, meta_mut, meta_str, now_rfc3339, owner_uids,
     random_suffix, require_object, set_meta, spec_changed, strip_nulls,
 };
+use super::state::{Inner, Store};
 use super::types::{
     FieldError, FieldManager, ObjectKey, Patch, Resource, StoreError, Target, not_found,
 };
-use super::watch::EventType;
-use super::{Inner, Store};
 
 /// A precondition carried in the body: a stale `metadata.resourceVersion` is a 409 Conflict.
 fn check_precondition(res: &Resource, old: &Value, body: &Value) -> Result<(), StoreError> {
