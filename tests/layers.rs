@@ -661,10 +661,11 @@ fn inline_modules(text: &str) -> Vec<String> {
             i = skip_item(&t, i + 7);
             continue;
         }
-        if ident(t.get(i)) == Some("mod") && punct(t.get(i + 2), '{') {
-            if let Some(name) = ident(t.get(i + 1)) {
-                out.push(name.to_string());
-            }
+        if ident(t.get(i)) == Some("mod")
+            && punct(t.get(i + 2), '{')
+            && let Some(name) = ident(t.get(i + 1))
+        {
+            out.push(name.to_string());
         }
         i += 1;
     }
