@@ -302,7 +302,17 @@ impl Observer {
                     vec![u]
                 })
                 .unwrap_or_default(),
+            // An object that stops matching our label selector arrives as DELETED in its new
+            // state, without the label (as kube-apiserver sends it): found by name instead,
+            // or its cluster would keep it, and any step waiting for it to go, forever.
             Event::Delete(o) => cluster_uuid(&o)
+                .or_else(|| {
+                    let k = (kind, key(&o));
+                    ix.by_cluster
+                        .iter()
+                        .find(|(_, objs)| objs.contains_key(&k))
+                        .map(|(u, _)| *u)
+                })
                 .map(|u| {
                     if let Some(objs) = ix.by_cluster.get_mut(&u) {
                         objs.remove(&(kind, key(&o)));
@@ -1002,6 +1012,21 @@ mod tests {
         };
         obs.apply_event(Kind::MachineDeployment, Event::Delete(object("md-a", a, 2)));
         assert!(waiting.await.unwrap());
+        assert!(obs.clusters().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_object_deleted_without_our_label_leaves_its_cluster() {
+        let (obs, mut feed) = Observer::new();
+        let a = Uuid::new_v4();
+        obs.apply_event(Kind::MachineDeployment, Event::Apply(object("md-a", a, 1)));
+        assert_eq!(feed.recv().await, Some(a));
+        // Its label was removed: the label-selected watch reports it DELETED as it is now.
+        let mut unlabelled = object("md-a", a, 1);
+        unlabelled.metadata.labels = None;
+        obs.apply_event(Kind::MachineDeployment, Event::Delete(unlabelled));
+        assert_eq!(feed.try_recv().ok(), Some(a));
+        assert!(obs.observed(a).machine_deployments.is_empty());
         assert!(obs.clusters().is_empty());
     }
 

@@ -210,6 +210,32 @@ impl Store {
         }
     }
 
+    /// Garbage collection of an object just written none of whose owners keeps it, as kube's
+    /// garbage collector does when it sees the new dependent: an owner keeps it unless it is
+    /// gone or being deleted in the foreground (whose dependents all go, even ones added after
+    /// it started). A controller that read its owner before the owner's deletion (the
+    /// MachineDeployment controller replacing the Machines the driver's foreground delete just
+    /// marked) writes a dependent the deletion has already passed: without this it stays,
+    /// and a foreground-deleting owner waits for it, forever.
+    pub(super) fn collect_if_orphaned(&self, inner: &mut Inner, key: &ObjectKey) {
+        let orphaned = inner.get(key).is_some_and(|o| {
+            let owners = owner_uids(o);
+            let keeps = |uid: &String| {
+                inner
+                    .uids
+                    .get(uid)
+                    .and_then(|k| inner.get(k))
+                    .is_some_and(|owner| {
+                        !(is_deleting(owner) && has_finalizer(owner, FOREGROUND_FINALIZER))
+                    })
+            };
+            !owners.is_empty() && !owners.iter().any(keeps)
+        });
+        if orphaned && let Ok((_, Some(removed))) = self.delete_one(inner, key) {
+            self.cascade(inner, removed);
+        }
+    }
+
     /// Drops the `foregroundDeletion` finalizer of a deleting owner without dependents.
     fn finish_foreground(&self, inner: &mut Inner, owner_uid: &str) {
         if inner
@@ -306,6 +332,69 @@ mod tests {
         s.delete(&widgets(), "default", "owner").unwrap();
         assert!(s.get(&widgets(), "default", "child").is_none());
         assert!(s.get(&Resource::core("secrets"), "default", "gc").is_none());
+    }
+
+    #[test]
+    fn a_dependent_written_after_its_owner_was_removed_is_collected() {
+        // A controller that read its owner before the owner's deletion (the simulated
+        // MachineDeployment scaling up while the driver deletes it) creates its Machine after
+        // the cascade: the garbage collector must still take it, or it stays forever.
+        let s = store();
+        let secrets = Resource::core("secrets");
+        let owner = s.create(&widgets(), "default", cr("owner")).unwrap();
+        s.delete(&widgets(), "default", "owner").unwrap();
+        let mut plain = owned_secret("plain", &owner);
+        plain["metadata"]["finalizers"] = json!([]);
+        s.create(&secrets, "default", plain).unwrap();
+        assert!(s.get(&secrets, "default", "plain").is_none());
+        // With a finalizer it is marked for deletion, for its controller to let go.
+        s.create(&secrets, "default", owned_secret("held", &owner))
+            .unwrap();
+        let held = s.get(&secrets, "default", "held").unwrap();
+        assert!(held["metadata"]["deletionTimestamp"].is_string());
+        // One owner left is enough to keep it.
+        let other = s.create(&widgets(), "default", cr("other")).unwrap();
+        let mut kept = owned_secret("kept", &owner);
+        kept["metadata"]["finalizers"] = json!([]);
+        kept["metadata"]["ownerReferences"]
+            .as_array_mut()
+            .unwrap()
+            .push(
+                json!({"apiVersion": "example.com/v1", "kind": "Widget", "name": "other",
+                         "uid": other["metadata"]["uid"]}),
+            );
+        s.create(&secrets, "default", kept).unwrap();
+        let kept = s.get(&secrets, "default", "kept").unwrap();
+        assert!(kept["metadata"].get("deletionTimestamp").is_none());
+    }
+
+    #[test]
+    fn a_dependent_written_during_its_owners_foreground_deletion_goes_too() {
+        // The driver deletes a MachineDeployment in the foreground; its controller, which read
+        // it just before, replaces the Machines that deletion marked. The new one must go as
+        // well, and the owner with it once its dependents are gone.
+        let s = store();
+        let secrets = Resource::core("secrets");
+        let owner = s.create(&widgets(), "default", cr("owner")).unwrap();
+        s.create(&secrets, "default", owned_secret("old", &owner))
+            .unwrap();
+        s.delete_with(&widgets(), "default", "owner", Propagation::Foreground)
+            .unwrap();
+        s.create(&secrets, "default", owned_secret("new", &owner))
+            .unwrap();
+        let new = s.get(&secrets, "default", "new").unwrap();
+        assert!(new["metadata"]["deletionTimestamp"].is_string(), "{new}");
+        for name in ["old", "new"] {
+            s.patch(
+                &secrets,
+                "default",
+                name,
+                Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                Target::Main,
+            )
+            .unwrap();
+        }
+        assert!(s.get(&widgets(), "default", "owner").is_none());
     }
 
     #[test]

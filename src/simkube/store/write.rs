@@ -566,7 +566,7 @@ impl Store {
 
     /// Stores `new` (validated, with a fresh resourceVersion) and emits its event; a no-op
     /// write returns the stored object unchanged. Removes the object when it is deleting and
-    /// has no finalizers left.
+    /// has no finalizers left, and deletes it when every owner it names is gone.
     pub(super) fn commit(
         &self,
         inner: &mut Inner,
@@ -619,7 +619,8 @@ impl Store {
         } else {
             EventType::Added
         };
-        self.emit(inner, rv, event_type, key, new.clone(), old);
+        self.emit(inner, rv, event_type, key.clone(), new.clone(), old);
+        self.collect_if_orphaned(inner, &key);
         Ok(new)
     }
 
