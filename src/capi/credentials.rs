@@ -161,6 +161,18 @@ impl Capi {
         })
     }
 
+    /// [`Self::discard_staged`] for a rotation operation's payload as recorded.
+    pub async fn discard_staged_payload(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        payload: &Value,
+    ) -> Result<(), CapiError> {
+        let p: RotationPayload = serde_json::from_value(payload.clone())
+            .map_err(|e| CapiError::Invalid(format!("malformed rotation payload: {e}")))?;
+        self.discard_staged(pool, c, &p).await
+    }
+
     /// Removes a staged credential that will not be committed (the Secret, and the credential
     /// with the service's credentials, recorded as a leftover when Keystone is unreachable).
     pub async fn discard_staged(

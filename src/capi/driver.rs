@@ -153,7 +153,7 @@ pub struct Capi {
     /// Its `[[capi.management_clusters]]` name; `""`: the unnamed one (`[capi] kubeconfig`).
     pub name: String,
     /// Whether its API answered the last probe (`super::fleet`).
-    pub reach: Arc<super::fleet::Reach>,
+    pub reach: Arc<super::reach::Reach>,
     /// Runs the Keystone-wide chores of `maintenance` (leftover, orphaned and checked
     /// credentials): one management cluster of a replica does, not each.
     pub shared_duties: bool,
@@ -1067,9 +1067,10 @@ impl Backend for CapiDriver {
         payload: &'a Value,
     ) -> BackendFuture<'a, ()> {
         Box::pin(async move {
-            let p: super::credentials::RotationPayload = serde_json::from_value(payload.clone())
-                .map_err(|e| BackendError::Internal(e.to_string()))?;
-            Ok(self.0.discard_staged(pool, cluster, &p).await?)
+            Ok(self
+                .0
+                .discard_staged_payload(pool, cluster, payload)
+                .await?)
         })
     }
 }

@@ -1,16 +1,15 @@
 //! Several management clusters behind one backend (issue 19): [`Fleet`] routes each operation
-//! and request-time call to the `Capi` of the cluster's management cluster; [`Reach`] is what
+//! and request-time call to the `Capi` of the cluster's management cluster; [`Reach`] (`reach.rs`) is what
 //! the probes found out about each one's API, so that an unreachable one only defers its own
 //! clusters' operations; [`versions`] finds the CAPI/CAPO versions a management cluster runs.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::SecretString;
 use serde_json::Value;
 use sqlx::PgPool;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::driver::{Capi, CapiDriver};
 use super::kinds;
@@ -26,59 +25,6 @@ use crate::openstack::UserSession;
 
 /// How long one probe of a management cluster's API may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Whether a management cluster's API answered its last probe.
-#[derive(Debug, Default)]
-pub struct Reach {
-    down: Mutex<Option<(String, Instant)>>,
-    /// Signalled when reachability changes, so the status writer (which otherwise sleeps until
-    /// an event) records it at once.
-    changed: tokio::sync::Notify,
-}
-
-impl Reach {
-    /// Why it is unreachable and for how long, or `None` when it answered last.
-    pub fn down(&self) -> Option<(String, Duration)> {
-        self.down
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(|(why, since)| (why.clone(), since.elapsed()))
-    }
-
-    /// Waits until reachability changes (a change before the call counts once).
-    pub async fn changed(&self) {
-        self.changed.notified().await;
-    }
-
-    /// Records a probe's outcome; true when reachability changed.
-    pub fn record(&self, outcome: Result<(), String>) -> bool {
-        let changed = self.update(outcome);
-        if changed {
-            self.changed.notify_one();
-        }
-        changed
-    }
-
-    fn update(&self, outcome: Result<(), String>) -> bool {
-        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
-        match (outcome, down.as_mut()) {
-            (Ok(()), None) => false,
-            (Ok(()), Some(_)) => {
-                *down = None;
-                true
-            }
-            (Err(why), Some((was, _))) => {
-                *was = why;
-                false
-            }
-            (Err(why), None) => {
-                *down = Some((why, Instant::now()));
-                true
-            }
-        }
-    }
-}
 
 /// Asks the management cluster's API for its version.
 pub async fn probe(capi: &Capi) -> Result<String, String> {
@@ -425,18 +371,6 @@ pub async fn versions(capi: &Capi) -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reach_records_changes_and_keeps_the_first_failure_time() {
-        let r = Reach::default();
-        assert!(r.down().is_none());
-        assert!(!r.record(Ok(())));
-        assert!(r.record(Err("refused".into())));
-        assert!(!r.record(Err("timeout".into())));
-        assert_eq!(r.down().map(|d| d.0), Some("timeout".into()));
-        assert!(r.record(Ok(())));
-        assert!(r.down().is_none());
-    }
 
     #[test]
     fn deferral_grows_with_the_outage() {

@@ -10,6 +10,7 @@ pub mod driver;
 pub mod fleet;
 pub mod health;
 pub mod pki;
+pub mod reach;
 pub mod render;
 pub mod status;
 pub mod values;

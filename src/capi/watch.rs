@@ -659,7 +659,7 @@ pub fn writer_lock(name: &str) -> i64 {
 pub struct WriterScope {
     /// `""`: the unnamed one.
     pub name: String,
-    pub reach: Arc<crate::capi::fleet::Reach>,
+    pub reach: Arc<super::reach::Reach>,
 }
 
 /// The channel a change to a cluster row or to one of its operations notifies (payload: the
@@ -704,7 +704,7 @@ pub async fn run_writer(
     let mut wake_at = now() + safety;
     let mut retry_lock_at: Option<tokio::time::Instant> = None;
     let key = writer_lock(&scope.name);
-    let shown = crate::capi::fleet::shown(&scope.name).to_string();
+    let shown = crate::domain::placement::shown(&scope.name).to_string();
     // The reason written into its clusters' health while it is unreachable.
     let mut marked_down: Option<String> = None;
     // Just took the lock: what a previous writer recorded about reachability is redone.
