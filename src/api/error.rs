@@ -183,14 +183,17 @@ impl IntoResponse for ApiError {
             ApiError::Db(DbError::Contention(e)) => {
                 // Still rolled back on contention after `db::retry`'s attempts: the request
                 // met concurrent changes of the same cluster; the client may send it again.
-                tracing::warn!(error = %chain(&e), "transaction rolled back on contention");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "transaction rolled back on contention"
+                );
                 client_error(
                     StatusCode::CONFLICT,
                     "The cluster is being changed by another request. Please retry.",
                 )
             }
             ApiError::Db(DbError::Unavailable(e)) => {
-                tracing::error!(error = %chain(&e), "database unavailable");
+                tracing::error!(error = &e as &dyn std::error::Error, "database unavailable");
                 ApiError::Unavailable(
                     "The database is temporarily unavailable, please retry.".into(),
                 )
@@ -253,24 +256,10 @@ fn middleware_error(status: StatusCode, message: &str) -> Response {
     resp
 }
 
-/// The error and every source under it, as one line for the log.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let text = s.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = s.source();
-    }
-    out
-}
-
 fn internal(e: &(dyn std::error::Error + 'static)) -> Response {
-    // 5xx: log the cause with its chain, answer generically (Magnum strips tracebacks too).
-    tracing::error!(error = %chain(e), "internal error");
+    // 5xx: log the cause (the subscriber prints its sources too), answer generically (Magnum
+    // strips tracebacks too).
+    tracing::error!(error = e, "internal error");
     let status = StatusCode::INTERNAL_SERVER_ERROR;
     let msg = "An internal error occurred, see the service log for details.";
     (
