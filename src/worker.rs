@@ -471,6 +471,8 @@ async fn give_up(
     reason: &str,
 ) -> Result<(), crate::db::DbError> {
     let mut tx = app.pool.begin().await?;
+    // Lock order (`db`): the cluster's row before the operation's.
+    crate::db::clusters::lock(&mut *tx, op.cluster_uuid).await?;
     if !odb::fail(&mut *tx, op.id, worker, reason).await? {
         // The lease was lost meanwhile: the operation is another replica's now.
         tracing::warn!("lease lost before giving up; leaving the operation to its holder");

@@ -726,37 +726,15 @@ fn crate_sources() -> Vec<(String, String)> {
     out
 }
 
-/// Circles other work of issue 23 is breaking (the driver's `capi/driver.rs` ↔ watch/fleet/
-/// credentials, the services', the API errors'): whoever breaks one removes it here. The test
-/// fails on any other circle, and on a listed one that is gone.
-const CIRCLES_BEING_BROKEN: &[&[&str]] = &[
-    &["api/error.rs", "api/microversion.rs"],
-    &["service/clusters.rs", "service/credentials.rs"],
-];
-
 #[test]
 fn no_two_files_import_each_other_even_through_others() {
     let graph = Graph::build(&crate_sources());
-    let circles = graph.circles();
-    let known = |c: &Vec<String>| CIRCLES_BEING_BROKEN.iter().any(|k| k == c);
-    let new: Vec<String> = circles
-        .iter()
-        .filter(|c| !known(c))
-        .map(|c| graph.explain(c))
-        .collect();
+    let circles: Vec<String> = graph.circles().iter().map(|c| graph.explain(c)).collect();
     assert!(
-        new.is_empty(),
+        circles.is_empty(),
         "{} import circle(s) between files of src/:\n{}",
-        new.len(),
-        new.join("\n")
-    );
-    let gone: Vec<&&[&str]> = CIRCLES_BEING_BROKEN
-        .iter()
-        .filter(|k| !circles.iter().any(|c| c == *k))
-        .collect();
-    assert!(
-        gone.is_empty(),
-        "broken already, remove from the list: {gone:?}"
+        circles.len(),
+        circles.join("\n")
     );
 }
 

@@ -4,13 +4,13 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::microversion::{MAX_VERSION, MIN_VERSION, SERVICE_TYPE, Version};
 use super::schemas::{
     AuthError, AuthErrorItem, ErrorCode, HelpLink, MagnumError, MicroversionError,
     MicroversionErrorItem,
 };
 use crate::db::DbError;
 use crate::domain::error::DomainError;
+use crate::domain::version::{MAX_VERSION, MIN_VERSION, SERVICE_TYPE, Version};
 use crate::driver::BackendError;
 use crate::openstack::OpenStackError;
 use crate::service;
@@ -52,8 +52,10 @@ pub enum ApiError {
     /// A dependency (database, Keystone) is down; the client may retry.
     #[error("{0}")]
     Unavailable(String),
+    /// The service's own fault, its cause as the source (logged with its chain; answered
+    /// generically).
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -87,7 +89,7 @@ impl From<BackendError> for ApiError {
             }
             BackendError::OpenStack(o) => o.into(),
             BackendError::Db(d) => ApiError::Db(d),
-            BackendError::Internal(m) => ApiError::Internal(m),
+            BackendError::Internal(m) => ApiError::Internal(m.into()),
         }
     }
 }
@@ -100,7 +102,9 @@ impl From<service::Error> for ApiError {
             service::Error::Db(d) => ApiError::Db(d),
             service::Error::OpenStack(o) => o.into(),
             service::Error::Backend(b) => b.into(),
-            service::Error::Internal(m) => ApiError::Internal(m),
+            e @ (service::Error::Seal(_)
+            | service::Error::Serialize(_)
+            | service::Error::Invariant(_)) => ApiError::Internal(Box::new(e)),
         }
     }
 }
@@ -176,15 +180,27 @@ impl IntoResponse for ApiError {
                 };
                 client_error(status, e.message())
             }
+            ApiError::Db(DbError::Contention(e)) => {
+                // Still rolled back on contention after `db::retry`'s attempts: the request
+                // met concurrent changes of the same cluster; the client may send it again.
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "transaction rolled back on contention"
+                );
+                client_error(
+                    StatusCode::CONFLICT,
+                    "The cluster is being changed by another request. Please retry.",
+                )
+            }
             ApiError::Db(DbError::Unavailable(e)) => {
-                tracing::error!(error = %e, "database unavailable");
+                tracing::error!(error = &e as &dyn std::error::Error, "database unavailable");
                 ApiError::Unavailable(
                     "The database is temporarily unavailable, please retry.".into(),
                 )
                 .into_response()
             }
-            ApiError::Db(e) => internal(&e.to_string()),
-            ApiError::Internal(e) => internal(&e),
+            ApiError::Db(e) => internal(&e),
+            ApiError::Internal(e) => internal(e.as_ref()),
             ApiError::RouteNotFound => pecan_error(StatusCode::NOT_FOUND, "Not Found", ""),
             ApiError::MethodNotAllowed => {
                 pecan_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed", "")
@@ -240,9 +256,10 @@ fn middleware_error(status: StatusCode, message: &str) -> Response {
     resp
 }
 
-fn internal(detail: &str) -> Response {
-    // 5xx: log the cause, answer generically (Magnum strips tracebacks too).
-    tracing::error!(error = %detail, "internal error");
+fn internal(e: &(dyn std::error::Error + 'static)) -> Response {
+    // 5xx: log the cause (the subscriber prints its sources too), answer generically (Magnum
+    // strips tracebacks too).
+    tracing::error!(error = e, "internal error");
     let status = StatusCode::INTERNAL_SERVER_ERROR;
     let msg = "An internal error occurred, see the service log for details.";
     (

@@ -6,10 +6,7 @@ use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::ApiError;
 
-pub use crate::domain::version::{MAX_VERSION, MIN_VERSION, Version};
-
-/// The service type named in response headers.
-pub const SERVICE_TYPE: &str = "container-infrastructure-management";
+pub use crate::domain::version::{MAX_VERSION, MIN_VERSION, SERVICE_TYPE, Version};
 /// Header names.
 pub const HEADER: &str = "openstack-api-version";
 const SERVICES: [&str; 3] = [

@@ -221,6 +221,6 @@ pub async fn json() -> impl IntoResponse {
 pub async fn yaml() -> impl IntoResponse {
     match yaml_text() {
         Ok(y) => ([(header::CONTENT_TYPE, "application/yaml")], y).into_response(),
-        Err(e) => super::error::ApiError::Internal(e).into_response(),
+        Err(e) => super::error::ApiError::Internal(e.into()).into_response(),
     }
 }

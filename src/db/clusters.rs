@@ -228,7 +228,9 @@ pub async fn by_name(pool: &PgPool, scope: &Scope, name: &str) -> DbResult<Vec<C
         .await?)
 }
 
-/// Locks the cluster row for the rest of the transaction (serialises operations on one cluster).
+/// Locks the cluster row for the rest of the transaction and reads it as it is now: the first
+/// lock of every transaction that writes the cluster, its nodegroups or its operations (the
+/// lock order of `db`); `None` when the cluster is gone.
 pub async fn lock<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<ClusterRow>> {
     Ok(
         sqlx::query_as::<_, ClusterRow>("SELECT * FROM cluster WHERE uuid = $1 FOR UPDATE")

@@ -1,5 +1,22 @@
 //! Persistence: the Postgres pool, migrations, row types and one repository module per table.
-//! Every API write is one transaction; constraint violations become domain errors here.
+//! Every API write is one transaction; constraint violations become [`Violation`]s here, named
+//! by their constraint, for the service layer to give them a meaning.
+//!
+//! # Lock order
+//!
+//! Every transaction that writes a cluster, its nodegroups or its operations — request
+//! handlers, the worker (progress, completion, give-up), the drivers and the status writer —
+//! takes the **cluster's row lock first**, with [`clusters::lock`] (`SELECT … FOR UPDATE`),
+//! and only then writes nodegroup rows and operation rows (in that order). [`status::write`]
+//! takes the same lock, so a transaction that only moves the status follows the order by
+//! itself; one that writes a nodegroup or an operation row before its status calls
+//! [`clusters::lock`] before that first write. Inserting a nodegroup or an operation takes
+//! a `FOR KEY SHARE` lock on the cluster (the foreign key): taken after the cluster's own lock,
+//! it cannot be upgraded into a deadlock between two such inserts.
+//!
+//! Rows of different clusters are never locked in one transaction. Whatever still fails on
+//! contention (a deadlock or a serialization failure, SQLSTATE 40P01/40001) is
+//! [`DbError::Contention`], and [`retry`] re-runs a whole transaction that may be re-run.
 
 pub mod clusters;
 pub mod day2;
@@ -20,32 +37,165 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::config::DatabaseConfig;
 
-/// Errors of the persistence layer.
+/// Errors of the persistence layer; each keeps the `sqlx` error it came from as its source.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    /// A unique or foreign-key constraint was violated; carries the constraint name.
-    #[error("constraint {0} violated")]
-    Constraint(String),
+    /// A unique, foreign-key or check constraint was violated: which one, by its name.
+    #[error("constraint {violation} violated")]
+    Constraint {
+        violation: Violation,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A deadlock or serialization failure (SQLSTATE 40P01 / 40001): the transaction was
+    /// rolled back and may be re-run ([`retry`]).
+    #[error("database contention: {0}")]
+    Contention(#[source] sqlx::Error),
     /// The pool had no free connection in time, or the server is unreachable.
     #[error("database unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] sqlx::Error),
     #[error("database error: {0}")]
-    Other(sqlx::Error),
+    Other(#[source] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
+/// The constraints of the schema (migrations) whose violation means something to a caller,
+/// by their names; any other is [`Violation::Other`] with its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// `cluster_template.uuid` is taken.
+    TemplateUuid,
+    /// A cluster refers to a template that is gone (insert), or a template still used by a
+    /// cluster was deleted.
+    ClusterTemplate,
+    /// A nodegroup of that name exists in the cluster.
+    NodegroupName,
+    /// A nodegroup refers to a cluster that is gone.
+    NodegroupCluster,
+    /// A quota for that project and resource exists.
+    QuotaProjectResource,
+    Other(String),
+}
+
+impl Violation {
+    /// Every named constraint and its name in the schema.
+    pub const NAMED: [(Violation, &'static str); 5] = [
+        (Violation::TemplateUuid, "cluster_template_uuid_key"),
+        (
+            Violation::ClusterTemplate,
+            "cluster_cluster_template_id_fkey",
+        ),
+        (Violation::NodegroupName, "uniq_nodegroup0cluster_id0name"),
+        (Violation::NodegroupCluster, "nodegroup_cluster_id_fkey"),
+        (
+            Violation::QuotaProjectResource,
+            "uniq_quotas0project_id0resource",
+        ),
+    ];
+
+    /// The violation of the constraint called `name`.
+    pub fn of(name: &str) -> Self {
+        Self::NAMED
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map_or_else(|| Violation::Other(name.to_string()), |(v, _)| v.clone())
+    }
+
+    /// The constraint's name in the schema.
+    pub fn name(&self) -> &str {
+        match self {
+            Violation::Other(n) => n,
+            known => Self::NAMED
+                .iter()
+                .find(|(v, _)| v == known)
+                .map_or("", |(_, n)| n),
+        }
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// SQLSTATEs of a transaction rolled back on contention: deadlock, serialization failure.
+const CONTENTION: [&str; 2] = ["40P01", "40001"];
+
 impl From<sqlx::Error> for DbError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
-            sqlx::Error::Database(db) => match db.constraint() {
-                Some(c) => DbError::Constraint(c.to_string()),
-                None => DbError::Other(e),
-            },
+            sqlx::Error::Database(db) => {
+                if let Some(c) = db.constraint() {
+                    let violation = Violation::of(c);
+                    return DbError::Constraint {
+                        violation,
+                        source: e,
+                    };
+                }
+                if db.code().is_some_and(|c| CONTENTION.contains(&c.as_ref())) {
+                    return DbError::Contention(e);
+                }
+                DbError::Other(e)
+            }
             sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                DbError::Unavailable(e.to_string())
+                DbError::Unavailable(e)
             }
             _ => DbError::Other(e),
+        }
+    }
+}
+
+impl DbError {
+    /// The violated constraint, if this is a violation.
+    pub fn violation(&self) -> Option<&Violation> {
+        match self {
+            DbError::Constraint { violation, .. } => Some(violation),
+            _ => None,
+        }
+    }
+}
+
+/// Errors that may say "rolled back on contention, run the transaction again".
+pub trait Contended {
+    fn is_contention(&self) -> bool;
+}
+
+impl Contended for DbError {
+    fn is_contention(&self) -> bool {
+        matches!(self, DbError::Contention(_))
+    }
+}
+
+/// How often [`retry`] runs a transaction at most.
+pub const RETRY_ATTEMPTS: u32 = 5;
+
+/// Runs `transaction` (a whole transaction: begin, reads, writes, commit) again while it fails
+/// on contention ([`Contended`]), at most [`RETRY_ATTEMPTS`] times, after a short jittered
+/// backoff (a few ms, doubling). Only for transactions whose every effect is in PostgreSQL
+/// (a failed attempt left nothing behind); the last contention error is returned as is.
+pub async fn retry<T, E, F, Fut>(mut transaction: F) -> Result<T, E>
+where
+    E: Contended,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut attempt = 1;
+    loop {
+        match transaction().await {
+            Err(e) if e.is_contention() && attempt < RETRY_ATTEMPTS => {
+                let ceiling_ms = 5u64 << attempt;
+                let wait = rand::random_range(1..=ceiling_ms);
+                tracing::debug!(
+                    attempt,
+                    wait_ms = wait,
+                    "transaction rolled back on contention, running it again"
+                );
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                attempt += 1;
+            }
+            other => return other,
         }
     }
 }

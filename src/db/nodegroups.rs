@@ -212,6 +212,16 @@ pub async fn list(
         .await?)
 }
 
+/// The nodegroup's status as it is now (`""` when it has none); `None` when it is gone.
+pub async fn status_of<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<String>> {
+    Ok(
+        sqlx::query_scalar("SELECT COALESCE(status, '') FROM nodegroup WHERE uuid = $1")
+            .bind(uuid)
+            .fetch_optional(ex)
+            .await?,
+    )
+}
+
 pub async fn set_status<'e>(
     ex: impl PgExecutor<'e>,
     uuid: Uuid,

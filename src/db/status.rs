@@ -37,27 +37,30 @@ pub enum Transition<'a> {
 }
 
 /// Applies `t` to `cluster` inside the caller's transaction (`conn`), taking the cluster's row
-/// lock first. Returns the status written, or `None` when the transition did not apply (the
+/// lock first ([`super::clusters::lock`], the first lock of the crate's lock order). Returns the status written, or `None` when the transition did not apply (the
 /// cluster is gone, another operation is open, or the status moved on).
 pub async fn write(
     conn: &mut PgConnection,
     cluster: Uuid,
     t: Transition<'_>,
 ) -> DbResult<Option<Status>> {
-    let current: Option<(String, bool)> = sqlx::query_as(
-        "SELECT c.status, EXISTS (SELECT 1 FROM operation o WHERE o.cluster_uuid = c.uuid
-                                     AND o.id <> $2 AND o.state IN ('pending', 'running'))
-           FROM cluster c WHERE c.uuid = $1 FOR UPDATE",
-    )
-    .bind(cluster)
-    .bind(match t {
-        Transition::Completed { op, .. } => op,
-        _ => 0,
-    })
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some((status_now, other_open)) = current else {
+    let Some(row) = super::clusters::lock(&mut *conn, cluster).await? else {
         return Ok(None);
+    };
+    let status_now = row.status;
+    let other_open = match t {
+        Transition::Completed { op, .. } => {
+            let (open,): (bool,) = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM operation WHERE cluster_uuid = $1 AND id <> $2
+                                  AND state IN ('pending', 'running'))",
+            )
+            .bind(cluster)
+            .bind(op)
+            .fetch_one(&mut *conn)
+            .await?;
+            open
+        }
+        _ => false,
     };
     let (status, reason) = match t {
         Transition::Begin(s) => (s, None),

@@ -26,6 +26,9 @@ impl fmt::Display for Version {
     }
 }
 
+/// The service type the version headers name (`OpenStack-API-Version: <type> <version>`).
+pub const SERVICE_TYPE: &str = "container-infrastructure-management";
+
 pub const MIN_VERSION: Version = Version::new(1, 1);
 /// What Magnum 23.0.0 advertises.
 pub const MAX_VERSION: Version = Version::new(1, 14);

@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::views::{self, links};
-use super::{Error, Result, begin_operation, cluster_scope, find_cluster};
+use super::{
+    Error, Result, begin_operation, cluster_scope, cluster_target, find_cluster, lock_cluster,
+};
 use crate::app::App;
 use crate::db::clusters::ClusterRow;
 use crate::db::operations::NewOperation;
@@ -15,7 +17,7 @@ use crate::db::templates as tdb;
 use crate::domain::certificates::CaKind;
 use crate::domain::error::DomainError;
 use crate::domain::operation::OperationKind;
-use crate::domain::policy::{self, Caller, Target};
+use crate::domain::policy::{self, Caller};
 use crate::domain::schemas;
 use crate::domain::status::Status;
 
@@ -29,13 +31,6 @@ pub fn ca_kind(t: Option<&str>) -> Result<CaKind> {
         )
         .into()
     })
-}
-
-fn target(c: &ClusterRow) -> Target<'_> {
-    Target {
-        project_id: &c.project_id,
-        user_id: &c.user_id,
-    }
 }
 
 fn no_ca(c: &ClusterRow) -> DomainError {
@@ -54,7 +49,7 @@ pub async fn show(
     kind: CaKind,
 ) -> Result<views::Certificate> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
-    policy::enforce("certificate:get", caller, Some(target(&c)))?;
+    policy::enforce("certificate:get", caller, Some(cluster_target(&c)))?;
     let pem = app
         .backend
         .ca_certificate(&c, kind)
@@ -83,7 +78,7 @@ pub async fn sign(
         }
         Err(e) => return Err(e),
     };
-    policy::enforce("certificate:create", caller, Some(target(&c)))?;
+    policy::enforce("certificate:create", caller, Some(cluster_target(&c)))?;
     let csr = b.str("csr").unwrap_or_default();
     let validity = std::time::Duration::from_secs(
         u64::from(app.config.capi.client_cert_validity_days.max(1)) * 86400,
@@ -110,25 +105,24 @@ pub(super) async fn record_op(
     payload: Value,
     request_id: &str,
 ) -> Result<()> {
-    let tx = app.pool.begin().await?;
-    begin_operation(
-        app,
-        tx,
-        Status::UpdateInProgress,
-        &NewOperation {
-            cluster_uuid: c.uuid,
-            nodegroup_uuid: None,
-            kind: op_kind,
-            payload,
-            request_id: Some(request_id),
-        },
-    )
+    let op = NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: None,
+        kind: op_kind,
+        payload,
+        request_id: Some(request_id),
+    };
+    let (op, ident) = (&op, &c.uuid.to_string());
+    crate::db::retry(|| async move {
+        let (tx, _) = lock_cluster(app, op.cluster_uuid, ident).await?;
+        begin_operation(app, tx, Status::UpdateInProgress, op).await
+    })
     .await
 }
 
 pub async fn rotate_ca(app: &App, caller: &Caller, ident: &str, request_id: &str) -> Result<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
-    policy::enforce("certificate:rotate_ca", caller, Some(target(&c)))?;
+    policy::enforce("certificate:rotate_ca", caller, Some(cluster_target(&c)))?;
     let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
     if ct.is_some_and(|t| t.tls_disabled) {
         return Err(DomainError::BadRequest(

@@ -7,10 +7,12 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{
-    Error, Result, begin_operation, cloud, cluster_scope, find_cluster, find_template,
+    Error, Result, authorize_cluster as authorize, authorize_target, begin_operation, cloud,
+    cluster_scope, cluster_target as target, find_cluster, find_template, lock_cluster,
     template_visibility, views,
 };
 use crate::app::App;
+use crate::db::Violation;
 use crate::db::clusters::{self as cdb, ClusterRow, Scope};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
@@ -40,29 +42,20 @@ fn zero_nodes_unsupported() -> DomainError {
     )
 }
 
-fn target(c: &ClusterRow) -> Target<'_> {
-    Target {
-        project_id: &c.project_id,
-        user_id: &c.user_id,
+/// The cluster's template is not found: a 404, a 400 before 1.10 (as in Magnum).
+fn template_gone(mv: Version, ident: &str) -> Error {
+    let e = DomainError::template_not_found(ident);
+    if mv.at_least(10) {
+        e.into()
+    } else {
+        DomainError::BadRequest(e.message().to_string()).into()
     }
 }
 
-/// Policy `rule` against the cluster, plus `rule_all_projects` when the cluster is someone else's.
-pub fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> Result<()> {
-    authorize_target(caller, rule, target(c))
-}
-
-fn authorize_target(caller: &Caller, rule: &str, t: Target<'_>) -> Result<()> {
-    if t.project_id != caller.project_id {
-        policy::enforce(
-            &crate::domain::policy::all_projects_rule(rule),
-            caller,
-            None,
-        )?;
-        return Ok(());
-    }
-    policy::enforce(rule, caller, Some(t))?;
-    Ok(())
+fn upgrade_refused(status: &str) -> DomainError {
+    DomainError::BadRequest(format!(
+        "Upgrading a cluster when status is \"{status}\" is not supported."
+    ))
 }
 
 fn status_of(c: &ClusterRow) -> Option<Status> {
@@ -82,9 +75,7 @@ pub async fn create(
     let vis = template_visibility(caller);
     let ct = match find_template(app, &vis, &ct_ident, true).await {
         Ok(ct) => ct,
-        Err(Error::Domain(DomainError::NotFound(m))) if !mv.at_least(10) => {
-            return Err(DomainError::BadRequest(m).into());
-        }
+        Err(Error::Domain(DomainError::NotFound(_))) => return Err(template_gone(mv, &ct_ident)),
         Err(e) => return Err(e),
     };
     let docker_volume_size = b
@@ -173,15 +164,34 @@ pub async fn create(
                 .as_ref()
                 .ok_or(crate::seal::SealError::BadKey)
                 .and_then(|k| k.seal(s.token()))
-                .map_err(|e| Error::Internal(format!("sealing the request's token: {e}")))?;
+                .map_err(Error::from)?;
             json!({ SEALED_TOKEN: sealed })
         }
         None => json!({}),
     };
-    record_create(
-        app, caller, &row, &master, &worker, late_error, payload, request_id,
-    )
-    .await?;
+    let (row, master, worker) = (&row, &master, &worker);
+    let (late_error, payload) = (&late_error, &payload);
+    crate::db::retry(|| async move {
+        record_create(
+            app,
+            caller,
+            row,
+            master,
+            worker,
+            late_error.clone(),
+            payload.clone(),
+            request_id,
+        )
+        .await
+    })
+    .await
+    .map_err(|e| match &e {
+        // The template was deleted since it was read.
+        Error::Db(d) if d.violation() == Some(&Violation::ClusterTemplate) => {
+            template_gone(mv, &ct_ident)
+        }
+        _ => e,
+    })?;
     Ok(uuid)
 }
 
@@ -265,7 +275,7 @@ pub async fn get_json(
         Ok((super::json_body(&view)?, Some(owner)))
     })
     .await?;
-    let owner = owner.ok_or_else(|| Error::Internal("a cluster view without its owner".into()))?;
+    let owner = owner.ok_or(Error::Invariant("a cluster view without its owner"))?;
     authorize_target(
         caller,
         "cluster:get",
@@ -359,7 +369,9 @@ fn default_worker(ngs: &[NodegroupRow]) -> Option<&NodegroupRow> {
     ngs.iter().find(|n| n.is_default && !n.is_master())
 }
 
-/// Records a resize of `ng` to `count`: counts, statuses and the operation in one transaction.
+/// Records a resize of `ng` to `count`: counts, statuses and the operation in one transaction,
+/// while the cluster (under its row lock) is still in a status that `allows` it (else, as
+/// Magnum's conductor does, nothing happens and the API still answers 202).
 async fn record_resize(
     app: &App,
     c: &ClusterRow,
@@ -367,20 +379,33 @@ async fn record_resize(
     count: i64,
     nodes_to_remove: Vec<String>,
     request_id: &str,
+    allows: fn(Status) -> bool,
 ) -> Result<()> {
     let count = i32::try_from(count).map_err(|_| {
         DomainError::invalid_field("node_count", &count.to_string(), "Value is too large")
     })?;
-    let mut tx = app.pool.begin().await?;
-    ndb::set_node_count(&mut *tx, ng.uuid, count).await?;
-    ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    begin_operation(app, tx, Status::UpdateInProgress, &NewOperation {
-            cluster_uuid: c.uuid,
-            nodegroup_uuid: Some(ng.uuid),
-            kind: OperationKind::Resize,
-            payload: json!({"node_count": count, "previous_node_count": ng.node_count, "nodes_to_remove": nodes_to_remove}),
-            request_id: Some(request_id),
-        }).await?;
+    let op = NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: Some(ng.uuid),
+        kind: OperationKind::Resize,
+        payload: json!({"node_count": count, "previous_node_count": ng.node_count, "nodes_to_remove": nodes_to_remove}),
+        request_id: Some(request_id),
+    };
+    let (op, ident) = (&op, &c.uuid.to_string());
+    let recorded = crate::db::retry(|| async move {
+        let (mut tx, locked) = lock_cluster(app, op.cluster_uuid, ident).await?;
+        if !status_of(&locked).is_some_and(allows) {
+            return Ok(None);
+        }
+        ndb::set_node_count(&mut *tx, ng.uuid, count).await?;
+        ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
+        begin_operation(app, tx, Status::UpdateInProgress, op).await?;
+        Ok::<_, Error>(Some(()))
+    })
+    .await?;
+    if recorded.is_none() {
+        tracing::warn!(cluster = %c.uuid, "resize ignored: the cluster's status changed meanwhile");
+    }
     Ok(())
 }
 
@@ -477,7 +502,16 @@ pub async fn update(
     if changed.contains(&"node_count") {
         match (worker, status_of(&c)) {
             (Some(w), Some(st)) if st.is_stable_complete() => {
-                record_resize(app, &c, w, new_count, vec![], request_id).await?;
+                record_resize(
+                    app,
+                    &c,
+                    w,
+                    new_count,
+                    vec![],
+                    request_id,
+                    Status::is_stable_complete,
+                )
+                .await?;
             }
             // Magnum's conductor silently ignores updates in other states; the API still says 202.
             _ => {
@@ -498,27 +532,29 @@ pub async fn delete(
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:delete", &c)?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
-    let mut tx = app.pool.begin().await?;
-    let Some(locked) = cdb::lock(&mut *tx, c.uuid).await? else {
-        return Err(DomainError::cluster_not_found(ident).into());
+    let op = NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: None,
+        kind: OperationKind::Delete,
+        payload: json!({}),
+        request_id: Some(request_id),
     };
-    if locked.status == Status::DeleteInProgress.as_str() {
+    let op = &op;
+    crate::db::retry(|| async move {
+        let (mut tx, locked) = lock_cluster(app, op.cluster_uuid, ident).await?;
         // Already being deleted: one operation is enough.
-        return Ok(());
-    }
-    ndb::set_status_of_cluster(&mut *tx, c.uuid, Status::DeleteInProgress.as_str(), None).await?;
-    begin_operation(
-        app,
-        tx,
-        Status::DeleteInProgress,
-        &NewOperation {
-            cluster_uuid: c.uuid,
-            nodegroup_uuid: None,
-            kind: OperationKind::Delete,
-            payload: json!({}),
-            request_id: Some(request_id),
-        },
-    )
+        if locked.status == Status::DeleteInProgress.as_str() {
+            return Ok(());
+        }
+        ndb::set_status_of_cluster(
+            &mut *tx,
+            op.cluster_uuid,
+            Status::DeleteInProgress.as_str(),
+            None,
+        )
+        .await?;
+        begin_operation(app, tx, Status::DeleteInProgress, op).await
+    })
     .await
 }
 
@@ -592,7 +628,16 @@ pub async fn resize(
         return Ok(c.uuid);
     }
     let nodes_to_remove = crate::domain::fields::string_list(b.get("nodes_to_remove"));
-    record_resize(app, &c, &ng, node_count, nodes_to_remove, request_id).await?;
+    record_resize(
+        app,
+        &c,
+        &ng,
+        node_count,
+        nodes_to_remove,
+        request_id,
+        Status::allows_resize,
+    )
+    .await?;
     Ok(c.uuid)
 }
 
@@ -654,32 +699,29 @@ pub async fn upgrade(
     }
     match status_of(&c) {
         Some(st) if st.is_stable_complete() => {}
-        _ => {
-            return Err(DomainError::BadRequest(format!(
-                "Upgrading a cluster when status is \"{}\" is not supported.",
-                c.status
-            ))
-            .into());
-        }
+        _ => return Err(upgrade_refused(&c.status).into()),
     }
-    let mut tx = app.pool.begin().await?;
-    ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    begin_operation(
-        app,
-        tx,
-        Status::UpdateInProgress,
-        &NewOperation {
-            cluster_uuid: c.uuid,
-            nodegroup_uuid: Some(ng.uuid),
-            kind: OperationKind::Upgrade,
-            payload: json!({
-                "cluster_template": ct.uuid,
-                "max_batch_size": b.int("max_batch_size").unwrap_or(1),
-                "image_id": ct.image_id,
-            }),
-            request_id: Some(request_id),
-        },
-    )
+    let op = NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: Some(ng.uuid),
+        kind: OperationKind::Upgrade,
+        payload: json!({
+            "cluster_template": ct.uuid,
+            "max_batch_size": b.int("max_batch_size").unwrap_or(1),
+            "image_id": ct.image_id,
+        }),
+        request_id: Some(request_id),
+    };
+    let (op, ng) = (&op, &ng);
+    crate::db::retry(|| async move {
+        let (mut tx, locked) = lock_cluster(app, op.cluster_uuid, ident).await?;
+        // Another request may have started an operation since the check above.
+        if !status_of(&locked).is_some_and(Status::is_stable_complete) {
+            return Err(upgrade_refused(&locked.status).into());
+        }
+        ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
+        begin_operation(app, tx, Status::UpdateInProgress, op).await
+    })
     .await?;
     Ok(c.uuid)
 }

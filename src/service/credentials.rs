@@ -5,8 +5,9 @@
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::clusters::authorize;
-use super::{Result, cluster_scope, commit_with_operation, find_cluster};
+use super::{
+    Result, authorize_cluster as authorize, cluster_scope, commit_with_operation, find_cluster,
+};
 use crate::app::App;
 use crate::db::clusters::ClusterRow;
 use crate::db::day2;
@@ -89,17 +90,6 @@ pub async fn rotate(
             );
             tracing::warn!(cluster = %c.uuid, error = %e, "credential rotation refused");
             crate::telemetry::app_credential("rotation_failed", 1);
-            let mut tx = app.pool.begin().await?;
-            status::write(
-                &mut tx,
-                c.uuid,
-                Transition::Failed {
-                    status: Status::UpdateFailed,
-                    reason: &reason,
-                    nodegroup: None,
-                },
-            )
-            .await?;
             let op = NewOperation {
                 cluster_uuid: c.uuid,
                 nodegroup_uuid: None,
@@ -107,8 +97,23 @@ pub async fn rotate(
                 payload: json!({}),
                 request_id: Some(request_id),
             };
-            odb::record_failed(&mut *tx, &op, &reason).await?;
-            tx.commit().await?;
+            crate::db::retry(|| async {
+                let mut tx = app.pool.begin().await?;
+                status::write(
+                    &mut tx,
+                    c.uuid,
+                    Transition::Failed {
+                        status: Status::UpdateFailed,
+                        reason: &reason,
+                        nodegroup: None,
+                    },
+                )
+                .await?;
+                odb::record_failed(&mut *tx, &op, &reason).await?;
+                tx.commit().await?;
+                Ok::<_, crate::service::Error>(())
+            })
+            .await?;
             return Err(e.into());
         }
     };
@@ -132,13 +137,13 @@ async fn record_staged(
         payload,
         request_id: Some(request_id),
     };
-    let recorded = async {
+    let recorded = crate::db::retry(|| async {
         let mut tx = app.pool.begin().await?;
         if let Some(st) = begin {
             status::write(&mut tx, c.uuid, Transition::Begin(st)).await?;
         }
         commit_with_operation(app, tx, &op).await
-    }
+    })
     .await;
     if let Err(e) = recorded {
         if let Err(d) = app.backend.discard_staged(&app.pool, c, &op.payload).await {

@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::{Result, views};
 use crate::app::App;
 use crate::db::page::PageQuery;
-use crate::db::{DbError, clusters as cdb, quotas as qdb, services as sdb};
+use crate::db::{Violation, clusters as cdb, quotas as qdb, services as sdb};
 use crate::domain::error::DomainError;
 use crate::domain::policy::{self, Caller};
 use crate::domain::schemas;
@@ -108,10 +108,12 @@ pub async fn create(app: &App, caller: &Caller, body: &Value) -> Result<views::Q
         .map_err(|_| DomainError::invalid_field("hard_limit", "", "Value is too large"))?;
     match qdb::insert(&app.pool, &project_id, &resource, hard_limit).await {
         Ok(q) => Ok(views::quota(&q)),
-        Err(DbError::Constraint(_)) => Err(DomainError::Conflict(format!(
-            "Quota for project {project_id} already exists for resource {resource}."
-        ))
-        .into()),
+        Err(e) if e.violation() == Some(&Violation::QuotaProjectResource) => {
+            Err(DomainError::Conflict(format!(
+                "Quota for project {project_id} already exists for resource {resource}."
+            ))
+            .into())
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -21,13 +21,14 @@ use bytes::Bytes;
 
 use crate::app::App;
 use crate::db::clusters::{self as cdb, ClusterRow, Scope};
+use crate::db::operations::NewOperation;
 use crate::db::page::PageQuery;
 use crate::db::status::{self as status, Transition};
 use crate::db::templates::{self as tdb, TemplateRow, Visibility};
 use crate::domain::error::DomainError;
 use crate::domain::listing::ListQuery;
 use crate::domain::names::parse_uuid;
-use crate::domain::policy::Caller;
+use crate::domain::policy::{self, Caller, Target};
 use crate::domain::status::Status;
 use crate::view_cache::Owner;
 
@@ -63,7 +64,7 @@ where
 pub fn json_body<T: serde::Serialize>(view: &T) -> Result<Bytes> {
     serde_json::to_vec(view)
         .map(Bytes::from)
-        .map_err(|e| Error::Internal(e.to_string()))
+        .map_err(Error::from)
 }
 
 /// Clusters the caller can see: everything for an admin (when `widen`), else the own project.
@@ -135,25 +136,67 @@ pub fn page(q: &ListQuery, marker_id: Option<i64>) -> PageQuery {
 }
 
 /// Records `op` in `tx`, commits the state change and the operation together, and wakes the
-/// worker. Every acknowledged cluster operation goes through here.
+/// worker. Every acknowledged cluster operation goes through here; `tx` holds the cluster's
+/// row lock already, or this takes it before the operation's row (`db`'s lock order).
 pub async fn commit_with_operation(
     app: &App,
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
-    op: &crate::db::operations::NewOperation<'_>,
+    op: &NewOperation<'_>,
 ) -> Result<()> {
+    cdb::lock(&mut *tx, op.cluster_uuid).await?;
     crate::db::operations::enqueue(&mut *tx, op).await?;
     tx.commit().await?;
     app.work_ready.notify_one();
     Ok(())
 }
 
-/// Records `op` with the cluster starting `status` (an `*_IN_PROGRESS`), in `tx`, and commits.
+/// Begins the transaction of a request that changes an existing cluster, its nodegroups or
+/// its operations: the cluster's row lock is its first lock (`db`'s lock order), and the cluster
+/// read under it is what the request decides on. A cluster deleted meanwhile is `ident`'s 404.
+/// Callers run the whole transaction in `db::retry`, so a rollback on contention re-runs it.
+pub async fn lock_cluster(
+    app: &App,
+    cluster: uuid::Uuid,
+    ident: &str,
+) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, ClusterRow)> {
+    let mut tx = app.pool.begin().await?;
+    let locked = cdb::lock(&mut *tx, cluster)
+        .await?
+        .ok_or_else(|| DomainError::cluster_not_found(ident))?;
+    Ok((tx, locked))
+}
+
+/// Records `op` with the cluster starting `status` (an `*_IN_PROGRESS`), in `tx` (from
+/// [`lock_cluster`]), and commits.
 pub async fn begin_operation(
     app: &App,
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
     status: Status,
-    op: &crate::db::operations::NewOperation<'_>,
+    op: &NewOperation<'_>,
 ) -> Result<()> {
     status::write(&mut tx, op.cluster_uuid, Transition::Begin(status)).await?;
     commit_with_operation(app, tx, op).await
+}
+
+/// The owner of cluster `c`, as policy rules see it.
+pub fn cluster_target(c: &ClusterRow) -> Target<'_> {
+    Target {
+        project_id: &c.project_id,
+        user_id: &c.user_id,
+    }
+}
+
+/// Policy `rule` against the cluster, plus `rule_all_projects` when the cluster is someone else's.
+pub fn authorize_cluster(caller: &Caller, rule: &str, c: &ClusterRow) -> Result<()> {
+    authorize_target(caller, rule, cluster_target(c))
+}
+
+/// Policy `rule` against a cluster's owner `t` (see [`authorize_cluster`]).
+pub fn authorize_target(caller: &Caller, rule: &str, t: Target<'_>) -> Result<()> {
+    if t.project_id != caller.project_id {
+        policy::enforce(&policy::all_projects_rule(rule), caller, None)?;
+        return Ok(());
+    }
+    policy::enforce(rule, caller, Some(t))?;
+    Ok(())
 }

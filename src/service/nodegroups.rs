@@ -5,9 +5,12 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::clusters::find_nodegroup;
-use super::{Error, Result, begin_operation, cluster_scope, find_cluster, views};
+use super::{
+    Error, Result, authorize_cluster as authorize, begin_operation, cluster_scope, cluster_target,
+    find_cluster, lock_cluster, views,
+};
 use crate::app::App;
-use crate::db::DbError;
+use crate::db::Violation;
 use crate::db::clusters::ClusterRow;
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
@@ -18,7 +21,7 @@ use crate::domain::labels;
 use crate::domain::listing::ListQuery;
 use crate::domain::nodegroup_rules as rules;
 use crate::domain::operation::OperationKind;
-use crate::domain::policy::{self, Caller, Target};
+use crate::domain::policy::{self, Caller};
 use crate::domain::status::Status;
 use crate::domain::{names, patch, schemas};
 use crate::openstack::UserSession;
@@ -32,26 +35,6 @@ fn ng_project(caller: &Caller) -> Option<&str> {
     } else {
         Some(caller.project_id.as_str())
     }
-}
-
-fn cluster_target(c: &ClusterRow) -> Target<'_> {
-    Target {
-        project_id: &c.project_id,
-        user_id: &c.user_id,
-    }
-}
-
-fn authorize(caller: &Caller, rule: &str, c: &ClusterRow) -> Result<()> {
-    if c.project_id != caller.project_id {
-        policy::enforce(
-            &crate::domain::policy::all_projects_rule(rule),
-            caller,
-            None,
-        )?;
-        return Ok(());
-    }
-    policy::enforce(rule, caller, Some(cluster_target(c)))?;
-    Ok(())
 }
 
 pub async fn list(
@@ -106,28 +89,20 @@ pub async fn get(
     Ok((ng, c))
 }
 
-/// Marks the cluster `UPDATE_IN_PROGRESS` and commits `tx` with the nodegroup operation.
-async fn commit_nodegroup_op(
-    app: &App,
-    tx: sqlx::Transaction<'_, sqlx::Postgres>,
-    cluster: Uuid,
+/// The operation of a nodegroup request on cluster `c`.
+fn nodegroup_op<'a>(
+    c: &ClusterRow,
     nodegroup: Uuid,
-    op_kind: OperationKind,
-    request_id: &str,
-) -> Result<()> {
-    begin_operation(
-        app,
-        tx,
-        Status::UpdateInProgress,
-        &NewOperation {
-            cluster_uuid: cluster,
-            nodegroup_uuid: Some(nodegroup),
-            kind: op_kind,
-            payload: json!({}),
-            request_id: Some(request_id),
-        },
-    )
-    .await
+    kind: OperationKind,
+    request_id: &'a str,
+) -> NewOperation<'a> {
+    NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: Some(nodegroup),
+        kind,
+        payload: json!({}),
+        request_id: Some(request_id),
+    }
 }
 
 pub async fn create(
@@ -215,23 +190,22 @@ pub async fn create(
         });
         app.backend.validate_cluster(t, &c, &all)?;
     }
-    let mut tx = app.pool.begin().await?;
-    let inserted = ndb::insert(&mut *tx, &ng).await.map_err(|e| match e {
-        DbError::Constraint(_) => DomainError::Conflict(format!(
-            "A node group with name {name} already exists in the cluster {}.",
-            c.uuid
-        ))
-        .into(),
-        other => Error::from(other),
-    })?;
-    commit_nodegroup_op(
-        app,
-        tx,
-        c.uuid,
-        inserted.uuid,
-        OperationKind::NodegroupCreate,
-        request_id,
-    )
+    let op = nodegroup_op(&c, ng.uuid, OperationKind::NodegroupCreate, request_id);
+    let (op, ng, name, ident) = (&op, &ng, &name, &c.uuid.to_string());
+    let inserted = crate::db::retry(|| async move {
+        let (mut tx, _) = lock_cluster(app, op.cluster_uuid, ident).await?;
+        let inserted = ndb::insert(&mut *tx, ng)
+            .await
+            .map_err(|e| match e.violation() {
+                Some(Violation::NodegroupName) => DomainError::Conflict(format!(
+                    "A node group with name {name} already exists in the cluster {ident}."
+                ))
+                .into(),
+                _ => Error::from(e),
+            })?;
+        begin_operation(app, tx, Status::UpdateInProgress, op).await?;
+        Ok::<_, Error>(inserted)
+    })
     .await?;
     Ok((inserted, c))
 }
@@ -289,18 +263,28 @@ pub async fn update(
         tracing::warn!(nodegroup = %ng.uuid, status = ?ng.status, "nodegroup update ignored in this status");
         return Ok((updated, c));
     }
-    let mut tx = app.pool.begin().await?;
-    ndb::update_spec(&mut *tx, &updated).await?;
-    ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;
-    commit_nodegroup_op(
-        app,
-        tx,
-        c.uuid,
-        ng.uuid,
-        OperationKind::NodegroupUpdate,
-        request_id,
-    )
+    let op = nodegroup_op(&c, ng.uuid, OperationKind::NodegroupUpdate, request_id);
+    let (op, updated_ref, ident, uuid) = (&op, &updated, &c.uuid.to_string(), ng.uuid);
+    let recorded = crate::db::retry(|| async move {
+        let (mut tx, _) = lock_cluster(app, op.cluster_uuid, ident).await?;
+        // The nodegroup as it is now (the cluster's lock serialises every writer of it).
+        let allowed = ndb::status_of(&mut *tx, uuid)
+            .await?
+            .and_then(|s| s.parse::<Status>().ok())
+            .is_some_and(Status::allows_nodegroup_update);
+        if !allowed {
+            return Ok(None);
+        }
+        ndb::update_spec(&mut *tx, updated_ref).await?;
+        ndb::set_status(&mut *tx, uuid, Status::UpdateInProgress.as_str(), None).await?;
+        begin_operation(app, tx, Status::UpdateInProgress, op).await?;
+        Ok::<_, Error>(Some(()))
+    })
     .await?;
+    if recorded.is_none() {
+        tracing::warn!(nodegroup = %ng.uuid, "nodegroup update ignored: its status changed meanwhile");
+        return Ok((updated, c));
+    }
     let fresh = find_nodegroup(app, &c, None, &ng.uuid.to_string()).await?;
     Ok((fresh, c))
 }
@@ -326,16 +310,17 @@ pub async fn delete(
     if ng.status.as_deref() == Some(Status::DeleteInProgress.as_str()) {
         return Ok(());
     }
-    let uuid = ng.uuid;
-    let mut tx = app.pool.begin().await?;
-    ndb::set_status(&mut *tx, uuid, Status::DeleteInProgress.as_str(), None).await?;
-    commit_nodegroup_op(
-        app,
-        tx,
-        c.uuid,
-        uuid,
-        OperationKind::NodegroupDelete,
-        request_id,
-    )
+    let op = nodegroup_op(&c, ng.uuid, OperationKind::NodegroupDelete, request_id);
+    let (op, ident, uuid) = (&op, &c.uuid.to_string(), ng.uuid);
+    crate::db::retry(|| async move {
+        let (mut tx, _) = lock_cluster(app, op.cluster_uuid, ident).await?;
+        // Gone, or already being deleted, since it was read: one operation is enough.
+        let now = ndb::status_of(&mut *tx, uuid).await?;
+        if now.is_none_or(|s| s == Status::DeleteInProgress.as_str()) {
+            return Ok(());
+        }
+        ndb::set_status(&mut *tx, uuid, Status::DeleteInProgress.as_str(), None).await?;
+        begin_operation(app, tx, Status::UpdateInProgress, op).await
+    })
     .await
 }

@@ -5,6 +5,7 @@ use sqlx::types::Json;
 
 use super::{Result, cloud, find_template, template_visibility, views};
 use crate::app::App;
+use crate::db::Violation;
 use crate::db::templates::{self as tdb, TemplateRow, Visibility};
 use crate::domain::error::DomainError;
 use crate::domain::fields::{Body, string_map};
@@ -217,14 +218,16 @@ pub async fn create(
         // Magnum takes the distro from the image, whatever the client sent.
         row.cluster_distro = row.resolved.os_distro.clone();
     }
-    tdb::insert(&app.pool, &row).await.map_err(|e| match e {
-        crate::db::DbError::Constraint(_) => DomainError::Conflict(format!(
-            "A ClusterTemplate with UUID {} already exists.",
-            row.uuid
-        ))
-        .into(),
-        other => other.into(),
-    })
+    tdb::insert(&app.pool, &row)
+        .await
+        .map_err(|e| match e.violation() {
+            Some(Violation::TemplateUuid) => DomainError::Conflict(format!(
+                "A ClusterTemplate with UUID {} already exists.",
+                row.uuid
+            ))
+            .into(),
+            _ => e.into(),
+        })
 }
 
 fn target(t: &TemplateRow) -> Target<'_> {
@@ -372,7 +375,12 @@ pub async fn update(
 pub async fn delete(app: &App, caller: &Caller, ident: &str) -> Result<()> {
     let t = find_template(app, &template_visibility(caller), ident, false).await?;
     policy::enforce("clustertemplate:delete", caller, Some(target(&t)))?;
-    if !tdb::delete(&app.pool, t.uuid).await? {
+    // A cluster created meanwhile on it: its reference stops the delete (the foreign key).
+    let deleted = match tdb::delete(&app.pool, t.uuid).await {
+        Err(e) if e.violation() == Some(&Violation::ClusterTemplate) => false,
+        other => other?,
+    };
+    if !deleted {
         // Magnum names the uuid whatever the client used to address the template.
         return Err(DomainError::template_referenced(&t.uuid.to_string()).into());
     }
