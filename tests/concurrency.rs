@@ -13,6 +13,10 @@ use magnum_capi::domain::status::Status;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+/// A request of a round, answering what it was and the response.
+type Labelled<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (String, Resp)> + Send + 'a>>;
+
 /// A Magnum error body for `status`: `errors[0]` with that status, a code, a title and a detail.
 fn is_magnum_error(status: u16, body: &Value) -> bool {
     let e = &body["errors"][0];
@@ -137,9 +141,7 @@ async fn concurrent_changes_of_one_cluster_are_answered_as_magnum_would() {
     let ngs = format!("/v1/clusters/{c}/nodegroups");
     let mut answers = 0;
     for round in 0..8 {
-        let mut requests: Vec<
-            std::pin::Pin<Box<dyn std::future::Future<Output = (String, Resp)> + Send + '_>>,
-        > = Vec::new();
+        let mut requests: Vec<Labelled<'_>> = Vec::new();
         for i in 0..3 {
             let n = 1 + (round + i) % 3;
             requests.push(Box::pin(async move {
