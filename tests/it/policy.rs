@@ -1,27 +1,36 @@
-//! Operator policy overrides: installed once per process (like oslo.policy's enforcer), so this
-//! binary's tests all run under the same override file.
+//! Operator policy overrides: installed once per process (like oslo.policy's enforcer), so these
+//! tests run them in the real binary (`serve --dev` with `[policy] file`), which owns its process.
 
+use crate::common::served::Server;
 use crate::common::*;
-use magnum_capi::domain::policy_lang::Policy;
+use reqwest::Method;
 use serde_json::json;
 
 const OVERRIDES: &str = "# only admins create clusters here\n\"cluster:create\": \"role:admin\"\n";
 
-fn install_overrides() {
-    // Every test installs the same policy; only the first call takes effect.
-    let _ = magnum_capi::domain::policy::install(Policy::from_yaml_overrides(OVERRIDES).unwrap());
+/// `serve --dev` on a fresh database with [`OVERRIDES`] (the directory holds the policy file).
+async fn served_with_overrides() -> (Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, OVERRIDES).unwrap();
+    let url = fresh_database().await;
+    let server = Server::start(
+        &url,
+        &[("MAGNUM_CAPI__POLICY__FILE", policy.to_str().unwrap())],
+    )
+    .await;
+    (server, dir)
 }
 
 #[tokio::test]
 async fn an_override_denies_what_the_default_allows() {
-    install_overrides();
-    let t = app().await;
-    let ct = t.template(&ALICE, "k8s").await;
-    let r = t
-        .post(
-            &ALICE,
+    let (s, _policy) = served_with_overrides().await;
+    let ct = s.create_template().await;
+    let r = s
+        .call(
+            Method::POST,
             "/v1/clusters",
-            json!({"name": "c", "cluster_template_id": ct}),
+            Some(json!({"name": "c", "cluster_template_id": ct})),
         )
         .await;
     assert_magnum_error(
@@ -33,15 +42,13 @@ async fn an_override_denies_what_the_default_allows() {
 
 #[tokio::test]
 async fn rules_not_overridden_keep_their_defaults() {
-    install_overrides();
-    let t = app().await;
-    let ct = t.template(&ALICE, "k8s").await;
-    t.get(&ALICE, &format!("/v1/clustertemplates/{ct}"))
-        .await
-        .assert_status(200);
-    t.get(&BOB, &format!("/v1/clustertemplates/{ct}"))
-        .await
-        .assert_status(404);
+    let (s, _policy) = served_with_overrides().await;
+    let ct = s.create_template().await;
+    let path = format!("/v1/clustertemplates/{ct}");
+    let (status, body) = s.call_as(&ALICE, Method::GET, &path, None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s.call_as(&BOB, Method::GET, &path, None).await;
+    assert_eq!(status, 404, "{body}");
 }
 
 #[test]

@@ -160,6 +160,31 @@ impl Resp {
     }
 }
 
+/// An answer tests read: its HTTP status and JSON body (an in-process [`Resp`] or the real
+/// binary's `(status, body)`).
+pub trait Answer {
+    fn code(&self) -> u16;
+    fn json(&self) -> &Value;
+}
+
+impl Answer for Resp {
+    fn code(&self) -> u16 {
+        self.status.as_u16()
+    }
+    fn json(&self) -> &Value {
+        &self.body
+    }
+}
+
+impl Answer for (u16, Value) {
+    fn code(&self) -> u16 {
+        self.0
+    }
+    fn json(&self) -> &Value {
+        &self.1
+    }
+}
+
 pub async fn app() -> TestApp {
     app_with(|_| {}).await
 }
@@ -516,22 +541,22 @@ pub fn magnum_error(status: u16, detail: &str) -> Value {
 /// body (`{"errors": [{"status", "code", "title", "detail", …}]}`, one error of that status)
 /// whose `detail` contains `detail` (pass Magnum's whole sentence to pin it). Returns the detail.
 #[track_caller]
-pub fn assert_magnum_error<'r>(r: &'r Resp, status: u16, detail: &str) -> &'r str {
-    r.assert_status(status);
-    let errors = r.body["errors"]
+pub fn assert_magnum_error<'r>(r: &'r impl Answer, status: u16, detail: &str) -> &'r str {
+    let body = r.json();
+    assert_eq!(r.code(), status, "unexpected status; body: {body}");
+    let errors = body["errors"]
         .as_array()
-        .unwrap_or_else(|| panic!("not Magnum's error body: {}", r.body));
-    assert_eq!(errors.len(), 1, "{}", r.body);
+        .unwrap_or_else(|| panic!("not Magnum's error body: {body}"));
+    assert_eq!(errors.len(), 1, "{body}");
     let e = &errors[0];
-    assert_eq!(e["status"], status, "{}", r.body);
+    assert_eq!(e["status"], status, "{body}");
     assert!(
         e["code"].is_string() && e["title"].is_string(),
-        "not Magnum's error body: {}",
-        r.body
+        "not Magnum's error body: {body}"
     );
     let text = e["detail"]
         .as_str()
-        .unwrap_or_else(|| panic!("no detail: {}", r.body));
+        .unwrap_or_else(|| panic!("no detail: {body}"));
     assert!(
         text.contains(detail),
         "detail {text:?} does not contain {detail:?}"

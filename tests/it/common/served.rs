@@ -6,8 +6,8 @@ use std::process::{Child, Command, Stdio};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::ALICE;
 use super::wait::{status, until};
+use super::{ALICE, As};
 
 /// A running `magnum-capi serve --dev`; SIGKILLed when dropped.
 pub struct Server {
@@ -118,13 +118,24 @@ impl Server {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
+        self.call_as(&ALICE, method, path, body).await
+    }
+
+    /// A request as `who`: the status and the body (Null when not JSON).
+    pub async fn call_as(
+        &self,
+        who: &As,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let client = reqwest::Client::new();
         let mut req = client
             .request(method, self.url(path))
             .header("accept", "application/json")
-            .header("x-user-id", ALICE.user)
-            .header("x-project-id", ALICE.project)
-            .header("x-roles", ALICE.roles);
+            .header("x-user-id", who.user)
+            .header("x-project-id", who.project)
+            .header("x-roles", who.roles);
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -134,7 +145,8 @@ impl Server {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    pub async fn create_cluster(&self) -> Uuid {
+    /// A cluster template as Alice; its uuid.
+    pub async fn create_template(&self) -> String {
         let (st, ct) = self
             .call(
                 reqwest::Method::POST,
@@ -147,11 +159,16 @@ impl Server {
             )
             .await;
         assert_eq!(st, 201, "{ct}");
+        ct["uuid"].as_str().expect("uuid").to_string()
+    }
+
+    pub async fn create_cluster(&self) -> Uuid {
+        let ct = self.create_template().await;
         let (st, c) = self
             .call(
                 reqwest::Method::POST,
                 "/v1/clusters",
-                Some(json!({"name": "durable", "cluster_template_id": ct["uuid"]})),
+                Some(json!({"name": "durable", "cluster_template_id": ct})),
             )
             .await;
         assert_eq!(st, 202, "{c}");

@@ -5,9 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::Resp;
+use super::Answer;
 
 /// The simulated management cluster's step in tests (`[capi] sim_step_ms`, `SimOptions::step`).
 pub const SIM_STEP_MS: u64 = 50;
@@ -41,30 +39,6 @@ where
             limit.as_secs()
         );
         tokio::time::sleep(POLL).await;
-    }
-}
-
-/// A response a status wait reads: its HTTP status and JSON body.
-pub trait Answer {
-    fn code(&self) -> u16;
-    fn json(&self) -> &Value;
-}
-
-impl Answer for Resp {
-    fn code(&self) -> u16 {
-        self.status.as_u16()
-    }
-    fn json(&self) -> &Value {
-        &self.body
-    }
-}
-
-impl Answer for (u16, Value) {
-    fn code(&self) -> u16 {
-        self.0
-    }
-    fn json(&self) -> &Value {
-        &self.1
     }
 }
 
