@@ -1167,7 +1167,7 @@ async fn patch_values_are_validated_like_create() {
     ];
     for (ops, msg) in cases {
         let r = t.patch(&ALICE, &path, ops.clone()).await;
-        assert_magnum_error(&r, 400, &msg);
+        assert_magnum_error(&r, 400, msg);
     }
     let r = t
         .patch(

@@ -193,7 +193,7 @@ async fn the_ca_comes_from_the_secret_and_signs_every_supported_csr() {
         ),
     ] {
         let r = sign(t, &c, &csr, None).await;
-        assert_magnum_error(&r, 400, &says);
+        assert_magnum_error(&r, 400, says);
     }
     let r = sign(t, &c, RSA2048, Some("nope")).await;
     assert_eq!(r.status, 400);

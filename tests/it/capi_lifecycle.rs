@@ -666,7 +666,7 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
                 template("bad", extra.clone()),
             )
             .await;
-        assert_magnum_error(&r, 400, &named);
+        assert_magnum_error(&r, 400, named);
     }
     // …and at cluster create, for labels the cluster brings.
     let r = t
@@ -688,7 +688,7 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
         let r = t
             .patch(&ALICE, &format!("/v1/clustertemplates/{ct}"), json!([op]))
             .await;
-        assert_magnum_error(&r, 400, &named);
+        assert_magnum_error(&r, 400, named);
     }
     let r = t
         .patch(

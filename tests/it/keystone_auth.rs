@@ -211,7 +211,7 @@ async fn template_references_are_validated_with_magnums_messages() {
                 Some(body),
             )
             .await;
-        assert_magnum_error(&r, *status, &*msg);
+        assert_magnum_error(&r, *status, msg);
     }
     // Ids work as well as names; a boot volume lifts the root-disk rule; the image's
     // kube_version is recorded.

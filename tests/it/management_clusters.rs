@@ -136,7 +136,7 @@ async fn placement_by_label_by_zone_and_by_weight() {
                 json!({"name": format!("x-{name}"), "cluster_template_id": ct}),
             )
             .await;
-        assert_magnum_error(&r, 400, &why);
+        assert_magnum_error(&r, 400, why);
     }
 
     // Each cluster is built on its own management cluster only.
