@@ -1,4 +1,4 @@
-//! Behaviour the schema-driven fuzzer (tests/fuzz_openapi.rs) found wrong and the contract now
+//! Behaviour the schema-driven fuzzer (tests/it/fuzz_openapi.rs) found wrong and the contract now
 //! states: text with U+0000, which PostgreSQL cannot store, is the client's error (400), not a
 //! database failure (500).
 
