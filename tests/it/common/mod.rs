@@ -432,12 +432,12 @@ impl TestApp {
         .await
     }
 
-    /// The cluster once its status is `status` (`"GONE"`: the 404), read at the latest
-    /// microversion with a Keystone token.
+    /// The cluster once its status is `status` (`"GONE"`: the 404), read with a Keystone token
+    /// at the default microversion (whose view still has `stack_id`).
     pub async fn wait_cluster_token(&self, token: &str, uuid: &str, status: &str) -> Resp {
         let path = format!("/v1/clusters/{uuid}");
         wait::status(&format!("cluster {uuid}"), &[status], || {
-            self.call_token(Some(token), "GET", &path, Some("latest"), None)
+            self.call_token(Some(token), "GET", &path, None, None)
         })
         .await
     }
