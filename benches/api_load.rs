@@ -39,9 +39,9 @@
 //! The machine is shared: compare ratios to the ceiling, measured in the same minute, rather
 //! than absolute figures across runs.
 
-#[path = "../tests/common/fakecloud.rs"]
+#[path = "../tests/it/common/fakecloud.rs"]
 mod fakecloud;
-#[path = "../tests/common/keystone.rs"]
+#[path = "../tests/it/common/keystone.rs"]
 mod keystone;
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-"""schemathesis hooks of tests/fuzz_openapi.rs (loaded through SCHEMATHESIS_HOOKS)."""
+"""schemathesis hooks of tests/it/fuzz_openapi.rs (loaded through SCHEMATHESIS_HOOKS)."""
 
 import re
 import time

@@ -1,0 +1,265 @@
+//! Concurrent changes of one cluster: requests, the worker and the status writer take the
+//! cluster's row lock first (the lock order of `db`), so no request ever meets a deadlock, and
+//! every answer is one Magnum would give (2xx, or 400/404/409 with Magnum's error body).
+
+use crate::common::capi::capi_app_on;
+use crate::common::wait::until;
+use crate::common::*;
+
+use futures::future::join_all;
+use magnum_capi::db::{self, Violation};
+use magnum_capi::domain::status::Status;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// A request of a round, answering what it was and the response.
+type Labelled<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (String, Resp)> + Send + 'a>>;
+
+/// A Magnum error body for `status`: `errors[0]` with that status, a code, a title and a detail.
+fn is_magnum_error(status: u16, body: &Value) -> bool {
+    let e = &body["errors"][0];
+    e["status"] == status
+        && e["code"].is_string()
+        && e["title"].is_string()
+        && e["detail"].as_str().is_some_and(|d| !d.is_empty())
+}
+
+/// Asserts `r` is an answer Magnum gives to a change of a cluster under concurrent changes.
+#[track_caller]
+fn assert_magnum_answer(what: &str, r: &Resp) {
+    let status = r.status.as_u16();
+    assert!(
+        r.status.is_success()
+            || (matches!(status, 400 | 404 | 409) && is_magnum_error(status, &r.body)),
+        "{what}: {status} {}",
+        r.body
+    );
+}
+
+/// Waits until PostgreSQL has a backend of this database waiting for a lock (a request blocked
+/// behind the transaction the test holds).
+async fn lock_waiter(pool: &sqlx::PgPool) {
+    until("a request waiting for a row lock", || async {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (n > 0).then_some(())
+    })
+    .await
+}
+
+/// The status writer's transaction (cluster row lock, then its nodegroups' rows) interleaved
+/// with a resize: the resize waits for the cluster's lock instead of holding its nodegroup's
+/// row while it waits, so both commit and the resize is a 202 (in the opposite order
+/// PostgreSQL detects a deadlock and one of them fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_and_the_status_writer_lock_in_one_order() {
+    let t = app().await;
+    let ct = t.template(&ADMIN, "ct").await;
+    let w = start_worker(&t);
+    let c = t.cluster(&ADMIN, "c", &ct).await;
+    t.wait_cluster(&ADMIN, &c, "CREATE_COMPLETE").await;
+    w.stop().await;
+    let cluster = Uuid::parse_str(&c).unwrap();
+
+    // What the status writer does: the cluster's row lock first, held while it concludes.
+    let mut writer = t.state.pool.begin().await.unwrap();
+    db::clusters::lock(&mut *writer, cluster)
+        .await
+        .unwrap()
+        .unwrap();
+    let path = format!("/v1/clusters/{c}/actions/resize");
+    let resize = t.post_v(&ADMIN, &path, "1.7", json!({"node_count": 3}));
+    let status_writer = async {
+        lock_waiter(&t.state.pool).await;
+        // … then its nodegroups' rows, while the resize waits.
+        let ngs = db::nodegroups::of_cluster(&mut *writer, cluster)
+            .await
+            .unwrap();
+        for ng in &ngs {
+            db::nodegroups::set_status(
+                &mut *writer,
+                ng.uuid,
+                Status::UpdateComplete.as_str(),
+                None,
+            )
+            .await
+            .expect("the status writer's nodegroup write");
+        }
+        writer.commit().await.expect("the status writer's commit");
+    };
+    let (r, ()) = tokio::join!(resize, status_writer);
+    r.assert_status(202);
+    assert_eq!(
+        t.sql_i64(&format!(
+            "SELECT count(*) FROM operation WHERE cluster_uuid = '{c}' AND kind = 'cluster_resize'"
+        ))
+        .await,
+        1
+    );
+}
+
+/// Many resizes, cluster PATCHes and nodegroup creates, updates and deletes on one cluster at
+/// once, while the worker runs their operations and the status writer lands what the
+/// management cluster reports: never a 500, every answer one Magnum gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_changes_of_one_cluster_are_answered_as_magnum_would() {
+    let app = capi_app_on(None, None, false, |cfg| cfg.database.max_connections = 20).await;
+    let t = &app.t;
+    let ct = {
+        let r = t
+            .post(
+                &ALICE,
+                "/v1/clustertemplates",
+                json!({"name": "k", "image_id": "ubuntu-2404-kube-v1.33.5", "coe": "kubernetes",
+                       "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+                       "external_network_id": "public", "labels": {"kube_tag": "v1.33.5"}}),
+            )
+            .await;
+        r.assert_status(201);
+        r.body["uuid"].as_str().unwrap().to_string()
+    };
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "busy", "cluster_template_id": ct, "node_count": 1}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    let cluster = format!("/v1/clusters/{c}");
+    t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
+    let (c, cluster) = (&c, &cluster);
+
+    let ngs = format!("/v1/clusters/{c}/nodegroups");
+    let mut answers = 0;
+    for round in 0..8 {
+        let mut requests: Vec<Labelled<'_>> = Vec::new();
+        for i in 0..3 {
+            let n = 1 + (round + i) % 3;
+            requests.push(Box::pin(async move {
+                let r = t
+                    .post_v(
+                        &ALICE,
+                        &format!("/v1/clusters/{c}/actions/resize"),
+                        "1.7",
+                        json!({"node_count": n}),
+                    )
+                    .await;
+                (format!("resize to {n}"), r)
+            }));
+        }
+        for i in 0..2 {
+            let n = 1 + (round + i + 1) % 3;
+            requests.push(Box::pin(async move {
+                let r = t
+                    .patch(
+                        &ALICE,
+                        cluster,
+                        json!([{"op": "replace", "path": "/node_count", "value": n}]),
+                    )
+                    .await;
+                (format!("PATCH node_count {n}"), r)
+            }));
+        }
+        // Two creates of one name: one of them is the other's 409.
+        for name in [
+            format!("ng{round}"),
+            format!("ng{round}"),
+            format!("extra{round}"),
+        ] {
+            let ngs = &ngs;
+            requests.push(Box::pin(async move {
+                let r = t
+                    .post_v(&ALICE, ngs, "1.9", json!({"name": name, "node_count": 1}))
+                    .await;
+                (format!("create nodegroup {name}"), r)
+            }));
+        }
+        if round > 0 {
+            let prev = round - 1;
+            let ngs = &ngs;
+            requests.push(Box::pin(async move {
+                let r = t
+                    .patch_v(
+                        &ALICE,
+                        &format!("{ngs}/ng{prev}"),
+                        "1.9",
+                        json!([{"op": "replace", "path": "/max_node_count", "value": 5 + round}]),
+                    )
+                    .await;
+                (format!("PATCH nodegroup ng{prev}"), r)
+            }));
+            requests.push(Box::pin(async move {
+                let r = t
+                    .delete_v(&ALICE, &format!("{ngs}/extra{prev}"), "1.9")
+                    .await;
+                (format!("delete nodegroup extra{prev}"), r)
+            }));
+        }
+        for (what, r) in join_all(requests).await {
+            assert_magnum_answer(&format!("round {round}: {what}"), &r);
+            answers += 1;
+        }
+    }
+    assert!(answers >= 8 * 8, "{answers} answers");
+    // Everything the requests recorded was accepted by the queue and the cluster still reads.
+    let r = t.get(&ALICE, cluster).await;
+    r.assert_status(200);
+    assert!(
+        r.body["status"].as_str().unwrap().parse::<Status>().is_ok(),
+        "{}",
+        r.body
+    );
+}
+
+/// The constraints the service maps to Magnum's errors by name exist under those names.
+#[tokio::test]
+async fn every_mapped_constraint_exists_in_the_schema() {
+    let t = app().await;
+    for (violation, name) in Violation::NAMED {
+        let n = t
+            .sql_i64(&format!(
+                "SELECT count(*) FROM pg_constraint WHERE conname = '{name}'"
+            ))
+            .await;
+        assert_eq!(n, 1, "{violation:?}: constraint {name} not in the schema");
+        assert_eq!(Violation::of(name), violation);
+    }
+}
+
+/// A template deleted while a cluster is created on it: the create is the template's 404 (a
+/// 400 before 1.10) or the delete is the template's "in use" 400, never a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_deleted_during_a_cluster_create_is_a_client_error() {
+    let t = app().await;
+    for i in 0..10 {
+        let ct = t.template(&ADMIN, &format!("ct{i}")).await;
+        let template = format!("/v1/clustertemplates/{ct}");
+        let (create, delete) = tokio::join!(
+            t.post_v(
+                &ADMIN,
+                "/v1/clusters",
+                "1.10",
+                json!({"name": format!("c{i}"), "cluster_template_id": ct}),
+            ),
+            t.delete(&ADMIN, &template),
+        );
+        assert_magnum_answer("cluster create", &create);
+        assert_magnum_answer("template delete", &delete);
+        assert!(
+            create.status.is_success() != delete.status.is_success(),
+            "one of them wins: create {} {}, delete {} {}",
+            create.status,
+            create.body,
+            delete.status,
+            delete.body
+        );
+    }
+}

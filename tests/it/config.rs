@@ -1,0 +1,160 @@
+//! Configuration: defaults, the documented example, environment overrides, unknown keys.
+
+use magnum_capi::config::Config;
+
+#[test]
+fn the_documented_example_parses_to_the_defaults_it_claims() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/etc/magnum-capi.toml.example");
+    let cfg = Config::load(Some(std::path::Path::new(path))).expect("example parses");
+    assert_eq!(cfg.http.bind.to_string(), "127.0.0.1:9511");
+    assert_eq!(cfg.api.max_limit, 1000);
+    assert_eq!(cfg.quotas.max_clusters_per_project, 20);
+    assert_eq!(cfg.service.service_down_time_secs, 180);
+}
+
+#[test]
+fn unknown_keys_are_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[http]\nbind = \"127.0.0.1:1\"\nbogus = 1\n").unwrap();
+    let err = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(err.contains("bogus"), "{err}");
+    std::fs::write(&path, "[nosuchsection]\nx = 1\n").unwrap();
+    assert!(Config::load(Some(&path)).is_err());
+}
+
+/// Where `environment_overrides_the_file` tells its child process the file is.
+const CHILD_FILE: &str = "MAGNUM_CAPI_TEST_CONFIG_FILE";
+
+#[test]
+fn environment_overrides_the_file() {
+    // The variables are given to a child process running the check below: setting them in this
+    // process would race with every other test reading the environment or spawning a process.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "[http]\nbind = \"127.0.0.1:1111\"\n[api]\nmax_limit = 5\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "config::file_and_environment_as_given_by_the_parent",
+            "--ignored",
+        ])
+        .env(CHILD_FILE, &path)
+        .env("MAGNUM_CAPI__HTTP__BIND", "127.0.0.1:2222")
+        .env("MAGNUM_CAPI__DATABASE__URL", "postgres://u@h/db")
+        .env("MAGNUM_CAPI__QUOTAS__MAX_CLUSTERS_PER_PROJECT", "7")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Child half of `environment_overrides_the_file`: loads the file it names with the environment
+/// it gave this process.
+#[test]
+#[ignore = "run by environment_overrides_the_file in a process with its own environment"]
+fn file_and_environment_as_given_by_the_parent() {
+    let path = std::env::var_os(CHILD_FILE).expect("run by environment_overrides_the_file");
+    let cfg = Config::load(Some(std::path::Path::new(&path))).expect("loads");
+    assert_eq!(cfg.http.bind.to_string(), "127.0.0.1:2222");
+    assert_eq!(cfg.database.url.as_deref(), Some("postgres://u@h/db"));
+    assert_eq!(cfg.quotas.max_clusters_per_project, 7);
+    assert_eq!(cfg.api.max_limit, 5);
+}
+
+#[test]
+fn invalid_values_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[api]\nmax_limit = 0\n").unwrap();
+    assert!(Config::load(Some(&path)).is_err());
+    std::fs::write(&path, "[driver]\nkind = \"heat\"\n").unwrap();
+    assert!(Config::load(Some(&path)).is_err());
+}
+
+#[test]
+fn keystone_is_required_outside_dev_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    // Nothing configured: only `serve --dev` may run without Keystone.
+    std::fs::write(&path, "").unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(!cfg.keystone.active());
+    assert!(cfg.validate_for_serve(true).is_ok());
+    let err = cfg.validate_for_serve(false).unwrap_err().to_string();
+    assert!(err.contains("auth_url"), "{err}");
+    // Explicitly disabled: refused without --dev.
+    std::fs::write(&path, "[keystone]\nenabled = false\n").unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(cfg.validate_for_serve(true).is_ok());
+    let err = cfg.validate_for_serve(false).unwrap_err().to_string();
+    assert!(err.contains("only accepted with `serve --dev`"), "{err}");
+    // Configured: credentials are required, and secrets never show in Debug output.
+    std::fs::write(
+        &path,
+        "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\n",
+    )
+    .unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(cfg.keystone.active());
+    assert!(cfg.validate_for_serve(true).is_err());
+    std::fs::write(
+        &path,
+        "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\npassword = \"S3cret-pw\"\nproject_name = \"service\"\n",
+    )
+    .unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(cfg.validate_for_serve(false).is_ok());
+    assert!(!format!("{cfg:?}").contains("S3cret-pw"));
+    std::fs::write(
+        &path,
+        "[keystone]\nauth_url = \"http://k/v3\"\napplication_credential_id = \"id\"\n",
+    )
+    .unwrap();
+    let err = Config::load(Some(&path))
+        .unwrap()
+        .validate_for_serve(false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("application_credential_secret"), "{err}");
+}
+
+#[test]
+fn management_clusters_need_distinct_valid_names_and_a_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let entry = |name: &str, extra: &str| {
+        format!("[[capi.management_clusters]]\nname = {name:?}\n{extra}\n")
+    };
+    std::fs::write(
+        &path,
+        entry("east", "weight = 3\navailability_zones = [\"az-1\"]")
+            + &entry("west", "enabled = false"),
+    )
+    .unwrap();
+    let cfg = Config::load(Some(&path)).expect("valid");
+    let m = &cfg.capi.management_clusters;
+    assert_eq!(
+        (m[0].weight, m[0].enabled, m[1].weight, m[1].enabled),
+        (3, true, 1, false)
+    );
+    assert_eq!(m[0].availability_zones, ["az-1"]);
+    for (bad, why) in [
+        (entry("east", "") + &entry("east", ""), "twice"),
+        (entry("East", ""), "lowercase"),
+        (entry("east", "weight = 0"), "weight"),
+        (entry("east", "bogus = 1"), "bogus"),
+    ] {
+        std::fs::write(&path, bad).unwrap();
+        let err = Config::load(Some(&path)).unwrap_err().to_string();
+        assert!(err.contains(why), "{why}: {err}");
+    }
+}

@@ -1,0 +1,46 @@
+//! The integration tests: one binary (the crate is linked once, not once per file), a module per
+//! area, and the harness in `common` (PostgreSQL, Keystone, the fake cloud, simulated management
+//! clusters, the real binary). Everything process-wide the harness starts is shared by all
+//! modules; tests that disturb a shared service hold `common::stack::env_exclusive`, the others
+//! `env_shared`. Tests that must own the process itself (the metrics recorder, the global log
+//! subscriber) are the other binary, `tests/process_global`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+mod api_admin;
+mod api_clusters;
+mod api_contract;
+mod api_nodegroups;
+mod api_templates;
+mod api_versions_errors;
+mod capi_certificates;
+mod capi_cleanup;
+mod capi_credentials;
+mod capi_keystone;
+mod capi_lifecycle;
+mod client_gophercloud;
+mod client_horizon;
+mod client_magnumclient;
+mod client_openstacksdk;
+mod client_osc;
+mod concurrency;
+mod config;
+mod deploy;
+mod devstack;
+mod durability;
+mod fakecloud_selftest;
+mod fuzz_openapi;
+mod keystone_auth;
+mod keystone_harness;
+mod layers;
+mod management_clusters;
+mod openapi;
+mod policy;
+mod reconciler;
+mod render;
+mod simkube;
+mod simkube_apply;
+mod smoke;
+mod snapshots;
+mod view_cache;

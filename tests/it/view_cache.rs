@@ -1,0 +1,361 @@
+//! Serialised views reused until PostgreSQL reports a change (src/view_cache.rs): what is
+//! reused, what retires it, who may be served a reused view, and that a reused answer is the
+//! answer an instance without reuse gives.
+
+use crate::common::served::Server;
+use crate::common::wait::until;
+use crate::common::*;
+
+use serde_json::{Value, json};
+
+const NOBODY: As = As {
+    user: "nobody",
+    project: "p-alice",
+    roles: "observer",
+};
+
+/// A change PostgreSQL does not announce (triggers off for the transaction): only a view that
+/// is really reused still shows the old value afterwards.
+async fn unannounced(t: &TestApp, sql: &str) {
+    let mut tx = t.state.pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let n = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+        .execute(&mut *tx)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert!(n > 0, "{sql} changed nothing");
+    tx.commit().await.unwrap();
+}
+
+/// The PostgreSQL backend listening for this database's view changes.
+async fn listener_pid(t: &TestApp) -> i32 {
+    let (pid,): (i32,) = sqlx::query_as(
+        "SELECT pid FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'LISTEN%magnum_capi_views%'",
+    )
+    .fetch_one(&t.state.pool)
+    .await
+    .expect("a listening backend");
+    pid
+}
+
+/// Stops a backend until dropped (also when the test fails half-way).
+struct Stopped(i32);
+
+impl Stopped {
+    fn new(pid: i32) -> Self {
+        assert!(signal(pid, "-STOP"), "kill -STOP {pid}");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // No assertion here: a panic while a failed test unwinds would abort the run.
+        signal(self.0, "-CONT");
+    }
+}
+
+/// Whether `kill <sig> <pid>` succeeded (the shell's builtin: no procps needed).
+fn signal(pid: i32, sig: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("kill {sig} {pid}")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+async fn setup() -> (TestApp, String, String) {
+    let t = app().await.with_view_cache().await;
+    let tpl = t.template(&ALICE, "tpl").await;
+    let c = t.cluster(&ALICE, "one", &tpl).await;
+    settle(&t).await;
+    (t, tpl, c)
+}
+
+/// `field` of the first item of the list at `path`, as Alice reads it.
+async fn first(t: &TestApp, path: &str, field: &str) -> Value {
+    let list = path
+        .trim_start_matches("/v1/")
+        .split(['/', '?'])
+        .next()
+        .unwrap();
+    t.get(&ALICE, path).await.body[list][0][field].clone()
+}
+
+/// Waits until the notifications of the writes so far have arrived (none for 200 ms), so that
+/// what the test stores next is not retired by them. Quiet is the absence of an event, so this
+/// one wait pauses rather than polls for a state.
+async fn settle(t: &TestApp) {
+    let mut last = t.state.views.peek();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let now = t.state.views.peek();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+#[tokio::test]
+async fn a_view_is_reused_until_a_change_is_announced() {
+    let (t, _tpl, c) = setup().await;
+    let show = format!("/v1/clusters/{c}");
+    let pages = [
+        "/v1/clusters",
+        "/v1/clusters/detail",
+        "/v1/clustertemplates",
+    ];
+    let shown = t.get(&ALICE, &show).await;
+    shown.assert_status(200);
+    assert_eq!(shown.body["status"], "CREATE_IN_PROGRESS");
+    for p in pages {
+        t.get(&ALICE, p).await.assert_status(200);
+    }
+    unannounced(
+        &t,
+        &format!("UPDATE cluster SET status = 'CREATE_COMPLETE' WHERE uuid = '{c}'"),
+    )
+    .await;
+    unannounced(&t, "UPDATE cluster_template SET name = 'renamed'").await;
+    // Nothing was announced: every view is served as stored.
+    assert_eq!(t.get(&ALICE, &show).await.body, shown.body);
+    assert_eq!(
+        first(&t, "/v1/clusters", "status").await,
+        "CREATE_IN_PROGRESS"
+    );
+    assert_eq!(first(&t, "/v1/clustertemplates", "name").await, "tpl");
+    // Any announced change (another replica, the status writer) retires them all.
+    t.write_sql(&format!(
+        "UPDATE nodegroup SET status_reason = 'x' WHERE cluster_id = '{c}' AND role = 'worker'"
+    ))
+    .await;
+    assert_eq!(t.get(&ALICE, &show).await.body["status"], "CREATE_COMPLETE");
+    assert_eq!(
+        first(&t, "/v1/clusters/detail", "status").await,
+        "CREATE_COMPLETE"
+    );
+    assert_eq!(first(&t, "/v1/clustertemplates", "name").await, "renamed");
+}
+
+#[tokio::test]
+async fn a_write_through_this_replica_is_read_back_at_once_and_another_after_its_notification() {
+    let (t, tpl, c) = setup().await;
+    t.get(&ALICE, "/v1/clusters").await.assert_status(200);
+    t.get(&ALICE, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(200);
+    t.get(&ALICE, "/v1/clustertemplates")
+        .await
+        .assert_status(200);
+    // No notification reaches this instance while its listening backend is stopped: only its
+    // own writes can retire what it stored.
+    let stopped = Stopped::new(listener_pid(&t).await);
+    let second = t.cluster(&ALICE, "two", &tpl).await;
+    let names: Vec<Value> = t.get(&ALICE, "/v1/clusters").await.body["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("one"), json!("two")]);
+    t.delete(&ALICE, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(204);
+    assert_eq!(
+        t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body["status"],
+        "DELETE_IN_PROGRESS"
+    );
+    t.patch(
+        &ALICE,
+        &format!("/v1/clustertemplates/{tpl}"),
+        json!([{"op": "replace", "path": "/name", "value": "patched"}]),
+    )
+    .await
+    .assert_status(200);
+    assert_eq!(first(&t, "/v1/clustertemplates", "name").await, "patched");
+    // Another replica's write: not seen while the notification cannot arrive...
+    let show = format!("/v1/clusters/{second}");
+    assert_eq!(
+        t.get(&ALICE, &show).await.body["status"],
+        "CREATE_IN_PROGRESS"
+    );
+    let other = t.twin(|_| {}).await;
+    other
+        .write_sql(&format!(
+            "UPDATE cluster SET status = 'CREATE_FAILED' WHERE uuid = '{second}'"
+        ))
+        .await;
+    let stale = t.get(&ALICE, &show).await;
+    drop(stopped);
+    assert_eq!(
+        stale.body["status"], "CREATE_IN_PROGRESS",
+        "reused while unannounced"
+    );
+    // ...and seen as soon as it does.
+    t.wait_cluster(&ALICE, &second, "CREATE_FAILED").await;
+}
+
+#[tokio::test]
+async fn nothing_stored_before_notifications_were_lost_is_served_after() {
+    let (t, _tpl, c) = setup().await;
+    let show = format!("/v1/clusters/{c}");
+    t.get(&ALICE, &show).await.assert_status(200);
+    let before = t.state.views.peek().expect("listening");
+    unannounced(
+        &t,
+        &format!("UPDATE cluster SET status = 'CREATE_COMPLETE' WHERE uuid = '{c}'"),
+    )
+    .await;
+    let pid = listener_pid(&t).await;
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(&t.state.pool)
+        .await
+        .unwrap();
+    // Listening again on a new connection, with everything from before retired.
+    until("the follower to come back", || async {
+        matches!(t.state.views.peek(), Some(g) if g != before).then_some(())
+    })
+    .await;
+    assert_ne!(listener_pid(&t).await, pid);
+    assert_eq!(t.get(&ALICE, &show).await.body["status"], "CREATE_COMPLETE");
+}
+
+#[tokio::test]
+async fn a_reused_view_is_authorised_like_the_first_read() {
+    let (t, _tpl, c) = setup().await;
+    let show = format!("/v1/clusters/{c}");
+    t.get(&ALICE, &show).await.assert_status(200);
+    // Same project, same stored view: the policy still decides.
+    t.get(&NOBODY, &show).await.assert_status(403);
+    t.get(&NOBODY, "/v1/clusters").await.assert_status(403);
+    t.get(&READER, &show).await.assert_status(200);
+    t.get(&BOB, &show).await.assert_status(404);
+    assert_eq!(
+        t.get(&BOB, "/v1/clusters").await.body["clusters"],
+        json!([])
+    );
+}
+
+/// Every variant of a read, asked of this instance after its views were stored and of an
+/// instance that never reuses one: byte-for-byte the same answers.
+#[tokio::test]
+async fn reused_answers_are_the_answers_without_reuse() {
+    let (t, tpl, c) = setup().await;
+    let _other = t
+        .cluster(&BOB, "bobs", &t.template(&BOB, "btpl").await)
+        .await;
+    let plain = t.twin(|cfg| cfg.api.view_cache_mib = 0).await;
+    let paths = [
+        format!("/v1/clusters/{c}"),
+        "/v1/clusters/one".to_string(),
+        "/v1/clusters".to_string(),
+        "/v1/clusters/detail".to_string(),
+        "/v1/clusters?limit=1".to_string(),
+        format!("/v1/clusters?marker={c}"),
+        "/v1/clusters?sort_key=name&sort_dir=desc".to_string(),
+        "/v1/clustertemplates".to_string(),
+        "/v1/clustertemplates/detail".to_string(),
+        "/v1/clustertemplates?limit=1".to_string(),
+        format!("/v1/clustertemplates/{tpl}"),
+        "/v1/clusters/nosuch".to_string(),
+    ];
+    let versions = ["1.1", "1.9", "1.10", "latest"];
+    let callers = [&ALICE, &READER, &ADMIN, &BOB, &NOBODY];
+    for round in 0..2 {
+        for p in &paths {
+            for v in versions {
+                for who in callers {
+                    let a = t.get_v(who, p, v).await;
+                    let b = plain.get_v(who, p, v).await;
+                    assert_eq!(
+                        (a.status, &a.body),
+                        (b.status, &b.body),
+                        "round {round}: {} {p} at {v}",
+                        who.user
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn what_this_replicas_worker_finishes_is_read_back_at_once() {
+    let t = app().await.with_view_cache().await.with_worker();
+    let tpl = t.template(&ALICE, "tpl").await;
+    settle(&t).await;
+    // No notification arrives while the listening backend is stopped: only the worker's own
+    // retiring can make the outcome visible.
+    let _stopped = Stopped::new(listener_pid(&t).await);
+    let c = t.cluster(&ALICE, "one", &tpl).await;
+    t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
+    t.delete(&ALICE, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(204);
+    t.wait_cluster(&ALICE, &c, "GONE").await;
+}
+
+/// `magnum-capi serve` itself follows the change notifications (the tests above start the
+/// follower the way `serve` does; this checks that `serve` does): a second read of a cluster is
+/// served from the stored view, counted as a hit, and an announced change is read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reuses_views_until_a_change() {
+    let url = fresh_database().await;
+    let s = Server::start(
+        &url,
+        &[
+            ("MAGNUM_CAPI__HTTP__METRICS_PUBLIC", "true"),
+            ("MAGNUM_CAPI__OPERATIONS__WORKER_ENABLED", "false"),
+        ],
+    )
+    .await;
+    let hits = || async {
+        let text = reqwest::get(s.url("/metrics"))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .find_map(|l| l.strip_prefix("magnum_capi_view_cache_total{result=\"hit\"} "))
+            .map_or(0, |n| n.trim().parse::<u64>().expect("a count"))
+    };
+    let c = s.create_cluster().await;
+    // The create's own notifications arrive within milliseconds: let them, so that what is
+    // stored next stays current; then read until a view is reused.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    until("serve to reuse a view", || async {
+        assert_eq!(s.cluster_status(c).await, "CREATE_IN_PROGRESS");
+        (hits().await > 0).then_some(())
+    })
+    .await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("database");
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE cluster SET status = 'CREATE_FAILED' WHERE uuid = $1")
+        .bind(c)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        s.cluster_status(c).await,
+        "CREATE_IN_PROGRESS",
+        "unannounced: the stored view"
+    );
+    sqlx::query("UPDATE cluster SET status = 'CREATE_COMPLETE' WHERE uuid = $1")
+        .bind(c)
+        .execute(&pool)
+        .await
+        .unwrap();
+    s.wait_status(c, "CREATE_COMPLETE").await;
+}
