@@ -6,6 +6,7 @@ pub mod apply;
 pub mod ca;
 pub mod cleanup;
 pub mod credentials;
+pub mod delete;
 pub mod driver;
 pub mod fleet;
 pub mod health;

@@ -1,0 +1,278 @@
+//! Deletes as steps: a cluster (its `Cluster`, then what its workload left in the tenant
+//! project, then our own objects and its credential) and a nodegroup (its MachineDeployment,
+//! then its templates and server group). Each run does what can be done now and requeues with
+//! what is left; the worker parks it until the cluster's objects change.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::apply::ObjectRef;
+use super::driver::{Capi, CapiError, name_of, namespace_of};
+use super::status::Observed;
+use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, kinds};
+use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::nodegroups::{self as ndb, NodegroupRow};
+use crate::db::operations::OperationRow;
+use crate::driver::Outcome;
+
+/// The kinds we create besides the watched ones; deleted by label once the cluster is gone.
+const OWNED_KINDS: [kinds::Gvk; 11] = [
+    kinds::OPENSTACK_MACHINE_TEMPLATE,
+    kinds::KUBEADM_CONFIG_TEMPLATE,
+    kinds::MACHINE_HEALTH_CHECK,
+    kinds::HELM_CHART_PROXY,
+    kinds::CLUSTER_RESOURCE_SET,
+    kinds::DEPLOYMENT,
+    kinds::ROLE_BINDING,
+    kinds::ROLE,
+    kinds::SERVICE_ACCOUNT,
+    kinds::CONFIG_MAP,
+    kinds::SECRET,
+];
+
+impl Capi {
+    /// One step of a cluster delete: asks for the `Cluster`'s deletion (CAPI cascades), removes
+    /// what the workload created in the tenant project once its machines are gone (`cleanup`),
+    /// and when both are done our own objects, the credential and the rows. Until then it
+    /// requeues with what is left as progress; the step wakes on every change of the cluster's
+    /// objects, and polls only the cloud cleanup. Bounded by `delete_timeout_mins` from the
+    /// operation's start (a retry or a restart keeps the deadline); past it the delete fails
+    /// naming what is left.
+    pub(super) async fn delete_cluster(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        op: &OperationRow,
+    ) -> Result<Outcome, CapiError> {
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let mut step: DeleteStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
+        if !self.observer.synced() {
+            return Ok(step.requeue(Duration::from_secs(1), None));
+        }
+        let observed = self.observer.observed(c.uuid);
+        // Asked once, and again only if the Cluster shows up without a deletion under way.
+        let deleting = observed
+            .cluster
+            .as_ref()
+            .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
+        if !step.requested || (observed.cluster.is_some() && !deleting) {
+            self.mgmt
+                .delete(&ObjectRef::new(kinds::CLUSTER, &ns, &name))
+                .await?;
+            step.requested = true;
+        }
+        step.cleaned |= !self.config.delete_cleanup;
+        let mut cloud_left: Option<String> = None;
+        // Never before the machines are gone: a live cloud-controller-manager would recreate
+        // what we delete.
+        if !step.cleaned && observed.machines.is_empty() {
+            let left = self.cleanup_cloud(c).await?;
+            step.cleaned = left.is_done();
+            cloud_left = (!step.cleaned).then(|| left.describe());
+        }
+        let capi_gone = observed.is_empty();
+        if capi_gone && step.cleaned {
+            self.delete_remains(pool, c, &ns).await?;
+            return Ok(Outcome::ClusterDeleted);
+        }
+        let what = [cloud_left, (!capi_gone).then(|| blocking(&observed))]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("; ");
+        let timeout = chrono::Duration::minutes(
+            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
+        );
+        let left = (op.created_at + timeout - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default();
+        if left.is_zero() {
+            return Err(CapiError::Stuck(format!(
+                "Timed out deleting the cluster after {} minutes: {what}. Deleting it again \
+                 resumes from here.",
+                timeout.num_minutes()
+            )));
+        }
+        // Changes of the cluster's objects wake the step at once; the cloud cleanup, which
+        // nothing announces, is looked at every `cleanup_poll_secs`.
+        let after = if !step.cleaned && observed.machines.is_empty() || capi_gone {
+            Duration::from_secs(self.config.cleanup_poll_secs.max(1))
+        } else {
+            UNANNOUNCED_POLL
+        };
+        let progress = (what != step.reported).then(|| what.clone());
+        step.reported = what;
+        Ok(step.requeue(after.min(left), progress))
+    }
+
+    /// What is left once Cluster API and the cloud cleanup are done with a deleted cluster: its
+    /// server groups, the objects CAPI does not own, the credential (the worker deletes the
+    /// rows).
+    async fn delete_remains(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        ns: &str,
+    ) -> Result<(), CapiError> {
+        // The machines are gone: their server groups can go (with the credential, before its
+        // Secret is deleted below).
+        // A group left behind is empty and harmless: never a reason to keep the cluster.
+        let ngs = ndb::of_cluster(pool, c.uuid).await?;
+        if uses_server_groups(c, ngs.iter())
+            && let Err(e) = self.delete_server_groups(c, |_| true).await
+        {
+            tracing::warn!(cluster = %c.uuid, error = %e, "server groups not deleted");
+        }
+        // Then what CAPI does not own: our Secrets, machine templates, addons.
+        let sel = format!("{LABEL_CLUSTER_UUID}={}", c.uuid);
+        for gvk in OWNED_KINDS {
+            self.mgmt.delete_labelled(gvk, ns, &sel).await?;
+        }
+        // The credential: with the service's credentials (its owner may be gone).
+        if let Some(id) = cdb::app_cred(pool, c.uuid).await? {
+            let result = match &self.keystone {
+                Some(k) => k.delete_app_credential(&c.user_id, &id).await,
+                None => Ok(()),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(cluster = %c.uuid, app_cred = %id, "application credential deleted")
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %c.uuid, app_cred = %id, error = %e, "application credential not deleted yet; will retry");
+                    cdb::add_leftover_cred(pool, &id, &c.user_id, c.uuid, &e.to_string()).await?;
+                    crate::telemetry::app_credential("leftover", 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One step of a nodegroup delete: the first renders the cluster without the nodegroup and
+    /// deletes its MachineDeployment (and health check); later ones find its machines gone, then
+    /// delete its templates and server group (the worker deletes its row). Requeued (woken by changes of the cluster's
+    /// objects) while CAPI deletes the machines, within `delete_timeout_mins` of the operation's
+    /// start.
+    pub(super) async fn delete_nodegroup(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+        ng: Uuid,
+        op: &OperationRow,
+    ) -> Result<Outcome, CapiError> {
+        let ns = namespace_of(&self.config, c);
+        let sel = format!("{LABEL_NODEGROUP_UUID}={ng}");
+        let mut step: DeleteStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
+        if !step.requested {
+            self.apply_cluster(pool, c, Some(ng), false).await?;
+            for gvk in [kinds::MACHINE_DEPLOYMENT, kinds::MACHINE_HEALTH_CHECK] {
+                self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
+            }
+            step.requested = true;
+        }
+        let id = ng.to_string();
+        let gone = |o: &Observed| {
+            let has = |v: &Value| {
+                v.pointer("/metadata/labels")
+                    .and_then(|l| l.get(LABEL_NODEGROUP_UUID))
+                    .and_then(Value::as_str)
+                    == Some(id.as_str())
+            };
+            !o.machine_deployments.iter().any(|v| has(v)) && !o.machines.iter().any(|v| has(v))
+        };
+        if !(self.observer.synced() && gone(&self.observer.observed(c.uuid))) {
+            let timeout = chrono::Duration::minutes(
+                i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
+            );
+            let left = (op.created_at + timeout - chrono::Utc::now())
+                .to_std()
+                .unwrap_or_default();
+            if left.is_zero() {
+                return Err(CapiError::Stuck(
+                    "Timed out waiting for the nodegroup's machines to be deleted".into(),
+                ));
+            }
+            return Ok(step.requeue(UNANNOUNCED_POLL.min(left), None));
+        }
+        for gvk in kinds::TEMPLATES {
+            self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
+        }
+        // Its server group is named after the nodegroup's objects: `<cluster>-…-<uuid hex 8>`.
+        let short = format!("-{}", &ng.simple().to_string()[..8]);
+        let this = ndb::of_cluster(pool, c.uuid).await?;
+        if uses_server_groups(c, this.iter().filter(|n| n.uuid == ng))
+            && let Err(e) = self.delete_server_groups(c, |n| n.ends_with(&short)).await
+        {
+            tracing::warn!(cluster = %c.uuid, nodegroup = %ng, error = %e, "server group not deleted");
+        }
+        Ok(Outcome::NodegroupDeleted(ng))
+    }
+}
+
+/// Whether the cluster or one of `nodegroups` asks for a server group (so that deletes without
+/// any make no Keystone or Nova call for them).
+fn uses_server_groups<'a>(
+    c: &ClusterRow,
+    mut nodegroups: impl Iterator<Item = &'a NodegroupRow>,
+) -> bool {
+    let set = |l: &crate::domain::labels::Labels| {
+        l.get("server_group_policies")
+            .is_some_and(|v| !v.trim().is_empty())
+    };
+    set(&c.labels.0) || nodegroups.any(|n| set(&n.labels.0))
+}
+
+/// How often a step waiting for Cluster API looks again when no change of the cluster's objects
+/// woke it sooner (a missed event, a watch being re-listed).
+const UNANNOUNCED_POLL: Duration = Duration::from_secs(10);
+
+/// Where a cluster or nodegroup delete is between its runs.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct DeleteStep {
+    /// The deletion of the Cluster (or the nodegroup's MachineDeployment) was asked for.
+    #[serde(default)]
+    requested: bool,
+    /// The tenant project's leftovers are gone (or the cleanup is off).
+    #[serde(default)]
+    cleaned: bool,
+    /// The progress last shown, so an unchanged one is not written again.
+    #[serde(default)]
+    reported: String,
+}
+
+impl DeleteStep {
+    fn requeue(&self, after: Duration, progress: Option<String>) -> Outcome {
+        Outcome::Requeue {
+            after,
+            progress,
+            step: serde_json::to_value(self).ok(),
+        }
+    }
+}
+
+/// What still exists of a cluster being deleted, for `status_reason`.
+fn blocking(o: &Observed) -> String {
+    let mut parts = Vec::new();
+    if o.cluster.is_some() {
+        parts.push("Cluster".to_string());
+    }
+    if o.openstack_cluster.is_some() {
+        parts.push("OpenStackCluster".to_string());
+    }
+    if o.control_plane.is_some() {
+        parts.push("KubeadmControlPlane".to_string());
+    }
+    if !o.machine_deployments.is_empty() {
+        parts.push(format!(
+            "{} MachineDeployments",
+            o.machine_deployments.len()
+        ));
+    }
+    if !o.machines.is_empty() {
+        parts.push(format!("{} Machines", o.machines.len()));
+    }
+    format!("Waiting for Cluster API to delete: {}", parts.join(", "))
+}
