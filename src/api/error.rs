@@ -89,7 +89,7 @@ impl From<BackendError> for ApiError {
             }
             BackendError::OpenStack(o) => o.into(),
             BackendError::Db(d) => ApiError::Db(d),
-            BackendError::Internal(m) => ApiError::Internal(m.into()),
+            BackendError::Internal(cause) => ApiError::Internal(cause),
         }
     }
 }

@@ -87,7 +87,7 @@ impl From<CapiError> for BackendError {
             CapiError::Values(v) => BackendError::Invalid(v.to_string()),
             CapiError::Db(d) => BackendError::Db(d),
             CapiError::Kube(k) if k.is_transient() => BackendError::Unavailable(k.to_string()),
-            other => BackendError::Internal(other.to_string()),
+            other => BackendError::Internal(Box::new(other)),
         }
     }
 }
@@ -758,7 +758,7 @@ impl Backend for CapiDriver {
             match super::pki::sign_csr(&ca, csr, validity) {
                 Ok(pem) => Ok(Some(pem)),
                 // The CA material itself is unusable: ours to fix, not the caller's.
-                Err(e @ super::pki::CsrError::Ca(_)) => Err(BackendError::Internal(e.to_string())),
+                Err(e @ super::pki::CsrError::Ca(_)) => Err(BackendError::Internal(Box::new(e))),
                 Err(e) => Err(BackendError::Invalid(e.to_string())),
             }
         })
@@ -800,7 +800,7 @@ impl Backend for CapiDriver {
                 .0
                 .stage_rotation(pool, cluster, session, user_id, roles, implicit)
                 .await?;
-            serde_json::to_value(&staged.payload).map_err(|e| BackendError::Internal(e.to_string()))
+            serde_json::to_value(&staged.payload).map_err(|e| BackendError::Internal(Box::new(e)))
         })
     }
     fn discard_staged<'a>(

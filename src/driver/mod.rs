@@ -95,9 +95,9 @@ pub enum BackendError {
     OpenStack(#[from] OpenStackError),
     #[error(transparent)]
     Db(#[from] DbError),
-    /// Anything else: the backend's own fault.
-    #[error("{0}")]
-    Internal(String),
+    /// Anything else: the backend's own fault, with its cause.
+    #[error(transparent)]
+    Internal(Cause),
 }
 
 pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<Outcome, DriverError>> + Send + 'a>>;
