@@ -675,7 +675,7 @@ fn log_tail(log: &Path) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Spawner thread
+// Spawner thread (the test harness starts its Keystone through it too)
 // ---------------------------------------------------------------------------------------------
 
 type SpawnJob = (Command, Sender<io::Result<Child>>);
@@ -689,7 +689,7 @@ static SPAWNER: Mutex<Option<Sender<SpawnJob>>> = Mutex::new(None);
 /// caller may be a short-lived thread (e.g. a tokio test runtime worker), so the fork has to
 /// happen on a thread that never exits. The static keeps a `Sender` alive forever, so the
 /// thread's `recv` never fails and the thread never returns.
-fn spawn_from_spawner_thread(cmd: Command) -> io::Result<Child> {
+pub fn spawn_from_spawner_thread(cmd: Command) -> io::Result<Child> {
     let tx = {
         let mut guard = SPAWNER
             .lock()
@@ -699,7 +699,7 @@ fn spawn_from_spawner_thread(cmd: Command) -> io::Result<Child> {
             None => {
                 let (tx, rx) = mpsc::channel::<SpawnJob>();
                 thread::Builder::new()
-                    .name("devdb-spawner".into())
+                    .name("process-spawner".into())
                     .spawn(move || {
                         while let Ok((mut cmd, reply)) = rx.recv() {
                             let _ = reply.send(cmd.spawn());
@@ -712,10 +712,10 @@ fn spawn_from_spawner_thread(cmd: Command) -> io::Result<Child> {
     };
     let (reply_tx, reply_rx) = mpsc::channel();
     tx.send((cmd, reply_tx))
-        .map_err(|_| io::Error::other("devdb spawner thread is gone"))?;
+        .map_err(|_| io::Error::other("the process spawner thread is gone"))?;
     reply_rx
         .recv()
-        .map_err(|_| io::Error::other("devdb spawner thread did not answer"))?
+        .map_err(|_| io::Error::other("the process spawner thread did not answer"))?
 }
 
 #[cfg(test)]

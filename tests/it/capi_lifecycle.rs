@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use crate::common::capi::{capi_app_on, objects};
+use crate::common::capi::{capi_app_on, objects, template};
 use crate::common::wait::until;
 use crate::common::*;
 
@@ -16,21 +16,6 @@ async fn nodegroups(t: &TestApp, who: &As, cluster: &str) -> Vec<Value> {
         .await;
     r.assert_status(200);
     r.body["nodegroups"].as_array().expect("list").clone()
-}
-
-async fn template(t: &TestApp, name: &str, image: &str, kube_tag: &str) -> String {
-    let r = t
-        .post(
-            &ALICE,
-            "/v1/clustertemplates",
-            json!({"name": name, "image_id": image, "coe": "kubernetes",
-                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
-                   "external_network_id": "public", "dns_nameserver": "8.8.8.8",
-                   "labels": {"kube_tag": kube_tag}}),
-        )
-        .await;
-    r.assert_status(201);
-    r.body["uuid"].as_str().unwrap().to_string()
 }
 
 /// Creates a cluster as ALICE (`202`); its uuid.

@@ -2,7 +2,7 @@
 //! cluster's row lock first (the lock order of `db`), so no request ever meets a deadlock, and
 //! every answer is one Magnum would give (2xx, or 400/404/409 with Magnum's error body).
 
-use crate::common::capi::capi_app_on;
+use crate::common::capi::{capi_app_on, template};
 use crate::common::wait::until;
 use crate::common::*;
 
@@ -111,19 +111,7 @@ async fn a_resize_and_the_status_writer_lock_in_one_order() {
 async fn concurrent_changes_of_one_cluster_are_answered_as_magnum_would() {
     let app = capi_app_on(None, None, false, |cfg| cfg.database.max_connections = 20).await;
     let t = &app.t;
-    let ct = {
-        let r = t
-            .post(
-                &ALICE,
-                "/v1/clustertemplates",
-                json!({"name": "k", "image_id": "ubuntu-2404-kube-v1.33.5", "coe": "kubernetes",
-                       "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
-                       "external_network_id": "public", "labels": {"kube_tag": "v1.33.5"}}),
-            )
-            .await;
-        r.assert_status(201);
-        r.body["uuid"].as_str().unwrap().to_string()
-    };
+    let ct = template(t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
     let r = t
         .post(
             &ALICE,

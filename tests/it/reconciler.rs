@@ -4,7 +4,7 @@
 //! simulated management cluster), in process so the test can hold machines in deletion.
 
 use crate::common::ALICE;
-use crate::common::capi::{CapiApp, capi_app_on};
+use crate::common::capi::{CapiApp, capi_app_on, template};
 
 use std::time::Instant;
 
@@ -60,17 +60,7 @@ async fn deletes_waiting_for_the_management_cluster_do_not_delay_a_create() {
     })
     .await;
     let t = &app.t;
-    let r = t
-        .post(
-            &ALICE,
-            "/v1/clustertemplates",
-            json!({"name": "ct", "image_id": "ubuntu-2404-kube-v1.33.5", "coe": "kubernetes",
-                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
-                   "external_network_id": "public", "labels": {"kube_tag": "v1.33.5"}}),
-        )
-        .await;
-    r.assert_status(201);
-    let ct = r.body["uuid"].as_str().unwrap().to_string();
+    let ct = template(t, "ct", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
 
     let mut doomed = Vec::new();
     for i in 0..8 {

@@ -9,10 +9,10 @@ use magnum_capi::app::{App, AuthMode};
 use magnum_capi::config::{Config, DriverKind};
 use magnum_capi::openstack::Keystone as KeystoneClient;
 use magnum_capi::simkube::{SimCluster, SimOptions};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{TestApp, fresh_database, test_config};
+use super::{ALICE, TestApp, fresh_database, test_config};
 
 /// The CRD directory beside the checkout (`MAGNUM_CAPI_CRD_DIR` overrides); its absence fails.
 pub fn crd_dir() -> std::path::PathBuf {
@@ -329,4 +329,21 @@ pub async fn fleet_app_on(
         stop,
         tasks,
     }
+}
+
+/// Creates a template as ALICE for clusters on the simulated management cluster (an external
+/// network, so a single master's API gets a floating IP); its uuid.
+pub async fn template(t: &TestApp, name: &str, image: &str, kube_tag: &str) -> String {
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clustertemplates",
+            json!({"name": name, "image_id": image, "coe": "kubernetes",
+                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+                   "external_network_id": "public", "dns_nameserver": "8.8.8.8",
+                   "labels": {"kube_tag": kube_tag}}),
+        )
+        .await;
+    r.assert_status(201);
+    r.body["uuid"].as_str().unwrap().to_string()
 }

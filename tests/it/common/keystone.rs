@@ -59,7 +59,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1402,7 +1401,8 @@ fn launch_gunicorn(venv: &Path, dir: &Path, port: u16) -> Result<Child> {
             Ok(())
         });
     }
-    let mut child = spawn_from_spawner_thread(cmd).context("starting gunicorn")?;
+    let mut child =
+        magnum_capi::devdb::spawn_from_spawner_thread(cmd).context("starting gunicorn")?;
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -1509,41 +1509,4 @@ fn sweep_stale(tmp: &Path) {
             Err(TryLockError::WouldBlock) | Err(TryLockError::Error(_)) => {}
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Spawner thread (same pattern as src/devdb.rs)
-// ---------------------------------------------------------------------------------------------
-
-type SpawnJob = (Command, Sender<io::Result<Child>>);
-
-static SPAWNER: Mutex<Option<Sender<SpawnJob>>> = Mutex::new(None);
-
-/// Forks `cmd` from a thread that lives as long as the process: `PR_SET_PDEATHSIG` fires when
-/// the *thread* that forked the child exits, and callers are often short-lived test threads.
-fn spawn_from_spawner_thread(cmd: Command) -> io::Result<Child> {
-    let tx = {
-        let mut guard = SPAWNER.lock().unwrap_or_else(|p| p.into_inner());
-        match guard.as_ref() {
-            Some(tx) => tx.clone(),
-            None => {
-                let (tx, rx) = mpsc::channel::<SpawnJob>();
-                thread::Builder::new()
-                    .name("keystone-spawner".into())
-                    .spawn(move || {
-                        while let Ok((mut cmd, reply)) = rx.recv() {
-                            let _ = reply.send(cmd.spawn());
-                        }
-                    })?;
-                *guard = Some(tx.clone());
-                tx
-            }
-        }
-    };
-    let (reply_tx, reply_rx) = mpsc::channel();
-    tx.send((cmd, reply_tx))
-        .map_err(|_| io::Error::other("keystone spawner thread is gone"))?;
-    reply_rx
-        .recv()
-        .map_err(|_| io::Error::other("keystone spawner thread did not answer"))?
 }
