@@ -581,6 +581,10 @@ pub struct DatabaseConfig {
     pub acquire_timeout_secs: u64,
     /// Run pending migrations when `serve` starts (otherwise use `magnum-capi migrate`).
     pub migrate_on_start: bool,
+    /// Milliseconds between the heartbeats of each `LISTEN` connection (`src/db/events.rs`): a
+    /// connection that died without a word (failover without a reset, dropped packets) is
+    /// noticed within three, and serialised views stop being reused until it is back.
+    pub listen_heartbeat_ms: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -591,7 +595,15 @@ impl Default for DatabaseConfig {
             min_connections: 1,
             acquire_timeout_secs: 10,
             migrate_on_start: true,
+            listen_heartbeat_ms: 2000,
         }
+    }
+}
+
+impl DatabaseConfig {
+    /// The heartbeat of `LISTEN` connections (at least 50 ms).
+    pub fn listen_heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.listen_heartbeat_ms.max(50))
     }
 }
 

@@ -421,7 +421,13 @@ pub fn spawn_view_follower(
     stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let state = state.clone();
-    tokio::spawn(async move { state.views.follow_changes(&state.pool, stop).await })
+    tokio::spawn(async move {
+        let heartbeat = state.config.database.listen_heartbeat();
+        state
+            .views
+            .follow_changes(&state.pool, heartbeat, stop)
+            .await
+    })
 }
 
 /// Serves until a shutdown signal, then drains requests and stops the background tasks (and,

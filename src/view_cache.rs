@@ -9,7 +9,9 @@
 //! Writes through this replica's API move the generation themselves before they answer (the
 //! front middleware), so a client always reads its own writes here; a change made elsewhere is
 //! served once its notification arrives (milliseconds). While the listening connection is down,
-//! nothing is reused. `[api] view_cache_mib = 0` turns reuse off.
+//! nothing is reused; one that died without a word is noticed by its heartbeat within three
+//! `[database] listen_heartbeat_ms` (`db::events`). Only a successful write through the API
+//! retires views (a refused one changed nothing). `[api] view_cache_mib = 0` turns reuse off.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -138,7 +140,12 @@ impl ViewCache {
     }
 
     /// Follows the change notifications until `shutdown` (one task per process).
-    pub async fn follow_changes(&self, pool: &PgPool, shutdown: watch::Receiver<bool>) {
+    pub async fn follow_changes(
+        &self,
+        pool: &PgPool,
+        heartbeat: std::time::Duration,
+        shutdown: watch::Receiver<bool>,
+    ) {
         if self.entries.is_none() {
             return;
         }
@@ -146,6 +153,7 @@ impl ViewCache {
             pool,
             &[events::VIEWS_CHANNEL],
             "view cache",
+            heartbeat,
             shutdown,
             |e| match e {
                 Event::Listening => self.set_listening(true),

@@ -65,6 +65,7 @@ pub async fn listen(app: AppState, shutdown: watch::Receiver<bool>) {
         &app.pool,
         &[odb::CHANNEL],
         "operation queue",
+        app.config.database.listen_heartbeat(),
         shutdown,
         |e| {
             // On `Listening` too: something may have been recorded while nobody listened.

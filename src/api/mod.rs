@@ -245,13 +245,15 @@ pub fn route_table() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
-/// After a request that may have written (anything but GET/HEAD/OPTIONS) and before its answer
-/// leaves, the serialised views stored so far are retired: this replica's clients read their
-/// own writes at once, without waiting for the change notification (`view_cache`).
+/// After a successful request that may have written (anything but GET/HEAD/OPTIONS) and
+/// before its answer leaves, the serialised views stored so far are retired: this replica's
+/// clients read their own writes at once, without waiting for the change notification
+/// (`view_cache`). A refused request (401, 404, 409, …) wrote nothing and retires nothing, so
+/// a client cannot keep the views empty by sending requests it may not make.
 async fn own_writes(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let resp = next.run(req).await;
-    if !reads {
+    if !reads && resp.status().is_success() {
         app.views.changed();
     }
     resp

@@ -1,6 +1,13 @@
 //! PostgreSQL `LISTEN` followers: one dedicated connection per follower, reconnected with
 //! backoff, telling its owner when it listens, when a notification arrives and when
 //! notifications may have been missed.
+//!
+//! A connection can also die without a word (a PostgreSQL failover without a reset, a firewall
+//! dropping packets): nothing arrives and nothing fails. Every follower therefore sends itself
+//! a heartbeat notification through the pool each `heartbeat` and counts the connection lost
+//! when nothing (heartbeat or other) has arrived for two heartbeats, so missed notifications
+//! are noticed within three. TCP keepalive would be the other half of this, but sqlx exposes
+//! no socket options for its connections; the heartbeat bounds the silence without them.
 
 use std::time::Duration;
 
@@ -10,6 +17,10 @@ use tokio::sync::watch;
 /// The channel of cluster, nodegroup and template changes (migration
 /// `20261125090000_view_change_events.sql`; payload: the table).
 pub const VIEWS_CHANNEL: &str = "magnum_capi_views";
+
+/// The channel of the followers' heartbeats (any replica's heartbeat proves a connection
+/// delivers; none is reported to the owner).
+pub const HEARTBEAT_CHANNEL: &str = "magnum_capi_heartbeat";
 
 /// What a follower reports to its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,10 +34,12 @@ pub enum Event {
 }
 
 /// Follows `channels` until `shutdown` flips to true; `what` names the follower in the log.
+/// A connection on which nothing arrived for two `heartbeat`s is counted lost.
 pub async fn follow(
     pool: &PgPool,
     channels: &[&str],
     what: &str,
+    heartbeat: Duration,
     mut shutdown: watch::Receiver<bool>,
     mut on: impl FnMut(Event),
 ) {
@@ -37,7 +50,8 @@ pub async fn follow(
         }
         let connected = async {
             let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
-            l.listen_all(channels.iter().copied()).await?;
+            l.listen_all(channels.iter().copied().chain([HEARTBEAT_CHANNEL]))
+                .await?;
             Ok::<_, sqlx::Error>(l)
         }
         .await;
@@ -45,25 +59,36 @@ pub async fn follow(
             Ok(mut l) => {
                 backoff = Duration::from_millis(500);
                 on(Event::Listening);
+                let mut beat = tokio::time::interval(heartbeat);
+                beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut heard = tokio::time::Instant::now();
                 loop {
                     // `try_recv`, not `recv`: `recv` reconnects by itself and hides that
                     // notifications were missed meanwhile.
-                    tokio::select! {
-                        n = l.try_recv() => {
-                            let error = match n {
-                                Ok(Some(_)) => {
+                    let error = tokio::select! {
+                        n = l.try_recv() => match n {
+                            Ok(Some(n)) => {
+                                heard = tokio::time::Instant::now();
+                                if n.channel() != HEARTBEAT_CHANNEL {
                                     on(Event::Notified);
-                                    continue;
                                 }
-                                Ok(None) => "connection closed".to_string(),
-                                Err(e) => e.to_string(),
-                            };
-                            on(Event::Lost);
-                            tracing::warn!(%error, "{what}: notifications lost; reconnecting");
-                            break;
+                                continue;
+                            }
+                            Ok(None) => "connection closed".to_string(),
+                            Err(e) => e.to_string(),
+                        },
+                        _ = beat.tick() => {
+                            if heard.elapsed() <= heartbeat * 2 {
+                                send_heartbeat(pool, heartbeat);
+                                continue;
+                            }
+                            format!("nothing arrived for {:?} (heartbeats included)", heard.elapsed())
                         }
                         _ = shutdown.changed() => return,
-                    }
+                    };
+                    on(Event::Lost);
+                    tracing::warn!(%error, "{what}: notifications lost; reconnecting");
+                    break;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "{what}: cannot listen; retrying"),
@@ -74,4 +99,22 @@ pub async fn follow(
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
     }
+}
+
+/// Sends one heartbeat through another connection of the pool, without holding up the
+/// follower (a pool that cannot reach PostgreSQL either shows as a missing heartbeat).
+fn send_heartbeat(pool: &PgPool, within: Duration) {
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let sent = tokio::time::timeout(
+            within,
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(HEARTBEAT_CHANNEL)
+                .execute(&pool),
+        )
+        .await;
+        if let Ok(Err(e)) = sent {
+            tracing::debug!(error = %e, "heartbeat not sent");
+        }
+    });
 }

@@ -6,6 +6,8 @@ use crate::common::served::Server;
 use crate::common::wait::until;
 use crate::common::*;
 
+use axum::body::Body;
+use axum::http::Request;
 use serde_json::{Value, json};
 
 const NOBODY: As = As {
@@ -68,12 +70,35 @@ fn signal(pid: i32, sig: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Long enough that no heartbeat notices a stopped listener while a test wants it unnoticed.
+const QUIET_HEARTBEAT_MS: u64 = 3_600_000;
+
 async fn setup() -> (TestApp, String, String) {
-    let t = app().await.with_view_cache().await;
+    setup_beating(QUIET_HEARTBEAT_MS).await
+}
+
+/// An instance reusing views whose listener beats every `heartbeat_ms`, with a template and a
+/// cluster whose notifications have arrived.
+async fn setup_beating(heartbeat_ms: u64) -> (TestApp, String, String) {
+    let t = app_with(|c| c.database.listen_heartbeat_ms = heartbeat_ms)
+        .await
+        .with_view_cache()
+        .await;
     let tpl = t.template(&ALICE, "tpl").await;
     let c = t.cluster(&ALICE, "one", &tpl).await;
     settle(&t).await;
     (t, tpl, c)
+}
+
+/// Alice renames the template `patched` (a successful write through this replica).
+async fn rename_template(t: &TestApp, tpl: &str) {
+    t.patch(
+        &ALICE,
+        &format!("/v1/clustertemplates/{tpl}"),
+        json!([{"op": "replace", "path": "/name", "value": "patched"}]),
+    )
+    .await
+    .assert_status(200);
 }
 
 /// `field` of the first item of the list at `path`, as Alice reads it.
@@ -170,13 +195,7 @@ async fn a_write_through_this_replica_is_read_back_at_once_and_another_after_its
         t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body["status"],
         "DELETE_IN_PROGRESS"
     );
-    t.patch(
-        &ALICE,
-        &format!("/v1/clustertemplates/{tpl}"),
-        json!([{"op": "replace", "path": "/name", "value": "patched"}]),
-    )
-    .await
-    .assert_status(200);
+    rename_template(&t, &tpl).await;
     assert_eq!(first(&t, "/v1/clustertemplates", "name").await, "patched");
     // Another replica's write: not seen while the notification cannot arrive...
     let show = format!("/v1/clusters/{second}");
@@ -283,6 +302,62 @@ async fn reused_answers_are_the_answers_without_reuse() {
             }
         }
     }
+}
+
+/// A listening connection that dies without a word (its backend stopped: nothing arrives,
+/// nothing fails, as with a failover that sends no reset) is noticed by its heartbeat: another
+/// replica's change is served within three heartbeats instead of never.
+#[tokio::test]
+async fn a_silently_dead_listener_stops_reuse_within_three_heartbeats() {
+    const HEARTBEAT_MS: u64 = 300;
+    let (t, _tpl, c) = setup_beating(HEARTBEAT_MS).await;
+    let show = format!("/v1/clusters/{c}");
+    assert_eq!(
+        t.get(&ALICE, &show).await.body["status"],
+        "CREATE_IN_PROGRESS"
+    );
+    let _stopped = Stopped::new(listener_pid(&t).await);
+    let stopped_at = std::time::Instant::now();
+    let other = t.twin(|_| {}).await;
+    other
+        .write_sql(&format!(
+            "UPDATE cluster SET status = 'CREATE_FAILED' WHERE uuid = '{c}'"
+        ))
+        .await;
+    until(
+        "the change to be served although its notification never arrives",
+        || async { (t.get(&ALICE, &show).await.body["status"] == "CREATE_FAILED").then_some(()) },
+    )
+    .await;
+    let took = stopped_at.elapsed();
+    // Three heartbeats bound it; the slack is for a loaded machine, not for the mechanism.
+    let bound = std::time::Duration::from_millis(3 * HEARTBEAT_MS + 10_000);
+    assert!(took < bound, "stale for {took:?}");
+}
+
+/// Only a successful write retires the stored views: a request refused before it wrote (bad
+/// input, no such cluster, not allowed; 401 goes the same way) leaves them, so nobody can keep
+/// the cache empty.
+#[tokio::test]
+async fn refused_writes_do_not_retire_views_and_successful_ones_do() {
+    let (t, tpl, c) = setup().await;
+    let before = t.state.views.peek().expect("listening");
+    let headerless = Request::builder()
+        .method("POST")
+        .uri("/v1/clusters")
+        .header("content-type", "application/json")
+        .body(Body::from("{}"))
+        .unwrap();
+    t.raw(headerless).await.assert_status(400);
+    t.delete(&ALICE, "/v1/clusters/nosuch")
+        .await
+        .assert_status(404);
+    t.delete(&NOBODY, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(403);
+    assert_eq!(t.state.views.peek(), Some(before), "nothing was written");
+    rename_template(&t, &tpl).await;
+    assert_ne!(t.state.views.peek(), Some(before), "a write retires them");
 }
 
 #[tokio::test]
