@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -482,9 +483,10 @@ pub async fn serve_members(
         let mut stop = stop_rx.clone();
         tracing::info!(%addr, "metrics listening");
         background.push(tokio::spawn(async move {
-            let served = axum::serve(metrics, app).with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|v| *v).await;
-            });
+            let served =
+                axum::serve(metrics.tap_io(no_delay), app).with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|v| *v).await;
+                });
             if let Err(e) = served.await {
                 tracing::error!(error = %e, "metrics listener failed");
             }
@@ -492,7 +494,7 @@ pub async fn serve_members(
     }
     let svc = crate::api::service(state.clone());
     tracing::info!(addr = %listener.local_addr()?, "magnum-capi listening");
-    axum::serve(listener, tower::make::Shared::new(svc))
+    axum::serve(listener.tap_io(no_delay), tower::make::Shared::new(svc))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     let _ = stop_tx.send(true);
@@ -501,6 +503,14 @@ pub async fn serve_members(
     }
     state.pool.close().await;
     Ok(())
+}
+
+/// Answers leave at once: without TCP_NODELAY a response written in more than one segment
+/// waits for the client's delayed ACK (tens of milliseconds a request).
+pub fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
+    }
 }
 
 async fn shutdown_signal() {

@@ -34,6 +34,7 @@ use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use serde_json::{Value, json};
 
 #[path = "fakecloud_workload.rs"]
@@ -217,6 +218,7 @@ impl FakeCloud {
         let inner = Arc::new(Mutex::new(inner));
         let app = Router::new().fallback(handle).with_state(inner.clone());
         let task = tokio::spawn(async move {
+            let listener = listener.tap_io(magnum_capi::server::no_delay);
             let _ = axum::serve(listener, app).await;
         });
         FakeCloud { base, inner, task }
