@@ -129,7 +129,7 @@ async fn list_templates(
     base: &str,
 ) -> ApiResult<Response> {
     args.only(&["marker", "limit", "sort_key", "sort_dir"])?;
-    let q = list_query(args, templates::SORT_KEYS, app.config.api.max_limit)?;
+    let q = list_query(args, &templates::SORT_KEYS, app.config.api.max_limit)?;
     // The serialised page (cached while no template changes), as `Json` would send it.
     let body = templates::list_json(app, caller, &q, detail, base).await?;
     Ok(super::body::json_bytes(body))

@@ -40,10 +40,7 @@ pub struct ApiDoc;
 /// The keys a response object may leave out (the views' `skip_serializing_if` fields); every
 /// other key of a response object is always present, null when it has no value.
 const MAY_BE_ABSENT: &[(&str, &[&str])] = &[
-    (
-        "Cluster",
-        &["stack_id", "cluster_id", "faults", "management_cluster"],
-    ),
+    ("Cluster", &["faults", "management_cluster"]),
     ("ClusterSummary", &["stack_id", "cluster_id"]),
     ("ClusterTemplateList", &["next"]),
     ("ClusterDetailList", &["next"]),
@@ -184,19 +181,32 @@ impl Modify for Contract {
                 if REQUEST_BODIES.contains(&name.as_str()) {
                     continue;
                 }
-                let RefOr::T(Schema::Object(object)) = schema else {
-                    continue;
-                };
                 let absent = MAY_BE_ABSENT
                     .iter()
                     .find(|(n, _)| n == name)
                     .map_or(&[][..], |(_, keys)| *keys);
-                object.required = object
-                    .properties
-                    .keys()
-                    .filter(|k| !absent.contains(&k.as_str()))
-                    .cloned()
-                    .collect();
+                // A view that extends another (`#[serde(flatten)]`) is `allOf` the other's
+                // reference and its own object: that object's keys are required the same way.
+                let objects: Vec<&mut utoipa::openapi::Object> = match schema {
+                    RefOr::T(Schema::Object(object)) => vec![object],
+                    RefOr::T(Schema::AllOf(all)) => all
+                        .items
+                        .iter_mut()
+                        .filter_map(|item| match item {
+                            RefOr::T(Schema::Object(object)) => Some(object),
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => continue,
+                };
+                for object in objects {
+                    object.required = object
+                        .properties
+                        .keys()
+                        .filter(|k| !absent.contains(&k.as_str()))
+                        .cloned()
+                        .collect();
+                }
             }
         }
     }

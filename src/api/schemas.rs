@@ -858,7 +858,7 @@ pub struct TemplateListQuery;
 
 impl IntoParams for TemplateListQuery {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        uuid_page_params("template", crate::service::templates::SORT_KEYS)
+        uuid_page_params("template", &crate::service::templates::SORT_KEYS)
     }
 }
 

@@ -1,5 +1,7 @@
 //! `cluster_template` rows: insert, visibility-scoped lookups, paginated lists, update, delete.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 use sqlx::types::Json;
@@ -72,12 +74,45 @@ impl TemplateRow {
     }
 }
 
-/// Columns a client may sort templates by (Magnum accepts any model column).
-pub const SORT_KEYS: &[&str] = &[
-    "id",
-    "uuid",
-    "project_id",
-    "user_id",
+/// Columns a client may sort templates by (Magnum accepts any model column): the keys, who
+/// owns it, what the owner sets (but our own resolved look-ups) and the timestamps.
+pub static SORT_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    ["id", "uuid", "project_id", "user_id"]
+        .into_iter()
+        .chain(SETTABLE.into_iter().filter(|c| *c != "resolved"))
+        .chain(["created_at", "updated_at"])
+        .collect()
+});
+
+/// Which templates a caller can see.
+#[derive(Debug, Clone)]
+pub enum Visibility {
+    /// Admin: every template.
+    All,
+    /// The project's own templates plus public, non-hidden ones.
+    Project(String),
+}
+
+impl Visibility {
+    fn sql(&self, param: usize) -> String {
+        match self {
+            Visibility::All => "TRUE".into(),
+            Visibility::Project(_) => {
+                format!("(t.project_id = ${param} OR (t.public AND NOT t.hidden))")
+            }
+        }
+    }
+    fn project(&self) -> &str {
+        match self {
+            Visibility::All => "",
+            Visibility::Project(p) => p,
+        }
+    }
+}
+
+/// The columns a template's owner sets, in the order [`bind_settable`] binds them: the one list
+/// both `insert` and `update` are written from.
+const SETTABLE: [&str; 31] = [
     "name",
     "image_id",
     "flavor_id",
@@ -108,135 +143,82 @@ pub const SORT_KEYS: &[&str] = &[
     "hidden",
     "tags",
     "driver",
-    "created_at",
-    "updated_at",
+    "resolved",
 ];
 
-/// Which templates a caller can see.
-#[derive(Debug, Clone)]
-pub enum Visibility {
-    /// Admin: every template.
-    All,
-    /// The project's own templates plus public, non-hidden ones.
-    Project(String),
+type TemplateQuery<'q> =
+    sqlx::query::QueryAs<'q, sqlx::Postgres, TemplateRow, sqlx::postgres::PgArguments>;
+
+/// Binds `t`'s [`SETTABLE`] columns, in that order.
+fn bind_settable<'q>(q: TemplateQuery<'q>, t: &'q TemplateRow) -> TemplateQuery<'q> {
+    q.bind(&t.name)
+        .bind(&t.image_id)
+        .bind(&t.flavor_id)
+        .bind(&t.master_flavor_id)
+        .bind(&t.keypair_id)
+        .bind(&t.external_network_id)
+        .bind(&t.fixed_network)
+        .bind(&t.fixed_subnet)
+        .bind(&t.network_driver)
+        .bind(&t.volume_driver)
+        .bind(&t.dns_nameserver)
+        .bind(t.apiserver_port)
+        .bind(t.docker_volume_size)
+        .bind(&t.docker_storage_driver)
+        .bind(&t.cluster_distro)
+        .bind(&t.coe)
+        .bind(&t.http_proxy)
+        .bind(&t.https_proxy)
+        .bind(&t.no_proxy)
+        .bind(t.registry_enabled)
+        .bind(&t.labels)
+        .bind(t.tls_disabled)
+        .bind(t.public)
+        .bind(&t.server_type)
+        .bind(&t.insecure_registry)
+        .bind(t.master_lb_enabled)
+        .bind(t.floating_ip_enabled)
+        .bind(t.hidden)
+        .bind(&t.tags)
+        .bind(&t.driver)
+        .bind(&t.resolved)
 }
 
-impl Visibility {
-    fn sql(&self, param: usize) -> String {
-        match self {
-            Visibility::All => "TRUE".into(),
-            Visibility::Project(_) => {
-                format!("(t.project_id = ${param} OR (t.public AND NOT t.hidden))")
-            }
-        }
-    }
-    fn project(&self) -> &str {
-        match self {
-            Visibility::All => "",
-            Visibility::Project(p) => p,
-        }
-    }
-}
+/// `INSERT … (uuid, project_id, user_id, SETTABLE…) VALUES ($1, …) RETURNING *`.
+static INSERT: LazyLock<String> = LazyLock::new(|| {
+    let params: Vec<String> = (1..=SETTABLE.len() + 3).map(|i| format!("${i}")).collect();
+    format!(
+        "INSERT INTO cluster_template (uuid, project_id, user_id, {}) VALUES ({}) RETURNING *",
+        SETTABLE.join(", "),
+        params.join(", ")
+    )
+});
+
+/// `UPDATE … SET SETTABLE=$2…, updated_at=now() WHERE uuid=$1 RETURNING *`.
+static UPDATE: LazyLock<String> = LazyLock::new(|| {
+    let sets: Vec<String> = SETTABLE
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c}=${}", i + 2))
+        .collect();
+    format!(
+        "UPDATE cluster_template SET {}, updated_at=now() WHERE uuid=$1 RETURNING *",
+        sets.join(", ")
+    )
+});
 
 pub async fn insert(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
-    let row = sqlx::query_as::<_, TemplateRow>(
-        "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id,
-            master_flavor_id, keypair_id, external_network_id, fixed_network, fixed_subnet,
-            network_driver, volume_driver, dns_nameserver, apiserver_port, docker_volume_size,
-            docker_storage_driver, cluster_distro, coe, http_proxy, https_proxy, no_proxy,
-            registry_enabled, labels, tls_disabled, public, server_type, insecure_registry,
-            master_lb_enabled, floating_ip_enabled, hidden, tags, driver, resolved)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,
-                 $23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33,$34)
-         RETURNING *",
-    )
-    .bind(t.uuid)
-    .bind(&t.project_id)
-    .bind(&t.user_id)
-    .bind(&t.name)
-    .bind(&t.image_id)
-    .bind(&t.flavor_id)
-    .bind(&t.master_flavor_id)
-    .bind(&t.keypair_id)
-    .bind(&t.external_network_id)
-    .bind(&t.fixed_network)
-    .bind(&t.fixed_subnet)
-    .bind(&t.network_driver)
-    .bind(&t.volume_driver)
-    .bind(&t.dns_nameserver)
-    .bind(t.apiserver_port)
-    .bind(t.docker_volume_size)
-    .bind(&t.docker_storage_driver)
-    .bind(&t.cluster_distro)
-    .bind(&t.coe)
-    .bind(&t.http_proxy)
-    .bind(&t.https_proxy)
-    .bind(&t.no_proxy)
-    .bind(t.registry_enabled)
-    .bind(&t.labels)
-    .bind(t.tls_disabled)
-    .bind(t.public)
-    .bind(&t.server_type)
-    .bind(&t.insecure_registry)
-    .bind(t.master_lb_enabled)
-    .bind(t.floating_ip_enabled)
-    .bind(t.hidden)
-    .bind(&t.tags)
-    .bind(&t.driver)
-    .bind(&t.resolved)
-    .fetch_one(pool)
-    .await?;
-    Ok(row)
+    let q = sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(INSERT.as_str()))
+        .bind(t.uuid)
+        .bind(&t.project_id)
+        .bind(&t.user_id);
+    Ok(bind_settable(q, t).fetch_one(pool).await?)
 }
 
 /// Writes every mutable column of `t` (matched by uuid) and bumps `updated_at`.
 pub async fn update(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
-    let row = sqlx::query_as::<_, TemplateRow>(
-        "UPDATE cluster_template SET name=$2, image_id=$3, flavor_id=$4, master_flavor_id=$5,
-            keypair_id=$6, external_network_id=$7, fixed_network=$8, fixed_subnet=$9,
-            network_driver=$10, volume_driver=$11, dns_nameserver=$12, apiserver_port=$13,
-            docker_volume_size=$14, docker_storage_driver=$15, cluster_distro=$16, coe=$17,
-            http_proxy=$18, https_proxy=$19, no_proxy=$20, registry_enabled=$21, labels=$22,
-            tls_disabled=$23, public=$24, server_type=$25, insecure_registry=$26,
-            master_lb_enabled=$27, floating_ip_enabled=$28, hidden=$29, tags=$30, driver=$31,
-            resolved=$32, updated_at=now()
-         WHERE uuid=$1 RETURNING *",
-    )
-    .bind(t.uuid)
-    .bind(&t.name)
-    .bind(&t.image_id)
-    .bind(&t.flavor_id)
-    .bind(&t.master_flavor_id)
-    .bind(&t.keypair_id)
-    .bind(&t.external_network_id)
-    .bind(&t.fixed_network)
-    .bind(&t.fixed_subnet)
-    .bind(&t.network_driver)
-    .bind(&t.volume_driver)
-    .bind(&t.dns_nameserver)
-    .bind(t.apiserver_port)
-    .bind(t.docker_volume_size)
-    .bind(&t.docker_storage_driver)
-    .bind(&t.cluster_distro)
-    .bind(&t.coe)
-    .bind(&t.http_proxy)
-    .bind(&t.https_proxy)
-    .bind(&t.no_proxy)
-    .bind(t.registry_enabled)
-    .bind(&t.labels)
-    .bind(t.tls_disabled)
-    .bind(t.public)
-    .bind(&t.server_type)
-    .bind(&t.insecure_registry)
-    .bind(t.master_lb_enabled)
-    .bind(t.floating_ip_enabled)
-    .bind(t.hidden)
-    .bind(&t.tags)
-    .bind(&t.driver)
-    .bind(&t.resolved)
-    .fetch_one(pool)
-    .await?;
-    Ok(row)
+    let q = sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(UPDATE.as_str())).bind(t.uuid);
+    Ok(bind_settable(q, t).fetch_one(pool).await?)
 }
 
 pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Option<TemplateRow>> {

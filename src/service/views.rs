@@ -247,56 +247,40 @@ pub struct ClusterSummary {
 
 /// The short form of a cluster, consuming the row (a list moves its fields instead of copying
 /// them).
-pub fn cluster_short(c: ClusterRow, s: &NgSummary, base: &str, mv: Version) -> ClusterSummary {
-    let (stack_id, cluster_id) = stack_keys(&c, mv);
+pub fn cluster_short(mut c: ClusterRow, s: &NgSummary, base: &str, mv: Version) -> ClusterSummary {
+    take_summary(&mut c, s, base, mv)
+}
+
+/// The short form, its fields taken out of the row (what the full form adds stays in it).
+fn take_summary(c: &mut ClusterRow, s: &NgSummary, base: &str, mv: Version) -> ClusterSummary {
+    let (stack_id, cluster_id) = stack_keys(c, mv);
     ClusterSummary {
         uuid: c.uuid,
-        name: c.name,
+        name: c.name.take(),
         cluster_template_id: c.cluster_template_id,
-        keypair: c.keypair,
+        keypair: c.keypair.take(),
         node_count: s.node_count,
         master_count: s.master_count,
         docker_volume_size: c.docker_volume_size,
-        labels: c.labels.0,
-        master_flavor_id: c.master_flavor_id,
-        flavor_id: c.flavor_id,
+        labels: std::mem::take(&mut c.labels.0),
+        master_flavor_id: c.master_flavor_id.take(),
+        flavor_id: c.flavor_id.take(),
         create_timeout: c.create_timeout,
         links: links(base, &format!("clusters/{}", c.uuid)),
         stack_id,
         cluster_id,
-        status: c.status,
-        health_status: c.health_status,
+        status: std::mem::take(&mut c.status),
+        health_status: c.health_status.take(),
         merge_labels: false,
     }
 }
 
-/// The full form (`GET /v1/clusters/{id}`, `/detail`).
+/// The full form (`GET /v1/clusters/{id}`, `/detail`): the short form and the rest.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Cluster {
-    pub uuid: Uuid,
-    pub name: Option<String>,
-    pub cluster_template_id: Uuid,
-    pub keypair: Option<String>,
-    pub node_count: i64,
-    pub master_count: i64,
-    pub docker_volume_size: Option<i32>,
-    #[schema(value_type = HashMap<String, String>)]
-    pub labels: Labels,
-    pub master_flavor_id: Option<String>,
-    pub flavor_id: Option<String>,
-    pub create_timeout: Option<i32>,
-    pub links: Vec<Link>,
-    /// Below 1.13 only (then `cluster_id` is absent).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub stack_id: Option<Option<String>>,
-    /// From 1.13 only (then `stack_id` is absent).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub cluster_id: Option<Option<String>>,
-    pub status: String,
+    #[serde(flatten)]
+    pub summary: ClusterSummary,
     pub status_reason: Option<String>,
-    pub health_status: Option<String>,
     /// What the health monitor found (`api`, `<node>.Ready`, `credential`), as strings.
     #[schema(value_type = HashMap<String, String>)]
     pub health_status_reason: Value,
@@ -315,8 +299,6 @@ pub struct Cluster {
     pub fixed_network: Option<String>,
     pub fixed_subnet: Option<String>,
     pub floating_ip_enabled: Option<bool>,
-    /// Always false in views (a create-time flag).
-    pub merge_labels: bool,
     /// Labels whose value differs from the template's.
     #[schema(value_type = HashMap<String, String>)]
     pub labels_overridden: Labels,
@@ -349,33 +331,18 @@ pub fn cluster_full(
 
 /// [`cluster_full`] consuming the row and the summary (a list moves their fields).
 pub fn cluster_full_owned(
-    c: ClusterRow,
+    mut c: ClusterRow,
     s: NgSummary,
     parent: &Labels,
     base: &str,
     mv: Version,
 ) -> Cluster {
-    let (stack_id, cluster_id) = stack_keys(&c, mv);
     let failed = c.status.parse::<Status>().is_ok_and(Status::is_failed);
     let d = labels::diff(parent, &c.labels.0);
+    let summary = take_summary(&mut c, &s, base, mv);
     Cluster {
-        uuid: c.uuid,
-        name: c.name,
-        cluster_template_id: c.cluster_template_id,
-        keypair: c.keypair,
-        node_count: s.node_count,
-        master_count: s.master_count,
-        docker_volume_size: c.docker_volume_size,
-        labels: c.labels.0,
-        master_flavor_id: c.master_flavor_id,
-        flavor_id: c.flavor_id,
-        create_timeout: c.create_timeout,
-        links: links(base, &format!("clusters/{}", c.uuid)),
-        stack_id,
-        cluster_id,
-        status: c.status,
+        summary,
         status_reason: c.status_reason,
-        health_status: c.health_status,
         health_status_reason: c.health_status_reason.0,
         discovery_url: c.discovery_url,
         api_address: c.api_address,
@@ -389,7 +356,6 @@ pub fn cluster_full_owned(
         fixed_network: c.fixed_network,
         fixed_subnet: c.fixed_subnet,
         floating_ip_enabled: c.floating_ip_enabled,
-        merge_labels: false,
         labels_overridden: d.overridden,
         labels_added: d.added,
         labels_skipped: d.skipped,
