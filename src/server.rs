@@ -351,7 +351,22 @@ pub fn spawn_capi(
             if matches!(status, Status::CreateComplete | Status::UpdateComplete) {
                 let (c, pool) = (collector.clone(), pool.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = c.collect_templates(&pool, cluster).await {
+                    let row = crate::db::clusters::by_uuid(
+                        &pool,
+                        &crate::db::clusters::Scope::All,
+                        cluster,
+                    )
+                    .await;
+                    let collected = match row {
+                        Ok(Some(row)) => c
+                            .collect_templates(&row.into())
+                            .await
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                        Ok(None) => Ok(()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    if let Err(e) = collected {
                         tracing::warn!(cluster = %cluster, error = %e, "removing superseded machine templates failed");
                     }
                 });
@@ -378,9 +393,10 @@ pub fn spawn_capi(
     )));
     let every = maintenance_every(capi.config.credential_check_interval_secs);
     let (pool, sweeper, mut stop) = (app.pool.clone(), capi.clone(), stop);
+    let journal = crate::service::journal::PgJournal::new(app.pool.clone());
     tasks.push(tokio::spawn(async move {
         loop {
-            sweeper.maintenance(&pool).await;
+            sweeper.maintenance(&pool, &journal).await;
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.changed() => return,

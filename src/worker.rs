@@ -19,10 +19,13 @@ use tracing::Instrument;
 use crate::app::AppState;
 use crate::db::operations::{self as odb, OperationRow};
 use crate::db::services as sdb;
+use crate::db::spec::{self as spec_db, Loaded};
 use crate::db::status::{self as status, Transition};
 use crate::domain::operation::{OperationKind, backoff_ms};
+use crate::domain::spec::{Operation, Template};
 use crate::domain::status::Status;
-use crate::driver::{Backend, DriverError, Outcome};
+use crate::driver::{Backend, DriverError, Fact, Outcome, Report, Run};
+use crate::service::journal::PgJournal;
 
 /// Runs `concurrency` workers until `shutdown` flips to true.
 pub async fn run(
@@ -250,8 +253,8 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
 }
 
 /// How a driver run ended, seen from the queue.
-enum Run {
-    Finished(Result<Outcome, DriverError>),
+enum Ending {
+    Finished(Result<Report, DriverError>),
     /// Another replica took the operation over after our lease ran out.
     LeaseLost,
     /// This replica is stopping.
@@ -289,81 +292,106 @@ async fn execute(
         },
     };
     parked.running(op.cluster_uuid, op.id);
+    let operation = Operation::from(&op);
+    let journal = PgJournal::new(app.pool.clone());
     let run = {
-        let work = driver.execute(&app.pool, &op, caller.as_ref());
+        let work = run_step(app, driver, &operation, caller.as_ref(), &journal);
         tokio::pin!(work);
         let mut ticker =
             tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
         loop {
             tokio::select! {
-                r = &mut work => break Run::Finished(r),
+                r = &mut work => break Ending::Finished(r),
                 _ = ticker.tick() => {
                     match odb::renew(&app.pool, op.id, worker, cfg.lease_secs).await {
                         Ok(true) => {}
-                        Ok(false) => break Run::LeaseLost,
+                        Ok(false) => break Ending::LeaseLost,
                         Err(e) => tracing::warn!(error = %e, "renewing the lease failed"),
                     }
                 }
-                _ = stopping(shutdown) => break Run::Interrupted,
+                _ = stopping(shutdown) => break Ending::Interrupted,
             }
         }
     };
+    let requeued = |r: &Ending| {
+        matches!(
+            r,
+            Ending::Finished(Ok(Report {
+                outcome: Outcome::Requeue { .. },
+                ..
+            }))
+        )
+    };
     let counted = match &run {
-        Run::Finished(Ok(Outcome::Requeue { .. })) => "requeued",
-        Run::Finished(Ok(_)) => "done",
-        Run::Finished(Err(DriverError::Transient(_))) if op.attempts < cfg.max_attempts => "retry",
-        Run::Finished(Err(DriverError::Deferred { .. })) => "deferred",
-        Run::Finished(Err(_)) => "failed",
-        Run::LeaseLost => "lease_lost",
-        Run::Interrupted => "interrupted",
+        r if requeued(r) => "requeued",
+        Ending::Finished(Ok(_)) => "done",
+        Ending::Finished(Err(DriverError::Transient(_))) if op.attempts < cfg.max_attempts => {
+            "retry"
+        }
+        Ending::Finished(Err(DriverError::Deferred { .. })) => "deferred",
+        Ending::Finished(Err(_)) => "failed",
+        Ending::LeaseLost => "lease_lost",
+        Ending::Interrupted => "interrupted",
     };
     crate::telemetry::operation_outcome(&op.kind, counted);
-    if !matches!(run, Run::Finished(Ok(Outcome::Requeue { .. }))) {
+    if !requeued(&run) {
         parked.forget(op.cluster_uuid);
     }
     let outcome = match run {
-        Run::Finished(Ok(Outcome::Requeue {
+        Ending::Finished(Ok(Report {
+            outcome:
+                Outcome::Requeue {
+                    after,
+                    progress,
+                    step,
+                },
+            facts,
+        })) => park(
+            app,
+            &op,
+            worker,
+            &facts,
             after,
-            progress,
-            step,
-        })) => park(app, &op, worker, after, progress.as_deref(), step.as_ref())
-            .await
-            .map(|held| {
-                if !held {
-                    parked.forget(op.cluster_uuid);
-                } else if let Some(id) = parked.parked(op.cluster_uuid) {
-                    wake_soon(app, id);
-                }
-            }),
-        Run::Finished(Ok(done)) => complete(app, &op, worker, &done).await.map(|held| {
+            progress.as_deref(),
+            step.as_ref(),
+        )
+        .await
+        .map(|held| {
+            if !held {
+                parked.forget(op.cluster_uuid);
+            } else if let Some(id) = parked.parked(op.cluster_uuid) {
+                wake_soon(app, id);
+            }
+        }),
+        Ending::Finished(Ok(done)) => complete(app, &op, worker, &done).await.map(|held| {
             if held {
-                driver.finished(&op);
+                driver.finished(&operation);
             } else {
                 tracing::warn!("finished after the lease was lost; the new holder decides");
             }
         }),
-        Run::Finished(Err(DriverError::Transient(e))) if op.attempts < cfg.max_attempts => {
+        Ending::Finished(Err(DriverError::Transient(e))) if op.attempts < cfg.max_attempts => {
             let delay = backoff_ms(cfg.retry_base_ms, op.attempts);
             tracing::warn!(error = %chain(e.as_ref()), delay_ms = delay, "attempt failed, will retry");
             odb::retry_later(&app.pool, op.id, worker, &e.to_string(), delay)
                 .await
                 .map(|_| ())
         }
-        Run::Finished(Err(DriverError::Deferred { reason, retry_ms })) => {
+        Ending::Finished(Err(DriverError::Deferred { reason, retry_ms })) => {
             tracing::info!(reason = %reason, delay_ms = retry_ms, "waiting for the management cluster");
             odb::defer(&app.pool, op.id, worker, &reason, retry_ms)
                 .await
                 .map(|_| ())
         }
-        Run::Finished(Err(e)) => {
+        Ending::Finished(Err(e)) => {
             tracing::error!(error = %chain(&e), "operation failed for good");
             give_up(app, &op, worker, &e.to_string()).await
         }
-        Run::LeaseLost => {
+        Ending::LeaseLost => {
             tracing::warn!("lease lost to another replica; abandoning this attempt");
             Ok(())
         }
-        Run::Interrupted => {
+        Ending::Interrupted => {
             tracing::info!("shutting down; handing the operation back to the queue");
             odb::release(&app.pool, op.id, worker).await.map(|_| ())
         }
@@ -371,6 +399,92 @@ async fn execute(
     if let Err(e) = outcome {
         tracing::error!(error = %e, "recording the outcome failed; the lease will expire and the operation rerun");
     }
+}
+
+/// Resolves what the operation needs from Postgres (its cluster's spec; an upgrade's new
+/// template) and runs one step of it on the backend. A cluster already gone is done.
+async fn run_step(
+    app: &AppState,
+    driver: &dyn Backend,
+    op: &Operation,
+    caller: Option<&secrecy::SecretString>,
+    journal: &PgJournal,
+) -> Result<Report, DriverError> {
+    let transient = |e: crate::db::DbError| DriverError::Transient(Box::new(e));
+    let spec = match spec_db::load(&app.pool, op.cluster_uuid)
+        .await
+        .map_err(transient)?
+    {
+        Loaded::Spec(spec) => spec,
+        Loaded::ClusterGone => return Ok(Outcome::Done.into()),
+        Loaded::TemplateGone => {
+            return Err(DriverError::permanent(
+                "the cluster's template no longer exists",
+            ));
+        }
+    };
+    let upgrade_to: Option<Template> = match op.op_kind() {
+        Ok(OperationKind::Upgrade) => match op
+            .payload
+            .get("cluster_template")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|s| Uuid::parse_str(s).ok())
+        {
+            Some(u) => spec_db::template(&app.pool, u).await.map_err(transient)?,
+            None => None,
+        },
+        _ => None,
+    };
+    driver
+        .execute(Run {
+            op,
+            spec: &spec,
+            upgrade_to: upgrade_to.as_ref(),
+            caller,
+            journal,
+        })
+        .await
+}
+
+/// Records what a run established (lock order: the caller holds the cluster's row).
+async fn write_facts(
+    tx: &mut sqlx::PgConnection,
+    cluster: Uuid,
+    facts: &[Fact],
+) -> Result<(), crate::db::DbError> {
+    use crate::db::clusters as cdb;
+    use crate::db::nodegroups as ndb;
+    for fact in facts {
+        match fact {
+            Fact::Template(t) => cdb::set_template(&mut *tx, cluster, *t).await?,
+            Fact::Label { key, value } => {
+                cdb::set_label(&mut *tx, cluster, key, value.as_deref()).await?
+            }
+            Fact::NodegroupImage { nodegroup, image } => {
+                ndb::set_image(&mut *tx, *nodegroup, image.as_deref()).await?
+            }
+            Fact::NodegroupAddresses {
+                nodegroup,
+                addresses,
+            } => ndb::set_addresses(&mut *tx, *nodegroup, addresses).await?,
+            Fact::NodegroupStatus { nodegroup, status } => {
+                ndb::set_status(&mut *tx, *nodegroup, status.as_str(), None).await?
+            }
+            Fact::Cluster {
+                api_address,
+                coe_version,
+                container_version,
+            } => {
+                let facts = cdb::DriverFacts {
+                    api_address: api_address.clone(),
+                    coe_version: coe_version.clone(),
+                    container_version: container_version.clone(),
+                };
+                cdb::set_driver_facts(&mut *tx, cluster, &facts).await?
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Wakes a parked operation whose cluster changed while its step ran.
@@ -406,11 +520,15 @@ async fn complete(
     app: &AppState,
     op: &OperationRow,
     worker: &str,
-    done: &Outcome,
+    done: &Report,
 ) -> Result<bool, crate::db::DbError> {
     let mut tx = app.pool.begin().await?;
+    if !done.facts.is_empty() {
+        crate::db::clusters::lock(&mut *tx, op.cluster_uuid).await?;
+        write_facts(&mut tx, op.cluster_uuid, &done.facts).await?;
+    }
     let completed = |status| Transition::Completed { op: op.id, status };
-    match done {
+    match &done.outcome {
         Outcome::Done | Outcome::Requeue { .. } => {}
         Outcome::Completed(status) => {
             status::write(&mut tx, op.cluster_uuid, completed(*status)).await?;
@@ -438,11 +556,16 @@ async fn park(
     app: &AppState,
     op: &OperationRow,
     worker: &str,
+    facts: &[Fact],
     after: Duration,
     progress: Option<&str>,
     step: Option<&serde_json::Value>,
 ) -> Result<bool, crate::db::DbError> {
     let mut tx = app.pool.begin().await?;
+    if !facts.is_empty() {
+        crate::db::clusters::lock(&mut *tx, op.cluster_uuid).await?;
+        write_facts(&mut tx, op.cluster_uuid, facts).await?;
+    }
     if let (Some(reason), Ok(kind)) = (progress, op.op_kind()) {
         status::write(
             &mut tx,

@@ -88,7 +88,14 @@ impl From<BackendError> for ApiError {
                 ApiError::Unavailable(format!("{m}. Please retry later."))
             }
             BackendError::OpenStack(o) => o.into(),
-            BackendError::Db(d) => ApiError::Db(d),
+            // The journal is PostgreSQL: an outage is a 503 as for any other write.
+            BackendError::Journal(j) => match j.source.downcast::<DbError>() {
+                Ok(d) => ApiError::Db(*d),
+                Err(source) => ApiError::Internal(Box::new(crate::driver::JournalError {
+                    what: j.what,
+                    source,
+                })),
+            },
             BackendError::Internal(cause) => ApiError::Internal(cause),
         }
     }

@@ -10,7 +10,6 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use sqlx::PgPool;
 
 use super::apply::ObjectRef;
 use super::driver::{Capi, CapiError, name_of, namespace_of};
@@ -18,12 +17,9 @@ use super::pki::{self, ClusterCas, KeyPairPem};
 use super::status::Observed;
 use super::{LABEL_ROLE, kinds, secret_data};
 
-use crate::db::clusters::ClusterRow;
-use crate::db::day2;
-use crate::db::operations::OperationRow;
-
+use crate::domain::spec::{Cluster, ClusterSpec, Operation};
 use crate::domain::status::Status;
-use crate::driver::Outcome;
+use crate::driver::{Journal, Outcome};
 
 pub use crate::domain::certificates::CaKind;
 
@@ -101,7 +97,7 @@ impl Capi {
     /// way); `None` when the Secret does not exist.
     pub async fn cluster_ca(
         &self,
-        c: &ClusterRow,
+        c: &Cluster,
         kind: CaKind,
     ) -> Result<Option<KeyPairPem>, CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
@@ -126,7 +122,7 @@ impl Capi {
         }
     }
 
-    fn ca_secret(&self, c: &ClusterRow, kind: CaKind, pair: &KeyPairPem, labels: &Value) -> Value {
+    fn ca_secret(&self, c: &Cluster, kind: CaKind, pair: &KeyPairPem, labels: &Value) -> Value {
         json!({
             "apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
             "metadata": {"name": format!("{}-{}", name_of(c), suffix(kind)),
@@ -139,7 +135,7 @@ impl Capi {
     /// else the current CAs and freshly generated ones, written to it first.
     async fn rotation_cas(
         &self,
-        c: &ClusterRow,
+        c: &Cluster,
         started: bool,
     ) -> Result<(Vec<KeyPairPem>, Vec<KeyPairPem>, Value), CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
@@ -221,7 +217,7 @@ impl Capi {
     /// Writes the CA data of `kube-public/cluster-info` in the workload cluster (what joining
     /// nodes trust and check the discovery pin against), through the admin kubeconfig CAPI keeps
     /// in `<cluster>-kubeconfig`.
-    async fn set_cluster_info_ca(&self, c: &ClusterRow, ca_pem: &str) -> Result<(), CapiError> {
+    async fn set_cluster_info_ca(&self, c: &Cluster, ca_pem: &str) -> Result<(), CapiError> {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         let waiting = |what: String| {
             CapiError::Waiting(format!(
@@ -276,28 +272,29 @@ impl Capi {
     /// `rotate_ca`: three phases, each written to the CA Secrets (and cluster-info), then rolled
     /// out to every machine. One run does what can be done now — start the next phase, or find
     /// the current one rolled out — and requeues while machines are replaced (no worker waits
-    /// for a rollout). The phase and its marker are durable (`day2`), so replays resume there.
+    /// for a rollout). The phase and its marker are durable (the journal), so replays resume there.
     pub(super) async fn rotate_ca(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
-        op: &OperationRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
+        op: &Operation,
     ) -> Result<Outcome, CapiError> {
-        let mut step: CaStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
-        let (phase, after) = day2::ca_rotation(pool, c.uuid).await?;
+        let c = &spec.cluster;
+        let mut step: CaStep = serde_json::from_value(op.step.clone()).unwrap_or_default();
+        let (phase, after) = (spec.day2.ca_rotation_phase, spec.day2.ca_rollout_after);
         let (ph, after) = match (phase, after) {
             (Some(p), Some(a)) => (p, a),
-            _ => return self.start_phase(pool, c, 1, false, step).await,
+            _ => return self.start_phase(journal, spec, 1, false, step).await,
         };
         if step.applied != Some(ph) {
             // A replay of a phase whose objects may not all be written: write them again.
             let cas = self.rotation_cas(c, true).await?;
-            self.apply_phase(pool, c, ph, after, cas).await?;
+            self.apply_phase(journal, spec, ph, after, cas).await?;
             step.applied = Some(ph);
             return Ok(step.requeue(ROLLOUT_POLL));
         }
-        let expected: usize = crate::db::nodegroups::of_cluster(pool, c.uuid)
-            .await?
+        let expected: usize = spec
+            .nodegroups
             .iter()
             .map(|n| usize::try_from(n.node_count).unwrap_or(0))
             .sum();
@@ -315,13 +312,13 @@ impl Capi {
             return Ok(step.requeue(ROLLOUT_POLL.min(left)));
         }
         if ph < 3 {
-            return self.start_phase(pool, c, ph + 1, true, step).await;
+            return self.start_phase(journal, spec, ph + 1, true, step).await;
         }
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         self.mgmt
             .delete(&ObjectRef::new(kinds::SECRET, &ns, &rotation_secret(&name)))
             .await?;
-        day2::set_ca_rotation(pool, c.uuid, None, None).await?;
+        journal.ca_rotation(c.uuid, None, None).await?;
         tracing::info!(cluster = %c.uuid, "CA rotation complete");
         Ok(Outcome::Completed(Status::UpdateComplete))
     }
@@ -331,17 +328,18 @@ impl Capi {
     /// phase exists (the rotation's CAs must be there already).
     async fn start_phase(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         ph: i16,
         started: bool,
         mut step: CaStep,
     ) -> Result<Outcome, CapiError> {
+        let c = &spec.cluster;
         // The rotation Secret first, so the recorded phase always has its CAs.
         let cas = self.rotation_cas(c, started).await?;
         let after = marker(Utc::now());
-        day2::set_ca_rotation(pool, c.uuid, Some(ph), Some(after)).await?;
-        self.apply_phase(pool, c, ph, after, cas).await?;
+        journal.ca_rotation(c.uuid, Some(ph), Some(after)).await?;
+        self.apply_phase(journal, spec, ph, after, cas).await?;
         step.applied = Some(ph);
         Ok(step.requeue(ROLLOUT_POLL))
     }
@@ -350,12 +348,13 @@ impl Capi {
     /// Secrets and cluster-info and rolls it out (`after`: the phase's marker, for the log).
     async fn apply_phase(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         ph: i16,
         after: DateTime<Utc>,
         (old, new, labels): (Vec<KeyPairPem>, Vec<KeyPairPem>, Value),
     ) -> Result<(), CapiError> {
+        let c = &spec.cluster;
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         let mut objs = Vec::new();
         for (i, k) in CaKind::ALL.into_iter().enumerate() {
@@ -381,7 +380,11 @@ impl Capi {
                 .await?;
         }
         tracing::info!(cluster = %c.uuid, phase = ph, after = %after, "CA rotation phase rolling out");
-        self.apply_cluster(pool, c, None, false).await?;
+        // Rendered with the phase's marker, as recorded.
+        let mut marked = spec.clone();
+        marked.day2.ca_rotation_phase = Some(ph);
+        marked.day2.ca_rollout_after = Some(after);
+        self.apply_cluster(journal, &marked, None, false).await?;
         Ok(())
     }
 }

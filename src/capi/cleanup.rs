@@ -24,8 +24,8 @@ use uuid::Uuid;
 
 use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::values::ServerGroup;
-use crate::db::clusters::ClusterRow;
 use crate::db::janitor;
+use crate::domain::spec::Cluster;
 use crate::openstack::workload::{self, Deleted, LoadBalancer, Volume};
 use crate::openstack::{OpenStackError, UserSession};
 
@@ -105,7 +105,7 @@ impl Capi {
     /// gone (nothing can act for the cluster any more; the delete goes on without cleanup).
     pub(super) async fn cluster_session(
         &self,
-        c: &ClusterRow,
+        c: &Cluster,
     ) -> Result<Option<UserSession>, CapiError> {
         let Some(k) = &self.keystone else {
             return Ok(None);
@@ -129,7 +129,7 @@ impl Capi {
     /// One cleanup pass: deletes what can go now of the cluster's load balancers and volumes
     /// and says what is left. Idempotent: a later pass (a retry, another replica after a
     /// restart) continues where this one stopped.
-    pub(super) async fn cleanup_cloud(&self, c: &ClusterRow) -> Result<Remaining, CapiError> {
+    pub(super) async fn cleanup_cloud(&self, c: &Cluster) -> Result<Remaining, CapiError> {
         let Some(s) = self.cluster_session(c).await? else {
             return Ok(Remaining::default());
         };
@@ -196,7 +196,7 @@ impl Capi {
     /// credential, before machines that name them are applied (CAPO selects them by name).
     pub(super) async fn ensure_server_groups(
         &self,
-        c: &ClusterRow,
+        c: &Cluster,
         wanted: &[&ServerGroup],
     ) -> Result<(), CapiError> {
         if wanted.is_empty() {
@@ -219,7 +219,7 @@ impl Capi {
     /// gone). Nothing to act with (no Keystone, no credential left) is not an error.
     pub(super) async fn delete_server_groups(
         &self,
-        c: &ClusterRow,
+        c: &Cluster,
         matches: impl Fn(&str) -> bool,
     ) -> Result<(), CapiError> {
         let Some(s) = self.cluster_session(c).await? else {

@@ -21,15 +21,14 @@ use super::{
     values,
 };
 use crate::db::DbError;
-use crate::db::clusters::{self as cdb, ClusterRow};
+use crate::db::clusters as cdb;
 use crate::db::day2::{self, CredentialRow};
-use crate::db::nodegroups as ndb;
-use crate::db::operations::{self as odb, NewOperation, OperationRow};
+use crate::db::operations::{self as odb, NewOperation};
 use crate::db::status::{self as status, Transition};
-use crate::db::templates as tdb;
-use crate::domain::operation::OperationKind;
+use crate::domain::operation::{OperationKind, backoff_ms};
+use crate::domain::spec::{Cluster, ClusterSpec, Operation};
 use crate::domain::status::Status;
-use crate::driver::Outcome;
+use crate::driver::{Journal, Outcome};
 use crate::openstack::UserSession;
 
 /// Annotation of the staging Secret: the id of the credential it carries.
@@ -92,18 +91,15 @@ impl Capi {
     /// left behind.
     pub async fn stage_rotation(
         &self,
-        pool: &PgPool,
-        cluster: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         session: &UserSession,
         user_id: &str,
         roles: &[String],
         implicit: bool,
     ) -> Result<Staged, CapiError> {
-        let template = tdb::by_uuid(pool, &tdb::Visibility::All, cluster.cluster_template_id)
-            .await?
-            .ok_or_else(|| CapiError::Invalid("the cluster's template no longer exists".into()))?;
-        let ngs = ndb::of_cluster(pool, cluster.uuid).await?;
-        let old_id = cdb::app_cred(pool, cluster.uuid).await?;
+        let cluster = &spec.cluster;
+        let old_id = spec.day2.app_cred_id.clone();
         let mut owned = cluster.clone();
         owned.user_id = user_id.to_string();
         let NewCredential {
@@ -111,11 +107,17 @@ impl Capi {
             expires_at,
             creds,
         } = self
-            .new_credentials(pool, &owned, Some(session), roles)
+            .new_credentials(journal, &owned, Some(session), roles)
             .await?;
         let id = id.ok_or_else(|| CapiError::Invalid("no credential was created".into()))?;
         let staged = async {
-            let v = values::build(self.inputs(&template, &owned, &ngs, Some(creds), None))?;
+            let v = values::build(self.inputs(
+                &spec.template,
+                &owned,
+                &spec.nodegroups,
+                Some(creds),
+                None,
+            ))?;
             let secrets: Vec<Value> = self
                 .renderer
                 .render_credentials(&v)?
@@ -164,21 +166,21 @@ impl Capi {
     /// [`Self::discard_staged`] for a rotation operation's payload as recorded.
     pub async fn discard_staged_payload(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        c: &Cluster,
         payload: &Value,
     ) -> Result<(), CapiError> {
         let p: RotationPayload = serde_json::from_value(payload.clone())
             .map_err(|e| CapiError::Invalid(format!("malformed rotation payload: {e}")))?;
-        self.discard_staged(pool, c, &p).await
+        self.discard_staged(journal, c, &p).await
     }
 
     /// Removes a staged credential that will not be committed (the Secret, and the credential
     /// with the service's credentials, recorded as a leftover when Keystone is unreachable).
     pub async fn discard_staged(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        c: &Cluster,
         p: &RotationPayload,
     ) -> Result<(), CapiError> {
         let ns = namespace_of(&self.config, c);
@@ -189,7 +191,7 @@ impl Capi {
                 &staging_name(&name_of(c)),
             ))
             .await?;
-        self.delete_credential(pool, c.uuid, &p.user_id, &p.app_cred_id)
+        self.delete_credential(journal, c.uuid, &p.user_id, &p.app_cred_id)
             .await
     }
 
@@ -199,7 +201,8 @@ impl Capi {
     pub async fn record_rotation(
         &self,
         pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        c: &Cluster,
         staged: &Staged,
         status: Option<Status>,
         request_id: Option<&str>,
@@ -227,7 +230,7 @@ impl Capi {
         }
         .await;
         if let Err(e) = recorded {
-            if let Err(d) = self.discard_staged(pool, c, &staged.payload).await {
+            if let Err(d) = self.discard_staged(journal, c, &staged.payload).await {
                 tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
             }
             return Err(e);
@@ -257,7 +260,7 @@ impl Capi {
     /// recorded for the leftover sweep.
     pub(super) async fn delete_credential(
         &self,
-        pool: &PgPool,
+        journal: &dyn Journal,
         cluster: Uuid,
         user_id: &str,
         id: &str,
@@ -272,7 +275,9 @@ impl Capi {
             }
             Err(e) => {
                 tracing::warn!(%cluster, app_cred = %id, error = %e, "application credential not deleted yet; will retry");
-                cdb::add_leftover_cred(pool, id, user_id, cluster, &e.to_string()).await?;
+                journal
+                    .leftover_credential(cluster, user_id, id, &e.to_string())
+                    .await?;
                 crate::telemetry::app_credential("leftover", 1);
                 Ok(())
             }
@@ -284,32 +289,35 @@ impl Capi {
     /// force; a permanent failure discards the new one.
     pub(super) async fn commit_rotation(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
-        op: &OperationRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
+        op: &Operation,
     ) -> Result<Outcome, CapiError> {
-        let p: RotationPayload = serde_json::from_value(op.payload.0.clone())
+        let c = &spec.cluster;
+        let p: RotationPayload = serde_json::from_value(op.payload.clone())
             .map_err(|e| CapiError::Invalid(format!("malformed rotation operation: {e}")))?;
-        let result = self.commit_inner(pool, c, &p).await;
+        let result = self.commit_inner(journal, spec, &p).await;
         match result {
             // An implicit rotation retries a transient failure twice, then gives way to the
             // operation it precedes (whose status a given-up rotation must not overwrite).
             Err(e) if !e.is_transient() || (p.implicit && op.attempts >= IMPLICIT_ATTEMPTS) => {
                 tracing::warn!(cluster = %c.uuid, error = %e, "credential rotation failed; the old credential stays in force");
-                if let Err(d) = self.discard_staged(pool, c, &p).await {
+                if let Err(d) = self.discard_staged(journal, c, &p).await {
                     tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
                 }
                 if p.implicit {
                     // Best effort before another operation: report, never block it.
-                    day2::set_problem(
-                        pool,
-                        c.uuid,
-                        Some(&format!(
-                            "{}; rotating it failed: {e}",
-                            current_problem(pool, c.uuid).await
-                        )),
-                    )
-                    .await?;
+                    let current = spec
+                        .day2
+                        .credential_problem
+                        .as_deref()
+                        .unwrap_or("The application credential does not work");
+                    journal
+                        .credential_problem(
+                            c.uuid,
+                            Some(&format!("{current}; rotating it failed: {e}")),
+                        )
+                        .await?;
                     self.observer.touch(c.uuid);
                     return Ok(Outcome::Done);
                 }
@@ -323,14 +331,14 @@ impl Capi {
 
     async fn commit_inner(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         p: &RotationPayload,
     ) -> Result<Outcome, CapiError> {
+        let c = &spec.cluster;
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         let staging_ref = ObjectRef::new(kinds::SECRET, &ns, &staging_name(&name));
-        let current = cdb::app_cred(pool, c.uuid).await?;
-        if current.as_deref() != Some(p.app_cred_id.as_str()) {
+        if spec.day2.app_cred_id.as_deref() != Some(p.app_cred_id.as_str()) {
             let staged = self.mgmt.get_value(&staging_ref).await?.ok_or_else(|| {
                 CapiError::Invalid("the staged credential is gone; rotate again".into())
             })?;
@@ -368,7 +376,9 @@ impl Capi {
                     "the cloud-credentials Secret does not show the new credential yet".into(),
                 ));
             }
-            day2::set_credential(pool, c.uuid, &p.user_id, &p.app_cred_id, p.expires_at).await?;
+            journal
+                .credential_rotated(c.uuid, &p.user_id, &p.app_cred_id, p.expires_at)
+                .await?;
             tracing::info!(cluster = %c.uuid, app_cred = %p.app_cred_id, user = %p.user_id, "application credential rotated");
         }
         // Everything else of the cluster now carries the new owner.
@@ -378,7 +388,7 @@ impl Capi {
         if let Some(old) = &p.old_app_cred_id
             && *old != p.app_cred_id
         {
-            self.delete_credential(pool, c.uuid, &p.old_user_id, old)
+            self.delete_credential(journal, c.uuid, &p.old_user_id, old)
                 .await?;
         }
         self.mgmt.delete(&staging_ref).await?;
@@ -416,10 +426,34 @@ impl Capi {
         Ok(())
     }
 
+    /// Retries deleting credentials that could not be deleted when their cluster went away.
+    pub async fn sweep_leftover_credentials(&self, pool: &PgPool) -> Result<usize, CapiError> {
+        let Some(k) = &self.keystone else {
+            return Ok(0);
+        };
+        let mut done = 0;
+        for (id, user, attempts) in cdb::due_leftover_creds(pool).await? {
+            match k.delete_app_credential(&user, &id).await {
+                Ok(()) => {
+                    cdb::leftover_cred_result(pool, &id, true, None, 0.0).await?;
+                    tracing::info!(app_cred = %id, "leftover application credential deleted");
+                    done += 1;
+                }
+                Err(e) => {
+                    let delay = backoff_ms(5000, attempts + 1) as f64 / 1000.0;
+                    tracing::warn!(app_cred = %id, error = %e, attempts, "leftover application credential still not deleted");
+                    cdb::leftover_cred_result(pool, &id, false, Some(&e.to_string()), delay)
+                        .await?;
+                }
+            }
+        }
+        Ok(done)
+    }
+
     /// The periodic credential work (every 5 minutes at most): leftovers deleted, credentials checked,
     /// expiring ones renewed, abandoned staged ones discarded, orphaned ones (of clusters that
     /// do not exist) deleted. Failures are logged.
-    pub async fn maintenance(&self, pool: &PgPool) {
+    pub async fn maintenance(&self, pool: &PgPool, journal: &dyn Journal) {
         if self.shared_duties {
             if let Err(e) = self.sweep_leftover_credentials(pool).await {
                 tracing::warn!(error = %e, "sweeping leftover application credentials failed");
@@ -435,10 +469,10 @@ impl Capi {
         if self.reach.down().is_some() {
             return;
         }
-        if let Err(e) = self.renew_expiring(pool).await {
+        if let Err(e) = self.renew_expiring(pool, journal).await {
             tracing::warn!(error = %e, "renewing expiring credentials failed");
         }
-        if let Err(e) = self.sweep_staged(pool, STAGED_GRACE).await {
+        if let Err(e) = self.sweep_staged(pool, journal, STAGED_GRACE).await {
             tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
         }
     }
@@ -513,7 +547,11 @@ impl Capi {
 
     /// Credentials close to their expiry renew themselves: the old one (created unrestricted for
     /// this) obtains a token, creates its successor, and a rotation is recorded.
-    pub async fn renew_expiring(&self, pool: &PgPool) -> Result<usize, CapiError> {
+    pub async fn renew_expiring(
+        &self,
+        pool: &PgPool,
+        journal: &dyn Journal,
+    ) -> Result<usize, CapiError> {
         let Some(k) = &self.keystone else {
             return Ok(0);
         };
@@ -532,15 +570,17 @@ impl Capi {
             if odb::has_open(pool, uuid, OperationKind::RotateCredential).await? {
                 continue;
             }
-            let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, uuid).await? else {
+            let crate::db::spec::Loaded::Spec(spec) = crate::db::spec::load(pool, uuid).await?
+            else {
                 continue;
             };
+            let c = &spec.cluster;
             // Each management cluster renews the credentials of its own clusters.
-            if !self.owns(&c) {
+            if !self.owns(c) {
                 continue;
             }
             let Some((id, secret)) = self
-                .live_credential(&namespace_of(&self.config, &c), &name_of(&c))
+                .live_credential(&namespace_of(&self.config, c), &name_of(c))
                 .await?
             else {
                 continue;
@@ -549,9 +589,10 @@ impl Capi {
                 let (token, identity) = k.token_for_app_credential(&id, &secret).await?;
                 let session = k.user_session(&token, identity.clone());
                 let staged = self
-                    .stage_rotation(pool, &c, &session, &c.user_id, &identity.roles, true)
+                    .stage_rotation(journal, &spec, &session, &c.user_id, &identity.roles, true)
                     .await?;
-                self.record_rotation(pool, &c, &staged, None, None).await
+                self.record_rotation(pool, journal, c, &staged, None, None)
+                    .await
             }
             .await;
             match outcome {
@@ -569,7 +610,12 @@ impl Capi {
 
     /// Staged credentials whose rotation is no longer open (the request died before recording
     /// it, or the operation was given up) are discarded after a grace period.
-    pub async fn sweep_staged(&self, pool: &PgPool, grace: Duration) -> Result<usize, CapiError> {
+    pub async fn sweep_staged(
+        &self,
+        pool: &PgPool,
+        journal: &dyn Journal,
+        grace: Duration,
+    ) -> Result<usize, CapiError> {
         let sel = format!("{LABEL_ROLE}={ROLE_STAGED}");
         let mut swept = 0;
         for o in self.mgmt.list_all(kinds::SECRET, &sel).await? {
@@ -596,7 +642,7 @@ impl Capi {
                 continue;
             }
             if cdb::app_cred(pool, cluster).await?.as_deref() != Some(id.as_str()) {
-                self.delete_credential(pool, cluster, user, id).await?;
+                self.delete_credential(journal, cluster, user, id).await?;
             }
             let ns = o.metadata.namespace.clone().unwrap_or_default();
             let name = o.metadata.name.clone().unwrap_or_default();
@@ -608,13 +654,4 @@ impl Capi {
         }
         Ok(swept)
     }
-}
-
-async fn current_problem(pool: &PgPool, cluster: Uuid) -> String {
-    day2::credential(pool, cluster)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|r| r.credential_problem)
-        .unwrap_or_else(|| "The application credential does not work".into())
 }

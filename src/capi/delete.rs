@@ -6,17 +6,14 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::apply::ObjectRef;
 use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::status::Observed;
 use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, kinds};
-use crate::db::clusters::{self as cdb, ClusterRow};
-use crate::db::nodegroups::{self as ndb, NodegroupRow};
-use crate::db::operations::OperationRow;
-use crate::driver::Outcome;
+use crate::domain::spec::{Cluster, ClusterSpec, Nodegroup, Operation};
+use crate::driver::{Journal, Outcome};
 
 /// The kinds we create besides the watched ones; deleted by label once the cluster is gone.
 const OWNED_KINDS: [kinds::Gvk; 11] = [
@@ -43,12 +40,13 @@ impl Capi {
     /// naming what is left.
     pub(super) async fn delete_cluster(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
-        op: &OperationRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
+        op: &Operation,
     ) -> Result<Outcome, CapiError> {
+        let c = &spec.cluster;
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
-        let mut step: DeleteStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
+        let mut step: DeleteStep = serde_json::from_value(op.step.clone()).unwrap_or_default();
         if !self.observer.synced() {
             return Ok(step.requeue(Duration::from_secs(1), None));
         }
@@ -75,7 +73,7 @@ impl Capi {
         }
         let capi_gone = observed.is_empty();
         if capi_gone && step.cleaned {
-            self.delete_remains(pool, c, &ns).await?;
+            self.delete_remains(journal, spec, &ns).await?;
             return Ok(Outcome::ClusterDeleted);
         }
         let what = [cloud_left, (!capi_gone).then(|| blocking(&observed))]
@@ -113,15 +111,15 @@ impl Capi {
     /// rows).
     async fn delete_remains(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         ns: &str,
     ) -> Result<(), CapiError> {
+        let c = &spec.cluster;
         // The machines are gone: their server groups can go (with the credential, before its
         // Secret is deleted below).
         // A group left behind is empty and harmless: never a reason to keep the cluster.
-        let ngs = ndb::of_cluster(pool, c.uuid).await?;
-        if uses_server_groups(c, ngs.iter())
+        if uses_server_groups(c, spec.nodegroups.iter())
             && let Err(e) = self.delete_server_groups(c, |_| true).await
         {
             tracing::warn!(cluster = %c.uuid, error = %e, "server groups not deleted");
@@ -132,9 +130,9 @@ impl Capi {
             self.mgmt.delete_labelled(gvk, ns, &sel).await?;
         }
         // The credential: with the service's credentials (its owner may be gone).
-        if let Some(id) = cdb::app_cred(pool, c.uuid).await? {
+        if let Some(id) = &spec.day2.app_cred_id {
             let result = match &self.keystone {
-                Some(k) => k.delete_app_credential(&c.user_id, &id).await,
+                Some(k) => k.delete_app_credential(&c.user_id, id).await,
                 None => Ok(()),
             };
             match result {
@@ -143,7 +141,9 @@ impl Capi {
                 }
                 Err(e) => {
                     tracing::warn!(cluster = %c.uuid, app_cred = %id, error = %e, "application credential not deleted yet; will retry");
-                    cdb::add_leftover_cred(pool, &id, &c.user_id, c.uuid, &e.to_string()).await?;
+                    journal
+                        .leftover_credential(c.uuid, &c.user_id, id, &e.to_string())
+                        .await?;
                     crate::telemetry::app_credential("leftover", 1);
                 }
             }
@@ -158,16 +158,17 @@ impl Capi {
     /// start.
     pub(super) async fn delete_nodegroup(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         ng: Uuid,
-        op: &OperationRow,
+        op: &Operation,
     ) -> Result<Outcome, CapiError> {
+        let c = &spec.cluster;
         let ns = namespace_of(&self.config, c);
         let sel = format!("{LABEL_NODEGROUP_UUID}={ng}");
-        let mut step: DeleteStep = serde_json::from_value(op.step().clone()).unwrap_or_default();
+        let mut step: DeleteStep = serde_json::from_value(op.step.clone()).unwrap_or_default();
         if !step.requested {
-            self.apply_cluster(pool, c, Some(ng), false).await?;
+            self.apply_cluster(journal, spec, Some(ng), false).await?;
             for gvk in [kinds::MACHINE_DEPLOYMENT, kinds::MACHINE_HEALTH_CHECK] {
                 self.mgmt.delete_labelled(gvk, &ns, &sel).await?;
             }
@@ -202,8 +203,7 @@ impl Capi {
         }
         // Its server group is named after the nodegroup's objects: `<cluster>-…-<uuid hex 8>`.
         let short = format!("-{}", &ng.simple().to_string()[..8]);
-        let this = ndb::of_cluster(pool, c.uuid).await?;
-        if uses_server_groups(c, this.iter().filter(|n| n.uuid == ng))
+        if uses_server_groups(c, spec.nodegroups.iter().filter(|n| n.uuid == ng))
             && let Err(e) = self.delete_server_groups(c, |n| n.ends_with(&short)).await
         {
             tracing::warn!(cluster = %c.uuid, nodegroup = %ng, error = %e, "server group not deleted");
@@ -215,14 +215,14 @@ impl Capi {
 /// Whether the cluster or one of `nodegroups` asks for a server group (so that deletes without
 /// any make no Keystone or Nova call for them).
 fn uses_server_groups<'a>(
-    c: &ClusterRow,
-    mut nodegroups: impl Iterator<Item = &'a NodegroupRow>,
+    c: &Cluster,
+    mut nodegroups: impl Iterator<Item = &'a Nodegroup>,
 ) -> bool {
     let set = |l: &crate::domain::labels::Labels| {
         l.get("server_group_policies")
             .is_some_and(|v| !v.trim().is_empty())
     };
-    set(&c.labels.0) || nodegroups.any(|n| set(&n.labels.0))
+    set(&c.labels) || nodegroups.any(|n| set(&n.labels))
 }
 
 /// How often a step waiting for Cluster API looks again when no change of the cluster's objects

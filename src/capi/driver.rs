@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::apply::{KubeError, Mgmt, ObjectRef};
@@ -17,16 +16,12 @@ use super::watch::Observer;
 use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, kinds};
 use crate::config::CapiConfig;
 use crate::db::DbError;
-use crate::db::clusters::{self as cdb, ClusterRow};
-use crate::db::nodegroups::{self as ndb, NodegroupRow};
-use crate::db::operations::OperationRow;
-
-use crate::db::templates::{self as tdb, TemplateRow};
 use crate::domain::certificates::CaKind;
-use crate::domain::operation::{OperationKind as K, backoff_ms};
+use crate::domain::operation::OperationKind as K;
+use crate::domain::spec::{Cluster, ClusterSpec, Nodegroup, Operation, Template};
 use crate::driver::{
-    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Outcome,
-    ProvisionRequest, Provisioned,
+    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Fact, Journal,
+    JournalError, Outcome, ProvisionRequest, Provisioned, Report, Run,
 };
 use crate::openstack::{Keystone, OpenStackError, UserSession, appcred};
 use secrecy::{ExposeSecret, SecretString};
@@ -45,6 +40,8 @@ pub enum CapiError {
     #[error(transparent)]
     Db(#[from] DbError),
     #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
     OpenStack(#[from] OpenStackError),
     #[error("{0}")]
     Invalid(String),
@@ -61,7 +58,7 @@ impl CapiError {
     pub fn is_transient(&self) -> bool {
         match self {
             CapiError::Kube(k) => k.is_transient(),
-            CapiError::Db(_) | CapiError::Waiting(_) => true,
+            CapiError::Db(_) | CapiError::Journal(_) | CapiError::Waiting(_) => true,
             CapiError::OpenStack(OpenStackError::Unavailable { .. }) => true,
             _ => false,
         }
@@ -85,7 +82,7 @@ impl From<CapiError> for BackendError {
         match e {
             CapiError::OpenStack(o) => BackendError::OpenStack(o),
             CapiError::Values(v) => BackendError::Invalid(v.to_string()),
-            CapiError::Db(d) => BackendError::Db(d),
+            CapiError::Journal(j) => BackendError::Journal(j),
             CapiError::Kube(k) if k.is_transient() => BackendError::Unavailable(k.to_string()),
             other => BackendError::Internal(Box::new(other)),
         }
@@ -160,11 +157,11 @@ pub(super) struct NewCredential {
     pub creds: CloudCredentials,
 }
 
-pub(super) fn namespace_of(cfg: &CapiConfig, c: &ClusterRow) -> String {
+pub(super) fn namespace_of(cfg: &CapiConfig, c: &Cluster) -> String {
     super::namespace(&cfg.namespace_prefix, &c.project_id)
 }
 
-pub(super) fn name_of(c: &ClusterRow) -> String {
+pub(super) fn name_of(c: &Cluster) -> String {
     cluster_name(c.stack_id.as_deref(), c.uuid)
 }
 
@@ -201,15 +198,15 @@ pub fn superseded(templates: &[TemplateRef], live: &[Value]) -> Vec<TemplateRef>
 
 impl Capi {
     /// Whether `c` lives on this management cluster.
-    pub fn owns(&self, c: &ClusterRow) -> bool {
+    pub fn owns(&self, c: &Cluster) -> bool {
         c.management_cluster_name() == self.name
     }
 
     pub(super) fn inputs<'a>(
         &'a self,
-        template: &'a TemplateRow,
-        cluster: &'a ClusterRow,
-        nodegroups: &'a [NodegroupRow],
+        template: &'a Template,
+        cluster: &'a Cluster,
+        nodegroups: &'a [Nodegroup],
         credentials: Option<CloudCredentials>,
         cas: Option<&'a ClusterCas>,
     ) -> Inputs<'a> {
@@ -228,8 +225,8 @@ impl Capi {
     /// (`session`) for `cluster.user_id`, or, in `--dev` without Keystone, clearly fake ones.
     pub(super) async fn new_credentials(
         &self,
-        pool: &PgPool,
-        cluster: &ClusterRow,
+        journal: &dyn Journal,
+        cluster: &Cluster,
         session: Option<&UserSession>,
         roles: &[String],
     ) -> Result<NewCredential, CapiError> {
@@ -249,7 +246,9 @@ impl Capi {
                 });
                 // Recorded first: a crash after Keystone created it leaves a trace the
                 // credentials janitor follows (`cleanup::sweep_orphan_credentials`).
-                crate::db::janitor::record_intent(pool, cluster.uuid, &cluster.user_id).await?;
+                journal
+                    .credential_intent(cluster.uuid, &cluster.user_id)
+                    .await?;
                 let cred =
                     appcred::create(s, &cluster.user_id, roles, cluster.uuid, &name, expires_at)
                         .await?;
@@ -286,7 +285,7 @@ impl Capi {
     /// on the management cluster. On failure nothing is left behind.
     pub async fn provision(&self, req: ProvisionRequest<'_>) -> Result<Provisioned, CapiError> {
         let ProvisionRequest {
-            pool,
+            journal,
             template,
             cluster,
             nodegroups,
@@ -297,7 +296,9 @@ impl Capi {
             id,
             expires_at,
             creds,
-        } = self.new_credentials(pool, cluster, session, roles).await?;
+        } = self
+            .new_credentials(journal, cluster, session, roles)
+            .await?;
         let mut p = Provisioned {
             app_cred_id: id,
             app_cred_expires_at: expires_at,
@@ -334,14 +335,15 @@ impl Capi {
     /// final (`CREATE_FAILED` with Keystone's answer); Keystone unreachable is retried.
     async fn provision_as_caller(
         &self,
-        pool: &PgPool,
-        c: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         token: &SecretString,
     ) -> Result<(), CapiError> {
         let Some(k) = &self.keystone else {
             return Ok(());
         };
-        if cdb::app_cred(pool, c.uuid).await?.is_some() {
+        let c = &spec.cluster;
+        if spec.day2.app_cred_id.is_some() {
             return Ok(());
         }
         let prefix = appcred::name_prefix(c.uuid);
@@ -368,16 +370,12 @@ impl Capi {
             Err(e) => return Err(e.into()),
         };
         let session = k.user_session(token.expose_secret(), identity.clone());
-        let template = tdb::by_uuid(pool, &tdb::Visibility::All, c.cluster_template_id)
-            .await?
-            .ok_or_else(|| CapiError::Invalid("the cluster's template no longer exists".into()))?;
-        let ngs = ndb::of_cluster(pool, c.uuid).await?;
         let p = match self
             .provision(ProvisionRequest {
-                pool,
-                template: &template,
+                journal,
+                template: &spec.template,
                 cluster: c,
-                nodegroups: &ngs,
+                nodegroups: &spec.nodegroups,
                 session: Some(&session),
                 roles: &identity.roles,
             })
@@ -393,19 +391,17 @@ impl Capi {
             }
             Err(e) => return Err(e),
         };
-        let recorded = async {
-            let mut tx = pool.begin().await.map_err(DbError::from)?;
-            if let Some(id) = p.app_cred_id.as_deref() {
-                cdb::set_app_cred(&mut *tx, c.uuid, Some(id)).await?;
-                crate::db::day2::set_expiry(&mut *tx, c.uuid, p.app_cred_expires_at).await?;
+        let recorded = match p.app_cred_id.as_deref() {
+            Some(id) => {
+                journal
+                    .credential_created(c.uuid, id, p.app_cred_expires_at)
+                    .await
             }
-            tx.commit().await.map_err(DbError::from)?;
-            Ok::<_, CapiError>(())
-        }
-        .await;
+            None => Ok(()),
+        };
         if let Err(e) = recorded {
             self.revoke(&p).await;
-            return Err(e);
+            return Err(e.into());
         }
         Ok(())
     }
@@ -440,22 +436,22 @@ impl Capi {
         })
     }
 
-    /// Renders the cluster as Postgres has it and applies it. `create` also writes the CAs (once)
-    /// and, without Keystone, placeholder credentials.
+    /// Renders the cluster as its spec has it and applies it (without `skip_nodegroup`, a
+    /// nodegroup being deleted). `create` also writes the CAs (once) and, without Keystone,
+    /// placeholder credentials.
     pub(super) async fn apply_cluster(
         &self,
-        pool: &PgPool,
-        cluster: &ClusterRow,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
         skip_nodegroup: Option<Uuid>,
         create: bool,
     ) -> Result<Vec<Value>, CapiError> {
-        let template = tdb::by_uuid(pool, &tdb::Visibility::All, cluster.cluster_template_id)
-            .await?
-            .ok_or_else(|| CapiError::Invalid("the cluster's template no longer exists".into()))?;
-        let ngs: Vec<NodegroupRow> = ndb::of_cluster(pool, cluster.uuid)
-            .await?
-            .into_iter()
+        let cluster = &spec.cluster;
+        let ngs: Vec<Nodegroup> = spec
+            .nodegroups
+            .iter()
             .filter(|n| Some(n.uuid) != skip_nodegroup)
+            .cloned()
             .collect();
         let (ns, name) = (namespace_of(&self.config, cluster), name_of(cluster));
         let cas = if create {
@@ -480,14 +476,17 @@ impl Capi {
                         .into(),
                 ));
             }
-            Some(self.new_credentials(pool, cluster, None, &[]).await?.creds)
+            Some(
+                self.new_credentials(journal, cluster, None, &[])
+                    .await?
+                    .creds,
+            )
         } else {
             None
         };
-        let (_, rollout_after) = crate::db::day2::ca_rotation(pool, cluster.uuid).await?;
         let v = values::build(Inputs {
-            rollout_after,
-            ..self.inputs(&template, cluster, &ngs, creds, cas.as_ref())
+            rollout_after: spec.day2.ca_rollout_after,
+            ..self.inputs(&spec.template, cluster, &ngs, creds, cas.as_ref())
         })?;
         let objs = self.renderer.render(&v)?;
         self.ensure_server_groups(cluster, &v.server_groups())
@@ -518,16 +517,10 @@ impl Capi {
 
     /// Deletes the cluster's machine templates that nothing live refers to any more (after a
     /// rollout completed).
-    pub async fn collect_templates(
-        &self,
-        pool: &PgPool,
-        cluster: Uuid,
-    ) -> Result<usize, CapiError> {
-        let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, cluster).await? else {
-            return Ok(0);
-        };
-        let ns = namespace_of(&self.config, &c);
-        let owned = format!("{}={}", super::LABEL_CAPI_CLUSTER_NAME, name_of(&c));
+    pub async fn collect_templates(&self, c: &Cluster) -> Result<usize, CapiError> {
+        let cluster = c.uuid;
+        let ns = namespace_of(&self.config, c);
+        let owned = format!("{}={}", super::LABEL_CAPI_CLUSTER_NAME, name_of(c));
         let mut live = Vec::new();
         for gvk in [
             kinds::CONTROL_PLANE,
@@ -567,7 +560,7 @@ impl Capi {
     /// name, node name or the Nova server id at the end of the provider id).
     async fn mark_for_removal(
         &self,
-        cluster: &ClusterRow,
+        cluster: &Cluster,
         nodegroup: Uuid,
         which: &[String],
     ) -> Result<(), CapiError> {
@@ -602,106 +595,103 @@ impl Capi {
         Ok(())
     }
 
-    pub(super) async fn run(
-        &self,
-        pool: &PgPool,
-        op: &OperationRow,
-        caller: Option<&SecretString>,
-    ) -> Result<Outcome, CapiError> {
-        let Some(c) = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid).await? else {
-            return Ok(Outcome::Done); // already gone
-        };
+    pub(super) async fn run(&self, run: Run<'_>) -> Result<Report, CapiError> {
+        let Run {
+            op,
+            spec,
+            upgrade_to,
+            caller,
+            journal,
+        } = run;
+        let c = &spec.cluster;
         let kind = op.op_kind().map_err(|e| {
             CapiError::Invalid(format!("the Cluster API driver cannot run it: {e}"))
         })?;
+        let mut facts = Vec::new();
         match kind {
             K::Create => {
                 if let Some(token) = caller {
-                    self.provision_as_caller(pool, &c, token).await?;
+                    self.provision_as_caller(journal, spec, token).await?;
                 }
-                self.apply_cluster(pool, &c, None, true).await?;
+                self.apply_cluster(journal, spec, None, true).await?;
             }
             K::Resize => {
                 if let Some(ng) = op.nodegroup_uuid {
                     let which =
-                        crate::domain::fields::string_list(op.payload.0.get("nodes_to_remove"));
-                    self.mark_for_removal(&c, ng, &which).await?;
+                        crate::domain::fields::string_list(op.payload.get("nodes_to_remove"));
+                    self.mark_for_removal(c, ng, &which).await?;
                 }
-                self.apply_cluster(pool, &c, None, false).await?;
+                self.apply_cluster(journal, spec, None, false).await?;
             }
             K::Upgrade => {
-                let image = op.payload.0.get("image_id").and_then(Value::as_str);
-                let ct = op
-                    .payload
-                    .0
-                    .get("cluster_template")
-                    .and_then(Value::as_str)
-                    .and_then(|s| Uuid::parse_str(s).ok());
-                let new_ct = match ct {
-                    Some(u) => tdb::by_uuid(pool, &tdb::Visibility::All, u).await?,
-                    None => None,
-                };
-                let mut tx = pool.begin().await.map_err(DbError::from)?;
-                if let Some(t) = &new_ct {
-                    cdb::set_template(&mut *tx, c.uuid, t.uuid).await?;
-                    // The version follows the new template: its kube_tag, else its image's.
-                    cdb::set_label(
-                        &mut tx,
-                        c.uuid,
-                        "kube_tag",
-                        t.labels.0.get("kube_tag").map(String::as_str),
-                    )
-                    .await?;
-                }
-                for ng in ndb::of_cluster(&mut *tx, c.uuid).await? {
-                    if ng.is_default || Some(ng.uuid) == op.nodegroup_uuid {
-                        ndb::set_image(&mut *tx, ng.uuid, image).await?;
-                    }
-                }
-                tx.commit().await.map_err(DbError::from)?;
-                let c = cdb::by_uuid(pool, &cdb::Scope::All, c.uuid)
-                    .await?
-                    .unwrap_or(c);
-                self.apply_cluster(pool, &c, None, false).await?;
+                let (upgraded, changes) = upgraded(spec, op, upgrade_to);
+                self.apply_cluster(journal, &upgraded, None, false).await?;
+                facts = changes;
             }
             K::NodegroupCreate | K::NodegroupUpdate => {
-                self.apply_cluster(pool, &c, None, false).await?;
+                self.apply_cluster(journal, spec, None, false).await?;
             }
             K::NodegroupDelete => {
                 if let Some(ng) = op.nodegroup_uuid {
-                    return self.delete_nodegroup(pool, &c, ng, op).await;
+                    return Ok(self.delete_nodegroup(journal, spec, ng, op).await?.into());
                 }
             }
-            K::Delete => return self.delete_cluster(pool, &c, op).await,
-            K::RotateCredential => return self.commit_rotation(pool, &c, op).await,
-            K::RotateCa => return self.rotate_ca(pool, &c, op).await,
+            K::Delete => return Ok(self.delete_cluster(journal, spec, op).await?.into()),
+            K::RotateCredential => {
+                return Ok(self.commit_rotation(journal, spec, op).await?.into());
+            }
+            K::RotateCa => return Ok(self.rotate_ca(journal, spec, op).await?.into()),
         }
-        Ok(Outcome::Done)
+        Ok(Report {
+            outcome: Outcome::Done,
+            facts,
+        })
     }
+}
 
-    /// Retries deleting credentials that could not be deleted when their cluster went away.
-    pub async fn sweep_leftover_credentials(&self, pool: &PgPool) -> Result<usize, CapiError> {
-        let Some(k) = &self.keystone else {
-            return Ok(0);
-        };
-        let mut done = 0;
-        for (id, user, attempts) in cdb::due_leftover_creds(pool).await? {
-            match k.delete_app_credential(&user, &id).await {
-                Ok(()) => {
-                    cdb::leftover_cred_result(pool, &id, true, None, 0.0).await?;
-                    tracing::info!(app_cred = %id, "leftover application credential deleted");
-                    done += 1;
-                }
-                Err(e) => {
-                    let delay = backoff_ms(5000, attempts + 1) as f64 / 1000.0;
-                    tracing::warn!(app_cred = %id, error = %e, attempts, "leftover application credential still not deleted");
-                    cdb::leftover_cred_result(pool, &id, false, Some(&e.to_string()), delay)
-                        .await?;
-                }
+/// The cluster as an upgrade makes it — on the new template (`to`), its version label following
+/// that template's `kube_tag`, the default nodegroups (and the one the operation names) on the
+/// payload's image — and those changes as facts for the worker to record once it is applied.
+fn upgraded(spec: &ClusterSpec, op: &Operation, to: Option<&Template>) -> (ClusterSpec, Vec<Fact>) {
+    let mut out = spec.clone();
+    let mut facts = Vec::new();
+    if let Some(t) = to {
+        out.template = t.clone();
+        out.cluster.cluster_template_id = t.uuid;
+        facts.push(Fact::Template(t.uuid));
+        let kube_tag = t.labels.get("kube_tag").cloned();
+        // As `db::clusters::set_label`: the cluster's and its default nodegroups' labels.
+        let set = |labels: &mut crate::domain::labels::Labels| match &kube_tag {
+            Some(v) => {
+                labels.insert("kube_tag".into(), v.clone());
             }
+            None => {
+                labels.remove("kube_tag");
+            }
+        };
+        set(&mut out.cluster.labels);
+        for ng in out.nodegroups.iter_mut().filter(|n| n.is_default) {
+            set(&mut ng.labels);
         }
-        Ok(done)
+        facts.push(Fact::Label {
+            key: "kube_tag".into(),
+            value: kube_tag,
+        });
     }
+    let image = op.payload.get("image_id").and_then(Value::as_str);
+    for ng in &mut out.nodegroups {
+        if ng.is_default || Some(ng.uuid) == op.nodegroup_uuid {
+            // As `db::nodegroups::set_image`: no image keeps the one it has.
+            if let Some(i) = image {
+                ng.image_id = Some(i.to_string());
+            }
+            facts.push(Fact::NodegroupImage {
+                nodegroup: ng.uuid,
+                image: image.map(str::to_string),
+            });
+        }
+    }
+    (out, facts)
 }
 
 /// The driver the worker runs.
@@ -712,20 +702,10 @@ impl Backend for CapiDriver {
     fn name(&self) -> &'static str {
         "capi"
     }
-    fn execute<'a>(
-        &'a self,
-        pool: &'a PgPool,
-        op: &'a OperationRow,
-        caller: Option<&'a SecretString>,
-    ) -> DriverFuture<'a> {
-        Box::pin(async move {
-            self.0
-                .run(pool, op, caller)
-                .await
-                .map_err(DriverError::from)
-        })
+    fn execute<'a>(&'a self, run: Run<'a>) -> DriverFuture<'a> {
+        Box::pin(async move { self.0.run(run).await.map_err(DriverError::from) })
     }
-    fn finished(&self, op: &OperationRow) {
+    fn finished(&self, op: &Operation) {
         self.0.observer.touch(op.cluster_uuid);
     }
     fn changes(&self) -> Vec<tokio::sync::broadcast::Receiver<Uuid>> {
@@ -733,7 +713,7 @@ impl Backend for CapiDriver {
     }
     fn ca_certificate<'a>(
         &'a self,
-        cluster: &'a ClusterRow,
+        cluster: &'a Cluster,
         kind: CaKind,
     ) -> BackendFuture<'a, Option<String>> {
         Box::pin(async move {
@@ -746,7 +726,7 @@ impl Backend for CapiDriver {
     }
     fn sign_certificate<'a>(
         &'a self,
-        cluster: &'a ClusterRow,
+        cluster: &'a Cluster,
         kind: CaKind,
         csr: &'a str,
         validity: Duration,
@@ -766,15 +746,15 @@ impl Backend for CapiDriver {
     fn credentials(&self) -> Credentials {
         Credentials::Staged
     }
-    fn validate_template(&self, template: &TemplateRow) -> Result<(), BackendError> {
+    fn validate_template(&self, template: &Template) -> Result<(), BackendError> {
         values::check_template(template, &self.0.config)
             .map_err(|e| BackendError::Invalid(e.to_string()))
     }
     fn validate_cluster(
         &self,
-        template: &TemplateRow,
-        cluster: &ClusterRow,
-        nodegroups: &[NodegroupRow],
+        template: &Template,
+        cluster: &Cluster,
+        nodegroups: &[Nodegroup],
     ) -> Result<(), BackendError> {
         values::build(self.0.inputs(template, cluster, nodegroups, None, None))
             .map(drop)
@@ -788,8 +768,8 @@ impl Backend for CapiDriver {
     }
     fn stage_credential<'a>(
         &'a self,
-        pool: &'a PgPool,
-        cluster: &'a ClusterRow,
+        journal: &'a dyn Journal,
+        spec: &'a ClusterSpec,
         session: &'a UserSession,
         user_id: &'a str,
         roles: &'a [String],
@@ -798,21 +778,21 @@ impl Backend for CapiDriver {
         Box::pin(async move {
             let staged = self
                 .0
-                .stage_rotation(pool, cluster, session, user_id, roles, implicit)
+                .stage_rotation(journal, spec, session, user_id, roles, implicit)
                 .await?;
             serde_json::to_value(&staged.payload).map_err(|e| BackendError::Internal(Box::new(e)))
         })
     }
     fn discard_staged<'a>(
         &'a self,
-        pool: &'a PgPool,
-        cluster: &'a ClusterRow,
+        journal: &'a dyn Journal,
+        cluster: &'a Cluster,
         payload: &'a Value,
     ) -> BackendFuture<'a, ()> {
         Box::pin(async move {
             Ok(self
                 .0
-                .discard_staged_payload(pool, cluster, payload)
+                .discard_staged_payload(journal, cluster, payload)
                 .await?)
         })
     }

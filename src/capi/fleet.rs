@@ -6,20 +6,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use secrecy::SecretString;
 use serde_json::Value;
-use sqlx::PgPool;
 use tokio::sync::watch;
 
 use super::driver::{Capi, CapiDriver};
 use super::kinds;
-use crate::db::clusters::{self as cdb, ClusterRow};
-use crate::db::nodegroups::NodegroupRow;
-use crate::db::operations::OperationRow;
-use crate::db::templates::TemplateRow;
 use crate::domain::certificates::CaKind;
+use crate::domain::spec::{Cluster, ClusterSpec, Nodegroup, Operation, Template};
 use crate::driver::{
-    Backend, BackendError, BackendFuture, Check, Credentials, DriverError, DriverFuture, Outcome,
+    Backend, BackendError, BackendFuture, Check, Credentials, DriverError, DriverFuture, Journal,
+    Report, Run,
 };
 use crate::openstack::UserSession;
 
@@ -103,7 +99,7 @@ impl Fleet {
     }
 
     /// The driver of `c`'s management cluster, if it is configured and reachable now.
-    fn serving(&self, c: &ClusterRow) -> Result<&CapiDriver, BackendError> {
+    fn serving(&self, c: &Cluster) -> Result<&CapiDriver, BackendError> {
         let name = c.management_cluster_name();
         let d = self.member(name).ok_or_else(|| {
             BackendError::Unavailable(format!(
@@ -124,19 +120,8 @@ impl Fleet {
         &self.members[0]
     }
 
-    async fn execute_routed(
-        &self,
-        pool: &PgPool,
-        op: &OperationRow,
-        caller: Option<&SecretString>,
-    ) -> Result<Outcome, DriverError> {
-        let row = cdb::by_uuid(pool, &cdb::Scope::All, op.cluster_uuid)
-            .await
-            .map_err(|e| DriverError::Transient(Box::new(e)))?;
-        let Some(row) = row else {
-            return Ok(Outcome::Done); // already gone
-        };
-        let name = row.management_cluster_name();
+    async fn execute_routed(&self, run: Run<'_>) -> Result<Report, DriverError> {
+        let name = run.spec.placement.as_str();
         let Some(d) = self.member(name) else {
             tracing::error!(
                 management_cluster = shown(name),
@@ -156,7 +141,7 @@ impl Fleet {
                 retry_ms: defer_ms(down_for),
             });
         }
-        match d.0.run(pool, op, caller).await {
+        match d.0.run(run).await {
             Ok(outcome) => Ok(outcome),
             Err(e) if e.is_transient() => {
                 // Unreachable since the last probe: wait for it instead of spending attempts.
@@ -178,24 +163,19 @@ impl Backend for Fleet {
     fn name(&self) -> &'static str {
         "capi"
     }
-    fn execute<'a>(
-        &'a self,
-        pool: &'a PgPool,
-        op: &'a OperationRow,
-        caller: Option<&'a SecretString>,
-    ) -> DriverFuture<'a> {
-        Box::pin(self.execute_routed(pool, op, caller))
+    fn execute<'a>(&'a self, run: Run<'a>) -> DriverFuture<'a> {
+        Box::pin(self.execute_routed(run))
     }
     fn changes(&self) -> Vec<tokio::sync::broadcast::Receiver<uuid::Uuid>> {
         self.members.iter().flat_map(|m| m.changes()).collect()
     }
-    fn finished(&self, op: &OperationRow) {
+    fn finished(&self, op: &Operation) {
         // Linked observers: the cluster's own writer re-evaluates it.
         self.any().finished(op);
     }
     fn ca_certificate<'a>(
         &'a self,
-        cluster: &'a ClusterRow,
+        cluster: &'a Cluster,
         kind: CaKind,
     ) -> BackendFuture<'a, Option<String>> {
         match self.serving(cluster) {
@@ -205,7 +185,7 @@ impl Backend for Fleet {
     }
     fn sign_certificate<'a>(
         &'a self,
-        cluster: &'a ClusterRow,
+        cluster: &'a Cluster,
         kind: CaKind,
         csr: &'a str,
         validity: Duration,
@@ -215,14 +195,14 @@ impl Backend for Fleet {
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
-    fn validate_template(&self, template: &TemplateRow) -> Result<(), BackendError> {
+    fn validate_template(&self, template: &Template) -> Result<(), BackendError> {
         self.any().validate_template(template)
     }
     fn validate_cluster(
         &self,
-        template: &TemplateRow,
-        cluster: &ClusterRow,
-        nodegroups: &[NodegroupRow],
+        template: &Template,
+        cluster: &Cluster,
+        nodegroups: &[Nodegroup],
     ) -> Result<(), BackendError> {
         self.any().validate_cluster(template, cluster, nodegroups)
     }
@@ -279,26 +259,26 @@ impl Backend for Fleet {
     }
     fn stage_credential<'a>(
         &'a self,
-        pool: &'a PgPool,
-        cluster: &'a ClusterRow,
+        journal: &'a dyn Journal,
+        spec: &'a ClusterSpec,
         session: &'a UserSession,
         user_id: &'a str,
         roles: &'a [String],
         implicit: bool,
     ) -> BackendFuture<'a, Value> {
-        match self.serving(cluster) {
-            Ok(d) => d.stage_credential(pool, cluster, session, user_id, roles, implicit),
+        match self.serving(&spec.cluster) {
+            Ok(d) => d.stage_credential(journal, spec, session, user_id, roles, implicit),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
     fn discard_staged<'a>(
         &'a self,
-        pool: &'a PgPool,
-        cluster: &'a ClusterRow,
+        journal: &'a dyn Journal,
+        cluster: &'a Cluster,
         payload: &'a Value,
     ) -> BackendFuture<'a, ()> {
         match self.serving(cluster) {
-            Ok(d) => d.discard_staged(pool, cluster, payload),
+            Ok(d) => d.discard_staged(journal, cluster, payload),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }

@@ -59,43 +59,7 @@ impl ClusterRow {
         project_id: &str,
         user_id: &str,
     ) -> Self {
-        Self {
-            id: 0,
-            uuid: plan.uuid,
-            project_id: project_id.into(),
-            user_id: user_id.into(),
-            name: Some(plan.name.clone()),
-            cluster_template_id: plan.template_uuid,
-            keypair: plan.keypair.clone(),
-            docker_volume_size: plan.docker_volume_size,
-            labels: Json(plan.labels.clone()),
-            master_flavor_id: plan.master_flavor.clone(),
-            flavor_id: plan.flavor.clone(),
-            stack_id: Some(plan.stack_id.clone()),
-            api_address: None,
-            status: crate::domain::status::Status::CreateInProgress
-                .as_str()
-                .into(),
-            status_reason: None,
-            health_status: None,
-            health_status_reason: Json(serde_json::json!({})),
-            create_timeout: plan.create_timeout,
-            discovery_url: plan.discovery_url.clone(),
-            coe_version: None,
-            container_version: None,
-            ca_cert_ref: None,
-            magnum_cert_ref: None,
-            etcd_ca_cert_ref: None,
-            front_proxy_ca_cert_ref: None,
-            fixed_network: plan.fixed_network.clone(),
-            fixed_subnet: plan.fixed_subnet.clone(),
-            floating_ip_enabled: plan.floating_ip_enabled,
-            master_lb_enabled: plan.master_lb_enabled,
-            resolved: Json(Resolved::default()),
-            created_at: Utc::now(),
-            updated_at: None,
-            management_cluster: None,
-        }
+        crate::domain::spec::Cluster::from_plan(plan, project_id, user_id).into()
     }
 
     /// The name of its management cluster: `""` for the unnamed one.

@@ -27,6 +27,7 @@ pub mod operations;
 pub mod page;
 pub mod quotas;
 pub mod services;
+pub mod spec;
 pub mod status;
 pub mod templates;
 

@@ -51,35 +51,8 @@ impl NodegroupRow {
         uuid: Uuid,
         cluster: &super::clusters::ClusterRow,
     ) -> Self {
-        Self {
-            id: 0,
-            uuid,
-            name: plan.name.clone(),
-            cluster_id: cluster.uuid,
-            project_id: cluster.project_id.clone(),
-            docker_volume_size: plan.docker_volume_size,
-            labels: Json(plan.labels.clone()),
-            flavor_id: plan.flavor.clone(),
-            image_id: plan.image.clone(),
-            node_addresses: Json(vec![]),
-            node_count: plan.node_count,
-            role: plan.role.clone(),
-            max_node_count: None,
-            min_node_count: plan.min_node_count,
-            is_default: true,
-            stack_id: None,
-            status: Some(
-                crate::domain::status::Status::CreateInProgress
-                    .as_str()
-                    .into(),
-            ),
-            status_reason: None,
-            version: None,
-            node_labels: None,
-            node_taints: None,
-            created_at: cluster.created_at,
-            updated_at: None,
-        }
+        let cluster = crate::domain::spec::Cluster::from(cluster.clone());
+        crate::domain::spec::Nodegroup::from_plan(plan, uuid, &cluster).into()
     }
 }
 

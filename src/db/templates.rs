@@ -58,19 +58,7 @@ pub struct TemplateRow {
 impl TemplateRow {
     /// What this template gives a new cluster.
     pub fn defaults(&self) -> crate::domain::new_cluster::TemplateDefaults {
-        crate::domain::new_cluster::TemplateDefaults {
-            uuid: self.uuid,
-            labels: self.labels.0.clone(),
-            image: self.image_id.clone(),
-            keypair: self.keypair_id.clone(),
-            flavor: self.flavor_id.clone(),
-            master_flavor: self.master_flavor_id.clone(),
-            fixed_network: self.fixed_network.clone(),
-            fixed_subnet: self.fixed_subnet.clone(),
-            docker_volume_size: self.docker_volume_size,
-            master_lb_enabled: self.master_lb_enabled,
-            floating_ip_enabled: self.floating_ip_enabled,
-        }
+        crate::domain::spec::Template::from(self.clone()).defaults()
     }
 }
 

@@ -18,6 +18,7 @@ pub mod policy_lang;
 pub mod pyliteral;
 pub mod resources;
 pub mod schemas;
+pub mod spec;
 pub mod status;
 pub mod upgrade;
 pub mod version;

@@ -1,7 +1,10 @@
 //! The contract between the service layer / operation queue and a cluster backend: the one
 //! [`Backend`] trait covering everything the services need from a backend (template checks, CA
 //! read and signing, credential staging, readiness) and the worker's `execute` (which, for a
-//! create, provisions the cluster's credential with the caller's sealed token). Implemented by
+//! create, provisions the cluster's credential with the caller's sealed token). A backend works
+//! on domain values (`domain::spec`), never on the database: the worker hands it a [`Run`] (the
+//! operation and its [`ClusterSpec`]) and writes what its [`Report`] says; the few durable
+//! writes a backend needs in the middle of a run go through the [`Journal`] port. Implemented by
 //! the Cluster API driver (`crate::capi::driver::CapiDriver`) and by [`simulated`], which needs
 //! no infrastructure.
 
@@ -12,15 +15,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use secrecy::SecretString;
-use sqlx::PgPool;
+use uuid::Uuid;
 
-use crate::db::DbError;
-use crate::db::clusters::ClusterRow;
-use crate::db::nodegroups::NodegroupRow;
-use crate::db::operations::OperationRow;
-use crate::db::templates::TemplateRow;
 use crate::domain::certificates::CaKind;
+use crate::domain::spec::{Cluster, ClusterSpec, Nodegroup, Operation, Template};
+use crate::domain::status::Status;
 use crate::openstack::{OpenStackError, UserSession};
 
 /// The cause an operation failure carries, kept whole so its source chain reaches the log.
@@ -74,7 +75,7 @@ pub enum Outcome {
     /// backend reports a change of the cluster ([`Backend::changes`]), without holding a worker
     /// meanwhile and without counting an attempt. `progress` is a new `status_reason` to show
     /// (written only while the cluster is still in the operation's in-progress status);
-    /// `step` is what the backend records to resume from (handed back in `OperationRow::step`).
+    /// `step` is what the backend records to resume from (handed back in `Operation::step`).
     Requeue {
         after: Duration,
         progress: Option<String>,
@@ -93,22 +94,136 @@ pub enum BackendError {
     Unavailable(String),
     #[error(transparent)]
     OpenStack(#[from] OpenStackError),
+    /// A durable write through the [`Journal`] failed.
     #[error(transparent)]
-    Db(#[from] DbError),
+    Journal(#[from] JournalError),
     /// Anything else: the backend's own fault, with its cause.
     #[error(transparent)]
     Internal(Cause),
 }
 
-pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<Outcome, DriverError>> + Send + 'a>>;
+/// A fact a run established that the worker records with its outcome (in the same transaction).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fact {
+    /// The cluster is built from another template now (an upgrade).
+    Template(Uuid),
+    /// One of the cluster's labels is set (`Some`) or removed (an upgrade: `kube_tag` follows
+    /// the new template).
+    Label { key: String, value: Option<String> },
+    /// A nodegroup runs another image (an upgrade).
+    NodegroupImage {
+        nodegroup: Uuid,
+        image: Option<String>,
+    },
+    /// A nodegroup's node addresses (the simulated backend; CAPI's come from the status writer).
+    NodegroupAddresses {
+        nodegroup: Uuid,
+        addresses: Vec<String>,
+    },
+    /// A nodegroup's status (the simulated backend).
+    NodegroupStatus { nodegroup: Uuid, status: Status },
+    /// What the cluster runs and where its API is (the simulated backend).
+    Cluster {
+        api_address: Option<String>,
+        coe_version: Option<String>,
+        container_version: Option<String>,
+    },
+}
+
+/// What a run came to: its [`Outcome`] and the facts to record with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub outcome: Outcome,
+    pub facts: Vec<Fact>,
+}
+
+impl From<Outcome> for Report {
+    fn from(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            facts: Vec::new(),
+        }
+    }
+}
+
+/// One run of an operation: what the worker resolved for it.
+pub struct Run<'a> {
+    pub op: &'a Operation,
+    /// The cluster, its template, nodegroups and day-2 state as Postgres has them now.
+    pub spec: &'a ClusterSpec,
+    /// The template an upgrade moves the cluster to (its payload's `cluster_template`).
+    pub upgrade_to: Option<&'a Template>,
+    /// The token of the request that recorded the operation, when it sealed one for the
+    /// backend (a create: the cluster's application credential is created as the caller).
+    pub caller: Option<&'a SecretString>,
+    pub journal: &'a dyn Journal,
+}
+
+/// A durable write through the [`Journal`] failed; worth retrying.
+#[derive(Debug, thiserror::Error)]
+#[error("recording {what} failed")]
+pub struct JournalError {
+    pub what: &'static str,
+    #[source]
+    pub source: Cause,
+}
+
+pub type JournalFuture<'a> = Pin<Box<dyn Future<Output = Result<(), JournalError>> + Send + 'a>>;
+
+/// The durable writes a backend makes in the middle of a run or a request, before it goes on:
+/// what must survive a crash between two calls to the outside world (Keystone, the management
+/// cluster). Implemented over PostgreSQL by the service layer (`service::journal::PgJournal`).
+pub trait Journal: Send + Sync {
+    /// An application credential is about to be created for `cluster` as `user_id`: the trace
+    /// the credentials janitor follows if the run dies before the credential is recorded.
+    fn credential_intent<'a>(&'a self, cluster: Uuid, user_id: &'a str) -> JournalFuture<'a>;
+    /// The cluster's application credential was created (at create).
+    fn credential_created<'a>(
+        &'a self,
+        cluster: Uuid,
+        id: &'a str,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> JournalFuture<'a>;
+    /// The cluster runs on a new application credential owned by `user_id` (a rotation).
+    fn credential_rotated<'a>(
+        &'a self,
+        cluster: Uuid,
+        user_id: &'a str,
+        id: &'a str,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> JournalFuture<'a>;
+    /// Why the cluster's credential does not work (None: it does).
+    fn credential_problem<'a>(
+        &'a self,
+        cluster: Uuid,
+        problem: Option<&'a str>,
+    ) -> JournalFuture<'a>;
+    /// A credential that could not be deleted now, for the leftover sweep to retry.
+    fn leftover_credential<'a>(
+        &'a self,
+        cluster: Uuid,
+        user_id: &'a str,
+        id: &'a str,
+        error: &'a str,
+    ) -> JournalFuture<'a>;
+    /// The CA rotation's phase (None: finished) and, when given, its new rollout marker.
+    fn ca_rotation<'a>(
+        &'a self,
+        cluster: Uuid,
+        phase: Option<i16>,
+        rollout_after: Option<DateTime<Utc>>,
+    ) -> JournalFuture<'a>;
+}
+
+pub type DriverFuture<'a> = Pin<Box<dyn Future<Output = Result<Report, DriverError>> + Send + 'a>>;
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BackendError>> + Send + 'a>>;
 
 /// What provisioning a cluster's credential needs.
 pub struct ProvisionRequest<'a> {
-    pub pool: &'a PgPool,
-    pub template: &'a TemplateRow,
-    pub cluster: &'a ClusterRow,
-    pub nodegroups: &'a [NodegroupRow],
+    pub journal: &'a dyn Journal,
+    pub template: &'a Template,
+    pub cluster: &'a Cluster,
+    pub nodegroups: &'a [Nodegroup],
     /// The caller's token and catalog (absent in `--dev` without Keystone).
     pub session: Option<&'a UserSession>,
     pub roles: &'a [String],
@@ -173,23 +288,16 @@ pub enum Credentials {
 /// A cluster backend. Implementations of `execute` must be idempotent: an operation whose
 /// replica died mid-way is executed again. A run does what can be done now and returns: done,
 /// or [`Outcome::Requeue`] while the world works (no run waits for a management cluster or a
-/// cloud). On success the backend has reported the resulting statuses (through `db::status`);
-/// on a final failure the queue marks the resources `*_FAILED`.
+/// cloud). On success the worker records the report (outcome and facts); on a final failure
+/// it marks the resources `*_FAILED`. A backend writes no database itself.
 ///
 /// The request-time methods have defaults describing a backend without a management cluster:
 /// it provisions nothing, and its clusters have no CAs.
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
 
-    /// Executes one claimed operation. `caller` is the token of the request that recorded it,
-    /// when the request sealed one for the backend (a create: the cluster's application
-    /// credential is created as the caller).
-    fn execute<'a>(
-        &'a self,
-        pool: &'a PgPool,
-        op: &'a OperationRow,
-        caller: Option<&'a SecretString>,
-    ) -> DriverFuture<'a>;
+    /// Executes one step of a claimed operation.
+    fn execute<'a>(&'a self, run: Run<'a>) -> DriverFuture<'a>;
 
     /// Feeds of the clusters whose observed state changed, so an operation requeued for a
     /// cluster runs again as soon as something happened to it. None: a requeued operation
@@ -200,12 +308,12 @@ pub trait Backend: Send + Sync {
 
     /// Called once the queue has recorded the operation as done (e.g. to re-evaluate statuses
     /// that waited for it).
-    fn finished(&self, _op: &OperationRow) {}
+    fn finished(&self, _op: &Operation) {}
 
     /// The PEM certificate (bundle) of the cluster's CA `kind`; `None` when it has none.
     fn ca_certificate<'a>(
         &'a self,
-        _cluster: &'a ClusterRow,
+        _cluster: &'a Cluster,
         _kind: CaKind,
     ) -> BackendFuture<'a, Option<String>> {
         Box::pin(async { Ok(None) })
@@ -216,7 +324,7 @@ pub trait Backend: Send + Sync {
     /// [`BackendError::Invalid`].
     fn sign_certificate<'a>(
         &'a self,
-        _cluster: &'a ClusterRow,
+        _cluster: &'a Cluster,
         _kind: CaKind,
         _csr: &'a str,
         _validity: Duration,
@@ -227,7 +335,7 @@ pub trait Backend: Send + Sync {
     /// Whether a cluster template can be built by this backend (e.g. its Kubernetes version
     /// rules: `kube_tag` and the image's `kube_version` must agree; its proxies and labels). A
     /// refusal is [`BackendError::Invalid`].
-    fn validate_template(&self, _template: &TemplateRow) -> Result<(), BackendError> {
+    fn validate_template(&self, _template: &Template) -> Result<(), BackendError> {
         Ok(())
     }
 
@@ -236,9 +344,9 @@ pub trait Backend: Send + Sync {
     /// instead of failing on the management cluster. A refusal is [`BackendError::Invalid`].
     fn validate_cluster(
         &self,
-        _template: &TemplateRow,
-        _cluster: &ClusterRow,
-        _nodegroups: &[NodegroupRow],
+        _template: &Template,
+        _cluster: &Cluster,
+        _nodegroups: &[Nodegroup],
     ) -> Result<(), BackendError> {
         Ok(())
     }
@@ -259,8 +367,8 @@ pub trait Backend: Send + Sync {
     /// it. On failure nothing is left behind.
     fn stage_credential<'a>(
         &'a self,
-        _pool: &'a PgPool,
-        _cluster: &'a ClusterRow,
+        _journal: &'a dyn Journal,
+        _spec: &'a ClusterSpec,
         _session: &'a UserSession,
         _user_id: &'a str,
         _roles: &'a [String],
@@ -276,8 +384,8 @@ pub trait Backend: Send + Sync {
     /// Discards a staged credential whose rotation could not be recorded.
     fn discard_staged<'a>(
         &'a self,
-        _pool: &'a PgPool,
-        _cluster: &'a ClusterRow,
+        _journal: &'a dyn Journal,
+        _cluster: &'a Cluster,
         _payload: &'a serde_json::Value,
     ) -> BackendFuture<'a, ()> {
         Box::pin(async { Ok(()) })

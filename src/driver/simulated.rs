@@ -1,16 +1,12 @@
 //! The simulated driver: completes every operation after a configurable delay (a first step
-//! requeued for that long), writing the statuses and facts a real cluster would produce. Used by `serve --dev` and the tests.
+//! requeued for that long), reporting the statuses and facts a real cluster would produce. Used
+//! by `serve --dev` and the tests.
 
 use std::time::Duration;
 
-use sqlx::PgPool;
-
-use super::{Backend, DriverError, DriverFuture, Outcome};
-use crate::db::DbError;
-use crate::db::clusters::{self as cdb, DriverFacts};
-use crate::db::nodegroups as ndb;
-use crate::db::operations::OperationRow;
+use super::{Backend, DriverFuture, Fact, Outcome, Report, Run};
 use crate::domain::operation::OperationKind as K;
+use crate::domain::spec::{ClusterSpec, Nodegroup, Operation};
 use crate::domain::status::Status;
 
 #[derive(Debug, Clone)]
@@ -19,10 +15,6 @@ pub struct SimulatedDriver {
     pub delay: Duration,
     /// How long each run itself takes, holding its worker (a slow management-cluster API).
     pub run: Duration,
-}
-
-fn transient(e: DbError) -> DriverError {
-    DriverError::Transient(Box::new(e))
 }
 
 /// Most addresses a simulated nodegroup lists: a schema-valid `node_count` goes up to 2^31−1,
@@ -39,110 +31,109 @@ fn addresses(prefix: u8, n: i32) -> Vec<String> {
         .collect()
 }
 
-impl SimulatedDriver {
-    /// Writes the facts a real cluster would report (addresses, versions, nodegroup statuses);
-    /// the worker records the outcome (the cluster's status, deleted rows).
-    async fn run(&self, pool: &PgPool, op: &OperationRow) -> Result<Outcome, DbError> {
-        let mut tx = pool.begin().await?;
-        let Some(cluster) = cdb::lock(&mut *tx, op.cluster_uuid).await? else {
-            // The cluster is gone: nothing left to do.
-            return Ok(Outcome::Done);
-        };
-        let Ok(kind) = op.op_kind() else {
-            return Ok(Outcome::Done); // a kind of a newer version: nothing this driver can do
-        };
-        let done = Outcome::Completed(Status::UpdateComplete);
-        let outcome = match kind {
-            K::Create => {
-                for ng in ndb::of_cluster(&mut *tx, cluster.uuid).await? {
-                    let prefix = if ng.is_master() { 10 } else { 100 };
-                    ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
-                        .await?;
-                    ndb::set_status(&mut *tx, ng.uuid, Status::CreateComplete.as_str(), None)
-                        .await?;
-                }
-                let facts = DriverFacts {
-                    api_address: Some("https://127.0.0.1:6443".into()),
-                    coe_version: Some(
-                        cluster
-                            .labels
-                            .0
-                            .get("kube_tag")
-                            .cloned()
-                            .unwrap_or_else(|| "v1.31.4".into()),
-                    ),
-                    container_version: Some("containerd 1.7".into()),
-                };
-                cdb::set_driver_facts(&mut *tx, cluster.uuid, &facts).await?;
-                Outcome::Completed(Status::CreateComplete)
+/// The addresses a real nodegroup of that size would report.
+fn addresses_of(ng: &Nodegroup) -> Fact {
+    let prefix = if ng.is_master() { 10 } else { 100 };
+    Fact::NodegroupAddresses {
+        nodegroup: ng.uuid,
+        addresses: addresses(prefix, ng.node_count),
+    }
+}
+
+/// The facts a real cluster would report (addresses, versions, nodegroup statuses) and the
+/// outcome; the worker records both (the cluster's status, deleted rows).
+fn report(spec: &ClusterSpec, op: &Operation) -> Report {
+    let Ok(kind) = op.op_kind() else {
+        // A kind of a newer version: nothing this driver can do.
+        return Outcome::Done.into();
+    };
+    let cluster = &spec.cluster;
+    let done = Outcome::Completed(Status::UpdateComplete);
+    let mut facts = Vec::new();
+    let outcome = match kind {
+        K::Create => {
+            for ng in &spec.nodegroups {
+                facts.push(addresses_of(ng));
+                facts.push(Fact::NodegroupStatus {
+                    nodegroup: ng.uuid,
+                    status: Status::CreateComplete,
+                });
             }
-            K::Delete => Outcome::ClusterDeleted,
-            K::Resize | K::NodegroupCreate | K::NodegroupUpdate | K::Upgrade => {
-                if let Some(ng_uuid) = op.nodegroup_uuid
-                    && let Some(ng) = ndb::of_cluster(&mut *tx, cluster.uuid)
-                        .await?
-                        .into_iter()
-                        .find(|n| n.uuid == ng_uuid)
-                {
-                    let prefix = if ng.is_master() { 10 } else { 100 };
-                    ndb::set_addresses(&mut *tx, ng.uuid, &addresses(prefix, ng.node_count))
-                        .await?;
-                    let st = if kind == K::NodegroupCreate {
-                        Status::CreateComplete
-                    } else {
-                        Status::UpdateComplete
-                    };
-                    ndb::set_status(&mut *tx, ng.uuid, st.as_str(), None).await?;
-                    if kind == K::Upgrade {
-                        let image = op.payload.0.get("image_id").and_then(|v| v.as_str());
-                        ndb::set_image(&mut *tx, ng.uuid, image).await?;
-                        if ng.is_default
-                            && let Some(ct) = op
-                                .payload
-                                .0
-                                .get("cluster_template")
-                                .and_then(|v| v.as_str())
-                                .and_then(|s| uuid::Uuid::parse_str(s).ok())
-                        {
-                            cdb::set_template(&mut *tx, cluster.uuid, ct).await?;
-                        }
+            facts.push(Fact::Cluster {
+                api_address: Some("https://127.0.0.1:6443".into()),
+                coe_version: Some(
+                    cluster
+                        .labels
+                        .get("kube_tag")
+                        .cloned()
+                        .unwrap_or_else(|| "v1.31.4".into()),
+                ),
+                container_version: Some("containerd 1.7".into()),
+            });
+            Outcome::Completed(Status::CreateComplete)
+        }
+        K::Delete => Outcome::ClusterDeleted,
+        K::Resize | K::NodegroupCreate | K::NodegroupUpdate | K::Upgrade => {
+            if let Some(ng) = op
+                .nodegroup_uuid
+                .and_then(|u| spec.nodegroups.iter().find(|n| n.uuid == u))
+            {
+                facts.push(addresses_of(ng));
+                let status = if kind == K::NodegroupCreate {
+                    Status::CreateComplete
+                } else {
+                    Status::UpdateComplete
+                };
+                facts.push(Fact::NodegroupStatus {
+                    nodegroup: ng.uuid,
+                    status,
+                });
+                if kind == K::Upgrade {
+                    let image = op.payload.get("image_id").and_then(|v| v.as_str());
+                    facts.push(Fact::NodegroupImage {
+                        nodegroup: ng.uuid,
+                        image: image.map(str::to_string),
+                    });
+                    if ng.is_default
+                        && let Some(ct) = op
+                            .payload
+                            .get("cluster_template")
+                            .and_then(|v| v.as_str())
+                            .and_then(|s| uuid::Uuid::parse_str(s).ok())
+                    {
+                        facts.push(Fact::Template(ct));
                     }
                 }
-                done
             }
-            K::NodegroupDelete => match op.nodegroup_uuid {
-                Some(ng) => Outcome::NodegroupDeleted(ng),
-                None => done,
-            },
-            K::RotateCa | K::RotateCredential => done,
-        };
-        tx.commit().await?;
-        Ok(outcome)
-    }
+            done
+        }
+        K::NodegroupDelete => match op.nodegroup_uuid {
+            Some(ng) => Outcome::NodegroupDeleted(ng),
+            None => done,
+        },
+        K::RotateCa | K::RotateCredential => done,
+    };
+    Report { outcome, facts }
 }
 
 impl Backend for SimulatedDriver {
     fn name(&self) -> &'static str {
         "simulated"
     }
-    fn execute<'a>(
-        &'a self,
-        pool: &'a PgPool,
-        op: &'a OperationRow,
-        _caller: Option<&'a secrecy::SecretString>,
-    ) -> DriverFuture<'a> {
+    fn execute<'a>(&'a self, run: Run<'a>) -> DriverFuture<'a> {
         Box::pin(async move {
             tokio::time::sleep(self.run).await;
             // The simulated world takes `delay` to do anything: a first run records that it
             // started and comes back after the delay, holding no worker meanwhile.
-            if !self.delay.is_zero() && op.step().get("started").is_none() {
+            if !self.delay.is_zero() && run.op.step.get("started").is_none() {
                 return Ok(Outcome::Requeue {
                     after: self.delay,
                     progress: None,
                     step: Some(serde_json::json!({ "started": true })),
-                });
+                }
+                .into());
             }
-            self.run(pool, op).await.map_err(transient)
+            Ok(report(run.spec, run.op))
         })
     }
 }

@@ -19,6 +19,7 @@ use crate::domain::error::DomainError;
 use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller};
 use crate::domain::schemas;
+use crate::domain::spec::Cluster;
 use crate::domain::status::Status;
 
 /// The CA `ca_cert_type` names (absent: kubernetes); anything else is a 400.
@@ -52,7 +53,7 @@ pub async fn show(
     policy::enforce("certificate:get", caller, Some(cluster_target(&c)))?;
     let pem = app
         .backend
-        .ca_certificate(&c, kind)
+        .ca_certificate(&Cluster::from(c.clone()), kind)
         .await?
         .ok_or_else(|| no_ca(&c))?;
     Ok(views::Certificate {
@@ -85,7 +86,7 @@ pub async fn sign(
     );
     let pem = app
         .backend
-        .sign_certificate(&c, kind, &csr, validity)
+        .sign_certificate(&Cluster::from(c.clone()), kind, &csr, validity)
         .await?
         .ok_or_else(|| no_ca(&c))?;
     Ok(views::SignedCertificate {

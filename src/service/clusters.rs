@@ -27,6 +27,7 @@ use crate::domain::names::parse_uuid;
 use crate::domain::new_cluster::{self, ClusterRequest};
 use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller, Target};
+use crate::domain::spec::Template;
 use crate::domain::status::Status;
 use crate::domain::version::{MIN_VERSION, Version};
 use crate::domain::{patch, schemas};
@@ -151,8 +152,10 @@ pub async fn create(
             super::placement::place(app, &ct.labels.0, &row.labels.0, &caller.project_id, region)
                 .await?;
         // Bad labels are the caller's 400 now, never a failure on the management cluster.
+        let (cluster, ngs) =
+            crate::db::spec::cluster_and_nodegroups(&row, &[master.clone(), worker.clone()]);
         app.backend
-            .validate_cluster(&ct, &row, &[master.clone(), worker.clone()])?;
+            .validate_cluster(&Template::from(ct.clone()), &cluster, &ngs)?;
     }
     // The application credential is created by the operation, as the caller: their token goes
     // with it, sealed (never in clear in Postgres; dropped when the operation ends), so the 202

@@ -12,13 +12,16 @@ use crate::app::App;
 use crate::db::clusters::ClusterRow;
 use crate::db::day2;
 use crate::db::operations::{self as odb, NewOperation};
+use crate::db::spec::Loaded;
 use crate::db::status::{self as status, Transition};
 use crate::domain::error::DomainError;
 use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller};
+use crate::domain::spec::Cluster;
 use crate::domain::status::Status;
 use crate::driver::Credentials;
 use crate::openstack::UserSession;
+use crate::service::journal::PgJournal;
 
 const KIND: OperationKind = OperationKind::RotateCredential;
 
@@ -70,18 +73,7 @@ pub async fn rotate(
         ))
         .into());
     }
-    let payload = match app
-        .backend
-        .stage_credential(
-            &app.pool,
-            &c,
-            session,
-            &caller.user_id,
-            &caller.roles,
-            false,
-        )
-        .await
-    {
+    let payload = match stage(app, &c, session, caller, false).await {
         Ok(p) => p,
         Err(e) => {
             // Nothing changed on the management cluster: the old credential is in force.
@@ -114,11 +106,47 @@ pub async fn rotate(
                 Ok::<_, crate::service::Error>(())
             })
             .await?;
-            return Err(e.into());
+            return Err(e);
         }
     };
     record_staged(app, &c, payload, Some(Status::UpdateInProgress), request_id).await?;
     Ok(c.uuid)
+}
+
+/// A new credential for `c` created as `caller` with `session` and staged by the backend (the
+/// cluster's spec as Postgres has it now); returns the rotation operation's payload.
+async fn stage(
+    app: &App,
+    c: &ClusterRow,
+    session: &UserSession,
+    caller: &Caller,
+    implicit: bool,
+) -> Result<Value> {
+    let spec = match crate::db::spec::load(&app.pool, c.uuid).await? {
+        Loaded::Spec(spec) => spec,
+        Loaded::ClusterGone => {
+            return Err(
+                DomainError::NotFound(format!("Cluster {} could not be found.", c.uuid)).into(),
+            );
+        }
+        Loaded::TemplateGone => {
+            return Err(crate::service::Error::Invariant(
+                "the cluster's template no longer exists",
+            ));
+        }
+    };
+    let journal = PgJournal::new(app.pool.clone());
+    Ok(app
+        .backend
+        .stage_credential(
+            &journal,
+            &spec,
+            session,
+            &caller.user_id,
+            &caller.roles,
+            implicit,
+        )
+        .await?)
 }
 
 /// Records the rotation of a staged credential (with `status`, e.g. `UPDATE_IN_PROGRESS` for a
@@ -146,7 +174,13 @@ async fn record_staged(
     })
     .await;
     if let Err(e) = recorded {
-        if let Err(d) = app.backend.discard_staged(&app.pool, c, &op.payload).await {
+        let journal = PgJournal::new(app.pool.clone());
+        let cluster = Cluster::from(c.clone());
+        if let Err(d) = app
+            .backend
+            .discard_staged(&journal, &cluster, &op.payload)
+            .await
+        {
             tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
         }
         return Err(e);
@@ -177,11 +211,7 @@ pub async fn rotate_if_unusable(
     if !unusable || odb::has_open(&app.pool, c.uuid, KIND).await.unwrap_or(true) {
         return;
     }
-    let payload = match app
-        .backend
-        .stage_credential(&app.pool, c, session, &caller.user_id, &caller.roles, true)
-        .await
-    {
+    let payload = match stage(app, c, session, caller, true).await {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(cluster = %c.uuid, error = %e, "could not rotate the unusable credential before the operation");

@@ -22,6 +22,7 @@ use crate::domain::listing::ListQuery;
 use crate::domain::nodegroup_rules as rules;
 use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller};
+use crate::domain::spec::Template;
 use crate::domain::status::Status;
 use crate::domain::{names, patch, schemas};
 use crate::openstack::UserSession;
@@ -188,7 +189,9 @@ pub async fn create(
             id: i64::MAX,
             ..ng.clone()
         });
-        app.backend.validate_cluster(t, &c, &all)?;
+        let (cluster, all) = crate::db::spec::cluster_and_nodegroups(&c, &all);
+        app.backend
+            .validate_cluster(&Template::from(t.clone()), &cluster, &all)?;
     }
     let op = nodegroup_op(&c, ng.uuid, OperationKind::NodegroupCreate, request_id);
     let (op, ng, name, ident) = (&op, &ng, &name, &c.uuid.to_string());

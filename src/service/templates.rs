@@ -11,6 +11,7 @@ use crate::domain::error::DomainError;
 use crate::domain::fields::{Body, string_map};
 use crate::domain::listing::ListQuery;
 use crate::domain::policy::{self, Caller, Target};
+use crate::domain::spec::Template;
 use crate::domain::{names, patch, schemas};
 use crate::openstack::UserSession;
 
@@ -213,7 +214,8 @@ pub async fn create(
     // What the backend needs of a template, e.g. for the Cluster API driver `kube_tag` and the
     // image's `kube_version` agreeing, well-formed proxies and node-setting labels (checked at
     // create and on every PATCH).
-    app.backend.validate_template(&row)?;
+    app.backend
+        .validate_template(&Template::from(row.clone()))?;
     if cloud.is_some() {
         // Magnum takes the distro from the image, whatever the client sent.
         row.cluster_distro = row.resolved.os_distro.clone();
@@ -368,7 +370,8 @@ pub async fn update(
     resolve(app, cloud, &mut row).await?;
     // The patched template must hold what a created one must (labels, proxies, kube_tag
     // against the image): a bad value is a 400 now, not a failure at the next cluster create.
-    app.backend.validate_template(&row)?;
+    app.backend
+        .validate_template(&Template::from(row.clone()))?;
     Ok(tdb::update(&app.pool, &row).await?)
 }
 

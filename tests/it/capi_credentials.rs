@@ -507,8 +507,9 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     );
 
     let capi = app.capi.clone();
+    let journal = magnum_capi::service::journal::PgJournal::new(t.state.pool.clone());
     assert_eq!(
-        capi.renew_expiring(&t.state.pool).await.unwrap(),
+        capi.renew_expiring(&t.state.pool, &journal).await.unwrap(),
         0,
         "not due yet"
     );
@@ -520,7 +521,10 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     .execute(&t.state.pool)
     .await
     .unwrap();
-    assert_eq!(capi.renew_expiring(&t.state.pool).await.unwrap(), 1);
+    assert_eq!(
+        capi.renew_expiring(&t.state.pool, &journal).await.unwrap(),
+        1
+    );
     let new_id = until("the renewed credential", || async {
         let (id, _) = secret_credential(&app, &c);
         let (_, stored) = owner(t, &c).await;
@@ -542,7 +546,10 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     let r = get_cluster(t, &token, &c).await;
     assert_eq!(r.body["status"], "CREATE_COMPLETE");
     // The successor lives four days again: nothing is due.
-    assert_eq!(capi.renew_expiring(&t.state.pool).await.unwrap(), 0);
+    assert_eq!(
+        capi.renew_expiring(&t.state.pool, &journal).await.unwrap(),
+        0
+    );
 }
 
 #[tokio::test]
@@ -558,24 +565,17 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     let capi = app.capi.clone();
     let k = capi.keystone.clone().unwrap();
     let identity = k.validate(&token).await.unwrap();
-    let row = magnum_capi::db::clusters::by_uuid(
-        &t.state.pool,
-        &magnum_capi::db::clusters::Scope::All,
-        uuid::Uuid::parse_str(&c).unwrap(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let magnum_capi::db::spec::Loaded::Spec(spec) =
+        magnum_capi::db::spec::load(&t.state.pool, uuid::Uuid::parse_str(&c).unwrap())
+            .await
+            .unwrap()
+    else {
+        panic!("cluster {c} not found");
+    };
+    let journal = magnum_capi::service::journal::PgJournal::new(t.state.pool.clone());
     let session = k.user_session(&token, identity.clone());
     let staged = capi
-        .stage_rotation(
-            &t.state.pool,
-            &row,
-            &session,
-            &gina_id,
-            &identity.roles,
-            false,
-        )
+        .stage_rotation(&journal, &spec, &session, &gina_id, &identity.roles, false)
         .await
         .unwrap();
     let id = staged.payload.app_cred_id.clone();
@@ -596,9 +596,14 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     assert!(staging(&app));
     // Within the grace period it stays; after it, it goes, credential and all.
     let grace = std::time::Duration::from_secs(600);
-    assert_eq!(capi.sweep_staged(&t.state.pool, grace).await.unwrap(), 0);
     assert_eq!(
-        capi.sweep_staged(&t.state.pool, std::time::Duration::ZERO)
+        capi.sweep_staged(&t.state.pool, &journal, grace)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        capi.sweep_staged(&t.state.pool, &journal, std::time::Duration::ZERO)
             .await
             .unwrap(),
         1

@@ -302,12 +302,7 @@ impl Backend for Flaky {
     fn name(&self) -> &'static str {
         "flaky"
     }
-    fn execute<'a>(
-        &'a self,
-        pool: &'a PgPool,
-        op: &'a OperationRow,
-        caller: Option<&'a secrecy::SecretString>,
-    ) -> DriverFuture<'a> {
+    fn execute<'a>(&'a self, run: magnum_capi::driver::Run<'a>) -> DriverFuture<'a> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let left = self.transient.load(Ordering::SeqCst);
         if left > 0 {
@@ -317,7 +312,7 @@ impl Backend for Flaky {
         if let Some(msg) = self.permanent {
             return Box::pin(async move { Err(DriverError::Permanent(msg.into())) });
         }
-        self.inner.execute(pool, op, caller)
+        self.inner.execute(run)
     }
 }
 
@@ -584,17 +579,12 @@ impl Backend for Hang {
     fn name(&self) -> &'static str {
         "hang"
     }
-    fn execute<'a>(
-        &'a self,
-        _pool: &'a PgPool,
-        _op: &'a OperationRow,
-        _caller: Option<&'a secrecy::SecretString>,
-    ) -> DriverFuture<'a> {
+    fn execute<'a>(&'a self, _run: magnum_capi::driver::Run<'a>) -> DriverFuture<'a> {
         let flag = DropFlag(self.dropped.clone());
         Box::pin(async move {
             let _flag = flag;
             std::future::pending::<()>().await;
-            Ok(magnum_capi::driver::Outcome::Done)
+            Ok(magnum_capi::driver::Outcome::Done.into())
         })
     }
 }

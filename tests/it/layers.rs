@@ -757,16 +757,11 @@ fn rendering_and_applying_know_no_persistence() {
 }
 
 #[test]
-#[ignore = "the values are built from the rows the backend contract passes (ClusterRow, \
-            NodegroupRow, TemplateRow) until the worker hands the driver domain types \
-            (issue 23 item 1, in progress)"]
 fn the_values_know_no_persistence() {
     assert_never_imports(&Graph::build(&crate_sources()), "capi/values/", "db");
 }
 
 #[test]
-#[ignore = "driver::Backend takes &PgPool and db rows until the worker hands it domain types \
-            (issue 23 item 1, in progress)"]
 fn the_backends_know_no_persistence() {
     assert_never_imports(&Graph::build(&crate_sources()), "driver/", "db");
 }

@@ -15,7 +15,6 @@ use magnum_capi::domain::resources::Resolved;
 use magnum_capi::k8s::schema::{CrdSchemas, check_metadata};
 use secrecy::SecretString;
 use serde_json::{Value, json};
-use sqlx::types::Json;
 
 const IMAGE_ID: &str = "0d7f3b6e-5f0c-4b55-9b1e-2f6a4c1d9e01";
 const EXTERNAL_NET_ID: &str = "6a1c2f3e-8b7d-4e5f-a1b2-c3d4e5f60718";
@@ -78,7 +77,7 @@ fn cluster_body() -> Value {
 /// Rows as the API would store them, with what Glance/Nova/Neutron resolved.
 fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -> ApiRows {
     let mut r = rows_from_api(&template, &cluster, nodegroups.as_ref()).unwrap();
-    r.template.resolved = Json(Resolved {
+    r.template.resolved = Resolved {
         image_id: Some(IMAGE_ID.into()),
         os_distro: Some("ubuntu".into()),
         kube_version: Some("v1.33.5".into()),
@@ -88,7 +87,7 @@ fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -> ApiRows {
         fixed_network_id: None,
         fixed_subnet_id: None,
         gpu_flavor_ids: Vec::new(),
-    });
+    };
     r.cluster.resolved = r.template.resolved.clone();
     r
 }
@@ -431,8 +430,8 @@ fn existing_network_and_subnet() {
     t["fixed_network"] = json!("private");
     t["fixed_subnet"] = json!("private-subnet");
     let mut r = rows(t, cluster_body(), None);
-    r.cluster.resolved.0.fixed_network_id = Some(FIXED_NET_ID.into());
-    r.cluster.resolved.0.fixed_subnet_id = Some(FIXED_SUBNET_ID.into());
+    r.cluster.resolved.fixed_network_id = Some(FIXED_NET_ID.into());
+    r.cluster.resolved.fixed_subnet_id = Some(FIXED_SUBNET_ID.into());
     let objects = render_rows(&r);
     assert_valid(&objects);
     let osc = one(&objects, "OpenStackCluster");
@@ -1282,7 +1281,7 @@ fn api_bodies_take_the_api_defaults() {
         (master.name.as_str(), master.node_count),
         ("default-master", 1)
     );
-    assert_eq!(r.cluster.labels.0.get("k").map(String::as_str), Some("v"));
+    assert_eq!(r.cluster.labels.get("k").map(String::as_str), Some("v"));
     assert!(r.template.floating_ip_enabled);
     assert!(!r.template.master_lb_enabled);
     let again = rows_from_api(&json!({"image_id": "img"}), &json!({}), None).unwrap();
@@ -1703,7 +1702,7 @@ fn a_gpu_flavor_turns_the_gpu_operator_on_unless_the_label_says_no() {
         let (t, c) = with_labels(labels);
         let mut r = rows(t, c, None);
         // Nova's extra specs of the worker flavor ("3") asked for a GPU at validation.
-        r.cluster.resolved.0.gpu_flavor_ids = vec!["3".into()];
+        r.cluster.resolved.gpu_flavor_ids = vec!["3".into()];
         r
     };
     let objects = render_rows(&gpu_rows(json!({})));
@@ -1730,8 +1729,8 @@ fn addon_versions_follow_the_kubernetes_minor_across_an_upgrade() {
             "manila_csi_enabled": "true", "keystone_auth_enabled": "true"
         }));
         let mut r = rows(t, c, None);
-        r.template.resolved.0.kube_version = None;
-        r.cluster.resolved.0.kube_version = None;
+        r.template.resolved.kube_version = None;
+        r.cluster.resolved.kube_version = None;
         let v = build_values(&r, &keystone_config()).unwrap();
         let objects = renderer().render(&v).unwrap();
         assert_valid(&objects);

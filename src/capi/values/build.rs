@@ -18,10 +18,10 @@ use super::versions::chart_for_minor;
 use crate::capi::pki::ClusterCas;
 use crate::capi::{LABEL_CLUSTER_UUID, LABEL_PROJECT_ID};
 use crate::config::CapiConfig;
-use crate::db::clusters::ClusterRow;
-use crate::db::nodegroups::NodegroupRow;
-use crate::db::templates::TemplateRow;
 use crate::domain::kube_version::kube_version;
+use crate::domain::spec::Cluster;
+use crate::domain::spec::Nodegroup;
+use crate::domain::spec::Template;
 use crate::k8s::schema::{dns1123_label_error, dns1123_subdomain_error};
 
 /// Labels of the pod network (the CNIs' names for it).
@@ -29,10 +29,10 @@ const POD_CIDR_LABELS: &[&str] = &["calico_ipv4pool", "cilium_ipv4pool", "flanne
 
 /// Everything needed to render one cluster.
 pub struct Inputs<'a> {
-    pub template: &'a TemplateRow,
-    pub cluster: &'a ClusterRow,
+    pub template: &'a Template,
+    pub cluster: &'a Cluster,
     /// All nodegroups of the cluster that should exist (leave out those being deleted).
-    pub nodegroups: &'a [NodegroupRow],
+    pub nodegroups: &'a [Nodegroup],
     pub config: &'a CapiConfig,
     /// Present when the cloud-credentials Secrets are to be written (create, rotation).
     pub credentials: Option<CloudCredentials>,
@@ -63,11 +63,8 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         .kube_version
         .as_deref()
         .or(cx.cr.kube_version.as_deref());
-    let kubernetes_version = kube_version(
-        &cluster.labels.0,
-        resolved_kube,
-        &config.default_kube_version,
-    )?;
+    let kubernetes_version =
+        kube_version(&cluster.labels, resolved_kube, &config.default_kube_version)?;
     cx.kube_version = kubernetes_version.clone();
     let networking = cx.networking()?;
     let kube_network = cx.kube_network(networking.managed_subnet.as_ref())?;

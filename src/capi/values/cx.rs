@@ -7,9 +7,9 @@ use super::error::ValuesError;
 use super::labels::LabelView;
 use crate::capi::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, LABEL_PROJECT_ID, LABEL_USER_ID};
 use crate::config::CapiConfig;
-use crate::db::clusters::ClusterRow;
-use crate::db::templates::TemplateRow;
 use crate::domain::resources::Resolved;
+use crate::domain::spec::Cluster;
+use crate::domain::spec::Template;
 use crate::k8s::schema::{dns1123_label_error, label_value_error};
 
 /// Longest CAPI cluster name: leaves room for `-control-plane-<hash8>` within 63 characters.
@@ -17,8 +17,8 @@ pub const MAX_CLUSTER_NAME: usize = 40;
 
 /// What the parts of the build share: the rows, the cluster's label view, the names.
 pub(super) struct Cx<'a> {
-    pub(super) t: &'a TemplateRow,
-    pub(super) c: &'a ClusterRow,
+    pub(super) t: &'a Template,
+    pub(super) c: &'a Cluster,
     pub(super) tr: &'a Resolved,
     pub(super) cr: &'a Resolved,
     pub(super) view: LabelView<'a>,
@@ -32,8 +32,8 @@ pub(super) struct Cx<'a> {
 
 impl<'a> Cx<'a> {
     pub(super) fn new(
-        t: &'a TemplateRow,
-        c: &'a ClusterRow,
+        t: &'a Template,
+        c: &'a Cluster,
         config: &'a CapiConfig,
     ) -> Result<Self, ValuesError> {
         let cluster_name = c
@@ -63,9 +63,9 @@ impl<'a> Cx<'a> {
         Ok(Self {
             t,
             c,
-            tr: &t.resolved.0,
-            cr: &c.resolved.0,
-            view: LabelView::cluster(&c.labels.0),
+            tr: &t.resolved,
+            cr: &c.resolved,
+            view: LabelView::cluster(&c.labels),
             config,
             cluster_name,
             cluster_uuid,

@@ -79,15 +79,15 @@ pub use crate::domain::kube_version::kube_version;
 /// the proxies, the network driver and its labels, and the labels of node settings (registries,
 /// audit log, server groups), the add-ons' labels. Cluster create checks the whole document ([`build`]).
 pub fn check_template(
-    t: &crate::db::templates::TemplateRow,
+    t: &crate::domain::spec::Template,
     config: &crate::config::CapiConfig,
 ) -> Result<(), ValuesError> {
     kube_version(
-        &t.labels.0,
+        &t.labels,
         t.resolved.kube_version.as_deref(),
         &config.default_kube_version,
     )?;
-    let view = labels::LabelView::cluster(&t.labels.0);
+    let view = labels::LabelView::cluster(&t.labels);
     nodes::proxy(t, &[])?;
     nodes::registries(&view, config.registry_ca.as_deref())?;
     nodes::audit_log(&view)?;

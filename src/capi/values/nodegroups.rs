@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
-use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::cx::{Cx, given_and_resolved, label_map};
@@ -16,7 +15,7 @@ use super::error::{ValuesError, bad};
 use super::labels::{LabelView, any_item};
 use crate::capi::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_ROLE};
 use crate::config::CapiConfig;
-use crate::db::nodegroups::NodegroupRow;
+use crate::domain::spec::Nodegroup;
 use crate::k8s::schema::{label_key_error, label_value_error};
 
 /// Autoscaler bounds on a MachineDeployment.
@@ -59,12 +58,12 @@ pub fn nodegroup_object_name(cluster_name: &str, ng_name: &str, ng_uuid: Uuid) -
 }
 
 /// Bad input in a nodegroup's own fields, naming the nodegroup.
-fn ng_invalid(ng: &NodegroupRow, what: impl std::fmt::Display) -> ValuesError {
+fn ng_invalid(ng: &Nodegroup, what: impl std::fmt::Display) -> ValuesError {
     ValuesError::Invalid(format!("nodegroup {}: {what}", ng.name))
 }
 
-pub(super) fn master_nodegroup(nodegroups: &[NodegroupRow]) -> Result<&NodegroupRow, ValuesError> {
-    let masters: Vec<&NodegroupRow> = nodegroups.iter().filter(|n| n.is_master()).collect();
+pub(super) fn master_nodegroup(nodegroups: &[Nodegroup]) -> Result<&Nodegroup, ValuesError> {
+    let masters: Vec<&Nodegroup> = nodegroups.iter().filter(|n| n.is_master()).collect();
     let master = match masters.as_slice() {
         [m] => *m,
         [] => {
@@ -148,7 +147,7 @@ impl<'a> Cx<'a> {
 
     pub(super) fn control_plane(
         &self,
-        master: &NodegroupRow,
+        master: &Nodegroup,
         machines: &MachineRefs<'_>,
     ) -> Result<ControlPlane, ValuesError> {
         let view = &self.view;
@@ -224,12 +223,11 @@ impl<'a> Cx<'a> {
     /// The worker nodegroups, ordered by creation.
     pub(super) fn node_groups(
         &self,
-        nodegroups: &[NodegroupRow],
+        nodegroups: &[Nodegroup],
         machines: &MachineRefs<'_>,
         kubeadm: &Kubeadm,
     ) -> Result<Vec<NodeGroup>, ValuesError> {
-        let mut workers: Vec<&NodegroupRow> =
-            nodegroups.iter().filter(|n| !n.is_master()).collect();
+        let mut workers: Vec<&Nodegroup> = nodegroups.iter().filter(|n| !n.is_master()).collect();
         workers.sort_by_key(|n| (n.id, n.uuid));
         let mut names = BTreeSet::new();
         let mut out = Vec::new();
@@ -249,11 +247,11 @@ impl<'a> Cx<'a> {
 
     fn node_group(
         &self,
-        ng: &NodegroupRow,
+        ng: &Nodegroup,
         machines: &MachineRefs<'_>,
         kubeadm: &Kubeadm,
     ) -> Result<NodeGroup, ValuesError> {
-        let view = LabelView::nodegroup(&ng.labels.0, &self.c.labels.0);
+        let view = LabelView::nodegroup(&ng.labels, &self.c.labels);
         let uuid = ng.uuid.to_string();
         let role = match sanitise_fragment(&ng.role, 63) {
             r if r.is_empty() => "worker".to_owned(),
@@ -330,7 +328,7 @@ impl<'a> Cx<'a> {
 /// `min_node_count`), at least 1 since scale-from-zero needs capacity hints we cannot compute;
 /// max from the nodegroup (else `max_node_count`, else its size). Equal bounds mean fixed.
 fn size(
-    ng: &NodegroupRow,
+    ng: &Nodegroup,
     view: &LabelView<'_>,
 ) -> Result<(Option<i32>, Option<Autoscale>), ValuesError> {
     if !view.bool(&["auto_scaling_enabled"], false)? {
@@ -396,9 +394,9 @@ fn root_volume(
 
 /// The nodegroup's `node_labels`, checked as Kubernetes labels (the kubelet refuses to start
 /// with a bad one).
-fn node_labels(ng: &NodegroupRow) -> Result<BTreeMap<String, String>, ValuesError> {
+fn node_labels(ng: &Nodegroup) -> Result<BTreeMap<String, String>, ValuesError> {
     let mut out = BTreeMap::new();
-    let Some(Json(v)) = &ng.node_labels else {
+    let Some(v) = &ng.node_labels else {
         return Ok(out);
     };
     let Some(map) = v.as_object() else {
@@ -419,8 +417,8 @@ fn node_labels(ng: &NodegroupRow) -> Result<BTreeMap<String, String>, ValuesErro
     Ok(out)
 }
 
-fn node_taints(ng: &NodegroupRow) -> Result<Vec<Taint>, ValuesError> {
-    let Some(Json(v)) = &ng.node_taints else {
+fn node_taints(ng: &Nodegroup) -> Result<Vec<Taint>, ValuesError> {
+    let Some(v) = &ng.node_taints else {
         return Ok(vec![]);
     };
     let items = match v {

@@ -10,7 +10,7 @@ use super::document::{
 };
 use super::error::ValuesError;
 use super::labels::LabelView;
-use crate::db::templates::TemplateRow;
+use crate::domain::spec::Template;
 
 /// Where containerd (with image-builder's `config_path`) reads per-registry settings.
 const CERTS_D: &str = "/etc/containerd/certs.d";
@@ -116,7 +116,7 @@ fn proxy_field(name: &str, v: Option<&String>) -> Result<Option<String>, ValuesE
 }
 
 /// The template's own `no_proxy` entries, checked.
-fn no_proxy_entries(t: &TemplateRow) -> Result<Vec<String>, ValuesError> {
+fn no_proxy_entries(t: &Template) -> Result<Vec<String>, ValuesError> {
     t.no_proxy
         .as_deref()
         .unwrap_or("")
@@ -133,10 +133,7 @@ fn no_proxy_entries(t: &TemplateRow) -> Result<Vec<String>, ValuesError> {
 
 /// The proxy of every node, when the template sets `http_proxy` or `https_proxy`: `no_proxy`
 /// completed with `always_direct` (what must never go through a proxy).
-pub(super) fn proxy(
-    t: &TemplateRow,
-    always_direct: &[String],
-) -> Result<Option<Proxy>, ValuesError> {
+pub(super) fn proxy(t: &Template, always_direct: &[String]) -> Result<Option<Proxy>, ValuesError> {
     let http_proxy = proxy_field("http_proxy", t.http_proxy.as_ref())?;
     let https_proxy = proxy_field("https_proxy", t.https_proxy.as_ref())?;
     let mut no_proxy = no_proxy_entries(t)?;

@@ -3,26 +3,25 @@
 
 use secrecy::SecretString;
 use serde_json::Value;
-use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::document::CloudCredentials;
 use super::error::ValuesError;
 use crate::capi::pki::ClusterCas;
-use crate::db::clusters::ClusterRow;
-use crate::db::nodegroups::NodegroupRow;
-use crate::db::templates::TemplateRow;
 use crate::domain::fields::bool_from_string;
 use crate::domain::labels::Labels;
 use crate::domain::new_cluster::{self, ClusterRequest, NodegroupPlan};
 use crate::domain::resources::Resolved;
+use crate::domain::spec::Cluster;
+use crate::domain::spec::Nodegroup;
+use crate::domain::spec::Template;
 
 /// The rows of a hypothetical cluster, built from API bodies.
 #[derive(Debug, Clone)]
 pub struct ApiRows {
-    pub template: TemplateRow,
-    pub cluster: ClusterRow,
-    pub nodegroups: Vec<NodegroupRow>,
+    pub template: Template,
+    pub cluster: Cluster,
+    pub nodegroups: Vec<Nodegroup>,
 }
 
 fn field_str(v: &Value, key: &str) -> Option<String> {
@@ -145,8 +144,7 @@ pub fn rows_from_api(
     let user_id = field_str(cluster, "user_id")
         .or_else(|| field_str(template, "user_id"))
         .unwrap_or_else(|| "user".into());
-    let t = TemplateRow {
-        id: 1,
+    let t = Template {
         uuid: field_uuid(template, "uuid")?
             .unwrap_or(Uuid::from_u128(PLACEHOLDER_CLUSTER_UUID + 1)),
         project_id: project_id.clone(),
@@ -171,7 +169,7 @@ pub fn rows_from_api(
         https_proxy: field_str(template, "https_proxy"),
         no_proxy: field_str(template, "no_proxy"),
         registry_enabled: field_bool(template, "registry_enabled")?.unwrap_or(false),
-        labels: Json(t_labels),
+        labels: t_labels,
         tls_disabled: field_bool(template, "tls_disabled")?.unwrap_or(false),
         public: field_bool(template, "public")?.unwrap_or(false),
         server_type: field_str(template, "server_type"),
@@ -181,17 +179,14 @@ pub fn rows_from_api(
         hidden: field_bool(template, "hidden")?.unwrap_or(false),
         tags: field_str(template, "tags"),
         driver: field_str(template, "driver"),
-        resolved: Json(Resolved::default()),
-        created_at: epoch,
-        updated_at: None,
+        resolved: Resolved::default(),
     };
     let uuid = field_uuid(cluster, "uuid")?.unwrap_or(Uuid::from_u128(PLACEHOLDER_CLUSTER_UUID));
     let plan = new_cluster::plan(&t.defaults(), &cluster_request(cluster)?, uuid)
         .map_err(|e| ValuesError::Invalid(e.to_string()))?;
-    let c = ClusterRow {
-        id: 1,
+    let c = Cluster {
         created_at: epoch,
-        ..ClusterRow::from_plan(&plan, &project_id, &user_id)
+        ..Cluster::from_plan(&plan, &project_id, &user_id)
     };
     // The i-th nodegroup's uuid when its body gives none: stable, and distinct per position.
     let ng_uuid = |i: usize| {
@@ -213,7 +208,7 @@ pub fn rows_from_api(
         },
     };
     let mut ngs = Vec::new();
-    let ng_row = |i: usize, body: &Value| -> Result<NodegroupRow, ValuesError> {
+    let ng_row = |i: usize, body: &Value| -> Result<Nodegroup, ValuesError> {
         let role = field_str(body, "role").unwrap_or_else(|| "worker".into());
         let name = field_str(body, "name")
             .ok_or_else(|| ValuesError::Invalid(format!("nodegroup #{} has no name", i + 1)))?;
@@ -223,31 +218,21 @@ pub fn rows_from_api(
         } else {
             &c.flavor_id
         };
-        let node_labels = body
-            .get("node_labels")
-            .filter(|v| !v.is_null())
-            .cloned()
-            .map(Json);
-        let node_taints = body
-            .get("node_taints")
-            .filter(|v| !v.is_null())
-            .cloned()
-            .map(Json);
-        Ok(NodegroupRow {
+        let node_labels = body.get("node_labels").filter(|v| !v.is_null()).cloned();
+        let node_taints = body.get("node_taints").filter(|v| !v.is_null()).cloned();
+        Ok(Nodegroup {
             id: ng_id(i),
             uuid: field_uuid(body, "uuid")?.unwrap_or(ng_uuid(i)),
             name,
             cluster_id: uuid,
             project_id: project_id.clone(),
             docker_volume_size: field_i32(body, "docker_volume_size")?,
-            labels: Json(
-                field_labels(body, "labels")?
-                    .filter(|l| !l.is_empty())
-                    .unwrap_or_else(|| c.labels.0.clone()),
-            ),
+            labels: field_labels(body, "labels")?
+                .filter(|l| !l.is_empty())
+                .unwrap_or_else(|| c.labels.clone()),
             flavor_id: field_str(body, "flavor_id").or_else(|| fallback_flavor.clone()),
             image_id: field_str(body, "image_id").or_else(|| t.image_id.clone()),
-            node_addresses: Json(vec![]),
+            node_addresses: vec![],
             node_count: field_i32(body, "node_count")?.unwrap_or(1),
             role,
             max_node_count: field_i32(body, "max_node_count")?,
@@ -260,19 +245,18 @@ pub fn rows_from_api(
             node_labels,
             node_taints,
             created_at: epoch,
-            updated_at: None,
         })
     };
     for (i, body) in items.iter().enumerate() {
         ngs.push(ng_row(i, body)?);
     }
     // The default nodegroups a create adds, where the bodies leave them out.
-    let default_ng = |i: usize, plan: &NodegroupPlan| NodegroupRow {
+    let default_ng = |i: usize, plan: &NodegroupPlan| Nodegroup {
         id: ng_id(i),
-        ..NodegroupRow::from_plan(plan, ng_uuid(i), &c)
+        ..Nodegroup::from_plan(plan, ng_uuid(i), &c)
     };
     let base = ngs.len();
-    if !ngs.iter().any(NodegroupRow::is_master) {
+    if !ngs.iter().any(Nodegroup::is_master) {
         ngs.push(default_ng(base, &plan.master));
     }
     if items.is_empty() {
