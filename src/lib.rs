@@ -18,6 +18,7 @@ pub mod server;
 pub mod service;
 #[cfg(feature = "dev")]
 pub mod simkube;
+pub mod status_writer;
 pub mod telemetry;
 pub mod view_cache;
 pub mod worker;

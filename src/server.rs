@@ -347,7 +347,7 @@ pub fn spawn_capi(
     if let Some(feed) = feed {
         let collector = capi.clone();
         let pool = app.pool.clone();
-        let on_status: crate::capi::watch::OnStatus = Arc::new(move |cluster, status| {
+        let on_status: crate::status_writer::OnStatus = Arc::new(move |cluster, status| {
             if matches!(status, Status::CreateComplete | Status::UpdateComplete) {
                 let (c, pool) = (collector.clone(), pool.clone());
                 tokio::spawn(async move {
@@ -372,9 +372,9 @@ pub fn spawn_capi(
                 });
             }
         });
-        tasks.push(tokio::spawn(crate::capi::watch::run_writer(
+        tasks.push(tokio::spawn(crate::status_writer::run_writer(
             app.pool.clone(),
-            crate::capi::watch::WriterScope {
+            crate::status_writer::WriterScope {
                 name: capi.name.clone(),
                 reach: capi.reach.clone(),
             },

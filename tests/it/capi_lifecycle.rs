@@ -362,7 +362,7 @@ async fn one_replica_at_a_time_writes_statuses() {
         .unwrap();
     // This instance's writer holds the lock: a second replica does not get it.
     until("the first writer to hold the lock", || async {
-        magnum_capi::capi::watch::try_lead(&other)
+        magnum_capi::status_writer::try_lead(&other)
             .await
             .is_none()
             .then_some(())
@@ -371,7 +371,9 @@ async fn one_replica_at_a_time_writes_statuses() {
     // That replica dies (its connection closes): the second one takes over.
     let _ = app.kill().await;
     until("the lock to pass to the second replica", || async {
-        magnum_capi::capi::watch::try_lead(&other).await.map(|_| ())
+        magnum_capi::status_writer::try_lead(&other)
+            .await
+            .map(|_| ())
     })
     .await;
 }

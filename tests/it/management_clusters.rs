@@ -273,9 +273,9 @@ async fn two_replicas_write_each_management_clusters_statuses_once() {
     let cfg = test_config(&url);
     let other = magnum_capi::db::connect(&url, &cfg.database).await.unwrap();
     for name in ["east", "west"] {
-        let key = magnum_capi::capi::watch::writer_lock(name);
+        let key = magnum_capi::status_writer::writer_lock(name);
         assert!(
-            magnum_capi::capi::watch::try_lead_key(&other, key)
+            magnum_capi::status_writer::try_lead_key(&other, key)
                 .await
                 .is_none(),
             "nobody writes {name}'s statuses"

@@ -1,0 +1,467 @@
+//! The status writer: turns what the watchers observed of a management cluster's objects
+//! (`capi::watch::Observer`, evaluated by `capi::status`) into Magnum statuses in Postgres, one
+//! replica per management cluster at a time (an advisory lock). With the worker, the only writer
+//! of cluster rows after a request: the backends report, they write nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
+
+use crate::capi::status::{self, ClusterState, NodegroupState};
+use crate::capi::watch::Observer;
+use crate::db::DbResult;
+use crate::db::clusters::{self as cdb, DriverFacts};
+use crate::db::nodegroups as ndb;
+use crate::db::status::{Transition, write as write_status};
+use crate::domain::operation::OperationKind;
+use crate::domain::status::Status;
+
+/// Operations whose failure CAPI converging does not undo: the cluster stays `UPDATE_FAILED`
+/// until the next operation.
+fn final_failures() -> Vec<&'static str> {
+    OperationKind::ALL
+        .into_iter()
+        .filter(|k| k.failure_is_final())
+        .map(OperationKind::as_str)
+        .collect()
+}
+
+/// Which cluster state Postgres has, for [`status::evaluate`].
+async fn load_state(
+    tx: &mut sqlx::PgConnection,
+    cluster: &cdb::ClusterRow,
+    update_timeout: Duration,
+) -> DbResult<ClusterState> {
+    let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
+    // One round trip: the queue's view and the credential check's finding.
+    let (open, last, final_failure, credential_problem): (
+        bool,
+        Option<DateTime<Utc>>,
+        Option<bool>,
+        Option<String>,
+    ) = sqlx::query_as(
+        "SELECT COALESCE(bool_or(state IN ('pending', 'running')), false), max(created_at),
+                (SELECT state = 'failed' AND kind = ANY($2) FROM operation
+                  WHERE cluster_uuid = $1 ORDER BY id DESC LIMIT 1),
+                (SELECT credential_problem FROM cluster WHERE uuid = $1)
+           FROM operation WHERE cluster_uuid = $1",
+    )
+    .bind(cluster.uuid)
+    .bind(final_failures())
+    .fetch_one(&mut *tx)
+    .await?;
+    let status: Status = cluster.status.parse().unwrap_or(Status::CreateInProgress);
+    let deadline = match status {
+        Status::CreateInProgress => Some(
+            cluster.created_at
+                + chrono::Duration::minutes(i64::from(cluster.create_timeout.unwrap_or(60).max(1))),
+        ),
+        Status::UpdateInProgress => last.map(|t| {
+            t + chrono::Duration::from_std(update_timeout).unwrap_or(chrono::Duration::hours(1))
+        }),
+        _ => None,
+    };
+    Ok(ClusterState {
+        status,
+        status_reason: cluster.status_reason.clone(),
+        nodegroups: ngs
+            .iter()
+            .map(|n| NodegroupState {
+                uuid: n.uuid,
+                is_master: n.is_master(),
+                status: n.status.as_deref().and_then(|s| s.parse().ok()),
+                status_reason: n.status_reason.clone(),
+                node_count: n.node_count,
+                addresses: n.node_addresses.0.clone(),
+            })
+            .collect(),
+        operation_open: open,
+        final_failure: final_failure.unwrap_or(false),
+        deadline,
+        api_address: cluster.api_address.clone(),
+        coe_version: cluster.coe_version.clone(),
+        health_status: cluster.health_status.clone(),
+        health_status_reason: cluster.health_status_reason.0.clone(),
+        credential_problem,
+    })
+}
+
+/// Evaluates one cluster and writes what changed, under the cluster's row lock (so an API
+/// write that starts a new operation is never overwritten by a stale conclusion).
+pub async fn sync_cluster(
+    pool: &PgPool,
+    observer: &Observer,
+    member: &str,
+    cluster: Uuid,
+    update_timeout: Duration,
+) -> DbResult<Option<Status>> {
+    let mut tx = pool.begin().await?;
+    let Some(row) = cdb::lock(&mut *tx, cluster).await? else {
+        return Ok(None);
+    };
+    // Another management cluster's: its own writer concludes from its own observer.
+    if row.management_cluster_name() != member {
+        return Ok(None);
+    }
+    let state = load_state(&mut tx, &row, update_timeout).await?;
+    let ev = status::evaluate(&observer.observed(cluster), &state, Utc::now());
+    if ev.is_noop() {
+        return Ok(None);
+    }
+    if ev.api_address.is_some() || ev.coe_version.is_some() {
+        cdb::set_driver_facts(
+            &mut *tx,
+            cluster,
+            &DriverFacts {
+                api_address: ev.api_address.clone(),
+                coe_version: ev.coe_version.clone(),
+                container_version: None,
+            },
+        )
+        .await?;
+    }
+    if let Some((h, reason)) = &ev.health {
+        cdb::set_health(&mut *tx, cluster, Some(h), reason).await?;
+    }
+    for ng in &ev.nodegroups {
+        if let Some((st, reason)) = &ng.status {
+            ndb::set_status(&mut *tx, ng.uuid, st.as_str(), reason.as_deref()).await?;
+        }
+        if let Some(a) = &ng.addresses {
+            ndb::set_addresses(&mut *tx, ng.uuid, a).await?;
+        }
+        if let Some(n) = ng.node_count {
+            ndb::set_node_count(&mut *tx, ng.uuid, n).await?;
+        }
+    }
+    let new_status = ev.status.as_ref().map(|(s, _)| *s);
+    if let Some((st, reason)) = &ev.status {
+        write_status(
+            &mut tx,
+            cluster,
+            Transition::Observed {
+                status: *st,
+                reason: reason.as_deref(),
+            },
+        )
+        .await?;
+        tracing::info!(cluster = %cluster, status = st.as_str(), reason = reason.as_deref().unwrap_or(""), "cluster status from CAPI");
+    }
+    tx.commit().await?;
+    Ok(new_status)
+}
+
+/// Advisory-lock key of the status writer (one replica writes statuses at a time).
+const WRITER_LOCK: i64 = 0x6d61_676e_756d_0001;
+
+/// The status-writer lock of management cluster `name`: [`WRITER_LOCK`] for the unnamed one,
+/// else derived from the name (FNV-1a), so each has its own writer.
+pub fn writer_lock(name: &str) -> i64 {
+    if name.is_empty() {
+        return WRITER_LOCK;
+    }
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    WRITER_LOCK ^ i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// Which management cluster a writer writes for, and what its probes found.
+#[derive(Debug, Clone, Default)]
+pub struct WriterScope {
+    /// `""`: the unnamed one.
+    pub name: String,
+    pub reach: Arc<crate::capi::reach::Reach>,
+}
+
+/// The channel a change to a cluster row or to one of its operations notifies (payload: the
+/// cluster's uuid; triggers of migration `cluster_change_events`).
+pub const CLUSTER_CHANNEL: &str = "magnum_capi_clusters";
+
+/// Called with every cluster that reached a new status (e.g. to collect superseded templates).
+pub type OnStatus = Arc<dyn Fn(Uuid, Status) + Send + Sync>;
+
+type Pending = HashMap<Uuid, tokio::time::Instant>;
+
+/// Drains the observer's change feed into Postgres while this replica holds the writer lock of
+/// its management cluster (`scope`).
+///
+/// Nothing runs while nothing happens: the writer wakes on the watchers' changes, on
+/// `magnum_capi_clusters` notifications (any replica's cluster or operation change), on a change
+/// of the management cluster's reachability, and at the next in-progress deadline; `safety` is
+/// only the pace of the re-check of in-progress clusters and of the lock's connection when no
+/// event came. A replica without the lock waits for it in PostgreSQL (`pg_advisory_lock`), so it
+/// takes over as soon as the holder's session ends.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the writer's whole setup, passed once"
+)]
+pub async fn run_writer(
+    pool: PgPool,
+    scope: WriterScope,
+    observer: Arc<Observer>,
+    mut dirty: mpsc::UnboundedReceiver<Uuid>,
+    update_timeout: Duration,
+    safety: Duration,
+    on_status: OnStatus,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    type Acquiring = std::pin::Pin<Box<dyn Future<Output = DbResult<sqlx::PgConnection>> + Send>>;
+    let mut leader: Option<sqlx::PgConnection> = None;
+    let mut acquiring: Option<Acquiring> = None;
+    let mut events: Option<sqlx::postgres::PgListener> = None;
+    // Each cluster to write, with when its first unwritten change arrived (the delay metric).
+    let mut pending: Pending = HashMap::new();
+    let now = tokio::time::Instant::now;
+    let mut wake_at = now() + safety;
+    let mut retry_lock_at: Option<tokio::time::Instant> = None;
+    let key = writer_lock(&scope.name);
+    let shown = crate::domain::placement::shown(&scope.name).to_string();
+    // The reason written into its clusters' health while it is unreachable.
+    let mut marked_down: Option<String> = None;
+    // Just took the lock: what a previous writer recorded about reachability is redone.
+    let mut fresh = false;
+    loop {
+        if leader.is_none() && acquiring.is_none() && retry_lock_at.is_none_or(|t| t <= now()) {
+            acquiring = Some(Box::pin(wait_lead(pool.clone(), key)));
+        }
+        let mut rescan = false;
+        tokio::select! {
+            got = dirty.recv() => match got {
+                Some(u) => { pending.entry(u).or_insert_with(now); }
+                None => return,
+            },
+            got = async {
+                match acquiring.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                acquiring = None;
+                match got {
+                    Ok(conn) => {
+                        tracing::info!(management_cluster = %shown, "this replica writes cluster statuses");
+                        leader = Some(conn);
+                        retry_lock_at = None;
+                        marked_down = None;
+                        fresh = true;
+                        for u in observer.clusters() {
+                            pending.entry(u).or_insert_with(now);
+                        }
+                        rescan = true;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "waiting for the status-writer lock failed; retrying");
+                        retry_lock_at = Some(now() + Duration::from_secs(5));
+                    }
+                }
+            },
+            n = async {
+                match events.as_mut() {
+                    Some(l) => l.try_recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match n {
+                Ok(Some(n)) => {
+                    if let Ok(u) = n.payload().parse::<Uuid>() {
+                        pending.entry(u).or_insert_with(now);
+                    }
+                }
+                // The listening connection dropped (it reconnects on the next call): what was
+                // notified meanwhile is lost, so look at everything in progress.
+                Ok(None) => rescan = true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cluster change notifications lost");
+                    events = None;
+                    rescan = true;
+                }
+            },
+            () = scope.reach.changed() => {}
+            _ = tokio::time::sleep_until(wake_at), if leader.is_some() => rescan = true,
+            _ = tokio::time::sleep_until(retry_lock_at.unwrap_or_else(now)), if retry_lock_at.is_some() => {}
+            _ = shutdown.changed() => return,
+        }
+        // Take everything queued so far, then write.
+        while let Ok(u) = dirty.try_recv() {
+            pending.entry(u).or_insert_with(now);
+        }
+        crate::telemetry::status_writer_of(&scope.name, leader.is_some());
+        let Some(conn) = leader.as_mut() else {
+            pending.clear();
+            continue;
+        };
+        if rescan {
+            if sqlx::query("SELECT 1").execute(&mut *conn).await.is_err() {
+                tracing::warn!("lost the status-writer lock's connection");
+                leader = None;
+                events = None;
+                continue;
+            }
+            if events.is_none() {
+                events = listen_for_changes(&pool).await;
+            }
+        }
+        let down = scope.reach.down().map(|(why, _)| {
+            format!(
+                "The management cluster {shown} is unreachable ({why}); the cluster's status is \
+                 the last one seen"
+            )
+        });
+        if fresh || down.is_some() != marked_down.is_some() {
+            match cdb::mark_unreachable(&pool, &scope.name, down.as_deref()).await {
+                Ok(clusters) => {
+                    marked_down = down;
+                    fresh = false;
+                    // Back: everything it holds is evaluated afresh.
+                    if marked_down.is_none() {
+                        for u in clusters {
+                            pending.entry(u).or_insert_with(now);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "recording the management cluster's reachability failed")
+                }
+            }
+        }
+        if rescan {
+            match cdb::of_management_cluster(&pool, &scope.name, IN_PROGRESS).await {
+                Ok(ids) => {
+                    for u in ids {
+                        pending.entry(u).or_insert_with(now);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "listing in-progress clusters failed"),
+            }
+        }
+        // Unreachable: nothing new to conclude; what it last showed stays in Postgres.
+        if !observer.synced() || marked_down.is_some() || (pending.is_empty() && !rescan) {
+            continue;
+        }
+        write_pending(
+            &pool,
+            &observer,
+            &scope.name,
+            &mut pending,
+            update_timeout,
+            &on_status,
+        )
+        .await;
+        // Without notifications, the safety poll is all there is: keep it short then.
+        let poll = if events.is_some() {
+            safety
+        } else {
+            safety.min(Duration::from_secs(2))
+        };
+        wake_at = now() + poll;
+        match next_deadline(&pool, update_timeout).await {
+            Ok(Some(d)) => {
+                // A second past it, so the evaluation finds it passed.
+                let left =
+                    (d - Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_secs(1);
+                wake_at = wake_at.min(now() + left);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the next in-progress deadline failed"),
+        }
+        if !pending.is_empty() {
+            // A write failed: try again soon.
+            wake_at = wake_at.min(now() + Duration::from_secs(1));
+        }
+    }
+}
+
+/// Writes what changed for each pending cluster of management cluster `member`; stops at the
+/// first failure (kept pending).
+async fn write_pending(
+    pool: &PgPool,
+    observer: &Observer,
+    member: &str,
+    pending: &mut Pending,
+    update_timeout: Duration,
+    on_status: &OnStatus,
+) {
+    for (u, since) in std::mem::take(pending) {
+        match sync_cluster(pool, observer, member, u, update_timeout).await {
+            Ok(Some(st)) => {
+                crate::telemetry::status_delay(since.elapsed());
+                on_status(u, st);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
+                pending.insert(u, since);
+                break;
+            }
+        }
+    }
+}
+
+/// `LISTEN` on [`CLUSTER_CHANNEL`]; `None` (with a warning) when it cannot.
+async fn listen_for_changes(pool: &PgPool) -> Option<sqlx::postgres::PgListener> {
+    let listening = async {
+        let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
+        l.listen(CLUSTER_CHANNEL).await?;
+        Ok::<_, sqlx::Error>(l)
+    }
+    .await;
+    listening
+        .map_err(
+            |e| tracing::warn!(error = %e, "cannot listen for cluster changes; polling meanwhile"),
+        )
+        .ok()
+}
+
+/// Takes the status-writer lock if no other replica holds it: the connection holding it, which
+/// keeps the lock for as long as it lives.
+pub async fn try_lead(pool: &PgPool) -> Option<sqlx::PgConnection> {
+    try_lead_key(pool, WRITER_LOCK).await
+}
+
+/// [`try_lead`] for the writer lock `key` (see [`writer_lock`]).
+pub async fn try_lead_key(pool: &PgPool, key: i64) -> Option<sqlx::PgConnection> {
+    let mut conn = pool.acquire().await.ok()?.detach();
+    let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(key)
+        .fetch_one(&mut conn)
+        .await
+        .ok()?;
+    // Keep the connection (outside the pool): the lock lives as long as its session.
+    got.then_some(conn)
+}
+
+/// Waits in PostgreSQL until this replica holds the status-writer lock `key` (granted when the
+/// holder's session ends); the connection holding it, outside the pool.
+async fn wait_lead(pool: PgPool, key: i64) -> DbResult<sqlx::PgConnection> {
+    let mut conn = pool.acquire().await?.detach();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(key)
+        .execute(&mut conn)
+        .await?;
+    Ok(conn)
+}
+
+/// The statuses the writer re-checks.
+const IN_PROGRESS: &[&str] = &["CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS"];
+
+/// The earliest deadline of an in-progress cluster ([`load_state`]'s): its create timeout, or
+/// `update_timeout` after its last operation.
+async fn next_deadline(pool: &PgPool, update_timeout: Duration) -> DbResult<Option<DateTime<Utc>>> {
+    Ok(sqlx::query_scalar(
+        "SELECT min(d) FROM (
+           SELECT created_at + make_interval(mins => GREATEST(COALESCE(create_timeout, 60), 1)) AS d
+             FROM cluster WHERE status = 'CREATE_IN_PROGRESS'
+           UNION ALL
+           SELECT (SELECT max(o.created_at) FROM operation o WHERE o.cluster_uuid = c.uuid)
+                  + make_interval(secs => $1)
+             FROM cluster c WHERE c.status = 'UPDATE_IN_PROGRESS') x",
+    )
+    .bind(update_timeout.as_secs_f64())
+    .fetch_one(pool)
+    .await?)
+}
