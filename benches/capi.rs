@@ -241,7 +241,7 @@ fn main() {
         }
         let after_store = rss_mib();
         let want = clusters + uuids.len();
-        while capi.observer.clusters().len() < want {
+        while capi.observer().clusters().len() < want {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let synced = t.elapsed();

@@ -12,6 +12,7 @@ pub mod devdb;
 pub mod domain;
 pub mod driver;
 pub mod k8s;
+pub mod maintenance;
 pub mod openstack;
 pub mod seal;
 pub mod server;

@@ -192,8 +192,8 @@ async fn management_clusters(config: Option<&std::path::Path>) -> anyhow::Result
             .capi
             .management_clusters
             .iter()
-            .find(|e| e.name == m.name);
-        println!("{}", fleet::shown(&m.name));
+            .find(|e| e.name == m.name());
+        println!("{}", fleet::shown(m.name()));
         if let Some(e) = entry {
             println!(
                 "  placement:   weight {}, {}{}{}",
@@ -229,12 +229,12 @@ async fn management_clusters(config: Option<&std::path::Path>) -> anyhow::Result
             Some(Ok(rows)) => {
                 let mine: Vec<String> = rows
                     .iter()
-                    .filter(|(n, _, _)| *n == m.name)
+                    .filter(|(n, _, _)| *n == m.name())
                     .map(|(_, status, n)| format!("{status} {n}"))
                     .collect();
                 let total: i64 = rows
                     .iter()
-                    .filter(|(n, _, _)| *n == m.name)
+                    .filter(|(n, _, _)| *n == m.name())
                     .map(|(_, _, n)| n)
                     .sum();
                 println!(

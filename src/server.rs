@@ -12,10 +12,9 @@ use tokio::sync::watch;
 use crate::app::simulated_backend;
 use crate::app::{App, AppState, AuthMode};
 use crate::capi::apply::Mgmt;
-use crate::capi::driver::{Capi, CapiDriver};
+use crate::capi::driver::{Capi, CapiDriver, CapiParts};
 use crate::capi::fleet::Fleet;
 use crate::capi::render::Renderer;
-use crate::capi::watch::Observer;
 use crate::config::{Config, DriverKind};
 use crate::db;
 use crate::domain::status::Status;
@@ -88,7 +87,7 @@ pub fn backend_for_members(cfg: &Config, members: &[Arc<Capi>]) -> Arc<dyn Backe
     match members {
         #[cfg(feature = "dev")]
         [] => simulated_backend(cfg),
-        [only] if only.name.is_empty() => Arc::new(CapiDriver(only.clone())),
+        [only] if only.name().is_empty() => Arc::new(CapiDriver(only.clone())),
         several => {
             #[cfg(not(feature = "dev"))]
             let _ = cfg;
@@ -284,7 +283,6 @@ pub fn capi_runtime_named(
 ) -> Result<Arc<Capi>, ServeError> {
     let renderer = Renderer::new(cfg.capi.templates_dir.as_deref())
         .map_err(|e| ServeError::Capi(format!("templates: {e}")))?;
-    let (observer, feed) = Observer::new();
     let cloud_ca = read_cloud_ca(cfg)?;
     let mut config = cfg.capi.clone();
     config.keystone_auth_url = config
@@ -292,10 +290,9 @@ pub fn capi_runtime_named(
         .take()
         .or_else(|| cfg.keystone.public_v3_url());
     config.keystone_auth_ca = cloud_ca.clone();
-    Ok(Arc::new(Capi {
+    Ok(Arc::new(Capi::new(CapiParts {
         mgmt: Mgmt::new(client, &cfg.capi.field_manager),
         renderer,
-        observer,
         config,
         keystone: match auth {
             AuthMode::Keystone(k) => Some(k.clone()),
@@ -303,12 +300,9 @@ pub fn capi_runtime_named(
             AuthMode::DevHeaders => None,
         },
         cloud_ca,
-        feed: std::sync::Mutex::new(Some(feed)),
-        orphans_deleted: Default::default(),
         name: name.to_string(),
-        reach: Default::default(),
         shared_duties,
-    }))
+    })))
 }
 
 /// How often the status writer re-checks in-progress clusters and its lock when no event woke
@@ -337,13 +331,9 @@ pub fn spawn_capi(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let capi = capi.clone();
     let mut tasks = capi
-        .observer
-        .spawn_watchers(capi.mgmt.client().clone(), stop.clone());
-    let feed = capi
-        .feed
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take();
+        .observer()
+        .spawn_watchers(capi.mgmt().client().clone(), stop.clone());
+    let feed = capi.take_feed();
     if let Some(feed) = feed {
         let collector = capi.clone();
         let pool = app.pool.clone();
@@ -375,12 +365,12 @@ pub fn spawn_capi(
         tasks.push(tokio::spawn(crate::status_writer::run_writer(
             app.pool.clone(),
             crate::status_writer::WriterScope {
-                name: capi.name.clone(),
-                reach: capi.reach.clone(),
+                name: capi.name().to_string(),
+                reach: capi.reach().clone(),
             },
-            capi.observer.clone(),
+            capi.observer().clone(),
             feed,
-            Duration::from_secs(capi.config.update_timeout_mins.max(1) * 60),
+            Duration::from_secs(capi.config().update_timeout_mins.max(1) * 60),
             SAFETY_POLL,
             on_status,
             stop.clone(),
@@ -388,15 +378,15 @@ pub fn spawn_capi(
     }
     tasks.push(tokio::spawn(crate::capi::fleet::watch_reachability(
         capi.clone(),
-        Duration::from_secs(capi.config.probe_interval_secs.max(1)),
+        Duration::from_secs(capi.config().probe_interval_secs.max(1)),
         stop.clone(),
     )));
-    let every = maintenance_every(capi.config.credential_check_interval_secs);
+    let every = maintenance_every(capi.config().credential_check_interval_secs);
     let (pool, sweeper, mut stop) = (app.pool.clone(), capi.clone(), stop);
     let journal = crate::service::journal::PgJournal::new(app.pool.clone());
     tasks.push(tokio::spawn(async move {
         loop {
-            sweeper.maintenance(&pool, &journal).await;
+            crate::maintenance::run(&pool, &sweeper, &journal).await;
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.changed() => return,

@@ -13,30 +13,19 @@
 //! let go of them. A CAPI name is `c` + 32 hex digits, so one cluster's prefix never matches
 //! another's.
 //!
-//! The janitor deletes application credentials named `magnum-<uuid>-…` whose cluster does not
-//! exist (a crash between creating a credential and committing its cluster), following the
-//! creations recorded in Postgres before each credential is made.
+//! The credentials janitor (`crate::maintenance`) deletes application credentials named
+//! `magnum-<uuid>-…` whose cluster does not exist ([`credential_cluster`] reads the name).
 
-use std::sync::atomic::Ordering;
-
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::values::ServerGroup;
-use crate::db::janitor;
 use crate::domain::spec::Cluster;
 use crate::openstack::workload::{self, Deleted, LoadBalancer, Volume};
 use crate::openstack::{OpenStackError, UserSession};
 
 /// Cinder CSI's metadata key naming the cluster of a volume it created.
 pub const CSI_CLUSTER_KEY: &str = "cinder.csi.openstack.org/cluster";
-/// Seconds a credential creation may take before its intent counts as abandoned.
-const INTENT_GRACE_SECS: u64 = 600;
-/// Recorded creations the janitor looks at per sweep.
-const JANITOR_BATCH: i64 = 50;
-/// Advisory-lock key of the janitor (one replica sweeps at a time).
-const JANITOR_LOCK: i64 = 0x6d61_676e_756d_0002;
 
 /// The name prefix of the cluster's Service load balancers.
 pub fn load_balancer_prefix(capi_name: &str) -> String {
@@ -233,38 +222,6 @@ impl Capi {
             }
         }
         Ok(())
-    }
-
-    /// The credentials janitor: for each credential creation recorded past its grace time whose
-    /// cluster does not exist, deletes that user's credentials named `magnum-<cluster>-…`.
-    /// Only recorded creations count — never a name alone: another deployment sharing the
-    /// Keystone (another region's database) has clusters this database does not know. One
-    /// replica at a time, a bounded batch per sweep; returns how many it deleted.
-    pub async fn sweep_orphan_credentials(&self, pool: &PgPool) -> Result<usize, CapiError> {
-        let Some(k) = &self.keystone else {
-            return Ok(0);
-        };
-        let mut tx = pool.begin().await.map_err(crate::db::DbError::from)?;
-        if !janitor::try_lock(&mut tx, JANITOR_LOCK).await? {
-            return Ok(0);
-        }
-        let mut deleted = 0;
-        for (cluster, user) in janitor::due_intents(pool, INTENT_GRACE_SECS, JANITOR_BATCH).await? {
-            if !janitor::cluster_exists(pool, cluster).await? {
-                for (id, name) in k.app_credentials_of(&user).await? {
-                    if credential_cluster(&name) == Some(cluster) {
-                        k.delete_app_credential(&user, &id).await?;
-                        tracing::info!(app_cred = %id, cluster = %cluster, user = %user, "orphaned application credential deleted");
-                        deleted += 1;
-                    }
-                }
-            }
-            janitor::drop_intent(pool, cluster, &user).await?;
-        }
-        tx.commit().await.map_err(crate::db::DbError::from)?;
-        self.orphans_deleted.fetch_add(deleted, Ordering::Relaxed);
-        crate::telemetry::app_credential("orphan_deleted", deleted as u64);
-        Ok(deleted)
     }
 }
 

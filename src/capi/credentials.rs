@@ -1,8 +1,8 @@
 //! Application-credential rotation on the management cluster. The request stages a new
 //! credential (created with the caller's token, kept in a staging Secret); the worker commits it
 //! (checks it authenticates, applies the Secrets, moves ownership, deletes the old one). Also
-//! the periodic check that each credential still works, self-renewal before an expiry, and the
-//! janitor for staged credentials nobody committed.
+//! what the periodic chores (`crate::maintenance`) need of the management cluster: whether a
+//! credential still works, and the staged credentials nobody committed.
 
 use std::time::Duration;
 
@@ -11,7 +11,6 @@ use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use serde_json::{Map, Value, json};
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::apply::ObjectRef;
@@ -20,12 +19,6 @@ use super::{
     LABEL_CLUSTER_UUID, LABEL_ROLE, LABEL_USER_ID, credentials_secret_name, kinds, secret_data,
     values,
 };
-use crate::db::DbError;
-use crate::db::clusters as cdb;
-use crate::db::day2::{self, CredentialRow};
-use crate::db::operations::{self as odb, NewOperation};
-use crate::db::status::{self as status, Transition};
-use crate::domain::operation::{OperationKind, backoff_ms};
 use crate::domain::spec::{Cluster, ClusterSpec, Operation};
 use crate::domain::status::Status;
 use crate::driver::{Journal, Outcome};
@@ -38,7 +31,7 @@ pub const ROLE_STAGED: &str = "credential-rotation";
 /// Attempts an implicit rotation makes before it gives way.
 const IMPLICIT_ATTEMPTS: i32 = 3;
 /// Staged credentials older than this without an open rotation are discarded by the janitor.
-const STAGED_GRACE: Duration = Duration::from_secs(600);
+pub const STAGED_GRACE: Duration = Duration::from_secs(600);
 
 /// What a rotation operation carries (no secret: that is in the staging Secret).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -51,6 +44,16 @@ pub struct RotationPayload {
     /// Started by the service (before another operation, or before an expiry), not by a
     /// `PATCH /v1/credentials`: it never changes the cluster's status.
     pub implicit: bool,
+}
+
+/// A staging Secret found on the management cluster: whose credential it carries, and where.
+#[derive(Debug, Clone)]
+pub struct StagedSecret {
+    pub cluster: Uuid,
+    pub user_id: String,
+    pub app_cred_id: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// A credential staged for a cluster, to record in a rotation operation.
@@ -195,51 +198,8 @@ impl Capi {
             .await
     }
 
-    /// Records the rotation of a staged credential (with `status`, e.g. `UPDATE_IN_PROGRESS`
-    /// for a requested one) in one transaction; when that fails the staged credential is
-    /// discarded. The caller wakes the worker.
-    pub async fn record_rotation(
-        &self,
-        pool: &PgPool,
-        journal: &dyn Journal,
-        c: &Cluster,
-        staged: &Staged,
-        status: Option<Status>,
-        request_id: Option<&str>,
-    ) -> Result<(), CapiError> {
-        let recorded = async {
-            let payload = serde_json::to_value(&staged.payload)
-                .map_err(|e| CapiError::Invalid(e.to_string()))?;
-            let mut tx = pool.begin().await.map_err(DbError::from)?;
-            if let Some(st) = status {
-                status::write(&mut tx, c.uuid, Transition::Begin(st)).await?;
-            }
-            odb::enqueue(
-                &mut *tx,
-                &NewOperation {
-                    cluster_uuid: c.uuid,
-                    nodegroup_uuid: None,
-                    kind: OperationKind::RotateCredential,
-                    payload,
-                    request_id,
-                },
-            )
-            .await?;
-            tx.commit().await.map_err(DbError::from)?;
-            Ok::<_, CapiError>(())
-        }
-        .await;
-        if let Err(e) = recorded {
-            if let Err(d) = self.discard_staged(journal, c, &staged.payload).await {
-                tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
-            }
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// The application credential in the cluster's live cloud-credentials Secret.
-    pub(super) async fn live_credential(
+    pub async fn live_credential(
         &self,
         ns: &str,
         name: &str,
@@ -258,7 +218,7 @@ impl Capi {
 
     /// Deletes a credential this service created with its own credentials; a failure is
     /// recorded for the leftover sweep.
-    pub(super) async fn delete_credential(
+    pub async fn delete_credential(
         &self,
         journal: &dyn Journal,
         cluster: Uuid,
@@ -426,107 +386,20 @@ impl Capi {
         Ok(())
     }
 
-    /// Retries deleting credentials that could not be deleted when their cluster went away.
-    pub async fn sweep_leftover_credentials(&self, pool: &PgPool) -> Result<usize, CapiError> {
-        let Some(k) = &self.keystone else {
-            return Ok(0);
-        };
-        let mut done = 0;
-        for (id, user, attempts) in cdb::due_leftover_creds(pool).await? {
-            match k.delete_app_credential(&user, &id).await {
-                Ok(()) => {
-                    cdb::leftover_cred_result(pool, &id, true, None, 0.0).await?;
-                    tracing::info!(app_cred = %id, "leftover application credential deleted");
-                    done += 1;
-                }
-                Err(e) => {
-                    let delay = backoff_ms(5000, attempts + 1) as f64 / 1000.0;
-                    tracing::warn!(app_cred = %id, error = %e, attempts, "leftover application credential still not deleted");
-                    cdb::leftover_cred_result(pool, &id, false, Some(&e.to_string()), delay)
-                        .await?;
-                }
-            }
-        }
-        Ok(done)
-    }
-
-    /// The periodic credential work (every 5 minutes at most): leftovers deleted, credentials checked,
-    /// expiring ones renewed, abandoned staged ones discarded, orphaned ones (of clusters that
-    /// do not exist) deleted. Failures are logged.
-    pub async fn maintenance(&self, pool: &PgPool, journal: &dyn Journal) {
-        if self.shared_duties {
-            if let Err(e) = self.sweep_leftover_credentials(pool).await {
-                tracing::warn!(error = %e, "sweeping leftover application credentials failed");
-            }
-            if let Err(e) = self.check_credentials(pool).await {
-                tracing::warn!(error = %e, "checking cluster credentials failed");
-            }
-            if let Err(e) = self.sweep_orphan_credentials(pool).await {
-                tracing::warn!(error = %e, "sweeping orphaned application credentials failed");
-            }
-        }
-        // The rest needs this management cluster.
-        if self.reach.down().is_some() {
-            return;
-        }
-        if let Err(e) = self.renew_expiring(pool, journal).await {
-            tracing::warn!(error = %e, "renewing expiring credentials failed");
-        }
-        if let Err(e) = self.sweep_staged(pool, journal, STAGED_GRACE).await {
-            tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
-        }
-    }
-
-    /// Checks the credentials due for it: each must still authenticate; when one does not, the
-    /// cluster's health says why (owner deleted/disabled/without a role, credential deleted or
-    /// expired). Returns how many were checked.
-    pub async fn check_credentials(&self, pool: &PgPool) -> Result<usize, CapiError> {
-        let (Some(k), interval) = (&self.keystone, self.config.credential_check_interval_secs)
-        else {
-            return Ok(0);
-        };
-        if interval == 0 {
-            return Ok(0);
-        }
-        let due = day2::due_checks(pool, interval, 200).await?;
-        let mut checked = 0;
-        for row in &due {
-            match self.credential_problem(k, row).await {
-                Ok(problem) => {
-                    if problem != row.credential_problem {
-                        match &problem {
-                            Some(p) => {
-                                tracing::warn!(cluster = %row.uuid, problem = %p, "cluster credential does not work")
-                            }
-                            None => {
-                                tracing::info!(cluster = %row.uuid, "cluster credential works again")
-                            }
-                        }
-                    }
-                    day2::set_problem(pool, row.uuid, problem.as_deref()).await?;
-                    if problem != row.credential_problem {
-                        self.observer.touch(row.uuid);
-                    }
-                    checked += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(cluster = %row.uuid, error = %e, "cannot check the cluster credential now");
-                }
-            }
-        }
-        Ok(checked)
-    }
-
-    async fn credential_problem(
+    /// Why the credential `app_cred_id` of cluster `cluster` (owned by `user_id` in
+    /// `project_id`, its CAPI cluster named after `stack_id`) does not work; `None` when it
+    /// does, as its live Secret shows it to Keystone.
+    pub async fn credential_problem(
         &self,
         k: &crate::openstack::Keystone,
-        row: &CredentialRow,
+        cluster: Uuid,
+        owner: (&str, &str),
+        stack_id: Option<&str>,
+        app_cred_id: &str,
     ) -> Result<Option<String>, CapiError> {
-        let Some(id) = &row.app_cred_id else {
-            return Ok(None);
-        };
-        let ns = super::namespace(&self.config.namespace_prefix, &row.project_id);
-        let name = cluster_name(row.stack_id.as_deref(), row.uuid);
+        let (user_id, project_id) = owner;
+        let ns = super::namespace(&self.config.namespace_prefix, project_id);
+        let name = cluster_name(stack_id, cluster);
         let refused = match self.live_credential(&ns, &name).await? {
             None => "the cloud-credentials Secret is missing or unreadable".to_string(),
             Some((sid, secret)) => match k.check_app_credential(&sid, &secret).await? {
@@ -535,89 +408,23 @@ impl Capi {
             },
         };
         let why = k
-            .credential_owner_problem(&row.user_id, &row.project_id, id)
+            .credential_owner_problem(user_id, project_id, app_cred_id)
             .await?
             .unwrap_or(refused);
         Ok(Some(format!(
-            "Application credential {id} no longer authenticates: {why}. The next project member \
+            "Application credential {app_cred_id} no longer authenticates: {why}. The next project member \
              who updates, resizes, upgrades or deletes the cluster rotates it (or run `openstack coe \
              credential rotate`)."
         )))
     }
 
-    /// Credentials close to their expiry renew themselves: the old one (created unrestricted for
-    /// this) obtains a token, creates its successor, and a rotation is recorded.
-    pub async fn renew_expiring(
+    /// The staged credentials older than `grace` on this management cluster.
+    pub async fn staged_credentials(
         &self,
-        pool: &PgPool,
-        journal: &dyn Journal,
-    ) -> Result<usize, CapiError> {
-        let Some(k) = &self.keystone else {
-            return Ok(0);
-        };
-        if self.config.app_cred_expiry_days == 0 {
-            return Ok(0);
-        }
-        // Never more than half the lifetime ahead, or a renewed credential would be due again.
-        let before = u64::from(
-            self.config
-                .app_cred_renew_before_days
-                .min(self.config.app_cred_expiry_days / 2),
-        ) * 86400;
-        let before = before.max(3600);
-        let mut renewed = 0;
-        for uuid in day2::expiring(pool, before, 50).await? {
-            if odb::has_open(pool, uuid, OperationKind::RotateCredential).await? {
-                continue;
-            }
-            let crate::db::spec::Loaded::Spec(spec) = crate::db::spec::load(pool, uuid).await?
-            else {
-                continue;
-            };
-            let c = &spec.cluster;
-            // Each management cluster renews the credentials of its own clusters.
-            if !self.owns(c) {
-                continue;
-            }
-            let Some((id, secret)) = self
-                .live_credential(&namespace_of(&self.config, c), &name_of(c))
-                .await?
-            else {
-                continue;
-            };
-            let outcome = async {
-                let (token, identity) = k.token_for_app_credential(&id, &secret).await?;
-                let session = k.user_session(&token, identity.clone());
-                let staged = self
-                    .stage_rotation(journal, &spec, &session, &c.user_id, &identity.roles, true)
-                    .await?;
-                self.record_rotation(pool, journal, c, &staged, None, None)
-                    .await
-            }
-            .await;
-            match outcome {
-                Ok(()) => {
-                    tracing::info!(cluster = %c.uuid, app_cred = %id, "expiring application credential renews itself");
-                    renewed += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(cluster = %c.uuid, app_cred = %id, error = %e, "cannot renew an expiring application credential");
-                }
-            }
-        }
-        Ok(renewed)
-    }
-
-    /// Staged credentials whose rotation is no longer open (the request died before recording
-    /// it, or the operation was given up) are discarded after a grace period.
-    pub async fn sweep_staged(
-        &self,
-        pool: &PgPool,
-        journal: &dyn Journal,
         grace: Duration,
-    ) -> Result<usize, CapiError> {
+    ) -> Result<Vec<StagedSecret>, CapiError> {
         let sel = format!("{LABEL_ROLE}={ROLE_STAGED}");
-        let mut swept = 0;
+        let mut out = Vec::new();
         for o in self.mgmt.list_all(kinds::SECRET, &sel).await? {
             let age = o
                 .metadata
@@ -629,7 +436,7 @@ impl Capi {
             }
             let labels = o.metadata.labels.clone().unwrap_or_default();
             let ann = o.metadata.annotations.clone().unwrap_or_default();
-            let (Some(cluster), Some(user), Some(id)) = (
+            let (Some(cluster), Some(user_id), Some(app_cred_id)) = (
                 labels
                     .get(LABEL_CLUSTER_UUID)
                     .and_then(|u| Uuid::parse_str(u).ok()),
@@ -638,20 +445,22 @@ impl Capi {
             ) else {
                 continue;
             };
-            if odb::has_open(pool, cluster, OperationKind::RotateCredential).await? {
-                continue;
-            }
-            if cdb::app_cred(pool, cluster).await?.as_deref() != Some(id.as_str()) {
-                self.delete_credential(journal, cluster, user, id).await?;
-            }
-            let ns = o.metadata.namespace.clone().unwrap_or_default();
-            let name = o.metadata.name.clone().unwrap_or_default();
-            self.mgmt
-                .delete(&ObjectRef::new(kinds::SECRET, &ns, &name))
-                .await?;
-            tracing::info!(%cluster, app_cred = %id, "discarded a staged credential nobody committed");
-            swept += 1;
+            out.push(StagedSecret {
+                cluster,
+                user_id: user_id.clone(),
+                app_cred_id: app_cred_id.clone(),
+                namespace: o.metadata.namespace.clone().unwrap_or_default(),
+                name: o.metadata.name.clone().unwrap_or_default(),
+            });
         }
-        Ok(swept)
+        Ok(out)
+    }
+
+    /// Deletes a staging Secret (its credential is the caller's business).
+    pub async fn delete_staging_secret(&self, s: &StagedSecret) -> Result<(), CapiError> {
+        self.mgmt
+            .delete(&ObjectRef::new(kinds::SECRET, &s.namespace, &s.name))
+            .await?;
+        Ok(())
     }
 }

@@ -15,7 +15,6 @@ use super::values::{self, CloudCredentials, Inputs, ValuesError};
 use super::watch::Observer;
 use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, kinds};
 use crate::config::CapiConfig;
-use crate::db::DbError;
 use crate::domain::certificates::CaKind;
 use crate::domain::operation::OperationKind as K;
 use crate::domain::spec::{Cluster, ClusterSpec, Nodegroup, Operation, Template};
@@ -38,8 +37,6 @@ pub enum CapiError {
     #[error(transparent)]
     Pki(#[from] PkiError),
     #[error(transparent)]
-    Db(#[from] DbError),
-    #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
     OpenStack(#[from] OpenStackError),
@@ -54,11 +51,11 @@ pub enum CapiError {
 }
 
 impl CapiError {
-    /// Worth retrying: the management cluster, Postgres or OpenStack unreachable, or waiting.
+    /// Worth retrying: the management cluster, the journal or OpenStack unreachable, or waiting.
     pub fn is_transient(&self) -> bool {
         match self {
             CapiError::Kube(k) => k.is_transient(),
-            CapiError::Db(_) | CapiError::Journal(_) | CapiError::Waiting(_) => true,
+            CapiError::Journal(_) | CapiError::Waiting(_) => true,
             CapiError::OpenStack(OpenStackError::Unavailable { .. }) => true,
             _ => false,
         }
@@ -119,26 +116,113 @@ pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
     kinds::CONFIG_MAP,
 ];
 
-/// Everything the driver needs, shared with the API (credentials at create) and the watchers.
+/// Everything the driver of one management cluster needs, shared with the status writer (its
+/// observer and change feed) and the periodic chores (`crate::maintenance`). Its fields are the
+/// driver's own (visible to `capi` only); others read them through the accessors below.
 pub struct Capi {
-    pub mgmt: Mgmt,
-    pub renderer: Renderer,
-    pub observer: Arc<Observer>,
-    pub config: CapiConfig,
-    pub keystone: Option<Arc<Keystone>>,
+    pub(super) mgmt: Mgmt,
+    pub(super) renderer: Renderer,
+    pub(super) observer: Arc<Observer>,
+    pub(super) config: CapiConfig,
+    pub(super) keystone: Option<Arc<Keystone>>,
     /// The CA bundle of the OpenStack endpoints, written into each credentials Secret.
-    pub cloud_ca: Option<String>,
+    pub(super) cloud_ca: Option<String>,
     /// The observer's change feed, taken once by the status writer.
-    pub feed: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
+    pub(super) feed: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
     /// Application credentials of clusters that did not exist, deleted by the janitor.
-    pub orphans_deleted: std::sync::atomic::AtomicUsize,
+    pub(super) orphans_deleted: std::sync::atomic::AtomicUsize,
     /// Its `[[capi.management_clusters]]` name; `""`: the unnamed one (`[capi] kubeconfig`).
-    pub name: String,
+    pub(super) name: String,
     /// Whether its API answered the last probe (`super::fleet`).
-    pub reach: Arc<super::reach::Reach>,
+    pub(super) reach: Arc<super::reach::Reach>,
     /// Runs the Keystone-wide chores of `maintenance` (leftover, orphaned and checked
     /// credentials): one management cluster of a replica does, not each.
+    pub(super) shared_duties: bool,
+}
+
+/// What a [`Capi`] is made of (the rest starts empty: its observer, reachability, counters).
+pub struct CapiParts {
+    pub mgmt: Mgmt,
+    pub renderer: Renderer,
+    /// `[capi]` as this management cluster uses it.
+    pub config: CapiConfig,
+    pub keystone: Option<Arc<Keystone>>,
+    pub cloud_ca: Option<String>,
+    pub name: String,
     pub shared_duties: bool,
+}
+
+impl Capi {
+    pub fn new(parts: CapiParts) -> Self {
+        let (observer, feed) = Observer::new();
+        Self {
+            mgmt: parts.mgmt,
+            renderer: parts.renderer,
+            observer,
+            config: parts.config,
+            keystone: parts.keystone,
+            cloud_ca: parts.cloud_ca,
+            feed: std::sync::Mutex::new(Some(feed)),
+            orphans_deleted: Default::default(),
+            name: parts.name,
+            reach: Default::default(),
+            shared_duties: parts.shared_duties,
+        }
+    }
+
+    pub fn mgmt(&self) -> &Mgmt {
+        &self.mgmt
+    }
+
+    pub fn renderer(&self) -> &Renderer {
+        &self.renderer
+    }
+
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.observer
+    }
+
+    pub fn config(&self) -> &CapiConfig {
+        &self.config
+    }
+
+    pub fn keystone(&self) -> Option<&Arc<Keystone>> {
+        self.keystone.as_ref()
+    }
+
+    /// The observer's change feed, for the one status writer (`None` once taken).
+    pub fn take_feed(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>> {
+        self.feed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    /// Application credentials of clusters that did not exist, deleted so far.
+    pub fn orphans_deleted(&self) -> usize {
+        self.orphans_deleted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts `n` more orphaned credentials deleted.
+    pub fn note_orphans_deleted(&self, n: usize) {
+        self.orphans_deleted
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Its `[[capi.management_clusters]]` name; `""`: the unnamed one.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn reach(&self) -> &Arc<super::reach::Reach> {
+        &self.reach
+    }
+
+    /// Whether it runs the Keystone-wide chores of its replica.
+    pub fn shared_duties(&self) -> bool {
+        self.shared_duties
+    }
 }
 
 impl std::fmt::Debug for Capi {
@@ -157,11 +241,11 @@ pub(super) struct NewCredential {
     pub creds: CloudCredentials,
 }
 
-pub(super) fn namespace_of(cfg: &CapiConfig, c: &Cluster) -> String {
+pub fn namespace_of(cfg: &CapiConfig, c: &Cluster) -> String {
     super::namespace(&cfg.namespace_prefix, &c.project_id)
 }
 
-pub(super) fn name_of(c: &Cluster) -> String {
+pub fn name_of(c: &Cluster) -> String {
     cluster_name(c.stack_id.as_deref(), c.uuid)
 }
 

@@ -211,7 +211,7 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
         .execute(&t.state.pool)
         .await
         .unwrap();
-    assert_eq!(capi.check_credentials(&t.state.pool).await.unwrap(), 1);
+    assert_eq!(magnum_capi::maintenance::check_credentials(&t.state.pool, &capi).await.unwrap(), 1);
     let r = get_cluster(t, &erin_token, &c).await;
     assert!(
         r.body["health_status_reason"].get("credential").is_none(),
@@ -230,7 +230,7 @@ async fn a_disabled_owner_shows_in_health_and_another_member_can_still_delete() 
         .execute(&t.state.pool)
         .await
         .unwrap();
-    assert_eq!(capi.check_credentials(&t.state.pool).await.unwrap(), 1);
+    assert_eq!(magnum_capi::maintenance::check_credentials(&t.state.pool, &capi).await.unwrap(), 1);
     let body = until("health to show the credential problem", || async {
         let r = get_cluster(t, &erin_token, &c).await;
         r.body["health_status_reason"]
@@ -509,7 +509,9 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     let capi = app.capi.clone();
     let journal = magnum_capi::service::journal::PgJournal::new(t.state.pool.clone());
     assert_eq!(
-        capi.renew_expiring(&t.state.pool, &journal).await.unwrap(),
+        magnum_capi::maintenance::renew_expiring(&t.state.pool, &capi, &journal)
+            .await
+            .unwrap(),
         0,
         "not due yet"
     );
@@ -522,7 +524,9 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     .await
     .unwrap();
     assert_eq!(
-        capi.renew_expiring(&t.state.pool, &journal).await.unwrap(),
+        magnum_capi::maintenance::renew_expiring(&t.state.pool, &capi, &journal)
+            .await
+            .unwrap(),
         1
     );
     let new_id = until("the renewed credential", || async {
@@ -547,7 +551,9 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
     assert_eq!(r.body["status"], "CREATE_COMPLETE");
     // The successor lives four days again: nothing is due.
     assert_eq!(
-        capi.renew_expiring(&t.state.pool, &journal).await.unwrap(),
+        magnum_capi::maintenance::renew_expiring(&t.state.pool, &capi, &journal)
+            .await
+            .unwrap(),
         0
     );
 }
@@ -563,7 +569,7 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     let before = secret_credential(&app, &c);
     // A request staged a credential and died before recording the rotation.
     let capi = app.capi.clone();
-    let k = capi.keystone.clone().unwrap();
+    let k = capi.keystone().cloned().unwrap();
     let identity = k.validate(&token).await.unwrap();
     let magnum_capi::db::spec::Loaded::Spec(spec) =
         magnum_capi::db::spec::load(&t.state.pool, uuid::Uuid::parse_str(&c).unwrap())
@@ -597,15 +603,20 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     // Within the grace period it stays; after it, it goes, credential and all.
     let grace = std::time::Duration::from_secs(600);
     assert_eq!(
-        capi.sweep_staged(&t.state.pool, &journal, grace)
+        magnum_capi::maintenance::sweep_staged(&t.state.pool, &capi, &journal, grace)
             .await
             .unwrap(),
         0
     );
     assert_eq!(
-        capi.sweep_staged(&t.state.pool, &journal, std::time::Duration::ZERO)
-            .await
-            .unwrap(),
+        magnum_capi::maintenance::sweep_staged(
+            &t.state.pool,
+            &capi,
+            &journal,
+            std::time::Duration::ZERO
+        )
+        .await
+        .unwrap(),
         1
     );
     assert!(!staging(&app));

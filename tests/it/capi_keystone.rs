@@ -217,7 +217,7 @@ async fn a_credential_keystone_would_not_delete_is_retried_until_it_is_gone() {
         .unwrap();
     let capi = app.capi.clone();
     until("the leftover credential to be deleted", || async {
-        let _ = capi.sweep_leftover_credentials(&t.state.pool).await;
+        let _ = magnum_capi::maintenance::sweep_leftover_credentials(&t.state.pool, &capi).await;
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM app_credential_leftover")
             .fetch_one(&t.state.pool)
             .await

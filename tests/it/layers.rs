@@ -1,6 +1,7 @@
 //! The layering rules of the crate, checked on the source: dependencies point one way
-//! (api → service → domain / db / driver backends), one writer of `cluster.status`, and every
-//! module says what it owns.
+//! (api → service → domain / db / driver backends; the driver works on domain values and
+//! imports no db), one writer of `cluster.status` (requests, the worker and the status writer
+//! move it through it), and every module says what it owns.
 
 use std::path::{Path, PathBuf};
 
@@ -764,6 +765,37 @@ fn the_values_know_no_persistence() {
 #[test]
 fn the_backends_know_no_persistence() {
     assert_never_imports(&Graph::build(&crate_sources()), "driver/", "db");
+}
+
+#[test]
+fn the_driver_knows_no_persistence() {
+    let graph = Graph::build(&crate_sources());
+    assert_never_imports(&graph, "capi/", "db");
+    assert_never_imports(&graph, "driver/", "db");
+}
+
+/// Cluster statuses move by a request (the service layer, in its transaction), by the worker
+/// (an operation's outcome) or by the status writer (what the management cluster reports):
+/// nothing else reaches `db::status`.
+#[test]
+fn only_requests_the_worker_and_the_status_writer_move_statuses() {
+    let graph = Graph::build(&crate_sources());
+    let writers: Vec<String> = graph
+        .imports_of("", &["db", "status"])
+        .into_iter()
+        .filter(|i| {
+            let file = i.trim_start_matches("src/").split(':').next().unwrap_or("");
+            !(file.starts_with("service/")
+                || file.starts_with("db/")
+                || file == "worker.rs"
+                || file == "status_writer.rs")
+        })
+        .collect();
+    assert!(
+        writers.is_empty(),
+        "only requests, the worker and the status writer write statuses:\n{}",
+        writers.join("\n")
+    );
 }
 
 #[test]
