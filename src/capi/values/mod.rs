@@ -1,6 +1,6 @@
 //! The values document: everything the templates need to render one Magnum cluster, built by a
-//! pure function from the template, cluster and nodegroup rows (+ operator settings, and the
-//! credential and CAs when they are to be written). The equivalent of the azimuth
+//! pure function from the template, cluster and nodegroups (`domain::spec`), the operator
+//! settings, and the credential and CAs when they are to be written. The equivalent of the azimuth
 //! `openstack-cluster` chart values; label semantics (both drivers' dialects) live here.
 //!
 //! Labels honoured (cluster labels, which Magnum already merged from the template; `NG`: a
@@ -42,10 +42,10 @@
 //! floating IP, and at boot the API endpoint); `network_driver` (calico, cilium, flannel).
 //!
 //! Layout: `document` (the serialised types), `labels` (reading labels), `build` (the document
-//! from the rows, cluster-wide parts), `addons` (optional add-ons and the autoscaler),
+//! from the spec, cluster-wide parts), `addons` (optional add-ons and the autoscaler),
 //! `nodegroups` (control plane and workers), `nodes` (proxies, registries, audit log, server
 //! groups), `rows` (the
-//! `render` command's rows from API bodies). The Kubernetes-version rule is the domain's
+//! `render` command's cluster from API bodies). The Kubernetes-version rule is the domain's
 //! ([`crate::domain::kube_version`]).
 
 mod addons;
