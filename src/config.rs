@@ -952,8 +952,10 @@ mod tests {
             .unwrap()
     }
 
+    /// Keystone and a sealing key: what `serve` needs outside development.
     const KEYSTONE: &str = "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\n\
-                            password = \"pw\"\nproject_name = \"service\"\n";
+                            password = \"pw\"\nproject_name = \"service\"\n\
+                            [operations]\nseal_key = \"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\"\n";
 
     fn refusal(cfg: &Config, dev: bool) -> String {
         match cfg.validate_for_serve(dev) {
