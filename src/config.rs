@@ -219,6 +219,9 @@ pub struct CapiConfig {
     pub octavia_provider: String,
     /// Minutes an update (resize, upgrade, nodegroup change) may take before `UPDATE_FAILED`.
     pub update_timeout_mins: u64,
+    /// Seconds an add-on (a CAAPH release) may stay installing or upgrading before the cluster's
+    /// health counts it as failed (README "Add-on health").
+    pub addon_install_timeout_secs: u64,
     /// Minutes a delete may take (CAPI's teardown and the cloud cleanup together, from the
     /// request) before the operation reports `DELETE_FAILED` with what is left.
     pub delete_timeout_mins: u64,
@@ -400,6 +403,7 @@ impl Default for CapiConfig {
             default_kube_version: "v1.33.5".into(),
             octavia_provider: "amphora".into(),
             update_timeout_mins: 60,
+            addon_install_timeout_secs: 1800,
             delete_timeout_mins: 30,
             delete_cleanup: true,
             cleanup_poll_secs: 5,

@@ -2,6 +2,7 @@
 //! applies them to the management cluster (`apply`), and turns what CAPI reports back into
 //! Magnum statuses (`watch` → `status`).
 
+pub mod addon_health;
 pub mod apply;
 pub mod ca;
 pub mod cleanup;
@@ -9,6 +10,7 @@ pub mod credentials;
 pub mod delete;
 pub mod driver;
 pub mod fleet;
+pub mod forget;
 pub mod health;
 pub mod pki;
 pub mod reach;
