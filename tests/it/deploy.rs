@@ -446,13 +446,20 @@ fn the_pdb_and_the_service_select_the_deployments_pods() {
     let svc: Service = k8s("service.yaml");
     let spec = svc.spec.unwrap();
     selects_the_pods("the Service", spec.selector.as_ref().unwrap());
-    let ports = spec.ports.unwrap();
-    assert_eq!(ports.len(), 1);
-    assert_eq!(ports[0].name.as_deref(), Some("http"));
-    assert_eq!(ports[0].port, 9511);
+    let ports: Vec<(Option<&str>, i32, Option<&IntOrString>)> = spec
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|p| (p.name.as_deref(), p.port, p.target_port.as_ref()))
+        .collect();
+    let named = |n: &str| IntOrString::String(n.into());
     assert_eq!(
-        ports[0].target_port,
-        Some(IntOrString::String("http".into()))
+        ports,
+        [
+            (Some("http"), 9511, Some(&named("http"))),
+            (Some("metrics"), 9512, Some(&named("metrics")))
+        ]
     );
 }
 
@@ -470,8 +477,43 @@ fn the_servicemonitor_scrapes_metrics_from_the_service() {
     }
     let endpoints = sm["spec"]["endpoints"].as_array().unwrap();
     assert_eq!(endpoints.len(), 1);
-    assert_eq!(endpoints[0]["port"], "http");
     assert_eq!(endpoints[0]["path"], "/metrics");
+    // The endpoint's port leads (Service port → container port) to the listener the Deployment
+    // opens with `[http] metrics_bind`, which answers without a token — not to the API port,
+    // whose /metrics is a 401 for a scraper.
+    let port_name = endpoints[0]["port"].as_str().unwrap();
+    let svc_port = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some(port_name))
+        .unwrap_or_else(|| panic!("the Service has no port {port_name}"));
+    let d = deployment();
+    let c = container(&d, "magnum-capi");
+    let container_port = c
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| match &svc_port.target_port {
+            Some(IntOrString::String(n)) => p.name.as_deref() == Some(n.as_str()),
+            Some(IntOrString::Int(n)) => p.container_port == *n,
+            None => p.container_port == svc_port.port,
+        })
+        .expect("the Service's target port is a port of the container")
+        .container_port;
+    let metrics_bind: std::net::SocketAddr = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "MAGNUM_CAPI__HTTP__METRICS_BIND")
+        .and_then(|e| e.value.as_deref())
+        .expect("MAGNUM_CAPI__HTTP__METRICS_BIND")
+        .parse()
+        .unwrap();
+    assert_eq!(i32::from(metrics_bind.port()), container_port);
+    assert!(!metrics_bind.ip().is_loopback(), "Prometheus reaches the pod's address");
     assert!(
         sm["spec"].get("namespaceSelector").is_none(),
         "same namespace as the Service"
