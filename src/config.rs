@@ -305,6 +305,10 @@ pub struct CapiConfig {
     pub autoscaler_image_tag: Option<String>,
     /// Autoscaler tags by Kubernetes minor; a minor not listed gets `v1.<minor>.0`.
     pub autoscaler_image_tags: MinorTable,
+    /// The ClusterRole (installed with the service: deploy/kubernetes) each cluster's autoscaler
+    /// is bound to in its namespace. The service holds `bind` on this one name only, so it
+    /// creates no Role and needs no `escalate`.
+    pub autoscaler_cluster_role: String,
     /// Image of k8s-keystone-auth (`keystone_auth_enabled`), without tag.
     pub keystone_auth_image: String,
     /// Its tags by Kubernetes minor (cloud-provider-openstack releases); other minors `v1.<minor>.0`.
@@ -462,6 +466,7 @@ impl Default for CapiConfig {
             gpu_operator_chart_repo: "https://helm.ngc.nvidia.com/nvidia".into(),
             gpu_operator_chart_version: "v25.3.4".into(),
             autoscaler_image: "registry.k8s.io/autoscaling/cluster-autoscaler".into(),
+            autoscaler_cluster_role: "magnum-capi-cluster-autoscaler".into(),
             autoscaler_image_tag: None,
             autoscaler_image_tags: minor_table(&[
                 ("1.30", "v1.30.4"),

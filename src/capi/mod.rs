@@ -104,7 +104,9 @@ pub mod kinds {
         DEPLOYMENT,
         CONFIG_MAP,
     ];
-    /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales).
+    /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales). `Role`
+    /// is rendered no more (its RoleBinding grants `[capi] autoscaler_cluster_role`): listed so
+    /// that the Role an earlier version made is pruned and deleted with the cluster.
     pub const AUTOSCALER: [Gvk; 4] = [DEPLOYMENT, ROLE_BINDING, ROLE, SERVICE_ACCOUNT];
 }
 

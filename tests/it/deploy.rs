@@ -177,13 +177,11 @@ const DRIVER_VERBS: &[(&str, &[&str])] = &[
     // Watched: add-on health (CAAPH creates them).
     ("HelmReleaseProxy", &["list", "watch"]),
     // The cluster autoscaler (templates/autoscaler.yaml.hbs): applied, pruned when no
-    // nodegroup autoscales, deleted with the cluster. Its Role grants what the driver itself
-    // does not hold (machinedeployments/scale...), hence `escalate` and `bind` on Roles.
+    // nodegroup autoscales, deleted with the cluster. Its RoleBinding grants the ClusterRole
+    // installed with the service (`bind` on that one name: AUTOSCALER_BINDING); Roles an
+    // earlier version made are only pruned and deleted — no `escalate`, no Role written.
     ("ServiceAccount", &["list", "create", "patch", "delete"]),
-    (
-        "Role",
-        &["list", "create", "patch", "delete", "escalate", "bind"],
-    ),
+    ("Role", &["list", "delete"]),
     ("RoleBinding", &["list", "create", "patch", "delete"]),
     ("Deployment", &["list", "create", "patch", "delete"]),
     // The k8s-keystone-auth manifests (a ClusterResourceSet resource): applied, pruned when
@@ -260,12 +258,29 @@ fn required() -> BTreeSet<Grant> {
     out
 }
 
+/// The one named grant: `bind` on the ClusterRole the autoscalers' RoleBindings refer to.
+fn named_grants(role: &ClusterRole) -> Vec<(String, String, String, Vec<String>)> {
+    role.rules
+        .iter()
+        .flatten()
+        .filter_map(|r| {
+            let names = r.resource_names.clone()?;
+            Some((
+                r.api_groups.clone().unwrap_or_default().join(","),
+                r.resources.clone().unwrap_or_default().join(","),
+                r.verbs.join(","),
+                names,
+            ))
+        })
+        .collect()
+}
+
 fn granted(role: &ClusterRole) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
-    for rule in role.rules.iter().flatten() {
+    for rule in role.rules.iter().flatten().filter(|r| r.resource_names.is_none()) {
         assert!(
-            rule.resource_names.is_none() && rule.non_resource_urls.is_none(),
-            "{rule:?}: the driver names no resource in advance and calls no URL"
+            rule.non_resource_urls.is_none(),
+            "{rule:?}: the driver calls no URL"
         );
         let groups = rule.api_groups.clone().unwrap_or_default();
         let resources = rule.resources.clone().unwrap_or_default();
@@ -293,6 +308,37 @@ fn rbac_grants_exactly_what_the_driver_does() {
         extra.is_empty(),
         "the ClusterRole grants more than the driver uses: {extra:?}"
     );
+    // No verb that lets the account grant itself more than it holds; `bind` only on the
+    // ClusterRole the autoscalers are bound to, which the kustomization installs.
+    for (_, resource, verb) in &have {
+        assert!(
+            !["escalate", "bind", "impersonate"].contains(&verb.as_str()),
+            "{resource}: {verb}"
+        );
+    }
+    let autoscaler_role = magnum_capi::config::CapiConfig::default().autoscaler_cluster_role;
+    assert_eq!(
+        named_grants(&role),
+        [(
+            "rbac.authorization.k8s.io".to_string(),
+            "clusterroles".to_string(),
+            "bind".to_string(),
+            vec![autoscaler_role.clone()]
+        )]
+    );
+    let installed: ClusterRole = k8s("clusterrole-autoscaler.yaml");
+    assert_eq!(installed.metadata.name.as_deref(), Some(autoscaler_role.as_str()));
+    let scales = granted(&installed);
+    for verb in ["get", "update", "patch"] {
+        assert!(
+            scales.contains(&(
+                "cluster.x-k8s.io".into(),
+                "machinedeployments/scale".into(),
+                verb.into()
+            )),
+            "the autoscaler's ClusterRole lacks machinedeployments/scale {verb}"
+        );
+    }
     // The plural rule is kube's: spot-check the irregular one.
     assert!(need.contains(&(
         "addons.cluster.x-k8s.io".into(),
