@@ -942,6 +942,8 @@ fn write_config(dir: &Path, database: &str) -> Result<()> {
          expiration = 86400\n\
          [fernet_tokens]\n\
          key_repository = {d}/fernet-keys\n\
+         [fernet_receipts]\n\
+         key_repository = {d}/fernet-keys\n\
          [credential]\n\
          key_repository = {d}/credential-keys\n\
          [cache]\n\
