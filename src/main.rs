@@ -166,7 +166,7 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     for c in &r.checks {
         line(c.ok, &c.name, &c.detail);
     }
-    if failed || !r.ok() {
+    if failed || !r.all_ok() {
         println!("check failed");
         return Ok(false);
     }
