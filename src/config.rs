@@ -230,6 +230,13 @@ pub struct CapiConfig {
     pub delete_cleanup: bool,
     /// Seconds between passes of the delete cleanup while something is left.
     pub cleanup_poll_secs: u64,
+    /// What a delete does when the cluster's credential Secret is gone (README "Delete
+    /// cleanup"): `fail` (`DELETE_FAILED` naming it) or `service` (clean up with the service's
+    /// own user, scoped to the cluster's project).
+    pub cleanup_without_credential: CleanupWithoutCredential,
+    /// What a delete does with the cluster's CSI volumes when its PersistentVolumes could not be
+    /// read (the workload cluster unreachable): `keep` them all or `delete` them.
+    pub unread_volumes: UnreadVolumes,
     /// CA bundle written as `cacert` into each cluster's cloud-credentials Secret (the CA of the
     /// OpenStack endpoints); unset: `[keystone] cafile`, else none.
     pub cloud_ca_file: Option<std::path::PathBuf>,
@@ -411,6 +418,8 @@ impl Default for CapiConfig {
             delete_timeout_mins: 30,
             delete_cleanup: true,
             cleanup_poll_secs: 5,
+            cleanup_without_credential: CleanupWithoutCredential::Fail,
+            unread_volumes: UnreadVolumes::Keep,
             cloud_ca_file: None,
             app_cred_interface: "public".into(),
             crd_dir: None,
@@ -786,6 +795,29 @@ impl Default for OperationsConfig {
             unseal_wait_secs: 600,
         }
     }
+}
+
+/// `[capi] cleanup_without_credential`: how a delete cleans up once the cluster's credential
+/// Secret is gone. Never skipped silently.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CleanupWithoutCredential {
+    /// The delete fails (`DELETE_FAILED`) saying what could not be cleaned and why.
+    Fail,
+    /// The cleanup acts as the service's own user scoped to the cluster's project (the user
+    /// needs a role there; password authentication only).
+    Service,
+}
+
+/// `[capi] unread_volumes`: the CSI volumes of a cluster whose PersistentVolumes could not be
+/// read before its machines went.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UnreadVolumes {
+    /// Kept, and reported (a `Retain` cannot be ruled out).
+    Keep,
+    /// Deleted like those of a `Delete` PersistentVolume.
+    Delete,
 }
 
 /// Which driver executes recorded operations.

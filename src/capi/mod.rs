@@ -18,6 +18,7 @@ pub mod render;
 pub mod status;
 pub mod values;
 pub mod watch;
+pub mod workload;
 
 pub use crate::k8s::labels::{LABEL_CAPI_CLUSTER_NAME, LABEL_HELM_CHART_PROXY};
 pub use crate::k8s::secret::secret_data;
