@@ -370,7 +370,7 @@ pub fn spawn_capi(
             },
             capi.observer().clone(),
             feed,
-            Duration::from_secs(capi.config().update_timeout_mins.max(1) * 60),
+            crate::status_writer::Timeouts::of(capi.config()),
             SAFETY_POLL,
             on_status,
             stop.clone(),

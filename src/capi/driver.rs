@@ -19,8 +19,8 @@ use crate::domain::certificates::CaKind;
 use crate::domain::operation::OperationKind as K;
 use crate::domain::spec::{Cluster, ClusterSpec, Nodegroup, Operation, Template};
 use crate::driver::{
-    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Fact, Journal,
-    JournalError, Outcome, ProvisionRequest, Provisioned, Report, Run,
+    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Fact, Forgotten,
+    Journal, JournalError, Outcome, ProvisionRequest, Provisioned, Report, Run,
 };
 use crate::openstack::{Keystone, OpenStackError, UserSession, appcred};
 use secrecy::{ExposeSecret, SecretString};
@@ -98,7 +98,7 @@ const PRUNED_KINDS: [kinds::Gvk; 6] = [
 ];
 
 /// Every kind we create for a cluster, all labelled with its uuid and owner.
-pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
+pub(super) const LABELLED_KINDS: [kinds::Gvk; 14] = [
     kinds::SECRET,
     kinds::CLUSTER,
     kinds::OPENSTACK_CLUSTER,
@@ -111,7 +111,6 @@ pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
     kinds::CLUSTER_RESOURCE_SET,
     kinds::DEPLOYMENT,
     kinds::ROLE_BINDING,
-    kinds::ROLE,
     kinds::SERVICE_ACCOUNT,
     kinds::CONFIG_MAP,
 ];
@@ -829,6 +828,12 @@ impl Backend for CapiDriver {
     }
     fn credentials(&self) -> Credentials {
         Credentials::Staged
+    }
+    fn leftovers<'a>(&'a self, cluster: &'a Cluster) -> BackendFuture<'a, Vec<String>> {
+        Box::pin(async move { Ok(self.0.leftovers(cluster).await?) })
+    }
+    fn forget<'a>(&'a self, cluster: &'a Cluster) -> BackendFuture<'a, Forgotten> {
+        Box::pin(async move { Ok(self.0.forget(cluster).await) })
     }
     fn validate_template(&self, template: &Template) -> Result<(), BackendError> {
         values::check_template(template, &self.0.config)
