@@ -698,9 +698,72 @@ pub struct OperationsConfig {
     pub concurrency: usize,
     /// Key (base64 of 32 bytes) sealing the caller's token into a create operation, so the
     /// worker creates the cluster's application credential as the caller. Give every replica
-    /// the same key; unset: one is generated per process (a create in flight fails if its
-    /// replica stops before the credential is made).
+    /// the same key. Required outside `serve --dev` (this or `seal_key_file`); in development
+    /// one is generated per process when unset.
     pub seal_key: Option<secrecy::SecretString>,
+    /// A file holding the current key on its first line and previous keys on the following
+    /// ones (a mounted Secret), read at start instead of `seal_key`.
+    pub seal_key_file: Option<std::path::PathBuf>,
+    /// Keys sealing no longer but still opening what they sealed: after a rotation, keep the
+    /// old key here until no operation sealed with it is left (the longest a create waits for
+    /// its credential: minutes).
+    pub previous_seal_keys: Vec<secrecy::SecretString>,
+    /// How long an operation sealed with a key this replica does not hold waits for a replica
+    /// that holds it (handed back to the queue, no attempt counted) before it fails, saying
+    /// which key is missing.
+    pub unseal_wait_secs: u64,
+}
+
+/// The sealing keys as configured: the current one (None: none configured) and the previous.
+pub struct SealKeys {
+    pub current: Option<secrecy::SecretString>,
+    pub previous: Vec<secrecy::SecretString>,
+}
+
+impl OperationsConfig {
+    /// The key ring from `seal_key` / `seal_key_file` and `previous_seal_keys`. Setting both
+    /// `seal_key` and `seal_key_file` is refused (which would win is not obvious).
+    pub fn seal_keys(&self) -> Result<SealKeys, ConfigError> {
+        let mut previous = self.previous_seal_keys.clone();
+        let current = match (&self.seal_key, &self.seal_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "[operations] set seal_key or seal_key_file, not both".into(),
+                ));
+            }
+            (Some(k), None) => Some(k.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::Invalid(format!(
+                        "[operations] seal_key_file {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                let mut lines = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(|l| secrecy::SecretString::from(l.to_string()));
+                let first = lines.next().ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "[operations] seal_key_file {} holds no key",
+                        path.display()
+                    ))
+                })?;
+                previous.extend(lines);
+                Some(first)
+            }
+            (None, None) => None,
+        };
+        Ok(SealKeys { current, previous })
+    }
+
+    /// The key ring, checked (every key 32 bytes of base64).
+    pub fn sealer(&self) -> Result<crate::seal::Sealer, ConfigError> {
+        let keys = self.seal_keys()?;
+        crate::seal::Sealer::new(keys.current.as_ref(), &keys.previous)
+            .map_err(|e| ConfigError::Invalid(format!("[operations] seal keys: {e}")))
+    }
 }
 
 impl Default for OperationsConfig {
@@ -713,6 +776,9 @@ impl Default for OperationsConfig {
             retry_base_ms: 2000,
             concurrency: 4,
             seal_key: None,
+            seal_key_file: None,
+            previous_seal_keys: Vec::new(),
+            unseal_wait_secs: 600,
         }
     }
 }
@@ -782,7 +848,17 @@ impl Config {
     /// Checks what only `serve` needs (the other commands never authenticate anyone).
     pub fn validate_for_serve(&self, dev: bool) -> Result<(), ConfigError> {
         self.refuse_development_only(dev)?;
-        self.keystone.validate(dev)
+        self.keystone.validate(dev)?;
+        // Every replica must open what any other sealed: a key generated per process would fail
+        // creates claimed by another replica.
+        if !dev && self.operations.seal_keys()?.current.is_none() {
+            return Err(ConfigError::Invalid(
+                "[operations] seal_key or seal_key_file is required outside `serve --dev` (the \
+                 same key on every replica; e.g. `head -c 32 /dev/urandom | base64`)"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// A build with the `dev` feature has every development shortcut.
@@ -847,10 +923,7 @@ impl Config {
             ));
         }
         self.validate_management_clusters()?;
-        if let Some(k) = &self.operations.seal_key {
-            crate::seal::Sealer::new(Some(k))
-                .map_err(|e| ConfigError::Invalid(format!("[operations] seal_key: {e}")))?;
-        }
+        self.operations.sealer()?;
         Ok(())
     }
 
@@ -883,8 +956,10 @@ mod tests {
             .unwrap()
     }
 
+    /// Keystone and a sealing key: what `serve` needs outside development.
     const KEYSTONE: &str = "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\n\
-                            password = \"pw\"\nproject_name = \"service\"\n";
+                            password = \"pw\"\nproject_name = \"service\"\n\
+                            [operations]\nseal_key = \"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\"\n";
 
     fn refusal(cfg: &Config, dev: bool) -> String {
         match cfg.validate_for_serve(dev) {

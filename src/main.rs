@@ -168,6 +168,32 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     } else {
         line(true, "configuration", "valid for `serve`");
     }
+    match cfg.operations.sealer() {
+        Ok(s) if !s.ephemeral => {
+            let ids = s.key_ids();
+            line(
+                true,
+                "seal_key",
+                &format!(
+                    "sealing with {}; opening also {} previous",
+                    ids[0],
+                    ids.len() - 1
+                ),
+            );
+        }
+        Ok(_) => {
+            line(
+                false,
+                "seal_key",
+                "not set: [operations] seal_key or seal_key_file",
+            );
+            failed = true;
+        }
+        Err(e) => {
+            line(false, "seal_key", &e.to_string());
+            failed = true;
+        }
+    }
     let Some(url) = cfg.database.url.clone() else {
         line(false, "postgresql", "[database] url is not set");
         return Ok(false);
