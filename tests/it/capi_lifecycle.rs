@@ -546,8 +546,8 @@ async fn a_failing_addon_makes_the_cluster_unhealthy_not_failed() {
     assert!(app.sim.store().list(&res, None, "").unwrap().is_empty());
 }
 
-/// `auto_scaling_enabled` without a maximum is a 400 saying what to set, at cluster create and
-/// at nodegroup create; nothing is recorded.
+/// `auto_scaling_enabled` without a maximum is a 400 saying what to set, at cluster create,
+/// nodegroup create and nodegroup PATCH; nothing is recorded.
 #[tokio::test]
 async fn autoscaling_without_a_maximum_is_a_400() {
     let app = capi_app_on(None, None, false, |_| {}).await;
@@ -579,6 +579,26 @@ async fn autoscaling_without_a_maximum_is_a_400() {
             "1.9",
             json!({"name": "auto", "node_count": 1, "min_node_count": 1,
                    "labels": {"auto_scaling_enabled": "true"}, "merge_labels": true}),
+        )
+        .await;
+    assert_magnum_error(&r, 400, "no max_node_count is set");
+    // With a maximum it is taken; a PATCH taking the maximum away is refused.
+    let r = t
+        .post_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/nodegroups"),
+            "1.9",
+            json!({"name": "auto", "node_count": 1, "min_node_count": 1, "max_node_count": 3,
+                   "labels": {"auto_scaling_enabled": "true"}, "merge_labels": true}),
+        )
+        .await;
+    r.assert_status(202);
+    let r = t
+        .patch_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/nodegroups/auto"),
+            "1.9",
+            json!([{"op": "remove", "path": "/max_node_count"}]),
         )
         .await;
     assert_magnum_error(&r, 400, "no max_node_count is set");
