@@ -230,6 +230,13 @@ pub struct CapiConfig {
     pub delete_cleanup: bool,
     /// Seconds between passes of the delete cleanup while something is left.
     pub cleanup_poll_secs: u64,
+    /// What a delete does when the cluster's credential Secret is gone (README "Delete
+    /// cleanup"): `fail` (`DELETE_FAILED` naming it) or `service` (clean up with the service's
+    /// own user, scoped to the cluster's project).
+    pub cleanup_without_credential: CleanupWithoutCredential,
+    /// What a delete does with the cluster's CSI volumes when its PersistentVolumes could not be
+    /// read (the workload cluster unreachable): `keep` them all or `delete` them.
+    pub unread_volumes: UnreadVolumes,
     /// CA bundle written as `cacert` into each cluster's cloud-credentials Secret (the CA of the
     /// OpenStack endpoints); unset: `[keystone] cafile`, else none.
     pub cloud_ca_file: Option<std::path::PathBuf>,
@@ -305,6 +312,10 @@ pub struct CapiConfig {
     pub autoscaler_image_tag: Option<String>,
     /// Autoscaler tags by Kubernetes minor; a minor not listed gets `v1.<minor>.0`.
     pub autoscaler_image_tags: MinorTable,
+    /// The ClusterRole (installed with the service: deploy/kubernetes) each cluster's autoscaler
+    /// is bound to in its namespace. The service holds `bind` on this one name only, so it
+    /// creates no Role and needs no `escalate`.
+    pub autoscaler_cluster_role: String,
     /// Image of k8s-keystone-auth (`keystone_auth_enabled`), without tag.
     pub keystone_auth_image: String,
     /// Its tags by Kubernetes minor (cloud-provider-openstack releases); other minors `v1.<minor>.0`.
@@ -407,6 +418,8 @@ impl Default for CapiConfig {
             delete_timeout_mins: 30,
             delete_cleanup: true,
             cleanup_poll_secs: 5,
+            cleanup_without_credential: CleanupWithoutCredential::Fail,
+            unread_volumes: UnreadVolumes::Keep,
             cloud_ca_file: None,
             app_cred_interface: "public".into(),
             crd_dir: None,
@@ -462,6 +475,7 @@ impl Default for CapiConfig {
             gpu_operator_chart_repo: "https://helm.ngc.nvidia.com/nvidia".into(),
             gpu_operator_chart_version: "v25.3.4".into(),
             autoscaler_image: "registry.k8s.io/autoscaling/cluster-autoscaler".into(),
+            autoscaler_cluster_role: "magnum-capi-cluster-autoscaler".into(),
             autoscaler_image_tag: None,
             autoscaler_image_tags: minor_table(&[
                 ("1.30", "v1.30.4"),
@@ -781,6 +795,29 @@ impl Default for OperationsConfig {
             unseal_wait_secs: 600,
         }
     }
+}
+
+/// `[capi] cleanup_without_credential`: how a delete cleans up once the cluster's credential
+/// Secret is gone. Never skipped silently.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CleanupWithoutCredential {
+    /// The delete fails (`DELETE_FAILED`) saying what could not be cleaned and why.
+    Fail,
+    /// The cleanup acts as the service's own user scoped to the cluster's project (the user
+    /// needs a role there; password authentication only).
+    Service,
+}
+
+/// `[capi] unread_volumes`: the CSI volumes of a cluster whose PersistentVolumes could not be
+/// read before its machines went.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UnreadVolumes {
+    /// Kept, and reported (a `Retain` cannot be ruled out).
+    Keep,
+    /// Deleted like those of a `Delete` PersistentVolume.
+    Delete,
 }
 
 /// Which driver executes recorded operations.

@@ -104,7 +104,7 @@ const PRUNED_KINDS: [kinds::Gvk; 6] = [
 ];
 
 /// Every kind we create for a cluster, all labelled with its uuid and owner.
-pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
+pub(super) const LABELLED_KINDS: [kinds::Gvk; 14] = [
     kinds::SECRET,
     kinds::CLUSTER,
     kinds::OPENSTACK_CLUSTER,
@@ -117,7 +117,6 @@ pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
     kinds::CLUSTER_RESOURCE_SET,
     kinds::DEPLOYMENT,
     kinds::ROLE_BINDING,
-    kinds::ROLE,
     kinds::SERVICE_ACCOUNT,
     kinds::CONFIG_MAP,
 ];

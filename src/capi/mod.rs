@@ -18,6 +18,7 @@ pub mod render;
 pub mod status;
 pub mod values;
 pub mod watch;
+pub mod workload;
 
 pub use crate::k8s::labels::{LABEL_CAPI_CLUSTER_NAME, LABEL_HELM_CHART_PROXY};
 pub use crate::k8s::secret::secret_data;
@@ -104,7 +105,9 @@ pub mod kinds {
         DEPLOYMENT,
         CONFIG_MAP,
     ];
-    /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales).
+    /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales). `Role`
+    /// is rendered no more (its RoleBinding grants `[capi] autoscaler_cluster_role`): listed so
+    /// that the Role an earlier version made is pruned and deleted with the cluster.
     pub const AUTOSCALER: [Gvk; 4] = [DEPLOYMENT, ROLE_BINDING, ROLE, SERVICE_ACCOUNT];
 }
 

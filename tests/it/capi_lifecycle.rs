@@ -411,7 +411,7 @@ async fn the_autoscaler_follows_autoscaling_and_node_count_follows_the_autoscale
     let done = t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await.body;
     let stack = done["stack_id"].as_str().unwrap().to_string();
     let name = format!("{stack}-autoscaler");
-    let mut want: Vec<(String, String)> = ["Deployment", "ServiceAccount", "Role", "RoleBinding"]
+    let mut want: Vec<(String, String)> = ["Deployment", "ServiceAccount", "RoleBinding"]
         .into_iter()
         .map(|k| (k.to_string(), name.clone()))
         .collect();
@@ -482,7 +482,35 @@ async fn the_autoscaler_follows_autoscaling_and_node_count_follows_the_autoscale
         .await;
     r.assert_status(202);
     t.wait_cluster(&ALICE, &c, "UPDATE_COMPLETE").await;
+    assert_eq!(autoscaler_objects(&app, &c).len(), 3);
+    // The Role an earlier version rendered beside the RoleBinding goes with the next apply.
+    let binding = objects(&app, "rbac.authorization.k8s.io/v1", "RoleBinding", &c).remove(0);
+    let role = magnum_capi::simkube::Resource::of("rbac.authorization.k8s.io/v1", "Role");
+    app.sim
+        .store()
+        .put(
+            &role,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": binding["metadata"]["name"],
+                                "namespace": binding["metadata"]["namespace"],
+                                "labels": binding["metadata"]["labels"]},
+                   "rules": []}),
+        )
+        .unwrap();
     assert_eq!(autoscaler_objects(&app, &c).len(), 4);
+    t.patch_v(
+        &ALICE,
+        &ng_path,
+        "1.9",
+        json!([{"op": "replace", "path": "/max_node_count", "value": 5}]),
+    )
+    .await
+    .assert_status(202);
+    t.wait_cluster(&ALICE, &c, "UPDATE_COMPLETE").await;
+    until("the earlier version's Role to be pruned", || async {
+        (autoscaler_objects(&app, &c).len() == 3).then_some(())
+    })
+    .await;
     t.delete(&ALICE, &format!("/v1/clusters/{c}"))
         .await
         .assert_status(204);

@@ -538,7 +538,20 @@ fn autoscaling_nodegroups() {
         format!("{stack}-kubeconfig")
     );
     assert_eq!(pod["serviceAccountName"], format!("{stack}-autoscaler"));
-    for kind in ["ServiceAccount", "Role", "RoleBinding"] {
+    // No Role: the RoleBinding grants the ClusterRole installed with the service, in this
+    // namespace only (the service holds `bind` on that name and no `escalate`).
+    assert!(find(&objects, "Role").is_empty());
+    let binding = one(&objects, "RoleBinding");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+               "name": "magnum-capi-cluster-autoscaler"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": format!("{stack}-autoscaler"), "namespace": ns}])
+    );
+    for kind in ["ServiceAccount", "RoleBinding"] {
         let o = one(&objects, kind);
         assert_eq!(o["metadata"]["namespace"], ns.as_str(), "{kind}");
         assert_eq!(
