@@ -660,14 +660,19 @@ async fn the_previous_release_starts_and_serves_on_the_next_releases_schema() {
                                        execution_time)
               VALUES (29991231000000, 'next release', now(), true, '\\x00'::bytea, 0)",
     ] {
-        sqlx::query(statement).execute(&pool).await.expect(statement);
+        sqlx::query(statement)
+            .execute(&pool)
+            .await
+            .expect(statement);
     }
     let server = Server::start(&url, &[WORKER]).await;
     let (status, ready) = server.call(reqwest::Method::GET, "/readyz", None).await;
     assert_eq!(status, 200, "{ready}");
     let c = server.create_cluster().await;
     server.wait_status(c, "CREATE_COMPLETE").await;
-    let (status, list) = server.call(reqwest::Method::GET, "/v1/clusters", None).await;
+    let (status, list) = server
+        .call(reqwest::Method::GET, "/v1/clusters", None)
+        .await;
     assert_eq!(status, 200, "{list}");
     assert_eq!(list["clusters"].as_array().map(Vec::len), Some(1), "{list}");
     server.kill();
