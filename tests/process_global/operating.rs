@@ -319,11 +319,22 @@ async fn check_reports_every_dependency_and_fails_on_any() {
         k.project_name.unwrap()
     );
     let dir = tempfile::tempdir().unwrap();
+    // The key ring as a mounted Secret would hold it: the current key, then a previous one.
+    let key = dir.path().join("seal.key");
+    std::fs::write(
+        &key,
+        "# current, then previous\nAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n\
+         AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\n",
+    )
+    .unwrap();
     let write = |name: &str, db: &str, keystone: &str| {
         let path = dir.path().join(name);
         std::fs::write(
             &path,
-            format!("[database]\nurl = {db:?}\n[driver]\nkind = \"simulated\"\n{keystone}"),
+            format!(
+                "[database]\nurl = {db:?}\n[driver]\nkind = \"simulated\"\n\
+                 [operations]\nseal_key_file = {key:?}\n{keystone}"
+            ),
         )
         .unwrap();
         path
@@ -344,6 +355,7 @@ async fn check_reports_every_dependency_and_fails_on_any() {
         "ok      postgresql",
         "ok      migrations",
         "ok      keystone",
+        "ok      seal_key            sealing with 72cd6e8422c407fb; opening also 1 previous",
     ] {
         assert!(
             out.contains(line),
