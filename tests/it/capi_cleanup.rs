@@ -968,7 +968,10 @@ async fn without_its_credential_secret_the_delete_fails_naming_what_it_could_not
 
     // The credential is back: deleting again finishes, with what the first delete read of the
     // PersistentVolumes (the workload cluster is gone by now).
-    assert!(app.sim.workload_store(&ns, &capi).is_none());
+    until("the workload cluster to go with its Cluster", || async {
+        app.sim.workload_store(&ns, &capi).is_none().then_some(())
+    })
+    .await;
     let secrets = magnum_capi::simkube::Resource::of("v1", "Secret");
     app.sim.store().put(&secrets, secret).unwrap();
     delete(t, &token, &uuid).await;

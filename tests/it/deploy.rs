@@ -277,7 +277,12 @@ fn named_grants(role: &ClusterRole) -> Vec<(String, String, String, Vec<String>)
 
 fn granted(role: &ClusterRole) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
-    for rule in role.rules.iter().flatten().filter(|r| r.resource_names.is_none()) {
+    for rule in role
+        .rules
+        .iter()
+        .flatten()
+        .filter(|r| r.resource_names.is_none())
+    {
         assert!(
             rule.non_resource_urls.is_none(),
             "{rule:?}: the driver calls no URL"
@@ -327,7 +332,10 @@ fn rbac_grants_exactly_what_the_driver_does() {
         )]
     );
     let installed: ClusterRole = k8s("clusterrole-autoscaler.yaml");
-    assert_eq!(installed.metadata.name.as_deref(), Some(autoscaler_role.as_str()));
+    assert_eq!(
+        installed.metadata.name.as_deref(),
+        Some(autoscaler_role.as_str())
+    );
     let scales = granted(&installed);
     for verb in ["get", "update", "patch"] {
         assert!(
@@ -559,7 +567,10 @@ fn the_servicemonitor_scrapes_metrics_from_the_service() {
         .parse()
         .unwrap();
     assert_eq!(i32::from(metrics_bind.port()), container_port);
-    assert!(!metrics_bind.ip().is_loopback(), "Prometheus reaches the pod's address");
+    assert!(
+        !metrics_bind.ip().is_loopback(),
+        "Prometheus reaches the pod's address"
+    );
     assert!(
         sm["spec"].get("namespaceSelector").is_none(),
         "same namespace as the Service"
