@@ -419,6 +419,14 @@ async fn run_step(
             ));
         }
     };
+    // A delete asked again resumes from what an earlier one found.
+    let mut op = op.clone();
+    if op.op_kind() == Ok(OperationKind::Delete) {
+        op.earlier_steps = spec_db::earlier_steps(&app.pool, &op)
+            .await
+            .map_err(transient)?;
+    }
+    let op = &op;
     let upgrade_to: Option<Template> = match op.op_kind() {
         Ok(OperationKind::Upgrade) => match op
             .payload

@@ -53,20 +53,17 @@ impl Capi {
         }
         // Before the machines go, while the workload cluster answers: which volumes its
         // PersistentVolumes retain. Recorded (and the step requeued) before the deletion is
-        // asked for, so a crash or a retry never reads a half torn-down cluster instead.
+        // asked for, so a crash or a retry never reads a half torn-down cluster instead; a
+        // delete asked again after one that failed keeps what that one read.
         if step.pvs.is_none() && self.config.delete_cleanup && self.keystone.is_some() {
-            step.pvs = Some(match self.retained_volumes(c).await {
-                Ok(retained) => PvRead {
-                    retained,
-                    unreadable: None,
-                },
-                Err(why) => {
-                    tracing::warn!(cluster = %c.uuid, reason = %why, "the workload cluster's PersistentVolumes could not be read");
-                    PvRead {
-                        retained: Vec::new(),
-                        unreadable: Some(why),
-                    }
-                }
+            let earlier = op.earlier_steps.iter().find_map(|s| {
+                serde_json::from_value::<DeleteStep>(s.clone())
+                    .ok()
+                    .and_then(|s| s.pvs)
+            });
+            step.pvs = Some(match earlier {
+                Some(read) => read,
+                None => self.read_persistent_volumes(c).await,
             });
             return Ok(step.requeue(Duration::from_millis(1), None));
         }
@@ -189,6 +186,23 @@ impl Capi {
             }
         }
         Ok(())
+    }
+
+    /// What the workload's PersistentVolumes retain, or why they could not be read.
+    async fn read_persistent_volumes(&self, c: &Cluster) -> PvRead {
+        match self.retained_volumes(c).await {
+            Ok(retained) => PvRead {
+                retained,
+                unreadable: None,
+            },
+            Err(why) => {
+                tracing::warn!(cluster = %c.uuid, reason = %why, "the workload cluster's PersistentVolumes could not be read");
+                PvRead {
+                    retained: Vec::new(),
+                    unreadable: Some(why),
+                }
+            }
+        }
     }
 
     /// Once the cluster is gone: what its delete kept in the tenant project or could not check,

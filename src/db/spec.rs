@@ -200,6 +200,7 @@ impl From<&OperationRow> for Operation {
             attempts: r.attempts,
             step: r.step().clone(),
             created_at: r.created_at,
+            earlier_steps: Vec::new(),
         }
     }
 }
@@ -239,6 +240,17 @@ pub async fn load(pool: &PgPool, cluster: Uuid) -> DbResult<Loaded> {
         nodegroups: ngs.into_iter().map(Nodegroup::from).collect(),
         day2,
     })))
+}
+
+/// The steps recorded by the earlier operations of `op`'s kind on its cluster, latest first.
+pub async fn earlier_steps(pool: &PgPool, op: &Operation) -> DbResult<Vec<serde_json::Value>> {
+    Ok(super::operations::of_cluster(pool, op.cluster_uuid)
+        .await?
+        .into_iter()
+        .rev()
+        .filter(|o| o.id != op.id && o.kind == op.kind)
+        .map(|o| o.step().clone())
+        .collect())
 }
 
 /// The template `uuid`, whoever owns it.

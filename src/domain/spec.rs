@@ -236,6 +236,9 @@ pub struct Operation {
     /// Where the operation is, as its backend recorded it; `Null` before its first step.
     pub step: serde_json::Value,
     pub created_at: DateTime<Utc>,
+    /// The steps this cluster's earlier operations of the same kind recorded, latest first
+    /// (resolved for a delete: one asked again resumes from what a failed one found).
+    pub earlier_steps: Vec<serde_json::Value>,
 }
 
 impl Operation {
