@@ -83,10 +83,10 @@ impl App {
     }
 }
 
-/// The sealing key of `[operations] seal_key` (checked by `Config::validate_for_serve`), or one
-/// generated for this process when it is unset, with a warning.
+/// The key ring of `[operations]` (required and checked by `Config::validate_for_serve`), or a
+/// key generated for this process when none is configured (development), with a warning.
 fn sealer_for(config: &Config) -> Option<Sealer> {
-    match Sealer::new(config.operations.seal_key.as_ref()) {
+    match config.operations.sealer() {
         Ok(s) => {
             if s.ephemeral {
                 tracing::warn!(
@@ -94,6 +94,8 @@ fn sealer_for(config: &Config) -> Option<Sealer> {
                      whose credential is not made before this process stops fails (set the same \
                      key on every replica)"
                 );
+            } else {
+                tracing::info!(keys = ?s.key_ids(), "sealing with the first key, opening with all");
             }
             Some(s)
         }

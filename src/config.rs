@@ -219,6 +219,9 @@ pub struct CapiConfig {
     pub octavia_provider: String,
     /// Minutes an update (resize, upgrade, nodegroup change) may take before `UPDATE_FAILED`.
     pub update_timeout_mins: u64,
+    /// Seconds an add-on (a CAAPH release) may stay installing or upgrading before the cluster's
+    /// health counts it as failed (README "Add-on health").
+    pub addon_install_timeout_secs: u64,
     /// Minutes a delete may take (CAPI's teardown and the cloud cleanup together, from the
     /// request) before the operation reports `DELETE_FAILED` with what is left.
     pub delete_timeout_mins: u64,
@@ -227,6 +230,13 @@ pub struct CapiConfig {
     pub delete_cleanup: bool,
     /// Seconds between passes of the delete cleanup while something is left.
     pub cleanup_poll_secs: u64,
+    /// What a delete does when the cluster's credential Secret is gone (README "Delete
+    /// cleanup"): `fail` (`DELETE_FAILED` naming it) or `service` (clean up with the service's
+    /// own user, scoped to the cluster's project).
+    pub cleanup_without_credential: CleanupWithoutCredential,
+    /// What a delete does with the cluster's CSI volumes when its PersistentVolumes could not be
+    /// read (the workload cluster unreachable): `keep` them all or `delete` them.
+    pub unread_volumes: UnreadVolumes,
     /// CA bundle written as `cacert` into each cluster's cloud-credentials Secret (the CA of the
     /// OpenStack endpoints); unset: `[keystone] cafile`, else none.
     pub cloud_ca_file: Option<std::path::PathBuf>,
@@ -302,6 +312,10 @@ pub struct CapiConfig {
     pub autoscaler_image_tag: Option<String>,
     /// Autoscaler tags by Kubernetes minor; a minor not listed gets `v1.<minor>.0`.
     pub autoscaler_image_tags: MinorTable,
+    /// The ClusterRole (installed with the service: deploy/kubernetes) each cluster's autoscaler
+    /// is bound to in its namespace. The service holds `bind` on this one name only, so it
+    /// creates no Role and needs no `escalate`.
+    pub autoscaler_cluster_role: String,
     /// Image of k8s-keystone-auth (`keystone_auth_enabled`), without tag.
     pub keystone_auth_image: String,
     /// Its tags by Kubernetes minor (cloud-provider-openstack releases); other minors `v1.<minor>.0`.
@@ -400,9 +414,12 @@ impl Default for CapiConfig {
             default_kube_version: "v1.33.5".into(),
             octavia_provider: "amphora".into(),
             update_timeout_mins: 60,
+            addon_install_timeout_secs: 1800,
             delete_timeout_mins: 30,
             delete_cleanup: true,
             cleanup_poll_secs: 5,
+            cleanup_without_credential: CleanupWithoutCredential::Fail,
+            unread_volumes: UnreadVolumes::Keep,
             cloud_ca_file: None,
             app_cred_interface: "public".into(),
             crd_dir: None,
@@ -458,6 +475,7 @@ impl Default for CapiConfig {
             gpu_operator_chart_repo: "https://helm.ngc.nvidia.com/nvidia".into(),
             gpu_operator_chart_version: "v25.3.4".into(),
             autoscaler_image: "registry.k8s.io/autoscaling/cluster-autoscaler".into(),
+            autoscaler_cluster_role: "magnum-capi-cluster-autoscaler".into(),
             autoscaler_image_tag: None,
             autoscaler_image_tags: minor_table(&[
                 ("1.30", "v1.30.4"),
@@ -694,9 +712,72 @@ pub struct OperationsConfig {
     pub concurrency: usize,
     /// Key (base64 of 32 bytes) sealing the caller's token into a create operation, so the
     /// worker creates the cluster's application credential as the caller. Give every replica
-    /// the same key; unset: one is generated per process (a create in flight fails if its
-    /// replica stops before the credential is made).
+    /// the same key. Required outside `serve --dev` (this or `seal_key_file`); in development
+    /// one is generated per process when unset.
     pub seal_key: Option<secrecy::SecretString>,
+    /// A file holding the current key on its first line and previous keys on the following
+    /// ones (a mounted Secret), read at start instead of `seal_key`.
+    pub seal_key_file: Option<std::path::PathBuf>,
+    /// Keys sealing no longer but still opening what they sealed: after a rotation, keep the
+    /// old key here until no operation sealed with it is left (the longest a create waits for
+    /// its credential: minutes).
+    pub previous_seal_keys: Vec<secrecy::SecretString>,
+    /// How long an operation sealed with a key this replica does not hold waits for a replica
+    /// that holds it (handed back to the queue, no attempt counted) before it fails, saying
+    /// which key is missing.
+    pub unseal_wait_secs: u64,
+}
+
+/// The sealing keys as configured: the current one (None: none configured) and the previous.
+pub struct SealKeys {
+    pub current: Option<secrecy::SecretString>,
+    pub previous: Vec<secrecy::SecretString>,
+}
+
+impl OperationsConfig {
+    /// The key ring from `seal_key` / `seal_key_file` and `previous_seal_keys`. Setting both
+    /// `seal_key` and `seal_key_file` is refused (which would win is not obvious).
+    pub fn seal_keys(&self) -> Result<SealKeys, ConfigError> {
+        let mut previous = self.previous_seal_keys.clone();
+        let current = match (&self.seal_key, &self.seal_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "[operations] set seal_key or seal_key_file, not both".into(),
+                ));
+            }
+            (Some(k), None) => Some(k.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::Invalid(format!(
+                        "[operations] seal_key_file {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                let mut lines = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(|l| secrecy::SecretString::from(l.to_string()));
+                let first = lines.next().ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "[operations] seal_key_file {} holds no key",
+                        path.display()
+                    ))
+                })?;
+                previous.extend(lines);
+                Some(first)
+            }
+            (None, None) => None,
+        };
+        Ok(SealKeys { current, previous })
+    }
+
+    /// The key ring, checked (every key 32 bytes of base64).
+    pub fn sealer(&self) -> Result<crate::seal::Sealer, ConfigError> {
+        let keys = self.seal_keys()?;
+        crate::seal::Sealer::new(keys.current.as_ref(), &keys.previous)
+            .map_err(|e| ConfigError::Invalid(format!("[operations] seal keys: {e}")))
+    }
 }
 
 impl Default for OperationsConfig {
@@ -709,8 +790,34 @@ impl Default for OperationsConfig {
             retry_base_ms: 2000,
             concurrency: 4,
             seal_key: None,
+            seal_key_file: None,
+            previous_seal_keys: Vec::new(),
+            unseal_wait_secs: 600,
         }
     }
+}
+
+/// `[capi] cleanup_without_credential`: how a delete cleans up once the cluster's credential
+/// Secret is gone. Never skipped silently.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CleanupWithoutCredential {
+    /// The delete fails (`DELETE_FAILED`) saying what could not be cleaned and why.
+    Fail,
+    /// The cleanup acts as the service's own user scoped to the cluster's project (the user
+    /// needs a role there; password authentication only).
+    Service,
+}
+
+/// `[capi] unread_volumes`: the CSI volumes of a cluster whose PersistentVolumes could not be
+/// read before its machines went.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UnreadVolumes {
+    /// Kept, and reported (a `Retain` cannot be ruled out).
+    Keep,
+    /// Deleted like those of a `Delete` PersistentVolume.
+    Delete,
 }
 
 /// Which driver executes recorded operations.
@@ -778,7 +885,17 @@ impl Config {
     /// Checks what only `serve` needs (the other commands never authenticate anyone).
     pub fn validate_for_serve(&self, dev: bool) -> Result<(), ConfigError> {
         self.refuse_development_only(dev)?;
-        self.keystone.validate(dev)
+        self.keystone.validate(dev)?;
+        // Every replica must open what any other sealed: a key generated per process would fail
+        // creates claimed by another replica.
+        if !dev && self.operations.seal_keys()?.current.is_none() {
+            return Err(ConfigError::Invalid(
+                "[operations] seal_key or seal_key_file is required outside `serve --dev` (the \
+                 same key on every replica; e.g. `head -c 32 /dev/urandom | base64`)"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// A build with the `dev` feature has every development shortcut.
@@ -843,10 +960,7 @@ impl Config {
             ));
         }
         self.validate_management_clusters()?;
-        if let Some(k) = &self.operations.seal_key {
-            crate::seal::Sealer::new(Some(k))
-                .map_err(|e| ConfigError::Invalid(format!("[operations] seal_key: {e}")))?;
-        }
+        self.operations.sealer()?;
         Ok(())
     }
 
@@ -879,8 +993,10 @@ mod tests {
             .unwrap()
     }
 
+    /// Keystone and a sealing key: what `serve` needs outside development.
     const KEYSTONE: &str = "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\n\
-                            password = \"pw\"\nproject_name = \"service\"\n";
+                            password = \"pw\"\nproject_name = \"service\"\n\
+                            [operations]\nseal_key = \"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\"\n";
 
     fn refusal(cfg: &Config, dev: bool) -> String {
         match cfg.validate_for_serve(dev) {

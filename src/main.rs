@@ -1,6 +1,6 @@
 //! CLI: `serve [--config FILE] [--dev [--sim-management-clusters a,b]]`, `migrate`, `check`,
-//! `management-clusters`, `openapi`, `render --template T --cluster C`,
-//! `import --magnum-db URL [--dry-run]`.
+//! `management-clusters`, `cluster forget UUID [--yes] [--force]`, `openapi`,
+//! `render --template T --cluster C`, `import --magnum-db URL [--dry-run]`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -71,6 +71,11 @@ enum Command {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Administrator commands on one cluster.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     /// Print the OpenAPI document (YAML).
     Openapi,
     /// Print the CAPI/CAPO manifests of a hypothetical cluster (multi-document YAML), with
@@ -88,6 +93,25 @@ enum Command {
         #[arg(long)]
         nodegroups: Option<PathBuf>,
         /// TOML configuration file (`[capi]` settings and template overrides).
+        #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Finish a delete that cannot finish: print what the cluster leaves in its tenant project,
+    /// then (with --yes) remove its records and its objects on the management cluster (their
+    /// finalizers dropped). Nothing in the cloud is deleted.
+    Forget {
+        /// The cluster's uuid.
+        uuid: uuid::Uuid,
+        /// Do it (without: only print what would be left).
+        #[arg(long)]
+        yes: bool,
+        /// Forget a cluster that is not being deleted (not DELETE_FAILED or DELETE_IN_PROGRESS).
+        #[arg(long)]
+        force: bool,
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -112,7 +136,10 @@ fn init_logging(cli: &Cli) {
         | Command::Migrate { config }
         | Command::Check { config }
         | Command::Import { config, .. }
-        | Command::ManagementClusters { config } => Some(config.as_deref()),
+        | Command::ManagementClusters { config }
+        | Command::Cluster {
+            command: ClusterCommand::Forget { config, .. },
+        } => Some(config.as_deref()),
         _ => None,
     };
     let format = config
@@ -155,6 +182,32 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     } else {
         line(true, "configuration", "valid for `serve`");
     }
+    match cfg.operations.sealer() {
+        Ok(s) if !s.ephemeral => {
+            let ids = s.key_ids();
+            line(
+                true,
+                "seal_key",
+                &format!(
+                    "sealing with {}; opening also {} previous",
+                    ids[0],
+                    ids.len() - 1
+                ),
+            );
+        }
+        Ok(_) => {
+            line(
+                false,
+                "seal_key",
+                "not set: [operations] seal_key or seal_key_file",
+            );
+            failed = true;
+        }
+        Err(e) => {
+            line(false, "seal_key", &e.to_string());
+            failed = true;
+        }
+    }
     let Some(url) = cfg.database.url.clone() else {
         line(false, "postgresql", "[database] url is not set");
         return Ok(false);
@@ -181,7 +234,7 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     for c in &r.checks {
         line(c.ok, &c.name, &c.detail);
     }
-    if failed || !r.ok() {
+    if failed || !r.all_ok() {
         println!("check failed");
         return Ok(false);
     }
@@ -271,8 +324,89 @@ async fn management_clusters(config: Option<&std::path::Path>) -> anyhow::Result
     Ok(())
 }
 
+/// `cluster forget`: prints the plan; with `yes` (and `force` for a cluster not being deleted)
+/// forgets the cluster. `Ok(false)` when refused.
+async fn forget(
+    uuid: uuid::Uuid,
+    yes: bool,
+    force: bool,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<bool> {
+    use magnum_capi::service::forget;
+    let cfg = Config::load(config)?;
+    let url = cfg
+        .database
+        .url
+        .clone()
+        .context("[database] url is required")?;
+    let auth = auth_mode(&cfg)?;
+    let setup = server::build_fleet(&cfg, &auth, false).await?;
+    let backend = server::backend_for_members(&cfg, &setup.members);
+    let pool = db::connect(&url, &cfg.database).await?;
+    let app = magnum_capi::app::App::with_backend(pool, cfg, auth, backend);
+    let plan = forget::plan(&app, uuid).await?;
+    let c = &plan.cluster;
+    println!(
+        "cluster {} ({}), project {}, {}{}",
+        c.uuid,
+        c.name.as_deref().unwrap_or(""),
+        c.project_id,
+        c.status,
+        c.status_reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    );
+    println!(
+        "Forgetting it removes its records and its objects on the management cluster; nothing \
+         in the cloud is deleted. Left in project {}:",
+        c.project_id
+    );
+    for l in &plan.leftovers {
+        println!("  - {l}");
+    }
+    if let Some(why) = &plan.refusal
+        && !force
+    {
+        println!("refused: {why} (--force forgets it anyway)");
+        return Ok(false);
+    }
+    if !yes {
+        println!("nothing done: run again with --yes to forget it");
+        return Ok(true);
+    }
+    let operator = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let done = forget::forget(&app, &plan, &operator).await?;
+    println!(
+        "forgotten: its records are removed; {} objects removed from the management cluster",
+        done.removed.len()
+    );
+    if !done.failed.is_empty() {
+        println!("not removed from the management cluster (remove them by hand):");
+        for f in &done.failed {
+            println!("  - {f}");
+        }
+    }
+    Ok(true)
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Cluster {
+            command:
+                ClusterCommand::Forget {
+                    uuid,
+                    yes,
+                    force,
+                    config,
+                },
+        } => {
+            if forget(uuid, yes, force, config.as_deref()).await? {
+                Ok(())
+            } else {
+                std::process::exit(1)
+            }
+        }
         Command::ManagementClusters { config } => management_clusters(config.as_deref()).await,
         Command::Check { config } => {
             if check(config.as_deref()).await? {

@@ -365,7 +365,7 @@ pub fn spawn_capi(
             },
             capi.observer.clone(),
             feed,
-            Duration::from_secs(capi.config.update_timeout_mins.max(1) * 60),
+            crate::capi::watch::Timeouts::of(&capi.config),
             SAFETY_POLL,
             on_status,
             stop.clone(),

@@ -23,6 +23,7 @@ use crate::db::status::{self as status, Transition};
 use crate::domain::operation::{OperationKind, backoff_ms};
 use crate::domain::status::Status;
 use crate::driver::{Backend, DriverError, Outcome};
+use crate::seal::SealError;
 
 /// Runs `concurrency` workers until `shutdown` flips to true.
 pub async fn run(
@@ -277,12 +278,7 @@ async fn execute(
         Some(sealed) => match app.sealer.as_ref().map(|s| s.unseal(sealed)) {
             Some(Ok(token)) => Some(token),
             Some(Err(e)) => {
-                let reason = format!("The request's token cannot be used by this replica: {e}");
-                tracing::error!(error = %e, "unsealing the caller's token failed");
-                crate::telemetry::operation_outcome(&op.kind, "failed");
-                if let Err(e) = give_up(app, &op, worker, &reason).await {
-                    tracing::error!(error = %e, "recording the failure failed");
-                }
+                unusable_token(app, &op, worker, &e).await;
                 return;
             }
             None => None,
@@ -370,6 +366,37 @@ async fn execute(
     };
     if let Err(e) = outcome {
         tracing::error!(error = %e, "recording the outcome failed; the lease will expire and the operation rerun");
+    }
+}
+
+/// How soon an operation this replica cannot unseal is offered again (to any replica).
+const HAND_BACK_MS: i64 = 2_000;
+
+/// An operation whose sealed token this replica cannot open: sealed with a key it does not hold
+/// (a replica with another ring, mid-rotation) goes back to the queue for a replica that holds
+/// it, no attempt counted, until `[operations] unseal_wait_secs` after it was recorded; then,
+/// or when the value is damaged, it fails saying why.
+async fn unusable_token(app: &AppState, op: &OperationRow, worker: &str, e: &SealError) {
+    let waited = (chrono::Utc::now() - op.created_at).num_seconds();
+    let limit = app.config.operations.unseal_wait_secs;
+    if matches!(e, SealError::OtherKey(_)) && u64::try_from(waited).unwrap_or(0) < limit {
+        tracing::warn!(error = %e, "handing the operation back for a replica holding its key");
+        crate::telemetry::operation_outcome(&op.kind, "deferred");
+        let reason = format!("{e}; handed back for a replica that holds it");
+        if let Err(e) = odb::defer(&app.pool, op.id, worker, &reason, HAND_BACK_MS).await {
+            tracing::error!(error = %e, "handing the operation back failed; its lease will expire");
+        }
+        return;
+    }
+    let reason = if matches!(e, SealError::OtherKey(_)) {
+        format!("The request's token cannot be used: no replica opened it within {limit}s: {e}")
+    } else {
+        format!("The request's token cannot be used by this replica: {e}")
+    };
+    tracing::error!(error = %e, "unsealing the caller's token failed");
+    crate::telemetry::operation_outcome(&op.kind, "failed");
+    if let Err(e) = give_up(app, op, worker, &reason).await {
+        tracing::error!(error = %e, "recording the failure failed");
     }
 }
 

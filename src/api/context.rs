@@ -57,32 +57,55 @@ fn keystone_caller(id: &Identity) -> Caller {
 
 /// Authenticates every request except `/`, `/v1` and the health/spec endpoints.
 pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    match identify_request(&app, req.headers()).await {
+        Ok(found) => {
+            insert(&mut req, found);
+            next.run(req).await
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// Establishes the caller where a token is offered but not required (`/readyz`): a request
+/// without a token, or with one that cannot be validated now, goes on anonymously.
+pub async fn identify(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    if let Ok(found) = identify_request(&app, req.headers()).await {
+        insert(&mut req, found);
+    }
+    next.run(req).await
+}
+
+fn insert(req: &mut Request, (caller, cloud): (Caller, Option<Cloud>)) {
+    req.extensions_mut().insert(caller);
+    if let Some(cloud) = cloud {
+        req.extensions_mut().insert(cloud);
+    }
+}
+
+/// The request's caller (and, with Keystone, its cloud session), or the answer refusing it.
+async fn identify_request(
+    app: &AppState,
+    headers: &HeaderMap,
+) -> Result<(Caller, Option<Cloud>), ApiError> {
     match &app.auth {
         #[cfg(feature = "dev")]
-        AuthMode::DevHeaders => {
-            let caller = dev_caller(req.headers());
-            req.extensions_mut().insert(caller);
-        }
+        AuthMode::DevHeaders => Ok((dev_caller(headers), None)),
         AuthMode::Keystone(ks) => {
-            let unauthorized = || ApiError::Unauthorized(ks.www_authenticate()).into_response();
-            let Some(token) = header(req.headers(), "x-auth-token").map(str::to_owned) else {
-                return unauthorized();
-            };
-            match ks.validate(&token).await {
-                Ok(identity) => {
-                    req.extensions_mut().insert(keystone_caller(&identity));
-                    req.extensions_mut()
-                        .insert(Cloud(Some(ks.user_session(&token, identity))));
-                }
-                Err(OpenStackError::InvalidToken) => return unauthorized(),
+            let unauthorized = || ApiError::Unauthorized(ks.www_authenticate());
+            let token = header(headers, "x-auth-token").ok_or_else(unauthorized)?;
+            match ks.validate(token).await {
+                Ok(identity) => Ok((
+                    keystone_caller(&identity),
+                    Some(Cloud(Some(ks.user_session(token, identity)))),
+                )),
+                Err(OpenStackError::InvalidToken) => Err(unauthorized()),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot validate a token");
-                    return ApiError::AuthUnavailable.into_response();
+                    Err(ApiError::AuthUnavailable)
                 }
             }
         }
     }
-    next.run(req).await
 }
 
 /// The caller's OpenStack session (their token and catalog) for Glance/Nova/Neutron look-ups;

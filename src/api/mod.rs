@@ -34,10 +34,12 @@ use error::{ApiError, NoVersionHeaders};
 use extract::RequestId;
 use microversion::{Mv, VersionError};
 
-/// The listener of `[http] metrics_bind`: `/metrics` only, unauthenticated.
+/// The listener of `[http] metrics_bind`: `/metrics` and `/readyz` (with every detail),
+/// unauthenticated.
 pub fn metrics_service(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(operating::metrics_open))
+        .route("/readyz", get(operating::readyz_open))
         .with_state(state)
 }
 
@@ -192,9 +194,13 @@ fn public_routes() -> Routes {
         .get("/v1", versions::v1)
         .get("/healthcheck", versions::healthcheck)
         .get("/healthz", operating::healthz)
-        .get("/readyz", operating::readyz)
         .get("/openapi.json", openapi::json)
         .get("/openapi.yaml", openapi::yaml)
+}
+
+/// `/readyz`: anyone may ask; an admin's token shows the details.
+fn readiness_routes() -> Routes {
+    Routes::new().get("/readyz", operating::readyz)
 }
 
 /// `/metrics` on the API port (authenticated unless `[http] metrics_public`).
@@ -239,10 +245,15 @@ fn v1_routes() -> Routes {
 
 /// Every route of [`service`] as (method, path template), in registration order.
 pub fn route_table() -> Vec<(Method, &'static str)> {
-    [public_routes(), metrics_routes(), v1_routes()]
-        .into_iter()
-        .flat_map(|r| r.table)
-        .collect()
+    [
+        public_routes(),
+        readiness_routes(),
+        metrics_routes(),
+        v1_routes(),
+    ]
+    .into_iter()
+    .flat_map(|r| r.table)
+    .collect()
 }
 
 /// After a successful request that may have written (anything but GET/HEAD/OPTIONS) and
@@ -278,8 +289,15 @@ pub fn service(
     } else {
         metrics.route_layer(authenticate())
     };
+    let readiness = readiness_routes()
+        .router
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            context::identify,
+        ));
     let mut router = public_routes()
         .router
+        .merge(readiness)
         .merge(metrics)
         .merge(v1_routes().router.route_layer(authenticate()))
         .layer(middleware::from_fn(operating::count))

@@ -35,13 +35,33 @@ pub async fn healthz() -> Json<Alive> {
     })
 }
 
-/// Dependencies reachable: 200, or 503 naming the failed checks (`{status, checks: [{name, ok,
-/// detail}]}`).
+/// This replica can answer reads: 200, or 503 naming the failed checks (`{status, checks:
+/// [{name, ok, detail, optional}]}`). Keystone and the management clusters are reported
+/// (`optional`) but never make it 503. Versions are shown to admins; anyone else sees `ok` or
+/// a failure's reason.
 #[utoipa::path(get, path = "/readyz", tag = "operating", security(()),
-    responses((status = 200, description = "Every dependency answers", body = super::schemas::ReadinessSchema),
-              (status = 503, description = "A dependency does not answer (the failed checks say                                             which)", body = super::schemas::ReadinessSchema)))]
-pub async fn readyz(State(app): State<AppState>) -> Response {
+    responses((status = 200, description = "PostgreSQL answers and is migrated (the optional \
+                                            checks may still have failed)",
+               body = super::schemas::ReadinessSchema),
+              (status = 503, description = "PostgreSQL does not answer or is not migrated (the \
+                                            failed checks say which)",
+               body = super::schemas::ReadinessSchema)))]
+pub async fn readyz(State(app): State<AppState>, caller: Option<Caller>) -> Response {
     let r = operating::readiness(&app).await;
+    let r = if caller.as_ref().is_some_and(Caller::is_admin) {
+        r
+    } else {
+        r.without_details()
+    };
+    readiness_answer(r)
+}
+
+/// `/readyz` on `[http] metrics_bind`: the monitoring network sees every detail.
+pub async fn readyz_open(State(app): State<AppState>) -> Response {
+    readiness_answer(operating::readiness(&app).await)
+}
+
+fn readiness_answer(r: operating::Readiness) -> Response {
     let status = if r.ok() {
         StatusCode::OK
     } else {

@@ -232,6 +232,27 @@ impl Mgmt {
         }
     }
 
+    /// Deletes one object and drops its finalizers, so it goes whatever its controller would
+    /// have done first (an administrator forgetting a cluster); gone already is fine.
+    pub async fn remove(&self, r: &ObjectRef) -> Result<(), KubeError> {
+        let api = self.api(&r.api_version, &r.kind, r.namespace.as_deref());
+        let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
+        match api.delete(&r.name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(e) if gone(&e) => return Ok(()),
+            Err(e) => return Err(KubeError::from_kube(&r.to_string(), e)),
+        }
+        let strip = serde_json::json!({"metadata": {"finalizers": null}});
+        match api
+            .patch(&r.name, &PatchParams::default(), &Patch::Merge(&strip))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if gone(&e) => Ok(()),
+            Err(e) => Err(KubeError::from_kube(&r.to_string(), e)),
+        }
+    }
+
     /// Objects of one kind in `ns` carrying `selector`.
     pub async fn list(
         &self,

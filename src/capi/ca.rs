@@ -222,29 +222,12 @@ impl Capi {
     /// nodes trust and check the discovery pin against), through the admin kubeconfig CAPI keeps
     /// in `<cluster>-kubeconfig`.
     async fn set_cluster_info_ca(&self, c: &ClusterRow, ca_pem: &str) -> Result<(), CapiError> {
-        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         let waiting = |what: String| {
             CapiError::Waiting(format!(
                 "updating the workload cluster's cluster-info: {what}"
             ))
         };
-        let v = self
-            .mgmt
-            .get_value(&ObjectRef::new(
-                kinds::SECRET,
-                &ns,
-                &format!("{name}-kubeconfig"),
-            ))
-            .await?
-            .ok_or_else(|| waiting("no kubeconfig Secret yet".into()))?;
-        let text = secret_data(&v, "value")
-            .ok_or_else(|| waiting("the kubeconfig Secret is empty".into()))?;
-        let kc = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| waiting(e.to_string()))?;
-        let cfg =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| waiting(e.to_string()))?;
-        let client = kube::Client::try_from(cfg).map_err(|e| waiting(e.to_string()))?;
+        let client = self.workload_client(c).await.map_err(waiting)?;
         let api: Api<ConfigMap> = Api::namespaced(client, "kube-public");
         let cm = api
             .get("cluster-info")

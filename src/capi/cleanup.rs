@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::values::ServerGroup;
+use crate::config::{CleanupWithoutCredential, UnreadVolumes};
 use crate::db::clusters::ClusterRow;
 use crate::db::janitor;
 use crate::openstack::workload::{self, Deleted, LoadBalancer, Volume};
@@ -62,18 +63,90 @@ pub fn credential_cluster(name: &str) -> Option<Uuid> {
     Uuid::try_parse(uuid).ok()
 }
 
+/// Cinder metadata by which a tenant keeps a CSI volume through its cluster's delete.
+pub const KEEP_KEY: &str = "magnum-capi/keep";
+
+/// How OCCM describes a floating IP it allocates for a Service (`Floating IP for Kubernetes
+/// external service <ns>/<svc> from cluster <cluster>`; releases before 1.26 leave out the
+/// Service): only these are deleted; any other on a load balancer's VIP is the tenant's.
+pub fn occm_floating_ip(capi_name: &str, description: &str) -> bool {
+    description.starts_with("Floating IP for Kubernetes external service")
+        && description.ends_with(&format!(" from cluster {capi_name}"))
+}
+
+/// How OCCM describes the security group it creates for a Service with
+/// `manage-security-groups` (`Security Group for <ns>/<svc> Service LoadBalancer in cluster
+/// <cluster>`).
+pub fn occm_security_group(capi_name: &str, description: &str) -> bool {
+    description.starts_with("Security Group for ")
+        && description.ends_with(&format!(" Service LoadBalancer in cluster {capi_name}"))
+}
+
+/// What the cluster's PersistentVolumes said, read before its machines went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PvRead {
+    /// Cinder volumes of `Retain` PersistentVolumes.
+    #[serde(default)]
+    pub retained: Vec<String>,
+    /// Why they could not be read (`[capi] unread_volumes` decides).
+    #[serde(default)]
+    pub unreadable: Option<String>,
+}
+
+/// What a delete left in the tenant project on purpose, and what it could not look at: kept in
+/// the delete's step (it survives a requeue or a restart), shown in `status_reason`, the final
+/// log line and the `<capi name>-delete-report` ConfigMap.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    #[serde(default)]
+    pub kept: Vec<String>,
+    #[serde(default)]
+    pub not_checked: Vec<String>,
+}
+
+impl Report {
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty() && self.not_checked.is_empty()
+    }
+
+    fn keep(&mut self, what: String) {
+        if !self.kept.contains(&what) {
+            self.kept.push(what);
+        }
+    }
+
+    fn skip(&mut self, what: &str) {
+        if !self.not_checked.iter().any(|w| w == what) {
+            self.not_checked.push(what.to_string());
+        }
+    }
+
+    /// `kept volume v (…); not checked: load balancers (…)`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.kept.is_empty() {
+            parts.push(format!("kept {}", self.kept.join(", ")));
+        }
+        if !self.not_checked.is_empty() {
+            parts.push(format!("not checked: {}", self.not_checked.join(", ")));
+        }
+        parts.join("; ")
+    }
+}
+
 /// What is left of the cluster's cloud resources after a cleanup pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Remaining {
     pub load_balancers: usize,
     pub volumes: usize,
+    pub security_groups: usize,
     /// Why something could not go yet (e.g. a volume still attached to a live server).
     pub waiting_for: Vec<String>,
 }
 
 impl Remaining {
     pub fn is_done(&self) -> bool {
-        self.load_balancers == 0 && self.volumes == 0
+        self.load_balancers == 0 && self.volumes == 0 && self.security_groups == 0
     }
 
     /// `deleting 2 load balancers, 3 volumes (volume v attached to server s)`.
@@ -91,6 +164,13 @@ impl Remaining {
         if self.volumes > 0 {
             parts.push(plural(self.volumes, "volume", "volumes"));
         }
+        if self.security_groups > 0 {
+            parts.push(plural(
+                self.security_groups,
+                "security group",
+                "security groups",
+            ));
+        }
         let mut out = format!("deleting {}", parts.join(", "));
         if !self.waiting_for.is_empty() {
             out.push_str(&format!(" ({})", self.waiting_for.join("; ")));
@@ -99,10 +179,17 @@ impl Remaining {
     }
 }
 
+/// Why a kind was not checked, as the report says it.
+const NO_OCTAVIA: &str = "load balancers (no load-balancer service in the catalog)";
+const NO_CINDER: &str = "volumes (no block-storage service in the catalog)";
+const NO_NEUTRON: &str = "floating IPs and security groups (no network service in the catalog)";
+const NO_L3: &str = "floating IPs (Neutron has no L3 extension)";
+const NO_SECURITY_GROUPS: &str = "security groups (Neutron has no security-group extension)";
+
 impl Capi {
     /// A session acting as the cluster (its application credential, read from its Secret on
     /// the management cluster). `None` when the service runs without Keystone or the Secret is
-    /// gone (nothing can act for the cluster any more; the delete goes on without cleanup).
+    /// gone.
     pub(super) async fn cluster_session(
         &self,
         c: &ClusterRow,
@@ -112,7 +199,6 @@ impl Capi {
         };
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         let Some((id, secret)) = self.live_credential(&ns, &name).await? else {
-            tracing::warn!(cluster = %c.uuid, "no cloud credentials left: load balancers and volumes of the cluster are not cleaned up");
             return Ok(None);
         };
         match k.token_for_app_credential(&id, &secret).await {
@@ -126,70 +212,261 @@ impl Capi {
         }
     }
 
-    /// One cleanup pass: deletes what can go now of the cluster's load balancers and volumes
-    /// and says what is left. Idempotent: a later pass (a retry, another replica after a
-    /// restart) continues where this one stopped.
-    pub(super) async fn cleanup_cloud(&self, c: &ClusterRow) -> Result<Remaining, CapiError> {
-        let Some(s) = self.cluster_session(c).await? else {
-            return Ok(Remaining::default());
+    /// The session a delete cleans up with: the cluster's credential; once its Secret is gone,
+    /// `[capi] cleanup_without_credential` decides — the service's own user scoped to the
+    /// project, or a failure naming what is left. `None` only without Keystone (nothing can
+    /// act) or for a cluster that never had a credential (no workload ever ran with one, so
+    /// nothing of it is in the project).
+    pub(super) async fn cleanup_session(
+        &self,
+        pool: &PgPool,
+        c: &ClusterRow,
+    ) -> Result<Option<UserSession>, CapiError> {
+        let Some(k) = &self.keystone else {
+            return Ok(None);
         };
+        if let Some(s) = self.cluster_session(c).await? {
+            return Ok(Some(s));
+        }
+        if crate::db::clusters::app_cred(pool, c.uuid).await?.is_none() {
+            tracing::info!(cluster = %c.uuid, "the cluster never had a credential: nothing of its workload to clean up");
+            return Ok(None);
+        }
+        match self.config.cleanup_without_credential {
+            CleanupWithoutCredential::Fail => Err(CapiError::Stuck(format!(
+                "Cannot clean up the cluster's load balancers, floating IPs, security groups \
+                 and volumes in project {}: its credential Secret is gone. Set [capi] \
+                 cleanup_without_credential = \"service\" to clean up as the service user \
+                 (it needs a role in the project) and delete the cluster again.",
+                c.project_id
+            ))),
+            CleanupWithoutCredential::Service => {
+                match k.service_token_for_project(&c.project_id).await {
+                    Ok((token, identity)) => {
+                        tracing::warn!(cluster = %c.uuid, project = %c.project_id, "the cluster's credential Secret is gone: cleaning up as the service user");
+                        Ok(Some(k.user_session(&token, identity)))
+                    }
+                    Err(OpenStackError::Forbidden(why)) => Err(CapiError::Stuck(format!(
+                        "Cannot clean up the cluster's load balancers, floating IPs, security \
+                         groups and volumes: its credential Secret is gone and {why}."
+                    ))),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+
+    /// One cleanup pass with `s`: deletes what can go now of the cluster's load balancers,
+    /// floating IPs, security groups and volumes, records in `report` what it keeps or cannot
+    /// check, and says what is left. Idempotent: a later pass (a retry, another replica after a
+    /// restart) continues where this one stopped.
+    pub(super) async fn cleanup_cloud(
+        &self,
+        c: &ClusterRow,
+        s: &UserSession,
+        pvs: &PvRead,
+        report: &mut Report,
+    ) -> Result<Remaining, CapiError> {
         let name = name_of(c);
+        let project = c.project_id.as_str();
         let mut left = Remaining::default();
         // Done only when a listing shows nothing of the cluster's: deletes are asynchronous in
         // Octavia and Cinder, so what was deleted in this pass counts until it is gone.
-        let lbs: Vec<LoadBalancer> = workload::load_balancers(&s)
-            .await?
-            .into_iter()
-            .filter(|lb| owns_load_balancer(&name, lb))
-            .collect();
+        let lbs: Vec<LoadBalancer> = if workload::has_service(s, workload::LOAD_BALANCER) {
+            workload::load_balancers(s, project)
+                .await?
+                .into_iter()
+                .filter(|lb| owns_load_balancer(&name, lb))
+                .collect()
+        } else {
+            report.skip(NO_OCTAVIA);
+            Vec::new()
+        };
+        let network = workload::has_service(s, workload::NETWORK);
+        if !network {
+            report.skip(NO_NEUTRON);
+        }
+        // Floating IPs before their load balancers: OCCM's go, the tenant's are let go of.
+        if network {
+            match workload::floating_ips(s, project).await? {
+                None => report.skip(NO_L3),
+                Some(fips) => {
+                    for f in &fips {
+                        let on_vip = lbs
+                            .iter()
+                            .find(|lb| lb.vip_port_id.is_some() && lb.vip_port_id == f.port_id);
+                        if occm_floating_ip(&name, &f.description) {
+                            workload::delete_floating_ip(s, &f.id).await?;
+                            tracing::info!(cluster = %c.uuid, floating_ip = %f.id, address = %f.address, "floating IP deleted");
+                        } else if let Some(lb) = on_vip {
+                            workload::disassociate_floating_ip(s, &f.id).await?;
+                            tracing::info!(cluster = %c.uuid, floating_ip = %f.id, address = %f.address, load_balancer = %lb.id, "floating IP disassociated and kept");
+                            report.keep(format!(
+                                "floating IP {} ({}; not allocated by the cluster, disassociated \
+                                 from load balancer {})",
+                                f.address, f.id, lb.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
         for lb in &lbs {
-            if workload::delete_load_balancer(&s, lb).await? == Deleted::Done
+            if workload::delete_load_balancer(s, lb).await? == Deleted::Done
                 && !lb.provisioning_status.starts_with("PENDING_")
             {
                 tracing::info!(cluster = %c.uuid, load_balancer = %lb.id, name = %lb.name, "load balancer deleted");
             }
         }
         left.load_balancers = lbs.len();
-        let volumes: Vec<Volume> = workload::volumes_with_metadata(&s, CSI_CLUSTER_KEY, &name)
-            .await?
-            .into_iter()
-            .filter(|v| owns_volume(&name, v))
-            .collect();
-        left.volumes = volumes.len();
+        let volumes: Vec<Volume> = if workload::has_service(s, workload::BLOCK_STORAGE) {
+            workload::volumes_with_metadata(s, CSI_CLUSTER_KEY, &name)
+                .await?
+                .into_iter()
+                .filter(|v| owns_volume(&name, v))
+                .collect()
+        } else {
+            report.skip(NO_CINDER);
+            Vec::new()
+        };
+        let mut doomed = Vec::new();
+        for v in volumes {
+            match self.keeps_volume(&v, pvs) {
+                Some(why) => report.keep(format!("volume {} ({why})", v.id)),
+                None => doomed.push(v),
+            }
+        }
         if !lbs.is_empty() {
-            // Volumes after the load balancers.
+            // Security groups and volumes after the load balancers.
+            left.volumes = doomed.len();
             return Ok(left);
         }
-        for v in &volumes {
-            let mut live = Vec::new();
-            for server in &v.attached_to {
-                if workload::server_exists(&s, server).await? {
-                    live.push(server.clone());
+        if network {
+            match workload::security_groups(s, project).await? {
+                None => report.skip(NO_SECURITY_GROUPS),
+                Some(groups) => {
+                    for g in groups
+                        .iter()
+                        .filter(|g| occm_security_group(&name, &g.description))
+                    {
+                        match workload::delete_security_group(s, &g.id).await? {
+                            Deleted::Done => {
+                                tracing::info!(cluster = %c.uuid, security_group = %g.id, name = %g.name, "security group deleted")
+                            }
+                            Deleted::NotYet => {
+                                left.security_groups += 1;
+                                left.waiting_for
+                                    .push(format!("security group {} is in use", g.name));
+                            }
+                        }
+                    }
                 }
             }
-            if !live.is_empty() {
-                left.waiting_for.push(format!(
-                    "volume {} is attached to server {}",
-                    v.id,
-                    live.join(", ")
-                ));
-                continue;
-            }
-            match workload::delete_volume(&s, v).await? {
-                Deleted::Done => {
-                    tracing::info!(cluster = %c.uuid, volume = %v.id, "volume deleted")
-                }
-                Deleted::NotYet if !v.attached_to.is_empty() => {
-                    left.waiting_for.push(format!(
-                        "volume {} is still attached to deleted server {}",
-                        v.id,
-                        v.attached_to.join(", ")
-                    ));
-                }
-                Deleted::NotYet => {}
+        }
+        for v in &doomed {
+            if self.delete_one_volume(c, s, v, report, &mut left).await? {
+                left.volumes += 1;
             }
         }
         Ok(left)
+    }
+
+    /// Why volume `v` stays, if it does: its keep marker, its `Retain` PersistentVolume, or
+    /// PersistentVolumes that could not be read under `[capi] unread_volumes = "keep"`.
+    fn keeps_volume(&self, v: &Volume, pvs: &PvRead) -> Option<String> {
+        if v.metadata.get(KEEP_KEY).and_then(|x| x.as_str()) == Some("true") {
+            return Some(format!("metadata {KEEP_KEY}=true"));
+        }
+        if pvs.retained.contains(&v.id) {
+            return Some("its PersistentVolume's reclaimPolicy is Retain".into());
+        }
+        match (&pvs.unreadable, self.config.unread_volumes) {
+            (Some(why), UnreadVolumes::Keep) => Some(format!(
+                "the cluster's PersistentVolumes could not be read: {why}; [capi] \
+                 unread_volumes = \"keep\""
+            )),
+            _ => None,
+        }
+    }
+
+    /// Deletes one volume of the cluster: its CSI snapshots first (one made otherwise keeps
+    /// the volume), then the volume once no live server holds it. What waits is said in `left`;
+    /// `false` when the volume is kept after all.
+    async fn delete_one_volume(
+        &self,
+        c: &ClusterRow,
+        s: &UserSession,
+        v: &Volume,
+        report: &mut Report,
+        left: &mut Remaining,
+    ) -> Result<bool, CapiError> {
+        let name = name_of(c);
+        let mut live = Vec::new();
+        for server in &v.attached_to {
+            if workload::server_exists(s, server).await? {
+                live.push(server.clone());
+            }
+        }
+        if !live.is_empty() {
+            left.waiting_for.push(format!(
+                "volume {} is attached to server {}",
+                v.id,
+                live.join(", ")
+            ));
+            return Ok(true);
+        }
+        let snapshots = workload::snapshots_of(s, &v.id).await?;
+        if !snapshots.is_empty() {
+            let csi = |m: &serde_json::Map<String, serde_json::Value>| {
+                m.get(CSI_CLUSTER_KEY).and_then(|x| x.as_str()) == Some(name.as_str())
+            };
+            if let Some(other) = snapshots.iter().find(|sn| !csi(&sn.metadata)) {
+                // A snapshot someone made by hand is the tenant's: it and its volume stay.
+                report.keep(format!(
+                    "volume {} (it has snapshot {} not made by the cluster's Cinder CSI)",
+                    v.id, other.id
+                ));
+                return Ok(false);
+            }
+            for sn in &snapshots {
+                if workload::delete_snapshot(s, sn).await? == Deleted::Done
+                    && !sn.status.ends_with("ing")
+                {
+                    tracing::info!(cluster = %c.uuid, volume = %v.id, snapshot = %sn.id, "volume snapshot deleted");
+                }
+            }
+            left.waiting_for.push(format!(
+                "volume {} waits for its {} snapshot{} to be deleted",
+                v.id,
+                snapshots.len(),
+                if snapshots.len() == 1 { "" } else { "s" }
+            ));
+            return Ok(true);
+        }
+        match workload::delete_volume(s, v).await? {
+            Deleted::Done => {
+                tracing::info!(cluster = %c.uuid, volume = %v.id, "volume deleted")
+            }
+            Deleted::NotYet if !v.attached_to.is_empty() => {
+                left.waiting_for.push(format!(
+                    "volume {} is still attached to deleted server {}",
+                    v.id,
+                    v.attached_to.join(", ")
+                ));
+            }
+            Deleted::NotYet if v.status == "error_deleting" => {
+                left.waiting_for.push(format!(
+                    "volume {} is error_deleting: Cinder could not delete it; an admin can reset \
+                     its state",
+                    v.id
+                ));
+            }
+            Deleted::NotYet => {
+                left.waiting_for
+                    .push(format!("volume {} is {}", v.id, v.status));
+            }
+        }
+        Ok(true)
     }
 
     /// Creates the Nova server groups `wanted` that do not exist yet, with the cluster's
@@ -216,13 +493,15 @@ impl Capi {
     }
 
     /// Deletes the cluster's server groups whose name `matches` (after their machines are
-    /// gone). Nothing to act with (no Keystone, no credential left) is not an error.
+    /// gone), acting as [`Capi::cleanup_session`] does; a failure fails the step (retried like
+    /// the rest of the cleanup). Nothing to act with (no Keystone) is not an error.
     pub(super) async fn delete_server_groups(
         &self,
+        pool: &PgPool,
         c: &ClusterRow,
         matches: impl Fn(&str) -> bool,
     ) -> Result<(), CapiError> {
-        let Some(s) = self.cluster_session(c).await? else {
+        let Some(s) = self.cleanup_session(pool, c).await? else {
             return Ok(());
         };
         let prefix = format!("{}-", name_of(c));
@@ -340,12 +619,14 @@ mod tests {
         let r = Remaining {
             load_balancers: 2,
             volumes: 3,
+            security_groups: 0,
             waiting_for: vec![],
         };
         assert_eq!(r.describe(), "deleting 2 load balancers, 3 volumes");
         let r = Remaining {
             load_balancers: 0,
             volumes: 1,
+            security_groups: 0,
             waiting_for: vec!["volume v is attached to server s".into()],
         };
         assert_eq!(

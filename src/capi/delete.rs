@@ -10,9 +10,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::apply::ObjectRef;
+use super::cleanup::{PvRead, Remaining, Report};
 use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::status::Observed;
-use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, kinds};
+use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_PROJECT_ID, kinds};
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NodegroupRow};
 use crate::db::operations::OperationRow;
@@ -52,6 +53,25 @@ impl Capi {
         if !self.observer.synced() {
             return Ok(step.requeue(Duration::from_secs(1), None));
         }
+        // Before the machines go, while the workload cluster answers: which volumes its
+        // PersistentVolumes retain. Recorded (and the step requeued) before the deletion is
+        // asked for, so a crash or a retry never reads a half torn-down cluster instead.
+        if step.pvs.is_none() && self.config.delete_cleanup && self.keystone.is_some() {
+            step.pvs = Some(match self.retained_volumes(c).await {
+                Ok(retained) => PvRead {
+                    retained,
+                    unreadable: None,
+                },
+                Err(why) => {
+                    tracing::warn!(cluster = %c.uuid, reason = %why, "the workload cluster's PersistentVolumes could not be read");
+                    PvRead {
+                        retained: Vec::new(),
+                        unreadable: Some(why),
+                    }
+                }
+            });
+            return Ok(step.requeue(Duration::from_millis(1), None));
+        }
         let observed = self.observer.observed(c.uuid);
         // Asked once, and again only if the Cluster shows up without a deletion under way.
         let deleting = observed
@@ -69,20 +89,42 @@ impl Capi {
         // Never before the machines are gone: a live cloud-controller-manager would recreate
         // what we delete.
         if !step.cleaned && observed.machines.is_empty() {
-            let left = self.cleanup_cloud(c).await?;
-            step.cleaned = left.is_done();
-            cloud_left = (!step.cleaned).then(|| left.describe());
+            let pvs = step.pvs.clone().unwrap_or_default();
+            let pass = match self.cleanup_session(pool, c).await {
+                Ok(Some(s)) => self.cleanup_cloud(c, &s, &pvs, &mut step.report).await,
+                Ok(None) => Ok(Remaining::default()),
+                Err(e) => Err(e),
+            };
+            match pass {
+                Ok(left) => {
+                    step.cleaned = left.is_done();
+                    cloud_left = (!step.cleaned).then(|| left.describe());
+                }
+                // A service that is there but failing (down, timing out) is retried until the
+                // deadline, saying so; anything else fails the delete now.
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(cluster = %c.uuid, error = %e, "delete cleanup: will retry");
+                    cloud_left = Some(format!("retrying the cleanup: {e}"));
+                }
+                Err(e) => return Err(e),
+            }
         }
         let capi_gone = observed.is_empty();
         if capi_gone && step.cleaned {
             self.delete_remains(pool, c, &ns).await?;
+            self.write_delete_report(c, &ns, &step.report).await?;
             return Ok(Outcome::ClusterDeleted);
         }
-        let what = [cloud_left, (!capi_gone).then(|| blocking(&observed))]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join("; ");
+        let report = (!step.report.is_empty()).then(|| step.report.describe());
+        let what = [
+            cloud_left,
+            (!capi_gone).then(|| blocking(&observed)),
+            report,
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ");
         let timeout = chrono::Duration::minutes(
             i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
         );
@@ -118,13 +160,10 @@ impl Capi {
         ns: &str,
     ) -> Result<(), CapiError> {
         // The machines are gone: their server groups can go (with the credential, before its
-        // Secret is deleted below).
-        // A group left behind is empty and harmless: never a reason to keep the cluster.
+        // Secret is deleted below); a failure is retried like the rest of the delete.
         let ngs = ndb::of_cluster(pool, c.uuid).await?;
-        if uses_server_groups(c, ngs.iter())
-            && let Err(e) = self.delete_server_groups(c, |_| true).await
-        {
-            tracing::warn!(cluster = %c.uuid, error = %e, "server groups not deleted");
+        if uses_server_groups(c, ngs.iter()) {
+            self.delete_server_groups(pool, c, |_| true).await?;
         }
         // Then what CAPI does not own: our Secrets, machine templates, addons.
         let sel = format!("{LABEL_CLUSTER_UUID}={}", c.uuid);
@@ -148,6 +187,43 @@ impl Capi {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Once the cluster is gone: what its delete kept in the tenant project or could not check,
+    /// in the final log line and, when there is any, in the ConfigMap `<capi name>-delete-report`
+    /// of its namespace. That ConfigMap does not carry the cluster label, so it outlives the
+    /// cluster; the operator removes it.
+    async fn write_delete_report(
+        &self,
+        c: &ClusterRow,
+        ns: &str,
+        report: &Report,
+    ) -> Result<(), CapiError> {
+        if report.is_empty() {
+            tracing::info!(cluster = %c.uuid, "cluster deleted: nothing kept, everything checked");
+            return Ok(());
+        }
+        tracing::info!(cluster = %c.uuid, kept = ?report.kept, not_checked = ?report.not_checked, "cluster deleted: {}", report.describe());
+        let cm = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": delete_report_name(&name_of(c)),
+                "namespace": ns,
+                "labels": {
+                    LABEL_DELETED_CLUSTER: c.uuid.to_string(),
+                    LABEL_PROJECT_ID: c.project_id,
+                },
+            },
+            "data": {
+                "cluster": c.uuid.to_string(),
+                "name": c.name,
+                "kept": report.kept.join("\n"),
+                "not-checked": report.not_checked.join("\n"),
+            },
+        });
+        self.mgmt.apply(&cm).await?;
         Ok(())
     }
 
@@ -203,13 +279,21 @@ impl Capi {
         // Its server group is named after the nodegroup's objects: `<cluster>-…-<uuid hex 8>`.
         let short = format!("-{}", &ng.simple().to_string()[..8]);
         let this = ndb::of_cluster(pool, c.uuid).await?;
-        if uses_server_groups(c, this.iter().filter(|n| n.uuid == ng))
-            && let Err(e) = self.delete_server_groups(c, |n| n.ends_with(&short)).await
-        {
-            tracing::warn!(cluster = %c.uuid, nodegroup = %ng, error = %e, "server group not deleted");
+        if uses_server_groups(c, this.iter().filter(|n| n.uuid == ng)) {
+            self.delete_server_groups(pool, c, |n| n.ends_with(&short))
+                .await?;
         }
         Ok(Outcome::NodegroupDeleted(ng))
     }
+}
+
+/// Label of a delete report ConfigMap: the uuid of the cluster it reports on (not the cluster
+/// label, which would delete it with the cluster's own objects).
+pub const LABEL_DELETED_CLUSTER: &str = "magnum.openstack.org/deleted-cluster-uuid";
+
+/// `<capi name>-delete-report`: what a cluster's delete kept or could not check.
+pub fn delete_report_name(capi_name: &str) -> String {
+    format!("{capi_name}-delete-report")
 }
 
 /// Whether the cluster or one of `nodegroups` asks for a server group (so that deletes without
@@ -241,6 +325,12 @@ struct DeleteStep {
     /// The progress last shown, so an unchanged one is not written again.
     #[serde(default)]
     reported: String,
+    /// What the workload's PersistentVolumes said, read before the machines went.
+    #[serde(default)]
+    pvs: Option<PvRead>,
+    /// What the cleanup kept or could not check so far.
+    #[serde(default)]
+    report: Report,
 }
 
 impl DeleteStep {

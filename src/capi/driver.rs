@@ -25,8 +25,8 @@ use crate::db::templates::{self as tdb, TemplateRow};
 use crate::domain::certificates::CaKind;
 use crate::domain::operation::{OperationKind as K, backoff_ms};
 use crate::driver::{
-    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Outcome,
-    ProvisionRequest, Provisioned,
+    Backend, BackendError, BackendFuture, Credentials, DriverError, DriverFuture, Forgotten,
+    Outcome, ProvisionRequest, Provisioned,
 };
 use crate::openstack::{Keystone, OpenStackError, UserSession, appcred};
 use secrecy::{ExposeSecret, SecretString};
@@ -104,7 +104,7 @@ const PRUNED_KINDS: [kinds::Gvk; 6] = [
 ];
 
 /// Every kind we create for a cluster, all labelled with its uuid and owner.
-pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
+pub(super) const LABELLED_KINDS: [kinds::Gvk; 14] = [
     kinds::SECRET,
     kinds::CLUSTER,
     kinds::OPENSTACK_CLUSTER,
@@ -117,7 +117,6 @@ pub(super) const LABELLED_KINDS: [kinds::Gvk; 15] = [
     kinds::CLUSTER_RESOURCE_SET,
     kinds::DEPLOYMENT,
     kinds::ROLE_BINDING,
-    kinds::ROLE,
     kinds::SERVICE_ACCOUNT,
     kinds::CONFIG_MAP,
 ];
@@ -765,6 +764,12 @@ impl Backend for CapiDriver {
     }
     fn credentials(&self) -> Credentials {
         Credentials::Staged
+    }
+    fn leftovers<'a>(&'a self, cluster: &'a ClusterRow) -> BackendFuture<'a, Vec<String>> {
+        Box::pin(async move { Ok(self.0.leftovers(cluster).await?) })
+    }
+    fn forget<'a>(&'a self, cluster: &'a ClusterRow) -> BackendFuture<'a, Forgotten> {
+        Box::pin(async move { Ok(self.0.forget(cluster).await) })
     }
     fn validate_template(&self, template: &TemplateRow) -> Result<(), BackendError> {
         values::check_template(template, &self.0.config)

@@ -19,7 +19,8 @@ use crate::db::operations::OperationRow;
 use crate::db::templates::TemplateRow;
 use crate::domain::certificates::CaKind;
 use crate::driver::{
-    Backend, BackendError, BackendFuture, Check, Credentials, DriverError, DriverFuture, Outcome,
+    Backend, BackendError, BackendFuture, Check, Credentials, DriverError, DriverFuture, Forgotten,
+    Outcome,
 };
 use crate::openstack::UserSession;
 
@@ -102,15 +103,21 @@ impl Fleet {
         self.members.iter().find(|d| d.0.name == name)
     }
 
-    /// The driver of `c`'s management cluster, if it is configured and reachable now.
-    fn serving(&self, c: &ClusterRow) -> Result<&CapiDriver, BackendError> {
+    /// The driver of `c`'s management cluster, if it is configured.
+    fn configured(&self, c: &ClusterRow) -> Result<&CapiDriver, BackendError> {
         let name = c.management_cluster_name();
-        let d = self.member(name).ok_or_else(|| {
+        self.member(name).ok_or_else(|| {
             BackendError::Unavailable(format!(
                 "the cluster's management cluster {} is not configured",
                 shown(name)
             ))
-        })?;
+        })
+    }
+
+    /// The driver of `c`'s management cluster, if it is configured and reachable now.
+    fn serving(&self, c: &ClusterRow) -> Result<&CapiDriver, BackendError> {
+        let name = c.management_cluster_name();
+        let d = self.configured(c)?;
         match d.0.reach.down() {
             Some((why, _)) => Err(BackendError::Unavailable(format!(
                 "the cluster's management cluster {} is unreachable: {why}",
@@ -217,6 +224,20 @@ impl Backend for Fleet {
     }
     fn validate_template(&self, template: &TemplateRow) -> Result<(), BackendError> {
         self.any().validate_template(template)
+    }
+    // An administrator's command: the cluster's own management cluster, reachable or not by the
+    // last probe (its answer is the test).
+    fn leftovers<'a>(&'a self, cluster: &'a ClusterRow) -> BackendFuture<'a, Vec<String>> {
+        match self.configured(cluster) {
+            Ok(d) => d.leftovers(cluster),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn forget<'a>(&'a self, cluster: &'a ClusterRow) -> BackendFuture<'a, Forgotten> {
+        match self.configured(cluster) {
+            Ok(d) => d.forget(cluster),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
     }
     fn validate_cluster(
         &self,

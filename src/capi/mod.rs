@@ -2,6 +2,7 @@
 //! applies them to the management cluster (`apply`), and turns what CAPI reports back into
 //! Magnum statuses (`watch` → `status`).
 
+pub mod addon_health;
 pub mod apply;
 pub mod ca;
 pub mod cleanup;
@@ -9,6 +10,7 @@ pub mod credentials;
 pub mod delete;
 pub mod driver;
 pub mod fleet;
+pub mod forget;
 pub mod health;
 pub mod pki;
 pub mod reach;
@@ -16,6 +18,7 @@ pub mod render;
 pub mod status;
 pub mod values;
 pub mod watch;
+pub mod workload;
 
 pub use crate::k8s::labels::{LABEL_CAPI_CLUSTER_NAME, LABEL_HELM_CHART_PROXY};
 pub use crate::k8s::secret::secret_data;
@@ -102,7 +105,9 @@ pub mod kinds {
         DEPLOYMENT,
         CONFIG_MAP,
     ];
-    /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales).
+    /// The autoscaler's kinds, in delete order (pruned when no nodegroup autoscales). `Role`
+    /// is rendered no more (its RoleBinding grants `[capi] autoscaler_cluster_role`): listed so
+    /// that the Role an earlier version made is pruned and deleted with the cluster.
     pub const AUTOSCALER: [Gvk; 4] = [DEPLOYMENT, ROLE_BINDING, ROLE, SERVICE_ACCOUNT];
 }
 

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::LABEL_NODEGROUP_UUID;
+use super::{LABEL_NODEGROUP_UUID, addon_health};
 use crate::domain::status::Status;
 
 /// Everything the watchers know about one cluster's objects.
@@ -69,6 +69,9 @@ pub struct ClusterState {
     pub health_status_reason: Value,
     /// Why the cluster's application credential no longer works (the periodic check).
     pub credential_problem: Option<String>,
+    /// How long an add-on may stay in progress before it counts as failed (`[capi]
+    /// addon_install_timeout_secs`).
+    pub addon_install_timeout: chrono::Duration,
 }
 
 /// What should change in Postgres; `None`/empty = leave as is.
@@ -79,11 +82,18 @@ pub struct Evaluation {
     pub coe_version: Option<String>,
     pub health: Option<(String, Value)>,
     pub nodegroups: Vec<NodegroupChange>,
+    /// When to evaluate again though nothing changes (an add-on in progress would pass its
+    /// timeout then); not a change to write.
+    pub recheck_at: Option<DateTime<Utc>>,
 }
 
 impl Evaluation {
+    /// Nothing to write.
     pub fn is_noop(&self) -> bool {
-        *self == Evaluation::default()
+        Evaluation {
+            recheck_at: None,
+            ..self.clone()
+        } == Evaluation::default()
     }
 }
 
@@ -285,7 +295,8 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         }
     }
 
-    let health = health(obs, db.credential_problem.as_deref());
+    let (health, recheck_at) = health(obs, db, now);
+    ev.recheck_at = recheck_at;
     if Some(health.0.as_str()) != db.health_status.as_deref() || health.1 != db.health_status_reason
     {
         ev.health = Some(health);
@@ -411,10 +422,17 @@ fn cluster_status(
     }
 }
 
-/// `HEALTHY` when the Cluster is available, every machine's node is ready and the cluster's
-/// credential works; the reason maps `api` and `<node>.Ready` as Magnum's own monitor does, plus
-/// `credential` when the credential does not work (CAPO and the cloud provider cannot act).
-fn health(obs: &Observed, credential_problem: Option<&str>) -> (String, Value) {
+/// `HEALTHY` when the Cluster is available, every machine's node is ready, the cluster's
+/// credential works and no add-on failed; the reason maps `api` and `<node>.Ready` as Magnum's
+/// own monitor does, plus `credential` when the credential does not work (CAPO and the cloud
+/// provider cannot act) and `addon.<add-on>` per add-on ([`addon_health`]). Also when to look
+/// again for an add-on still in progress.
+fn health(
+    obs: &Observed,
+    db: &ClusterState,
+    now: DateTime<Utc>,
+) -> ((String, Value), Option<DateTime<Utc>>) {
+    let credential_problem = db.credential_problem.as_deref();
     let mut reason = Map::new();
     if let Some(p) = credential_problem {
         reason.insert("credential".into(), json!(p));
@@ -425,7 +443,7 @@ fn health(obs: &Observed, credential_problem: Option<&str>) -> (String, Value) {
         } else {
             "UNHEALTHY"
         };
-        return (status.into(), Value::Object(reason));
+        return ((status.into(), Value::Object(reason)), None);
     };
     let api_ok =
         condition_true(cluster, "ControlPlaneAvailable") || condition_true(cluster, "Available");
@@ -441,40 +459,19 @@ fn health(obs: &Observed, credential_problem: Option<&str>) -> (String, Value) {
     for (k, v) in nodes {
         reason.insert(k, json!(if v { "True" } else { "False" }));
     }
-    let addons_ok = addon_health(name(cluster), &obs.addons, &mut reason);
-    let all = all && addons_ok;
-    let status = if all { "HEALTHY" } else { "UNHEALTHY" };
-    (status.into(), Value::Object(reason))
-}
-
-/// `addon.<add-on>` per HelmReleaseProxy (the add-on is its proxy's name without the
-/// `<cluster>-` prefix): `Ready`, else the message (or reason) of its `Ready` condition. False
-/// when an add-on failed to install (`Ready=False`); one still installing does not count.
-fn addon_health(cluster: &str, addons: &[Shared], reason: &mut Map<String, Value>) -> bool {
-    let prefix = format!("{cluster}-");
-    let mut ok = true;
-    for hrp in addons {
-        let proxy = label(hrp, super::LABEL_HELM_CHART_PROXY).unwrap_or_else(|| name(hrp));
-        let key = proxy.strip_prefix(&prefix).unwrap_or(proxy);
-        let ready = condition(hrp, "Ready");
-        let text = |c: &Value| {
-            s(c, "/message")
-                .filter(|m| !m.is_empty())
-                .or_else(|| s(c, "/reason"))
-                .unwrap_or("Unknown")
-                .to_string()
-        };
-        let value = match ready.and_then(|c| s(c, "/status")) {
-            Some("True") => "Ready".to_string(),
-            Some("False") => {
-                ok = false;
-                ready.map(text).unwrap_or_default()
-            }
-            _ => ready.map_or_else(|| "Installing".to_string(), text),
-        };
-        reason.insert(format!("addon.{key}"), json!(value));
-    }
-    ok
+    let addons = addon_health::of_cluster(
+        name(cluster),
+        obs.addons.iter().map(|a| &**a),
+        now,
+        db.addon_install_timeout,
+    );
+    reason.extend(addons.entries.into_iter().map(|(k, v)| (k, json!(v))));
+    let status = if all && addons.healthy {
+        "HEALTHY"
+    } else {
+        "UNHEALTHY"
+    };
+    ((status.into(), Value::Object(reason)), addons.recheck_at)
 }
 
 #[cfg(test)]
@@ -505,6 +502,7 @@ mod tests {
             health_status: None,
             health_status_reason: json!({}),
             credential_problem: None,
+            addon_install_timeout: chrono::Duration::minutes(30),
         }
     }
 
@@ -668,15 +666,16 @@ mod tests {
         );
         obs.machines[1] = Shared::new(machine(w.uuid, "10.0.0.9", false));
         assert_eq!(ev.health.unwrap().0, "HEALTHY");
-        let (h, r) = health(&obs, None);
+        let now = Utc::now();
+        let ((h, r), _) = health(&obs, &db, now);
         assert_eq!(h, "UNHEALTHY");
         assert_eq!(r["node-10.0.0.9.Ready"], "False");
-        assert_eq!(health(&Observed::default(), None).0, "UNKNOWN");
+        assert_eq!(health(&Observed::default(), &db, now).0.0, "UNKNOWN");
         // A credential that no longer works makes the cluster unhealthy, and says why.
-        let (h, r) = health(
-            &obs,
-            Some("Application credential x no longer authenticates: its owner is disabled"),
-        );
+        let mut db = db;
+        db.credential_problem =
+            Some("Application credential x no longer authenticates: its owner is disabled".into());
+        let ((h, r), _) = health(&obs, &db, now);
         assert_eq!(h, "UNHEALTHY");
         assert!(
             r["credential"]
@@ -716,14 +715,18 @@ mod tests {
         assert_eq!(reason["addon.cni"], "Ready");
         assert_eq!(
             reason["addon.metrics-server"],
-            "error installing metrics-server"
+            "Failed: error installing metrics-server"
         );
-        // Still installing: reported, not unhealthy.
+        // Still installing: reported, not unhealthy, and looked at again when it would time out.
+        let created = Utc::now() - chrono::Duration::minutes(1);
         obs.addons = vec![Shared::new(json!({"metadata": {"name": "x",
+            "creationTimestamp": created.to_rfc3339(),
             "labels": {crate::capi::LABEL_HELM_CHART_PROXY: "k-cni"}}}))];
-        let (h, reason) = evaluate(&obs, &db, Utc::now()).health.unwrap();
+        let ev = evaluate(&obs, &db, Utc::now());
+        let (h, reason) = ev.health.unwrap();
         assert_eq!(h, "HEALTHY");
-        assert_eq!(reason["addon.cni"], "Installing");
+        assert_eq!(reason["addon.cni"], "Progressing: installing");
+        assert!(ev.recheck_at.is_some_and(|t| t > Utc::now()));
     }
 
     #[test]

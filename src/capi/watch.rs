@@ -518,7 +518,7 @@ fn final_failures() -> Vec<&'static str> {
 async fn load_state(
     tx: &mut sqlx::PgConnection,
     cluster: &cdb::ClusterRow,
-    update_timeout: Duration,
+    timeouts: Timeouts,
 ) -> DbResult<ClusterState> {
     let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
     // One round trip: the queue's view and the credential check's finding.
@@ -545,7 +545,7 @@ async fn load_state(
                 + chrono::Duration::minutes(i64::from(cluster.create_timeout.unwrap_or(60).max(1))),
         ),
         Status::UpdateInProgress => last.map(|t| {
-            t + chrono::Duration::from_std(update_timeout).unwrap_or(chrono::Duration::hours(1))
+            t + chrono::Duration::from_std(timeouts.update).unwrap_or(chrono::Duration::hours(1))
         }),
         _ => None,
     };
@@ -571,7 +571,38 @@ async fn load_state(
         health_status: cluster.health_status.clone(),
         health_status_reason: cluster.health_status_reason.0.clone(),
         credential_problem,
+        addon_install_timeout: chrono::Duration::from_std(timeouts.addon_install)
+            .unwrap_or(chrono::Duration::minutes(30)),
     })
+}
+
+/// The time limits the status writer applies.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// An update, from its last operation's start, before `UPDATE_FAILED` (`[capi]
+    /// update_timeout_mins`).
+    pub update: Duration,
+    /// An add-on installing or upgrading before it counts as failed (`[capi]
+    /// addon_install_timeout_secs`).
+    pub addon_install: Duration,
+}
+
+impl Timeouts {
+    pub fn of(config: &crate::config::CapiConfig) -> Self {
+        Timeouts {
+            update: Duration::from_secs(config.update_timeout_mins.max(1) * 60),
+            addon_install: Duration::from_secs(config.addon_install_timeout_secs),
+        }
+    }
+}
+
+/// What writing one cluster's evaluation came to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Synced {
+    /// The cluster's new status, when it changed.
+    pub status: Option<Status>,
+    /// When to evaluate it again though nothing changes (an add-on would time out).
+    pub recheck_at: Option<DateTime<Utc>>,
 }
 
 /// Evaluates one cluster and writes what changed, under the cluster's row lock (so an API
@@ -581,24 +612,28 @@ pub async fn sync_cluster(
     observer: &Observer,
     member: &str,
     cluster: Uuid,
-    update_timeout: Duration,
-) -> DbResult<Option<Status>> {
+    timeouts: Timeouts,
+) -> DbResult<Synced> {
     let mut tx = pool.begin().await?;
     let Some(row) = cdb::lock(&mut *tx, cluster).await? else {
-        return Ok(None);
+        return Ok(Synced::default());
     };
     // Another management cluster's: its own writer concludes from its own observer.
     if row.management_cluster_name() != member {
-        return Ok(None);
+        return Ok(Synced::default());
     }
     // Imported read-only from Magnum: nothing on a management cluster speaks for it.
     if crate::db::imports::is_read_only(&mut *tx, cluster).await? {
-        return Ok(None);
+        return Ok(Synced::default());
     }
-    let state = load_state(&mut tx, &row, update_timeout).await?;
+    let state = load_state(&mut tx, &row, timeouts).await?;
     let ev = status::evaluate(&observer.observed(cluster), &state, Utc::now());
+    let recheck_at = ev.recheck_at;
     if ev.is_noop() {
-        return Ok(None);
+        return Ok(Synced {
+            status: None,
+            recheck_at,
+        });
     }
     if ev.api_address.is_some() || ev.coe_version.is_some() {
         cdb::set_driver_facts(
@@ -640,7 +675,10 @@ pub async fn sync_cluster(
         tracing::info!(cluster = %cluster, status = st.as_str(), reason = reason.as_deref().unwrap_or(""), "cluster status from CAPI");
     }
     tx.commit().await?;
-    Ok(new_status)
+    Ok(Synced {
+        status: new_status,
+        recheck_at,
+    })
 }
 
 /// Advisory-lock key of the status writer (one replica writes statuses at a time).
@@ -674,13 +712,15 @@ pub const CLUSTER_CHANNEL: &str = "magnum_capi_clusters";
 pub type OnStatus = Arc<dyn Fn(Uuid, Status) + Send + Sync>;
 
 type Pending = HashMap<Uuid, tokio::time::Instant>;
+type Rechecks = HashMap<Uuid, DateTime<Utc>>;
 
 /// Drains the observer's change feed into Postgres while this replica holds the writer lock of
 /// its management cluster (`scope`).
 ///
 /// Nothing runs while nothing happens: the writer wakes on the watchers' changes, on
 /// `magnum_capi_clusters` notifications (any replica's cluster or operation change), on a change
-/// of the management cluster's reachability, and at the next in-progress deadline; `safety` is
+/// of the management cluster's reachability, at the next in-progress deadline and when an add-on
+/// still in progress would pass its timeout; `safety` is
 /// only the pace of the re-check of in-progress clusters and of the lock's connection when no
 /// event came. A replica without the lock waits for it in PostgreSQL (`pg_advisory_lock`), so it
 /// takes over as soon as the holder's session ends.
@@ -693,7 +733,7 @@ pub async fn run_writer(
     scope: WriterScope,
     observer: Arc<Observer>,
     mut dirty: mpsc::UnboundedReceiver<Uuid>,
-    update_timeout: Duration,
+    timeouts: Timeouts,
     safety: Duration,
     on_status: OnStatus,
     mut shutdown: watch::Receiver<bool>,
@@ -704,6 +744,8 @@ pub async fn run_writer(
     let mut events: Option<sqlx::postgres::PgListener> = None;
     // Each cluster to write, with when its first unwritten change arrived (the delay metric).
     let mut pending: Pending = HashMap::new();
+    // Clusters to evaluate again at a time (an add-on in progress would time out then).
+    let mut rechecks: Rechecks = HashMap::new();
     let now = tokio::time::Instant::now;
     let mut wake_at = now() + safety;
     let mut retry_lock_at: Option<tokio::time::Instant> = None;
@@ -816,6 +858,14 @@ pub async fn run_writer(
                 }
             }
         }
+        let due = Utc::now();
+        rechecks.retain(|u, at| {
+            let keep = *at > due;
+            if !keep {
+                pending.entry(*u).or_insert_with(now);
+            }
+            keep
+        });
         if rescan {
             match cdb::of_management_cluster(&pool, &scope.name, IN_PROGRESS).await {
                 Ok(ids) => {
@@ -835,7 +885,8 @@ pub async fn run_writer(
             &observer,
             &scope.name,
             &mut pending,
-            update_timeout,
+            &mut rechecks,
+            timeouts,
             &on_status,
         )
         .await;
@@ -846,7 +897,11 @@ pub async fn run_writer(
             safety.min(Duration::from_secs(2))
         };
         wake_at = now() + poll;
-        match next_deadline(&pool, update_timeout).await {
+        let recheck = rechecks.values().min().copied();
+        match next_deadline(&pool, timeouts.update)
+            .await
+            .map(|d| d.into_iter().chain(recheck).min())
+        {
             Ok(Some(d)) => {
                 // A second past it, so the evaluation finds it passed.
                 let left =
@@ -863,23 +918,29 @@ pub async fn run_writer(
     }
 }
 
-/// Writes what changed for each pending cluster of management cluster `member`; stops at the
-/// first failure (kept pending).
+/// Writes what changed for each pending cluster of management cluster `member`, noting when
+/// each wants to be evaluated again (`rechecks`); stops at the first failure (kept pending).
 async fn write_pending(
     pool: &PgPool,
     observer: &Observer,
     member: &str,
     pending: &mut Pending,
-    update_timeout: Duration,
+    rechecks: &mut Rechecks,
+    timeouts: Timeouts,
     on_status: &OnStatus,
 ) {
     for (u, since) in std::mem::take(pending) {
-        match sync_cluster(pool, observer, member, u, update_timeout).await {
-            Ok(Some(st)) => {
-                crate::telemetry::status_delay(since.elapsed());
-                on_status(u, st);
+        match sync_cluster(pool, observer, member, u, timeouts).await {
+            Ok(synced) => {
+                match synced.recheck_at {
+                    Some(at) => rechecks.insert(u, at),
+                    None => rechecks.remove(&u),
+                };
+                if let Some(st) = synced.status {
+                    crate::telemetry::status_delay(since.elapsed());
+                    on_status(u, st);
+                }
             }
-            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
                 pending.insert(u, since);

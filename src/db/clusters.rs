@@ -497,6 +497,32 @@ pub async fn delete<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<()> {
     Ok(())
 }
 
+/// Drops the records of a cluster an administrator forgets (a delete that cannot finish), in
+/// the caller's transaction after the row is locked: its open operations are closed as failed
+/// with `reason` (no worker acts on them again), the credential intents of its creates dropped
+/// (the credentials janitor would otherwise delete its credentials in Keystone, and forgetting
+/// touches no cloud), and the row (its nodegroups with it). False when there was no row.
+pub async fn forget(tx: &mut sqlx::PgConnection, uuid: Uuid, reason: &str) -> DbResult<bool> {
+    sqlx::query(
+        "UPDATE operation SET state = 'failed', last_error = $2, finished_at = now(),
+                updated_at = now(), locked_by = NULL, locked_until = NULL
+          WHERE cluster_uuid = $1 AND state IN ('pending', 'running')",
+    )
+    .bind(uuid)
+    .bind(reason)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM app_credential_intent WHERE cluster_uuid = $1")
+        .bind(uuid)
+        .execute(&mut *tx)
+        .await?;
+    let deleted = sqlx::query("DELETE FROM cluster WHERE uuid = $1")
+        .bind(uuid)
+        .execute(&mut *tx)
+        .await?;
+    Ok(deleted.rows_affected() > 0)
+}
+
 /// `(clusters, nodes)` in scope; nodes count every nodegroup, masters included.
 pub async fn stats(pool: &PgPool, project: Option<&str>) -> DbResult<(i64, i64)> {
     let (clusters, nodes): (i64, i64) = sqlx::query_as(

@@ -1,6 +1,8 @@
 //! The OpenStack resources a template or cluster resolved to when it was validated (ids, not the
 //! names clients may have used), stored with the row for the driver to build machines from.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Ids found in Glance, Nova and Neutron; absent fields were not given or not looked up
@@ -30,6 +32,20 @@ pub struct Resolved {
     /// ([`flavor_has_gpu`]); empty when none does or the extra specs could not be read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpu_flavor_ids: Vec<String>,
+    /// What a server of each of `flavor_id` and `master_flavor_id` gets, by flavor id (the
+    /// cluster autoscaler's capacity hints for a nodegroup scaled to zero).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub flavor_sizes: BTreeMap<String, FlavorSize>,
+}
+
+/// A Nova flavor's size, as Nova lists it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlavorSize {
+    pub vcpus: u32,
+    /// Memory in MiB (Nova's `ram`).
+    pub ram_mib: u64,
+    /// Root disk in GiB (Nova's `disk`; 0: the server boots from a volume).
+    pub disk_gib: u64,
 }
 
 /// Whether a flavor's extra specs give its servers a GPU: a vGPU or physical-GPU resource

@@ -160,6 +160,15 @@ impl Check {
     }
 }
 
+/// What removing a cluster's objects from its management cluster came to (`Backend::forget`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Forgotten {
+    /// The objects removed, as `Kind/name`.
+    pub removed: Vec<String>,
+    /// The objects that could not be removed, each with why.
+    pub failed: Vec<String>,
+}
+
 /// Whether the backend keeps per-cluster application credentials, so a rotation has to stage a
 /// new one before the operation is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +280,20 @@ pub trait Backend: Send + Sync {
                 "this backend keeps no application credentials".into(),
             ))
         })
+    }
+
+    /// What the cluster would leave in its tenant project (and where to find it) if its records
+    /// were dropped now, before a delete finished: for an administrator about to forget it
+    /// (`magnum-capi cluster forget`). Reads only; nothing in the cloud is touched.
+    fn leftovers<'a>(&'a self, _cluster: &'a ClusterRow) -> BackendFuture<'a, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Removes the cluster's objects from its management cluster without letting a controller
+    /// act on the cloud for them (their finalizers are dropped), best effort: what was removed
+    /// and what could not be. Nothing in the cloud is touched.
+    fn forget<'a>(&'a self, _cluster: &'a ClusterRow) -> BackendFuture<'a, Forgotten> {
+        Box::pin(async { Ok(Forgotten::default()) })
     }
 
     /// Discards a staged credential whose rotation could not be recorded.

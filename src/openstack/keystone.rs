@@ -402,14 +402,63 @@ impl Keystone {
     }
 
     /// POST /v3/auth/tokens with an application credential: `Ok(Ok(token))`, or
-    /// `Ok(Err(Keystone's message))` when refused. One POST with our own HTTP client: the SDK's
-    /// auth plugins would build and cache a whole session for it.
+    /// `Ok(Err(Keystone's message))` when refused.
     async fn app_credential_token(
         &self,
         id: &str,
         secret: &SecretString,
     ) -> Result<Result<String, String>, OpenStackError> {
         use secrecy::ExposeSecret;
+        let body = serde_json::json!({"auth": {"identity": {
+            "methods": ["application_credential"],
+            "application_credential": {"id": id, "secret": secret.expose_secret()}}}});
+        self.issue_token(&body).await
+    }
+
+    /// A token of the service's own user scoped to project `project_id` (the delete cleanup of
+    /// a cluster whose credential is gone, `[capi] cleanup_without_credential = "service"`), and
+    /// what it carries. Password authentication only: an application credential is bound to
+    /// its own project. Refused (no role on the project) → `Forbidden` with Keystone's message.
+    pub async fn service_token_for_project(
+        &self,
+        project_id: &str,
+    ) -> Result<(String, Arc<Identity>), OpenStackError> {
+        use secrecy::ExposeSecret;
+        let auth = self.cloud.auth.as_ref();
+        let (Some(user), Some(password)) = (
+            auth.and_then(|a| a.username.clone()),
+            auth.and_then(|a| a.password.clone()),
+        ) else {
+            return Err(OpenStackError::Forbidden(
+                "the service authenticates with an application credential, which cannot act \
+                 in another project"
+                    .into(),
+            ));
+        };
+        let domain = auth
+            .and_then(|a| a.user_domain_name.clone())
+            .unwrap_or_else(|| "Default".into());
+        let body = serde_json::json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": user, "domain": {"name": domain},
+                "password": password.expose_secret()}}},
+            "scope": {"project": {"id": project_id}}}});
+        let token = self.issue_token(&body).await?.map_err(|msg| {
+            OpenStackError::Forbidden(format!(
+                "the service user cannot act in project {project_id}: {msg}"
+            ))
+        })?;
+        let identity = self.validate(&token).await?;
+        Ok((token, identity))
+    }
+
+    /// POST /v3/auth/tokens with `body`: `Ok(Ok(token))`, or `Ok(Err(Keystone's message))` when
+    /// refused. One POST with our own HTTP client: the SDK's auth plugins would build and cache
+    /// a whole session for it.
+    async fn issue_token(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<Result<String, String>, OpenStackError> {
         let base = self
             .cloud
             .auth
@@ -422,14 +471,11 @@ impl Keystone {
         } else {
             format!("{base}/v3/auth/tokens?nocatalog")
         };
-        let body = serde_json::json!({"auth": {"identity": {
-            "methods": ["application_credential"],
-            "application_credential": {"id": id, "secret": secret.expose_secret()}}}});
         let resp = self
             .user_http
             .post(&url)
             .timeout(self.timeout)
-            .json(&body)
+            .json(body)
             .send()
             .await
             .map_err(|e| OpenStackError::unavailable(SERVICE, e.without_url()))?;

@@ -26,13 +26,18 @@ pub struct Image {
     pub kube_version: Option<String>,
 }
 
-/// A Nova flavor: what the zero-root-disk rule needs.
+/// A Nova flavor: what the zero-root-disk rule and the autoscaler's capacity hints need.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct Flavor {
     pub id: String,
     pub name: String,
     #[serde(default)]
     pub disk: i64,
+    #[serde(default)]
+    pub vcpus: u32,
+    /// MiB.
+    #[serde(default)]
+    pub ram: u64,
 }
 
 /// A Neutron network.

@@ -1,8 +1,9 @@
 //! What a workload cluster's own controllers create in the tenant project, seen and removed with
-//! the cluster's credential: Octavia load balancers of `Service type=LoadBalancer` (with the
-//! floating IPs on their VIP ports), Cinder volumes of PersistentVolumes, and whether the Nova
-//! servers those volumes are attached to still exist; and the Nova server groups the driver
-//! places a cluster's machines in. Which of them belong to a cluster is the
+//! the cluster's credential: Octavia load balancers of `Service type=LoadBalancer`, Neutron
+//! floating IPs and security groups, Cinder volumes of PersistentVolumes and their snapshots,
+//! and whether the Nova servers those volumes are attached to still exist; and the Nova server
+//! groups the driver places a cluster's machines in. Lists are filtered by project on the
+//! server and followed through every page (`*_links`). Which of them belong to a cluster is the
 //! driver's rule (`capi::cleanup`); this module only speaks the services' wire formats.
 
 use reqwest::Method;
@@ -94,15 +95,28 @@ fn endpoint(s: &UserSession, service: &str, types: &[&str]) -> Result<String, Op
         })
 }
 
+/// Whether the session's catalog has any of `types` (a cloud without Octavia or Cinder has
+/// nothing of that kind to clean).
+pub fn has_service(s: &UserSession, types: &[&str]) -> bool {
+    s.catalog_url(types).is_some()
+}
+
+/// Catalog types of Octavia.
+pub const LOAD_BALANCER: &[&str] = &["load-balancer"];
+/// Catalog types of Cinder v3 (`block-storage`, and the older `volumev3`).
+pub const BLOCK_STORAGE: &[&str] = &["block-storage", "volumev3"];
+/// Catalog type of Neutron.
+pub const NETWORK: &[&str] = &["network"];
+
 /// Octavia's v2 root (catalogs list it unversioned).
 fn octavia(s: &UserSession) -> Result<String, OpenStackError> {
-    Ok(versioned(&endpoint(s, OCTAVIA, &["load-balancer"])?, "v2"))
+    Ok(versioned(&endpoint(s, OCTAVIA, LOAD_BALANCER)?, "v2"))
 }
 
 /// Cinder's v3 root: catalogs list it with the project (`…/v3/<project>`) or without
 /// (`…/v3`, microversion 3.67 and later), never unversioned in practice.
 fn cinder(s: &UserSession) -> Result<String, OpenStackError> {
-    let url = endpoint(s, CINDER, &["block-storage", "volumev3"])?;
+    let url = endpoint(s, CINDER, BLOCK_STORAGE)?;
     if url.split('/').any(|seg| seg == "v3") {
         Ok(url)
     } else {
@@ -110,29 +124,98 @@ fn cinder(s: &UserSession) -> Result<String, OpenStackError> {
     }
 }
 
-/// Every load balancer the token's project can see.
-pub async fn load_balancers(s: &UserSession) -> Result<Vec<LoadBalancer>, OpenStackError> {
-    let url = format!("{}/lbaas/loadbalancers", octavia(s)?);
-    let (status, body) = s.send_json(OCTAVIA, Method::GET, &url).await?;
-    if status != 200 {
-        return Err(failed(OCTAVIA, "listing load balancers", status, &body));
+fn neutron(s: &UserSession) -> Result<String, OpenStackError> {
+    Ok(versioned(&endpoint(s, NEUTRON, NETWORK)?, "v2.0"))
+}
+
+/// Pages a list call may span before it counts as a loop (a service answering the same `next`
+/// link forever).
+const MAX_PAGES: usize = 1000;
+
+/// Every item of a list call, following the `{key}_links` `next` links page by page (the
+/// pagination Octavia, Cinder and Neutron share). `what` names the call in errors. A 404 is
+/// `NotFound` (for Neutron: the extension is not there).
+async fn list_all(
+    s: &UserSession,
+    service: &str,
+    what: &str,
+    first: String,
+    key: &str,
+) -> Result<Vec<Value>, OpenStackError> {
+    let mut out = Vec::new();
+    let mut url = Some(first);
+    let mut pages = 0;
+    while let Some(u) = url.take() {
+        pages += 1;
+        if pages > MAX_PAGES {
+            return Err(OpenStackError::unavailable(
+                service,
+                format!("{what}: more than {MAX_PAGES} pages"),
+            ));
+        }
+        let (status, body) = s.send_json(service, Method::GET, &u).await?;
+        if status != 200 {
+            return Err(failed(service, what, status, &body));
+        }
+        let items = body.get(key).and_then(Value::as_array);
+        let got = items.map_or(0, Vec::len);
+        out.extend(items.into_iter().flatten().cloned());
+        url = body
+            .get(format!("{key}_links"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|l| l.get("rel").and_then(Value::as_str) == Some("next"))
+            .and_then(|l| l.get("href").and_then(Value::as_str))
+            .filter(|_| got > 0)
+            .map(str::to_string);
     }
-    Ok(body
-        .get("loadbalancers")
+    Ok(out)
+}
+
+/// `url?k=v&…`, the values form-encoded.
+fn with_query(url: String, pairs: &[(&str, &str)]) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        q.append_pair(k, v);
+    }
+    format!("{url}?{}", q.finish())
+}
+
+/// A volume's or snapshot's `metadata`.
+fn metadata(v: &Value) -> serde_json::Map<String, Value> {
+    v.get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn strings(v: &Value, key: &str) -> Vec<String> {
+    v.get(key)
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The load balancers of `project` (filtered by Octavia, every page).
+pub async fn load_balancers(
+    s: &UserSession,
+    project: &str,
+) -> Result<Vec<LoadBalancer>, OpenStackError> {
+    let url = with_query(
+        format!("{}/lbaas/loadbalancers", octavia(s)?),
+        &[("project_id", project)],
+    );
+    let all = list_all(s, OCTAVIA, "listing load balancers", url, "loadbalancers").await?;
+    Ok(all
+        .iter()
         .map(|lb| LoadBalancer {
             id: text(lb, "id"),
             name: text(lb, "name"),
-            tags: lb
-                .get("tags")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect(),
+            tags: strings(lb, "tags"),
             provisioning_status: text(lb, "provisioning_status"),
             vip_port_id: lb
                 .get("vip_port_id")
@@ -142,17 +225,15 @@ pub async fn load_balancers(s: &UserSession) -> Result<Vec<LoadBalancer>, OpenSt
         .collect())
 }
 
-/// Deletes the floating IPs on the load balancer's VIP port, then the load balancer with
-/// everything under it (`cascade=true`: listeners, pools, members, health monitors).
+/// Deletes the load balancer with everything under it (`cascade=true`: listeners, pools,
+/// members, health monitors). Its floating IPs are the caller's business (see
+/// [`floating_ips`]).
 pub async fn delete_load_balancer(
     s: &UserSession,
     lb: &LoadBalancer,
 ) -> Result<Deleted, OpenStackError> {
     if lb.provisioning_status.starts_with("PENDING_") {
         return Ok(Deleted::NotYet);
-    }
-    if let Some(port) = &lb.vip_port_id {
-        delete_floating_ips_of(s, port).await?;
     }
     let url = format!("{}/lbaas/loadbalancers/{}?cascade=true", octavia(s)?, lb.id);
     let (status, body) = s.send_json(OCTAVIA, Method::DELETE, &url).await?;
@@ -164,61 +245,154 @@ pub async fn delete_load_balancer(
     }
 }
 
-async fn delete_floating_ips_of(s: &UserSession, port: &str) -> Result<(), OpenStackError> {
-    let root = versioned(&endpoint(s, NEUTRON, &["network"])?, "v2.0");
-    let url = format!("{root}/floatingips?port_id={port}");
-    let (status, body) = s.send_json(NEUTRON, Method::GET, &url).await?;
-    if status != 200 {
-        return Err(failed(NEUTRON, "listing floating IPs", status, &body));
-    }
-    let ids: Vec<String> = body
-        .get("floatingips")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        // Neutron filters by port already; checked again so nothing else is ever deleted.
-        .filter(|f| f.get("port_id").and_then(Value::as_str) == Some(port))
-        .map(|f| text(f, "id"))
-        .collect();
-    for id in ids {
-        let (status, body) = s
-            .send_json(NEUTRON, Method::DELETE, &format!("{root}/floatingips/{id}"))
-            .await?;
-        if !(200..=299).contains(&status) && status != 404 {
-            return Err(failed(NEUTRON, "deleting a floating IP", status, &body));
-        }
-    }
-    Ok(())
+/// A floating IP as Neutron lists it (the fields the cleanup reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FloatingIp {
+    pub id: String,
+    pub address: String,
+    pub port_id: Option<String>,
+    pub description: String,
 }
 
-/// The volumes whose metadata has `key` = `value` (Cinder filters; the caller checks again).
+/// The floating IPs of `project` (every page); `Ok(None)` when Neutron has no L3 extension
+/// (`/floatingips` answers 404 and `/extensions` does not list `router`).
+pub async fn floating_ips(
+    s: &UserSession,
+    project: &str,
+) -> Result<Option<Vec<FloatingIp>>, OpenStackError> {
+    let root = neutron(s)?;
+    let url = with_query(format!("{root}/floatingips"), &[("project_id", project)]);
+    let all = match list_all(s, NEUTRON, "listing floating IPs", url, "floatingips").await {
+        Ok(all) => all,
+        Err(OpenStackError::NotFound(what)) => {
+            return if has_extension(s, "router").await? {
+                Err(OpenStackError::NotFound(what))
+            } else {
+                Ok(None)
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Some(
+        all.iter()
+            .map(|f| FloatingIp {
+                id: text(f, "id"),
+                address: text(f, "floating_ip_address"),
+                port_id: f.get("port_id").and_then(Value::as_str).map(str::to_string),
+                description: text(f, "description"),
+            })
+            .collect(),
+    ))
+}
+
+/// Whether Neutron lists extension `alias` (`GET /v2.0/extensions`).
+async fn has_extension(s: &UserSession, alias: &str) -> Result<bool, OpenStackError> {
+    let url = format!("{}/extensions", neutron(s)?);
+    let all = list_all(s, NEUTRON, "listing extensions", url, "extensions").await?;
+    Ok(all
+        .iter()
+        .any(|e| e.get("alias").and_then(Value::as_str) == Some(alias)))
+}
+
+/// Deletes a floating IP (gone already counts as deleted).
+pub async fn delete_floating_ip(s: &UserSession, id: &str) -> Result<(), OpenStackError> {
+    let url = format!("{}/floatingips/{id}", neutron(s)?);
+    let (status, body) = s.send_json(NEUTRON, Method::DELETE, &url).await?;
+    match status {
+        200..=299 | 404 => Ok(()),
+        _ => Err(failed(NEUTRON, "deleting a floating IP", status, &body)),
+    }
+}
+
+/// Disassociates a floating IP from its port, keeping the address in the project.
+pub async fn disassociate_floating_ip(s: &UserSession, id: &str) -> Result<(), OpenStackError> {
+    let url = format!("{}/floatingips/{id}", neutron(s)?);
+    let body = serde_json::json!({"floatingip": {"port_id": null}});
+    let (status, answer) = s
+        .send_json_with(NEUTRON, Method::PUT, &url, &[], Some(&body))
+        .await?;
+    match status {
+        200..=299 | 404 => Ok(()),
+        _ => Err(failed(
+            NEUTRON,
+            "disassociating a floating IP",
+            status,
+            &answer,
+        )),
+    }
+}
+
+/// A security group as Neutron lists it (the fields the cleanup reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityGroup {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+}
+
+/// The security groups of `project` (every page); `Ok(None)` when Neutron has no
+/// security-group extension (404).
+pub async fn security_groups(
+    s: &UserSession,
+    project: &str,
+) -> Result<Option<Vec<SecurityGroup>>, OpenStackError> {
+    let url = with_query(
+        format!("{}/security-groups", neutron(s)?),
+        &[("project_id", project)],
+    );
+    match list_all(
+        s,
+        NEUTRON,
+        "listing security groups",
+        url,
+        "security_groups",
+    )
+    .await
+    {
+        Ok(all) => Ok(Some(
+            all.iter()
+                .map(|g| SecurityGroup {
+                    id: text(g, "id"),
+                    name: text(g, "name"),
+                    description: text(g, "description"),
+                })
+                .collect(),
+        )),
+        Err(OpenStackError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes a security group; one still used by a port (409) is [`Deleted::NotYet`].
+pub async fn delete_security_group(s: &UserSession, id: &str) -> Result<Deleted, OpenStackError> {
+    let url = format!("{}/security-groups/{id}", neutron(s)?);
+    let (status, body) = s.send_json(NEUTRON, Method::DELETE, &url).await?;
+    match status {
+        200..=299 | 404 => Ok(Deleted::Done),
+        409 => Ok(Deleted::NotYet),
+        _ => Err(failed(NEUTRON, "deleting a security group", status, &body)),
+    }
+}
+
+/// The volumes whose metadata has `key` = `value` (Cinder filters; the caller checks again),
+/// every page.
 pub async fn volumes_with_metadata(
     s: &UserSession,
     key: &str,
     value: &str,
 ) -> Result<Vec<Volume>, OpenStackError> {
     let filter = serde_json::json!({ key: value }).to_string();
-    let query: String = form_urlencoded::Serializer::new(String::new())
-        .append_pair("metadata", &filter)
-        .finish();
-    let url = format!("{}/volumes/detail?{query}", cinder(s)?);
-    let (status, body) = s.send_json(CINDER, Method::GET, &url).await?;
-    if status != 200 {
-        return Err(failed(CINDER, "listing volumes", status, &body));
-    }
-    Ok(body
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let url = with_query(
+        format!("{}/volumes/detail", cinder(s)?),
+        &[("metadata", &filter)],
+    );
+    let all = list_all(s, CINDER, "listing volumes", url, "volumes").await?;
+    Ok(all
+        .iter()
         .map(|v| Volume {
             id: text(v, "id"),
             status: text(v, "status"),
-            metadata: v
-                .get("metadata")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
+            metadata: metadata(v),
             attached_to: v
                 .get("attachments")
                 .and_then(Value::as_array)
@@ -231,7 +405,49 @@ pub async fn volumes_with_metadata(
         .collect())
 }
 
-/// Deletes a detached volume; an attached or busy one is [`Deleted::NotYet`].
+/// A volume snapshot as Cinder lists it (the fields the cleanup reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: String,
+    pub status: String,
+    pub metadata: serde_json::Map<String, Value>,
+}
+
+/// The snapshots of volume `volume` (Cinder filters by `volume_id`; checked again), every page.
+pub async fn snapshots_of(s: &UserSession, volume: &str) -> Result<Vec<Snapshot>, OpenStackError> {
+    let url = with_query(
+        format!("{}/snapshots/detail", cinder(s)?),
+        &[("volume_id", volume)],
+    );
+    let all = list_all(s, CINDER, "listing snapshots", url, "snapshots").await?;
+    Ok(all
+        .iter()
+        .filter(|v| v.get("volume_id").and_then(Value::as_str) == Some(volume))
+        .map(|v| Snapshot {
+            id: text(v, "id"),
+            status: text(v, "status"),
+            metadata: metadata(v),
+        })
+        .collect())
+}
+
+/// Deletes a snapshot; a busy one (a `*ing` state, Cinder's 400) is [`Deleted::NotYet`].
+pub async fn delete_snapshot(s: &UserSession, snap: &Snapshot) -> Result<Deleted, OpenStackError> {
+    if snap.status.ends_with("ing") {
+        return Ok(Deleted::NotYet);
+    }
+    let url = format!("{}/snapshots/{}", cinder(s)?, snap.id);
+    let (status, body) = s.send_json(CINDER, Method::DELETE, &url).await?;
+    match status {
+        200..=299 | 404 => Ok(Deleted::Done),
+        400 | 409 => Ok(Deleted::NotYet),
+        _ => Err(failed(CINDER, "deleting a snapshot", status, &body)),
+    }
+}
+
+/// Deletes a detached volume; an attached or busy one (any `*ing` state, `error_deleting`
+/// included: only an admin's state reset lets Cinder take that one again) is
+/// [`Deleted::NotYet`].
 pub async fn delete_volume(s: &UserSession, v: &Volume) -> Result<Deleted, OpenStackError> {
     if !v.attached_to.is_empty() || v.status == "in-use" || v.status.ends_with("ing") {
         return Ok(Deleted::NotYet);

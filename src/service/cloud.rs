@@ -6,7 +6,7 @@ use super::{Error, Result};
 use crate::db::templates::TemplateRow;
 use crate::domain::error::DomainError;
 use crate::domain::labels::Labels;
-use crate::domain::resources::Resolved;
+use crate::domain::resources::{FlavorSize, Resolved};
 use crate::openstack::lookups::{self, Flavor};
 use crate::openstack::{OpenStackError, UserSession};
 
@@ -78,6 +78,15 @@ impl Flavors {
             .into());
         }
         Ok(f.id.clone())
+    }
+
+    /// The size of the flavor with id `id` (checked by [`Flavors::check`] before).
+    pub fn size(&self, id: &str) -> Option<FlavorSize> {
+        self.0.iter().find(|f| f.id == id).map(|f| FlavorSize {
+            vcpus: f.vcpus,
+            ram_mib: f.ram,
+            disk_gib: u64::try_from(f.disk).unwrap_or(0),
+        })
     }
 }
 
@@ -217,8 +226,13 @@ pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> Result<Resolved> {
             .master_flavor
             .map(|f| flavors.check(f, w.boot_volume_size))
             .transpose()?;
+        let sizes = [&flavor_id, &master_flavor_id]
+            .into_iter()
+            .flatten()
+            .filter_map(|id| Some((id.clone(), flavors.size(id)?)))
+            .collect();
         let gpus = gpu_flavors(s, [&flavor_id, &master_flavor_id]).await;
-        Ok::<_, Error>(Some((flavor_id, master_flavor_id, gpus)))
+        Ok::<_, Error>(Some((flavor_id, master_flavor_id, gpus, sizes)))
     };
     let (image, flavors, external, fixed, subnet, keypair_ok) = tokio::join!(
         opt(w.image.map(|i| image(s, i))),
@@ -234,10 +248,11 @@ pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> Result<Resolved> {
         r.os_distro = img.os_distro;
         r.kube_version = img.kube_version;
     }
-    if let Some((flavor_id, master_flavor_id, gpus)) = flavors? {
+    if let Some((flavor_id, master_flavor_id, gpus, sizes)) = flavors? {
         r.flavor_id = flavor_id;
         r.master_flavor_id = master_flavor_id;
         r.gpu_flavor_ids = gpus;
+        r.flavor_sizes = sizes;
     }
     r.external_network_id = external?;
     r.fixed_network_id = fixed?;

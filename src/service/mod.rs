@@ -8,6 +8,7 @@ pub mod cloud;
 pub mod clusters;
 pub mod credentials;
 pub mod error;
+pub mod forget;
 pub mod misc;
 pub mod nodegroups;
 pub mod operating;

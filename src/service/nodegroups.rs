@@ -183,7 +183,8 @@ pub async fn create(
         updated_at: None,
     };
     if let Some(t) = &ct {
-        // The new nodegroup's labels (server group policy, …) are refused now if bad.
+        // The new nodegroup's labels (server group policy, autoscaling bounds, …) are refused
+        // now if bad.
         let mut all = ndb::of_cluster(&app.pool, c.uuid).await?;
         all.push(NodegroupRow {
             id: i64::MAX,
@@ -253,6 +254,14 @@ pub async fn update(
     updated.node_taints = node_taints.map(Json);
     if updated == ng {
         return Ok((ng, c));
+    }
+    // New bounds the driver cannot build (autoscaling without a maximum) are refused now.
+    if let Some(t) = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await? {
+        let mut all = ndb::of_cluster(&app.pool, c.uuid).await?;
+        for n in all.iter_mut().filter(|n| n.uuid == updated.uuid) {
+            n.clone_from(&updated);
+        }
+        app.backend.validate_cluster(&t, &c, &all)?;
     }
     let allowed = ng
         .status

@@ -9,8 +9,11 @@ use crate::domain::status::Status;
 use crate::driver::Check;
 use crate::telemetry;
 
-/// How long one dependency may take to answer a readiness check.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one dependency may take to answer a readiness check: the checks run at once, so
+/// the answer comes within a Kubernetes probe's default-sized timeout (5 s).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+/// The management clusters' checks ask several questions each (bounded by the driver too).
+const BACKEND_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The outcome of every readiness check.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -21,66 +24,88 @@ pub struct Readiness {
 }
 
 impl Readiness {
+    /// Whether this replica can answer reads (PostgreSQL reachable and migrated): what
+    /// `/readyz` answers 200 for.
     pub fn ok(&self) -> bool {
         !self.checks.iter().any(Check::blocks)
     }
+
+    /// Whether every dependency answered (what `magnum-capi check` passes on).
+    pub fn all_ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    /// The answer for someone who may not see versions and addresses: a passing check says
+    /// `ok`, a failing one keeps its reason.
+    pub fn without_details(mut self) -> Self {
+        for c in self.checks.iter_mut().filter(|c| c.ok) {
+            c.detail = "ok".into();
+        }
+        self
+    }
 }
 
-async fn bounded<F>(name: &str, f: F) -> Check
+async fn bounded<F>(name: &str, limit: Duration, f: F) -> Check
 where
     F: std::future::Future<Output = Result<String, String>>,
 {
-    match tokio::time::timeout(CHECK_TIMEOUT, f).await {
+    match tokio::time::timeout(limit, f).await {
         Ok(r) => Check::new(name, r),
-        Err(_) => Check::new(
-            name,
-            Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
-        ),
+        Err(_) => Check::new(name, Err(format!("no answer within {}s", limit.as_secs()))),
     }
 }
 
-/// PostgreSQL reachable and migrated, Keystone reachable (when requests are authenticated by
-/// it), and whatever the backend depends on (the management cluster and its CRDs).
+/// PostgreSQL reachable and migrated (what readiness stands on), plus Keystone (when requests
+/// are authenticated by it) and whatever the backend depends on (the management clusters and
+/// their CRDs), reported but never making the replica unready: with Keystone or a management
+/// cluster down every replica would leave the Service at once, and reads, deletes and requests
+/// with cached tokens would fail with them. The checks run at once, each bounded.
 pub async fn readiness(app: &App) -> Readiness {
-    let mut checks = vec![
-        bounded("postgresql", async {
-            sqlx::query_scalar::<_, String>("SELECT version()")
-                .fetch_one(&app.pool)
-                .await
-                .map(|v| v.split(" on ").next().unwrap_or_default().to_string())
-                .map_err(|e| format!("unreachable: {e}"))
-        })
-        .await,
-        bounded("migrations", async {
-            match db::migrations_current(&app.pool).await {
-                Ok(Ok(latest)) => Ok(format!("at {latest}")),
-                Ok(Err(missing)) => Err(missing),
-                Err(e) => Err(format!("cannot read: {e}")),
-            }
-        })
-        .await,
-    ];
-    if let Some(k) = app.auth.keystone() {
-        checks.push(
-            bounded("keystone", async {
-                k.reachable()
-                    .await
-                    .map(|v| format!("identity {v}"))
-                    .map_err(|e| e.to_string())
-            })
-            .await,
-        );
-    }
-    match tokio::time::timeout(CHECK_TIMEOUT * 2, app.backend.readiness()).await {
-        Ok(backend) => checks.extend(backend),
-        Err(_) => checks.push(Check::new(
-            "management_cluster",
-            Err(format!(
-                "no answer within {}s",
-                (CHECK_TIMEOUT * 2).as_secs()
-            )),
-        )),
-    }
+    let postgresql = bounded("postgresql", CHECK_TIMEOUT, async {
+        sqlx::query_scalar::<_, String>("SELECT version()")
+            .fetch_one(&app.pool)
+            .await
+            .map(|v| v.split(" on ").next().unwrap_or_default().to_string())
+            .map_err(|e| format!("unreachable: {e}"))
+    });
+    let migrations = bounded("migrations", CHECK_TIMEOUT, async {
+        match db::migrations_current(&app.pool).await {
+            Ok(Ok(latest)) => Ok(format!("at {latest}")),
+            Ok(Err(missing)) => Err(missing),
+            Err(e) => Err(format!("cannot read: {e}")),
+        }
+    });
+    let keystone = async {
+        match app.auth.keystone() {
+            Some(k) => Some(
+                bounded("keystone", CHECK_TIMEOUT, async {
+                    k.reachable()
+                        .await
+                        .map(|v| format!("identity {v}"))
+                        .map_err(|e| e.to_string())
+                })
+                .await,
+            ),
+            None => None,
+        }
+    };
+    let backend = async {
+        match tokio::time::timeout(BACKEND_TIMEOUT, app.backend.readiness()).await {
+            Ok(found) => found,
+            Err(_) => vec![Check::new(
+                "management_cluster",
+                Err(format!("no answer within {}s", BACKEND_TIMEOUT.as_secs())),
+            )],
+        }
+    };
+    let (postgresql, migrations, keystone, backend) =
+        tokio::join!(postgresql, migrations, keystone, backend);
+    let mut checks = vec![postgresql, migrations];
+    let reported = keystone.into_iter().chain(backend).map(|mut c| {
+        c.optional = true;
+        c
+    });
+    checks.extend(reported);
     for c in &checks {
         telemetry::ready(&c.name, c.ok);
     }

@@ -147,6 +147,7 @@ fn kind_for(store: &Store, res: &Resource) -> String {
         "serviceaccounts" => "ServiceAccount",
         "pods" => "Pod",
         "nodes" => "Node",
+        "persistentvolumes" => "PersistentVolume",
         "events" => "Event",
         "clusters" => "Cluster",
         "machines" => "Machine",
@@ -504,11 +505,12 @@ fn api_groups(store: &Store) -> Value {
 
 /// The core (`v1`) resources the store serves in discovery: (plural, kind, namespaced, short
 /// names).
-const CORE_RESOURCES: [(&str, &str, bool, &[&str]); 8] = [
+const CORE_RESOURCES: [(&str, &str, bool, &[&str]); 9] = [
     ("configmaps", "ConfigMap", true, &["cm"]),
     ("events", "Event", true, &["ev"]),
     ("namespaces", "Namespace", false, &["ns"]),
     ("nodes", "Node", false, &["no"]),
+    ("persistentvolumes", "PersistentVolume", false, &["pv"]),
     ("pods", "Pod", true, &["po"]),
     ("secrets", "Secret", true, &[]),
     ("serviceaccounts", "ServiceAccount", true, &["sa"]),

@@ -67,6 +67,23 @@ async fn running_cluster_with(
     (uuid, status["stack_id"].as_str().unwrap().to_string())
 }
 
+/// Alice's running cluster `name` with what its workload left (`lbs` load balancers, `vols`
+/// volumes, ids tagged `tag`): `(token, project, uuid, CAPI name)`.
+async fn alices_cluster(
+    t: &TestApp,
+    name: &str,
+    tag: &str,
+    lbs: usize,
+    vols: usize,
+) -> (String, String, String, String) {
+    let (ks, _) = parts().await;
+    let token = ks.token("alice", "alpha").await;
+    let project = ks.project_id("alpha").to_string();
+    let (uuid, capi) = running_cluster(t, &token, name).await;
+    leave_workload(&capi, tag, lbs, vols, &project);
+    (token, project, uuid, capi)
+}
+
 /// Polls the cluster until its `status_reason` starts with `prefix`; the reason.
 async fn wait_reason(t: &TestApp, token: &str, uuid: &str, prefix: &str) -> String {
     let path = format!("/v1/clusters/{uuid}");
@@ -106,7 +123,7 @@ fn leave_workload(capi: &str, tag: &str, lbs: usize, vols: usize, project: &str)
                 project,
             ));
             w.floating_ips
-                .push(floating_ip(&format!("{tag}-fip-{i}"), &port, project));
+                .push(floating_ip(&format!("{tag}-fip-{i}"), &port, project, capi));
         }
         for i in 0..vols {
             w.volumes.push(volume(
@@ -316,36 +333,36 @@ async fn delete_removes_exactly_the_clusters_load_balancers_and_volumes() {
     assert_eq!(r.body["status"], "CREATE_COMPLETE");
 }
 
+/// A service that is in the catalog but failing is retried until the delete's deadline, the
+/// reason naming it; once it answers again the delete finishes.
 #[tokio::test]
-async fn octavia_down_fails_the_delete_naming_it_and_a_second_delete_finishes() {
+async fn octavia_down_is_retried_naming_it_and_the_delete_finishes_when_it_is_back() {
     let _env = env_exclusive().await;
-    let app = app(|cfg| {
-        cfg.operations.max_attempts = 2;
-    })
-    .await;
+    let app = app(|_| {}).await;
     let t = &app.t;
-    let (ks, _) = parts().await;
-    let token = ks.token("alice", "alpha").await;
-    let project = ks.project_id("alpha").to_string();
-    let (uuid, capi) = running_cluster(t, &token, "octavia-down").await;
-    leave_workload(&capi, "down", 1, 1, &project);
+    let (token, _, uuid, _) = alices_cluster(t, "octavia-down", "down", 1, 1).await;
 
     cloud_of().workload(|w| w.down.insert("load-balancer".into()));
     delete(t, &token, &uuid).await;
-    let failed = t
-        .wait_cluster_token(&token, &uuid, "DELETE_FAILED")
-        .await
-        .body;
-    cloud_of().workload(|w| w.down.remove("load-balancer"));
-    let reason = failed["status_reason"].as_str().unwrap();
+    let reason = wait_reason(t, &token, &uuid, "retrying the cleanup: ").await;
     assert!(
         reason.contains("Octavia") && reason.contains("503"),
         "{reason}"
     );
     assert_eq!(remaining("down").0.len(), 1, "nothing was deleted");
+    let r = t
+        .call_token(
+            Some(&token),
+            "GET",
+            &format!("/v1/clusters/{uuid}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.body["status"], "DELETE_IN_PROGRESS");
 
-    // Octavia is back: deleting again resumes and finishes.
-    delete(t, &token, &uuid).await;
+    // Octavia is back: the same delete goes on and finishes.
+    cloud_of().workload(|w| w.down.remove("load-balancer"));
     t.wait_cluster_token(&token, &uuid, "GONE").await;
     assert_eq!(remaining("down"), (vec![], vec![], vec![]));
 }
@@ -354,11 +371,7 @@ async fn octavia_down_fails_the_delete_naming_it_and_a_second_delete_finishes() 
 async fn the_cleanup_waits_for_attached_volumes_and_survives_a_restart() {
     let _env = env_shared().await;
     let app = app(|cfg| cfg.operations.lease_secs = 2).await;
-    let (ks, _) = parts().await;
-    let token = ks.token("alice", "alpha").await;
-    let project = ks.project_id("alpha").to_string();
-    let (uuid, capi) = running_cluster(&app.t, &token, "restarted").await;
-    leave_workload(&capi, "restart", 0, 1, &project);
+    let (token, project, uuid, capi) = alices_cluster(&app.t, "restarted", "restart", 0, 1).await;
     // A volume still attached to a server that exists (say, a VM outside the cluster).
     cloud_of().workload(|w| {
         w.servers
@@ -515,4 +528,468 @@ async fn the_janitor_deletes_credentials_of_clusters_that_do_not_exist_only() {
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 1
     );
+}
+
+// ---- the delete rules of issue 24: what a delete deletes, keeps and says it did not check ----
+
+/// The report a finished delete left on the management cluster (`<capi>-delete-report`):
+/// `(kept, not checked)` lines; `None` when it kept and skipped nothing.
+fn delete_report(app: &CapiApp, uuid: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let cms = app
+        .sim
+        .store()
+        .list(
+            &magnum_capi::simkube::Resource::of("v1", "ConfigMap"),
+            None,
+            &format!("magnum.openstack.org/deleted-cluster-uuid={uuid}"),
+        )
+        .unwrap();
+    let cm = cms.first()?;
+    let lines = |k: &str| -> Vec<String> {
+        cm["data"][k]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    Some((lines("kept"), lines("not-checked")))
+}
+
+/// Serialises [`region_with`] within the process.
+static REGIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Region `region` in the test Keystone with a copy of RegionOne's public endpoints of the
+/// service `types` only (a cloud without the other services, for a service configured with
+/// `region_name = region`). Created once; later calls find it.
+async fn region_with(region: &str, types: &[&str]) {
+    let _serial = REGIONS.lock().await;
+    let (ks, _) = parts().await;
+    let regions = ks.admin("GET", "/regions", None).await;
+    if regions["regions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["id"] == region)
+    {
+        return;
+    }
+    ks.admin("POST", "/regions", Some(json!({"region": {"id": region}})))
+        .await;
+    let services = ks.admin("GET", "/services", None).await;
+    let one = crate::common::keystone::REGION;
+    let endpoints = ks
+        .admin(
+            "GET",
+            &format!("/endpoints?interface=public&region_id={one}"),
+            None,
+        )
+        .await;
+    for service in services["services"].as_array().into_iter().flatten() {
+        if !types.iter().any(|t| service["type"] == *t) {
+            continue;
+        }
+        for e in endpoints["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["service_id"] == service["id"])
+        {
+            let body = json!({"endpoint": {"service_id": service["id"], "interface": "public",
+                "region_id": region, "url": e["url"]}});
+            ks.admin("POST", "/endpoints", Some(body)).await;
+        }
+    }
+}
+
+/// An app whose catalog is region `region`: RegionOne's services of `types` only.
+async fn app_in_region(region: &str, types: &[&str]) -> CapiApp {
+    region_with(region, types).await;
+    let region = region.to_string();
+    app(move |cfg| cfg.keystone.region_name = Some(region)).await
+}
+
+/// Deletes Alice's cluster `name` (one load balancer and two volumes left, ids tagged `tag`) on
+/// an app whose catalog has only the services `types` (region `region`); once it is gone, what
+/// is left of the workload (load balancers, volumes) and what the delete did not check.
+async fn delete_with_catalog_of(
+    region: &str,
+    types: &[&str],
+    name: &str,
+    tag: &str,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let app = app_in_region(region, types).await;
+    let t = &app.t;
+    let (token, _, uuid, _) = alices_cluster(t, name, tag, 1, 2).await;
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    let (lbs, vols, fips) = remaining(tag);
+    assert_eq!(fips, Vec::<String>::new(), "OCCM's floating IP went");
+    let (kept, not_checked) = delete_report(&app, &uuid).expect("a delete report");
+    assert_eq!(kept, Vec::<String>::new());
+    (lbs, vols, not_checked)
+}
+
+#[tokio::test]
+async fn a_catalog_without_load_balancer_deletes_the_rest_and_says_what_it_did_not_check() {
+    let _env = env_shared().await;
+    let types = ["identity", "image", "compute", "network", "block-storage"];
+    let (lbs, vols, not_checked) =
+        delete_with_catalog_of("RegionNoOctavia", &types, "no-octavia", "nooctavia").await;
+    assert_eq!(lbs, ["nooctavia-lb-0"], "no Octavia to ask: untouched");
+    assert_eq!(vols, Vec::<String>::new(), "the volumes went");
+    assert_eq!(
+        not_checked,
+        ["load balancers (no load-balancer service in the catalog)"]
+    );
+}
+
+#[tokio::test]
+async fn a_catalog_without_block_storage_deletes_the_rest_and_says_what_it_did_not_check() {
+    let _env = env_shared().await;
+    let types = ["identity", "image", "compute", "network", "load-balancer"];
+    let (lbs, vols, not_checked) =
+        delete_with_catalog_of("RegionNoCinder", &types, "no-cinder", "nocinder").await;
+    assert_eq!(lbs, Vec::<String>::new(), "the load balancer went");
+    assert_eq!(vols, ["nocinder-vol-0", "nocinder-vol-1"], "untouched");
+    assert_eq!(
+        not_checked,
+        ["volumes (no block-storage service in the catalog)"]
+    );
+}
+
+#[tokio::test]
+async fn neutron_without_floating_ips_deletes_the_rest_and_says_what_it_did_not_check() {
+    let _env = env_exclusive().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (token, _, uuid, _) = alices_cluster(t, "no-l3", "nol3", 1, 1).await;
+
+    cloud_of().workload(|w| w.missing.insert("floatingips".into()));
+    delete(t, &token, &uuid).await;
+    let gone = t.wait_cluster_token(&token, &uuid, "GONE").await;
+    cloud_of().workload(|w| w.missing.remove("floatingips"));
+    assert_eq!(gone.status, 404);
+    let (lbs, vols, _) = remaining("nol3");
+    assert_eq!((lbs.len(), vols.len()), (0, 0));
+    let (_, not_checked) = delete_report(&app, &uuid).expect("a delete report");
+    assert_eq!(not_checked, ["floating IPs (Neutron has no L3 extension)"]);
+}
+
+/// A PersistentVolume as the workload's Cinder CSI writes it, for volume `handle`.
+fn pv(name: &str, handle: &str, policy: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": policy, "storageClassName": "csi-cinder-sc-retain",
+            "csi": {"driver": "cinder.csi.openstack.org", "volumeHandle": handle, "fsType": "ext4"}},
+        "status": {"phase": "Bound"}})
+}
+
+#[tokio::test]
+async fn retained_and_marked_volumes_survive_the_delete_and_are_reported() {
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (token, project, uuid, capi) = alices_cluster(t, "retained", "retain", 0, 3).await;
+    cloud_of().workload(|w| {
+        if let Some(v) = w.volumes.iter_mut().find(|v| v["id"] == "retain-vol-2") {
+            v["metadata"]["magnum-capi/keep"] = json!("true");
+        }
+    });
+    // vol-0's PersistentVolume is Retain, vol-1's Delete (written into the workload cluster).
+    let store = app
+        .sim
+        .workload_store(&format!("magnum-{project}"), &capi)
+        .expect("the workload cluster");
+    let pvs = magnum_capi::simkube::Resource::of("v1", "PersistentVolume");
+    store
+        .put(&pvs, pv("pvc-a", "retain-vol-0", "Retain"))
+        .unwrap();
+    store
+        .put(&pvs, pv("pvc-b", "retain-vol-1", "Delete"))
+        .unwrap();
+
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    assert_eq!(remaining("retain").1, ["retain-vol-0", "retain-vol-2"]);
+    let (kept, not_checked) = delete_report(&app, &uuid).expect("a delete report");
+    assert_eq!(
+        kept,
+        [
+            "volume retain-vol-0 (its PersistentVolume's reclaimPolicy is Retain)",
+            "volume retain-vol-2 (metadata magnum-capi/keep=true)"
+        ]
+    );
+    assert_eq!(not_checked, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_volumes_csi_snapshots_go_first_and_a_hand_made_snapshot_keeps_it() {
+    use crate::common::fakecloud::workload::snapshot;
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (token, project, uuid, capi) = alices_cluster(t, "snapshotted", "snap", 0, 2).await;
+    cloud_of().workload(|w| {
+        w.snapshots.push(snapshot(
+            "snap-csi-0",
+            "snap-vol-0",
+            json!({CSI_KEY: capi}),
+            &project,
+        ));
+        w.snapshots.push(snapshot(
+            "snap-csi-1",
+            "snap-vol-0",
+            json!({CSI_KEY: capi}),
+            &project,
+        ));
+        w.snapshots
+            .push(snapshot("snap-hand-0", "snap-vol-1", json!({}), &project));
+    });
+
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    assert_eq!(remaining("snap").1, ["snap-vol-1"]);
+    let snapshots: Vec<String> = cloud_of().workload(|w| {
+        w.snapshots
+            .iter()
+            .filter_map(|s| s["id"].as_str())
+            .filter(|id| id.starts_with("snap-"))
+            .map(str::to_string)
+            .collect()
+    });
+    assert_eq!(snapshots, ["snap-hand-0"]);
+    let (kept, _) = delete_report(&app, &uuid).expect("a delete report");
+    assert_eq!(
+        kept,
+        ["volume snap-vol-1 (it has snapshot snap-hand-0 not made by the cluster's Cinder CSI)"]
+    );
+}
+
+#[tokio::test]
+async fn a_volume_stuck_deleting_is_waited_for_and_the_delete_completes_when_it_goes() {
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (token, _, uuid, _) = alices_cluster(t, "stuck", "stuck", 0, 1).await;
+    cloud_of().workload(|w| {
+        w.stuck.insert("stuck-vol-0".into());
+        if let Some(v) = w.volumes.iter_mut().find(|v| v["id"] == "stuck-vol-0") {
+            v["status"] = json!("deleting");
+        }
+    });
+
+    delete(t, &token, &uuid).await;
+    wait_reason(
+        t,
+        &token,
+        &uuid,
+        "deleting 1 volume (volume stuck-vol-0 is deleting)",
+    )
+    .await;
+    // Cinder finishes.
+    cloud_of().workload(|w| w.stuck.remove("stuck-vol-0"));
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    assert_eq!(remaining("stuck").1, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_clusters_load_balancers_on_a_later_page_are_found() {
+    let _env = env_exclusive().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (ks, _) = parts().await;
+    let token = ks.token("alice", "alpha").await;
+    let project = ks.project_id("alpha").to_string();
+    let (uuid, capi) = running_cluster(t, &token, "paged").await;
+    // Three load balancers of someone else first, then the cluster's two: with two a page,
+    // the cluster's are on pages two and three.
+    cloud_of().workload(|w| {
+        for i in 0..3 {
+            w.load_balancers.insert(
+                0,
+                load_balancer(
+                    &format!("pagefirst-lb-{i}"),
+                    &format!("other-{i}"),
+                    &format!("pagefirst-vip-{i}"),
+                    &project,
+                ),
+            );
+        }
+        w.page_size = Some(2);
+    });
+    leave_workload(&capi, "paged", 2, 3, &project);
+    cloud_of().clear_requests();
+
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    cloud_of().workload(|w| w.page_size = None);
+    assert_eq!(remaining("paged"), (vec![], vec![], vec![]));
+    assert_eq!(remaining("pagefirst").0.len(), 3);
+    let pages: Vec<Seen> = cloud_of()
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/lbaas/loadbalancers"))
+        .collect();
+    assert!(
+        pages.iter().all(|r| r
+            .query
+            .as_deref()
+            .is_some_and(|q| q.contains(&format!("project_id={project}")))),
+        "filtered by project: {pages:?}"
+    );
+    assert!(
+        pages
+            .iter()
+            .any(|r| r.query.as_deref().is_some_and(|q| q.contains("marker="))),
+        "followed the next links: {pages:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_tenants_floating_ip_is_disassociated_and_kept_occms_own_and_its_security_groups_go() {
+    use crate::common::fakecloud::workload::{floating_ip_described, security_group};
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (ks, _) = parts().await;
+    let token = ks.token("alice", "alpha").await;
+    let project = ks.project_id("alpha").to_string();
+    let (uuid, capi) = running_cluster(t, &token, "fips").await;
+    // Two Services: OCCM allocated svc0's floating IP; svc1 was given one the tenant had
+    // (`loadBalancerIP`), so OCCM only associated it.
+    leave_workload(&capi, "fips", 2, 0, &project);
+    cloud_of().workload(|w| {
+        w.floating_ips.retain(|f| f["id"] != "fips-fip-1");
+        w.floating_ips.push(floating_ip_described(
+            "fips-tenant",
+            "fips-vip-1",
+            &project,
+            "reserved for the shop",
+        ));
+        // An OCCM floating IP whose load balancer is gone already.
+        w.floating_ips
+            .push(floating_ip("fips-orphan", "", &project, &capi));
+        w.security_groups.push(security_group(
+            "fips-sg-occm",
+            "lb-sg-1234-default-svc0",
+            &format!("Security Group for default/svc0 Service LoadBalancer in cluster {capi}"),
+            &project,
+        ));
+        w.security_groups.push(security_group(
+            "fips-sg-tenant",
+            "web",
+            "Security Group for default/svc0 Service LoadBalancer in cluster someone-else",
+            &project,
+        ));
+    });
+
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    let (lbs, _, fips) = remaining("fips");
+    assert_eq!(lbs, Vec::<String>::new());
+    assert_eq!(fips, ["fips-tenant"]);
+    let tenant = cloud_of().workload(|w| {
+        w.floating_ips
+            .iter()
+            .find(|f| f["id"] == "fips-tenant")
+            .cloned()
+            .unwrap()
+    });
+    assert_eq!(tenant["port_id"], Value::Null, "disassociated");
+    let groups: Vec<String> = cloud_of().workload(|w| {
+        w.security_groups
+            .iter()
+            .filter_map(|g| g["id"].as_str())
+            .filter(|id| id.starts_with("fips-"))
+            .map(str::to_string)
+            .collect()
+    });
+    assert_eq!(groups, ["fips-sg-tenant"]);
+    let (kept, _) = delete_report(&app, &uuid).expect("a delete report");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(
+        kept[0].starts_with("floating IP 172.24.4.50 (fips-tenant; not allocated by the cluster"),
+        "{kept:?}"
+    );
+}
+
+/// Deletes the cluster's credential Secret from the management cluster.
+fn remove_credential_secret(app: &CapiApp, project: &str, capi: &str) {
+    let secrets = magnum_capi::simkube::Resource::of("v1", "Secret");
+    let ns = format!("magnum-{project}");
+    let name = format!("{capi}-cloud-credentials");
+    app.sim
+        .store()
+        .get(&secrets, &ns, &name)
+        .expect("the credential Secret");
+    app.sim
+        .store()
+        .delete(&secrets, &ns, &name)
+        .expect("deleting the credential Secret");
+}
+
+#[tokio::test]
+async fn without_its_credential_secret_the_delete_fails_naming_what_it_could_not_clean() {
+    let _env = env_shared().await;
+    let app = app(|cfg| {
+        cfg.capi.cleanup_without_credential = magnum_capi::config::CleanupWithoutCredential::Fail;
+    })
+    .await;
+    let t = &app.t;
+    let (token, project, uuid, capi) = alices_cluster(t, "no-cred-fail", "nocredfail", 1, 1).await;
+    remove_credential_secret(&app, &project, &capi);
+
+    delete(t, &token, &uuid).await;
+    let failed = t
+        .wait_cluster_token(&token, &uuid, "DELETE_FAILED")
+        .await
+        .body;
+    let reason = failed["status_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("its credential Secret is gone")
+            && reason.contains(&project)
+            && reason.contains("cleanup_without_credential"),
+        "{reason}"
+    );
+    let (lbs, vols, _) = remaining("nocredfail");
+    assert_eq!((lbs.len(), vols.len()), (1, 1), "nothing was touched");
+}
+
+#[tokio::test]
+async fn without_its_credential_secret_the_service_user_cleans_up_in_the_project() {
+    let _env = env_shared().await;
+    let (ks, _) = parts().await;
+    // A service user with a role in the tenant's project (the policy needs one).
+    let (svc, svc_id) = ks.new_user("svc-cleanup", "admin", "alpha").await;
+    let app = app(|cfg| {
+        cfg.capi.cleanup_without_credential =
+            magnum_capi::config::CleanupWithoutCredential::Service;
+        cfg.keystone.username = Some(svc.clone());
+        cfg.keystone.password = Some(crate::common::keystone::password(&svc).into());
+        cfg.keystone.project_name = Some("alpha".into());
+    })
+    .await;
+    let t = &app.t;
+    let (token, project, uuid, capi) = alices_cluster(t, "no-cred-svc", "nocredsvc", 1, 1).await;
+    remove_credential_secret(&app, &project, &capi);
+
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    assert_eq!(remaining("nocredsvc"), (vec![], vec![], vec![]));
+    // It acted as the service user, scoped to the cluster's project.
+    let deletes: Vec<Seen> = cloud_of()
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE" && r.path.ends_with("/loadbalancers/nocredsvc-lb-0"))
+        .collect();
+    let used = deletes
+        .first()
+        .and_then(|r| r.token.clone())
+        .expect("a delete");
+    let (status, body) = ks.validate(&used).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["token"]["user"]["id"], svc_id.as_str());
+    assert_eq!(body["token"]["project"]["id"], project.as_str());
 }

@@ -614,3 +614,124 @@ async fn a_staged_credential_nobody_recorded_is_discarded() {
     assert_eq!(secret_credential(&app, &c), before);
     assert!(authenticates(&before.0, &before.1).await);
 }
+
+/// Replicas with different key rings on one database: a create sealed by one replica is handed
+/// back by a replica without that key (no attempt counted, the cluster still in progress) and
+/// completed by one holding it in its rotated ring (new key current, old key previous); with no
+/// replica holding it, the create fails once `unseal_wait_secs` is over, naming the key.
+#[tokio::test]
+async fn a_create_sealed_with_another_key_waits_for_a_replica_that_holds_it() {
+    use base64::Engine as _;
+    let _env = env_shared().await;
+    let key = |b: u8| {
+        secrecy::SecretString::from(base64::engine::general_purpose::STANDARD.encode([b; 32]))
+    };
+    let (old, new, other) = (key(1), key(2), key(3));
+    let with_keys = |current: &secrecy::SecretString, previous: &[secrecy::SecretString]| {
+        let (current, previous) = (current.clone(), previous.to_vec());
+        move |cfg: &mut magnum_capi::config::Config| {
+            cfg.operations.seal_key = Some(current);
+            cfg.operations.previous_seal_keys = previous;
+        }
+    };
+    // Replica A seals with the old key and runs no worker.
+    let a = capi_app_on(None, None, true, |cfg| {
+        with_keys(&old, &[])(cfg);
+        cfg.operations.worker_enabled = false;
+    })
+    .await;
+    let (url, sim) = (a.t.url.clone(), a.sim.clone());
+    let token = keystone().token("alice", "alpha").await;
+    let create = |name: &'static str| {
+        let (t, token) = (&a.t, token.clone());
+        async move {
+            let r = call(
+                t,
+                &token,
+                "POST",
+                "/v1/clustertemplates",
+                "latest",
+                Some(json!({
+                "name": name, "image_id": IMAGE_UBUNTU_KUBE, "coe": "kubernetes",
+                "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+                "keypair_id": KEYPAIR_DEFAULT, "external_network_id": NETWORK_PUBLIC,
+                "labels": {"kube_tag": "v1.30.4"}})),
+            )
+            .await;
+            assert_eq!(r.status, 201, "{}", r.body);
+            let r = call(
+                t,
+                &token,
+                "POST",
+                "/v1/clusters",
+                "latest",
+                Some(json!({"name": name, "cluster_template_id": r.body["uuid"]})),
+            )
+            .await;
+            assert_eq!(r.status, 202, "{}", r.body);
+            r.body["uuid"].as_str().unwrap().to_string()
+        }
+    };
+    let operation = |c: String| {
+        let pool = a.t.state.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, i32, Option<String>)>(
+                "SELECT state, attempts, last_error FROM operation
+                  WHERE cluster_uuid = $1::uuid AND kind = 'cluster_create'",
+            )
+            .bind(c)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let first = create("sealed-old").await;
+
+    // Replica B holds only the new key: it hands the create back, counting no attempt.
+    let b = capi_app_on(
+        Some(url.clone()),
+        Some(sim.clone()),
+        true,
+        with_keys(&new, &[]),
+    )
+    .await;
+    let (state, attempts, error) = until("replica B to hand the create back", || async {
+        let row = operation(first.clone()).await;
+        row.2
+            .as_deref()
+            .is_some_and(|e| e.contains("which this replica does not hold"))
+            .then_some(row)
+    })
+    .await;
+    assert_eq!((state.as_str(), attempts), ("pending", 0), "{error:?}");
+    let shown = get_cluster(&a.t, &token, &first).await;
+    assert_eq!(shown.body["status"], "CREATE_IN_PROGRESS", "{}", shown.body);
+    drop(b);
+
+    // Replica C has the rotated ring: it opens what the old key sealed.
+    let c = capi_app_on(
+        Some(url.clone()),
+        Some(sim.clone()),
+        true,
+        with_keys(&new, std::slice::from_ref(&old)),
+    )
+    .await;
+    c.t.wait_cluster_token(&token, &first, "CREATE_COMPLETE")
+        .await;
+    drop(c);
+
+    // Nobody holds the key and the wait is over: the create fails, saying which key.
+    let second = create("sealed-old-2").await;
+    let d = capi_app_on(Some(url), Some(sim), true, |cfg| {
+        with_keys(&other, &[])(cfg);
+        cfg.operations.unseal_wait_secs = 0;
+    })
+    .await;
+    let failed =
+        d.t.wait_cluster_token(&token, &second, "CREATE_FAILED")
+            .await;
+    let reason = failed.body["status_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("no replica opened it"), "{}", failed.body);
+    let (state, _, _) = operation(second).await;
+    assert_eq!(state, "failed");
+}

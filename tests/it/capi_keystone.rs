@@ -375,7 +375,9 @@ async fn keystone_down_after_the_202_fails_the_create_with_the_reason_and_no_lef
 }
 
 /// A GPU flavor (Nova extra specs read at validation) brings the GPU operator; Keystone
-/// authentication gets the service's Keystone URL; bad add-on labels are 400 naming the label.
+/// authentication gets the service's Keystone URL; bad add-on labels are 400 naming the label;
+/// an autoscaled nodegroup with a minimum of 0 gets the flavor's size (from Nova's flavor list)
+/// as cluster-autoscaler's capacity annotations.
 #[tokio::test]
 async fn a_gpu_flavor_and_keystone_auth_reach_the_management_cluster() {
     let _env = env_shared().await;
@@ -414,7 +416,9 @@ async fn a_gpu_flavor_and_keystone_auth_reach_the_management_cluster() {
         "/v1/clustertemplates",
         body(
             "gpu",
-            json!({"kube_tag": "v1.30.4", "keystone_auth_enabled": "true"}),
+            json!({"kube_tag": "v1.30.4", "keystone_auth_enabled": "true",
+                   "auto_scaling_enabled": "true", "min_node_count": "0",
+                   "max_node_count": "3"}),
         ),
         201,
     )
@@ -456,5 +460,26 @@ async fn a_gpu_flavor_and_keystone_auth_reach_the_management_cluster() {
     assert!(
         manifests.contains("k8s-keystone-auth:v1.30.3"),
         "{manifests}"
+    );
+    // Scale from zero: g1.t4's size on the MachineDeployment.
+    let md = common::capi::objects(&app, "cluster.x-k8s.io/v1beta2", "MachineDeployment", &c)
+        .pop()
+        .expect("the worker MachineDeployment");
+    let ann = &md["metadata"]["annotations"];
+    assert_eq!(
+        ann["cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"], "0",
+        "{md}"
+    );
+    assert_eq!(
+        ann["capacity.cluster-autoscaler.kubernetes.io/cpu"], "8",
+        "{md}"
+    );
+    assert_eq!(
+        ann["capacity.cluster-autoscaler.kubernetes.io/memory"], "16384Mi",
+        "{md}"
+    );
+    assert_eq!(
+        ann["capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk"], "40Gi",
+        "{md}"
     );
 }

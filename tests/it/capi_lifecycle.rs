@@ -411,7 +411,7 @@ async fn the_autoscaler_follows_autoscaling_and_node_count_follows_the_autoscale
     let done = t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await.body;
     let stack = done["stack_id"].as_str().unwrap().to_string();
     let name = format!("{stack}-autoscaler");
-    let mut want: Vec<(String, String)> = ["Deployment", "ServiceAccount", "Role", "RoleBinding"]
+    let mut want: Vec<(String, String)> = ["Deployment", "ServiceAccount", "RoleBinding"]
         .into_iter()
         .map(|k| (k.to_string(), name.clone()))
         .collect();
@@ -482,7 +482,35 @@ async fn the_autoscaler_follows_autoscaling_and_node_count_follows_the_autoscale
         .await;
     r.assert_status(202);
     t.wait_cluster(&ALICE, &c, "UPDATE_COMPLETE").await;
+    assert_eq!(autoscaler_objects(&app, &c).len(), 3);
+    // The Role an earlier version rendered beside the RoleBinding goes with the next apply.
+    let binding = objects(&app, "rbac.authorization.k8s.io/v1", "RoleBinding", &c).remove(0);
+    let role = magnum_capi::simkube::Resource::of("rbac.authorization.k8s.io/v1", "Role");
+    app.sim
+        .store()
+        .put(
+            &role,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": binding["metadata"]["name"],
+                                "namespace": binding["metadata"]["namespace"],
+                                "labels": binding["metadata"]["labels"]},
+                   "rules": []}),
+        )
+        .unwrap();
     assert_eq!(autoscaler_objects(&app, &c).len(), 4);
+    t.patch_v(
+        &ALICE,
+        &ng_path,
+        "1.9",
+        json!([{"op": "replace", "path": "/max_node_count", "value": 5}]),
+    )
+    .await
+    .assert_status(202);
+    t.wait_cluster(&ALICE, &c, "UPDATE_COMPLETE").await;
+    until("the earlier version's Role to be pruned", || async {
+        (autoscaler_objects(&app, &c).len() == 3).then_some(())
+    })
+    .await;
     t.delete(&ALICE, &format!("/v1/clusters/{c}"))
         .await
         .assert_status(204);
@@ -512,7 +540,7 @@ async fn a_failing_addon_makes_the_cluster_unhealthy_not_failed() {
         let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
         (b["health_status_reason"]["addon.metrics-server"]
             .as_str()
-            .is_some_and(|m| m.contains("simulated failure")))
+            .is_some_and(|m| m.starts_with("Failed: ") && m.contains("simulated failure")))
         .then_some(b)
     })
     .await;
@@ -544,6 +572,110 @@ async fn a_failing_addon_makes_the_cluster_unhealthy_not_failed() {
     let res =
         magnum_capi::simkube::Resource::of("addons.cluster.x-k8s.io/v1alpha1", "HelmReleaseProxy");
     assert!(app.sim.store().list(&res, None, "").unwrap().is_empty());
+}
+
+/// `auto_scaling_enabled` without a maximum is a 400 saying what to set, at cluster create and
+/// at nodegroup create; nothing is recorded.
+#[tokio::test]
+async fn autoscaling_without_a_maximum_is_a_400() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "nomax", "cluster_template_id": ct, "master_count": 1,
+                   "node_count": 1, "labels": {"kube_tag": "v1.33.5",
+                   "auto_scaling_enabled": "true", "min_node_count": "1"}}),
+        )
+        .await;
+    assert_magnum_error(&r, 400, "no max_node_count is set");
+    let r = t.get(&ALICE, "/v1/clusters").await;
+    assert_eq!(r.body["clusters"], json!([]), "nothing recorded");
+    // A nodegroup that autoscales (its own label) without a maximum.
+    let c = create_cluster(
+        t,
+        json!({"name": "fixed", "cluster_template_id": ct, "master_count": 1, "node_count": 1}),
+    )
+    .await;
+    t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
+    let r = t
+        .post_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/nodegroups"),
+            "1.9",
+            json!({"name": "auto", "node_count": 1, "min_node_count": 1,
+                   "labels": {"auto_scaling_enabled": "true"}, "merge_labels": true}),
+        )
+        .await;
+    assert_magnum_error(&r, 400, "no max_node_count is set");
+}
+
+/// CAAPH reports metrics-server `HelmReleasePending` (`pending-install`, as Helm does while it
+/// works): the cluster is `HEALTHY` with the add-on's progress in the reason; once the release
+/// is deployed, `Ready`. With `[capi] addon_install_timeout_secs = 1`, the same install counts as
+/// failed once it has taken longer, without any other change to wake the status writer.
+#[tokio::test]
+async fn an_installing_addon_stays_healthy_until_its_install_timeout() {
+    for timeout in [1800, 1] {
+        let app = capi_app_on(None, None, false, |c| {
+            c.capi.addon_install_timeout_secs = timeout;
+        })
+        .await;
+        let t = &app.t;
+        app.sim
+            .set_fail_markers(vec!["pending:metrics-server".into()]);
+        let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+        let c = create_cluster(
+            t,
+            json!({"name": "slow", "cluster_template_id": ct, "master_count": 1,
+                   "node_count": 1}),
+        )
+        .await;
+        t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
+        let reason = |b: &Value| {
+            b["health_status_reason"]["addon.metrics-server"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        if timeout > 1 {
+            let body = until("the installing add-on in a healthy cluster", || async {
+                let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
+                (b["health_status"] == "HEALTHY"
+                    && b["health_status_reason"]["addon.cni"] == "Ready")
+                    .then_some(b)
+            })
+            .await;
+            assert_eq!(
+                reason(&body),
+                "Progressing: installing (Helm release is in a pending state: pending-install)",
+                "{body}"
+            );
+            // Helm finishes: the add-on is ready.
+            app.sim.set_fail_markers(vec![]);
+            until("the add-on to be ready", || async {
+                let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
+                (reason(&b) == "Ready" && b["health_status"] == "HEALTHY").then_some(())
+            })
+            .await;
+        } else {
+            let body = until(
+                "the stuck install to make the cluster unhealthy",
+                || async {
+                    let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
+                    reason(&b)
+                        .starts_with("Failed: still installing after ")
+                        .then_some(b)
+                },
+            )
+            .await;
+            assert_eq!(body["health_status"], "UNHEALTHY", "{body}");
+            assert_eq!(body["status"], "CREATE_COMPLETE", "{body}");
+            assert_eq!(body["health_status_reason"]["api"], "ok", "{body}");
+        }
+    }
 }
 
 /// A proxied, mirrored, audited, anti-affine cluster and a flannel cluster reach

@@ -108,7 +108,8 @@ fn keystone_is_required_outside_dev_mode() {
     assert!(cfg.validate_for_serve(true).is_err());
     std::fs::write(
         &path,
-        "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\npassword = \"S3cret-pw\"\nproject_name = \"service\"\n",
+        "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\npassword = \"S3cret-pw\"\nproject_name = \"service\"\n\
+         [operations]\nseal_key = \"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\"\n",
     )
     .unwrap();
     let cfg = Config::load(Some(&path)).unwrap();
@@ -157,4 +158,76 @@ fn management_clusters_need_distinct_valid_names_and_a_weight() {
         let err = Config::load(Some(&path)).unwrap_err().to_string();
         assert!(err.contains(why), "{why}: {err}");
     }
+}
+
+/// Outside `serve --dev` every replica must share a sealing key: none configured is refused; a
+/// key file holds the current key first and previous ones after it; both ways at once, a key
+/// that is not 32 bytes of base64, or a missing file are refused naming the setting.
+#[test]
+fn seal_keys_are_required_outside_dev_mode_and_read_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let keystone = "[keystone]\nauth_url = \"http://k/v3\"\nusername = \"magnum\"\n\
+                    password = \"pw\"\nproject_name = \"service\"\n";
+    let load = |operations: &str| {
+        std::fs::write(&path, format!("{keystone}[operations]\n{operations}")).unwrap();
+        Config::load(Some(&path))
+    };
+    let cfg = load("").unwrap();
+    assert!(
+        cfg.validate_for_serve(true).is_ok(),
+        "development generates one"
+    );
+    let err = cfg.validate_for_serve(false).unwrap_err().to_string();
+    assert!(
+        err.contains("seal_key or seal_key_file is required"),
+        "{err}"
+    );
+
+    let file = dir.path().join("seal.key");
+    std::fs::write(
+        &file,
+        "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\n\nAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n",
+    )
+    .unwrap();
+    let cfg = load(&format!("seal_key_file = {file:?}\n")).unwrap();
+    cfg.validate_for_serve(false).unwrap();
+    let ring = cfg.operations.sealer().unwrap();
+    assert_eq!(ring.key_ids().len(), 2);
+    assert!(
+        !format!("{cfg:?} {ring:?}").contains("AgICAgIC"),
+        "no key in Debug output"
+    );
+    // What the second key sealed, the ring from the file opens.
+    let mut previous = Config::default();
+    previous.operations.seal_key = Some(secrecy::SecretString::from(
+        "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=".to_string(),
+    ));
+    let sealed = previous
+        .operations
+        .sealer()
+        .unwrap()
+        .seal(&secrecy::SecretString::from("token".to_string()))
+        .unwrap();
+    assert!(ring.unseal(&sealed).is_ok());
+
+    let both = format!(
+        "seal_key = \"AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\"\nseal_key_file = {file:?}\n"
+    );
+    let err = load(&both).unwrap_err().to_string();
+    assert!(err.contains("not both"), "{err}");
+    let err = load("seal_key = \"c2hvcnQ=\"\n").unwrap_err().to_string();
+    assert!(err.contains("32 bytes"), "{err}");
+    let err = load("previous_seal_keys = [\"c2hvcnQ=\"]\nseal_key = \"AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("32 bytes"), "{err}");
+    let missing = dir.path().join("nowhere.key");
+    let err = load(&format!("seal_key_file = {missing:?}\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("seal_key_file") && err.contains("nowhere.key"),
+        "{err}"
+    );
 }

@@ -177,13 +177,11 @@ const DRIVER_VERBS: &[(&str, &[&str])] = &[
     // Watched: add-on health (CAAPH creates them).
     ("HelmReleaseProxy", &["list", "watch"]),
     // The cluster autoscaler (templates/autoscaler.yaml.hbs): applied, pruned when no
-    // nodegroup autoscales, deleted with the cluster. Its Role grants what the driver itself
-    // does not hold (machinedeployments/scale...), hence `escalate` and `bind` on Roles.
+    // nodegroup autoscales, deleted with the cluster. Its RoleBinding grants the ClusterRole
+    // installed with the service (`bind` on that one name: AUTOSCALER_BINDING); Roles an
+    // earlier version made are only pruned and deleted — no `escalate`, no Role written.
     ("ServiceAccount", &["list", "create", "patch", "delete"]),
-    (
-        "Role",
-        &["list", "create", "patch", "delete", "escalate", "bind"],
-    ),
+    ("Role", &["list", "delete"]),
     ("RoleBinding", &["list", "create", "patch", "delete"]),
     ("Deployment", &["list", "create", "patch", "delete"]),
     // The k8s-keystone-auth manifests (a ClusterResourceSet resource): applied, pruned when
@@ -260,12 +258,34 @@ fn required() -> BTreeSet<Grant> {
     out
 }
 
+/// The one named grant: `bind` on the ClusterRole the autoscalers' RoleBindings refer to.
+fn named_grants(role: &ClusterRole) -> Vec<(String, String, String, Vec<String>)> {
+    role.rules
+        .iter()
+        .flatten()
+        .filter_map(|r| {
+            let names = r.resource_names.clone()?;
+            Some((
+                r.api_groups.clone().unwrap_or_default().join(","),
+                r.resources.clone().unwrap_or_default().join(","),
+                r.verbs.join(","),
+                names,
+            ))
+        })
+        .collect()
+}
+
 fn granted(role: &ClusterRole) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
-    for rule in role.rules.iter().flatten() {
+    for rule in role
+        .rules
+        .iter()
+        .flatten()
+        .filter(|r| r.resource_names.is_none())
+    {
         assert!(
-            rule.resource_names.is_none() && rule.non_resource_urls.is_none(),
-            "{rule:?}: the driver names no resource in advance and calls no URL"
+            rule.non_resource_urls.is_none(),
+            "{rule:?}: the driver calls no URL"
         );
         let groups = rule.api_groups.clone().unwrap_or_default();
         let resources = rule.resources.clone().unwrap_or_default();
@@ -293,6 +313,40 @@ fn rbac_grants_exactly_what_the_driver_does() {
         extra.is_empty(),
         "the ClusterRole grants more than the driver uses: {extra:?}"
     );
+    // No verb that lets the account grant itself more than it holds; `bind` only on the
+    // ClusterRole the autoscalers are bound to, which the kustomization installs.
+    for (_, resource, verb) in &have {
+        assert!(
+            !["escalate", "bind", "impersonate"].contains(&verb.as_str()),
+            "{resource}: {verb}"
+        );
+    }
+    let autoscaler_role = magnum_capi::config::CapiConfig::default().autoscaler_cluster_role;
+    assert_eq!(
+        named_grants(&role),
+        [(
+            "rbac.authorization.k8s.io".to_string(),
+            "clusterroles".to_string(),
+            "bind".to_string(),
+            vec![autoscaler_role.clone()]
+        )]
+    );
+    let installed: ClusterRole = k8s("clusterrole-autoscaler.yaml");
+    assert_eq!(
+        installed.metadata.name.as_deref(),
+        Some(autoscaler_role.as_str())
+    );
+    let scales = granted(&installed);
+    for verb in ["get", "update", "patch"] {
+        assert!(
+            scales.contains(&(
+                "cluster.x-k8s.io".into(),
+                "machinedeployments/scale".into(),
+                verb.into()
+            )),
+            "the autoscaler's ClusterRole lacks machinedeployments/scale {verb}"
+        );
+    }
     // The plural rule is kube's: spot-check the irregular one.
     assert!(need.contains(&(
         "addons.cluster.x-k8s.io".into(),
@@ -446,13 +500,20 @@ fn the_pdb_and_the_service_select_the_deployments_pods() {
     let svc: Service = k8s("service.yaml");
     let spec = svc.spec.unwrap();
     selects_the_pods("the Service", spec.selector.as_ref().unwrap());
-    let ports = spec.ports.unwrap();
-    assert_eq!(ports.len(), 1);
-    assert_eq!(ports[0].name.as_deref(), Some("http"));
-    assert_eq!(ports[0].port, 9511);
+    let ports: Vec<(Option<&str>, i32, Option<&IntOrString>)> = spec
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|p| (p.name.as_deref(), p.port, p.target_port.as_ref()))
+        .collect();
+    let named = |n: &str| IntOrString::String(n.into());
     assert_eq!(
-        ports[0].target_port,
-        Some(IntOrString::String("http".into()))
+        ports,
+        [
+            (Some("http"), 9511, Some(&named("http"))),
+            (Some("metrics"), 9512, Some(&named("metrics")))
+        ]
     );
 }
 
@@ -470,8 +531,46 @@ fn the_servicemonitor_scrapes_metrics_from_the_service() {
     }
     let endpoints = sm["spec"]["endpoints"].as_array().unwrap();
     assert_eq!(endpoints.len(), 1);
-    assert_eq!(endpoints[0]["port"], "http");
     assert_eq!(endpoints[0]["path"], "/metrics");
+    // The endpoint's port leads (Service port → container port) to the listener the Deployment
+    // opens with `[http] metrics_bind`, which answers without a token — not to the API port,
+    // whose /metrics is a 401 for a scraper.
+    let port_name = endpoints[0]["port"].as_str().unwrap();
+    let svc_port = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some(port_name))
+        .unwrap_or_else(|| panic!("the Service has no port {port_name}"));
+    let d = deployment();
+    let c = container(&d, "magnum-capi");
+    let container_port = c
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| match &svc_port.target_port {
+            Some(IntOrString::String(n)) => p.name.as_deref() == Some(n.as_str()),
+            Some(IntOrString::Int(n)) => p.container_port == *n,
+            None => p.container_port == svc_port.port,
+        })
+        .expect("the Service's target port is a port of the container")
+        .container_port;
+    let metrics_bind: std::net::SocketAddr = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "MAGNUM_CAPI__HTTP__METRICS_BIND")
+        .and_then(|e| e.value.as_deref())
+        .expect("MAGNUM_CAPI__HTTP__METRICS_BIND")
+        .parse()
+        .unwrap();
+    assert_eq!(i32::from(metrics_bind.port()), container_port);
+    assert!(
+        !metrics_bind.ip().is_loopback(),
+        "Prometheus reaches the pod's address"
+    );
     assert!(
         sm["spec"].get("namespaceSelector").is_none(),
         "same namespace as the Service"

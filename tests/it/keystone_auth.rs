@@ -458,10 +458,38 @@ async fn keystone_down_cached_tokens_pass_new_ones_get_503() {
     let (ks, _) = parts().await;
     let app = keystone_app(|_| {}).await;
     let alice = ks.token("alice", "alpha").await;
+    let admin = ks.admin_token().await;
     let bob = ks.issue_token("bob", "beta").await.unwrap();
     app.call_token(Some(&alice), "GET", "/v1/clusters", None, None)
         .await
         .assert_status(200);
+    // Readiness: versions for an admin, `ok` for anyone else.
+    let keystone_check = |body: &Value| -> Value {
+        body["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "keystone")
+            .cloned()
+            .unwrap_or_else(|| panic!("no keystone check: {body}"))
+    };
+    let anonymous = app.call_token(None, "GET", "/readyz", None, None).await;
+    anonymous.assert_status(200);
+    assert_eq!(
+        keystone_check(&anonymous.body)["detail"],
+        "ok",
+        "{}",
+        anonymous.body
+    );
+    let shown = app
+        .call_token(Some(&admin), "GET", "/readyz", None, None)
+        .await;
+    shown.assert_status(200);
+    let detail = keystone_check(&shown.body)["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(detail.starts_with("identity "), "{}", shown.body);
     tokio::task::spawn_blocking(move || ks.stop())
         .await
         .unwrap();
@@ -471,9 +499,19 @@ async fn keystone_down_cached_tokens_pass_new_ones_get_503() {
     let uncached = app
         .call_token(Some(&bob), "GET", "/v1/clusters", None, None)
         .await;
+    // Keystone's outage is reported, but the replica stays ready: reads go on.
+    let ready = app.call_token(None, "GET", "/readyz", None, None).await;
     tokio::task::spawn_blocking(move || ks.start())
         .await
         .unwrap();
+    ready.assert_status(200);
+    let k = keystone_check(&ready.body);
+    assert_eq!(
+        (k["ok"].clone(), k["optional"].clone()),
+        (json!(false), json!(true)),
+        "{}",
+        ready.body
+    );
     cached.assert_status(200);
     uncached.assert_status(503);
     assert_eq!(

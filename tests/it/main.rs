@@ -17,6 +17,7 @@ mod api_versions_errors;
 mod capi_certificates;
 mod capi_cleanup;
 mod capi_credentials;
+mod capi_forget;
 mod capi_keystone;
 mod capi_lifecycle;
 mod client_gophercloud;

@@ -3,7 +3,7 @@
 //! operations wait and complete once it is back, the other's go on); two replicas writing each
 //! management cluster's statuses once.
 
-use crate::common::capi::{fleet_app_on, start_sims};
+use crate::common::capi::{fleet_app_on, kubeconfig, start_sims};
 use crate::common::wait::until;
 use crate::common::*;
 
@@ -294,21 +294,6 @@ async fn two_replicas_write_each_management_clusters_statuses_once() {
         .await
         .assert_status(202);
     second.t.wait_cluster(&ADMIN, &e, "UPDATE_COMPLETE").await;
-}
-
-/// A kubeconfig for the plain-HTTP API at `server`.
-fn kubeconfig(dir: &std::path::Path, name: &str, server: &str) -> std::path::PathBuf {
-    let path = dir.join(format!("{name}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
-             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
-             current-context: c\n"
-        ),
-    )
-    .unwrap();
-    path
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use magnum_capi::capi::values::{
     rows_from_api,
 };
 use magnum_capi::config::CapiConfig;
-use magnum_capi::domain::resources::Resolved;
+use magnum_capi::domain::resources::{FlavorSize, Resolved};
 use magnum_capi::k8s::schema::{CrdSchemas, check_metadata};
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -88,6 +88,19 @@ fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -> ApiRows {
         fixed_network_id: None,
         fixed_subnet_id: None,
         gpu_flavor_ids: Vec::new(),
+        flavor_sizes: [("3", (2, 4096, 40)), ("4", (4, 8192, 80))]
+            .into_iter()
+            .map(|(id, (vcpus, ram_mib, disk_gib))| {
+                (
+                    id.to_string(),
+                    FlavorSize {
+                        vcpus,
+                        ram_mib,
+                        disk_gib,
+                    },
+                )
+            })
+            .collect(),
     });
     r.cluster.resolved = r.template.resolved.clone();
     r
@@ -489,7 +502,11 @@ fn autoscaling_nodegroups() {
     assert_eq!(
         md["metadata"]["annotations"],
         json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "5",
-               "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "2"})
+               "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "2",
+               "capacity.cluster-autoscaler.kubernetes.io/cpu": "2",
+               "capacity.cluster-autoscaler.kubernetes.io/memory": "4096Mi",
+               "capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk": "40Gi",
+               "capacity.cluster-autoscaler.kubernetes.io/maxPods": "110"})
     );
     // One autoscaler on the management cluster, in the cluster's namespace, scoped to it.
     let stack = "c5d12f6fda1964bf0ae4c1f639a523a52";
@@ -521,7 +538,20 @@ fn autoscaling_nodegroups() {
         format!("{stack}-kubeconfig")
     );
     assert_eq!(pod["serviceAccountName"], format!("{stack}-autoscaler"));
-    for kind in ["ServiceAccount", "Role", "RoleBinding"] {
+    // No Role: the RoleBinding grants the ClusterRole installed with the service, in this
+    // namespace only (the service holds `bind` on that name and no `escalate`).
+    assert!(find(&objects, "Role").is_empty());
+    let binding = one(&objects, "RoleBinding");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+               "name": "magnum-capi-cluster-autoscaler"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": format!("{stack}-autoscaler"), "namespace": ns}])
+    );
+    for kind in ["ServiceAccount", "RoleBinding"] {
         let o = one(&objects, kind);
         assert_eq!(o["metadata"]["namespace"], ns.as_str(), "{kind}");
         assert_eq!(
@@ -530,6 +560,86 @@ fn autoscaling_nodegroups() {
         );
     }
     insta::assert_json_snapshot!("autoscaling", objects);
+}
+
+/// A minimum of 0 is kept (not raised to 1) and the MachineDeployment carries the capacity
+/// cluster-autoscaler's clusterapi provider needs to scale it up from zero: the flavor's vCPUs
+/// and memory, the root disk (the boot volume when the nodes boot from one), the pod limit.
+#[test]
+fn autoscaling_from_zero_carries_the_capacity_annotations() {
+    let (t, c) = with_labels(
+        json!({"auto_scaling_enabled": "true", "min_node_count": "0",
+                                    "max_node_count": "4"}),
+    );
+    let objects = render_rows(&rows(t, c, None));
+    assert_valid(&objects);
+    let md = one(&objects, "MachineDeployment");
+    let ann = &md["metadata"]["annotations"];
+    assert_eq!(
+        ann["cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"],
+        "0"
+    );
+    assert_eq!(
+        ann["cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"],
+        "4"
+    );
+    assert_eq!(ann["capacity.cluster-autoscaler.kubernetes.io/cpu"], "2");
+    assert_eq!(
+        ann["capacity.cluster-autoscaler.kubernetes.io/memory"],
+        "4096Mi"
+    );
+    assert_eq!(
+        ann["capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk"],
+        "40Gi"
+    );
+    assert_eq!(
+        ann["capacity.cluster-autoscaler.kubernetes.io/maxPods"],
+        "110"
+    );
+    assert!(
+        md["spec"].get("replicas").is_none(),
+        "the autoscaler owns replicas"
+    );
+    // Booting from a volume: the volume is the node's disk.
+    let (t, c) = with_labels(
+        json!({"auto_scaling_enabled": "true", "min_node_count": "0",
+                                    "max_node_count": "4", "boot_volume_size": "100"}),
+    );
+    let objects = render_rows(&rows(t, c, None));
+    assert_valid(&objects);
+    assert_eq!(
+        one(&objects, "MachineDeployment")["metadata"]["annotations"]["capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk"],
+        "100Gi"
+    );
+    // A flavor whose size Nova did not give (nothing looked up): scaling from zero is refused,
+    // saying what to do.
+    let (t, c) = with_labels(
+        json!({"auto_scaling_enabled": "true", "min_node_count": "0",
+                                    "max_node_count": "4"}),
+    );
+    let mut r = rows(t, c, None);
+    r.template.resolved.0.flavor_sizes.clear();
+    r.cluster.resolved.0.flavor_sizes.clear();
+    let err = build_values(&r, &CapiConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("min_node_count 0") && err.contains("set min_node_count to 1"),
+        "{err}"
+    );
+}
+
+/// `auto_scaling_enabled` without a maximum is refused (equal bounds would run no autoscaler).
+#[test]
+fn autoscaling_without_a_maximum_is_refused() {
+    let (t, c) = with_labels(json!({"auto_scaling_enabled": "true", "min_node_count": "1"}));
+    let err = build_values(&rows(t, c, None), &CapiConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("auto_scaling_enabled is true but no max_node_count is set"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -201,6 +201,20 @@ async fn metrics_bind_serves_them_without_a_token() {
         text.contains("# TYPE magnum_capi_operation_queue_depth gauge"),
         "{text}"
     );
+    // Readiness there shows what it found (the monitoring network may see versions).
+    let ready: Value = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["status"], "ok", "{ready}");
+    assert!(
+        ready["checks"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("PostgreSQL ")),
+        "{ready}"
+    );
 }
 
 #[tokio::test]
@@ -244,12 +258,31 @@ async fn readyz_names_what_went_away_and_recovers() {
         200
     );
 
-    // The management cluster goes away.
+    // No versions for a caller who is not an admin.
+    assert!(
+        body["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["detail"] == "ok"),
+        "{body}"
+    );
+
+    // The management cluster goes away: reported, but the replica still serves reads.
     app.sim.set_available(false);
     let (status, body) = ready().await;
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(body["status"], "failed");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "ok");
     assert_eq!(failed(&body), ["management_cluster", "crds"], "{body}");
+    assert!(
+        body["checks"].as_array().unwrap()[2..]
+            .iter()
+            .all(|c| c["optional"] == true),
+        "{body}"
+    );
+    t.call(&ALICE, "GET", "/v1/clusters", None, None)
+        .await
+        .assert_status(200);
     app.sim.set_available(true);
     assert_eq!(ready().await.0, 200);
 
@@ -286,11 +319,22 @@ async fn check_reports_every_dependency_and_fails_on_any() {
         k.project_name.unwrap()
     );
     let dir = tempfile::tempdir().unwrap();
+    // The key ring as a mounted Secret would hold it: the current key, then a previous one.
+    let key = dir.path().join("seal.key");
+    std::fs::write(
+        &key,
+        "# current, then previous\nAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n\
+         AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\n",
+    )
+    .unwrap();
     let write = |name: &str, db: &str, keystone: &str| {
         let path = dir.path().join(name);
         std::fs::write(
             &path,
-            format!("[database]\nurl = {db:?}\n[driver]\nkind = \"simulated\"\n{keystone}"),
+            format!(
+                "[database]\nurl = {db:?}\n[driver]\nkind = \"simulated\"\n\
+                 [operations]\nseal_key_file = {key:?}\n{keystone}"
+            ),
         )
         .unwrap();
         path
@@ -311,6 +355,7 @@ async fn check_reports_every_dependency_and_fails_on_any() {
         "ok      postgresql",
         "ok      migrations",
         "ok      keystone",
+        "ok      seal_key            sealing with 72cd6e8422c407fb; opening also 1 previous",
     ] {
         assert!(
             out.contains(line),

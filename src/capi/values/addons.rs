@@ -290,6 +290,7 @@ impl Cx<'_> {
                 self.cluster_name
             ),
             kubeconfig_secret: format!("{}-kubeconfig", self.cluster_name),
+            cluster_role: self.config.autoscaler_cluster_role.clone(),
             name,
             labels,
             selector,

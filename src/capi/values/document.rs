@@ -530,8 +530,11 @@ pub struct CsiManila {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterAutoscaler {
-    /// Name of its Deployment, ServiceAccount, Role and RoleBinding: `<cluster>-autoscaler`.
+    /// Name of its Deployment, ServiceAccount and RoleBinding: `<cluster>-autoscaler`.
     pub name: String,
+    /// The ClusterRole its RoleBinding grants in the cluster's namespace
+    /// (`[capi] autoscaler_cluster_role`).
+    pub cluster_role: String,
     /// Image with tag (the tag follows the Kubernetes minor unless `[capi] autoscaler_image_tag`).
     pub image: String,
     /// `--node-group-auto-discovery=clusterapi:namespace=<ns>,clusterName=<cluster>`: this

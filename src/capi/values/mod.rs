@@ -68,7 +68,8 @@ pub use error::ValuesError;
 pub use keystone::default_policy as keystone_default_policy;
 pub use labels::parse_cidr;
 pub use nodegroups::{
-    ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, nodegroup_object_name, sanitise_fragment,
+    ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, ANNOTATION_CAPACITY_PREFIX,
+    nodegroup_object_name, sanitise_fragment,
 };
 pub use nodes::SERVER_GROUP_POLICIES;
 pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};

@@ -17,6 +17,7 @@ use super::labels::{LabelView, any_item};
 use crate::capi::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_ROLE};
 use crate::config::CapiConfig;
 use crate::db::nodegroups::NodegroupRow;
+use crate::domain::resources::FlavorSize;
 use crate::k8s::schema::{label_key_error, label_value_error};
 
 /// Autoscaler bounds on a MachineDeployment.
@@ -24,6 +25,12 @@ pub const ANNOTATION_AUTOSCALER_MIN: &str =
     "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
 pub const ANNOTATION_AUTOSCALER_MAX: &str =
     "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
+/// Prefix of the capacity annotations cluster-autoscaler's `clusterapi` provider reads on a
+/// MachineDeployment to build a node of a group scaled to zero (`cpu`, `memory`,
+/// `ephemeral-disk`, `maxPods`).
+pub const ANNOTATION_CAPACITY_PREFIX: &str = "capacity.cluster-autoscaler.kubernetes.io/";
+/// Pods per node the kubelet allows by default (we set no `max-pods`).
+const KUBELET_MAX_PODS: u32 = 110;
 
 /// `s` lower-cased with every run of other characters than `[a-z0-9]` turned into one `-`,
 /// trimmed of `-`, and cut to at most `max` characters.
@@ -95,6 +102,8 @@ pub(super) struct MachineRefs<'a> {
     template_image: Option<&'a String>,
     master_flavor: (Option<&'a String>, Option<&'a String>),
     worker_flavor: (Option<&'a String>, Option<&'a String>),
+    /// Flavor sizes by id (the template's and the cluster's resolutions).
+    sizes: BTreeMap<String, FlavorSize>,
 }
 
 impl MachineRefs<'_> {
@@ -104,6 +113,12 @@ impl MachineRefs<'_> {
             Some(i) if Some(i) != self.template_image => ResourceRef::from_ident(i),
             _ => self.image.clone(),
         }
+    }
+
+    /// The size of a flavor (by the id it resolved to), when Nova told it at create.
+    fn size_of(&self, flavor: &FlavorRef) -> Option<FlavorSize> {
+        let id = flavor.id.as_ref()?;
+        self.sizes.get(id).copied()
     }
 
     /// A nodegroup's flavor: resolved when it is the cluster's worker or master flavor.
@@ -143,6 +158,12 @@ impl<'a> Cx<'a> {
                 (c.flavor_id.as_ref(), cr.flavor_id.as_ref()),
                 (t.flavor_id.as_ref(), tr.flavor_id.as_ref()),
             ),
+            sizes: tr
+                .flavor_sizes
+                .iter()
+                .chain(&cr.flavor_sizes)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
         })
     }
 
@@ -275,16 +296,40 @@ impl<'a> Cx<'a> {
             sanitise_fragment(&ng.name, 63),
         );
         let (replicas, autoscale) = size(ng, &view)?;
-        let annotations = match &autoscale {
-            Some(a) => label_map(&[
-                (ANNOTATION_AUTOSCALER_MIN, &a.min.to_string()),
-                (ANNOTATION_AUTOSCALER_MAX, &a.max.to_string()),
-            ]),
-            None => BTreeMap::new(),
-        };
         let flavor = machines
             .flavor_for(ng.flavor_id.as_ref())
             .ok_or_else(|| ValuesError::Invalid(format!("nodegroup {} has no flavor", ng.name)))?;
+        let root_volume = root_volume(&view, self.config)?;
+        let annotations = match &autoscale {
+            Some(a) => {
+                let mut ann = label_map(&[
+                    (ANNOTATION_AUTOSCALER_MIN, &a.min.to_string()),
+                    (ANNOTATION_AUTOSCALER_MAX, &a.max.to_string()),
+                ]);
+                match machines.size_of(&flavor) {
+                    Some(size) => ann.extend(capacity(size, root_volume.as_ref())),
+                    // Without them the autoscaler cannot build a node of an empty group.
+                    None if a.min == 0 => {
+                        return Err(ng_invalid(
+                            ng,
+                            format!(
+                                "min_node_count 0 (scaling from zero) needs the size of the \
+                                 nodegroup's flavor {}, which was not looked up in Nova; set \
+                                 min_node_count to 1 or more",
+                                flavor
+                                    .id
+                                    .as_ref()
+                                    .or(flavor.name.as_ref())
+                                    .map_or("", |f| f)
+                            ),
+                        ));
+                    }
+                    None => {}
+                }
+                ann
+            }
+            None => BTreeMap::new(),
+        };
         let extra_networks = view.list(
             &["extra_network_names", "extra_network_name"],
             &[' ', ','],
@@ -315,7 +360,7 @@ impl<'a> Cx<'a> {
             machine: Machine {
                 flavor,
                 image: machines.image_for(ng.image_id.as_ref()),
-                root_volume: root_volume(&view, self.config)?,
+                root_volume,
                 extra_networks,
             },
             failure_domain: view.token(&["availability_zone"])?,
@@ -326,9 +371,27 @@ impl<'a> Cx<'a> {
     }
 }
 
+/// The capacity annotations of a nodegroup's MachineDeployment (cluster-autoscaler's
+/// `clusterapi` provider builds the node of a group scaled to zero from them): the flavor's
+/// vCPUs and memory, the root disk (the boot volume when there is one, else the flavor's disk)
+/// and the kubelet's pod limit.
+fn capacity(size: FlavorSize, root_volume: Option<&RootVolume>) -> BTreeMap<String, String> {
+    let disk = root_volume.map_or(size.disk_gib, |v| u64::from(v.size_gib));
+    [
+        ("cpu", size.vcpus.to_string()),
+        ("memory", format!("{}Mi", size.ram_mib)),
+        ("ephemeral-disk", format!("{disk}Gi")),
+        ("maxPods", KUBELET_MAX_PODS.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("{ANNOTATION_CAPACITY_PREFIX}{k}"), v))
+    .collect()
+}
+
 /// Fixed replicas, or autoscaler bounds (`auto_scaling_enabled`): min from the nodegroup (else
-/// `min_node_count`), at least 1 since scale-from-zero needs capacity hints we cannot compute;
-/// max from the nodegroup (else `max_node_count`, else its size). Equal bounds mean fixed.
+/// the `min_node_count` label, else 0: a minimum of 0 lets the group scale to zero, with the
+/// capacity annotations); max from the nodegroup, else the `max_node_count` label, and one of
+/// them is required (equal bounds would mean no autoscaling at all). Equal bounds mean fixed.
 fn size(
     ng: &NodegroupRow,
     view: &LabelView<'_>,
@@ -349,20 +412,23 @@ fn size(
     };
     let min = match ng.min_node_count {
         m if m > 0 => m,
-        _ => label_count("min_node_count")?.unwrap_or(1),
-    }
-    .max(1);
+        m => label_count("min_node_count")?.unwrap_or(m.max(0)),
+    };
     let max = match ng.max_node_count {
         Some(m) => m,
-        None => label_count("max_node_count")?.unwrap_or(ng.node_count.max(min)),
+        None => label_count("max_node_count")?.ok_or_else(|| {
+            ng_invalid(
+                ng,
+                "auto_scaling_enabled is true but no max_node_count is set: give the nodegroup \
+                 a max_node_count (or the cluster the max_node_count label) above its \
+                 min_node_count",
+            )
+        })?,
     };
     if max < min {
         return Err(ng_invalid(
             ng,
-            format!(
-                "max_node_count {max} is below min_node_count {min} (autoscaling needs at \
-                 least one node)"
-            ),
+            format!("max_node_count {max} is below min_node_count {min}"),
         ));
     }
     Ok(if min == max {

@@ -1,8 +1,11 @@
 //! The Cluster API Addon Provider Helm (CAAPH) controller: each HelmChartProxy gets one
 //! HelmReleaseProxy per selected Cluster once that cluster's control plane is initialised,
-//! owned by the proxy (deleted with it), labelled as CAAPH labels them, and `Ready` — or, when
-//! a failure marker names the chart or the proxy, `Ready=False` with reason
-//! `HelmInstallOrUpgradeFailed` (an add-on that does not install).
+//! owned by the proxy (deleted with it), labelled as CAAPH labels them, with CAAPH v0.6's
+//! conditions (`ClusterAvailable`, `HelmReleaseReady` and their summary `Ready`): deployed — or,
+//! when a failure marker names the chart or the proxy, `HelmInstallOrUpgradeFailed` (an add-on
+//! that does not install), or, when a marker `pending:<chart>` names it, `HelmReleasePending`
+//! with the release `pending-install` for as long as the marker stays (an install Helm is still
+//! working on).
 
 use serde_json::{Value, json};
 
@@ -70,8 +73,19 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
                 }),
             )?,
         };
-        let failed = cx.fails(&chart) || cx.fails(name(hcp));
-        let (status, reason, message, release) = if failed {
+        let pending = cx.markers.iter().any(|m| {
+            m.strip_prefix("pending:")
+                .is_some_and(|p| !p.is_empty() && (chart.contains(p) || name(hcp).contains(p)))
+        });
+        let failed = !pending && (cx.fails(&chart) || cx.fails(name(hcp)));
+        let (ready, reason, message, release) = if pending {
+            (
+                "False",
+                "HelmReleasePending",
+                "Helm release is in a pending state: pending-install".to_string(),
+                "pending-install",
+            )
+        } else if failed {
             (
                 "False",
                 "HelmInstallOrUpgradeFailed",
@@ -81,24 +95,39 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
         } else {
             ("True", "Ready", String::new(), "deployed")
         };
-        let current = condition(&hrp, "Ready");
+        let current = condition(&hrp, "HelmReleaseReady");
         let unchanged = current.is_some_and(|c| {
-            c.get("status").and_then(Value::as_str) == Some(status)
+            c.get("status").and_then(Value::as_str) == Some(ready)
                 && c.get("message").and_then(Value::as_str) == Some(message.as_str())
         });
         if unchanged {
             continue;
         }
         let now = now_rfc3339();
-        let cond = |t: &str| {
-            json!({"type": t, "status": status, "reason": reason, "message": message,
-                   "lastTransitionTime": now})
+        // lastTransitionTime moves only when the status does (metav1 conditions).
+        let since = |t: &str, status: &str| {
+            condition(&hrp, t)
+                .filter(|c| c.get("status").and_then(Value::as_str) == Some(status))
+                .and_then(|c| c.get("lastTransitionTime").cloned())
+                .unwrap_or_else(|| json!(now))
+        };
+        let (summary_reason, summary_message) = if ready == "True" {
+            ("InfoReported", String::new())
+        } else {
+            ("IssuesReported", format!("* HelmReleaseReady: {message}"))
         };
         cx.set_status(
             Kind::HelmReleaseProxy,
             &hrp,
             json!({
-                "conditions": [cond("Ready"), cond("HelmReleaseReady")],
+                "conditions": [
+                    {"type": "ClusterAvailable", "status": "True", "reason": "Available",
+                     "message": "", "lastTransitionTime": since("ClusterAvailable", "True")},
+                    {"type": "HelmReleaseReady", "status": ready, "reason": reason,
+                     "message": message, "lastTransitionTime": since("HelmReleaseReady", ready)},
+                    {"type": "Ready", "status": ready, "reason": summary_reason,
+                     "message": summary_message, "lastTransitionTime": since("Ready", ready)},
+                ],
                 "status": release,
                 "revision": 1,
                 "observedGeneration": generation(&hrp),

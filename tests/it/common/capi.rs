@@ -347,3 +347,19 @@ pub async fn template(t: &TestApp, name: &str, image: &str, kube_tag: &str) -> S
     r.assert_status(201);
     r.body["uuid"].as_str().unwrap().to_string()
 }
+
+/// A kubeconfig for the plain-HTTP API at `server` (a simulated management cluster), written
+/// into `dir` as `<name>.kubeconfig`, for the real binary's commands.
+pub fn kubeconfig(dir: &std::path::Path, name: &str, server: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+             current-context: c\n"
+        ),
+    )
+    .unwrap();
+    path
+}

@@ -461,8 +461,9 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
         let resp = if st.down {
             None
         } else if r.token.is_some() {
+            let base = st.base.clone();
             st.workload
-                .dispatch(&r.method, &segs, &r.query, &body)
+                .dispatch(&base, &r.method, &segs, &r.query, &body)
                 .map(|(status, body)| match body {
                     Value::Null => text(status, "application/json", String::new()),
                     body => json_resp(status, &body),
