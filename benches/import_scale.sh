@@ -25,6 +25,13 @@ work="$(mktemp -d /tmp/import-scale.XXXXXX)"
 chmod 755 "$work"
 pids=()
 cleanup() {
+  # The servers run under runuser, which does not pass a signal on: stop them by their own means.
+  if [ -S "$work/my/sock" ]; then
+    mariadb --no-defaults --socket="$work/my/sock" -u root -e SHUTDOWN 2>/dev/null || true
+  fi
+  if [ -d "$work/pg/data" ]; then
+    as_user postgres "$PGBIN/pg_ctl" -D "$work/pg/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
@@ -114,7 +121,7 @@ measure() { # measure LABEL ARGS...
   printf '%-28s %6.1f s  peak RSS %5.0f MiB  %s\n' "$label" "$secs" "$((kib / 1024))" \
     "$(tail -1 "$work/report" | cut -c1-120)"
 }
-echo "import of $N clusters × 2 nodegroups (release build):"
+echo "import of $N clusters × 2 nodegroups ($BIN):"
 measure "first import"
 measure "second import (no change)"
 measure "dry run" --dry-run
