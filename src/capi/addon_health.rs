@@ -122,7 +122,8 @@ pub fn assess(hrp: &Value) -> AddonState {
     {
         return AddonState::Failed(text(f));
     }
-    let working = [release, cluster, summary]
+    // The cluster not reachable yet says more than Helm's "preparing" that comes with it.
+    let working = [cluster, release, summary]
         .into_iter()
         .flatten()
         .find(|c| s(c, "/status") != Some("True"));
@@ -319,7 +320,9 @@ mod tests {
                 ),
             ]),
         );
-        assert!(matches!(assess(&waiting), AddonState::InProgress { .. }));
+        assert!(
+            matches!(assess(&waiting), AddonState::InProgress { what, .. } if what == "waiting for the cluster")
+        );
     }
 
     #[test]

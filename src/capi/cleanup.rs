@@ -82,6 +82,24 @@ pub fn occm_security_group(capi_name: &str, description: &str) -> bool {
         && description.ends_with(&format!(" Service LoadBalancer in cluster {capi_name}"))
 }
 
+/// Why volume `v` stays, if it does: its keep marker, its `Retain` PersistentVolume, or
+/// PersistentVolumes that could not be read under `[capi] unread_volumes = "keep"`.
+pub fn keeps_volume(v: &Volume, pvs: &PvRead, unread: UnreadVolumes) -> Option<String> {
+    if v.metadata.get(KEEP_KEY).and_then(|x| x.as_str()) == Some("true") {
+        return Some(format!("metadata {KEEP_KEY}=true"));
+    }
+    if pvs.retained.contains(&v.id) {
+        return Some("its PersistentVolume's reclaimPolicy is Retain".into());
+    }
+    match (&pvs.unreadable, unread) {
+        (Some(why), UnreadVolumes::Keep) => Some(format!(
+            "the cluster's PersistentVolumes could not be read: {why}; [capi] unread_volumes = \
+             \"keep\""
+        )),
+        _ => None,
+    }
+}
+
 /// What the cluster's PersistentVolumes said, read before its machines went.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PvRead {
@@ -331,7 +349,7 @@ impl Capi {
         };
         let mut doomed = Vec::new();
         for v in volumes {
-            match self.keeps_volume(&v, pvs) {
+            match keeps_volume(&v, pvs, self.config.unread_volumes) {
                 Some(why) => report.keep(format!("volume {} ({why})", v.id)),
                 None => doomed.push(v),
             }
@@ -369,24 +387,6 @@ impl Capi {
             }
         }
         Ok(left)
-    }
-
-    /// Why volume `v` stays, if it does: its keep marker, its `Retain` PersistentVolume, or
-    /// PersistentVolumes that could not be read under `[capi] unread_volumes = "keep"`.
-    fn keeps_volume(&self, v: &Volume, pvs: &PvRead) -> Option<String> {
-        if v.metadata.get(KEEP_KEY).and_then(|x| x.as_str()) == Some("true") {
-            return Some(format!("metadata {KEEP_KEY}=true"));
-        }
-        if pvs.retained.contains(&v.id) {
-            return Some("its PersistentVolume's reclaimPolicy is Retain".into());
-        }
-        match (&pvs.unreadable, self.config.unread_volumes) {
-            (Some(why), UnreadVolumes::Keep) => Some(format!(
-                "the cluster's PersistentVolumes could not be read: {why}; [capi] \
-                 unread_volumes = \"keep\""
-            )),
-            _ => None,
-        }
     }
 
     /// Deletes one volume of the cluster: its CSI snapshots first (one made otherwise keeps
@@ -600,6 +600,57 @@ mod tests {
         assert!(owns_volume(A, &v(serde_json::json!({CSI_CLUSTER_KEY: A}))));
         assert!(!owns_volume(A, &v(serde_json::json!({CSI_CLUSTER_KEY: B}))));
         assert!(!owns_volume(A, &v(serde_json::json!({"cluster": A}))));
+    }
+
+    #[test]
+    fn volumes_are_kept_by_marker_retain_or_unread_persistent_volumes_only() {
+        let v = |id: &str, meta: serde_json::Value| Volume {
+            id: id.into(),
+            status: "available".into(),
+            metadata: meta.as_object().cloned().unwrap_or_default(),
+            attached_to: vec![],
+        };
+        let read = PvRead {
+            retained: vec!["r".into()],
+            unreadable: None,
+        };
+        let keep = UnreadVolumes::Keep;
+        let plain = v("p", serde_json::json!({CSI_CLUSTER_KEY: A}));
+        assert_eq!(keeps_volume(&plain, &read, keep), None);
+        assert!(
+            keeps_volume(&v("r", serde_json::json!({})), &read, keep)
+                .is_some_and(|w| w.contains("Retain"))
+        );
+        let marked = v("m", serde_json::json!({KEEP_KEY: "true"}));
+        assert!(keeps_volume(&marked, &read, keep).is_some_and(|w| w.contains(KEEP_KEY)));
+        let unmarked = v("m", serde_json::json!({KEEP_KEY: "false"}));
+        assert_eq!(keeps_volume(&unmarked, &read, keep), None);
+        let unread = PvRead {
+            retained: vec![],
+            unreadable: Some("no kubeconfig Secret yet".into()),
+        };
+        assert!(
+            keeps_volume(&plain, &unread, keep)
+                .is_some_and(|w| w.contains("no kubeconfig Secret yet"))
+        );
+        assert_eq!(keeps_volume(&plain, &unread, UnreadVolumes::Delete), None);
+    }
+
+    #[test]
+    fn occm_descriptions_tell_its_floating_ips_and_security_groups() {
+        let fip =
+            format!("Floating IP for Kubernetes external service default/web from cluster {A}");
+        assert!(occm_floating_ip(A, &fip));
+        assert!(occm_floating_ip(
+            A,
+            &format!("Floating IP for Kubernetes external service from cluster {A}")
+        ));
+        assert!(!occm_floating_ip(B, &fip));
+        assert!(!occm_floating_ip(A, "reserved for the shop"));
+        let sg = format!("Security Group for default/web Service LoadBalancer in cluster {A}");
+        assert!(occm_security_group(A, &sg));
+        assert!(!occm_security_group(B, &sg));
+        assert!(!occm_security_group(A, "default"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::status::Observed;
 use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_PROJECT_ID, kinds};
 use crate::db::clusters::{self as cdb, ClusterRow};
 use crate::db::nodegroups::{self as ndb, NodegroupRow};
-use crate::db::operations::OperationRow;
+use crate::db::operations::{self, OperationRow};
 use crate::driver::Outcome;
 
 /// The kinds we create besides the watched ones; deleted by label once the cluster is gone.
@@ -55,20 +55,22 @@ impl Capi {
         }
         // Before the machines go, while the workload cluster answers: which volumes its
         // PersistentVolumes retain. Recorded (and the step requeued) before the deletion is
-        // asked for, so a crash or a retry never reads a half torn-down cluster instead.
+        // asked for, so a crash or a retry never reads a half torn-down cluster instead; a
+        // delete asked again after one that failed keeps what that one read.
         if step.pvs.is_none() && self.config.delete_cleanup && self.keystone.is_some() {
-            step.pvs = Some(match self.retained_volumes(c).await {
-                Ok(retained) => PvRead {
-                    retained,
-                    unreadable: None,
-                },
-                Err(why) => {
-                    tracing::warn!(cluster = %c.uuid, reason = %why, "the workload cluster's PersistentVolumes could not be read");
-                    PvRead {
-                        retained: Vec::new(),
-                        unreadable: Some(why),
-                    }
-                }
+            let earlier = operations::of_cluster(pool, c.uuid)
+                .await?
+                .into_iter()
+                .rev()
+                .filter(|o| o.id != op.id && o.kind == op.kind)
+                .find_map(|o| {
+                    serde_json::from_value::<DeleteStep>(o.step().clone())
+                        .ok()
+                        .and_then(|s| s.pvs)
+                });
+            step.pvs = Some(match earlier {
+                Some(read) => read,
+                None => self.read_persistent_volumes(c).await,
             });
             return Ok(step.requeue(Duration::from_millis(1), None));
         }
@@ -188,6 +190,23 @@ impl Capi {
             }
         }
         Ok(())
+    }
+
+    /// What the workload's PersistentVolumes retain, or why they could not be read.
+    async fn read_persistent_volumes(&self, c: &ClusterRow) -> PvRead {
+        match self.retained_volumes(c).await {
+            Ok(retained) => PvRead {
+                retained,
+                unreadable: None,
+            },
+            Err(why) => {
+                tracing::warn!(cluster = %c.uuid, reason = %why, "the workload cluster's PersistentVolumes could not be read");
+                PvRead {
+                    retained: Vec::new(),
+                    unreadable: Some(why),
+                }
+            }
+        }
     }
 
     /// Once the cluster is gone: what its delete kept in the tenant project or could not check,

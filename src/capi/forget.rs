@@ -95,8 +95,9 @@ impl Capi {
             }
         }
         out.push(format!(
-            "any Octavia load balancers of its Services (named or tagged kube_service_{name}_…) \
-             and the floating IPs on their VIP ports"
+            "any Octavia load balancers of its Services (named or tagged kube_service_{name}_…), \
+             the floating IPs on their VIP ports and the security groups OCCM made for them \
+             (descriptions ending 'cluster {name}')"
         ));
         out.push(format!(
             "any Cinder volumes of its PersistentVolumes (metadata \

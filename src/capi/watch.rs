@@ -858,14 +858,9 @@ pub async fn run_writer(
                 }
             }
         }
-        let due = Utc::now();
-        rechecks.retain(|u, at| {
-            let keep = *at > due;
-            if !keep {
-                pending.entry(*u).or_insert_with(now);
-            }
-            keep
-        });
+        for u in take_due(&mut rechecks, Utc::now()) {
+            pending.entry(u).or_insert_with(now);
+        }
         if rescan {
             match cdb::of_management_cluster(&pool, &scope.name, IN_PROGRESS).await {
                 Ok(ids) => {
@@ -916,6 +911,19 @@ pub async fn run_writer(
             wake_at = wake_at.min(now() + Duration::from_secs(1));
         }
     }
+}
+
+/// The clusters whose re-evaluation time has come (removed from `rechecks`).
+fn take_due(rechecks: &mut Rechecks, now: DateTime<Utc>) -> Vec<Uuid> {
+    let due: Vec<Uuid> = rechecks
+        .iter()
+        .filter(|(_, at)| **at <= now)
+        .map(|(u, _)| *u)
+        .collect();
+    for u in &due {
+        rechecks.remove(u);
+    }
+    due
 }
 
 /// Writes what changed for each pending cluster of management cluster `member`, noting when
@@ -1030,6 +1038,19 @@ mod tests {
             "spec": {"replicas": 2, "template": {"spec": {"bootstrap": {}}}},
             "status": {"readyReplicas": ready}}))
         .unwrap()
+    }
+
+    #[test]
+    fn a_recheck_is_due_once_its_time_has_come() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let now = Utc::now();
+        let mut rechecks: Rechecks = HashMap::from([
+            (a, now - chrono::Duration::seconds(1)),
+            (b, now + chrono::Duration::minutes(5)),
+        ]);
+        assert_eq!(take_due(&mut rechecks, now), vec![a]);
+        assert_eq!(rechecks.keys().collect::<Vec<_>>(), vec![&b]);
+        assert!(take_due(&mut rechecks, now).is_empty());
     }
 
     #[tokio::test]

@@ -203,8 +203,18 @@ where
 
 pub type DbResult<T> = Result<T, DbError>;
 
-/// The migrations embedded in the binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// The migrations embedded in the binary. A database may hold migrations this binary does not
+/// know (a newer release migrated it): they are ignored, so the previous release keeps starting
+/// and serving during a rolling upgrade and after a rollback. That is safe only because every
+/// migration is *expand-only* — it adds tables, nullable or defaulted columns, indexes — and a
+/// column or table is dropped (*contract*) only in a release after the one that stopped using
+/// it (README "Upgrades and rollback").
+pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> =
+    std::sync::LazyLock::new(|| {
+        let mut m = sqlx::migrate!("./migrations");
+        m.set_ignore_missing(true);
+        m
+    });
 
 /// Opens the pool described by `cfg` against `url`.
 pub async fn connect(url: &str, cfg: &DatabaseConfig) -> DbResult<PgPool> {

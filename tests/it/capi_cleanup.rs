@@ -686,6 +686,22 @@ fn pv(name: &str, handle: &str, policy: &str) -> Value {
         "status": {"phase": "Bound"}})
 }
 
+/// Writes into cluster `capi`'s workload cluster the PersistentVolumes of volumes `<tag>-vol-0`
+/// (`Retain`) and `<tag>-vol-1` (`Delete`).
+fn retain_first_of_two(app: &CapiApp, project: &str, capi: &str, tag: &str) {
+    let store = app
+        .sim
+        .workload_store(&format!("magnum-{project}"), capi)
+        .expect("the workload cluster");
+    let pvs = magnum_capi::simkube::Resource::of("v1", "PersistentVolume");
+    for (i, policy) in ["Retain", "Delete"].iter().enumerate() {
+        let volume = format!("{tag}-vol-{i}");
+        store
+            .put(&pvs, pv(&format!("pvc-{i}"), &volume, policy))
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn retained_and_marked_volumes_survive_the_delete_and_are_reported() {
     let _env = env_shared().await;
@@ -697,18 +713,8 @@ async fn retained_and_marked_volumes_survive_the_delete_and_are_reported() {
             v["metadata"]["magnum-capi/keep"] = json!("true");
         }
     });
-    // vol-0's PersistentVolume is Retain, vol-1's Delete (written into the workload cluster).
-    let store = app
-        .sim
-        .workload_store(&format!("magnum-{project}"), &capi)
-        .expect("the workload cluster");
-    let pvs = magnum_capi::simkube::Resource::of("v1", "PersistentVolume");
-    store
-        .put(&pvs, pv("pvc-a", "retain-vol-0", "Retain"))
-        .unwrap();
-    store
-        .put(&pvs, pv("pvc-b", "retain-vol-1", "Delete"))
-        .unwrap();
+    // vol-0's PersistentVolume is Retain, vol-1's Delete.
+    retain_first_of_two(&app, &project, &capi, "retain");
 
     delete(t, &token, &uuid).await;
     t.wait_cluster_token(&token, &uuid, "GONE").await;
@@ -915,19 +921,21 @@ async fn a_tenants_floating_ip_is_disassociated_and_kept_occms_own_and_its_secur
     );
 }
 
-/// Deletes the cluster's credential Secret from the management cluster.
-fn remove_credential_secret(app: &CapiApp, project: &str, capi: &str) {
+/// Deletes the cluster's credential Secret from the management cluster; the Secret, to put back.
+fn remove_credential_secret(app: &CapiApp, project: &str, capi: &str) -> Value {
     let secrets = magnum_capi::simkube::Resource::of("v1", "Secret");
     let ns = format!("magnum-{project}");
     let name = format!("{capi}-cloud-credentials");
-    app.sim
-        .store()
-        .get(&secrets, &ns, &name)
-        .expect("the credential Secret");
-    app.sim
+    let gone = app
+        .sim
         .store()
         .delete(&secrets, &ns, &name)
         .expect("deleting the credential Secret");
+    let mut secret = (*gone).clone();
+    if let Some(meta) = secret["metadata"].as_object_mut() {
+        meta.retain(|k, _| ["name", "namespace", "labels"].contains(&k.as_str()));
+    }
+    secret
 }
 
 #[tokio::test]
@@ -938,8 +946,10 @@ async fn without_its_credential_secret_the_delete_fails_naming_what_it_could_not
     })
     .await;
     let t = &app.t;
-    let (token, project, uuid, capi) = alices_cluster(t, "no-cred-fail", "nocredfail", 1, 1).await;
-    remove_credential_secret(&app, &project, &capi);
+    let (token, project, uuid, capi) = alices_cluster(t, "no-cred-fail", "nocredfail", 1, 2).await;
+    let ns = format!("magnum-{project}");
+    retain_first_of_two(&app, &project, &capi, "nocredfail");
+    let secret = remove_credential_secret(&app, &project, &capi);
 
     delete(t, &token, &uuid).await;
     let failed = t
@@ -954,7 +964,25 @@ async fn without_its_credential_secret_the_delete_fails_naming_what_it_could_not
         "{reason}"
     );
     let (lbs, vols, _) = remaining("nocredfail");
-    assert_eq!((lbs.len(), vols.len()), (1, 1), "nothing was touched");
+    assert_eq!((lbs.len(), vols.len()), (1, 2), "nothing was touched");
+
+    // The credential is back: deleting again finishes, with what the first delete read of the
+    // PersistentVolumes (the workload cluster is gone by now).
+    until("the workload cluster to go with its Cluster", || async {
+        app.sim.workload_store(&ns, &capi).is_none().then_some(())
+    })
+    .await;
+    let secrets = magnum_capi::simkube::Resource::of("v1", "Secret");
+    app.sim.store().put(&secrets, secret).unwrap();
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    let (lbs, vols, fips) = remaining("nocredfail");
+    assert_eq!((lbs, fips), (vec![], vec![]));
+    assert_eq!(
+        vols,
+        ["nocredfail-vol-0"],
+        "the Retain volume stays, the other goes"
+    );
 }
 
 #[tokio::test]

@@ -138,7 +138,9 @@ fn the_kustomization_lists_every_manifest_and_each_names_the_namespace() {
 /// The verbs the driver uses on each kind it touches on the management cluster (`capi::apply::
 /// Mgmt`): `get` (get/get_value), `list` (list, list_all, delete_labelled), `watch` (the
 /// watchers of `capi::watch`, which list too), `create` + `patch` (server-side apply, which
-/// creates missing objects), `patch` (annotate/label), `delete`.
+/// creates missing objects), `patch` (annotate/label), `delete`. `magnum-capi cluster forget`
+/// (`Mgmt::remove`) deletes and patches away the finalizers of every kind a cluster has objects
+/// of (the namespace excepted).
 const DRIVER_VERBS: &[(&str, &[&str])] = &[
     // templates/namespace.yaml.hbs, applied with every cluster.
     ("Namespace", &["create", "patch"]),
@@ -152,13 +154,16 @@ const DRIVER_VERBS: &[(&str, &[&str])] = &[
         "MachineDeployment",
         &["list", "watch", "create", "patch", "delete"],
     ),
-    // Read by collect_templates only.
-    ("MachineSet", &["list"]),
-    // Watched; annotated for resize's nodes_to_remove.
-    ("Machine", &["list", "watch", "patch"]),
+    // Read by collect_templates; removed by forget.
+    ("MachineSet", &["list", "patch", "delete"]),
+    // Watched; annotated for resize's nodes_to_remove; removed by forget.
+    ("Machine", &["list", "watch", "patch", "delete"]),
     ("MachineHealthCheck", &["list", "create", "patch", "delete"]),
-    // Watched and applied; CAPI deletes it with the Cluster.
-    ("KubeadmControlPlane", &["list", "watch", "create", "patch"]),
+    // Watched and applied; CAPI deletes it with the Cluster (forget does without CAPI).
+    (
+        "KubeadmControlPlane",
+        &["list", "watch", "create", "patch", "delete"],
+    ),
     (
         "KubeadmConfigTemplate",
         &["list", "create", "patch", "delete"],
@@ -166,7 +171,7 @@ const DRIVER_VERBS: &[(&str, &[&str])] = &[
     // Watched; read before each apply (the fields CAPO's webhook made immutable).
     (
         "OpenStackCluster",
-        &["get", "list", "watch", "create", "patch"],
+        &["get", "list", "watch", "create", "patch", "delete"],
     ),
     (
         "OpenStackMachineTemplate",
@@ -174,8 +179,8 @@ const DRIVER_VERBS: &[(&str, &[&str])] = &[
     ),
     ("HelmChartProxy", &["list", "create", "patch", "delete"]),
     ("ClusterResourceSet", &["list", "create", "patch", "delete"]),
-    // Watched: add-on health (CAAPH creates them).
-    ("HelmReleaseProxy", &["list", "watch"]),
+    // Watched: add-on health (CAAPH creates them); removed by forget.
+    ("HelmReleaseProxy", &["list", "watch", "patch", "delete"]),
     // The cluster autoscaler (templates/autoscaler.yaml.hbs): applied, pruned when no
     // nodegroup autoscales, deleted with the cluster. Its RoleBinding grants the ClusterRole
     // installed with the service (`bind` on that one name: AUTOSCALER_BINDING); Roles an

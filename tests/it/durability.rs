@@ -643,3 +643,49 @@ async fn worker_abandons_an_operation_whose_lease_was_taken_over() {
     assert_eq!(r.body["status"], "CREATE_IN_PROGRESS");
     let _ = tx.send(true);
 }
+
+/// Rollback safety: this binary plays the previous release on a database the next release has
+/// migrated — an expand-only migration it does not know (a new column with a default, a new
+/// table, its row in sqlx's bookkeeping). It starts with `migrate_on_start` (sqlx would refuse a
+/// database holding an unknown migration), is ready, records and completes a create, and
+/// `magnum-capi migrate` on that database succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_release_starts_and_serves_on_the_next_releases_schema() {
+    let url = fresh_database().await;
+    let pool = db(&url).await;
+    for statement in [
+        "ALTER TABLE cluster ADD COLUMN next_release_field text NOT NULL DEFAULT ''",
+        "CREATE TABLE next_release_table (id bigint PRIMARY KEY)",
+        "INSERT INTO _sqlx_migrations (version, description, installed_on, success, checksum,
+                                       execution_time)
+              VALUES (29991231000000, 'next release', now(), true, '\\x00'::bytea, 0)",
+    ] {
+        sqlx::query(statement)
+            .execute(&pool)
+            .await
+            .expect(statement);
+    }
+    let server = Server::start(&url, &[WORKER]).await;
+    let (status, ready) = server.call(reqwest::Method::GET, "/readyz", None).await;
+    assert_eq!(status, 200, "{ready}");
+    let c = server.create_cluster().await;
+    server.wait_status(c, "CREATE_COMPLETE").await;
+    let (status, list) = server
+        .call(reqwest::Method::GET, "/v1/clusters", None)
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["clusters"].as_array().map(Vec::len), Some(1), "{list}");
+    server.kill();
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
+        .arg("migrate")
+        .env_remove("MAGNUM_CAPI_CONFIG")
+        .env("MAGNUM_CAPI__DATABASE__URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
