@@ -11,6 +11,7 @@ pub mod db;
 pub mod devdb;
 pub mod domain;
 pub mod driver;
+pub mod import;
 pub mod k8s;
 pub mod maintenance;
 pub mod openstack;

@@ -1,6 +1,6 @@
 //! CLI: `serve [--config FILE] [--dev [--sim-management-clusters a,b]]`, `migrate`, `check`,
 //! `management-clusters`, `cluster forget UUID [--yes] [--force]`, `openapi`,
-//! `render --template T --cluster C`.
+//! `render --template T --cluster C`, `import --magnum-db URL [--dry-run]`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,6 +55,19 @@ enum Command {
     /// Check the configuration and every dependency (PostgreSQL and its migrations, Keystone,
     /// the management cluster and its CRDs) and print a report; exits non-zero on a failure.
     Check {
+        #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Import a Magnum database (templates, clusters, nodegroups, quotas; every UUID, owner,
+    /// timestamp, status and label kept) into `[database] url`, in one transaction; run it again
+    /// to bring over what changed in Magnum since. Prints a report per object.
+    Import {
+        /// The Magnum database: `mysql://user:password@host[:port]/database`.
+        #[arg(long, env = "MAGNUM_CAPI_IMPORT_MAGNUM_DB", hide_env_values = true)]
+        magnum_db: String,
+        /// Check and report everything, write nothing (the run is rolled back).
+        #[arg(long)]
+        dry_run: bool,
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -122,6 +135,7 @@ fn init_logging(cli: &Cli) {
         Command::Serve { config, .. }
         | Command::Migrate { config }
         | Command::Check { config }
+        | Command::Import { config, .. }
         | Command::ManagementClusters { config }
         | Command::Cluster {
             command: ClusterCommand::Forget { config, .. },
@@ -418,6 +432,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Import {
+            magnum_db,
+            dry_run,
+            config,
+        } => import(&magnum_db, dry_run, config.as_deref()).await,
         Command::Openapi => {
             print!("{}", api::openapi::yaml_text().map_err(anyhow::Error::msg)?);
             Ok(())
@@ -503,6 +522,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(result?)
         }
     }
+}
+
+/// `import`: the report on stdout; any failure is an error (non-zero exit) and wrote nothing.
+async fn import(
+    magnum_db: &str,
+    dry_run: bool,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let cfg = Config::load(config)?;
+    let url =
+        cfg.database.url.clone().context(
+            "[database] url is required: the import writes into magnum-capi's PostgreSQL",
+        )?;
+    let pool = db::connect(&url, &cfg.database).await?;
+    if let Err(missing) = db::migrations_current(&pool).await? {
+        anyhow::bail!("magnum-capi's database is not ready: {missing}");
+    }
+    let outcome = magnum_capi::import::run(magnum_db, &pool, dry_run, &cfg.capi).await?;
+    print!("{}", outcome.report);
+    Ok(())
 }
 
 /// Keystone when `[keystone]` is configured, else development header identity (`serve --dev`;

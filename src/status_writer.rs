@@ -139,6 +139,10 @@ pub async fn sync_cluster(
     if row.management_cluster_name() != member {
         return Ok(Synced::default());
     }
+    // Imported read-only from Magnum: nothing on a management cluster speaks for it.
+    if crate::db::imports::is_read_only(&mut *tx, cluster).await? {
+        return Ok(Synced::default());
+    }
     let state = load_state(&mut tx, &row, timeouts).await?;
     let ev = status::evaluate(&observer.observed(cluster), &state, Utc::now());
     let recheck_at = ev.recheck_at;
@@ -525,10 +529,12 @@ async fn next_deadline(pool: &PgPool, update_timeout: Duration) -> DbResult<Opti
         "SELECT min(d) FROM (
            SELECT created_at + make_interval(mins => GREATEST(COALESCE(create_timeout, 60), 1)) AS d
              FROM cluster WHERE status = 'CREATE_IN_PROGRESS'
+              AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = cluster.uuid)
            UNION ALL
            SELECT (SELECT max(o.created_at) FROM operation o WHERE o.cluster_uuid = c.uuid)
                   + make_interval(secs => $1)
-             FROM cluster c WHERE c.status = 'UPDATE_IN_PROGRESS') x",
+             FROM cluster c WHERE c.status = 'UPDATE_IN_PROGRESS'
+              AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = c.uuid)) x",
     )
     .bind(update_timeout.as_secs_f64())
     .fetch_one(pool)

@@ -327,17 +327,24 @@ pub async fn count_by_management_cluster_and_status(
     .await?)
 }
 
+/// The SQL condition "row `cluster` is not a read-only import from Magnum" (`imported_cluster`,
+/// written by `db::imports`): such clusters have nothing on a management cluster that speaks
+/// for them, so the status writer's queries and the reachability marks skip them.
+const NOT_READ_ONLY: &str = "NOT EXISTS (SELECT 1 FROM imported_cluster ic
+                              WHERE ic.cluster_uuid = cluster.uuid AND ic.state = 'read_only')";
+
 /// The clusters on management cluster `name` (`""`: the unnamed one) in one of `statuses`
-/// (all of them when empty).
+/// (all of them when empty); never a read-only import (nothing there speaks for it).
 pub async fn of_management_cluster(
     pool: &PgPool,
     name: &str,
     statuses: &[&str],
 ) -> DbResult<Vec<Uuid>> {
-    let rows: Vec<(Uuid,)> = sqlx::query_as(
+    let rows: Vec<(Uuid,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT uuid FROM cluster WHERE COALESCE(management_cluster, '') = $1
-            AND (cardinality($2::text[]) = 0 OR status = ANY($2))",
-    )
+                AND (cardinality($2::text[]) = 0 OR status = ANY($2)) AND {}",
+        NOT_READ_ONLY
+    )))
     .bind(name)
     .bind(statuses)
     .fetch_all(pool)
@@ -347,7 +354,8 @@ pub async fn of_management_cluster(
 
 /// While management cluster `name` is unreachable (`reason`), its clusters' health is
 /// `UNKNOWN` with `{"management_cluster": reason}`; once it is back (`None`), that finding is
-/// cleared for the writer to evaluate again. Returns its clusters.
+/// cleared for the writer to evaluate again. Returns its clusters. Read-only imports are left
+/// as Magnum showed them.
 pub async fn mark_unreachable(
     pool: &PgPool,
     name: &str,
@@ -356,32 +364,36 @@ pub async fn mark_unreachable(
     let mut tx = pool.begin().await?;
     match reason {
         Some(r) => {
-            sqlx::query(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE cluster SET health_status = 'UNKNOWN',
                         health_status_reason = jsonb_build_object('management_cluster', $2::text)
-                  WHERE COALESCE(management_cluster, '') = $1",
-            )
+                  WHERE COALESCE(management_cluster, '') = $1 AND {}",
+                NOT_READ_ONLY
+            )))
             .bind(name)
             .bind(r)
             .execute(&mut *tx)
             .await?;
         }
         None => {
-            sqlx::query(
-                "UPDATE cluster SET health_status = NULL, health_status_reason = '{}'
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE cluster SET health_status = NULL, health_status_reason = '{{}}'
                   WHERE COALESCE(management_cluster, '') = $1
-                    AND health_status_reason ? 'management_cluster'",
-            )
+                    AND health_status_reason ? 'management_cluster' AND {}",
+                NOT_READ_ONLY
+            )))
             .bind(name)
             .execute(&mut *tx)
             .await?;
         }
     }
-    let rows: Vec<(Uuid,)> =
-        sqlx::query_as("SELECT uuid FROM cluster WHERE COALESCE(management_cluster, '') = $1")
-            .bind(name)
-            .fetch_all(&mut *tx)
-            .await?;
+    let rows: Vec<(Uuid,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT uuid FROM cluster WHERE COALESCE(management_cluster, '') = $1 AND {}",
+        NOT_READ_ONLY
+    )))
+    .bind(name)
+    .fetch_all(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(rows.into_iter().map(|(u,)| u).collect())
 }

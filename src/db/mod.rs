@@ -21,6 +21,7 @@
 pub mod clusters;
 pub mod day2;
 pub mod events;
+pub mod imports;
 pub mod janitor;
 pub mod nodegroups;
 pub mod operations;

@@ -4,6 +4,7 @@
 pub mod certificates;
 pub mod error;
 pub mod fields;
+pub mod imported;
 pub mod kube_version;
 pub mod labels;
 pub mod listing;

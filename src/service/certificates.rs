@@ -80,6 +80,7 @@ pub async fn sign(
         Err(e) => return Err(e),
     };
     policy::enforce("certificate:create", caller, Some(cluster_target(&c)))?;
+    super::refuse_if_read_only(app, &c).await?;
     let csr = b.str("csr").unwrap_or_default();
     let validity = std::time::Duration::from_secs(
         u64::from(app.config.capi.client_cert_validity_days.max(1)) * 86400,
@@ -124,6 +125,7 @@ pub(super) async fn record_op(
 pub async fn rotate_ca(app: &App, caller: &Caller, ident: &str, request_id: &str) -> Result<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:rotate_ca", caller, Some(cluster_target(&c)))?;
+    super::refuse_if_read_only(app, &c).await?;
     let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
     if ct.is_some_and(|t| t.tls_disabled) {
         return Err(DomainError::BadRequest(

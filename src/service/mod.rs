@@ -180,6 +180,19 @@ pub async fn begin_operation(
     commit_with_operation(app, tx, op).await
 }
 
+/// Refuses a change to a cluster imported read-only from Magnum (issue 25) with a 400 saying
+/// why and what to do; every use case that changes a cluster calls it after its policy check.
+/// A state this binary does not know (written by a newer one) counts as read-only.
+pub async fn refuse_if_read_only(app: &App, c: &ClusterRow) -> Result<()> {
+    use crate::domain::imported::{ImportState, refusal};
+    match crate::db::imports::of_cluster(&app.pool, c.uuid).await? {
+        Some(i) if i.state().is_none_or(|s| s == ImportState::ReadOnly) => {
+            Err(DomainError::BadRequest(refusal(&c.uuid.to_string(), &i.source_driver)).into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The owner of cluster `c`, as policy rules see it.
 pub fn cluster_target(c: &ClusterRow) -> Target<'_> {
     Target {

@@ -367,7 +367,8 @@ pub fn cluster_full_owned(
 }
 
 /// A cluster of a page as the statement returned it (nodegroups aggregated in SQL): the short
-/// form, or with `detail` the full one against its template's labels.
+/// form, or with `detail` the full one against its template's labels — without `faults`, which
+/// Magnum adds to its show only (the real Magnum's detail list has none: tests/it/import_magnum.rs).
 pub fn cluster_entry(
     row: ClusterWithNodes,
     detail: bool,
@@ -376,7 +377,9 @@ pub fn cluster_entry(
     mv: Version,
 ) -> ClusterEntry {
     if detail {
-        ClusterEntry::Detail(Box::new(cluster_aggregated(row, caller_is_admin, base, mv)))
+        let mut full = cluster_aggregated(row, caller_is_admin, base, mv);
+        full.faults = None;
+        ClusterEntry::Detail(Box::new(full))
     } else {
         let (c, s, _) = split_aggregated(row);
         ClusterEntry::Summary(Box::new(cluster_short(c, &s, base, mv)))
@@ -471,7 +474,9 @@ pub struct NodeGroupSummary {
     pub image_id: Option<String>,
     pub node_count: i32,
     pub role: String,
+    /// Always 0 in list items (Magnum re-emits the default).
     pub min_node_count: i32,
+    /// Always null in list items (Magnum re-emits the default).
     pub max_node_count: Option<i32>,
     pub is_default: bool,
     pub stack_id: Option<String>,
@@ -488,8 +493,11 @@ pub fn nodegroup_short(ng: &NodegroupRow) -> NodeGroupSummary {
         image_id: ng.image_id.clone(),
         node_count: ng.node_count,
         role: ng.role.clone(),
-        min_node_count: ng.min_node_count,
-        max_node_count: ng.max_node_count,
+        // Magnum's list items carry only their own fields, and WSME re-emits the defaults of
+        // these two whatever the nodegroup's values (the real Magnum's answers:
+        // tests/it/import_magnum.rs).
+        min_node_count: 0,
+        max_node_count: None,
         is_default: ng.is_default,
         stack_id: ng.stack_id.clone(),
         status: ng.status.clone(),

@@ -151,16 +151,7 @@ impl Keystone {
         let pg = thread::spawn(|| postgres().map(|pg| pg.url("postgres")));
         let venv = ensure_venv()?;
         let t_venv = t0.elapsed();
-        let tmp = std::env::temp_dir();
-        sweep_stale(&tmp);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir = tmp.join(format!("{DIR_PREFIX}{}-{nanos}", std::process::id()));
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let owner = File::create(dir.join(OWNER_LOCK)).context("creating owner lock")?;
-        owner.lock().context("locking owner lock")?;
+        let (dir, owner) = private_dir(DIR_PREFIX)?;
 
         let port = free_port()?;
         let url = format!("http://127.0.0.1:{port}/v3");
@@ -1488,7 +1479,24 @@ fn tail(s: &str, lines: usize) -> String {
 }
 
 /// Removes directories of earlier test processes that are gone (their owner lock is free).
-fn sweep_stale(tmp: &Path) {
+/// A new directory of this process under the temp dir (`<prefix><pid>-<nanos>`) and the held
+/// owner lock that keeps it: once this process is gone, the next [`private_dir`] of that
+/// prefix removes it. Directories of earlier processes are swept first.
+pub fn private_dir(prefix: &str) -> Result<(PathBuf, File)> {
+    let tmp = std::env::temp_dir();
+    sweep_stale(&tmp, prefix);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = tmp.join(format!("{prefix}{}-{nanos}", std::process::id()));
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let owner = File::create(dir.join(OWNER_LOCK)).context("creating owner lock")?;
+    owner.lock().context("locking owner lock")?;
+    Ok((dir, owner))
+}
+
+fn sweep_stale(tmp: &Path, prefix: &str) {
     let Ok(entries) = fs::read_dir(tmp) else {
         return;
     };
@@ -1496,7 +1504,7 @@ fn sweep_stale(tmp: &Path) {
         if !e
             .file_name()
             .as_encoded_bytes()
-            .starts_with(DIR_PREFIX.as_bytes())
+            .starts_with(prefix.as_bytes())
         {
             continue;
         }

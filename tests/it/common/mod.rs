@@ -6,6 +6,7 @@
 pub mod capi;
 pub mod fakecloud;
 pub mod keystone;
+pub mod magnum;
 pub mod osc;
 pub mod served;
 pub mod stack;

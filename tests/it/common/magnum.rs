@@ -1,0 +1,339 @@
+//! The real Magnum for the import tests: one private MariaDB per test binary (Debian's
+//! `mariadb-server` binaries, a datadir of its own, loopback only, run as the `mysql` user when
+//! the tests run as root, gone when the process exits), Magnum's own schema of a release from
+//! PyPI (`magnum-db-manage upgrade` from `.ci/magnum-venv.sh`'s virtualenv, once per release and
+//! process, then copied per test with `CREATE TABLE … LIKE`), fixtures written through Magnum's
+//! own db API, and Magnum's own API answers (tests/it/magnum/*.py: the real controllers, objects
+//! and policy, in-process, straight to the database).
+
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+/// The newest Magnum (no trust columns; nodegroup `node_labels`/`node_taints`; template
+/// `driver`), one of 2024 (trust columns, template `driver`, no 1.14 nodegroup columns) and one
+/// of 2023 (no template `driver` either).
+pub const NEWEST: &str = "23.0.0";
+pub const OF_2024: &str = "19.0.1";
+pub const OF_2023: &str = "17.0.2";
+
+const USER: &str = "magnum";
+const PASSWORD: &str = "magnum-test-pw";
+const DIR_PREFIX: &str = "magnum-capi-mariadb-";
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The private MariaDB of this test process.
+pub struct MariaDb {
+    _child: Child,
+    pub port: u16,
+    dir: PathBuf,
+    /// Keeps `dir` this process's (see `keystone::private_dir`).
+    _owner: std::fs::File,
+}
+
+static MARIADB: OnceLock<MariaDb> = OnceLock::new();
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+/// Releases whose schema database exists in this process.
+static SCHEMAS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+pub fn mariadb() -> &'static MariaDb {
+    MARIADB.get_or_init(|| {
+        MariaDb::start().expect("start the test MariaDB (is Debian's mariadb-server installed?)")
+    })
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl MariaDb {
+    fn start() -> Result<MariaDb> {
+        let (dir, owner) = super::keystone::private_dir(DIR_PREFIX)?;
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).context("creating the MariaDB datadir")?;
+        // mariadbd refuses to run as root: as root, everything runs as the `mysql` user, which
+        // owns the datadir.
+        let run_as = if nix::unistd::geteuid().is_root() {
+            let u = nix::unistd::User::from_name("mysql")?
+                .ok_or_else(|| anyhow!("no `mysql` user (is mariadb-server installed?)"))?;
+            for p in [&dir, &data] {
+                nix::unistd::chown(p.as_path(), Some(u.uid), Some(u.gid))?;
+            }
+            Some((u.uid.as_raw(), u.gid.as_raw()))
+        } else {
+            None
+        };
+        let small = ["--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M"];
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .args(small)
+            .stdin(Stdio::null());
+        if let Some((uid, gid)) = run_as {
+            install.uid(uid).gid(gid);
+        }
+        let out = install.output().context("running mariadb-install-db")?;
+        if !out.status.success() {
+            bail!(
+                "mariadb-install-db failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port();
+        let log = std::fs::File::create(dir.join("server.log"))?;
+        let mut cmd = Command::new("/usr/sbin/mariadbd");
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.join("sock").display()))
+            .arg(format!("--pid-file={}", dir.join("pid").display()))
+            .arg(format!("--port={port}"))
+            .args(["--bind-address=127.0.0.1", "--skip-name-resolve"])
+            .args(small)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0);
+        if let Some((uid, gid)) = run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        let parent = nix::unistd::getpid();
+        // SAFETY: runs in the forked child before exec (after setuid, which would clear the
+        // parent-death signal) and only makes async-signal-safe calls (prctl, getppid).
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(
+                        nix::errno::Errno::ESRCH as i32,
+                    ));
+                }
+                Ok(())
+            });
+        }
+        let mut child =
+            magnum_capi::devdb::spawn_from_spawner_thread(cmd).context("starting mariadbd")?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                bail!(
+                    "mariadbd exited ({st}): {}",
+                    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("mariadbd did not listen on {port} within {READY_TIMEOUT:?}");
+            }
+            // Start-up poll of a process being born (no event to wait on).
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let m = MariaDb {
+            _child: child,
+            port,
+            dir,
+            _owner: owner,
+        };
+        m.root_sql(&format!(
+            "CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}';
+             GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%';"
+        ))?;
+        Ok(m)
+    }
+
+    /// Runs `sql` as root over the socket.
+    pub fn root_sql(&self, sql: &str) -> Result<String> {
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.dir.join("sock").display()))
+            .args(["-u", "root", "--batch", "--skip-column-names", "-e", sql])
+            .output()
+            .context("running the mariadb client")?;
+        if !out.status.success() {
+            bail!("{sql}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).to_string())
+    }
+
+    /// A URL of database `db` as the import reads it.
+    pub fn url(&self, db: &str) -> String {
+        format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// The same for SQLAlchemy (Magnum's configuration).
+    fn sqlalchemy_url(&self, db: &str) -> String {
+        format!(
+            "mysql+pymysql://{USER}:{PASSWORD}@127.0.0.1:{}/{db}",
+            self.port
+        )
+    }
+
+    fn write_conf(&self, db: &str) -> Result<PathBuf> {
+        let path = self.dir.join(format!("{db}.conf"));
+        // `transport_url`: Magnum's API hooks build an RPC client; nothing is sent on it.
+        std::fs::write(
+            &path,
+            format!(
+                "[DEFAULT]\ntransport_url = fake://\n[database]\nconnection = {}\n",
+                self.sqlalchemy_url(db)
+            ),
+        )?;
+        Ok(path)
+    }
+}
+
+/// The virtualenv with Magnum `release` (built on first use by `.ci/magnum-venv.sh`).
+fn venv(release: &str) -> Result<PathBuf> {
+    let out = Command::new("bash")
+        .arg(repo().join(".ci/magnum-venv.sh"))
+        .arg(release)
+        .stdin(Stdio::null())
+        .output()
+        .context("running .ci/magnum-venv.sh")?;
+    if !out.status.success() {
+        bail!(
+            ".ci/magnum-venv.sh {release} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+fn schema_db(release: &str) -> String {
+    format!("magnum_schema_{}", release.replace('.', "_"))
+}
+
+/// A Magnum database of one release, private to a test.
+pub struct MagnumDb {
+    pub release: &'static str,
+    pub name: String,
+    pub url: String,
+    conf: PathBuf,
+    venv: PathBuf,
+}
+
+impl MagnumDb {
+    /// A fresh database with `release`'s schema, as its own migrations create it.
+    pub fn create(release: &'static str) -> MagnumDb {
+        Self::try_create(release).unwrap_or_else(|e| panic!("Magnum {release} schema: {e:#}"))
+    }
+
+    fn try_create(release: &'static str) -> Result<MagnumDb> {
+        let m = mariadb();
+        let venv = venv(release)?;
+        let schema = schema_db(release);
+        {
+            let mut done = SCHEMAS.lock().unwrap_or_else(|p| p.into_inner());
+            if !done.contains(release) {
+                m.root_sql(&format!("CREATE DATABASE {schema}"))?;
+                let conf = m.write_conf(&schema)?;
+                let out = Command::new(venv.join("bin/magnum-db-manage"))
+                    .arg("--config-file")
+                    .arg(&conf)
+                    .arg("upgrade")
+                    .stdin(Stdio::null())
+                    .output()
+                    .context("running magnum-db-manage")?;
+                if !out.status.success() {
+                    bail!(
+                        "magnum-db-manage upgrade failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                done.insert(release.to_string());
+            }
+        }
+        let name = format!(
+            "magnum_{}_{}_{}",
+            release.replace('.', "_"),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let tables = m.root_sql(&format!(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = '{schema}'"
+        ))?;
+        let mut sql = format!("CREATE DATABASE {name};");
+        for t in tables.lines().map(str::trim).filter(|t| !t.is_empty()) {
+            sql.push_str(&format!("CREATE TABLE {name}.`{t}` LIKE {schema}.`{t}`;"));
+        }
+        sql.push_str(&format!(
+            "INSERT INTO {name}.alembic_version SELECT * FROM {schema}.alembic_version;"
+        ));
+        m.root_sql(&sql)?;
+        let conf = m.write_conf(&name)?;
+        Ok(MagnumDb {
+            release,
+            url: m.url(&name),
+            name,
+            conf,
+            venv,
+        })
+    }
+
+    fn python(&self, script: &str, input: &Value) -> Result<String> {
+        use std::io::Write;
+        let mut child = Command::new(self.venv.join("bin/python"))
+            .arg(repo().join("tests/it/magnum").join(script))
+            .arg(&self.conf)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("running {script}"))?;
+        child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow!("no stdin"))?
+            .write_all(input.to_string().as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("{script} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).to_string())
+    }
+
+    /// Writes `fixtures` through Magnum's db API (see magnum_load.py).
+    pub fn load(&self, fixtures: &Value) {
+        self.python("magnum_load.py", fixtures)
+            .unwrap_or_else(|e| panic!("loading fixtures into Magnum {}: {e:#}", self.release));
+    }
+
+    /// Magnum's own answers to `requests` (see magnum_api.py).
+    pub fn api(&self, requests: &[Value]) -> Vec<(u16, Value)> {
+        let out = self
+            .python("magnum_api.py", &Value::Array(requests.to_vec()))
+            .unwrap_or_else(|e| panic!("Magnum {} API: {e:#}", self.release));
+        let answers: Vec<Value> = serde_json::from_str(&out).expect("magnum_api.py's JSON");
+        answers
+            .into_iter()
+            .map(|a| (a["status"].as_u64().unwrap_or(0) as u16, a["body"].clone()))
+            .collect()
+    }
+
+    /// The newest microversion this release's API serves (`latest` for the newest release).
+    pub fn newest_microversion(&self) -> &'static str {
+        match self.release {
+            NEWEST => "latest",
+            _ => "1.11",
+        }
+    }
+
+    /// Runs `sql` in this database as root.
+    pub fn sql(&self, sql: &str) -> String {
+        mariadb()
+            .root_sql(&format!("USE {}; {sql}", self.name))
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+}
