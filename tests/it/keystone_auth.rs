@@ -80,6 +80,10 @@ async fn identity_and_references_come_from_keystone_and_the_catalog() {
         resolved,
         json!({"image_id": fc::IMAGE_FEDORA_COREOS, "os_distro": "fedora-coreos",
                "flavor_id": fc::FLAVOR_SMALL, "master_flavor_id": fc::FLAVOR_MEDIUM,
+               // The flavors' sizes, for the autoscaler's scale-from-zero capacity.
+               "flavor_sizes": {
+                   fc::FLAVOR_SMALL: {"vcpus": 1, "ram_mib": 2048, "disk_gib": 20},
+                   fc::FLAVOR_MEDIUM: {"vcpus": 2, "ram_mib": 4096, "disk_gib": 40}},
                "external_network_id": fc::NETWORK_PUBLIC})
     );
     // Every look-up went out with the caller's own token.
