@@ -888,7 +888,8 @@ impl Config {
         self.keystone.validate(dev)?;
         // Every replica must open what any other sealed: a key generated per process would fail
         // creates claimed by another replica.
-        if !dev && self.operations.seal_keys()?.current.is_none() {
+        // The key itself was read and checked by `Config::load` (`validate`).
+        if !dev && self.operations.seal_key.is_none() && self.operations.seal_key_file.is_none() {
             return Err(ConfigError::Invalid(
                 "[operations] seal_key or seal_key_file is required outside `serve --dev` (the \
                  same key on every replica; e.g. `head -c 32 /dev/urandom | base64`)"
