@@ -36,6 +36,7 @@ mod import_magnum;
 mod keystone_auth;
 mod keystone_harness;
 mod layers;
+mod listener;
 mod management_clusters;
 mod openapi;
 mod policy;
