@@ -1084,7 +1084,7 @@ mod tests {
         assert_eq!(refusal(&parsed(KEYSTONE), false), "");
     }
 
-    /// Run by `.ci/run` as `cargo test --no-default-features --lib config::`.
+    /// Run by `.ci/run` as `cargo test --no-default-features --lib production_build`.
     #[cfg(not(feature = "dev"))]
     #[test]
     fn production_builds_refuse_header_identity_and_simulated_backends() {

@@ -138,3 +138,55 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .ok_or(ApiError::Unauthorized(String::new()))
     }
 }
+
+/// Built and run by `.ci/run` as `cargo test --no-default-features --lib production_build`:
+/// this build has no development identity at all (`AuthMode` has only Keystone).
+#[cfg(all(test, not(feature = "dev")))]
+mod production_build {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode, header};
+    use tower::ServiceExt;
+
+    use crate::app::{App, AuthMode};
+    use crate::config::Config;
+    use crate::openstack::Keystone;
+
+    #[tokio::test]
+    async fn production_build_answers_401_to_development_identity_headers() {
+        // Nothing listens there: a request without a token never reaches Keystone.
+        let cfg: Config = config::Config::builder()
+            .add_source(config::File::from_str(
+                "[keystone]\nauth_url = \"http://127.0.0.1:9/v3\"\nusername = \"magnum\"\n\
+                 password = \"pw\"\nproject_name = \"service\"\n",
+                config::FileFormat::Toml,
+            ))
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .unwrap();
+        let keystone = Keystone::new(&cfg.keystone, &cfg.openstack).unwrap();
+        let pool =
+            crate::db::connect_lazy("postgres://magnum@127.0.0.1:9/magnum", &cfg.database).unwrap();
+        let backend = crate::server::backend_for_members(&cfg, &[]);
+        let app = App::with_backend(pool, cfg, AuthMode::Keystone(Arc::new(keystone)), backend);
+        for path in ["/v1/clusters", "/v1/clustertemplates", "/metrics"] {
+            let req = Request::get(path)
+                .header("x-user-id", "admin-user")
+                .header("x-project-id", "admin-project")
+                .header("x-roles", "admin,member,reader")
+                .body(Body::empty())
+                .unwrap();
+            let resp = super::super::service(app.clone())
+                .oneshot(req)
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+            assert_eq!(
+                resp.headers()[header::WWW_AUTHENTICATE],
+                "Keystone uri=\"http://127.0.0.1:9/v3\"",
+                "{path}"
+            );
+        }
+    }
+}
