@@ -52,8 +52,10 @@ enum Command {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Check the configuration and every dependency (PostgreSQL and its migrations, Keystone,
-    /// the management cluster and its CRDs) and print a report; exits non-zero on a failure.
+    /// Check the configuration, the sealing key and every dependency (PostgreSQL and its
+    /// migrations; a Keystone login with the service's credentials and the catalog entries it
+    /// uses; each management cluster, its CRDs and every permission the driver needs on it)
+    /// and print a report naming each failure; exits non-zero on a failure.
     Check {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
@@ -168,7 +170,7 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     );
     let line = |ok: bool, name: &str, detail: &str| {
         println!(
-            "  {:<7} {name:<19} {detail}",
+            "  {:<7} {name:<24} {detail}",
             if ok { "ok" } else { "FAILED" }
         );
     };
@@ -230,7 +232,7 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     let backend = server::backend_for_members(&cfg, &members);
     let pool = db::connect_lazy(&url, &cfg.database)?;
     let app = magnum_capi::app::App::with_backend(pool, cfg, auth, backend);
-    let r = magnum_capi::service::operating::readiness(&app).await;
+    let r = magnum_capi::service::operating::preflight(&app).await;
     for c in &r.checks {
         line(c.ok, &c.name, &c.detail);
     }

@@ -141,7 +141,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 
 /// Built and run by `.ci/run` as `cargo test --no-default-features --lib production_build`:
 /// this build has no development identity at all (`AuthMode` has only Keystone).
-#[cfg(all(test, not(feature = "dev")))]
+#[cfg(test)]
+#[cfg(not(feature = "dev"))]
 mod production_build {
     use std::sync::Arc;
 

@@ -855,6 +855,12 @@ impl Backend for CapiDriver {
     {
         Box::pin(self.0.readiness())
     }
+    fn permissions(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<crate::driver::Check>> + Send + '_>>
+    {
+        Box::pin(async { vec![self.0.permissions().await] })
+    }
     fn stage_credential<'a>(
         &'a self,
         journal: &'a dyn Journal,

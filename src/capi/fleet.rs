@@ -274,6 +274,18 @@ impl Backend for Fleet {
             checks
         })
     }
+    fn permissions(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Check>> + Send + '_>> {
+        Box::pin(async move {
+            futures::future::join_all(self.members.iter().map(|d| async move {
+                let mut c = d.0.permissions().await;
+                c.name = format!("{}:{}", c.name, shown(&d.0.name));
+                c
+            }))
+            .await
+        })
+    }
     fn credentials(&self) -> Credentials {
         Credentials::Staged
     }

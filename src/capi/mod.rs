@@ -2,6 +2,7 @@
 //! applies them to the management cluster (`apply`), and turns what CAPI reports back into
 //! Magnum statuses (`watch` → `status`).
 
+pub mod access;
 pub mod addon_health;
 pub mod apply;
 pub mod ca;

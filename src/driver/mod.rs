@@ -366,6 +366,13 @@ pub trait Backend: Send + Sync {
         Box::pin(async { Vec::new() })
     }
 
+    /// Whether this backend may do everything it does on what it depends on (the management
+    /// clusters' RBAC), asked now (`magnum-capi check`). None for a backend without
+    /// dependencies.
+    fn permissions(&self) -> Pin<Box<dyn Future<Output = Vec<Check>> + Send + '_>> {
+        Box::pin(async { Vec::new() })
+    }
+
     /// Whether credential rotations stage a credential first.
     fn credentials(&self) -> Credentials {
         Credentials::None

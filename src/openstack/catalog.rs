@@ -51,6 +51,65 @@ impl Catalog {
     }
 }
 
+/// Catalog types of Octavia.
+pub const LOAD_BALANCER: &[&str] = &["load-balancer"];
+/// Catalog types of Cinder v3 (`block-storage`, and the older `volumev3`).
+pub const BLOCK_STORAGE: &[&str] = &["block-storage", "volumev3"];
+/// Catalog type of Neutron.
+pub const NETWORK: &[&str] = &["network"];
+
+/// One catalog entry the service finds endpoints in (at `[keystone] interface` and
+/// `region_name`), as `magnum-capi check` looks for it.
+pub struct Used {
+    pub name: &'static str,
+    /// The entry's types (aliases).
+    pub types: &'static [&'static str],
+    /// What the service uses it for.
+    pub purpose: &'static str,
+    /// Whether clusters can be made without it.
+    pub optional: bool,
+}
+
+/// Every catalog entry the service uses.
+pub const USED: [Used; 6] = [
+    Used {
+        name: "identity",
+        types: &["identity"],
+        purpose: "the workload clusters' auth_url",
+        optional: false,
+    },
+    Used {
+        name: "compute",
+        types: &["compute"],
+        purpose: "Nova: flavors, key pairs, server groups",
+        optional: false,
+    },
+    Used {
+        name: "network",
+        types: NETWORK,
+        purpose: "Neutron: networks, subnets, the delete cleanup",
+        optional: false,
+    },
+    Used {
+        name: "image",
+        types: &["image"],
+        purpose: "Glance: images and their os_distro",
+        optional: false,
+    },
+    Used {
+        name: "load-balancer",
+        types: LOAD_BALANCER,
+        purpose: "Octavia: the delete cleanup of Service load balancers",
+        optional: true,
+    },
+    Used {
+        name: "block-storage",
+        types: BLOCK_STORAGE,
+        purpose: "Cinder: the delete cleanup of volumes",
+        optional: true,
+    },
+];
+
 /// The catalog URL with the API version appended when it has none. Catalogs list Nova
 /// versioned (`…/compute/v2.1`) but Glance and Neutron unversioned (`…/image`, `:9696`);
 /// the SDK's endpoint paths are relative to the versioned root. Hand-rolled instead of the

@@ -328,6 +328,48 @@ impl Keystone {
             .to_string())
     }
 
+    /// `magnum-capi check`: a new token of the service's own credentials (those token
+    /// validation uses), validated like a caller's (which the validation session proves too):
+    /// `Ok(Ok(what it carries))`, or `Ok(Err(Keystone's message))` when Keystone refuses them.
+    pub async fn login(&self) -> Result<Result<Arc<Identity>, String>, OpenStackError> {
+        use secrecy::ExposeSecret;
+        let auth = self.cloud.auth.clone().unwrap_or_default();
+        let issued = match (
+            &auth.application_credential_id,
+            &auth.application_credential_secret,
+        ) {
+            (Some(id), Some(secret)) => self.app_credential_token(id, secret).await?,
+            _ => {
+                let body = serde_json::json!({"auth": {
+                    "identity": {"methods": ["password"], "password": {"user": {
+                        "name": auth.username, "domain": {"name": auth.user_domain_name},
+                        "password": auth.password.as_ref().map(|p| p.expose_secret())}}},
+                    "scope": {"project": {"name": auth.project_name,
+                        "domain": {"name": auth.project_domain_name}}}}});
+                self.issue_token(&body).await?
+            }
+        };
+        match issued {
+            Ok(token) => Ok(Ok(self.validate(&token).await?)),
+            Err(refused) => Ok(Err(refused)),
+        }
+    }
+
+    /// The URL of the first of `types` in `catalog` at the configured interface and region.
+    pub fn endpoint<'a>(&self, catalog: &'a Catalog, types: &[&str]) -> Option<&'a str> {
+        types
+            .iter()
+            .find_map(|t| catalog.url(t, &self.interface, self.region.as_deref()))
+    }
+
+    /// Where endpoints are looked for: `interface` (and `region`).
+    pub fn endpoint_scope(&self) -> String {
+        match &self.region {
+            Some(r) => format!("interface {} in region {r}", self.interface),
+            None => format!("interface {}", self.interface),
+        }
+    }
+
     /// Whether a project exists (quota creation checks it), asked with the service's credentials.
     pub async fn project_exists(&self, project_id: &str) -> Result<bool, OpenStackError> {
         let ep = project_get::Request::builder()

@@ -101,12 +101,7 @@ pub fn has_service(s: &UserSession, types: &[&str]) -> bool {
     s.catalog_url(types).is_some()
 }
 
-/// Catalog types of Octavia.
-pub const LOAD_BALANCER: &[&str] = &["load-balancer"];
-/// Catalog types of Cinder v3 (`block-storage`, and the older `volumev3`).
-pub const BLOCK_STORAGE: &[&str] = &["block-storage", "volumev3"];
-/// Catalog type of Neutron.
-pub const NETWORK: &[&str] = &["network"];
+pub use super::catalog::{BLOCK_STORAGE, LOAD_BALANCER, NETWORK};
 
 /// Octavia's v2 root (catalogs list it unversioned).
 fn octavia(s: &UserSession) -> Result<String, OpenStackError> {

@@ -7,6 +7,7 @@ use crate::app::App;
 use crate::db;
 use crate::domain::status::Status;
 use crate::driver::Check;
+use crate::openstack::{Keystone, catalog};
 use crate::telemetry;
 
 /// How long one dependency may take to answer a readiness check: the checks run at once, so
@@ -115,6 +116,91 @@ pub async fn readiness(app: &App) -> Readiness {
         "failed"
     };
     Readiness { status, checks }
+}
+
+/// `magnum-capi check`: the readiness checks, then what only an operator's check asks — a
+/// login with the service's own credentials and the catalog entries it uses, and, on every
+/// management cluster, each permission the driver needs.
+pub async fn preflight(app: &App) -> Readiness {
+    let (mut found, login, permissions) = tokio::join!(
+        readiness(app),
+        async {
+            match app.auth.keystone() {
+                Some(k) => keystone_login(k).await,
+                None => Vec::new(),
+            }
+        },
+        async {
+            match tokio::time::timeout(PERMISSIONS_TIMEOUT, app.backend.permissions()).await {
+                Ok(found) => found,
+                Err(_) => vec![Check::new(
+                    "permissions",
+                    Err(format!(
+                        "no answer within {}s",
+                        PERMISSIONS_TIMEOUT.as_secs()
+                    )),
+                )],
+            }
+        }
+    );
+    found.checks.extend(login);
+    found.checks.extend(permissions);
+    found
+}
+
+/// The whole permissions check (about eighty reviews per management cluster, eight at once).
+const PERMISSIONS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The service user's login, its roles and the catalog entries the service uses.
+async fn keystone_login(k: &Keystone) -> Vec<Check> {
+    // Each call is bounded by `[keystone] timeout_secs`.
+    let identity = match k.login().await {
+        Ok(Ok(identity)) => identity,
+        Ok(Err(refused)) => {
+            return vec![Check::new(
+                "keystone_login",
+                Err(format!("the service's credentials are refused: {refused}")),
+            )];
+        }
+        Err(e) => return vec![Check::new("keystone_login", Err(e.to_string()))],
+    };
+    let who = format!(
+        "user {} in project {}, roles {}",
+        identity.user_name,
+        identity.project_name.as_deref().unwrap_or("(none)"),
+        identity.roles.join(",")
+    );
+    // Keystone lets a user validate only its own tokens unless it has one of these.
+    let validates = identity
+        .roles
+        .iter()
+        .any(|r| r == "service" || r == "admin");
+    let mut checks = vec![Check::new(
+        "keystone_login",
+        if validates {
+            Ok(who)
+        } else {
+            Err(format!(
+                "{who}: neither the service nor the admin role, so Keystone refuses it \
+                 validating callers' tokens"
+            ))
+        },
+    )];
+    for used in catalog::USED {
+        let found = k.endpoint(&identity.catalog, used.types);
+        let result = match found {
+            Some(url) => Ok(url.to_string()),
+            None if used.optional => Ok(format!("none ({}; optional)", used.purpose)),
+            None => Err(format!(
+                "no {} endpoint at {} ({})",
+                used.types.join(" or "),
+                k.endpoint_scope(),
+                used.purpose
+            )),
+        };
+        checks.push(Check::new(&format!("catalog:{}", used.name), result));
+    }
+    checks
 }
 
 /// Sets the gauges `/metrics` reads from the database (queue, clusters by status and health,

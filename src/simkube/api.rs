@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::access::{self, Denials};
 use super::selector::Selector;
 use super::store::{
     Event, EventType, FieldManager, Patch, Propagation, Resource, Store, StoreError, Target,
@@ -46,6 +47,8 @@ pub(crate) struct ApiState {
     pub bookmark_interval: Duration,
     /// While false, every request is answered 503 (an outage of the API server, for tests).
     pub available: Arc<std::sync::atomic::AtomicBool>,
+    /// What `SelfSubjectAccessReview`s answer denied.
+    pub denials: Arc<Denials>,
 }
 
 /// The management cluster's API (`store`, plus the workload clusters under `/workload/…`), or
@@ -352,6 +355,17 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
         Ok(b) => b,
         Err(e) => return error_response(&StoreError::BadRequest(format!("reading body: {e}"))),
     };
+    if path.resource == Resource::new("authorization.k8s.io", "selfsubjectaccessreviews") {
+        if parts.method != Method::POST {
+            return error_response(&StoreError::MethodNotAllowed(
+                "selfsubjectaccessreviews can only be created".into(),
+            ));
+        }
+        return match parse_body(&bytes, false).and_then(|b| access::review(&st.denials, &b)) {
+            Ok(answer) => json_response(StatusCode::CREATED, &answer),
+            Err(e) => error_response(&e),
+        };
+    }
     match dispatch(&st, &parts.method, &parts.headers, path, &query, &bytes) {
         Ok(resp) => resp,
         Err(e) => error_response(&e),

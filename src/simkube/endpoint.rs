@@ -200,6 +200,8 @@ impl Server {
             shutdown: stop_rx.clone(),
             bookmark_interval: self.serving.bookmark_interval,
             available: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            // No RBAC on a workload API: its client certificates are cluster admin.
+            denials: Arc::default(),
         };
         drop(sim);
         let auth = Auth {

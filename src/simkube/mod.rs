@@ -8,6 +8,7 @@
 //! `/workload/{namespace}/{cluster}` on this server; the simulator models kubeadm's PKI on them
 //! (`pki`). CRD defaults, schemas and CEL rules are applied to writes by `admission`.
 
+mod access;
 pub mod admission;
 mod api;
 pub mod controllers;
@@ -122,6 +123,7 @@ pub struct SimCluster {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     available: Arc<std::sync::atomic::AtomicBool>,
+    denials: Arc<access::Denials>,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -158,6 +160,7 @@ impl SimCluster {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let workloads = Arc::new(workload::Workloads::default());
         let available = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let denials = Arc::new(access::Denials::default());
         let app = api::router(api::ApiState {
             store: store.clone(),
             workloads: workloads.clone(),
@@ -165,6 +168,7 @@ impl SimCluster {
             shutdown: shutdown_rx.clone(),
             bookmark_interval: opts.bookmark_interval,
             available: available.clone(),
+            denials: denials.clone(),
         });
         let mut stop = shutdown_rx.clone();
         let server = tokio::spawn(async move {
@@ -204,7 +208,14 @@ impl SimCluster {
             shutdown,
             tasks,
             available,
+            denials,
         })
+    }
+
+    /// From now on `SelfSubjectAccessReview`s of `verb` on `resource` (API group `group`, `""`
+    /// for core) answer denied, as for an account whose RBAC lacks it.
+    pub fn deny(&self, group: &str, resource: &str, verb: &str) {
+        self.denials.deny(group, resource, verb);
     }
 
     /// An outage of the API server (every request answered 503) until set back to `true`.

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Probe, Service, ServiceAc
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use magnum_capi::capi::apply::resource;
+use magnum_capi::capi::access::DRIVER_VERBS;
 use magnum_capi::capi::kinds;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -135,65 +135,6 @@ fn the_kustomization_lists_every_manifest_and_each_names_the_namespace() {
     }
 }
 
-/// The verbs the driver uses on each kind it touches on the management cluster (`capi::apply::
-/// Mgmt`): `get` (get/get_value), `list` (list, list_all, delete_labelled), `watch` (the
-/// watchers of `capi::watch`, which list too), `create` + `patch` (server-side apply, which
-/// creates missing objects), `patch` (annotate/label), `delete`. `magnum-capi cluster forget`
-/// (`Mgmt::remove`) deletes and patches away the finalizers of every kind a cluster has objects
-/// of (the namespace excepted).
-const DRIVER_VERBS: &[(&str, &[&str])] = &[
-    // templates/namespace.yaml.hbs, applied with every cluster.
-    ("Namespace", &["create", "patch"]),
-    // CA, credential and rotation Secrets (read, applied, deleted); CAPI's kubeconfig (read,
-    // deleted during a CA rotation); the staged-credential janitor lists every namespace.
-    ("Secret", &["get", "list", "create", "patch", "delete"]),
-    // Watched, applied, relabelled; deleted to delete the cluster.
-    ("Cluster", &["list", "watch", "create", "patch", "delete"]),
-    // Watched, applied, relabelled; deleted with a nodegroup.
-    (
-        "MachineDeployment",
-        &["list", "watch", "create", "patch", "delete"],
-    ),
-    // Read by collect_templates; removed by forget.
-    ("MachineSet", &["list", "patch", "delete"]),
-    // Watched; annotated for resize's nodes_to_remove; removed by forget.
-    ("Machine", &["list", "watch", "patch", "delete"]),
-    ("MachineHealthCheck", &["list", "create", "patch", "delete"]),
-    // Watched and applied; CAPI deletes it with the Cluster (forget does without CAPI).
-    (
-        "KubeadmControlPlane",
-        &["list", "watch", "create", "patch", "delete"],
-    ),
-    (
-        "KubeadmConfigTemplate",
-        &["list", "create", "patch", "delete"],
-    ),
-    // Watched; read before each apply (the fields CAPO's webhook made immutable).
-    (
-        "OpenStackCluster",
-        &["get", "list", "watch", "create", "patch", "delete"],
-    ),
-    (
-        "OpenStackMachineTemplate",
-        &["list", "create", "patch", "delete"],
-    ),
-    ("HelmChartProxy", &["list", "create", "patch", "delete"]),
-    ("ClusterResourceSet", &["list", "create", "patch", "delete"]),
-    // Watched: add-on health (CAAPH creates them); removed by forget.
-    ("HelmReleaseProxy", &["list", "watch", "patch", "delete"]),
-    // The cluster autoscaler (templates/autoscaler.yaml.hbs): applied, pruned when no
-    // nodegroup autoscales, deleted with the cluster. Its RoleBinding grants the ClusterRole
-    // installed with the service (`bind` on that one name: AUTOSCALER_BINDING); Roles an
-    // earlier version made are only pruned and deleted — no `escalate`, no Role written.
-    ("ServiceAccount", &["list", "create", "patch", "delete"]),
-    ("Role", &["list", "delete"]),
-    ("RoleBinding", &["list", "create", "patch", "delete"]),
-    ("Deployment", &["list", "create", "patch", "delete"]),
-    // The k8s-keystone-auth manifests (a ClusterResourceSet resource): applied, pruned when
-    // keystone_auth_enabled goes off, deleted with the cluster.
-    ("ConfigMap", &["list", "create", "patch", "delete"]),
-];
-
 /// Names of the `Gvk` constants of src/capi/mod.rs's `kinds` module, and those `ALL` lists.
 fn kinds_module_constants() -> (BTreeSet<String>, BTreeSet<String>) {
     let text = read("src/capi/mod.rs");
@@ -239,28 +180,22 @@ fn kinds_all_is_every_kind_the_driver_reads_or_writes() {
         }
     }
     // And the verbs table covers exactly them.
-    let table: BTreeSet<&str> = DRIVER_VERBS.iter().map(|(k, _)| *k).collect();
+    let table: BTreeSet<&str> = DRIVER_VERBS.iter().map(|(g, _)| g.1).collect();
     assert_eq!(table, all, "DRIVER_VERBS vs capi::kinds::ALL");
 }
 
 type Grant = (String, String, String);
 
-/// (apiGroup, resource, verb) the driver needs: the kinds of `capi::kinds::ALL` mapped to their
-/// resources by the rule the driver itself uses (`capi::apply::resource`).
+/// (apiGroup, resource, verb) the driver needs: the verbs of `capi::access::DRIVER_VERBS` on
+/// the kinds of `capi::kinds::ALL`, mapped to their resources by the rule the driver itself
+/// uses (`capi::apply::resource`) — what `magnum-capi check` asks the management cluster about.
 fn required() -> BTreeSet<Grant> {
-    let mut out = BTreeSet::new();
-    for (api_version, kind) in kinds::ALL {
-        let ar = resource(api_version, kind);
-        let verbs = DRIVER_VERBS
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .unwrap_or_else(|| panic!("DRIVER_VERBS lacks {kind}"))
-            .1;
-        for verb in verbs {
-            out.insert((ar.group.clone(), ar.plural.clone(), verb.to_string()));
-        }
-    }
-    out
+    let role = magnum_capi::config::CapiConfig::default().autoscaler_cluster_role;
+    magnum_capi::capi::access::required(&role)
+        .into_iter()
+        .filter(|g| g.name.is_none())
+        .map(|g| (g.group, g.resource, g.verb))
+        .collect()
 }
 
 /// The one named grant: `bind` on the ClusterRole the autoscalers' RoleBindings refer to.

@@ -321,18 +321,7 @@ async fn the_command_lists_reachability_versions_and_clusters_by_status() {
         ),
     )
     .unwrap();
-    // Off this runtime's thread: the simulated management clusters answer on it.
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
-            .args(["management-clusters", "--config"])
-            .arg(&config)
-            .env_remove("MAGNUM_CAPI_CONFIG")
-            .env_remove("KUBECONFIG")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = crate::common::served::run_command("management-clusters", &config).await;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),

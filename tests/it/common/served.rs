@@ -192,3 +192,21 @@ impl Server {
         .await
     }
 }
+
+/// Runs `magnum-capi <command> --config <config>` to its end, with no configuration or
+/// kubeconfig from the environment; off the test's runtime thread (a simulated management
+/// cluster on it must answer the command).
+pub async fn run_command(command: &str, config: &std::path::Path) -> std::process::Output {
+    let (command, config) = (command.to_string(), config.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
+            .args([command.as_str(), "--config"])
+            .arg(&config)
+            .env_remove("MAGNUM_CAPI_CONFIG")
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("running magnum-capi")
+    })
+    .await
+    .expect("magnum-capi ran")
+}
