@@ -32,6 +32,7 @@ mod devstack;
 mod durability;
 mod fakecloud_selftest;
 mod fuzz_openapi;
+mod import_capi_drivers;
 mod import_magnum;
 mod keystone_auth;
 mod keystone_harness;
