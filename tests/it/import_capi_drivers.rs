@@ -4,22 +4,21 @@
 //! each driver left serves `coe ca show` and `coe ca sign` (what `coe cluster config` needs);
 //! a Heat cluster, which has none, refuses the signing with the read-only reason.
 
-use crate::common::capi::capi_app_on;
+use crate::common::capi::{admin_csr, capi_app_on};
 use crate::common::capi_drivers::{Driver, TENANT, imported_cluster, load_driver_objects};
 use crate::common::*;
 
 use magnum_capi::capi::pki;
 use serde_json::json;
 
-/// A CSR (ECDSA P-256) with subject `O=system:masters, CN=admin`, as `coe cluster config` sends.
-fn admin_csr() -> String {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "system:masters");
-    dn.push(rcgen::DnType::CommonName, "admin");
-    params.distinguished_name = dn;
-    params.serialize_request(&key).unwrap().pem().unwrap()
+/// `POST /v1/certificates` of an admin CSR for cluster `c`.
+async fn sign(t: &TestApp, c: &str) -> Resp {
+    t.post(
+        &TENANT,
+        "/v1/certificates",
+        json!({"cluster_uuid": c, "csr": admin_csr()}),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -52,13 +51,7 @@ async fn the_ca_each_capi_driver_left_serves_ca_show_and_sign_and_the_cluster_st
             "{driver:?}: the etcd CA is its own"
         );
 
-        let r = t
-            .post(
-                &TENANT,
-                "/v1/certificates",
-                json!({"cluster_uuid": c, "csr": admin_csr()}),
-            )
-            .await;
+        let r = sign(t, &c).await;
         r.assert_status(201);
         let cert = r.body["pem"].as_str().unwrap();
         assert!(pki::verifies(cert, &ca.cert_pem), "{driver:?}: {cert}");
@@ -98,13 +91,7 @@ async fn the_ca_each_capi_driver_left_serves_ca_show_and_sign_and_the_cluster_st
         &TENANT,
     )
     .await;
-    let r = t
-        .post(
-            &TENANT,
-            "/v1/certificates",
-            json!({"cluster_uuid": c, "csr": admin_csr()}),
-        )
-        .await;
+    let r = sign(t, &c).await;
     assert_magnum_error(
         &r,
         400,
