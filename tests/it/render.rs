@@ -1874,3 +1874,102 @@ fn addon_versions_follow_the_kubernetes_minor_across_an_upgrade() {
     }
     insta::assert_json_snapshot!("versions_by_minor", json!([before, after]));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Data volumes
+
+#[test]
+fn containerd_and_etcd_get_their_own_volumes_mounted_before_kubeadm() {
+    let ngs = json!({"nodegroups": [
+        {"uuid": "11111111-1111-4111-8111-111111111111", "name": "default-master",
+         "role": "master", "node_count": 1, "is_default": true, "docker_volume_size": 30},
+        {"uuid": "22222222-2222-4222-8222-222222222222", "name": "default-worker",
+         "role": "worker", "node_count": 2, "is_default": true, "docker_volume_size": 30},
+        {"uuid": "33333333-3333-4333-8333-333333333333", "name": "big",
+         "role": "worker", "node_count": 1, "docker_volume_size": 200,
+         "labels": {"docker_volume_type": "bulk"}},
+        {"uuid": "44444444-4444-4444-8444-444444444444", "name": "plain",
+         "role": "worker", "node_count": 1, "docker_volume_size": 0}
+    ]});
+    let (mut t, c) = with_labels(json!({
+        "docker_volume_type": "ssd",
+        "etcd_volume_size": "10",
+        "etcd_volume_type": "fast"
+    }));
+    t["docker_volume_size"] = json!(30);
+    let objects = render_rows(&rows(t, c, Some(ngs)));
+    assert_valid(&objects);
+    let block_devices = |name_part: &str| {
+        let osmt = find(&objects, "OpenStackMachineTemplate")
+            .into_iter()
+            .find(|o| o["metadata"]["name"].as_str().unwrap().contains(name_part))
+            .unwrap_or_else(|| panic!("no machine template {name_part}"));
+        osmt["spec"]["template"]["spec"]["additionalBlockDevices"].clone()
+    };
+    let containerd = |size: u32, volume_type: &str| {
+        json!({"name": "containerd", "sizeGiB": size,
+               "storage": {"type": "Volume", "volume": {"type": volume_type}}})
+    };
+    assert_eq!(
+        block_devices("-control-plane"),
+        json!([{"name": "etcd", "sizeGiB": 10, "storage": {"type": "Volume", "volume": {"type": "fast"}}},
+               containerd(30, "ssd")])
+    );
+    assert_eq!(block_devices("-22222222-"), json!([containerd(30, "ssd")]));
+    assert_eq!(
+        block_devices("-33333333-"),
+        json!([containerd(200, "bulk")])
+    );
+    assert_eq!(block_devices("-44444444-"), Value::Null);
+
+    // The file systems and mounts are cloud-init's (disk_setup, mounts: before runcmd, where
+    // kubeadm runs); the commands before kubeadm refuse to go on without the mount.
+    let mount_check = "mountpoint -q /var/lib/containerd || { echo '/var/lib/containerd: its \
+                       volume is not mounted' >&2; exit 1; }";
+    let kcp = &one(&objects, "KubeadmControlPlane")["spec"]["kubeadmConfigSpec"];
+    assert_eq!(
+        kcp["diskSetup"]["filesystems"],
+        json!([
+            {"device": "/dev/disk/openstack/by-tag/etcd", "filesystem": "ext4",
+             "label": "etcd_data", "overwrite": false},
+            {"device": "/dev/disk/openstack/by-tag/containerd", "filesystem": "ext4",
+             "label": "containerd_data", "overwrite": false}
+        ])
+    );
+    assert_eq!(
+        kcp["mounts"],
+        json!([
+            ["LABEL=etcd_data", "/var/lib/etcd"],
+            ["LABEL=containerd_data", "/var/lib/containerd"]
+        ])
+    );
+    assert_eq!(
+        kcp["preKubeadmCommands"],
+        json!([mount_check, "systemctl restart containerd"])
+    );
+    for kct in find(&objects, "KubeadmConfigTemplate") {
+        let spec = &kct["spec"]["template"]["spec"];
+        if kct["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .contains("-44444444-")
+        {
+            assert!(spec.get("diskSetup").is_none() && spec.get("mounts").is_none());
+            assert!(spec.get("preKubeadmCommands").is_none());
+            continue;
+        }
+        assert_eq!(
+            spec["mounts"],
+            json!([["LABEL=containerd_data", "/var/lib/containerd"]])
+        );
+        assert_eq!(
+            spec["diskSetup"]["filesystems"][0]["device"],
+            "/dev/disk/openstack/by-tag/containerd"
+        );
+        assert_eq!(
+            spec["preKubeadmCommands"],
+            json!([mount_check, "systemctl restart containerd"])
+        );
+    }
+    insta::assert_json_snapshot!("data_volumes", objects);
+}

@@ -92,7 +92,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         }
     }
     let machines = cx.machine_refs()?;
-    let mut control_plane = cx.control_plane(master, &machines)?;
+    let mut control_plane = cx.control_plane(master, &machines, &nodes.pre_kubeadm_commands)?;
     control_plane.files = nodes
         .files
         .iter()
@@ -100,7 +100,8 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         .chain(audit_policy)
         .chain(keystone_parts.map(|k| k.file))
         .collect();
-    let node_groups = cx.node_groups(nodegroups, &machines, &kubeadm)?;
+    let node_groups =
+        cx.node_groups(nodegroups, &machines, &kubeadm, &nodes.pre_kubeadm_commands)?;
     let mut addons = cx.addons(&networking)?;
     addons.keystone_auth = keystone_auth;
     let flavors: Vec<&FlavorRef> = node_groups

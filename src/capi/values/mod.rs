@@ -13,7 +13,8 @@
 //! | `availability_zone` (NG) | MachineDeployment failure domain; control-plane AZ fallback |
 //! | `control_plane_availability_zones` | comma list of control-plane AZs |
 //! | `boot_volume_size`, `boot_volume_type`, `boot_volume_availability_zone` (NG) | root volume |
-//! | `etcd_blockdevice_size`\|`etcd_volume_size`, `etcd_blockdevice_type` (volume/local), `etcd_blockdevice_volume_type`\|`etcd_volume_type`, `etcd_blockdevice_volume_az` | etcd disk |
+//! | `etcd_blockdevice_size`\|`etcd_volume_size`, `etcd_blockdevice_type` (volume/local), `etcd_blockdevice_volume_type`\|`etcd_volume_type`, `etcd_blockdevice_volume_az` | etcd disk (`additionalBlockDevices` + `diskSetup`/`mounts` at `/var/lib/etcd`) |
+//! | `docker_volume_type` (NG), with the nodegroup/cluster/template field `docker_volume_size` | containerd's own Cinder volume at `/var/lib/containerd` on every machine |
 //! | `master_lb_floating_ip_enabled` | floating IP on the API (default true) |
 //! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs |
 //! | `octavia_provider`, `octavia_lb_algorithm`, `octavia_lb_healthcheck` | API LB and CCM |
