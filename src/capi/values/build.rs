@@ -399,11 +399,7 @@ impl<'a> Cx<'a> {
             kubelet_extra_args.push(nv("tls-cipher-suites", suites));
         }
         Ok(Kubeadm {
-            image_repository: self
-                .view
-                .token(&["container_infra_prefix"])?
-                .map(|p| p.trim_end_matches('/').to_owned())
-                .filter(|p| !p.is_empty()),
+            image_repository: super::images::prefix(&self.view)?,
             kubelet_extra_args,
         })
     }
@@ -508,8 +504,10 @@ impl<'a> Cx<'a> {
             csi_cinder,
             metrics_server: self.optional_addon("metrics-server")?,
             cloud_env: Vec::new(),
+            image_values: super::images::overlays(view, super::images::prefix(view)?.as_deref())?,
             monitoring: self.optional_addon("monitoring")?,
-            ingress_nginx: self.ingress()?,
+            ingress_nginx: self.ingress("ingress-nginx")?,
+            ingress_traefik: self.ingress("ingress-traefik")?,
             csi_manila: self.manila()?,
             gpu_operator: None,
             keystone_auth: None,

@@ -547,6 +547,8 @@ pub struct Addons {
     pub monitoring: Option<HelmChart>,
     /// ingress-nginx behind a LoadBalancer Service (`ingress_controller=nginx`).
     pub ingress_nginx: Option<HelmChart>,
+    /// Traefik behind a LoadBalancer Service (`ingress_controller=traefik`).
+    pub ingress_traefik: Option<HelmChart>,
     /// Manila CSI (`manila_csi_enabled`).
     pub csi_manila: Option<CsiManila>,
     /// The NVIDIA GPU operator (`gpu_operator_enabled`).
@@ -556,6 +558,9 @@ pub struct Addons {
     pub keystone_auth: Option<KeystoneAuth>,
     /// Container env of the addons that reach the cloud (CCM, Cinder CSI): the proxy's.
     pub cloud_env: Vec<NameValue>,
+    /// Values the renderer merges into the HelmChartProxy of each chart, by chart name: its
+    /// images under `container_infra_prefix` and the tags the image tag labels set.
+    pub image_values: BTreeMap<String, serde_json::Value>,
 }
 
 /// Manila CSI: the Manila controller, the NFS node plugin it forwards to, and a StorageClass.
