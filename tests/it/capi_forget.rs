@@ -134,3 +134,106 @@ async fn forget_finishes_a_stuck_delete_after_saying_what_is_left() {
     t.wait_cluster(&ALICE, &c, "GONE").await;
     assert_eq!(cluster_objects(&app, &c), Vec::<String>::new());
 }
+
+/// Writes, as `magnum-capi import` does, a Magnum cluster made by magnum-capi-helm (release
+/// `stack`, in project `ALICE`'s) with its two nodegroups; its uuid.
+async fn imported_capi_helm_cluster(t: &TestApp, stack: &str) -> String {
+    use magnum_capi::domain::imported::{Tables, plan};
+    let row = |v: serde_json::Value| v.as_object().unwrap().clone();
+    let (tpl, c) = (
+        "7e1f0d7a-0009-4000-8000-000000000009",
+        "c1a5e700-0009-4000-8000-000000000009",
+    );
+    let tables = Tables {
+        templates: vec![row(json!({"id": 9001, "uuid": tpl, "project_id": ALICE.project,
+            "user_id": ALICE.user, "name": "helm", "coe": "kubernetes",
+            "driver": "k8s_capi_helm_v1", "labels": "{}"}))],
+        clusters: vec![row(json!({"id": 9001, "uuid": c, "project_id": ALICE.project,
+            "user_id": ALICE.user, "name": "live", "cluster_template_id": tpl,
+            "stack_id": stack, "status": "CREATE_COMPLETE", "labels": "{}"}))],
+        nodegroups: ["default-master", "default-worker"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                row(json!({"id": 9001 + i, "uuid": format!("9e000000-0009-4000-8000-00000000000{i}"),
+                    "name": n, "cluster_id": c, "project_id": ALICE.project,
+                    "role": if i == 0 { "master" } else { "worker" }, "node_count": 1}))
+            })
+            .collect(),
+        quotas: Vec::new(),
+    };
+    let plan = plan(&tables, chrono::Utc::now()).unwrap();
+    let mut tx = t.state.pool.begin().await.unwrap();
+    magnum_capi::db::imports::write(&mut tx, &plan)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    c.to_string()
+}
+
+#[tokio::test]
+async fn forgetting_an_imported_cluster_removes_its_records_and_touches_no_object_of_its_driver() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &t.url, app.sim.url());
+    let stack = "live-0a1b2c3d4e5f";
+    let c = imported_capi_helm_cluster(t, stack).await;
+    // What magnum-capi-helm left on this (shared) management cluster: its namespace is the one
+    // this driver uses for the project, its Secrets carry the same cluster-uuid label, CAPI's
+    // objects the release name.
+    app.sim.pause();
+    let ns = magnum_capi::capi::namespace("magnum", ALICE.project);
+    let store = app.sim.store();
+    store.ensure_namespace(&ns).unwrap();
+    let labels = json!({"magnum.openstack.org/cluster-uuid": c,
+        "magnum.openstack.org/project-id": ALICE.project, "cluster.x-k8s.io/cluster-name": stack});
+    store
+        .put(
+            &magnum_capi::simkube::Resource::core("secrets"),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+                "metadata": {"name": format!("{stack}-ca"), "namespace": ns, "labels": labels},
+                "data": {}}),
+        )
+        .unwrap();
+    store
+        .put(
+            &magnum_capi::simkube::Resource::of("cluster.x-k8s.io/v1beta1", "Cluster"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                "metadata": {"name": stack, "namespace": ns,
+                    "labels": {"capi.stackhpc.com/cluster": stack}},
+                "spec": {}}),
+        )
+        .unwrap();
+    let before = cluster_objects(&app, &c);
+    assert!(
+        before.contains(&format!("Secret/\"{stack}-ca\"")),
+        "{before:?}"
+    );
+
+    let (ok, out) = forget(&config, &c, &["--yes", "--force"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("imported read-only from Magnum: forgetting it removes its records only"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "everything k8s_capi_helm_v1 made for it in Magnum (stack_id {stack})"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("0 objects removed"), "{out}");
+    t.wait_cluster(&ALICE, &c, "GONE").await;
+    assert_eq!(cluster_objects(&app, &c), before);
+    assert!(
+        store
+            .get(
+                &magnum_capi::simkube::Resource::of("cluster.x-k8s.io/v1beta1", "Cluster"),
+                &ns,
+                stack
+            )
+            .is_some()
+    );
+    app.sim.resume();
+}

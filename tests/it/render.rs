@@ -1067,7 +1067,7 @@ fn bad_label_values_are_values_errors_naming_the_label() {
             "master_lb_floating_ip_enabled",
         ),
         (
-            json!({"api_master_lb_allowed_cidrs": "10.0.0.0/8"}),
+            json!({"api_master_lb_allowed_cidrs": "10.0.0.0/33"}),
             "api_master_lb_allowed_cidrs",
         ),
         (
@@ -2161,4 +2161,47 @@ fn containerd_and_etcd_get_their_own_volumes_mounted_before_kubeadm() {
         );
     }
     insta::assert_json_snapshot!("data_volumes", objects);
+/// A template carrying every label `driver` honours, each with a value its working templates
+/// carry (`domain::driver_labels`), builds a cluster's values and renders valid objects here.
+fn every_label_of(honoured: impl Fn(&magnum_capi::domain::driver_labels::DriverLabel) -> bool) {
+    use magnum_capi::domain::driver_labels::DRIVER_LABELS;
+    let labels: serde_json::Map<String, Value> = DRIVER_LABELS
+        .iter()
+        .filter(|l| honoured(l))
+        .map(|l| (l.name.to_string(), json!(l.sample)))
+        .collect();
+    let (t, c) = with_labels(Value::Object(labels.clone()));
+    let r = rows(t, c, None);
+    // A service with Keystone (keystone_auth_enabled gives the cluster its URL).
+    let config = CapiConfig {
+        keystone_auth_url: Some("https://keystone.example.com:5000/v3".into()),
+        ..CapiConfig::default()
+    };
+    let v = build_values(&r, &config)
+        .unwrap_or_else(|e| panic!("a label of a working template was refused: {e}\n{labels:?}"));
+    assert_valid(&renderer().render(&v).unwrap());
+}
+
+#[test]
+fn every_label_of_a_working_magnum_cluster_api_template_is_accepted() {
+    every_label_of(|l| l.cluster_api);
+}
+
+#[test]
+fn every_label_of_a_working_magnum_capi_helm_template_is_accepted() {
+    every_label_of(|l| l.capi_helm);
+}
+
+#[test]
+fn allowed_cidrs_give_a_single_master_cluster_its_api_load_balancer() {
+    // magnum-capi-helm's templates carry the label without master_lb_enabled: it always made the
+    // load balancer. The restriction is kept, never dropped.
+    let (t, c) = with_labels(json!({"api_master_lb_allowed_cidrs": "10.0.0.0/8,192.0.2.0/24"}));
+    let objects = render_rows(&rows(t, c, None));
+    let osc = one(&objects, "OpenStackCluster");
+    assert_eq!(
+        osc["spec"]["apiServerLoadBalancer"]["allowedCIDRs"],
+        json!(["10.0.0.0/8", "192.0.2.0/24"]),
+        "{osc}"
+    );
 }

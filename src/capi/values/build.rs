@@ -277,7 +277,12 @@ impl<'a> Cx<'a> {
     ) -> Result<ApiServer, ValuesError> {
         let (view, t, c) = (&self.view, self.t, self.c);
         const ALLOWED_CIDRS: &[&str] = &["api_master_lb_allowed_cidrs", "master_lb_allowed_cidrs"];
-        let lb_wanted = c.master_lb_enabled.unwrap_or(t.master_lb_enabled) || master_count > 1;
+        // Allowed CIDRs restrict the API load balancer, so asking for them asks for one:
+        // magnum-capi-helm always made it, and its templates carry the label without
+        // `master_lb_enabled` (dropping the restriction silently would open the API).
+        let lb_wanted = c.master_lb_enabled.unwrap_or(t.master_lb_enabled)
+            || master_count > 1
+            || view.raw(ALLOWED_CIDRS)?.is_some();
         let floating_ip =
             view.bool(&["master_lb_floating_ip_enabled"], true)? && has_external_network;
         let load_balancer = if lb_wanted {
@@ -289,13 +294,6 @@ impl<'a> Cx<'a> {
                 availability_zone: view.token(&["api_server_lb_availability_zone"])?,
             })
         } else {
-            if let Some((label, v)) = view.raw(ALLOWED_CIDRS)? {
-                return Err(bad(
-                    label,
-                    v,
-                    "needs the API load balancer (master_lb_enabled, or more than one master)",
-                ));
-            }
             if !floating_ip {
                 return Err(ValuesError::Invalid(
                     "without the API load balancer (master_lb_enabled, or more than one master) \

@@ -16,7 +16,7 @@
 //! | `etcd_blockdevice_size`\|`etcd_volume_size`, `etcd_blockdevice_type` (volume/local), `etcd_blockdevice_volume_type`\|`etcd_volume_type`, `etcd_blockdevice_volume_az` | etcd disk (`additionalBlockDevices` + `diskSetup`/`mounts` at `/var/lib/etcd`) |
 //! | `docker_volume_type` (NG), with the nodegroup/cluster/template field `docker_volume_size` | containerd's own Cinder volume at `/var/lib/containerd` on every machine |
 //! | `master_lb_floating_ip_enabled` | floating IP on the API (default true) |
-//! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs |
+//! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs (set, the API gets its load balancer, as magnum-capi-helm always made one) |
 //! | `octavia_provider`, `octavia_lb_algorithm`, `octavia_lb_healthcheck` | API LB and CCM |
 //! | `api_server_lb_flavor`, `api_server_lb_availability_zone`, `api_server_floating_ip` | API LB |
 //! | `fixed_subnet_cidr` | subnet CAPO creates when no fixed network is given |
