@@ -20,6 +20,7 @@ mod capi_credentials;
 mod capi_forget;
 mod capi_keystone;
 mod capi_lifecycle;
+mod chart;
 mod client_gophercloud;
 mod client_horizon;
 mod client_magnumclient;
