@@ -37,6 +37,7 @@ mod import_magnum;
 mod keystone_auth;
 mod keystone_harness;
 mod layers;
+mod listener;
 mod management_clusters;
 mod openapi;
 mod policy;
