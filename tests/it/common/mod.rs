@@ -5,6 +5,7 @@
 
 pub mod capi;
 pub mod capi_drivers;
+pub mod chart;
 pub mod fakecloud;
 pub mod keystone;
 pub mod magnum;
