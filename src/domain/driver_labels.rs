@@ -109,13 +109,7 @@ pub const DRIVER_LABELS: &[DriverLabel] = &[
     l("etcd_blockdevice_volume_type", true, false, Mapped, "ssd"),
     l("etcd_volume_type", true, true, Mapped, "ssd"),
     l("etcd_blockdevice_volume_az", true, false, Mapped, "az1"),
-    l(
-        "docker_volume_type",
-        false,
-        true,
-        Ignored("no separate containerd volume: images live on the root disk"),
-        "ssd",
-    ),
+    l("docker_volume_type", false, true, Mapped, "ssd"),
     l("availability_zone", false, true, Mapped, "az1"),
     l(
         "control_plane_availability_zones",
