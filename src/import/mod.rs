@@ -132,6 +132,15 @@ fn report(
             state.as_str().replace('_', "-"),
             c.source.basis,
         );
+        if let Some(at) = imported::objects_at(&c.source.name, c.stack_id.as_deref(), &c.project_id)
+        {
+            let _ = writeln!(
+                out,
+                "  Cluster API objects: {}/{} on the management cluster its driver used; its CA \
+                 Secret {}/{}-ca serves ca show and ca sign",
+                at.namespace, at.name, at.namespace, at.name
+            );
+        }
         let _ = writeln!(out, "  nodegroups: {}", ngs.join(", "));
     }
     for q in &plan.quotas {

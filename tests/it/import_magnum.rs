@@ -492,6 +492,19 @@ async fn a_dry_run_reports_every_object_and_writes_nothing() {
         out.contains("  nodegroups: default-master, default-worker, gpu"),
         "{out}"
     );
+    // Where each CAPI driver left the cluster's objects (and the CA that serves it here).
+    assert!(
+        out.contains(
+            "  Cluster API objects: magnum-pimporta/c0-abcdef000000 on the management cluster its \
+             driver used; its CA Secret magnum-pimporta/c0-abcdef000000-ca serves ca show and ca \
+             sign"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("  Cluster API objects: magnum-system/kube-a0001 on the management cluster"),
+        "{out}"
+    );
     assert!(
         out.contains(&format!("quota {PA} Cluster = 7: import")),
         "{out}"
