@@ -2161,6 +2161,8 @@ fn containerd_and_etcd_get_their_own_volumes_mounted_before_kubeadm() {
         );
     }
     insta::assert_json_snapshot!("data_volumes", objects);
+}
+
 /// A template carrying every label `driver` honours, each with a value its working templates
 /// carry (`domain::driver_labels`), builds a cluster's values and renders valid objects here.
 fn every_label_of(honoured: impl Fn(&magnum_capi::domain::driver_labels::DriverLabel) -> bool) {
