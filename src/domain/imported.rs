@@ -505,8 +505,8 @@ pub fn refusal(cluster: &str, source_driver: &str) -> String {
     format!(
         "Cluster {cluster} was imported from Magnum and is read-only: {why}. It can be listed \
          and shown; to change it, use the Magnum that made it, or recreate it in magnum-capi (an \
-         administrator can remove this record with `magnum-capi cluster forget {cluster} \
-         --force`)."
+         administrator can remove this record, and only the record, with `magnum-capi cluster \
+         forget {cluster} --force --yes`)."
     )
 }
 

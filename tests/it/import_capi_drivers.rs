@@ -97,7 +97,10 @@ async fn the_ca_each_capi_driver_left_serves_ca_show_and_sign_and_the_cluster_st
         400,
         &format!(
             "Cluster {c} was imported from Magnum and is read-only: made by the Heat driver \
-             (k8s_fedora_coreos_v1): magnum-capi cannot manage Heat stacks."
+             (k8s_fedora_coreos_v1): magnum-capi cannot manage Heat stacks. It can be listed and \
+             shown; to change it, use the Magnum that made it, or recreate it in magnum-capi (an \
+             administrator can remove this record, and only the record, with `magnum-capi \
+             cluster forget {c} --force --yes`)."
         ),
     );
     app.sim.resume();
