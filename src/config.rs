@@ -296,6 +296,10 @@ pub struct CapiConfig {
     pub ingress_nginx_chart_repo: String,
     /// `ingress-nginx` chart version.
     pub ingress_nginx_chart_version: String,
+    /// Helm repository of `traefik` (add-on `ingress_controller=traefik`).
+    pub traefik_chart_repo: String,
+    /// `traefik` chart version.
+    pub traefik_chart_version: String,
     /// `openstack-manila-csi` chart version (repository `openstack_chart_repo`; add-on
     /// `manila_csi_enabled`).
     pub manila_csi_chart_version: String,
@@ -469,6 +473,8 @@ impl Default for CapiConfig {
             monitoring_chart_version: "77.0.0".into(),
             ingress_nginx_chart_repo: "https://kubernetes.github.io/ingress-nginx".into(),
             ingress_nginx_chart_version: "4.13.0".into(),
+            traefik_chart_repo: "https://traefik.github.io/charts".into(),
+            traefik_chart_version: "37.3.0".into(),
             manila_csi_chart_version: "2.33.1".into(),
             nfs_csi_chart_repo:
                 "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts"

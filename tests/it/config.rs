@@ -47,6 +47,16 @@ fn environment_overrides_the_file() {
         .env("MAGNUM_CAPI__HTTP__BIND", "127.0.0.1:2222")
         .env("MAGNUM_CAPI__DATABASE__URL", "postgres://u@h/db")
         .env("MAGNUM_CAPI__QUOTAS__MAX_CLUSTERS_PER_PROJECT", "7")
+        // As the Helm chart sets them.
+        .env(
+            "MAGNUM_CAPI__HTTP__TLS_CERT_FILE",
+            "/etc/magnum-capi/tls/tls.crt",
+        )
+        .env(
+            "MAGNUM_CAPI__HTTP__TLS_KEY_FILE",
+            "/etc/magnum-capi/tls/tls.key",
+        )
+        .env("MAGNUM_CAPI__HTTP__TRUSTED_PROXIES", "10.0.0.0/8,192.0.2.7")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -68,6 +78,43 @@ fn file_and_environment_as_given_by_the_parent() {
     assert_eq!(cfg.database.url.as_deref(), Some("postgres://u@h/db"));
     assert_eq!(cfg.quotas.max_clusters_per_project, 7);
     assert_eq!(cfg.api.max_limit, 5);
+    let (cert, key) = cfg.http.tls().expect("TLS files");
+    assert_eq!(cert, std::path::Path::new("/etc/magnum-capi/tls/tls.crt"));
+    assert_eq!(key, std::path::Path::new("/etc/magnum-capi/tls/tls.key"));
+    for (peer, trusted) in [
+        ("10.1.2.3", true),
+        ("192.0.2.7", true),
+        ("192.0.2.8", false),
+    ] {
+        assert_eq!(cfg.http.trusts(peer.parse().unwrap()), trusted, "{peer}");
+    }
+}
+
+#[test]
+fn tls_files_go_together_and_trusted_proxies_are_addresses_or_cidrs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[http]\ntls_cert_file = \"/etc/tls.crt\"\n").unwrap();
+    let e = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(
+        e.contains("tls_cert_file and tls_key_file go together"),
+        "{e}"
+    );
+    std::fs::write(
+        &path,
+        "[http]\ntrusted_proxies = [\"10.0.0.0/8\", \"proxy.example.com\"]\n",
+    )
+    .unwrap();
+    let e = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(
+        e.contains("\"proxy.example.com\" is neither an IP address nor a CIDR"),
+        "{e}"
+    );
+    std::fs::write(&path, "[http]\ntrusted_proxies = [\"::1\", \"fd00::/8\"]\n").unwrap();
+    let cfg = Config::load(Some(&path)).unwrap();
+    assert!(cfg.http.trusts("::1".parse().unwrap()));
+    assert!(cfg.http.trusts("fd00::5".parse().unwrap()));
+    assert!(!cfg.http.trusts("127.0.0.1".parse().unwrap()));
 }
 
 #[test]

@@ -1,14 +1,16 @@
-//! The deployment artifacts: the Kubernetes manifests of deploy/kubernetes parsed into
-//! k8s-openapi types (RBAC derived from `capi::kinds::ALL` and the driver's verbs, probes,
-//! replicas, selectors), the Cluster API Operator manifests of deploy/capi-operator, the systemd
-//! unit, and the Containerfile through `.ci/containerfile-check.sh`. No cluster, registry or
-//! systemd is involved.
+//! The deployment artifacts: the Kubernetes manifests of deploy/kubernetes (the Helm chart's
+//! render, tests/it/chart.rs) parsed into k8s-openapi types (RBAC derived from
+//! `capi::kinds::ALL` and the driver's verbs, probes, replicas, selectors, the migration Job),
+//! the Cluster API Operator manifests of deploy/capi-operator, the systemd unit, and the
+//! Containerfile through `.ci/containerfile-check.sh`. No cluster, registry or systemd is
+//! involved.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, Namespace, Probe, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -101,13 +103,21 @@ fn selects_the_pods(what: &str, selector: &BTreeMap<String, String>) {
     }
 }
 
+fn pod_spec(d: &Deployment) -> &k8s_openapi::api::core::v1::PodSpec {
+    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
 fn container<'a>(d: &'a Deployment, name: &str) -> &'a Container {
-    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
-    pod.containers
+    pod_spec(d)
+        .containers
         .iter()
-        .chain(pod.init_containers.iter().flatten())
         .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn migrate_job_container() -> Container {
+    let job: Job = k8s("job-migrate.yaml");
+    job.spec.unwrap().template.spec.unwrap().containers[0].clone()
 }
 
 #[test]
@@ -115,9 +125,9 @@ fn the_kustomization_lists_every_manifest_and_each_names_the_namespace() {
     let listed: BTreeSet<String> = kustomize_resources(K8S).into_iter().collect();
     let mut files = yaml_files(K8S);
     files.remove("kustomization.yaml");
+    // The chart's values the manifests are rendered with (deploy/kubernetes/generate.sh).
+    files.remove("values.yaml");
     assert_eq!(listed, files, "kustomization.yaml resources vs the files");
-    let k: Value = k8s("kustomization.yaml");
-    assert_eq!(k["namespace"], NAMESPACE);
 
     let ns: Namespace = k8s("namespace.yaml");
     assert_eq!(ns.metadata.name.as_deref(), Some(NAMESPACE));
@@ -369,11 +379,24 @@ fn the_deployment_runs_two_probed_non_root_replicas() {
     assert_eq!(bind.port(), 9511);
     assert!(!bind.ip().is_loopback());
 
-    let migrate = container(&d, "migrate");
-    assert_eq!(
-        migrate.args.as_deref().unwrap(),
-        ["migrate", "--config", CONFIG]
+    // The replicas do not migrate: the Job does, once (a Helm pre-install/pre-upgrade hook; in
+    // the plain manifests, a Job `kubectl apply` runs).
+    assert!(
+        pod_spec(&d).init_containers.is_none(),
+        "no init container: the migration is a Job"
     );
+    let job: Job = k8s("job-migrate.yaml");
+    let migrate = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(migrate.args.as_deref().unwrap(), ["migrate"]);
+    assert_eq!(migrate.image, c.image);
 
     let pod = spec.template.spec.as_ref().unwrap();
     let psc = pod.security_context.as_ref().unwrap();
@@ -386,11 +409,8 @@ fn the_deployment_runs_two_probed_non_root_replicas() {
         .expect("the Containerfile's USER");
     assert_eq!(psc.run_as_user, Some(user));
     assert!(read("Containerfile").lines().any(|l| l == "EXPOSE 9511"));
-    for c in pod
-        .containers
-        .iter()
-        .chain(pod.init_containers.iter().flatten())
-    {
+    let job_container = migrate_job_container();
+    for c in pod.containers.iter().chain(std::iter::once(&job_container)) {
         let sc = c.security_context.as_ref().unwrap();
         assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
         assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
@@ -401,25 +421,35 @@ fn the_deployment_runs_two_probed_non_root_replicas() {
             let memory = set.as_ref().and_then(|r| r.get("memory"));
             assert!(memory.is_some(), "{}: no memory {what}", c.name);
         }
-        // The configuration comes from the Secret, mounted read-only where --config points.
+    }
+    // The configuration comes from the ConfigMap, mounted read-only where --config points; the
+    // key ring from its Secret, readable by the pod's group only.
+    let mounted = |path: &str| {
         let mount = c
             .volume_mounts
             .iter()
             .flatten()
-            .find(|m| m.mount_path == "/etc/magnum-capi")
-            .unwrap_or_else(|| panic!("{} mounts no configuration", c.name));
-        assert_eq!(mount.read_only, Some(true));
-        let volume = pod
-            .volumes
+            .find(|m| m.mount_path == path)
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+        assert_eq!(mount.read_only, Some(true), "{path}");
+        pod.volumes
             .iter()
             .flatten()
             .find(|v| v.name == mount.name)
-            .unwrap();
-        let secret = volume.secret.as_ref().expect("the config is a Secret");
-        assert_eq!(secret.secret_name.as_deref(), Some("magnum-capi-config"));
-        assert_eq!(secret.default_mode, Some(0o440));
-        assert_eq!(psc.fs_group, Some(user), "the files' group is the user's");
-    }
+            .unwrap()
+            .clone()
+    };
+    let config = mounted("/etc/magnum-capi");
+    assert_eq!(
+        config.config_map.as_ref().map(|m| m.name.as_str()),
+        Some("magnum-capi"),
+        "the configuration is the ConfigMap"
+    );
+    let keys = mounted("/etc/magnum-capi/seal-keys");
+    let secret = keys.secret.as_ref().expect("the key ring is a Secret");
+    assert_eq!(secret.secret_name.as_deref(), Some("magnum-capi-seal-keys"));
+    assert_eq!(secret.default_mode, Some(0o440));
+    assert_eq!(psc.fs_group, Some(user), "the files' group is the user's");
 }
 
 #[test]

@@ -94,34 +94,6 @@ async fn https_serves_the_configured_certificate_and_a_replaced_one_without_a_re
     assert!(answers(trusts_first, &url).await.is_none());
 }
 
-#[tokio::test]
-async fn a_certificate_without_its_key_is_a_configuration_error() {
-    let e = magnum_capi::config::Config::load(Some(&write_config(
-        "[http]\ntls_cert_file = \"/etc/magnum-capi/tls.crt\"\n",
-    )))
-    .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("tls_cert_file and tls_key_file go together"),
-        "{e}"
-    );
-    let e = magnum_capi::config::Config::load(Some(&write_config(
-        "[http]\ntrusted_proxies = [\"10.0.0.0/8\", \"proxy.example.com\"]\n",
-    )))
-    .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("\"proxy.example.com\" is neither an IP address nor a CIDR"),
-        "{e}"
-    );
-}
-
-fn write_config(text: &str) -> tempfile::TempPath {
-    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
-    f.into_temp_path()
-}
-
 /// The root document's link and a created template's `Location` as the client sees them,
 /// asked through a proxy on loopback that says the client used `https://magnum.example.com`.
 async fn links_seen_through_a_proxy(trusted_proxies: &[&str]) -> (String, String) {

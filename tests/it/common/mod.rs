@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod capi;
+pub mod capi_drivers;
+pub mod chart;
 pub mod fakecloud;
 pub mod keystone;
 pub mod magnum;

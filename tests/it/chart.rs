@@ -1,0 +1,397 @@
+//! The Helm chart (deploy/helm/magnum-capi), rendered by the Helm engine with its default values
+//! and with every option set: each object passes a strict schema check of its kind (the
+//! Kubernetes API types of k8s-openapi, where any field they drop is an unknown field; the
+//! ServiceMonitor against the prometheus-operator fields it uses), `helm lint --strict` passes,
+//! the configuration it renders is one `serve` accepts, values that cannot work are refused by
+//! the render naming them, and the plain manifests of deploy/kubernetes are exactly its render.
+//! What the replicas it configures do is tests/it/replicas.rs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use magnum_capi::config::Config;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::common::chart::{self, existing_secret, find, objects, pod, render, try_render};
+
+/// The prometheus-operator `monitoring.coreos.com/v1` ServiceMonitor, only the fields the chart
+/// may set (names as in its API reference); anything else is refused. No CRD schema of it is
+/// available here.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ServiceMonitor {
+    api_version: String,
+    kind: String,
+    metadata: ObjectMeta,
+    spec: ServiceMonitorSpec,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ServiceMonitorSpec {
+    selector: LabelSelector,
+    endpoints: Vec<ServiceMonitorEndpoint>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ServiceMonitorEndpoint {
+    port: String,
+    path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interval: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scrape_timeout: Option<String>,
+}
+
+/// Where `back` (the typed round trip) lost or changed something of `original`.
+fn differences(original: &Value, back: &Value, path: &str, out: &mut Vec<String>) {
+    match (original, back) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                let here = format!("{path}.{k}");
+                match b.get(k) {
+                    None if !v.is_null() => out.push(format!("{here}: unknown field")),
+                    None => {}
+                    Some(w) => differences(v, w, &here, out),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (v, w)) in a.iter().zip(b).enumerate() {
+                differences(v, w, &format!("{path}[{i}]"), out);
+            }
+        }
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => {}
+        (a, b) if a == b => {}
+        (a, b) => out.push(format!("{path}: {a} became {b}")),
+    }
+}
+
+/// `object` as a `T`: every field known to the type, of the right type.
+fn strictly<T: DeserializeOwned + Serialize>(object: &Value) -> Result<(), String> {
+    let typed: T = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    differences(object, &back, "", &mut out);
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(out.join("; "))
+    }
+}
+
+/// The schema check of every rendered object, by kind; returns the kinds seen.
+fn check_every_object(objects: &[Value]) -> BTreeSet<String> {
+    let mut kinds = BTreeSet::new();
+    for o in objects {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        let result = match (o["apiVersion"].as_str().unwrap_or_default(), kind) {
+            ("v1", "Namespace") => strictly::<Namespace>(o),
+            ("v1", "ConfigMap") => strictly::<ConfigMap>(o),
+            ("v1", "Secret") => strictly::<Secret>(o),
+            ("v1", "ServiceAccount") => strictly::<ServiceAccount>(o),
+            ("v1", "Service") => strictly::<Service>(o),
+            ("apps/v1", "Deployment") => strictly::<Deployment>(o),
+            ("batch/v1", "Job") => strictly::<Job>(o),
+            ("policy/v1", "PodDisruptionBudget") => strictly::<PodDisruptionBudget>(o),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => strictly::<ClusterRole>(o),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                strictly::<ClusterRoleBinding>(o)
+            }
+            ("monitoring.coreos.com/v1", "ServiceMonitor") => strictly::<ServiceMonitor>(o),
+            (v, k) => Err(format!("{v} {k}: a kind this test does not know")),
+        };
+        let name = o["metadata"]["name"].as_str().unwrap_or_default();
+        if let Err(e) = result {
+            panic!("{kind} {name}: {e}");
+        }
+        let namespaced = !matches!(kind, "Namespace" | "ClusterRole" | "ClusterRoleBinding");
+        if namespaced {
+            assert_eq!(o["metadata"]["namespace"], chart::RELEASE, "{kind} {name}");
+        }
+        kinds.insert(kind.to_string());
+    }
+    kinds
+}
+
+const KEY_A: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const KEY_B: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
+/// Every option of values.yaml away from its default.
+fn every_option() -> Value {
+    json!({
+        "image": {"repository": "registry.internal/magnum-capi", "tag": "1.2.3"},
+        "imagePullSecrets": [{"name": "pull"}],
+        "replicaCount": 3,
+        "namespace": {"create": true},
+        "database": {"url": "postgres://magnum:secret@db.example.com/magnum"},
+        "sealKeys": {"current": KEY_B, "previous": [KEY_A]},
+        "keystone": {"password": "s3cret", "regionName": "RegionTwo",
+            "wwwAuthenticateUri": "https://keystone.example.com/v3", "cafile": "/etc/ssl/ca.pem"},
+        "keystoneRegistration": {"enabled": true,
+            "endpoints": {"public": "https://magnum.example.com/v1"}},
+        "managementCluster": {"kubeconfig": "apiVersion: v1\nkind: Config\n"},
+        "managementClusters": [
+            {"name": "east", "existingSecret": "east-kubeconfig",
+             "config": {"weight": 2, "region": "RegionTwo", "availability_zones": ["az1"]}},
+            {"name": "west", "kubeconfig": "apiVersion: v1\nkind: Config\n"}
+        ],
+        "tls": {"enabled": true},
+        "trustedProxies": ["10.0.0.0/8", "192.0.2.1"],
+        "config": {"operations": {"concurrency": 8}, "capi": {"namespace_prefix": "mc"}},
+        "service": {"type": "LoadBalancer"},
+        "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
+        "podDisruptionBudget": {"minAvailable": 2},
+        "podAnnotations": {"example.com/a": "b"},
+        "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+        "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}],
+        "priorityClassName": "system-cluster-critical",
+        "extraEnv": [{"name": "RUST_LOG", "value": "debug"}],
+        "extraVolumes": [{"name": "ca", "secret": {"secretName": "openstack-ca"}}],
+        "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/openstack", "readOnly": true}],
+    })
+}
+
+#[test]
+fn every_object_of_the_default_render_passes_its_kinds_schema() {
+    let objects = objects(&render(&json!({})));
+    let kinds = check_every_object(&objects);
+    let want: BTreeSet<String> = [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Job",
+        "PodDisruptionBudget",
+        "Service",
+        "ServiceAccount",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(kinds, want);
+    assert_eq!(chart::lint(&json!({})), Vec::<String>::new());
+}
+
+#[test]
+fn every_object_with_every_option_set_passes_its_kinds_schema() {
+    let values = every_option();
+    let objects = objects(&render(&values));
+    let kinds = check_every_object(&objects);
+    for kind in ["Namespace", "Secret", "ServiceMonitor"] {
+        assert!(kinds.contains(kind), "{kind} not rendered: {kinds:?}");
+    }
+    let jobs: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Job")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        jobs,
+        [
+            "magnum-capi-migrate",
+            "magnum-capi-ks-user",
+            "magnum-capi-ks-service",
+            "magnum-capi-ks-endpoints",
+        ]
+    );
+    assert_eq!(chart::lint(&values), Vec::<String>::new());
+}
+
+/// The ConfigMap's magnum-capi.toml loads as the service's configuration, its files (key ring,
+/// kubeconfigs, certificate) are where it says, the Secrets reach the process as environment and
+/// never through the ConfigMap, and it does not migrate: the Job does.
+#[test]
+fn the_rendered_configuration_is_one_serve_accepts_without_migrating() {
+    let objects = objects(&render(&every_option()));
+    let east = existing_secret(
+        "east-kubeconfig",
+        &[("config", "apiVersion: v1\nkind: Config\n")],
+    );
+    let tls = existing_secret("magnum-capi-tls", &[("tls.crt", "-"), ("tls.key", "-")]);
+    let ca = existing_secret("openstack-ca", &[("ca.pem", "-")]);
+    let p = pod(&objects, &[east, tls, ca]);
+    assert_eq!(p.args[..2], ["serve", "--config"]);
+    let file = std::path::Path::new(&p.args[2]);
+    let cfg = Config::load(Some(file)).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    // (The Secrets are the process's environment, which `Config::load` here does not see; that
+    // `serve` starts on all of it is tests/it/replicas.rs.)
+    assert_eq!(cfg.keystone.username.as_deref(), Some("magnum"));
+    assert!(!cfg.database.migrate_on_start);
+    assert_eq!(cfg.operations.concurrency, 8);
+    assert_eq!(cfg.capi.namespace_prefix, "mc");
+    assert_eq!(cfg.keystone.region_name.as_deref(), Some("RegionTwo"));
+    let ring = cfg.operations.sealer().expect("the key ring");
+    assert_eq!(ring.key_ids().len(), 2, "current and previous");
+    // Every kubeconfig it names is a file of the pod.
+    let named: BTreeMap<&str, &std::path::Path> = cfg
+        .capi
+        .management_clusters
+        .iter()
+        .map(|m| (m.name.as_str(), m.kubeconfig.as_deref().unwrap()))
+        .collect();
+    assert_eq!(named.keys().copied().collect::<Vec<_>>(), ["east", "west"]);
+    assert_eq!(cfg.capi.management_clusters[0].weight, 2);
+    for path in named
+        .values()
+        .chain([&cfg.capi.kubeconfig.as_deref().unwrap()])
+    {
+        assert!(path.is_file(), "{} is not mounted", path.display());
+    }
+    // Secrets reach the process as environment, never through the ConfigMap.
+    assert_eq!(
+        p.env("MAGNUM_CAPI__DATABASE__URL"),
+        Some("postgres://magnum:secret@db.example.com/magnum")
+    );
+    assert_eq!(p.env("MAGNUM_CAPI__KEYSTONE__PASSWORD"), Some("s3cret"));
+    let cm = serde_json::to_string(find(&objects, "ConfigMap", None)).unwrap();
+    for secret in ["s3cret", "magnum:secret", KEY_A, KEY_B] {
+        assert!(!cm.contains(secret), "{secret} in the ConfigMap");
+    }
+    assert_eq!(
+        p.env("MAGNUM_CAPI__HTTP__TRUSTED_PROXIES"),
+        Some("10.0.0.0/8,192.0.2.1")
+    );
+    let cert = p.env("MAGNUM_CAPI__HTTP__TLS_CERT_FILE").expect("TLS cert");
+    assert!(std::path::Path::new(cert).is_file(), "{cert}");
+    // With TLS the probes speak HTTPS.
+    let d = find(&objects, "Deployment", None);
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    }
+}
+
+/// The migration runs once, as a hook before the release's replicas start or are replaced, with
+/// only the database (its Secret a hook too, so it exists before the Job).
+#[test]
+fn migrations_are_a_pre_install_and_pre_upgrade_job_not_the_replicas() {
+    let objects = objects(&render(&every_option()));
+    let job = find(&objects, "Job", Some("magnum-capi-migrate"));
+    assert_eq!(
+        job["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-install,pre-upgrade"
+    );
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["args"], json!(["migrate"]));
+    assert_eq!(
+        job["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    let db_secret = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "MAGNUM_CAPI__DATABASE__URL")
+        .unwrap()["valueFrom"]["secretKeyRef"]["name"]
+        .clone();
+    let secret = find(&objects, "Secret", db_secret.as_str());
+    let hook: i64 = secret["metadata"]["annotations"]["helm.sh/hook-weight"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let job_weight: i64 = job["metadata"]["annotations"]["helm.sh/hook-weight"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(hook < job_weight, "the Secret before the Job");
+    assert!(
+        secret["metadata"]["annotations"]["helm.sh/hook"]
+            .as_str()
+            .unwrap()
+            .contains("pre-install")
+    );
+    // The replicas' image is the Job's: the same release migrates and serves.
+    let d = find(&objects, "Deployment", None);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        c["image"]
+    );
+    assert_eq!(c["image"], "registry.internal/magnum-capi:1.2.3");
+}
+
+#[test]
+fn values_that_cannot_work_are_refused_by_the_render_naming_them() {
+    for (values, needle) in [
+        (
+            json!({"sealKeys": {"previous": [KEY_A]}}),
+            "sealKeys.previous needs sealKeys.current",
+        ),
+        (
+            json!({"managementClusters": [{"name": "east"}]}),
+            "managementClusters east: a kubeconfig or an existingSecret is required",
+        ),
+        (
+            json!({"managementClusters": [{"kubeconfig": "x"}]}),
+            "every entry needs a name",
+        ),
+        (
+            json!({"keystoneRegistration": {"enabled": true}}),
+            "keystoneRegistration.endpoints.public is required",
+        ),
+        (
+            json!({"keystone": {"authUrl": ""}}),
+            "keystone.authUrl is required",
+        ),
+    ] {
+        let err = try_render(&values).expect_err(&values.to_string());
+        assert!(err.contains(needle), "{values}: {err}");
+    }
+}
+
+/// deploy/kubernetes is the chart rendered with deploy/kubernetes/values.yaml (regenerate with
+/// deploy/kubernetes/generate.sh), and its kustomization lists exactly those files.
+#[test]
+fn the_plain_manifests_are_the_charts_render() {
+    let dir = chart::root().join("deploy/kubernetes");
+    let want = chart::plain_manifests("deploy/kubernetes/values.yaml");
+    let mut have = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".yaml") && name != "values.yaml" && name != "kustomization.yaml" {
+            let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+            have.insert(name, text);
+        }
+    }
+    assert_eq!(
+        have.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "run deploy/kubernetes/generate.sh"
+    );
+    for (name, text) in &want {
+        assert!(
+            have[name] == *text,
+            "deploy/kubernetes/{name} is not the chart's render: run deploy/kubernetes/generate.sh"
+        );
+    }
+    let k: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let listed: Vec<&str> = k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(listed, want.keys().map(String::as_str).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_charts_version_is_the_services() {
+    let chart: Value = yaml_serde::from_str(
+        &std::fs::read_to_string(chart::root().join(chart::CHART).join("Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(chart["appVersion"], version);
+    assert_eq!(chart["version"], version);
+}
