@@ -351,14 +351,17 @@ async fn check_reports_every_dependency_and_fails_on_any() {
     let good = run(&write("good.toml", &url, &keystone));
     let out = String::from_utf8_lossy(&good.stdout).to_string();
     for line in [
-        "ok      configuration",
-        "ok      postgresql",
-        "ok      migrations",
-        "ok      keystone",
-        "ok      seal_key            sealing with 72cd6e8422c407fb; opening also 1 previous",
+        "ok      configuration".to_string(),
+        "ok      postgresql".to_string(),
+        "ok      migrations".to_string(),
+        "ok      keystone".to_string(),
+        format!(
+            "ok      {:<24} sealing with 72cd6e8422c407fb; opening also 1 previous",
+            "seal_key"
+        ),
     ] {
         assert!(
-            out.contains(line),
+            out.contains(&line),
             "{line}:\n{out}\n{}",
             String::from_utf8_lossy(&good.stderr)
         );
