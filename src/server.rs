@@ -519,7 +519,8 @@ pub fn no_delay(tcp: &mut tokio::net::TcpStream) {
     }
 }
 
-async fn shutdown_signal() {
+/// SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
