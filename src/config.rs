@@ -4,7 +4,9 @@
 //! parsed once at start-up into the documented sections below. Unknown keys are an error.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
 
 use serde::Deserialize;
 
@@ -294,6 +296,10 @@ pub struct CapiConfig {
     pub ingress_nginx_chart_repo: String,
     /// `ingress-nginx` chart version.
     pub ingress_nginx_chart_version: String,
+    /// Helm repository of `traefik` (add-on `ingress_controller=traefik`).
+    pub traefik_chart_repo: String,
+    /// `traefik` chart version.
+    pub traefik_chart_version: String,
     /// `openstack-manila-csi` chart version (repository `openstack_chart_repo`; add-on
     /// `manila_csi_enabled`).
     pub manila_csi_chart_version: String,
@@ -467,6 +473,8 @@ impl Default for CapiConfig {
             monitoring_chart_version: "77.0.0".into(),
             ingress_nginx_chart_repo: "https://kubernetes.github.io/ingress-nginx".into(),
             ingress_nginx_chart_version: "4.13.0".into(),
+            traefik_chart_repo: "https://traefik.github.io/charts".into(),
+            traefik_chart_version: "37.3.0".into(),
             manila_csi_chart_version: "2.33.1".into(),
             nfs_csi_chart_repo:
                 "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts"
@@ -572,6 +580,68 @@ pub struct HttpConfig {
     pub metrics_bind: Option<SocketAddr>,
     /// `/metrics` on the API port without a token; otherwise it needs an admin's token.
     pub metrics_public: bool,
+    /// PEM certificate chain (leaf first) served on `bind`: the API speaks HTTPS. Set with
+    /// `tls_key_file`, or neither (plain HTTP). Replaced files are picked up at the next
+    /// connection, without a restart; a pair that does not load keeps the previous one.
+    /// The metrics listener (`metrics_bind`) stays plain HTTP.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
+    /// Addresses or CIDRs (`10.0.0.0/8`, `192.0.2.7`, `fd00::/8`) of the reverse proxies whose
+    /// `Forwarded` / `X-Forwarded-Proto` / `-Host` / `-Prefix` / `-For` headers say how the
+    /// client addressed the API (the `links` it follows). From any other TCP peer they are
+    /// ignored. Empty by default: no proxy is trusted.
+    #[serde(deserialize_with = "addresses_or_cidrs")]
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// `"192.0.2.7"` or `"10.0.0.0/8"`: an address is a network of one.
+fn addresses_or_cidrs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let given = Vec::<String>::deserialize(d)?;
+    given
+        .iter()
+        .map(|s| {
+            let s = s.trim();
+            s.parse::<IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "[http] trusted_proxies: {s:?} is neither an IP address nor a CIDR"
+                    ))
+                })
+        })
+        .collect()
+}
+
+impl HttpConfig {
+    /// The certificate and key files of `[http]`, when the API speaks HTTPS.
+    pub fn tls(&self) -> Option<(&Path, &Path)> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        }
+    }
+
+    /// Whether `peer` is one of `trusted_proxies`.
+    pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
+        // An IPv4 peer on a dual-stack socket shows as `::ffff:a.b.c.d`.
+        let peer = match peer {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        self.trusted_proxies.iter().any(|n| n.contains(&peer))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(_), None) | (None, Some(_)) => Err(ConfigError::Invalid(
+                "[http] tls_cert_file and tls_key_file go together: set both (HTTPS) or neither \
+                 (plain HTTP)"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for HttpConfig {
@@ -581,6 +651,9 @@ impl Default for HttpConfig {
             request_timeout_secs: 60,
             metrics_bind: None,
             metrics_public: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -875,7 +948,8 @@ impl Config {
                 .separator("__")
                 .try_parsing(true)
                 .list_separator(",")
-                .with_list_parse_key("api.allowed_network_drivers"),
+                .with_list_parse_key("api.allowed_network_drivers")
+                .with_list_parse_key("http.trusted_proxies"),
         );
         let cfg: Config = builder.build()?.try_deserialize()?;
         cfg.validate()?;
@@ -960,6 +1034,7 @@ impl Config {
                 "[operations] concurrency must be >= 1".into(),
             ));
         }
+        self.http.validate()?;
         self.validate_management_clusters()?;
         self.operations.sealer()?;
         Ok(())

@@ -13,6 +13,7 @@ pub mod domain;
 pub mod driver;
 pub mod import;
 pub mod k8s;
+pub mod listener;
 pub mod maintenance;
 pub mod openstack;
 pub mod seal;

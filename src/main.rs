@@ -381,11 +381,20 @@ async fn forget(
             .map(|r| format!(": {r}"))
             .unwrap_or_default()
     );
-    println!(
-        "Forgetting it removes its records and its objects on the management cluster; nothing \
-         in the cloud is deleted. Left in project {}:",
-        c.project_id
-    );
+    if plan.imported_from.is_some() {
+        println!(
+            "It was imported read-only from Magnum: forgetting it removes its records only; \
+             nothing on any management cluster or in the cloud is touched (importing again \
+             while Magnum still has it brings it back). Left in project {}:",
+            c.project_id
+        );
+    } else {
+        println!(
+            "Forgetting it removes its records and its objects on the management cluster; \
+             nothing in the cloud is deleted. Left in project {}:",
+            c.project_id
+        );
+    }
     for l in &plan.leftovers {
         println!("  - {l}");
     }

@@ -19,6 +19,7 @@ use crate::config::{Config, DriverKind};
 use crate::db;
 use crate::domain::status::Status;
 use crate::driver::Backend;
+use crate::listener::{ReloadingCert, no_delay};
 
 /// Errors that stop the service from starting.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,8 @@ pub enum ServeError {
     Bind(std::net::SocketAddr, std::io::Error),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
+    #[error("[http] TLS: {0}")]
+    Tls(#[from] crate::listener::TlsError),
     #[error("policy file {0}: {1}")]
     Policy(String, String),
     #[error("{0}")]
@@ -454,6 +457,7 @@ pub async fn serve_members(
     members: &[Arc<Capi>],
     listener: TcpListener,
 ) -> Result<(), ServeError> {
+    let tls = tls_config(&state.config.http)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     crate::telemetry::handle();
     let host = state.config.service_host();
@@ -498,11 +502,7 @@ pub async fn serve_members(
             }
         }));
     }
-    let svc = crate::api::service(state.clone());
-    tracing::info!(addr = %listener.local_addr()?, "magnum-capi listening");
-    axum::serve(listener.tap_io(no_delay), tower::make::Shared::new(svc))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    serve_api(&state, listener, tls, shutdown_signal()).await?;
     let _ = stop_tx.send(true);
     for t in background {
         let _ = t.await;
@@ -511,12 +511,33 @@ pub async fn serve_members(
     Ok(())
 }
 
-/// Answers leave at once: without TCP_NODELAY a response written in more than one segment
-/// waits for the client's delayed ACK (tens of milliseconds a request).
-pub fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %e, "TCP_NODELAY not set");
+/// The TLS configuration of the API listener when `[http] tls_cert_file`/`tls_key_file` are
+/// set (loaded now: a pair that does not load stops the start).
+pub fn tls_config(
+    http: &crate::config::HttpConfig,
+) -> Result<Option<Arc<rustls::ServerConfig>>, ServeError> {
+    match http.tls() {
+        Some((cert, key)) => Ok(Some(
+            Arc::new(ReloadingCert::load(cert, key)?).server_config()?,
+        )),
+        None => Ok(None),
     }
+}
+
+/// The API on `listener` (HTTPS with `tls`) until `shutdown`, then the requests in flight.
+pub async fn serve_api(
+    state: &AppState,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        scheme = if tls.is_some() { "https" } else { "http" },
+        "magnum-capi listening"
+    );
+    let svc = crate::api::service(state.clone());
+    Ok(crate::listener::serve(listener, tls, svc, shutdown).await?)
 }
 
 /// SIGINT or SIGTERM.

@@ -255,162 +255,287 @@ pub async fn run_writer(
     on_status: OnStatus,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    type Acquiring = std::pin::Pin<Box<dyn Future<Output = DbResult<sqlx::PgConnection>> + Send>>;
-    let mut leader: Option<sqlx::PgConnection> = None;
-    let mut acquiring: Option<Acquiring> = None;
-    let mut events: Option<sqlx::postgres::PgListener> = None;
-    // Each cluster to write, with when its first unwritten change arrived (the delay metric).
-    let mut pending: Pending = HashMap::new();
-    // Clusters to evaluate again at a time (an add-on in progress would time out then).
-    let mut rechecks: Rechecks = HashMap::new();
-    let now = tokio::time::Instant::now;
-    let mut wake_at = now() + safety;
-    let mut retry_lock_at: Option<tokio::time::Instant> = None;
-    let key = writer_lock(&scope.name);
-    let shown = crate::domain::placement::shown(&scope.name).to_string();
-    // The reason written into its clusters' health while it is unreachable.
-    let mut marked_down: Option<String> = None;
-    // Just took the lock: what a previous writer recorded about reachability is redone.
-    let mut fresh = false;
+    let mut w = Writer {
+        key: writer_lock(&scope.name),
+        shown: crate::domain::placement::shown(&scope.name).to_string(),
+        pool,
+        scope,
+        observer,
+        timeouts,
+        safety,
+        on_status,
+        leader: None,
+        acquiring: None,
+        events: None,
+        pending: HashMap::new(),
+        rechecks: HashMap::new(),
+        wake_at: tokio::time::Instant::now() + safety,
+        retry_lock_at: None,
+        marked_down: None,
+        fresh: false,
+    };
     loop {
-        if leader.is_none() && acquiring.is_none() && retry_lock_at.is_none_or(|t| t <= now()) {
-            acquiring = Some(Box::pin(wait_lead(pool.clone(), key)));
+        w.start_waiting_for_the_lock();
+        let Some(woke) = w.next_wake(&mut dirty, &mut shutdown).await else {
+            return;
+        };
+        let rescan = w.woken(woke);
+        // Take everything queued so far, then write.
+        while let Ok(u) = dirty.try_recv() {
+            w.queue(u);
         }
-        let mut rescan = false;
+        crate::telemetry::status_writer_of(&w.scope.name, w.leader.is_some());
+        if w.leader.is_none() {
+            w.pending.clear();
+            continue;
+        }
+        if rescan && !w.still_leading().await {
+            continue;
+        }
+        w.record_reachability().await;
+        for u in take_due(&mut w.rechecks, Utc::now()) {
+            w.queue(u);
+        }
+        if rescan {
+            w.queue_in_progress().await;
+        }
+        // Unreachable: nothing new to conclude; what it last showed stays in Postgres.
+        if !w.observer.synced() || w.marked_down.is_some() || (w.pending.is_empty() && !rescan) {
+            continue;
+        }
+        w.write_pending().await;
+        w.schedule_next_wake().await;
+    }
+}
+
+type Acquiring = std::pin::Pin<Box<dyn Future<Output = DbResult<sqlx::PgConnection>> + Send>>;
+
+/// What woke the status writer.
+enum Wake {
+    /// A watcher saw cluster `0` change.
+    Changed(Uuid),
+    /// The wait for the writer lock ended.
+    Lock(DbResult<sqlx::PgConnection>),
+    /// A `magnum_capi_clusters` notification (`Ok(None)`: the listening connection dropped).
+    Notified(Result<Option<sqlx::postgres::PgNotification>, sqlx::Error>),
+    /// The management cluster's reachability changed, or the lock's retry time came.
+    Nudged,
+    /// The safety poll or a deadline came.
+    Timer,
+}
+
+/// The status writer's state between wake-ups.
+struct Writer {
+    pool: PgPool,
+    scope: WriterScope,
+    observer: Arc<Observer>,
+    timeouts: Timeouts,
+    safety: Duration,
+    on_status: OnStatus,
+    /// The connection holding the writer lock, while this replica leads.
+    leader: Option<sqlx::PgConnection>,
+    acquiring: Option<Acquiring>,
+    events: Option<sqlx::postgres::PgListener>,
+    /// Each cluster to write, with when its first unwritten change arrived (the delay metric).
+    pending: Pending,
+    /// Clusters to evaluate again at a time (an add-on in progress would time out then).
+    rechecks: Rechecks,
+    wake_at: tokio::time::Instant,
+    retry_lock_at: Option<tokio::time::Instant>,
+    key: i64,
+    /// The management cluster's name as logs and reasons show it.
+    shown: String,
+    /// The reason written into its clusters' health while it is unreachable.
+    marked_down: Option<String>,
+    /// Just took the lock: what a previous writer recorded about reachability is redone.
+    fresh: bool,
+}
+
+impl Writer {
+    fn queue(&mut self, cluster: Uuid) {
+        self.pending
+            .entry(cluster)
+            .or_insert_with(tokio::time::Instant::now);
+    }
+
+    /// Starts waiting for the writer lock unless leading, waiting already or backing off.
+    fn start_waiting_for_the_lock(&mut self) {
+        let now = tokio::time::Instant::now();
+        if self.leader.is_none()
+            && self.acquiring.is_none()
+            && self.retry_lock_at.is_none_or(|t| t <= now)
+        {
+            self.acquiring = Some(Box::pin(wait_lead(self.pool.clone(), self.key)));
+        }
+    }
+
+    /// Waits for the next event; `None` when the writer should stop.
+    async fn next_wake(
+        &mut self,
+        dirty: &mut mpsc::UnboundedReceiver<Uuid>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<Wake> {
+        let Writer {
+            acquiring,
+            events,
+            scope,
+            leader,
+            wake_at,
+            retry_lock_at,
+            ..
+        } = self;
+        let leading = leader.is_some();
         tokio::select! {
-            got = dirty.recv() => match got {
-                Some(u) => { pending.entry(u).or_insert_with(now); }
-                None => return,
-            },
+            got = dirty.recv() => got.map(Wake::Changed),
             got = async {
                 match acquiring.as_mut() {
                     Some(f) => f.await,
                     None => std::future::pending().await,
                 }
-            } => {
-                acquiring = None;
-                match got {
-                    Ok(conn) => {
-                        tracing::info!(management_cluster = %shown, "this replica writes cluster statuses");
-                        leader = Some(conn);
-                        retry_lock_at = None;
-                        marked_down = None;
-                        fresh = true;
-                        for u in observer.clusters() {
-                            pending.entry(u).or_insert_with(now);
-                        }
-                        rescan = true;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "waiting for the status-writer lock failed; retrying");
-                        retry_lock_at = Some(now() + Duration::from_secs(5));
-                    }
-                }
-            },
+            } => Some(Wake::Lock(got)),
             n = async {
                 match events.as_mut() {
                     Some(l) => l.try_recv().await,
                     None => std::future::pending().await,
                 }
-            } => match n {
-                Ok(Some(n)) => {
-                    if let Ok(u) = n.payload().parse::<Uuid>() {
-                        pending.entry(u).or_insert_with(now);
+            } => Some(Wake::Notified(n)),
+            () = scope.reach.changed() => Some(Wake::Nudged),
+            _ = tokio::time::sleep_until(*wake_at), if leading => Some(Wake::Timer),
+            _ = tokio::time::sleep_until(retry_lock_at.unwrap_or_else(tokio::time::Instant::now)),
+                if retry_lock_at.is_some() => Some(Wake::Nudged),
+            _ = shutdown.changed() => None,
+        }
+    }
+
+    /// Takes in what woke the writer; whether everything in progress should be looked at again.
+    fn woken(&mut self, woke: Wake) -> bool {
+        match woke {
+            Wake::Changed(u) => self.queue(u),
+            Wake::Lock(got) => {
+                self.acquiring = None;
+                match got {
+                    Ok(conn) => {
+                        tracing::info!(management_cluster = %self.shown, "this replica writes cluster statuses");
+                        self.leader = Some(conn);
+                        self.retry_lock_at = None;
+                        self.marked_down = None;
+                        self.fresh = true;
+                        for u in self.observer.clusters() {
+                            self.queue(u);
+                        }
+                        return true;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "waiting for the status-writer lock failed; retrying");
+                        self.retry_lock_at =
+                            Some(tokio::time::Instant::now() + Duration::from_secs(5));
                     }
                 }
-                // The listening connection dropped (it reconnects on the next call): what was
-                // notified meanwhile is lost, so look at everything in progress.
-                Ok(None) => rescan = true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cluster change notifications lost");
-                    events = None;
-                    rescan = true;
+            }
+            Wake::Notified(Ok(Some(n))) => {
+                if let Ok(u) = n.payload().parse::<Uuid>() {
+                    self.queue(u);
                 }
-            },
-            () = scope.reach.changed() => {}
-            _ = tokio::time::sleep_until(wake_at), if leader.is_some() => rescan = true,
-            _ = tokio::time::sleep_until(retry_lock_at.unwrap_or_else(now)), if retry_lock_at.is_some() => {}
-            _ = shutdown.changed() => return,
+            }
+            // The listening connection dropped (it reconnects on the next call): what was
+            // notified meanwhile is lost, so look at everything in progress.
+            Wake::Notified(Ok(None)) => return true,
+            Wake::Notified(Err(e)) => {
+                tracing::warn!(error = %e, "cluster change notifications lost");
+                self.events = None;
+                return true;
+            }
+            Wake::Nudged => {}
+            Wake::Timer => return true,
         }
-        // Take everything queued so far, then write.
-        while let Ok(u) = dirty.try_recv() {
-            pending.entry(u).or_insert_with(now);
-        }
-        crate::telemetry::status_writer_of(&scope.name, leader.is_some());
-        let Some(conn) = leader.as_mut() else {
-            pending.clear();
-            continue;
+        false
+    }
+
+    /// Whether the lock's connection still answers (if not, this replica no longer leads); also
+    /// listens for change notifications again if that had stopped.
+    async fn still_leading(&mut self) -> bool {
+        let Some(conn) = self.leader.as_mut() else {
+            return false;
         };
-        if rescan {
-            if sqlx::query("SELECT 1").execute(&mut *conn).await.is_err() {
-                tracing::warn!("lost the status-writer lock's connection");
-                leader = None;
-                events = None;
-                continue;
-            }
-            if events.is_none() {
-                events = listen_for_changes(&pool).await;
-            }
+        if sqlx::query("SELECT 1").execute(&mut *conn).await.is_err() {
+            tracing::warn!("lost the status-writer lock's connection");
+            self.leader = None;
+            self.events = None;
+            return false;
         }
-        let down = scope.reach.down().map(|(why, _)| {
+        if self.events.is_none() {
+            self.events = listen_for_changes(&self.pool).await;
+        }
+        true
+    }
+
+    /// Writes the management cluster's reachability into its clusters' health when it changed
+    /// (or when the lock was just taken); back from unreachable, everything is evaluated afresh.
+    async fn record_reachability(&mut self) {
+        let shown = &self.shown;
+        let down = self.scope.reach.down().map(|(why, _)| {
             format!(
                 "The management cluster {shown} is unreachable ({why}); the cluster's status is \
                  the last one seen"
             )
         });
-        if fresh || down.is_some() != marked_down.is_some() {
-            match cdb::mark_unreachable(&pool, &scope.name, down.as_deref()).await {
-                Ok(clusters) => {
-                    marked_down = down;
-                    fresh = false;
-                    // Back: everything it holds is evaluated afresh.
-                    if marked_down.is_none() {
-                        for u in clusters {
-                            pending.entry(u).or_insert_with(now);
-                        }
+        if !self.fresh && down.is_some() == self.marked_down.is_some() {
+            return;
+        }
+        match cdb::mark_unreachable(&self.pool, &self.scope.name, down.as_deref()).await {
+            Ok(clusters) => {
+                self.marked_down = down;
+                self.fresh = false;
+                if self.marked_down.is_none() {
+                    for u in clusters {
+                        self.queue(u);
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "recording the management cluster's reachability failed")
-                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "recording the management cluster's reachability failed")
             }
         }
-        for u in take_due(&mut rechecks, Utc::now()) {
-            pending.entry(u).or_insert_with(now);
-        }
-        if rescan {
-            match cdb::of_management_cluster(&pool, &scope.name, IN_PROGRESS).await {
-                Ok(ids) => {
-                    for u in ids {
-                        pending.entry(u).or_insert_with(now);
-                    }
+    }
+
+    /// Queues every cluster of this management cluster with an operation in progress.
+    async fn queue_in_progress(&mut self) {
+        match cdb::of_management_cluster(&self.pool, &self.scope.name, IN_PROGRESS).await {
+            Ok(ids) => {
+                for u in ids {
+                    self.queue(u);
                 }
-                Err(e) => tracing::warn!(error = %e, "listing in-progress clusters failed"),
             }
+            Err(e) => tracing::warn!(error = %e, "listing in-progress clusters failed"),
         }
-        // Unreachable: nothing new to conclude; what it last showed stays in Postgres.
-        if !observer.synced() || marked_down.is_some() || (pending.is_empty() && !rescan) {
-            continue;
-        }
+    }
+
+    /// Writes what changed for the pending clusters.
+    async fn write_pending(&mut self) {
         write_pending(
-            &pool,
-            &observer,
-            &scope.name,
-            &mut pending,
-            &mut rechecks,
-            timeouts,
-            &on_status,
+            &self.pool,
+            &self.observer,
+            &self.scope.name,
+            &mut self.pending,
+            &mut self.rechecks,
+            self.timeouts,
+            &self.on_status,
         )
         .await;
-        // Without notifications, the safety poll is all there is: keep it short then.
-        let poll = if events.is_some() {
-            safety
+    }
+
+    /// When to wake without an event: the safety poll (short without notifications), the next
+    /// in-progress deadline or add-on re-check, or soon when a write failed.
+    async fn schedule_next_wake(&mut self) {
+        let now = tokio::time::Instant::now();
+        let poll = if self.events.is_some() {
+            self.safety
         } else {
-            safety.min(Duration::from_secs(2))
+            self.safety.min(Duration::from_secs(2))
         };
-        wake_at = now() + poll;
-        let recheck = rechecks.values().min().copied();
-        match next_deadline(&pool, timeouts.update)
+        self.wake_at = now + poll;
+        let recheck = self.rechecks.values().min().copied();
+        match next_deadline(&self.pool, self.timeouts.update)
             .await
             .map(|d| d.into_iter().chain(recheck).min())
         {
@@ -418,14 +543,14 @@ pub async fn run_writer(
                 // A second past it, so the evaluation finds it passed.
                 let left =
                     (d - Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_secs(1);
-                wake_at = wake_at.min(now() + left);
+                self.wake_at = self.wake_at.min(now + left);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "reading the next in-progress deadline failed"),
         }
-        if !pending.is_empty() {
+        if !self.pending.is_empty() {
             // A write failed: try again soon.
-            wake_at = wake_at.min(now() + Duration::from_secs(1));
+            self.wake_at = self.wake_at.min(now + Duration::from_secs(1));
         }
     }
 }

@@ -142,54 +142,26 @@ impl QueryArgs {
 
 pub use crate::domain::names::parse_uuid;
 
-/// The application URL of this request (`scheme://host[/prefix]`), honouring proxy headers as
-/// oslo's `http_proxy_to_wsgi` does.
+/// The application URL of this request (`scheme://host[/prefix]`), as the front middleware
+/// found it ([`super::origin::Origin`]: proxy headers count only from trusted proxies).
 #[derive(Debug, Clone)]
 pub struct BaseUrl(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for BaseUrl {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(BaseUrl(base_url(parts)))
+        if let Some(found) = parts.extensions.get::<BaseUrl>() {
+            return Ok(found.clone());
+        }
+        // Not through the front middleware: no proxy is trusted.
+        let origin = super::origin::Origin::of(
+            &parts.headers,
+            &parts.uri,
+            None,
+            &crate::config::HttpConfig::default(),
+        );
+        Ok(BaseUrl(origin.base_url))
     }
-}
-
-fn forwarded_param<'a>(forwarded: &'a str, key: &str) -> Option<&'a str> {
-    forwarded
-        .split(',')
-        .next()?
-        .split(';')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case(key))
-        .map(|(_, v)| v.trim().trim_matches('"'))
-}
-
-pub fn base_url(parts: &Parts) -> String {
-    let h = &parts.headers;
-    let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::trim);
-    let forwarded = get("forwarded");
-    let scheme = forwarded
-        .and_then(|f| forwarded_param(f, "proto"))
-        .or_else(|| {
-            get("x-forwarded-proto")
-                .and_then(|p| p.split(',').next())
-                .map(str::trim)
-        })
-        .unwrap_or("http");
-    let host = forwarded
-        .and_then(|f| forwarded_param(f, "host"))
-        .or_else(|| {
-            get("x-forwarded-host")
-                .and_then(|p| p.split(',').next())
-                .map(str::trim)
-        })
-        .or_else(|| get("host"))
-        .or_else(|| parts.uri.authority().map(|a| a.as_str()))
-        .unwrap_or("localhost:9511");
-    let prefix = get("x-forwarded-prefix")
-        .unwrap_or("")
-        .trim_end_matches('/');
-    format!("{scheme}://{host}{prefix}")
 }
 
 /// The `x-openstack-request-id` of the current request.

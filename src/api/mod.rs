@@ -13,6 +13,7 @@ pub mod misc;
 pub mod nodegroups;
 pub mod openapi;
 pub mod operating;
+pub mod origin;
 pub mod pagination;
 pub mod schemas;
 pub mod versions;
@@ -79,12 +80,21 @@ fn normalize(uri: &Uri) -> Option<Uri> {
     pq.parse().ok()
 }
 
-async fn front(req: Request, next: Next) -> Response {
+async fn front(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
     use tracing::Instrument;
     let request_id = format!("req-{}", uuid::Uuid::new_v4());
-    // Every log line of the request carries its id (and, in JSON logs, method and path).
+    let origin = origin::Origin::of(
+        req.headers(),
+        req.uri(),
+        req.extensions().get::<crate::listener::Connection>(),
+        &app.config.http,
+    );
+    // Every log line of the request carries its id (and, in JSON logs, method, path and the
+    // client's address).
     let span = tracing::info_span!("request", request_id = %request_id,
-        method = %req.method(), path = %req.uri().path());
+        method = %req.method(), path = %req.uri().path(), client = %origin.client);
+    req.extensions_mut()
+        .insert(extract::BaseUrl(origin.base_url));
     front_in_span(req, next, request_id).instrument(span).await
 }
 
@@ -282,6 +292,7 @@ pub fn service(
 + Send
 + 'static {
     let timeout = state.config.http.request_timeout_secs;
+    let front_state = state.clone();
     let authenticate = || middleware::from_fn_with_state(state.clone(), context::authenticate);
     let metrics = metrics_routes().router;
     let metrics = if state.config.http.metrics_public {
@@ -313,7 +324,7 @@ pub fn service(
             Duration::from_secs(timeout),
         ));
     }
-    middleware::from_fn(front).layer(router)
+    middleware::from_fn_with_state(front_state, front).layer(router)
 }
 
 #[cfg(test)]

@@ -240,12 +240,20 @@ pub(super) struct NewCredential {
     pub creds: CloudCredentials,
 }
 
+/// The cluster's namespace: ours for the project, or where another driver left its objects.
 pub fn namespace_of(cfg: &CapiConfig, c: &Cluster) -> String {
-    super::namespace(&cfg.namespace_prefix, &c.project_id)
+    match &c.objects_at {
+        Some(at) => at.namespace.clone(),
+        None => super::namespace(&cfg.namespace_prefix, &c.project_id),
+    }
 }
 
+/// The cluster's CAPI `Cluster` name (its Secrets are named after it).
 pub fn name_of(c: &Cluster) -> String {
-    cluster_name(c.stack_id.as_deref(), c.uuid)
+    match &c.objects_at {
+        Some(at) => at.name.clone(),
+        None => cluster_name(c.stack_id.as_deref(), c.uuid),
+    }
 }
 
 /// The CAPI `Cluster` name: the cluster's `stack_id`, else derived from its uuid.

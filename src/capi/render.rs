@@ -247,6 +247,7 @@ impl Renderer {
         if values.autoscaler.is_some() {
             objects.extend(self.render_template("autoscaler.yaml.hbs", &ctx)?);
         }
+        merge_image_values(&mut objects, &values.addons.image_values)?;
         finish(objects)
     }
 
@@ -351,6 +352,47 @@ fn parse_documents(name: &str, text: &str) -> Result<Vec<Value>, RenderError> {
         }
     }
     Ok(out)
+}
+
+/// Merges each chart's image values (`container_infra_prefix`, the image tag labels) into the
+/// `valuesTemplate` of every HelmChartProxy of that chart, the operator's `addons.d/` ones
+/// included. Done on the rendered YAML rather than in the templates so that no template (nor an
+/// operator's override of one) has to spell out, and keep up with, every image of its chart.
+fn merge_image_values(
+    objects: &mut [Value],
+    image_values: &std::collections::BTreeMap<String, Value>,
+) -> Result<(), RenderError> {
+    for obj in objects
+        .iter_mut()
+        .filter(|o| kind_of(o) == "HelmChartProxy")
+    {
+        let Some(overlay) = obj
+            .pointer("/spec/chartName")
+            .and_then(Value::as_str)
+            .and_then(|c| image_values.get(c))
+        else {
+            continue;
+        };
+        let name = name_of(obj).to_owned();
+        let yaml_error = |message: String| RenderError::Yaml {
+            name: format!("HelmChartProxy {name} valuesTemplate"),
+            message,
+        };
+        let text = obj
+            .pointer("/spec/valuesTemplate")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut chart_values: Value = match text.trim() {
+            "" => Value::Object(serde_json::Map::new()),
+            t => yaml_serde::from_str(t).map_err(|e| yaml_error(e.to_string()))?,
+        };
+        super::values::merge_values(&mut chart_values, overlay);
+        let merged = yaml_serde::to_string(&chart_values).map_err(|e| yaml_error(e.to_string()))?;
+        if let Some(Value::Object(spec)) = obj.get_mut("spec") {
+            spec.insert("valuesTemplate".into(), Value::String(merged));
+        }
+    }
+    Ok(())
 }
 
 fn finish(mut objects: Vec<Value>) -> Result<Vec<Value>, RenderError> {

@@ -84,6 +84,7 @@ impl From<ClusterRow> for Cluster {
             resolved: r.resolved.0,
             created_at: r.created_at,
             management_cluster: r.management_cluster,
+            objects_at: None,
         }
     }
 }

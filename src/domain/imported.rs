@@ -444,6 +444,38 @@ pub fn source_driver(
     }
 }
 
+/// The namespace magnum-cluster-api puts every cluster's objects in (fixed in its code).
+pub const CLUSTER_API_NAMESPACE: &str = "magnum-system";
+/// magnum-capi-helm's `[capi_helm] namespace_prefix` default.
+pub const CAPI_HELM_NAMESPACE_PREFIX: &str = "magnum";
+
+/// Where the Magnum driver `source_driver` left an imported cluster's Cluster API objects, read
+/// from the drivers' sources: magnum-cluster-api names its CAPI `Cluster` `stack_id` in
+/// `magnum-system`; magnum-capi-helm names it (the Helm release) `stack_id` in
+/// `magnum-<project id, lower-cased, without what is not [a-z0-9]>`. Both keep the cluster's CAs
+/// in `<name>-ca`, `-etcd`, `-proxy`, `-sa` there. `None` for other drivers (Heat: no CAPI
+/// objects) or without a `stack_id`.
+pub fn objects_at(
+    source_driver: &str,
+    stack_id: Option<&str>,
+    project_id: &str,
+) -> Option<super::spec::ObjectsAt> {
+    let name = stack_id.filter(|s| !s.is_empty())?.to_string();
+    let namespace = match family_of(source_driver) {
+        DriverFamily::ClusterApi => CLUSTER_API_NAMESPACE.to_string(),
+        DriverFamily::CapiHelm => {
+            let id: String = project_id
+                .to_ascii_lowercase()
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect();
+            format!("{CAPI_HELM_NAMESPACE_PREFIX}-{id}")
+        }
+        DriverFamily::Heat | DriverFamily::Unknown => return None,
+    };
+    Some(super::spec::ObjectsAt { namespace, name })
+}
+
 /// What an imported cluster becomes today, and why (the report's words). Adoption (item 2) will
 /// return its own state here for the CAPI drivers' clusters whose objects are found.
 pub fn decide(source: &SourceDriver) -> (ImportState, String) {
@@ -473,8 +505,8 @@ pub fn refusal(cluster: &str, source_driver: &str) -> String {
     format!(
         "Cluster {cluster} was imported from Magnum and is read-only: {why}. It can be listed \
          and shown; to change it, use the Magnum that made it, or recreate it in magnum-capi (an \
-         administrator can remove this record with `magnum-capi cluster forget {cluster} \
-         --force`)."
+         administrator can remove this record, and only the record, with `magnum-capi cluster \
+         forget {cluster} --force --yes`)."
     )
 }
 
@@ -898,6 +930,22 @@ mod tests {
             assert_eq!(state, ImportState::ReadOnly);
             assert!(why.contains(name), "{why}");
         }
+    }
+
+    #[test]
+    fn each_capi_driver_left_its_objects_in_its_own_namespace_under_the_stack_id() {
+        let mcapi = objects_at("k8s_cluster_api_flatcar", Some("kube-x7k2p"), "P-1").unwrap();
+        assert_eq!(
+            (mcapi.namespace.as_str(), mcapi.name.as_str()),
+            ("magnum-system", "kube-x7k2p")
+        );
+        let helm = objects_at("k8s_capi_helm_v1", Some("demo-abcdef123456"), "Ab-12_cd").unwrap();
+        assert_eq!(
+            (helm.namespace.as_str(), helm.name.as_str()),
+            ("magnum-ab12cd", "demo-abcdef123456")
+        );
+        assert_eq!(objects_at("k8s_fedora_coreos_v1", Some("x"), "p"), None);
+        assert_eq!(objects_at("k8s_capi_helm_v1", None, "p"), None);
     }
 
     #[test]

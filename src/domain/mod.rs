@@ -2,6 +2,7 @@
 //! policy defaults, generated names. No I/O here.
 
 pub mod certificates;
+pub mod driver_labels;
 pub mod error;
 pub mod fields;
 pub mod imported;

@@ -103,6 +103,18 @@ pub struct Cluster {
     pub created_at: DateTime<Utc>,
     /// The management cluster it was placed on; `None`: the unnamed one.
     pub management_cluster: Option<String>,
+    /// Where another driver left its Cluster API objects (a cluster imported from Magnum that
+    /// magnum-cluster-api or magnum-capi-helm made): the driver reads them there instead of in
+    /// its own namespace and names. `None` for a cluster made here.
+    pub objects_at: Option<ObjectsAt>,
+}
+
+/// A namespace and CAPI `Cluster` name on a management cluster; its CA Secrets are
+/// `<name>-ca`, `-etcd`, `-proxy` and `-sa` beside it (both Magnum CAPI drivers and ours).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectsAt {
+    pub namespace: String,
+    pub name: String,
 }
 
 impl Cluster {
@@ -137,6 +149,7 @@ impl Cluster {
             resolved: Resolved::default(),
             created_at: Utc::now(),
             management_cluster: None,
+            objects_at: None,
         }
     }
 

@@ -19,7 +19,8 @@ use crate::config::CapiConfig;
 use crate::db::DbError;
 use crate::db::imports::{Counts, Written};
 use crate::db::templates::TemplateRow;
-use crate::domain::imported::{self, BadRow, Plan, TemplateRecord};
+use crate::domain::driver_labels;
+use crate::domain::imported::{self, BadRow, DriverFamily, Plan, TemplateRecord};
 use reader::ReadError;
 
 /// What an import can fail with; nothing of the run is written in every case.
@@ -109,7 +110,7 @@ fn report(
             t.project_id,
             if t.hidden { ", hidden" } else { "" }
         );
-        for note in template_notes(t, capi) {
+        for note in template_notes(t, plan, capi) {
             let _ = writeln!(out, "  note: {note}");
         }
     }
@@ -131,6 +132,15 @@ fn report(
             state.as_str().replace('_', "-"),
             c.source.basis,
         );
+        if let Some(at) = imported::objects_at(&c.source.name, c.stack_id.as_deref(), &c.project_id)
+        {
+            let _ = writeln!(
+                out,
+                "  Cluster API objects: {}/{} on the management cluster its driver used; its CA \
+                 Secret {}/{}-ca serves ca show and ca sign",
+                at.namespace, at.name, at.namespace, at.name
+            );
+        }
         let _ = writeln!(out, "  nodegroups: {}", ngs.join(", "));
     }
     for q in &plan.quotas {
@@ -177,7 +187,7 @@ fn report(
 }
 
 /// What an operator should know about a template before clusters are created from it here.
-fn template_notes(t: &TemplateRecord, capi: &CapiConfig) -> Vec<String> {
+fn template_notes(t: &TemplateRecord, plan: &Plan, capi: &CapiConfig) -> Vec<String> {
     let mut notes = Vec::new();
     match t.coe.as_deref() {
         Some("kubernetes") | None => {}
@@ -194,6 +204,10 @@ fn template_notes(t: &TemplateRecord, capi: &CapiConfig) -> Vec<String> {
              driver"
         ));
     }
+    notes.extend(driver_labels::template_notes(
+        &t.labels,
+        &template_families(t, plan),
+    ));
     if let Err(e) = crate::capi::values::check_template(
         &crate::domain::spec::Template::from(template_row(t)),
         capi,
@@ -204,6 +218,37 @@ fn template_notes(t: &TemplateRecord, capi: &CapiConfig) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// The drivers whose defaults a template's clusters had: its `driver` column's, else those of
+/// the drivers that made its clusters, else both Cluster API drivers (the defaults of either may
+/// be what its tenants expect).
+fn template_families(t: &TemplateRecord, plan: &Plan) -> Vec<DriverFamily> {
+    if let Some(d) = t.driver.as_deref().filter(|d| !d.is_empty()) {
+        return vec![
+            imported::SourceDriver {
+                name: d.to_string(),
+                basis: "the template's driver column",
+            }
+            .family(),
+        ];
+    }
+    let mut of_clusters: Vec<DriverFamily> = Vec::new();
+    for f in plan
+        .clusters
+        .iter()
+        .filter(|c| c.cluster_template_id == t.uuid)
+        .map(|c| c.source.family())
+    {
+        if !of_clusters.contains(&f) {
+            of_clusters.push(f);
+        }
+    }
+    if of_clusters.is_empty() {
+        vec![DriverFamily::CapiHelm, DriverFamily::ClusterApi]
+    } else {
+        of_clusters
+    }
 }
 
 fn template_row(t: &TemplateRecord) -> TemplateRow {

@@ -34,11 +34,19 @@ pub fn ca_kind(t: Option<&str>) -> Result<CaKind> {
     })
 }
 
-fn no_ca(c: &ClusterRow) -> DomainError {
-    DomainError::BadRequest(format!(
-        "Cluster {} has no CA certificate yet: it is issued when the cluster is created.",
-        c.uuid
-    ))
+fn no_ca(c: &ClusterRow, spec: &Cluster) -> DomainError {
+    DomainError::BadRequest(match &spec.objects_at {
+        Some(at) => format!(
+            "Cluster {} was imported from Magnum and its CA Secret {}/{}-ca is not on the \
+             management cluster: this service's management cluster must be the one its Magnum \
+             driver used.",
+            c.uuid, at.namespace, at.name
+        ),
+        None => format!(
+            "Cluster {} has no CA certificate yet: it is issued when the cluster is created.",
+            c.uuid
+        ),
+    })
 }
 
 /// `GET /v1/certificates/{cluster}?ca_cert_type=`: the CA certificate from the backend.
@@ -51,11 +59,12 @@ pub async fn show(
 ) -> Result<views::Certificate> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:get", caller, Some(cluster_target(&c)))?;
+    let spec = super::driver_cluster(app, &c).await?;
     let pem = app
         .backend
-        .ca_certificate(&Cluster::from(c.clone()), kind)
+        .ca_certificate(&spec, kind)
         .await?
-        .ok_or_else(|| no_ca(&c))?;
+        .ok_or_else(|| no_ca(&c, &spec))?;
     Ok(views::Certificate {
         cluster_uuid: c.uuid,
         pem,
@@ -80,16 +89,22 @@ pub async fn sign(
         Err(e) => return Err(e),
     };
     policy::enforce("certificate:create", caller, Some(cluster_target(&c)))?;
-    super::refuse_if_read_only(app, &c).await?;
+    let spec = super::driver_cluster(app, &c).await?;
+    // Signing changes nothing of the cluster: a cluster imported from a Magnum Cluster API
+    // driver signs with the CA its driver left (`coe cluster config` keeps working); only
+    // clusters without one (Heat's) are refused with the read-only reason.
+    if spec.objects_at.is_none() {
+        super::refuse_if_read_only(app, &c).await?;
+    }
     let csr = b.str("csr").unwrap_or_default();
     let validity = std::time::Duration::from_secs(
         u64::from(app.config.capi.client_cert_validity_days.max(1)) * 86400,
     );
     let pem = app
         .backend
-        .sign_certificate(&Cluster::from(c.clone()), kind, &csr, validity)
+        .sign_certificate(&spec, kind, &csr, validity)
         .await?
-        .ok_or_else(|| no_ca(&c))?;
+        .ok_or_else(|| no_ca(&c, &spec))?;
     Ok(views::SignedCertificate {
         cluster_uuid: c.uuid,
         csr,

@@ -180,6 +180,21 @@ pub async fn begin_operation(
     commit_with_operation(app, tx, op).await
 }
 
+/// The cluster as the driver reads it. A cluster imported from Magnum that magnum-cluster-api or
+/// magnum-capi-helm made carries where that driver left its Cluster API objects (its CA Secrets
+/// among them), so the driver reads them there.
+pub async fn driver_cluster(app: &App, c: &ClusterRow) -> Result<crate::domain::spec::Cluster> {
+    let mut spec = crate::domain::spec::Cluster::from(c.clone());
+    if let Some(i) = crate::db::imports::of_cluster(&app.pool, c.uuid).await? {
+        spec.objects_at = crate::domain::imported::objects_at(
+            &i.source_driver,
+            i.stack_id.as_deref(),
+            &c.project_id,
+        );
+    }
+    Ok(spec)
+}
+
 /// Refuses a change to a cluster imported read-only from Magnum (issue 25) with a 400 saying
 /// why and what to do; every use case that changes a cluster calls it after its policy check.
 /// A state this binary does not know (written by a newer one) counts as read-only.

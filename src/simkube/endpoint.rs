@@ -25,7 +25,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::serve::{IncomingStream, Listener};
+use axum::serve::IncomingStream;
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::WebPkiSupportedAlgorithms;
@@ -33,14 +33,14 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixT
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use super::api::{ApiState, Scope, router};
 use super::pki::{SigningKey, parse_bundle};
 use super::simulation::Simulation;
+use crate::listener::{Handshaken, TlsListener};
 
 /// A client that connects and never finishes its handshake is dropped after this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -184,7 +184,8 @@ impl Server {
             }
         });
         let local = tcp.local_addr().ok();
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, incoming) =
+            TlsListener::fed(local.unwrap_or_else(|| SocketAddr::from((Ipv4Addr::LOCALHOST, 0))));
         let Some(sim) = self.sim.upgrade() else {
             return;
         };
@@ -208,10 +209,6 @@ impl Server {
         let app = router(state)
             .layer(axum::middleware::from_fn_with_state(auth, authenticate))
             .into_make_service_with_connect_info::<Peer>();
-        let incoming = Incoming {
-            rx,
-            local: local.unwrap_or_else(|| SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
-        };
         let mut graceful = stop_rx.clone();
         let serve = axum::serve(incoming, app).with_graceful_shutdown(async move {
             let _ = graceful.wait_for(|v| *v).await;
@@ -227,7 +224,7 @@ impl Server {
     async fn accept(
         &self,
         tcp: TcpListener,
-        tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+        tx: mpsc::Sender<Handshaken>,
         mut stop: watch::Receiver<bool>,
     ) {
         loop {
@@ -408,35 +405,12 @@ impl ClientCertVerifier for RequestClientCert {
     }
 }
 
-/// Connections whose TLS handshake completed.
-struct Incoming {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl Listener for Incoming {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(c) => c,
-            // The acceptor stopped: so does the server (graceful shutdown ends it).
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
-
 /// The client certificate a connection presented (DER), if any.
 #[derive(Clone, Debug)]
 struct Peer(Option<Vec<u8>>);
 
-impl Connected<IncomingStream<'_, Incoming>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, Incoming>) -> Self {
+impl Connected<IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
         let (_, conn) = stream.io().get_ref();
         Peer(
             conn.peer_certificates()

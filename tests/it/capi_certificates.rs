@@ -3,7 +3,7 @@
 //! management cluster, whose simulated apiservers accept or reject client certificates by the CAs
 //! their machines were built with.
 
-use crate::common::capi::{CapiApp, capi_app_on, objects, secret_text};
+use crate::common::capi::{CapiApp, admin_csr, capi_app_on, objects, secret_text};
 use crate::common::wait::until;
 use crate::common::*;
 
@@ -37,17 +37,6 @@ async fn cluster(t: &TestApp, tls_disabled: bool) -> String {
     let c = r.body["uuid"].as_str().unwrap().to_string();
     t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
     c
-}
-
-/// A CSR (ECDSA P-256) with subject `O=system:masters, CN=admin`, as Terraform sends.
-fn ecdsa_csr() -> String {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "system:masters");
-    dn.push(rcgen::DnType::CommonName, "admin");
-    params.distinguished_name = dn;
-    params.serialize_request(&key).unwrap().pem().unwrap()
 }
 
 async fn sign(t: &TestApp, c: &str, csr: &str, ca_type: Option<&str>) -> Resp {
@@ -121,7 +110,7 @@ async fn the_ca_comes_from_the_secret_and_signs_every_supported_csr() {
     for (what, csr) in [
         ("rsa2048", RSA2048.to_string()),
         ("rsa4096", RSA4096.to_string()),
-        ("p256", ecdsa_csr()),
+        ("p256", admin_csr()),
     ] {
         let r = sign(t, &c, &csr, None).await;
         assert_eq!(r.status, 201, "{what}: {}", r.body);
@@ -223,7 +212,7 @@ async fn the_ca_rotates_in_three_rolled_out_phases_and_old_client_certificates_s
     let c = cluster(t, false).await;
     let old_ca = ca(t, &c, "kubernetes").await;
     let old_etcd = ca(t, &c, "etcd").await;
-    let old_client = sign(t, &c, &ecdsa_csr(), None).await.body["pem"]
+    let old_client = sign(t, &c, &admin_csr(), None).await.body["pem"]
         .as_str()
         .unwrap()
         .to_string();
@@ -290,7 +279,7 @@ async fn the_ca_rotates_in_three_rolled_out_phases_and_old_client_certificates_s
         !accepts(&app, &c, &old_client),
         "the old CA's client certificate still works"
     );
-    let new_client = sign(t, &c, &ecdsa_csr(), None).await.body["pem"]
+    let new_client = sign(t, &c, &admin_csr(), None).await.body["pem"]
         .as_str()
         .unwrap()
         .to_string();

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::capi::{capi_app_on, kubeconfig, objects, template};
+use crate::common::capi_drivers::{Driver, TENANT, imported_cluster, load_driver_objects};
 use crate::common::*;
 
 use serde_json::json;
@@ -133,4 +134,53 @@ async fn forget_finishes_a_stuck_delete_after_saying_what_is_left() {
     assert!(ok, "{out}");
     t.wait_cluster(&ALICE, &c, "GONE").await;
     assert_eq!(cluster_objects(&app, &c), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn forgetting_an_imported_cluster_removes_its_records_and_touches_no_object_of_its_driver() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &t.url, app.sim.url());
+    let stack = "live-0a1b2c3d4e5f";
+    let c = imported_cluster(t, 9, Driver::CapiHelm, stack, &TENANT).await;
+    // What magnum-capi-helm left on this (shared) management cluster: its namespace is the one
+    // this driver uses for the project, its Secrets carry the same cluster-uuid label.
+    app.sim.pause();
+    let ca = magnum_capi::capi::pki::generate_ca("kubernetes").unwrap();
+    load_driver_objects(&app.sim, Driver::CapiHelm, &c, stack, TENANT.project, &ca);
+    let ns = Driver::CapiHelm.namespace(TENANT.project);
+    assert_eq!(ns, magnum_capi::capi::namespace("magnum", TENANT.project));
+    let before = cluster_objects(&app, &c);
+    assert!(
+        before.contains(&format!("Secret/\"{stack}-ca\"")),
+        "{before:?}"
+    );
+
+    let (ok, out) = forget(&config, &c, &["--yes", "--force"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("imported read-only from Magnum: forgetting it removes its records only"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "everything k8s_capi_helm_v1 made for it in Magnum (stack_id {stack})"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("0 objects removed"), "{out}");
+    t.wait_cluster(&TENANT, &c, "GONE").await;
+    assert_eq!(cluster_objects(&app, &c), before);
+    assert!(
+        app.sim
+            .store()
+            .get(
+                &magnum_capi::simkube::Resource::of("cluster.x-k8s.io/v1beta1", "Cluster"),
+                &ns,
+                stack
+            )
+            .is_some()
+    );
+    app.sim.resume();
 }

@@ -722,11 +722,14 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
         "settings",
         json!({"http_proxy": "http://proxy.example.com:3128",
                "https_proxy": "http://proxy.example.com:3128", "no_proxy": "10.1.0.0/16",
-               "master_lb_enabled": true,
+               "master_lb_enabled": true, "docker_volume_size": 20,
                "labels": {"kube_tag": "v1.33.5",
                    "containerd_registry_mirrors": "docker.io=https://mirror.example.com",
                    "insecure_registries": "registry.local:5000",
-                   "audit_log_enabled": "true", "server_group_policies": "anti-affinity"}}),
+                   "audit_log_enabled": "true", "server_group_policies": "anti-affinity",
+                   "docker_volume_type": "ssd", "etcd_volume_size": "10",
+                   "container_infra_prefix": "registry.local:5000/mirror",
+                   "cloud_provider_tag": "v1.33.9", "ingress_controller": "traefik"}}),
     );
     let flannel = template(
         "flannel",
@@ -763,6 +766,41 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
             .all(|o| o["spec"]["template"]["spec"]["serverGroup"]["filter"]["name"].is_string()),
         "{osmts:#?}"
     );
+    // containerd's volume on every machine (and etcd's on the control plane's).
+    assert!(
+        osmts
+            .iter()
+            .all(|o| o["spec"]["template"]["spec"]["additionalBlockDevices"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|d| d["name"] == "containerd"
+                    && d["sizeGiB"] == 20
+                    && d["storage"]["volume"]["type"] == "ssd"))),
+        "{osmts:#?}"
+    );
+    // The add-ons' images come from the prefix, the CCM's with the tag the label names.
+    let settings_hcps = objects(
+        &app,
+        "addons.cluster.x-k8s.io/v1alpha1",
+        "HelmChartProxy",
+        &clusters[0],
+    );
+    let ccm = settings_hcps
+        .iter()
+        .find(|h| h["spec"]["chartName"] == "openstack-cloud-controller-manager")
+        .unwrap();
+    let ccm_values: Value =
+        yaml_serde::from_str(ccm["spec"]["valuesTemplate"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        ccm_values["image"],
+        json!({"repository":
+                   "registry.local:5000/mirror/provider-os/openstack-cloud-controller-manager",
+               "tag": "v1.33.9"})
+    );
+    assert!(
+        settings_hcps
+            .iter()
+            .any(|h| h["spec"]["chartName"] == "traefik")
+    );
     let kcp = objects(
         &app,
         "controlplane.cluster.x-k8s.io/v1beta2",
@@ -796,6 +834,18 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
         (
             json!({"labels": {"audit_log_maxsize": "big"}}),
             "audit_log_maxsize",
+        ),
+        (
+            json!({"labels": {"cloud_provider_tag": "v1 latest"}}),
+            "cloud_provider_tag",
+        ),
+        (
+            json!({"labels": {"container_infra_prefix": "https://registry.local"}}),
+            "container_infra_prefix",
+        ),
+        (
+            json!({"labels": {"ingress_controller": "octavia"}}),
+            "use nginx or traefik",
         ),
     ] {
         let r = t

@@ -51,7 +51,8 @@ fn fixtures() -> Value {
          "driver": "k8s_capi_helm_v1", "created_at": "2024-03-01 09:00:00",
          "labels": {"kube_tag": "v1.30.4", "monitoring_enabled": "true",
                     "octavia_provider": "ovn", "cinder_csi_enabled": "true",
-                    "auto_healing_enabled": "false", "boot_volume_size": "40"}},
+                    "auto_healing_enabled": "false", "boot_volume_size": "40",
+                    "kube_dashboard_enabled": "true"}},
         {"uuid": T_MCAPI, "project_id": PA, "user_id": "u-import-a", "name": "k8s-mcapi",
          "coe": "kubernetes", "image_id": "ubuntu-2204-kube-v1.31.1", "flavor_id": "m1.small",
          "master_flavor_id": "m1.medium", "external_network_id": "public",
@@ -443,6 +444,33 @@ async fn a_dry_run_reports_every_object_and_writes_nothing() {
         )),
         "{out}"
     );
+    // Both drivers' labels: the ignored ones and the defaults that differ are named, with the
+    // label that keeps the old behaviour.
+    assert!(
+        out.contains(
+            "  note: labels accepted and ignored here: kube_dashboard_enabled (no dashboard add-on"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  note: default differs: csi_cinder_reclaim_policy unset — magnum-capi-helm made \
+             StorageClass reclaimPolicy Retain; magnum-capi: Delete (the volumes of deleted \
+             PersistentVolumes are deleted); set csi_cinder_reclaim_policy=Retain on the template \
+             to keep it"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  note: default differs: csi_cinder_volume_binding_mode unset — magnum-cluster-api \
+             made Immediate"
+        ),
+        "{out}"
+    );
+    // The mcapi template sets keystone_auth_enabled, the Heat template's clusters are Heat's:
+    // nothing to say about that default.
+    assert!(!out.contains("keystone_auth_enabled unset"), "{out}");
     let heat = cluster_uuid(2);
     assert!(
         out.contains(&format!(
@@ -462,6 +490,19 @@ async fn a_dry_run_reports_every_object_and_writes_nothing() {
     );
     assert!(
         out.contains("  nodegroups: default-master, default-worker, gpu"),
+        "{out}"
+    );
+    // Where each CAPI driver left the cluster's objects (and the CA that serves it here).
+    assert!(
+        out.contains(
+            "  Cluster API objects: magnum-pimporta/c0-abcdef000000 on the management cluster its \
+             driver used; its CA Secret magnum-pimporta/c0-abcdef000000-ca serves ca show and ca \
+             sign"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("  Cluster API objects: magnum-system/kube-a0001 on the management cluster"),
         "{out}"
     );
     assert!(

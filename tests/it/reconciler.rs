@@ -6,7 +6,7 @@
 use crate::common::ALICE;
 use crate::common::capi::{CapiApp, capi_app_on, template};
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
@@ -44,6 +44,19 @@ async fn hold_machines(app: &CapiApp, cluster: &str, hold: bool) -> usize {
     list.items.len()
 }
 
+/// Creates clusters `{name}-0..2` one after the other: the fastest one's time to
+/// `CREATE_COMPLETE` (machine load only ever adds time, so the fastest is the work itself).
+async fn fastest_create(t: &crate::common::TestApp, template: &str, name: &str) -> Duration {
+    let mut fastest = Duration::MAX;
+    for i in 0..3 {
+        let t0 = Instant::now();
+        let c = t.cluster(&ALICE, &format!("{name}-{i}"), template).await;
+        t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
+        fastest = fastest.min(t0.elapsed());
+    }
+    fastest
+}
+
 fn machines_resource() -> ApiResource {
     ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
         "cluster.x-k8s.io",
@@ -74,11 +87,9 @@ async fn deletes_waiting_for_the_management_cluster_do_not_delay_a_create() {
         );
     }
 
-    // The same create on an idle service.
-    let t0 = Instant::now();
-    let idle = t.cluster(&ALICE, "idle", &ct).await;
-    t.wait_cluster(&ALICE, &idle, "CREATE_COMPLETE").await;
-    let on_idle = t0.elapsed();
+    // The same create on an idle service: the fastest of three, so a moment of load on the
+    // machine does not decide the comparison.
+    let on_idle = fastest_create(t, &ct, "idle").await;
 
     // Eight deletes whose machines do not go away, on two workers; then the create.
     for c in &doomed {
@@ -86,11 +97,10 @@ async fn deletes_waiting_for_the_management_cluster_do_not_delay_a_create() {
             .await
             .assert_status(204);
     }
-    let t1 = Instant::now();
-    let busy = t.cluster(&ALICE, "busy", &ct).await;
-    t.wait_cluster(&ALICE, &busy, "CREATE_COMPLETE").await;
-    let beside_deletes = t1.elapsed();
-    eprintln!("create on an idle service: {on_idle:?}; beside 8 held deletes: {beside_deletes:?}");
+    let beside_deletes = fastest_create(t, &ct, "busy").await;
+    eprintln!(
+        "fastest of three creates on an idle service: {on_idle:?}; beside 8 held deletes: {beside_deletes:?}"
+    );
     for c in &doomed {
         let r = t.get(&ALICE, &format!("/v1/clusters/{c}")).await;
         assert_eq!(r.body["status"], "DELETE_IN_PROGRESS", "{}", r.body);

@@ -1067,7 +1067,7 @@ fn bad_label_values_are_values_errors_naming_the_label() {
             "master_lb_floating_ip_enabled",
         ),
         (
-            json!({"api_master_lb_allowed_cidrs": "10.0.0.0/8"}),
+            json!({"api_master_lb_allowed_cidrs": "10.0.0.0/33"}),
             "api_master_lb_allowed_cidrs",
         ),
         (
@@ -1572,19 +1572,208 @@ fn every_optional_addon_on() {
 }
 
 #[test]
-fn ingress_needs_the_delete_cleanup_and_is_nginx_only() {
-    let (t, c) = with_labels(json!({"ingress_controller": "nginx"}));
+fn ingress_is_nginx_or_traefik_with_the_delete_cleanup_and_octavia_is_refused() {
     let config = CapiConfig {
         delete_cleanup: false,
         ..CapiConfig::default()
     };
-    let err = build_values(&rows(t, c, None), &config).unwrap_err();
-    assert!(err.to_string().contains("delete_cleanup"), "{err}");
-    for bad in ["traefik", "octavia"] {
-        let (t, c) = with_labels(json!({"ingress_controller": bad}));
-        let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
-        assert!(err.to_string().contains("ingress_controller"), "{err}");
+    for controller in ["nginx", "traefik"] {
+        let (t, c) = with_labels(json!({"ingress_controller": controller}));
+        let err = build_values(&rows(t, c, None), &config).unwrap_err();
+        assert!(err.to_string().contains("delete_cleanup"), "{err}");
     }
+    let (t, c) = with_labels(json!({"ingress_controller": "traefik"}));
+    let objects = render_rows(&rows(t, c, None));
+    assert_valid(&objects);
+    assert!(addon(&objects, "ingress-nginx").is_none());
+    let traefik = addon(&objects, "ingress-traefik").expect("traefik");
+    assert_eq!(traefik["spec"]["chartName"], "traefik");
+    assert_eq!(
+        traefik["spec"]["version"],
+        CapiConfig::default().traefik_chart_version
+    );
+    let values: Value =
+        yaml_serde::from_str(traefik["spec"]["valuesTemplate"].as_str().unwrap()).unwrap();
+    assert_eq!(values["service"]["type"], "LoadBalancer");
+    assert_eq!(values["ingressClass"]["isDefaultClass"], true);
+    // The Heat driver's octavia-ingress-controller: a 400 that says what to use instead.
+    let (t, c) = with_labels(json!({"ingress_controller": "octavia"}));
+    let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("ingress_controller") && text.contains("use nginx or traefik"),
+        "{text}"
+    );
+    let (t, c) = with_labels(json!({"ingress_controller": "haproxy"}));
+    let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("supported: nginx, traefik"),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Add-on images: container_infra_prefix and the image tag labels
+
+const PREFIX: &str = "registry.example.com:5000/mirror";
+
+/// Every image reference in a chart's values or a manifest: the strings under the keys charts
+/// name images by (`image`, `repository`, `registry`, `imageRegistry`), wherever they are.
+fn image_refs(v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("image" | "repository" | "registry" | "imageRegistry", Value::String(s)) => {
+                        out.push((k.clone(), s.clone()));
+                    }
+                    _ => image_refs(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| image_refs(v, out)),
+        _ => {}
+    }
+}
+
+/// The objects of clusters with `labels` and every add-on on, one per CNI (and ingress
+/// controller), with Keystone authentication.
+fn clusters_with_every_addon(labels: Value) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for (driver, ingress) in [
+        ("calico", "nginx"),
+        ("cilium", "traefik"),
+        ("flannel", "nginx"),
+    ] {
+        let mut l = json!({
+            "monitoring_enabled": "true",
+            "ingress_controller": ingress,
+            "manila_csi_enabled": "true",
+            "gpu_operator_enabled": "true",
+            "keystone_auth_enabled": "true",
+        });
+        l.as_object_mut()
+            .unwrap()
+            .extend(labels.as_object().unwrap().clone());
+        let (mut t, c) = with_labels(l);
+        t["network_driver"] = json!(driver);
+        let v = build_values(&rows(t, c, None), &keystone_config()).unwrap();
+        let rendered = renderer().render(&v).unwrap();
+        assert_valid(&rendered);
+        objects.extend(rendered);
+    }
+    objects
+}
+
+fn chart_values(hcp: &Value) -> Value {
+    yaml_serde::from_str(hcp["spec"]["valuesTemplate"].as_str().unwrap_or("{}")).unwrap()
+}
+
+#[test]
+fn every_addon_image_comes_from_the_prefix() {
+    let objects = clusters_with_every_addon(json!({
+        "container_infra_prefix": format!("{PREFIX}/")
+    }));
+    let mut charts = BTreeSet::new();
+    for hcp in find(&objects, "HelmChartProxy") {
+        let chart = hcp["spec"]["chartName"].as_str().unwrap().to_owned();
+        let mut refs = Vec::new();
+        image_refs(&chart_values(hcp), &mut refs);
+        // A chart whose images were left alone (a chart added without its row in
+        // CHART_IMAGES) names none under the prefix.
+        assert!(!refs.is_empty(), "{chart}: no image is under the prefix");
+        for (key, r) in &refs {
+            assert!(
+                r.starts_with(PREFIX),
+                "{chart}: {key} {r} is not under the prefix"
+            );
+        }
+        charts.insert(chart);
+    }
+    // Every chart the table knows was rendered (so each row above was checked) and vice versa.
+    let known: BTreeSet<String> = values::CHART_IMAGES
+        .iter()
+        .map(|(c, _)| (*c).to_owned())
+        .collect();
+    assert_eq!(charts, known);
+    // The manifests of the workload cluster (k8s-keystone-auth) too.
+    let cm = find(&objects, "ConfigMap")
+        .into_iter()
+        .find(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-keystone-auth")
+        })
+        .expect("keystone-auth manifests");
+    let mut refs = Vec::new();
+    for doc in config_map_documents(cm, "keystone-auth.yaml") {
+        image_refs(&doc, &mut refs);
+    }
+    assert!(!refs.is_empty());
+    for (_, r) in refs {
+        assert!(
+            r.starts_with(&format!("{PREFIX}/provider-os/k8s-keystone-auth:")),
+            "{r}"
+        );
+    }
+    // kubeadm's images.
+    let kcp = one(&objects[..objects.len() / 3], "KubeadmControlPlane");
+    assert_eq!(
+        kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["imageRepository"],
+        PREFIX
+    );
+    // Without a prefix the charts' own registries stay.
+    let plain = clusters_with_every_addon(json!({}));
+    let ccm = find(&plain, "HelmChartProxy")
+        .into_iter()
+        .find(|h| h["spec"]["chartName"] == "openstack-cloud-controller-manager")
+        .unwrap();
+    assert!(chart_values(ccm).get("image").is_none());
+}
+
+#[test]
+fn a_tag_label_changes_the_image_it_names() {
+    let labels: Vec<&str> = values::tag_labels().collect();
+    for name in [
+        "cloud_provider_tag",
+        "cinder_csi_plugin_tag",
+        "manila_csi_plugin_tag",
+        "csi_attacher_tag",
+        "csi_provisioner_tag",
+        "csi_snapshotter_tag",
+        "csi_resizer_tag",
+        "csi_liveness_probe_tag",
+        "csi_node_driver_registrar_tag",
+    ] {
+        assert!(labels.contains(&name), "{name} is not mapped");
+    }
+    let tags: serde_json::Map<String, Value> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| ((*l).to_owned(), json!(format!("v9.{i}.1"))))
+        .collect();
+    let objects = clusters_with_every_addon(Value::Object(tags.clone()));
+    for (chart, images) in values::CHART_IMAGES {
+        for image in images.iter().filter(|i| i.tag_label.is_some()) {
+            let label = image.tag_label.unwrap();
+            let hcp = find(&objects, "HelmChartProxy")
+                .into_iter()
+                .find(|h| h["spec"]["chartName"] == *chart)
+                .unwrap_or_else(|| panic!("{chart} not rendered"));
+            let v = chart_values(hcp);
+            let at = image.path.split('.').fold(&v, |v, part| &v[part]);
+            assert_eq!(at["tag"], tags[label], "{label} → {chart} {}", image.path);
+        }
+    }
+    // The CCM's image, concretely, and a bad tag is refused naming the label.
+    let (t, c) = with_labels(json!({"cloud_provider_tag": "v1.33.9"}));
+    let objects = render_rows(&rows(t, c, None));
+    let ccm = addon(&objects, "ccm").unwrap();
+    assert_eq!(chart_values(ccm)["image"]["tag"], "v1.33.9");
+    let (t, c) = with_labels(json!({"cinder_csi_plugin_tag": "v1 && true"}));
+    let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("cinder_csi_plugin_tag"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1873,4 +2062,148 @@ fn addon_versions_follow_the_kubernetes_minor_across_an_upgrade() {
         assert_ne!(before[key], after[key], "{key}");
     }
     insta::assert_json_snapshot!("versions_by_minor", json!([before, after]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data volumes
+
+#[test]
+fn containerd_and_etcd_get_their_own_volumes_mounted_before_kubeadm() {
+    let ngs = json!({"nodegroups": [
+        {"uuid": "11111111-1111-4111-8111-111111111111", "name": "default-master",
+         "role": "master", "node_count": 1, "is_default": true, "docker_volume_size": 30},
+        {"uuid": "22222222-2222-4222-8222-222222222222", "name": "default-worker",
+         "role": "worker", "node_count": 2, "is_default": true, "docker_volume_size": 30},
+        {"uuid": "33333333-3333-4333-8333-333333333333", "name": "big",
+         "role": "worker", "node_count": 1, "docker_volume_size": 200,
+         "labels": {"docker_volume_type": "bulk"}},
+        {"uuid": "44444444-4444-4444-8444-444444444444", "name": "plain",
+         "role": "worker", "node_count": 1, "docker_volume_size": 0}
+    ]});
+    let (mut t, c) = with_labels(json!({
+        "docker_volume_type": "ssd",
+        "etcd_volume_size": "10",
+        "etcd_volume_type": "fast"
+    }));
+    t["docker_volume_size"] = json!(30);
+    let objects = render_rows(&rows(t, c, Some(ngs)));
+    assert_valid(&objects);
+    let block_devices = |name_part: &str| {
+        let osmt = find(&objects, "OpenStackMachineTemplate")
+            .into_iter()
+            .find(|o| o["metadata"]["name"].as_str().unwrap().contains(name_part))
+            .unwrap_or_else(|| panic!("no machine template {name_part}"));
+        osmt["spec"]["template"]["spec"]["additionalBlockDevices"].clone()
+    };
+    let containerd = |size: u32, volume_type: &str| {
+        json!({"name": "containerd", "sizeGiB": size,
+               "storage": {"type": "Volume", "volume": {"type": volume_type}}})
+    };
+    assert_eq!(
+        block_devices("-control-plane"),
+        json!([{"name": "etcd", "sizeGiB": 10, "storage": {"type": "Volume", "volume": {"type": "fast"}}},
+               containerd(30, "ssd")])
+    );
+    assert_eq!(block_devices("-22222222-"), json!([containerd(30, "ssd")]));
+    assert_eq!(
+        block_devices("-33333333-"),
+        json!([containerd(200, "bulk")])
+    );
+    assert_eq!(block_devices("-44444444-"), Value::Null);
+
+    // The file systems and mounts are cloud-init's (disk_setup, mounts: before runcmd, where
+    // kubeadm runs); the commands before kubeadm refuse to go on without the mount.
+    let mount_check = "mountpoint -q /var/lib/containerd || { echo '/var/lib/containerd: its \
+                       volume is not mounted' >&2; exit 1; }";
+    let kcp = &one(&objects, "KubeadmControlPlane")["spec"]["kubeadmConfigSpec"];
+    assert_eq!(
+        kcp["diskSetup"]["filesystems"],
+        json!([
+            {"device": "/dev/disk/openstack/by-tag/etcd", "filesystem": "ext4",
+             "label": "etcd_data", "overwrite": false},
+            {"device": "/dev/disk/openstack/by-tag/containerd", "filesystem": "ext4",
+             "label": "containerd_data", "overwrite": false}
+        ])
+    );
+    assert_eq!(
+        kcp["mounts"],
+        json!([
+            ["LABEL=etcd_data", "/var/lib/etcd"],
+            ["LABEL=containerd_data", "/var/lib/containerd"]
+        ])
+    );
+    assert_eq!(
+        kcp["preKubeadmCommands"],
+        json!([mount_check, "systemctl restart containerd"])
+    );
+    for kct in find(&objects, "KubeadmConfigTemplate") {
+        let spec = &kct["spec"]["template"]["spec"];
+        if kct["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .contains("-44444444-")
+        {
+            assert!(spec.get("diskSetup").is_none() && spec.get("mounts").is_none());
+            assert!(spec.get("preKubeadmCommands").is_none());
+            continue;
+        }
+        assert_eq!(
+            spec["mounts"],
+            json!([["LABEL=containerd_data", "/var/lib/containerd"]])
+        );
+        assert_eq!(
+            spec["diskSetup"]["filesystems"][0]["device"],
+            "/dev/disk/openstack/by-tag/containerd"
+        );
+        assert_eq!(
+            spec["preKubeadmCommands"],
+            json!([mount_check, "systemctl restart containerd"])
+        );
+    }
+    insta::assert_json_snapshot!("data_volumes", objects);
+}
+
+/// A template carrying every label `driver` honours, each with a value its working templates
+/// carry (`domain::driver_labels`), builds a cluster's values and renders valid objects here.
+fn every_label_of(honoured: impl Fn(&magnum_capi::domain::driver_labels::DriverLabel) -> bool) {
+    use magnum_capi::domain::driver_labels::DRIVER_LABELS;
+    let labels: serde_json::Map<String, Value> = DRIVER_LABELS
+        .iter()
+        .filter(|l| honoured(l))
+        .map(|l| (l.name.to_string(), json!(l.sample)))
+        .collect();
+    let (t, c) = with_labels(Value::Object(labels.clone()));
+    let r = rows(t, c, None);
+    // A service with Keystone (keystone_auth_enabled gives the cluster its URL).
+    let config = CapiConfig {
+        keystone_auth_url: Some("https://keystone.example.com:5000/v3".into()),
+        ..CapiConfig::default()
+    };
+    let v = build_values(&r, &config)
+        .unwrap_or_else(|e| panic!("a label of a working template was refused: {e}\n{labels:?}"));
+    assert_valid(&renderer().render(&v).unwrap());
+}
+
+#[test]
+fn every_label_of_a_working_magnum_cluster_api_template_is_accepted() {
+    every_label_of(|l| l.cluster_api);
+}
+
+#[test]
+fn every_label_of_a_working_magnum_capi_helm_template_is_accepted() {
+    every_label_of(|l| l.capi_helm);
+}
+
+#[test]
+fn allowed_cidrs_give_a_single_master_cluster_its_api_load_balancer() {
+    // magnum-capi-helm's templates carry the label without master_lb_enabled: it always made the
+    // load balancer. The restriction is kept, never dropped.
+    let (t, c) = with_labels(json!({"api_master_lb_allowed_cidrs": "10.0.0.0/8,192.0.2.0/24"}));
+    let objects = render_rows(&rows(t, c, None));
+    let osc = one(&objects, "OpenStackCluster");
+    assert_eq!(
+        osc["spec"]["apiServerLoadBalancer"]["allowedCIDRs"],
+        json!(["10.0.0.0/8", "192.0.2.0/24"]),
+        "{osc}"
+    );
 }

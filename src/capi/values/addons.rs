@@ -70,6 +70,14 @@ pub const OPTIONAL_ADDONS: &[AddonSpec] = &[
         chart: "ingress-nginx",
         namespace: "ingress-nginx",
     },
+    AddonSpec {
+        key: "ingress-traefik",
+        label: "ingress_controller",
+        value: Some("traefik"),
+        default: false,
+        chart: "traefik",
+        namespace: "traefik",
+    },
     switch(
         "csi-manila",
         "manila_csi_enabled",
@@ -117,6 +125,7 @@ fn chart_source_fixed<'c>(config: &'c CapiConfig, key: &str) -> (&'c str, &'c st
             &config.ingress_nginx_chart_repo,
             &config.ingress_nginx_chart_version,
         ),
+        "ingress-traefik" => (&config.traefik_chart_repo, &config.traefik_chart_version),
         "csi-manila" => (
             &config.openstack_chart_repo,
             &config.manila_csi_chart_version,
@@ -158,21 +167,38 @@ pub(super) fn check_labels(view: &LabelView<'_>, config: &CapiConfig) -> Result<
     Ok(())
 }
 
-/// Whether `ingress_controller` asks for nginx (checked).
-fn ingress(view: &LabelView<'_>, config: &CapiConfig) -> Result<bool, ValuesError> {
+/// The add-on key of the ingress controller `ingress_controller` asks for (checked): nginx and
+/// Traefik, each behind a `LoadBalancer` Service whose Octavia load balancer the CCM creates and
+/// the delete cleanup removes. `octavia` (the Heat driver's octavia-ingress-controller) is
+/// refused: it creates a load balancer per Ingress under names the cleanup does not know, so
+/// they would outlive the cluster in the tenant's project, and it has no published chart.
+fn ingress(view: &LabelView<'_>, config: &CapiConfig) -> Result<Option<&'static str>, ValuesError> {
     let Some(v) = view.token(&["ingress_controller"])? else {
-        return Ok(false);
+        return Ok(None);
     };
-    match v.as_str() {
-        "nginx" if config.delete_cleanup => Ok(true),
-        "nginx" => Err(bad(
+    let key = match v.to_ascii_lowercase().as_str() {
+        "" | "none" => return Ok(None),
+        "nginx" => "ingress-nginx",
+        "traefik" => "ingress-traefik",
+        "octavia" => {
+            return Err(bad(
+                "ingress_controller",
+                &v,
+                "the Octavia ingress controller is not offered (it makes a load balancer per \
+                 Ingress that the cluster's delete would leave behind); use nginx or traefik, \
+                 whose one load balancer is an ordinary LoadBalancer Service",
+            ));
+        }
+        _ => return Err(bad("ingress_controller", &v, "supported: nginx, traefik")),
+    };
+    if !config.delete_cleanup {
+        return Err(bad(
             "ingress_controller",
             &v,
             "needs [capi] delete_cleanup (its load balancer would outlive the cluster)",
-        )),
-        "" | "none" => Ok(false),
-        _ => Err(bad("ingress_controller", &v, "supported: nginx")),
+        ));
     }
+    Ok(Some(key))
 }
 
 /// Manila's share network, type and protocol labels.
@@ -232,13 +258,13 @@ impl Cx<'_> {
             .map(|spec| self.addon_chart(spec)))
     }
 
-    /// The ingress controller (`ingress_controller`): `nginx` only, and only with the delete
-    /// cleanup, which removes the load balancer its Service gets.
-    pub(super) fn ingress(&self) -> Result<Option<HelmChart>, ValuesError> {
-        if ingress(&self.view, self.config)? {
-            self.optional_addon("ingress-nginx")
-        } else {
-            Ok(None)
+    /// The ingress controller of `key` (`ingress-nginx`, `ingress-traefik`) when
+    /// `ingress_controller` asks for it, only with the delete cleanup, which removes the load
+    /// balancer its Service gets.
+    pub(super) fn ingress(&self, key: &str) -> Result<Option<HelmChart>, ValuesError> {
+        match ingress(&self.view, self.config)? {
+            Some(k) if k == key => self.optional_addon(key),
+            _ => Ok(None),
         }
     }
 

@@ -92,7 +92,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         }
     }
     let machines = cx.machine_refs()?;
-    let mut control_plane = cx.control_plane(master, &machines)?;
+    let mut control_plane = cx.control_plane(master, &machines, &nodes.pre_kubeadm_commands)?;
     control_plane.files = nodes
         .files
         .iter()
@@ -100,7 +100,8 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         .chain(audit_policy)
         .chain(keystone_parts.map(|k| k.file))
         .collect();
-    let node_groups = cx.node_groups(nodegroups, &machines, &kubeadm)?;
+    let node_groups =
+        cx.node_groups(nodegroups, &machines, &kubeadm, &nodes.pre_kubeadm_commands)?;
     let mut addons = cx.addons(&networking)?;
     addons.keystone_auth = keystone_auth;
     let flavors: Vec<&FlavorRef> = node_groups
@@ -276,7 +277,12 @@ impl<'a> Cx<'a> {
     ) -> Result<ApiServer, ValuesError> {
         let (view, t, c) = (&self.view, self.t, self.c);
         const ALLOWED_CIDRS: &[&str] = &["api_master_lb_allowed_cidrs", "master_lb_allowed_cidrs"];
-        let lb_wanted = c.master_lb_enabled.unwrap_or(t.master_lb_enabled) || master_count > 1;
+        // Allowed CIDRs restrict the API load balancer, so asking for them asks for one:
+        // magnum-capi-helm always made it, and its templates carry the label without
+        // `master_lb_enabled` (dropping the restriction silently would open the API).
+        let lb_wanted = c.master_lb_enabled.unwrap_or(t.master_lb_enabled)
+            || master_count > 1
+            || view.raw(ALLOWED_CIDRS)?.is_some();
         let floating_ip =
             view.bool(&["master_lb_floating_ip_enabled"], true)? && has_external_network;
         let load_balancer = if lb_wanted {
@@ -288,13 +294,6 @@ impl<'a> Cx<'a> {
                 availability_zone: view.token(&["api_server_lb_availability_zone"])?,
             })
         } else {
-            if let Some((label, v)) = view.raw(ALLOWED_CIDRS)? {
-                return Err(bad(
-                    label,
-                    v,
-                    "needs the API load balancer (master_lb_enabled, or more than one master)",
-                ));
-            }
             if !floating_ip {
                 return Err(ValuesError::Invalid(
                     "without the API load balancer (master_lb_enabled, or more than one master) \
@@ -398,11 +397,7 @@ impl<'a> Cx<'a> {
             kubelet_extra_args.push(nv("tls-cipher-suites", suites));
         }
         Ok(Kubeadm {
-            image_repository: self
-                .view
-                .token(&["container_infra_prefix"])?
-                .map(|p| p.trim_end_matches('/').to_owned())
-                .filter(|p| !p.is_empty()),
+            image_repository: super::images::prefix(&self.view)?,
             kubelet_extra_args,
         })
     }
@@ -507,8 +502,10 @@ impl<'a> Cx<'a> {
             csi_cinder,
             metrics_server: self.optional_addon("metrics-server")?,
             cloud_env: Vec::new(),
+            image_values: super::images::overlays(view, super::images::prefix(view)?.as_deref())?,
             monitoring: self.optional_addon("monitoring")?,
-            ingress_nginx: self.ingress()?,
+            ingress_nginx: self.ingress("ingress-nginx")?,
+            ingress_traefik: self.ingress("ingress-traefik")?,
             csi_manila: self.manila()?,
             gpu_operator: None,
             keystone_auth: None,

@@ -342,6 +342,16 @@ pub struct Machine {
     pub root_volume: Option<RootVolume>,
     /// Extra networks each machine gets a port on (`extra_network_names`, workers only).
     pub extra_networks: Vec<String>,
+    /// Data disks: etcd's (control plane, `etcd_volume_size`) and containerd's
+    /// (`docker_volume_size`).
+    pub data_volumes: Vec<DataVolume>,
+    /// The data disks as CAPO `additionalBlockDevices`.
+    pub block_devices: Vec<BlockDevice>,
+    /// The data disks' file systems and mounts (KubeadmConfig `diskSetup`, `mounts`).
+    pub disk_setup: Option<DiskSetup>,
+    pub mounts: Vec<[String; 2]>,
+    /// Commands the machine runs before kubeadm: every node's, then the data volumes' checks.
+    pub pre_kubeadm_commands: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -354,14 +364,79 @@ pub struct RootVolume {
     pub availability_zone: Option<String>,
 }
 
+/// A CAPO `additionalBlockDevices` entry.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EtcdBlockDevice {
+pub struct BlockDevice {
+    pub name: String,
+    #[serde(rename = "sizeGiB")]
     pub size_gib: u32,
-    /// `Volume` (Cinder) or `Local` (the flavor's ephemeral disk).
+    pub storage: BlockDeviceStorage,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockDeviceStorage {
+    #[serde(rename = "type")]
     pub storage_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<BlockDeviceVolume>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockDeviceVolume {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub volume_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<NameRef>,
+}
+
+/// `{name: …}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct NameRef {
+    pub name: String,
+}
+
+/// KubeadmConfig `diskSetup` (cloud-init `fs_setup`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskSetup {
+    pub filesystems: Vec<Filesystem>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Filesystem {
+    pub device: String,
+    pub filesystem: String,
+    pub label: String,
+    /// Never reformat a disk that already has a file system.
+    pub overwrite: bool,
+}
+
+/// A data disk of a machine besides its root disk: a CAPO `additionalBlockDevices` entry (a
+/// Cinder volume, or for etcd the flavor's ephemeral disk), formatted and mounted by cloud-init
+/// (`diskSetup`, `mounts`) before kubeadm runs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataVolume {
+    /// The block device's name, which CAPO tags it with: the node finds it as
+    /// `/dev/disk/openstack/by-tag/<name>` (`etcd`, `containerd`).
+    pub name: String,
+    pub size_gib: u32,
+    /// `Volume` (Cinder) or `Local` (the flavor's ephemeral disk; etcd only).
+    pub storage_type: String,
+    /// Cinder volume type; unset: Cinder's default type.
+    pub volume_type: Option<String>,
+    /// Cinder availability zone; unset: Cinder's choice.
     pub availability_zone: Option<String>,
+    /// The device path on the node.
+    pub device: String,
+    /// The ext4 file system's label, which the mount refers to.
+    pub label: String,
+    /// Where it is mounted.
+    pub mount_path: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -384,8 +459,6 @@ pub struct ControlPlane {
     /// Compute AZs the control plane spreads over (`control_plane_availability_zones`, else
     /// `availability_zone`); empty: Nova chooses (`controlPlaneOmitAvailabilityZone`).
     pub availability_zones: Vec<String>,
-    /// A dedicated etcd disk (`etcd_blockdevice_size` | `etcd_volume_size` > 0).
-    pub etcd_block_device: Option<EtcdBlockDevice>,
     /// A MachineHealthCheck for the control plane (`auto_healing_enabled`).
     pub health_check: bool,
     /// Files of control-plane nodes: every node's plus the audit policy.
@@ -474,6 +547,8 @@ pub struct Addons {
     pub monitoring: Option<HelmChart>,
     /// ingress-nginx behind a LoadBalancer Service (`ingress_controller=nginx`).
     pub ingress_nginx: Option<HelmChart>,
+    /// Traefik behind a LoadBalancer Service (`ingress_controller=traefik`).
+    pub ingress_traefik: Option<HelmChart>,
     /// Manila CSI (`manila_csi_enabled`).
     pub csi_manila: Option<CsiManila>,
     /// The NVIDIA GPU operator (`gpu_operator_enabled`).
@@ -483,6 +558,9 @@ pub struct Addons {
     pub keystone_auth: Option<KeystoneAuth>,
     /// Container env of the addons that reach the cloud (CCM, Cinder CSI): the proxy's.
     pub cloud_env: Vec<NameValue>,
+    /// Values the renderer merges into the HelmChartProxy of each chart, by chart name: its
+    /// images under `container_infra_prefix` and the tags the image tag labels set.
+    pub image_values: BTreeMap<String, serde_json::Value>,
 }
 
 /// Manila CSI: the Manila controller, the NFS node plugin it forwards to, and a StorageClass.

@@ -70,7 +70,14 @@ impl Cx<'_> {
         let tag = tag_for_minor(&self.config.keystone_auth_image_tags, &self.kube_version);
         Ok(Some(KeystoneAuth {
             resource_set_name: format!("{}-keystone-auth", self.cluster_name),
-            image: format!("{}:{tag}", self.config.keystone_auth_image),
+            // In the workload cluster like the charts' images: under `container_infra_prefix`.
+            image: match super::images::prefix(&self.view)? {
+                Some(prefix) => format!(
+                    "{}:{tag}",
+                    super::images::under_prefix(&prefix, &self.config.keystone_auth_image)
+                ),
+                None => format!("{}:{tag}", self.config.keystone_auth_image),
+            },
             auth_url,
             ca,
             args,

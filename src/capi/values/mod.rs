@@ -13,15 +13,17 @@
 //! | `availability_zone` (NG) | MachineDeployment failure domain; control-plane AZ fallback |
 //! | `control_plane_availability_zones` | comma list of control-plane AZs |
 //! | `boot_volume_size`, `boot_volume_type`, `boot_volume_availability_zone` (NG) | root volume |
-//! | `etcd_blockdevice_size`\|`etcd_volume_size`, `etcd_blockdevice_type` (volume/local), `etcd_blockdevice_volume_type`\|`etcd_volume_type`, `etcd_blockdevice_volume_az` | etcd disk |
+//! | `etcd_blockdevice_size`\|`etcd_volume_size`, `etcd_blockdevice_type` (volume/local), `etcd_blockdevice_volume_type`\|`etcd_volume_type`, `etcd_blockdevice_volume_az` | etcd disk (`additionalBlockDevices` + `diskSetup`/`mounts` at `/var/lib/etcd`) |
+//! | `docker_volume_type` (NG), with the nodegroup/cluster/template field `docker_volume_size` | containerd's own Cinder volume at `/var/lib/containerd` on every machine |
 //! | `master_lb_floating_ip_enabled` | floating IP on the API (default true) |
-//! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs |
+//! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs (set, the API gets its load balancer, as magnum-capi-helm always made one) |
 //! | `octavia_provider`, `octavia_lb_algorithm`, `octavia_lb_healthcheck` | API LB and CCM |
 //! | `api_server_lb_flavor`, `api_server_lb_availability_zone`, `api_server_floating_ip` | API LB |
 //! | `fixed_subnet_cidr` | subnet CAPO creates when no fixed network is given |
 //! | `extra_network_names`\|`extra_network_name` (NG) | extra ports on workers (space/comma list) |
 //! | `calico_ipv4pool`\|`cilium_ipv4pool`\|`flannel_network_cidr`, `service_cluster_ip_range`, `dns_cluster_domain` | cluster networks |
-//! | `container_infra_prefix` | kubeadm image repository (its registry trusts the registry CA) |
+//! | `container_infra_prefix` | kubeadm image repository (its registry trusts the registry CA) and the registry of every add-on image ([`CHART_IMAGES`], k8s-keystone-auth) |
+//! | `cloud_provider_tag`, `cinder_csi_plugin_tag`, `manila_csi_plugin_tag`, `csi_attacher_tag`, `csi_provisioner_tag`, `csi_snapshotter_tag`, `csi_resizer_tag`, `csi_liveness_probe_tag`, `csi_node_driver_registrar_tag` | the tag of the image each names ([`CHART_IMAGES`]) |
 //! | `containerd_registry_mirrors` | `registry=mirror-url,…`: containerd `hosts.toml` per registry, mirrors in order |
 //! | `insecure_registries` | `host[:port],…`: TLS not verified (and plain HTTP) for these registries and mirrors |
 //! | `containerd_registry_ca` | base64 PEM CA of private registries/mirrors (else `[capi] registry_ca`) |
@@ -53,6 +55,7 @@ mod build;
 mod cx;
 mod document;
 mod error;
+mod images;
 mod keystone;
 mod labels;
 mod nodegroups;
@@ -65,6 +68,9 @@ pub use build::{Inputs, build};
 pub use cx::MAX_CLUSTER_NAME;
 pub use document::*;
 pub use error::ValuesError;
+pub use images::{
+    CHART_IMAGES, ChartImage, ImageKey, merge as merge_values, tag_labels, under_prefix,
+};
 pub use keystone::default_policy as keystone_default_policy;
 pub use labels::parse_cidr;
 pub use nodegroups::{
@@ -95,5 +101,6 @@ pub fn check_template(
     nodes::server_group(&view, "template")?;
     build::cni(&view, t.network_driver.as_deref(), config, "template")?;
     addons::check_labels(&view, config)?;
+    images::check_labels(&view)?;
     Ok(())
 }

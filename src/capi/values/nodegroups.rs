@@ -8,8 +8,9 @@ use uuid::Uuid;
 
 use super::cx::{Cx, given_and_resolved, label_map};
 use super::document::{
-    Autoscale, ControlPlane, EtcdBlockDevice, FlavorRef, ImageRef, Kubeadm, Machine, NodeGroup,
-    ResourceRef, RootVolume, Taint, nv,
+    Autoscale, BlockDevice, BlockDeviceStorage, BlockDeviceVolume, ControlPlane, DataVolume,
+    DiskSetup, Filesystem, FlavorRef, ImageRef, Kubeadm, Machine, NameRef, NodeGroup, ResourceRef,
+    RootVolume, Taint, nv,
 };
 use super::error::{ValuesError, bad};
 use super::labels::{LabelView, any_item};
@@ -170,6 +171,7 @@ impl<'a> Cx<'a> {
         &self,
         master: &Nodegroup,
         machines: &MachineRefs<'_>,
+        pre_kubeadm_commands: &[String],
     ) -> Result<ControlPlane, ValuesError> {
         let view = &self.view;
         let mut availability_zones = Vec::new();
@@ -183,28 +185,14 @@ impl<'a> Cx<'a> {
         {
             availability_zones.push(az);
         }
-        let etcd_size = view
-            .u32(&["etcd_blockdevice_size", "etcd_volume_size"])?
-            .unwrap_or(0);
-        let etcd_block_device = if etcd_size > 0 {
-            let storage_type =
-                view.one_of(&["etcd_blockdevice_type"], &["Volume", "Local"], "Volume")?;
-            let volume = storage_type == "Volume";
-            Some(EtcdBlockDevice {
-                size_gib: etcd_size,
-                volume_type: match volume {
-                    true => view.token(&["etcd_blockdevice_volume_type", "etcd_volume_type"])?,
-                    false => None,
-                },
-                availability_zone: match volume {
-                    true => view.token(&["etcd_blockdevice_volume_az"])?,
-                    false => None,
-                },
-                storage_type,
-            })
-        } else {
-            None
-        };
+        let mut data_volumes: Vec<DataVolume> = etcd_volume(view)?.into_iter().collect();
+        data_volumes.extend(containerd_volume(
+            view,
+            master
+                .docker_volume_size
+                .or(self.c.docker_volume_size)
+                .or(self.t.docker_volume_size),
+        )?);
         let uuid = master.uuid.to_string();
         let name = format!("{}-control-plane", self.cluster_name);
         let mut labels = self.common_labels.clone();
@@ -224,14 +212,15 @@ impl<'a> Cx<'a> {
             selector: label_map(&[(LABEL_NODEGROUP_UUID, &uuid)]),
             nodegroup_uuid: uuid,
             machine_count: master.node_count,
-            machine: Machine {
+            machine: machine(
                 flavor,
-                image: machines.image_for(master.image_id.as_ref()),
-                root_volume: root_volume(view, self.config)?,
-                extra_networks: vec![],
-            },
+                machines.image_for(master.image_id.as_ref()),
+                root_volume(view, self.config)?,
+                vec![],
+                pre_kubeadm_commands,
+                data_volumes,
+            ),
             availability_zones,
-            etcd_block_device,
             health_check: view.bool(&["auto_healing_enabled"], true)?,
             files: Vec::new(),
             server_group: super::nodes::server_group(
@@ -247,13 +236,14 @@ impl<'a> Cx<'a> {
         nodegroups: &[Nodegroup],
         machines: &MachineRefs<'_>,
         kubeadm: &Kubeadm,
+        pre_kubeadm_commands: &[String],
     ) -> Result<Vec<NodeGroup>, ValuesError> {
         let mut workers: Vec<&Nodegroup> = nodegroups.iter().filter(|n| !n.is_master()).collect();
         workers.sort_by_key(|n| (n.id, n.uuid));
         let mut names = BTreeSet::new();
         let mut out = Vec::new();
         for ng in workers {
-            let group = self.node_group(ng, machines, kubeadm)?;
+            let group = self.node_group(ng, machines, kubeadm, pre_kubeadm_commands)?;
             if !names.insert(group.name.clone()) {
                 return Err(ValuesError::Invalid(format!(
                     "nodegroups of this cluster would share the object name {}; recreate one of \
@@ -271,6 +261,7 @@ impl<'a> Cx<'a> {
         ng: &Nodegroup,
         machines: &MachineRefs<'_>,
         kubeadm: &Kubeadm,
+        pre_kubeadm_commands: &[String],
     ) -> Result<NodeGroup, ValuesError> {
         let view = LabelView::nodegroup(&ng.labels, &self.c.labels);
         let uuid = ng.uuid.to_string();
@@ -343,6 +334,14 @@ impl<'a> Cx<'a> {
             kubelet_extra_args.push(nv("node-labels", joined.join(",")));
         }
         let cluster_auto_healing = self.view.bool(&["auto_healing_enabled"], true)?;
+        let data_volumes: Vec<DataVolume> = containerd_volume(
+            &view,
+            ng.docker_volume_size
+                .or(self.c.docker_volume_size)
+                .or(self.t.docker_volume_size),
+        )?
+        .into_iter()
+        .collect();
         let name = nodegroup_object_name(&self.cluster_name, &ng.name, ng.uuid);
         Ok(NodeGroup {
             server_group: super::nodes::server_group(&view, &name)?,
@@ -355,12 +354,14 @@ impl<'a> Cx<'a> {
             machine_labels,
             replicas,
             autoscale,
-            machine: Machine {
+            machine: machine(
                 flavor,
-                image: machines.image_for(ng.image_id.as_ref()),
+                machines.image_for(ng.image_id.as_ref()),
                 root_volume,
                 extra_networks,
-            },
+                pre_kubeadm_commands,
+                data_volumes,
+            ),
             failure_domain: view.token(&["availability_zone"])?,
             kubelet_extra_args,
             node_taints: node_taints(ng)?,
@@ -434,6 +435,136 @@ fn size(
     } else {
         (None, Some(Autoscale { min, max }))
     })
+}
+
+/// etcd's own disk on the control plane (`etcd_blockdevice_size` | `etcd_volume_size` > 0):
+/// a Cinder volume (`etcd_blockdevice_type=volume`, the default) or the flavor's ephemeral disk.
+fn etcd_volume(view: &LabelView<'_>) -> Result<Option<DataVolume>, ValuesError> {
+    let size = view
+        .u32(&["etcd_blockdevice_size", "etcd_volume_size"])?
+        .unwrap_or(0);
+    if size == 0 {
+        return Ok(None);
+    }
+    let storage_type = view.one_of(&["etcd_blockdevice_type"], &["Volume", "Local"], "Volume")?;
+    let volume = storage_type == "Volume";
+    Ok(Some(DataVolume {
+        name: "etcd".into(),
+        size_gib: size,
+        volume_type: match volume {
+            true => view.token(&["etcd_blockdevice_volume_type", "etcd_volume_type"])?,
+            false => None,
+        },
+        availability_zone: match volume {
+            true => view.token(&["etcd_blockdevice_volume_az"])?,
+            false => None,
+        },
+        storage_type,
+        device: "/dev/disk/openstack/by-tag/etcd".into(),
+        label: "etcd_data".into(),
+        mount_path: "/var/lib/etcd".into(),
+    }))
+}
+
+/// containerd's own Cinder volume (the nodegroup's `docker_volume_size` > 0, else the
+/// cluster's, else the template's), of the `docker_volume_type` label's type. A volume type
+/// Cinder does not know is not looked up beforehand (as for `boot_volume_type` and
+/// `etcd_volume_type`): CAPO's volume create fails and the machine's failure becomes the
+/// cluster's `status_reason`.
+fn containerd_volume(
+    view: &LabelView<'_>,
+    size: Option<i32>,
+) -> Result<Option<DataVolume>, ValuesError> {
+    let size = match size {
+        None | Some(0) => return Ok(None),
+        Some(s) => u32::try_from(s).map_err(|_| {
+            ValuesError::Invalid(format!("docker_volume_size {s} must be a positive size"))
+        })?,
+    };
+    Ok(Some(DataVolume {
+        name: "containerd".into(),
+        size_gib: size,
+        storage_type: "Volume".into(),
+        volume_type: view.token(&["docker_volume_type"])?,
+        availability_zone: None,
+        device: "/dev/disk/openstack/by-tag/containerd".into(),
+        label: "containerd_data".into(),
+        mount_path: "/var/lib/containerd".into(),
+    }))
+}
+
+/// A machine: with its data volumes as block devices, file systems, mounts and the commands
+/// that check them before kubeadm.
+fn machine(
+    flavor: FlavorRef,
+    image: ImageRef,
+    root_volume: Option<RootVolume>,
+    extra_networks: Vec<String>,
+    node_commands: &[String],
+    data_volumes: Vec<DataVolume>,
+) -> Machine {
+    Machine {
+        flavor,
+        image,
+        root_volume,
+        extra_networks,
+        pre_kubeadm_commands: machine_commands(node_commands, &data_volumes),
+        block_devices: data_volumes.iter().map(block_device).collect(),
+        disk_setup: disk_setup(&data_volumes),
+        mounts: data_volumes
+            .iter()
+            .map(|v| [format!("LABEL={}", v.label), v.mount_path.clone()])
+            .collect(),
+        data_volumes,
+    }
+}
+
+fn block_device(v: &DataVolume) -> BlockDevice {
+    let volume = (v.storage_type == "Volume"
+        && (v.volume_type.is_some() || v.availability_zone.is_some()))
+    .then(|| BlockDeviceVolume {
+        volume_type: v.volume_type.clone(),
+        availability_zone: v.availability_zone.clone().map(|name| NameRef { name }),
+    });
+    BlockDevice {
+        name: v.name.clone(),
+        size_gib: v.size_gib,
+        storage: BlockDeviceStorage {
+            storage_type: v.storage_type.clone(),
+            volume,
+        },
+    }
+}
+
+/// ext4 on each data disk, labelled for its mount; an existing file system is kept.
+fn disk_setup(volumes: &[DataVolume]) -> Option<DiskSetup> {
+    (!volumes.is_empty()).then(|| DiskSetup {
+        filesystems: volumes
+            .iter()
+            .map(|v| Filesystem {
+                device: v.device.clone(),
+                filesystem: "ext4".into(),
+                label: v.label.clone(),
+                overwrite: false,
+            })
+            .collect(),
+    })
+}
+
+/// A machine's commands before kubeadm: every node's, then, with containerd's own volume, a
+/// check that it is mounted (else the bootstrap stops: kubeadm never runs on the root disk) and
+/// a containerd restart, since containerd may have started on the root disk's directory before
+/// cloud-init mounted the volume over it.
+fn machine_commands(node: &[String], data_volumes: &[DataVolume]) -> Vec<String> {
+    let mut out = node.to_vec();
+    for v in data_volumes.iter().filter(|v| v.name == "containerd") {
+        out.push(format!(
+            "mountpoint -q {0} || {{ echo '{0}: its volume is not mounted' >&2; exit 1; }}",
+            v.mount_path
+        ));
+        out.push("systemctl restart containerd".into());
+    }
+    out
 }
 
 fn root_volume(

@@ -363,3 +363,15 @@ pub fn kubeconfig(dir: &std::path::Path, name: &str, server: &str) -> std::path:
     .unwrap();
     path
 }
+
+/// A CSR (ECDSA P-256) with subject `O=system:masters, CN=admin`, as Terraform and
+/// `coe cluster config` send.
+pub fn admin_csr() -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::OrganizationName, "system:masters");
+    dn.push(rcgen::DnType::CommonName, "admin");
+    params.distinguished_name = dn;
+    params.serialize_request(&key).unwrap().pem().unwrap()
+}

@@ -218,7 +218,7 @@ impl FakeCloud {
         let inner = Arc::new(Mutex::new(inner));
         let app = Router::new().fallback(handle).with_state(inner.clone());
         let task = tokio::spawn(async move {
-            let listener = listener.tap_io(magnum_capi::server::no_delay);
+            let listener = listener.tap_io(magnum_capi::listener::no_delay);
             let _ = axum::serve(listener, app).await;
         });
         FakeCloud { base, inner, task }

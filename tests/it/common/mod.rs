@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod capi;
+pub mod capi_drivers;
 pub mod chart;
 pub mod fakecloud;
 pub mod keystone;

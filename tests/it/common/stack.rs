@@ -49,20 +49,30 @@ pub async fn parts() -> (&'static Keystone, &'static FakeCloud) {
 /// (one per Keystone: hold `env_exclusive`, or be the only such test of the binary).
 pub async fn serve_as_endpoint(state: &magnum_capi::app::AppState) -> tokio::task::JoinHandle<()> {
     let (ks, _) = parts().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("loopback port");
-    let port = listener.local_addr().expect("bound").port();
-    let svc = magnum_capi::api::service(state.clone());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, tower::make::Shared::new(svc))
-            .await
-            .expect("serving the API");
-    });
+    let (port, server) = serve_loopback(state).await;
     ks.register_endpoint_async(&format!("http://127.0.0.1:{port}/v1"))
         .await
         .expect("registering the endpoint");
     server
+}
+
+/// Serves `state` on a loopback port as `serve` does (`[http]` TLS and trusted proxies
+/// included); its port and the server's task.
+pub async fn serve_loopback(
+    state: &magnum_capi::app::AppState,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("loopback port");
+    let port = listener.local_addr().expect("bound").port();
+    let tls = magnum_capi::server::tls_config(&state.config.http).expect("TLS configuration");
+    let state = state.clone();
+    let server = tokio::spawn(async move {
+        magnum_capi::server::serve_api(&state, listener, tls, std::future::pending())
+            .await
+            .expect("serving the API");
+    });
+    (port, server)
 }
 
 /// An instance on its own database whose requests are authenticated by the real Keystone, with
