@@ -1,6 +1,7 @@
 //! CLI: `serve [--config FILE] [--dev [--sim-management-clusters a,b]]`, `migrate`, `check`,
 //! `management-clusters`, `cluster forget UUID [--yes] [--force]`, `openapi`,
-//! `render --template T --cluster C`, `import --magnum-db URL [--dry-run]`.
+//! `render --template T --cluster C`, `import --magnum-db URL [--dry-run]`, and in development
+//! builds `simulate --kubeconfig-out FILE [--listen ADDR]`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -80,6 +81,29 @@ enum Command {
     },
     /// Print the OpenAPI document (YAML).
     Openapi,
+    /// Development builds: run a simulated management cluster (a Kubernetes API and a
+    /// simulator playing the CAPI/CAPO controllers) as a process of its own, writing a
+    /// kubeconfig for it, so several `serve` replicas share one management cluster as they
+    /// would a real one. It authenticates nobody: loopback only unless `--allow-remote`.
+    #[cfg(feature = "dev")]
+    Simulate {
+        /// Where to write the kubeconfig (once the API listens).
+        #[arg(long)]
+        kubeconfig_out: PathBuf,
+        /// Listen address (port 0: a free one, named in the kubeconfig).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Listen on a non-loopback address: anyone who reaches it is cluster admin.
+        #[arg(long)]
+        allow_remote: bool,
+        /// Milliseconds between simulated transitions (`[capi] sim_step_ms`).
+        #[arg(long, default_value_t = 1000)]
+        step_ms: u64,
+        /// CRD files every write is validated against (defaults, schemas, CEL rules), e.g.
+        /// the Cluster API and CAPO CRDs.
+        #[arg(long)]
+        crd_dir: Option<PathBuf>,
+    },
     /// Print the CAPI/CAPO manifests of a hypothetical cluster (multi-document YAML), with
     /// placeholder credentials and CAs.
     Render {
@@ -448,6 +472,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             dry_run,
             config,
         } => import(&magnum_db, dry_run, config.as_deref()).await,
+        #[cfg(feature = "dev")]
+        Command::Simulate {
+            kubeconfig_out,
+            listen,
+            allow_remote,
+            step_ms,
+            crd_dir,
+        } => {
+            simulate(
+                &kubeconfig_out,
+                listen,
+                allow_remote,
+                step_ms,
+                crd_dir.as_deref(),
+            )
+            .await
+        }
         Command::Openapi => {
             print!("{}", api::openapi::yaml_text().map_err(anyhow::Error::msg)?);
             Ok(())
@@ -533,6 +574,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(result?)
         }
     }
+}
+
+/// `simulate`: the simulated management cluster until SIGINT/SIGTERM; its kubeconfig is written
+/// (atomically: whoever waits for the file reads it whole) once the API listens.
+#[cfg(feature = "dev")]
+async fn simulate(
+    kubeconfig_out: &std::path::Path,
+    listen: std::net::SocketAddr,
+    allow_remote: bool,
+    step_ms: u64,
+    crd_dir: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use magnum_capi::simkube::{SimCluster, SimOptions};
+    if !listen.ip().is_loopback() && !allow_remote {
+        anyhow::bail!(
+            "--listen {listen} is not a loopback address: the simulated management cluster \
+             authenticates nobody (anyone reaching it is cluster admin); add --allow-remote to \
+             listen there anyway"
+        );
+    }
+    let opts = SimOptions {
+        addr: listen,
+        step: std::time::Duration::from_millis(step_ms),
+        validator: crd_dir.map(server::crd_validator).transpose()?,
+        ..SimOptions::default()
+    };
+    let sim = SimCluster::start(opts).await?;
+    let text = yaml_serde::to_string(&sim.kubeconfig())?;
+    let tmp = kubeconfig_out.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, kubeconfig_out)
+        .with_context(|| format!("cannot write {}", kubeconfig_out.display()))?;
+    tracing::warn!(
+        url = %sim.url(),
+        kubeconfig = %kubeconfig_out.display(),
+        "DEVELOPMENT: simulated management cluster (no real CAPI, no authentication)"
+    );
+    println!("{}", sim.url());
+    server::shutdown_signal().await;
+    sim.shutdown().await;
+    Ok(())
 }
 
 /// `import`: the report on stdout; any failure is an error (non-zero exit) and wrote nothing.

@@ -540,7 +540,8 @@ pub async fn serve_api(
     Ok(crate::listener::serve(listener, tls, svc, shutdown).await?)
 }
 
-async fn shutdown_signal() {
+/// SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -229,6 +229,35 @@ impl SimCluster {
         &self.url
     }
 
+    /// A kubeconfig for this API server: plain HTTP and no credentials (it authenticates
+    /// nobody), for clients in processes of their own (`magnum-capi simulate`).
+    pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
+        use kube::config::{Cluster, Context, Kubeconfig, NamedCluster, NamedContext};
+        const NAME: &str = "simulated";
+        Kubeconfig {
+            api_version: Some("v1".into()),
+            kind: Some("Config".into()),
+            clusters: vec![NamedCluster {
+                name: NAME.into(),
+                cluster: Some(Cluster {
+                    server: Some(self.url.clone()),
+                    ..Cluster::default()
+                }),
+                ..NamedCluster::default()
+            }],
+            contexts: vec![NamedContext {
+                name: NAME.into(),
+                context: Some(Context {
+                    cluster: NAME.into(),
+                    ..Context::default()
+                }),
+                ..NamedContext::default()
+            }],
+            current_context: Some(NAME.into()),
+            ..Kubeconfig::default()
+        }
+    }
+
     /// A kube client for this API server (plain HTTP, default namespace `default`).
     pub fn client(&self) -> kube::Client {
         self.client.clone()

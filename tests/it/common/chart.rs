@@ -162,15 +162,27 @@ impl Pod {
 }
 
 pub fn pod(objects: &[Value], existing: &[Value]) -> Pod {
+    workload(objects, existing, "Deployment", None, "magnum-capi")
+}
+
+/// [`pod`] for container `container` of the `kind` object named `name` (any when `None`), e.g.
+/// the migration Job's.
+pub fn workload(
+    objects: &[Value],
+    existing: &[Value],
+    kind: &str,
+    name: Option<&str>,
+    container: &str,
+) -> Pod {
     let all: Vec<Value> = objects.iter().chain(existing).cloned().collect();
     let secret =
         |name: &str| -> BTreeMap<String, String> { secret_data(find(&all, "Secret", Some(name))) };
-    let deployment = find(objects, "Deployment", None);
-    let spec = &deployment["spec"]["template"]["spec"];
+    let owner = find(objects, kind, name);
+    let spec = &owner["spec"]["template"]["spec"];
     let container = spec["containers"]
         .as_array()
-        .and_then(|c| c.iter().find(|c| c["name"] == "magnum-capi"))
-        .expect("the magnum-capi container");
+        .and_then(|c| c.iter().find(|c| c["name"] == container))
+        .unwrap_or_else(|| panic!("no container {container} in {kind} {name:?}"));
     let root = tempfile::tempdir().expect("pod root");
     let mounts: Vec<(String, String)> = container["volumeMounts"]
         .as_array()

@@ -23,7 +23,8 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
+/// A free loopback port (bound and released).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -71,27 +72,8 @@ impl Server {
     }
 
     async fn wait_ready(&mut self) {
-        let client = reqwest::Client::new();
         let url = self.url("/");
-        let log = self.log.clone();
-        let child = &mut self.child;
-        until("magnum-capi to answer", || {
-            let exited = child.try_wait().ok().flatten();
-            let probe = client.get(&url).send();
-            let log = &log;
-            async move {
-                if let Some(status) = exited {
-                    let text = std::fs::read_to_string(log).unwrap_or_default();
-                    panic!("magnum-capi exited early ({status}):\n{text}");
-                }
-                probe
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success())
-                    .map(drop)
-            }
-        })
-        .await;
+        wait_answering(&mut self.child, &self.log, &url).await;
     }
 
     /// SIGKILL: no graceful shutdown, no chance to record anything.
@@ -102,14 +84,7 @@ impl Server {
 
     /// SIGTERM, then wait (bounded) for a graceful exit.
     pub async fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-        let child = &mut self.child;
-        until("magnum-capi to exit after SIGTERM", || {
-            let exited = child.try_wait().ok().flatten();
-            async move { exited }
-        })
-        .await
+        terminate(&mut self.child).await
     }
 
     pub async fn call(
@@ -209,4 +184,36 @@ pub async fn run_command(command: &str, config: &std::path::Path) -> std::proces
     })
     .await
     .expect("magnum-capi ran")
+}
+
+/// SIGTERM to `child`, then wait (bounded) for its graceful exit.
+pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    until("magnum-capi to exit after SIGTERM", || {
+        let exited = child.try_wait().ok().flatten();
+        async move { exited }
+    })
+    .await
+}
+
+/// Waits until `url` answers 2xx; panics with the log in `log` if `child` exits first.
+pub async fn wait_answering(child: &mut Child, log: &std::path::Path, url: &str) {
+    let client = reqwest::Client::new();
+    until(&format!("magnum-capi to answer {url}"), || {
+        let exited = child.try_wait().ok().flatten();
+        let probe = client.get(url).send();
+        async move {
+            if let Some(status) = exited {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                panic!("magnum-capi exited early ({status}):\n{text}");
+            }
+            probe
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(drop)
+        }
+    })
+    .await;
 }
