@@ -510,18 +510,36 @@ impl Writer {
         }
     }
 
-    /// Writes what changed for the pending clusters.
+    /// Writes what changed for each pending cluster, noting when each wants to be evaluated
+    /// again (`rechecks`); stops at the first failure (kept pending).
     async fn write_pending(&mut self) {
-        write_pending(
-            &self.pool,
-            &self.observer,
-            &self.scope.name,
-            &mut self.pending,
-            &mut self.rechecks,
-            self.timeouts,
-            &self.on_status,
-        )
-        .await;
+        for (u, since) in std::mem::take(&mut self.pending) {
+            match sync_cluster(
+                &self.pool,
+                &self.observer,
+                &self.scope.name,
+                u,
+                self.timeouts,
+            )
+            .await
+            {
+                Ok(synced) => {
+                    match synced.recheck_at {
+                        Some(at) => self.rechecks.insert(u, at),
+                        None => self.rechecks.remove(&u),
+                    };
+                    if let Some(st) = synced.status {
+                        crate::telemetry::status_delay(since.elapsed());
+                        (self.on_status)(u, st);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
+                    self.pending.insert(u, since);
+                    break;
+                }
+            }
+        }
     }
 
     /// When to wake without an event: the safety poll (short without notifications), the next
@@ -566,38 +584,6 @@ fn take_due(rechecks: &mut Rechecks, now: DateTime<Utc>) -> Vec<Uuid> {
         rechecks.remove(u);
     }
     due
-}
-
-/// Writes what changed for each pending cluster of management cluster `member`, noting when
-/// each wants to be evaluated again (`rechecks`); stops at the first failure (kept pending).
-async fn write_pending(
-    pool: &PgPool,
-    observer: &Observer,
-    member: &str,
-    pending: &mut Pending,
-    rechecks: &mut Rechecks,
-    timeouts: Timeouts,
-    on_status: &OnStatus,
-) {
-    for (u, since) in std::mem::take(pending) {
-        match sync_cluster(pool, observer, member, u, timeouts).await {
-            Ok(synced) => {
-                match synced.recheck_at {
-                    Some(at) => rechecks.insert(u, at),
-                    None => rechecks.remove(&u),
-                };
-                if let Some(st) = synced.status {
-                    crate::telemetry::status_delay(since.elapsed());
-                    on_status(u, st);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(cluster = %u, error = %e, "writing a status failed; will retry");
-                pending.insert(u, since);
-                break;
-            }
-        }
-    }
 }
 
 /// `LISTEN` on [`CLUSTER_CHANNEL`]; `None` (with a warning) when it cannot.

@@ -183,13 +183,7 @@ impl Replica {
         if let Some(t) = token {
             req = req.header("X-Auth-Token", t);
         }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let r = req.send().await.expect("request");
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        served::answer(req, body).await
     }
 
     async fn create(&self, token: &str, template: &str, name: &str) -> String {

@@ -105,19 +105,13 @@ impl Server {
         body: Option<Value>,
     ) -> (u16, Value) {
         let client = reqwest::Client::new();
-        let mut req = client
+        let req = client
             .request(method, self.url(path))
             .header("accept", "application/json")
             .header("x-user-id", who.user)
             .header("x-project-id", who.project)
             .header("x-roles", who.roles);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let r = req.send().await.expect("request");
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        answer(req, body).await
     }
 
     /// A cluster template as Alice; its uuid.
@@ -216,4 +210,16 @@ pub async fn wait_answering(child: &mut Child, log: &std::path::Path, url: &str)
         }
     })
     .await;
+}
+
+/// Sends `req` with `body` as JSON (if any): the status and the JSON answer (`Null` when the
+/// answer is not JSON).
+pub async fn answer(mut req: reqwest::RequestBuilder, body: Option<Value>) -> (u16, Value) {
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await.expect("request");
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
