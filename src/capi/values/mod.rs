@@ -52,6 +52,7 @@
 
 mod addons;
 mod build;
+mod clc;
 mod cx;
 mod document;
 mod error;
@@ -65,6 +66,7 @@ mod versions;
 
 pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
 pub use build::{Inputs, build};
+pub use clc::{MAX_ADDITIONAL_CONFIG, mount_unit_name};
 pub use cx::MAX_CLUSTER_NAME;
 pub use document::*;
 pub use error::ValuesError;
@@ -77,7 +79,7 @@ pub use nodegroups::{
     ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, ANNOTATION_CAPACITY_PREFIX,
     nodegroup_object_name, sanitise_fragment,
 };
-pub use nodes::SERVER_GROUP_POLICIES;
+pub use nodes::{FLATCAR_KUBEADM_COMMANDS, SERVER_GROUP_POLICIES};
 pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};
 
 pub use crate::domain::kube_version::kube_version;
