@@ -41,12 +41,14 @@
 //! Template fields besides labels: `http_proxy`, `https_proxy`, `no_proxy` (containerd and
 //! kubelet drop-ins on every node, env of the CCM and Cinder CSI; `no_proxy` completed with
 //! localhost, the pod/service/node networks, `.svc`, `.<dns domain>`, the API's SANs and
-//! floating IP, and at boot the API endpoint); `network_driver` (calico, cilium, flannel).
+//! floating IP, and at boot the API endpoint); `network_driver` (calico, cilium, flannel); the
+//! image's `os_distro` (else `cluster_distro`): cloud-init for ubuntu, debian, rocky, Ignition
+//! for flatcar ([`Bootstrap`], `clc`), any other a [`ValuesError::Invalid`].
 //!
 //! Layout: `document` (the serialised types), `labels` (reading labels), `build` (the document
 //! from the spec, cluster-wide parts), `addons` (optional add-ons and the autoscaler),
 //! `nodegroups` (control plane and workers), `nodes` (proxies, registries, audit log, server
-//! groups), `rows` (the
+//! groups), `clc` (Flatcar's node settings as a Container Linux Config), `rows` (the
 //! `render` command's cluster from API bodies). The Kubernetes-version rule is the domain's
 //! ([`crate::domain::kube_version`]).
 
