@@ -12,6 +12,7 @@ mod api_admin;
 mod api_clusters;
 mod api_contract;
 mod api_nodegroups;
+mod api_proxy;
 mod api_templates;
 mod api_versions_errors;
 mod capi_certificates;
