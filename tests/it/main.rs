@@ -46,6 +46,7 @@ mod openapi;
 mod policy;
 mod reconciler;
 mod render;
+mod render_distro;
 mod replicas;
 mod simkube;
 mod simkube_apply;
