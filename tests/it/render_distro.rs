@@ -274,6 +274,10 @@ fn flatcars_ignition_settings_are_a_valid_container_linux_config() {
             ["/var/lib/containerd"]
         );
         assert!(kubeadm.contains("EnvironmentFile=/run/metadata/flatcar"));
+        // Machines are replaced, not updated in place: no reboot behind Kubernetes' back.
+        for updater in ["update-engine.service", "locksmithd.service"] {
+            assert_eq!(unit(&config, updater)["mask"], true, "{machine}");
+        }
         assert_eq!(unit(&config, "kubeadm.service")["enabled"], true);
         assert_eq!(
             unit(&config, "coreos-metadata-sshkeys@core.service")["enabled"],
