@@ -305,7 +305,8 @@ impl Mgmt {
             .await
     }
 
-    async fn merge_patch(&self, r: &ObjectRef, patch: &Value) -> Result<(), KubeError> {
+    /// Merge-patches one object (a `metadata.resourceVersion` in `patch` makes it conditional).
+    pub async fn merge_patch(&self, r: &ObjectRef, patch: &Value) -> Result<(), KubeError> {
         self.api(&r.api_version, &r.kind, r.namespace.as_deref())
             .patch(&r.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
