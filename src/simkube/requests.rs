@@ -102,15 +102,6 @@ impl RequestCounts {
         self.count(|k| !k.workload)
     }
 
-    /// Requests to the management cluster's own API other than watches: what polling costs.
-    pub fn management_non_watch(&self) -> u64 {
-        self.count(|k| !k.workload && k.verb != Verb::Watch)
-    }
-
-    /// Management-cluster requests of verb `verb`.
-    pub fn verb(&self, verb: Verb) -> u64 {
-        self.count(|k| !k.workload && k.verb == verb)
-    }
 }
 
 /// `list machines.cluster.x-k8s.io ×3, …` — one entry per key, workload ones marked.
