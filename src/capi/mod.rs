@@ -3,6 +3,7 @@
 //! Magnum statuses (`watch` → `status`).
 
 pub mod access;
+pub mod adopt;
 pub mod addon_health;
 pub mod apply;
 pub mod ca;

@@ -39,6 +39,37 @@ impl Observed {
     }
 }
 
+/// A Machine of an adopted cluster (without our nodegroup label: the Magnum driver wrote its
+/// template) attributed to its nodegroup by the labels CAPI gives every Machine: a control-plane
+/// machine to the control plane's nodegroup, a MachineDeployment's to that deployment's (whose
+/// nodegroup label adoption set). Anything else is kept as it is.
+pub fn attribute(m: &Shared, o: &Observed) -> Shared {
+    if label(m, LABEL_NODEGROUP_UUID).is_some() {
+        return m.clone();
+    }
+    let owner = if label(m, "cluster.x-k8s.io/control-plane").is_some() {
+        o.control_plane.as_deref()
+    } else {
+        label(m, "cluster.x-k8s.io/deployment-name").and_then(|d| {
+            o.machine_deployments
+                .iter()
+                .find(|md| name(md) == d)
+                .map(|md| &**md)
+        })
+    };
+    let Some(ng) = owner.and_then(|w| label(w, LABEL_NODEGROUP_UUID)) else {
+        return m.clone();
+    };
+    let mut v = (**m).clone();
+    if let Some(labels) = v
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        labels.insert(LABEL_NODEGROUP_UUID.into(), json!(ng));
+    }
+    Shared::new(v)
+}
+
 /// A nodegroup as Postgres has it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodegroupState {

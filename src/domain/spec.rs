@@ -115,6 +115,8 @@ pub struct Cluster {
 pub struct ObjectsAt {
     pub namespace: String,
     pub name: String,
+    /// The Magnum driver that left them (its objects' names and labels are its own).
+    pub driver: super::imported::DriverFamily,
 }
 
 impl Cluster {
