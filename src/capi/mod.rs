@@ -3,8 +3,8 @@
 //! Magnum statuses (`watch` → `status`).
 
 pub mod access;
-pub mod adopt;
 pub mod addon_health;
+pub mod adopt;
 pub mod apply;
 pub mod ca;
 pub mod cleanup;

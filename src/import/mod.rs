@@ -226,7 +226,8 @@ fn report(
                 at.namespace,
                 at.name,
                 match at_found {
-                    Some((m, _)) => format!("management cluster {}", crate::domain::placement::shown(m)),
+                    Some((m, _)) =>
+                        format!("management cluster {}", crate::domain::placement::shown(m)),
                     None => "the management cluster its driver used".to_string(),
                 },
                 at.namespace,
