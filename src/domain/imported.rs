@@ -371,17 +371,7 @@ impl SourceDriver {
     }
 }
 
-/// The driver families an import tells apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriverFamily {
-    /// StackHPC's magnum-capi-helm (`stack_id` = its Helm release and CAPI Cluster name).
-    CapiHelm,
-    /// Vexxhost's magnum-cluster-api (`stack_id` = its CAPI Cluster name, `kube-xxxxx`).
-    ClusterApi,
-    /// The removed Heat driver (`stack_id` = the Heat stack's UUID).
-    Heat,
-    Unknown,
-}
+pub use super::spec::DriverFamily;
 
 fn family_of(name: &str) -> DriverFamily {
     if name == "k8s_capi_helm_v1" {

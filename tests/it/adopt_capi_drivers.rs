@@ -121,7 +121,15 @@ async fn adoption_of(driver: Driver, stack: &str) {
     assert_magnum_error(&r, 400, &refusal(&c, driver.entry_point()));
 
     // The next one, on the management cluster that has them, adopts it.
-    let (_, found) = import_with(t, &[app.capi.clone()], 1, driver, stack, &TENANT).await;
+    let (_, found) = import_with(
+        t,
+        std::slice::from_ref(&app.capi),
+        1,
+        driver,
+        stack,
+        &TENANT,
+    )
+    .await;
     assert_eq!(found.len(), 1, "{driver:?}");
     let imported = magnum_capi::db::imports::of_cluster(&t.state.pool, c.parse().unwrap())
         .await
