@@ -19,7 +19,10 @@ set -euo pipefail
 version="${1:?usage: magnum-venv.sh VERSION [--print-dir]}"
 shift
 case "$version" in
-  23.0.0 | 19.0.1) PINS='' ;;
+  # The newest also serves its API under gunicorn for the load benchmark (benches/api_load.rs).
+  23.0.0) PINS='
+gunicorn==27.0.1' ;;
+  19.0.1) PINS='' ;;
   17.0.2)
     PINS='
 SQLAlchemy==1.4.49

@@ -34,6 +34,7 @@ pub struct Config {
     pub keystone: KeystoneConfig,
     pub openstack: OpenStackConfig,
     pub capi: CapiConfig,
+    pub api_proxy: ApiProxyConfig,
     pub log: LogConfig,
 }
 
@@ -351,6 +352,10 @@ pub struct CapiConfig {
     /// Seconds between reachability probes of each management cluster (an unreachable one
     /// defers its clusters' operations and says so in their health).
     pub probe_interval_secs: u64,
+    /// `http://host:port` of `magnum-capi api-proxy` (README "Private clusters"): written as
+    /// `proxy-url` into the `<cluster>-kubeconfig` Secret of every cluster whose API has no
+    /// floating IP, so CAPI and the service's own workload reads go through it. Unset: none.
+    pub api_proxy_url: Option<String>,
 }
 
 /// `[[capi.management_clusters]]`: one Cluster API installation clusters can be placed on.
@@ -510,7 +515,64 @@ impl Default for CapiConfig {
             app_cred_renew_before_days: 7,
             management_clusters: Vec::new(),
             probe_interval_secs: 10,
+            api_proxy_url: None,
         }
+    }
+}
+
+/// `[api_proxy]`: `magnum-capi api-proxy`, the HTTP CONNECT proxy to the API endpoints of
+/// private clusters (README "Private clusters"), run where Neutron's namespaces are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiProxyConfig {
+    /// Where the proxy listens (the address `[capi] api_proxy_url` names).
+    pub bind: SocketAddr,
+    /// The management cluster whose OpenStackClusters make the allowlist (unset: `KUBECONFIG`,
+    /// then in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// Where `ip netns` keeps its namespaces.
+    pub netns_dir: PathBuf,
+    /// The namespaces a private cluster's API is dialled from, the first present on this node
+    /// wins: `{router_id}` and `{network_id}` are the OpenStackCluster's router and network.
+    pub namespaces: Vec<String>,
+    /// Dial from the proxy's own network namespace when none of the cluster's is on this node
+    /// (a proxy on a host with a leg in the tenant networks).
+    pub dial_from_host: bool,
+    /// Seconds a connection to an API endpoint may take to open.
+    pub connect_timeout_secs: u64,
+}
+
+impl Default for ApiProxyConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 3128)),
+            kubeconfig: None,
+            netns_dir: PathBuf::from("/run/netns"),
+            // DHCP and OVN metadata namespaces first: each has its own port on the cluster's
+            // network, while a standby L3-HA router's namespace exists but does not route.
+            namespaces: vec![
+                "qdhcp-{network_id}".into(),
+                "ovnmeta-{network_id}".into(),
+                "qrouter-{router_id}".into(),
+            ],
+            dial_from_host: false,
+            connect_timeout_secs: 10,
+        }
+    }
+}
+
+impl ApiProxyConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for n in &self.namespaces {
+            let rest = n.replace("{router_id}", "").replace("{network_id}", "");
+            if rest.contains(['{', '}', '/']) || n.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "[api_proxy] namespaces: {n:?} may use {{router_id}} and {{network_id}} \
+                     only, and no '/'"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -949,7 +1011,8 @@ impl Config {
                 .try_parsing(true)
                 .list_separator(",")
                 .with_list_parse_key("api.allowed_network_drivers")
-                .with_list_parse_key("http.trusted_proxies"),
+                .with_list_parse_key("http.trusted_proxies")
+                .with_list_parse_key("api_proxy.namespaces"),
         );
         let cfg: Config = builder.build()?.try_deserialize()?;
         cfg.validate()?;
@@ -1035,6 +1098,18 @@ impl Config {
             ));
         }
         self.http.validate()?;
+        self.api_proxy.validate()?;
+        if let Some(url) = &self.capi.api_proxy_url {
+            let ok = url
+                .parse::<http::Uri>()
+                .is_ok_and(|u| u.scheme_str() == Some("http") && u.host().is_some());
+            if !ok {
+                return Err(ConfigError::Invalid(format!(
+                    "[capi] api_proxy_url {url:?} must be http://host:port (magnum-capi \
+                     api-proxy speaks plain HTTP CONNECT; the tunnelled API stays TLS)"
+                )));
+            }
+        }
         self.validate_management_clusters()?;
         self.operations.sealer()?;
         Ok(())

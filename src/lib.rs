@@ -3,6 +3,7 @@
 //! transaction per write, operations recorded) → worker → driver → statuses back in db.
 
 pub mod api;
+pub mod api_proxy;
 pub mod app;
 pub mod capi;
 pub mod config;

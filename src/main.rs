@@ -1,6 +1,6 @@
 //! CLI: `serve [--config FILE] [--dev [--sim-management-clusters a,b]]`, `migrate`, `check`,
 //! `management-clusters`, `cluster forget UUID [--yes] [--force]`, `openapi`,
-//! `render --template T --cluster C`, `import --magnum-db URL [--dry-run]`, and in development
+//! `render --template T --cluster C`, `import --magnum-db URL [--dry-run]`, `api-proxy`, and in development
 //! builds `simulate --kubeconfig-out FILE [--listen ADDR]`.
 
 use std::path::PathBuf;
@@ -78,6 +78,13 @@ enum Command {
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+    /// Run the proxy to the APIs of private clusters (no floating IP on their API load
+    /// balancer) until SIGTERM: HTTP CONNECT to the allowlisted API endpoints only, dialled from
+    /// the tenant network's namespace on this node (`[api_proxy]`; README "Private clusters").
+    ApiProxy {
+        #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Print the OpenAPI document (YAML).
     Openapi,
@@ -489,6 +496,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await
         }
+        Command::ApiProxy { config } => api_proxy(config.as_deref()).await,
         Command::Openapi => {
             print!("{}", api::openapi::yaml_text().map_err(anyhow::Error::msg)?);
             Ok(())
@@ -614,6 +622,29 @@ async fn simulate(
     println!("{}", sim.url());
     server::shutdown_signal().await;
     sim.shutdown().await;
+    Ok(())
+}
+
+/// `api-proxy`: the proxy on `[api_proxy] bind`, following `[api_proxy] kubeconfig`'s (else
+/// `KUBECONFIG`'s, else the in-cluster) management cluster, until SIGINT/SIGTERM.
+async fn api_proxy(config: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let cfg = Config::load(config)?.api_proxy;
+    let client = match &cfg.kubeconfig {
+        Some(path) => server::client_from_kubeconfig(path)
+            .await
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("management cluster {}", path.display()))?,
+        None => kube::Client::try_default()
+            .await
+            .context("management cluster (KUBECONFIG, else in-cluster)")?,
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.bind))?;
+    let proxy = magnum_capi::api_proxy::ApiProxy::start(&cfg, client, listener)?;
+    tracing::info!(listen = %proxy.addr(), netns_dir = %cfg.netns_dir.display(), "api-proxy serving");
+    server::shutdown_signal().await;
+    drop(proxy);
     Ok(())
 }
 

@@ -106,7 +106,8 @@ pub struct FleetSetup {
     pub sims: Vec<SimGuard>,
 }
 
-async fn client_from_kubeconfig(path: &std::path::Path) -> Result<kube::Client, String> {
+/// A kube client for the cluster of the kubeconfig file `path` (its current context).
+pub async fn client_from_kubeconfig(path: &std::path::Path) -> Result<kube::Client, String> {
     let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
     let kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
@@ -376,6 +377,13 @@ pub fn spawn_capi(
             crate::status_writer::Timeouts::of(capi.config()),
             SAFETY_POLL,
             on_status,
+            stop.clone(),
+        )));
+    }
+    if let Some(url) = capi.config().api_proxy_url.clone() {
+        tasks.push(tokio::spawn(crate::capi::private::keep_proxy_urls(
+            capi.clone(),
+            url,
             stop.clone(),
         )));
     }

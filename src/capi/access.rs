@@ -31,8 +31,12 @@ pub const DRIVER_VERBS: [(Gvk, &[&str]); 19] = [
     // templates/namespace.yaml.hbs, applied with every cluster.
     (kinds::NAMESPACE, &["create", "patch"]),
     // CA, credential and rotation Secrets (read, applied, deleted); CAPI's kubeconfig (read,
-    // deleted during a CA rotation); the staged-credential janitor lists every namespace.
-    (kinds::SECRET, &["get", "list", "create", "patch", "delete"]),
+    // deleted during a CA rotation; watched and patched with `[capi] api_proxy_url`:
+    // capi::private); the staged-credential janitor lists every namespace.
+    (
+        kinds::SECRET,
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
     // Watched, applied, relabelled; deleted to delete the cluster.
     (
         kinds::CLUSTER,

@@ -317,7 +317,7 @@ impl Mgmt {
         Ok(())
     }
 
-    /// Merge-patches one object.
+    /// Merge-patches one object (a `metadata.resourceVersion` in `patch` makes it conditional).
     pub async fn merge_patch(&self, r: &ObjectRef, patch: &Value) -> Result<(), KubeError> {
         self.api(&r.api_version, &r.kind, r.namespace.as_deref())
             .patch(&r.name, &PatchParams::default(), &Patch::Merge(patch))

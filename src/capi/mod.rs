@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod forget;
 pub mod health;
 pub mod pki;
+pub mod private;
 pub mod reach;
 pub mod render;
 pub mod status;

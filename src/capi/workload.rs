@@ -1,5 +1,5 @@
 //! The workload cluster as the driver reaches it: a kube client from the admin kubeconfig CAPI
-//! keeps in `<cluster>-kubeconfig` on the management cluster, and what a delete reads there
+//! keeps in `<cluster>-kubeconfig` on the management cluster (through its `proxy-url`, if any), and what a delete reads there
 //! before the machines go (which Cinder volumes the cluster's PersistentVolumes retain).
 
 use std::time::Duration;
@@ -35,14 +35,7 @@ impl Capi {
             .ok_or_else(|| "no kubeconfig Secret yet".to_string())?;
         let text =
             secret_data(&v, "value").ok_or_else(|| "the kubeconfig Secret is empty".to_string())?;
-        let kc = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| e.to_string())?;
-        let mut cfg =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| e.to_string())?;
-        cfg.connect_timeout = Some(WORKLOAD_TIMEOUT);
-        cfg.read_timeout = Some(WORKLOAD_TIMEOUT);
-        kube::Client::try_from(cfg).map_err(|e| e.to_string())
+        kubeconfig_client(&text).await
     }
 
     /// The Cinder volumes the workload's PersistentVolumes keep (`reclaimPolicy: Retain`), read
@@ -56,6 +49,20 @@ impl Capi {
             .map_err(|e| format!("listing PersistentVolumes: {e}"))?;
         Ok(retained(&list.items))
     }
+}
+
+/// A client of the workload cluster of kubeconfig `text` (its current context), as the driver
+/// reads workload clusters: its `proxy-url` honoured (a private cluster's, through
+/// `magnum-capi api-proxy`; README "Private clusters"), every call bounded.
+pub async fn kubeconfig_client(text: &str) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+    cfg.connect_timeout = Some(WORKLOAD_TIMEOUT);
+    cfg.read_timeout = Some(WORKLOAD_TIMEOUT);
+    kube::Client::try_from(cfg).map_err(|e| e.to_string())
 }
 
 /// The Cinder volume ids of the PersistentVolumes whose reclaim policy is `Retain` (Cinder CSI's

@@ -13,6 +13,7 @@ pub mod names;
 pub mod new_cluster;
 pub mod nodegroup_rules;
 pub mod operation;
+pub mod os_distro;
 pub mod patch;
 pub mod placement;
 pub mod policy;

@@ -79,6 +79,9 @@ pub async fn create(
         Err(Error::Domain(DomainError::NotFound(_))) => return Err(template_gone(mv, &ct_ident)),
         Err(e) => return Err(e),
     };
+    // Magnum's `enforce_cluster_type_supported`: a template made before the rule, or whose
+    // image changed since, cannot start a cluster this driver cannot boot.
+    super::templates::check_distro(&ct)?;
     let docker_volume_size = b
         .int("docker_volume_size")
         .or(ct.docker_volume_size.map(i64::from));

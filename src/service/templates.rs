@@ -10,6 +10,7 @@ use crate::db::templates::{self as tdb, TemplateRow, Visibility};
 use crate::domain::error::DomainError;
 use crate::domain::fields::{Body, string_map};
 use crate::domain::listing::ListQuery;
+use crate::domain::os_distro::OsDistro;
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::spec::Template;
 use crate::domain::{names, patch, schemas};
@@ -82,6 +83,20 @@ fn check_publish(caller: &Caller) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// The template's image must be one the driver boots (Magnum's `enforce_driver_supported`, a
+/// 400 naming the supported `os_distro` values): the image's `os_distro` as Glance resolved it
+/// (a PATCH may bring another image), else the `cluster_distro` the template has.
+pub(super) fn check_distro(t: &TemplateRow) -> Result<()> {
+    let distro = t
+        .resolved
+        .os_distro
+        .as_deref()
+        .or(t.cluster_distro.as_deref());
+    OsDistro::from_image(distro)
+        .map(drop)
+        .map_err(|e| DomainError::BadRequest(e.to_string()).into())
 }
 
 /// Builds the row a (validated) document describes.
@@ -211,6 +226,7 @@ pub async fn create(
     }
     apply_doc(&mut row, &b);
     resolve(app, cloud, &mut row).await?;
+    check_distro(&row)?;
     // What the backend needs of a template, e.g. for the Cluster API driver `kube_tag` and the
     // image's `kube_version` agreeing, well-formed proxies and node-setting labels (checked at
     // create and on every PATCH).
@@ -368,6 +384,7 @@ pub async fn update(
     // Magnum re-validates every reference on PATCH; cluster_distro stays as created.
     row.cluster_distro = t.cluster_distro.clone();
     resolve(app, cloud, &mut row).await?;
+    check_distro(&row)?;
     // The patched template must hold what a created one must (labels, proxies, kube_tag
     // against the image): a bad value is a 400 now, not a failure at the next cluster create.
     app.backend

@@ -234,7 +234,7 @@ impl Server {
                 _ = stop.wait_for(|v| *v) => return,
                 r = tcp.accept() => r,
             };
-            let (socket, addr) = match accepted {
+            let (mut socket, addr) = match accepted {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!(error = %e, "workload API endpoint accept failed");
@@ -242,6 +242,8 @@ impl Server {
                     continue;
                 }
             };
+            // As a real API server: events and answers leave at once (no Nagle delay).
+            crate::listener::no_delay(&mut socket);
             let Some(sim) = self.sim.upgrade() else {
                 return;
             };

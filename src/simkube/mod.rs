@@ -172,6 +172,9 @@ impl SimCluster {
         });
         let mut stop = shutdown_rx.clone();
         let server = tokio::spawn(async move {
+            // As a real API server: watch events and answers leave at once (no Nagle delay
+            // measuring itself in the status latency).
+            let listener = axum::serve::ListenerExt::tap_io(listener, crate::listener::no_delay);
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|v| *v).await;
             });

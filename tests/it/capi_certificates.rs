@@ -59,11 +59,7 @@ async fn ca(t: &TestApp, c: &str, ca_type: &str) -> String {
 }
 
 fn names(c: &str) -> (String, String) {
-    let uuid = uuid::Uuid::parse_str(c).unwrap();
-    (
-        magnum_capi::capi::namespace("magnum", ALICE.project),
-        magnum_capi::capi::capi_name(uuid),
-    )
+    crate::common::capi::capi_names(c)
 }
 
 fn accepts(app: &CapiApp, c: &str, cert: &str) -> bool {

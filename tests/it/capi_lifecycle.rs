@@ -899,6 +899,79 @@ async fn node_settings_and_flannel_clusters_complete_and_bad_values_are_400() {
     assert_magnum_error(&r, 400, "insecure_registries");
 }
 
+/// A cluster on a Flatcar image (`serve --dev` takes the template's `cluster_distro`) reaches
+/// `CREATE_COMPLETE` with Ignition bootstrap objects (every write CRD-validated by the simulated
+/// management cluster); an os_distro this driver cannot boot is a 400 at template create.
+#[tokio::test]
+async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let body = |name: &str, distro: &str| {
+        json!({"name": name, "image_id": "flatcar-kube-v1.33.5", "coe": "kubernetes",
+               "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+               "external_network_id": "public", "cluster_distro": distro,
+               "http_proxy": "http://proxy.example.com:3128", "docker_volume_size": 20,
+               "labels": {"kube_tag": "v1.33.5"}})
+    };
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clustertemplates",
+            body("fcos", "fedora-coreos"),
+        )
+        .await;
+    assert_magnum_error(
+        &r,
+        400,
+        "Cluster type (vm, fedora-coreos, kubernetes) not supported. The Cluster API driver \
+         boots images whose os_distro is one of: ubuntu, debian, rocky (or rockylinux), flatcar \
+         (Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's kubeadm bootstrap \
+         writes spec 2.3: use a Flatcar image).",
+    );
+    let r = t
+        .post(&ALICE, "/v1/clustertemplates", body("flatcar", "flatcar"))
+        .await;
+    r.assert_status(201);
+    let ct = r.body["uuid"].as_str().unwrap().to_string();
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "fc", "cluster_template_id": ct, "node_count": 1}),
+        )
+        .await;
+    r.assert_status(202);
+    let c = r.body["uuid"].as_str().unwrap().to_string();
+    t.wait_cluster(&ALICE, &c, "CREATE_COMPLETE").await;
+    let kcp = objects(
+        &app,
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+        &c,
+    );
+    let kct = objects(
+        &app,
+        "bootstrap.cluster.x-k8s.io/v1beta2",
+        "KubeadmConfigTemplate",
+        &c,
+    );
+    for spec in [
+        &kcp[0]["spec"]["kubeadmConfigSpec"],
+        &kct[0]["spec"]["template"]["spec"],
+    ] {
+        assert_eq!(spec["format"], "ignition", "{spec:#}");
+        let clc = spec["ignition"]["containerLinuxConfig"]["additionalConfig"]
+            .as_str()
+            .unwrap();
+        assert!(
+            clc.contains("HTTP_PROXY=http://proxy.example.com:3128"),
+            "{clc}"
+        );
+        assert!(clc.contains("name: var-lib-containerd.mount"), "{clc}");
+        assert!(spec.get("files").is_none() && spec.get("mounts").is_none());
+    }
+}
+
 /// Statements other sessions of this database started in the last `secs` seconds (what they are).
 async fn recent_statements(probe: &mut sqlx::PgConnection, secs: f64) -> Vec<String> {
     sqlx::query_scalar(

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -100,6 +100,7 @@ fn check_every_object(objects: &[Value]) -> BTreeSet<String> {
             ("v1", "ServiceAccount") => strictly::<ServiceAccount>(o),
             ("v1", "Service") => strictly::<Service>(o),
             ("apps/v1", "Deployment") => strictly::<Deployment>(o),
+            ("apps/v1", "DaemonSet") => strictly::<DaemonSet>(o),
             ("batch/v1", "Job") => strictly::<Job>(o),
             ("policy/v1", "PodDisruptionBudget") => strictly::<PodDisruptionBudget>(o),
             ("rbac.authorization.k8s.io/v1", "ClusterRole") => strictly::<ClusterRole>(o),
@@ -157,6 +158,10 @@ fn every_option() -> Value {
         "extraEnv": [{"name": "RUST_LOG", "value": "debug"}],
         "extraVolumes": [{"name": "ca", "secret": {"secretName": "openstack-ca"}}],
         "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/openstack", "readOnly": true}],
+        "apiProxy": {"enabled": true, "port": 3129, "dialFromHost": true,
+            "namespaces": ["qdhcp-{network_id}"],
+            "nodeSelector": {"openstack-network-node": "enabled"},
+            "tolerations": [{"key": "network", "effect": "NoSchedule"}]},
     })
 }
 
@@ -185,7 +190,7 @@ fn every_object_with_every_option_set_passes_its_kinds_schema() {
     let values = every_option();
     let objects = objects(&render(&values));
     let kinds = check_every_object(&objects);
-    for kind in ["Namespace", "Secret", "ServiceMonitor"] {
+    for kind in ["Namespace", "Secret", "ServiceMonitor", "DaemonSet"] {
         assert!(kinds.contains(kind), "{kind} not rendered: {kinds:?}");
     }
     let jobs: Vec<&str> = objects
@@ -228,6 +233,11 @@ fn the_rendered_configuration_is_one_serve_accepts_without_migrating() {
     assert_eq!(cfg.operations.concurrency, 8);
     assert_eq!(cfg.capi.namespace_prefix, "mc");
     assert_eq!(cfg.keystone.region_name.as_deref(), Some("RegionTwo"));
+    assert_eq!(
+        cfg.capi.api_proxy_url.as_deref(),
+        Some("http://magnum-capi-api-proxy.magnum-capi.svc:3129"),
+        "the api-proxy's Service"
+    );
     let ring = cfg.operations.sealer().expect("the key ring");
     assert_eq!(ring.key_ids().len(), 2, "current and previous");
     // Every kubeconfig it names is a file of the pod.
@@ -267,6 +277,86 @@ fn the_rendered_configuration_is_one_serve_accepts_without_migrating() {
     for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
         assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
     }
+}
+
+/// `apiProxy.enabled` (README "Private clusters"): `magnum-capi api-proxy` as a DaemonSet on the
+/// selected nodes with CAP_SYS_ADMIN alone and the host's /run/netns (propagated, so namespaces
+/// made later appear), reading nothing but OpenStackClusters, behind the Service the service's
+/// configuration names (the previous test); its namespace no longer `restricted`.
+#[test]
+fn the_api_proxy_is_a_daemonset_with_only_what_it_needs() {
+    let objects = objects(&render(&every_option()));
+    let ds = find(&objects, "DaemonSet", Some("magnum-capi-api-proxy"));
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["nodeSelector"],
+        json!({"openstack-network-node": "enabled"})
+    );
+    assert_eq!(spec["serviceAccountName"], "magnum-capi-api-proxy");
+    assert!(spec.get("hostNetwork").is_none(), "{spec}");
+    let c = &spec["containers"][0];
+    assert_eq!(c["args"], json!(["api-proxy"]));
+    assert_eq!(
+        c["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"], "add": ["SYS_ADMIN"]})
+    );
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "netns", "mountPath": "/run/netns", "readOnly": true,
+                "mountPropagation": "HostToContainer"}])
+    );
+    assert_eq!(spec["volumes"][0]["hostPath"]["path"], "/run/netns");
+    let env: BTreeMap<&str, &str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+        .collect();
+    assert_eq!(env["MAGNUM_CAPI__API_PROXY__BIND"], "0.0.0.0:3129");
+    assert_eq!(
+        env["MAGNUM_CAPI__API_PROXY__NAMESPACES"],
+        "qdhcp-{network_id}"
+    );
+    assert_eq!(env["MAGNUM_CAPI__API_PROXY__DIAL_FROM_HOST"], "true");
+    let role = find(&objects, "ClusterRole", Some("magnum-capi-api-proxy"));
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["infrastructure.cluster.x-k8s.io"],
+                "resources": ["openstackclusters"], "verbs": ["get", "list", "watch"]}])
+    );
+    let binding = find(
+        &objects,
+        "ClusterRoleBinding",
+        Some("magnum-capi-api-proxy"),
+    );
+    assert_eq!(binding["subjects"][0]["name"], "magnum-capi-api-proxy");
+    let svc = find(&objects, "Service", Some("magnum-capi-api-proxy"));
+    assert_eq!(svc["spec"]["ports"][0]["port"], 3129);
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&ds["spec"]["template"]["metadata"]["labels"][k], v, "{k}");
+    }
+    let api = find(&objects, "Service", Some("magnum-capi"));
+    assert_ne!(api["spec"]["selector"], svc["spec"]["selector"]);
+    let ns = find(&objects, "Namespace", None);
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "privileged"
+    );
+    let default = objects_of_default_namespace();
+    assert_eq!(
+        default["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+}
+
+fn objects_of_default_namespace() -> Value {
+    find(
+        &objects(&render(&json!({"namespace": {"create": true}}))),
+        "Namespace",
+        None,
+    )
+    .clone()
 }
 
 /// The migration runs once, as a hook before the release's replicas start or are replaced, with

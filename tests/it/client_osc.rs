@@ -55,7 +55,7 @@ async fn openstack_coe_commands_work_against_the_service() {
                 "--coe",
                 "kubernetes",
                 "--image",
-                "fedora-coreos-40",
+                "flatcar-4152",
                 "--external-network",
                 "public",
                 "--flavor",
@@ -109,12 +109,12 @@ async fn openstack_coe_commands_work_against_the_service() {
             ]
         ),
         json!({
-            "name": "k8s", "coe": "kubernetes", "image_id": "fedora-coreos-40",
+            "name": "k8s", "coe": "kubernetes", "image_id": "flatcar-4152",
             "external_network_id": "public", "flavor_id": "m1.small",
             "master_flavor_id": "m1.medium", "keypair_id": "default", "network_driver": "calico",
             "docker_volume_size": 10, "labels": {"kube_tag": "v1.30.4", "foo": "bar"},
             // From the image's os_distro in (fake) Glance.
-            "cluster_distro": "fedora-coreos",
+            "cluster_distro": "flatcar",
             "project_id": alpha, "public": false, "hidden": false, "server_type": "vm",
             "tls_disabled": false,
             // The client shows unset fields as "-".

@@ -119,7 +119,7 @@ async fn glance_images() {
     assert_eq!(names(&body["images"]), ["dup-image", "dup-image"]);
     assert_eq!(body["first"], "/v2/images?name=dup-image");
     let (_, _, body) = get(
-        &format!("{url}?name=fedora-coreos-40&unknown_ctl=&limit=10"),
+        &format!("{url}?name=flatcar-4152&unknown_ctl=&limit=10"),
         &[],
     )
     .await;
@@ -437,7 +437,7 @@ async fn seed_ids_match_consts_and_remove() {
     let c = FakeCloud::start().await;
     let (i, n) = (c.image_url(), c.network_url());
     let images = [
-        IMAGE_FEDORA_COREOS,
+        IMAGE_FLATCAR,
         IMAGE_UBUNTU_KUBE,
         IMAGE_NO_DISTRO,
         IMAGE_DUP_A,

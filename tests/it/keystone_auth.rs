@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 fn template_body(name: &str) -> Value {
     json!({
-        "name": name, "coe": "kubernetes", "image_id": "fedora-coreos-40",
+        "name": name, "coe": "kubernetes", "image_id": "flatcar-4152",
         "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
         "external_network_id": "public", "keypair_id": "default",
         "network_driver": "calico"
@@ -71,14 +71,14 @@ async fn identity_and_references_come_from_keystone_and_the_catalog() {
     assert_eq!(r.body["project_id"], ks.project_id("alpha"));
     assert_eq!(r.body["user_id"], ks.user_id("alice"));
     // Magnum takes the distro from the image's os_distro, whatever the client said.
-    assert_eq!(r.body["cluster_distro"], "fedora-coreos");
+    assert_eq!(r.body["cluster_distro"], "flatcar");
     // The names the client used are kept; the ids they resolved to are stored for the driver.
-    assert_eq!(r.body["image_id"], "fedora-coreos-40");
+    assert_eq!(r.body["image_id"], "flatcar-4152");
     let uuid = r.body["uuid"].as_str().unwrap().to_string();
     let resolved = resolved_of(&app, "cluster_template", &uuid).await;
     assert_eq!(
         resolved,
-        json!({"image_id": fc::IMAGE_FEDORA_COREOS, "os_distro": "fedora-coreos",
+        json!({"image_id": fc::IMAGE_FLATCAR, "os_distro": "flatcar",
                "flavor_id": fc::FLAVOR_SMALL, "master_flavor_id": fc::FLAVOR_MEDIUM,
                // The flavors' sizes, for the autoscaler's scale-from-zero capacity.
                "flavor_sizes": {
@@ -113,7 +113,7 @@ async fn identity_and_references_come_from_keystone_and_the_catalog() {
     let resolved = resolved_of(&app, "cluster", &cuuid).await;
     assert_eq!(resolved["fixed_network_id"], fc::NETWORK_PRIVATE);
     assert_eq!(resolved["fixed_subnet_id"], fc::SUBNET_PRIVATE);
-    assert_eq!(resolved["image_id"], fc::IMAGE_FEDORA_COREOS);
+    assert_eq!(resolved["image_id"], fc::IMAGE_FLATCAR);
     let r = app
         .call_token(
             Some(&alice),
@@ -259,12 +259,56 @@ async fn template_references_are_validated_with_magnums_messages() {
             "PATCH",
             "/v1/clustertemplates/by-id",
             None,
-            Some(json!([{"op": "replace", "path": "/image_id", "value": "fedora-coreos-40"}])),
+            Some(json!([{"op": "replace", "path": "/image_id", "value": "flatcar-4152"}])),
         )
         .await;
     r.assert_status(200);
     // cluster_distro stays what it was at create (Magnum never recomputes it).
     assert_eq!(r.body["cluster_distro"], "ubuntu");
+}
+
+/// An image this driver cannot boot (Fedora CoreOS: Ignition spec 3 only, Cluster API's kubeadm
+/// bootstrap writes spec 2.3) is refused at template create, as Magnum refuses a cluster type
+/// no driver provides, naming the os_distro values that boot; the same template on a Flatcar
+/// image is taken.
+#[tokio::test]
+async fn an_image_whose_os_distro_cannot_boot_is_a_400_naming_the_supported_ones() {
+    let _cloud = env_exclusive().await;
+    let (ks, cloud) = parts().await;
+    let app = keystone_app(|_| {}).await;
+    let alice = ks.token("alice", "alpha").await;
+    let fcos = cloud.add_image(json!({"name": "fedora-coreos-40", "os_distro": "fedora-coreos"}));
+    let mut body = template_body("fcos");
+    body["image_id"] = json!("fedora-coreos-40");
+    let r = app
+        .call_token(
+            Some(&alice),
+            "POST",
+            "/v1/clustertemplates",
+            None,
+            Some(body),
+        )
+        .await;
+    cloud.remove(&fcos);
+    assert_magnum_error(
+        &r,
+        400,
+        "Cluster type (vm, fedora-coreos, kubernetes) not supported. The Cluster API driver \
+         boots images whose os_distro is one of: ubuntu, debian, rocky (or rockylinux), flatcar \
+         (Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's kubeadm bootstrap \
+         writes spec 2.3: use a Flatcar image).",
+    );
+    let r = app
+        .call_token(
+            Some(&alice),
+            "POST",
+            "/v1/clustertemplates",
+            None,
+            Some(template_body("flatcar")),
+        )
+        .await;
+    r.assert_status(201);
+    assert_eq!(r.body["cluster_distro"], "flatcar");
 }
 
 #[tokio::test]

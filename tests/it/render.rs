@@ -41,7 +41,7 @@ fn schemas() -> &'static CrdSchemas {
     })
 }
 
-fn renderer() -> &'static Renderer {
+pub(crate) fn renderer() -> &'static Renderer {
     static RENDERER: OnceLock<Renderer> = OnceLock::new();
     RENDERER.get_or_init(|| Renderer::new(None).unwrap())
 }
@@ -75,7 +75,7 @@ fn cluster_body() -> Value {
 }
 
 /// Rows as the API would store them, with what Glance/Nova/Neutron resolved.
-fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -> ApiRows {
+pub(crate) fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -> ApiRows {
     let mut r = rows_from_api(&template, &cluster, nodegroups.as_ref()).unwrap();
     r.template.resolved = Resolved {
         image_id: Some(IMAGE_ID.into()),
@@ -105,13 +105,13 @@ fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -> ApiRows {
     r
 }
 
-fn with_labels(labels: Value) -> (Value, Value) {
+pub(crate) fn with_labels(labels: Value) -> (Value, Value) {
     let mut t = template_body();
     t["labels"] = labels;
     (t, cluster_body())
 }
 
-fn build_values(r: &ApiRows, config: &CapiConfig) -> Result<Values, ValuesError> {
+pub(crate) fn build_values(r: &ApiRows, config: &CapiConfig) -> Result<Values, ValuesError> {
     values::build(Inputs {
         template: &r.template,
         cluster: &r.cluster,
@@ -138,7 +138,7 @@ fn build_for_create(r: &ApiRows, credentials: values::CloudCredentials) -> Value
     .unwrap()
 }
 
-fn render_rows(r: &ApiRows) -> Vec<Value> {
+pub(crate) fn render_rows(r: &ApiRows) -> Vec<Value> {
     let v = build_values(r, &CapiConfig::default()).unwrap();
     renderer().render(&v).unwrap()
 }
@@ -157,7 +157,7 @@ fn credentials() -> values::CloudCredentials {
 
 /// Every object validates against its CRD (CAPI/CAPO kinds) or is one of the kinds we know have
 /// none here; and passes the apiserver's metadata rules.
-fn assert_valid(objects: &[Value]) {
+pub(crate) fn assert_valid(objects: &[Value]) {
     // Built-in kinds; every CAPI/CAPO/CAAPH kind we render (HelmChartProxy and
     // ClusterResourceSet included) is checked against its CRD.
     let no_crd: BTreeSet<&str> = [
@@ -191,11 +191,11 @@ fn kinds(objects: &[Value]) -> Vec<String> {
         .collect()
 }
 
-fn find<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(crate) fn find<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
 
-fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+pub(crate) fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     let found = find(objects, kind);
     assert_eq!(found.len(), 1, "expected one {kind}");
     found[0]
@@ -703,7 +703,7 @@ fn metrics_server_is_on_by_default_and_off_by_label() {
 
 /// A template behind a proxy, with registry mirrors, an insecure registry, a registry CA, the
 /// audit log and anti-affinity for the control plane and the workers.
-fn node_settings_body() -> (Value, Value) {
+pub(crate) fn node_settings_body() -> (Value, Value) {
     use base64::Engine as _;
     let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
     let (mut t, mut c) = with_labels(json!({

@@ -6,8 +6,8 @@
 use crate::common::capi::crd_dir;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use magnum_capi::simkube::SimCluster;
 use magnum_capi::simkube::admission::CrdAdmission;
-use magnum_capi::simkube::{SimCluster, SimOptions};
 use serde_json::{Value, json};
 
 const NS: &str = "magnum-p1";
@@ -22,15 +22,7 @@ const OSMT: (&str, &str) = (
 
 /// A bare (no controllers) simulated API server validating with the CRDs, with namespace `NS`.
 async fn start() -> SimCluster {
-    let sim = SimCluster::start(SimOptions {
-        controllers: false,
-        validator: Some(magnum_capi::server::crd_validator(&crd_dir()).unwrap()),
-        ..SimOptions::for_tests()
-    })
-    .await
-    .unwrap();
-    sim.store().ensure_namespace(NS).unwrap();
-    sim
+    crate::common::capi::bare_sim(NS).await
 }
 
 fn api(sim: &SimCluster, (av, kind): (&str, &str)) -> Api<DynamicObject> {

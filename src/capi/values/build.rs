@@ -3,9 +3,10 @@
 
 use std::net::IpAddr;
 
+use super::clc;
 use super::cx::{Cx, given_and_resolved, label_map};
 use super::document::{
-    Addons, ApiLoadBalancer, ApiServer, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
+    Addons, ApiLoadBalancer, ApiServer, Bootstrap, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
     CloudCredentials, Cni, CsiCinder, FlavorRef, HelmChart, KubeNetwork, Kubeadm, ManagedSubnet,
     NameValue, Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
 };
@@ -19,6 +20,7 @@ use crate::capi::pki::ClusterCas;
 use crate::capi::{LABEL_CLUSTER_UUID, LABEL_PROJECT_ID};
 use crate::config::CapiConfig;
 use crate::domain::kube_version::kube_version;
+use crate::domain::os_distro::OsDistro;
 use crate::domain::spec::Cluster;
 use crate::domain::spec::Nodegroup;
 use crate::domain::spec::Template;
@@ -72,7 +74,15 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     let api_server = cx.api_server(master.node_count, networking.external_network.is_some())?;
     let mut api_server = api_server;
     let kubeadm = cx.kubeadm()?;
-    let nodes = cx.nodes(&networking, &kube_network, &api_server, &kubeadm)?;
+    let os_distro = cx
+        .tr
+        .os_distro
+        .clone()
+        .or_else(|| cx.cr.os_distro.clone())
+        .or_else(|| template.cluster_distro.clone());
+    let distro = OsDistro::from_image(os_distro.as_deref())
+        .map_err(|e| ValuesError::Invalid(e.to_string()))?;
+    let nodes = cx.nodes(distro, &networking, &kube_network, &api_server, &kubeadm)?;
     let audit_policy = match nodes::audit_log(&cx.view)? {
         Some((log, args, volumes, policy)) => {
             api_server.extra_args.extend(args);
@@ -100,8 +110,24 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         .chain(audit_policy)
         .chain(keystone_parts.map(|k| k.file))
         .collect();
-    let node_groups =
+    let mut node_groups =
         cx.node_groups(nodegroups, &machines, &kubeadm, &nodes.pre_kubeadm_commands)?;
+    let ssh_key_name = cluster
+        .keypair
+        .clone()
+        .or_else(|| template.keypair_id.clone())
+        .filter(|k| !k.is_empty());
+    if distro.ignition() {
+        let ssh = ssh_key_name.is_some();
+        control_plane.machine.ignition = Some(clc::config(
+            &control_plane.files,
+            &control_plane.machine.data_volumes,
+            ssh,
+        )?);
+        for ng in &mut node_groups {
+            ng.machine.ignition = Some(clc::config(&nodes.files, &ng.machine.data_volumes, ssh)?);
+        }
+    }
     let mut addons = cx.addons(&networking)?;
     addons.keystone_auth = keystone_auth;
     let flavors: Vec<&FlavorRef> = node_groups
@@ -129,17 +155,9 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         project_id: cluster.project_id.clone(),
         user_id: cluster.user_id.clone(),
         kubernetes_version,
-        os_distro: cx
-            .tr
-            .os_distro
-            .clone()
-            .or_else(|| cx.cr.os_distro.clone())
-            .or_else(|| template.cluster_distro.clone()),
-        ssh_key_name: cluster
-            .keypair
-            .clone()
-            .or_else(|| template.keypair_id.clone())
-            .filter(|k| !k.is_empty()),
+        os_distro,
+        bootstrap: bootstrap(distro),
+        ssh_key_name,
         networking,
         kube_network,
         api_server,
@@ -408,6 +426,7 @@ impl<'a> Cx<'a> {
     /// endpoint itself is added on each node at boot).
     fn nodes(
         &self,
+        distro: OsDistro,
         networking: &Networking,
         kube_network: &KubeNetwork,
         api_server: &ApiServer,
@@ -430,7 +449,13 @@ impl<'a> Cx<'a> {
             .as_deref()
             .and_then(|p| p.split('/').next())
             .filter(|h| h.contains('.') || h.contains(':'));
-        Ok(nodes::node_settings(proxy, registries, ca, prefix_host))
+        Ok(nodes::node_settings(
+            distro,
+            proxy,
+            registries,
+            ca,
+            prefix_host,
+        ))
     }
 
     fn addons(&self, networking: &Networking) -> Result<Addons, ValuesError> {
@@ -522,6 +547,30 @@ impl<'a> Cx<'a> {
                 },
             },
         })
+    }
+}
+
+/// How a distro's machines boot and name themselves to kubeadm.
+fn bootstrap(distro: OsDistro) -> Bootstrap {
+    let (format, node_name, provider_id) = if distro.ignition() {
+        (
+            "ignition",
+            "${COREOS_OPENSTACK_HOSTNAME}",
+            "openstack:///${COREOS_OPENSTACK_INSTANCE_UUID}",
+        )
+    } else {
+        (
+            "cloud-config",
+            "{{ local_hostname }}",
+            "openstack:///'{{ instance_id }}'",
+        )
+    };
+    Bootstrap {
+        os_distro: distro.as_str().into(),
+        format: format.into(),
+        ignition: distro.ignition(),
+        node_name: node_name.into(),
+        provider_id: provider_id.into(),
     }
 }
 

@@ -64,8 +64,10 @@ pub struct Values {
     pub namespace_labels: BTreeMap<String, String>,
     /// Kubernetes version, `v`-prefixed (`kube_tag` or the image's `kube_version`).
     pub kubernetes_version: String,
-    /// The image's `os_distro` (informational).
+    /// The image's `os_distro` as Glance gave it.
     pub os_distro: Option<String>,
+    /// How the machines boot, by the image's `os_distro`: cloud-init or Ignition.
+    pub bootstrap: Bootstrap,
     /// Nova keypair injected into every machine.
     pub ssh_key_name: Option<String>,
     /// CAPO identity: the cloud name in `clouds.yaml` and the Secret holding it.
@@ -95,6 +97,25 @@ pub struct Values {
     /// `spec.rollout.after` of the control plane and every MachineDeployment (RFC 3339), set by
     /// a CA rotation so every machine is rebuilt with the CA Secrets of its phase.
     pub rollout_after: Option<String>,
+}
+
+/// How the machines of the cluster boot (README "Images"): cloud-init (Ubuntu, Debian, Rocky)
+/// or Ignition (Flatcar), and the node name and provider id kubeadm registers each node with,
+/// in the bootstrap's own syntax.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bootstrap {
+    /// `ubuntu`, `debian`, `rocky` or `flatcar`.
+    pub os_distro: String,
+    /// CABPK's `format`: `cloud-config` or `ignition`.
+    pub format: String,
+    /// Whether the machines boot Ignition (each machine's [`Machine::ignition`] is set).
+    pub ignition: bool,
+    /// cloud-init's Jinja `{{ local_hostname }}`, or `${COREOS_OPENSTACK_HOSTNAME}` which the
+    /// commands before kubeadm substitute from coreos-metadata.
+    pub node_name: String,
+    /// `openstack:///<server id>` in the same syntax.
+    pub provider_id: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -352,6 +373,10 @@ pub struct Machine {
     pub mounts: Vec<[String; 2]>,
     /// Commands the machine runs before kubeadm: every node's, then the data volumes' checks.
     pub pre_kubeadm_commands: Vec<String>,
+    /// Flatcar: the machine's files, drop-ins, data volumes and units as a Container Linux
+    /// Config (CABPK's `ignition.containerLinuxConfig.additionalConfig`), which replaces the
+    /// cloud-init `files`, `diskSetup` and `mounts`.
+    pub ignition: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -41,17 +41,20 @@
 //! Template fields besides labels: `http_proxy`, `https_proxy`, `no_proxy` (containerd and
 //! kubelet drop-ins on every node, env of the CCM and Cinder CSI; `no_proxy` completed with
 //! localhost, the pod/service/node networks, `.svc`, `.<dns domain>`, the API's SANs and
-//! floating IP, and at boot the API endpoint); `network_driver` (calico, cilium, flannel).
+//! floating IP, and at boot the API endpoint); `network_driver` (calico, cilium, flannel); the
+//! image's `os_distro` (else `cluster_distro`): cloud-init for ubuntu, debian, rocky, Ignition
+//! for flatcar ([`Bootstrap`], `clc`), any other a [`ValuesError::Invalid`].
 //!
 //! Layout: `document` (the serialised types), `labels` (reading labels), `build` (the document
 //! from the spec, cluster-wide parts), `addons` (optional add-ons and the autoscaler),
 //! `nodegroups` (control plane and workers), `nodes` (proxies, registries, audit log, server
-//! groups), `rows` (the
+//! groups), `clc` (Flatcar's node settings as a Container Linux Config), `rows` (the
 //! `render` command's cluster from API bodies). The Kubernetes-version rule is the domain's
 //! ([`crate::domain::kube_version`]).
 
 mod addons;
 mod build;
+mod clc;
 mod cx;
 mod document;
 mod error;
@@ -65,6 +68,7 @@ mod versions;
 
 pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
 pub use build::{Inputs, build};
+pub use clc::{MAX_ADDITIONAL_CONFIG, mount_unit_name};
 pub use cx::MAX_CLUSTER_NAME;
 pub use document::*;
 pub use error::ValuesError;
@@ -77,7 +81,7 @@ pub use nodegroups::{
     ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, ANNOTATION_CAPACITY_PREFIX,
     nodegroup_object_name, sanitise_fragment,
 };
-pub use nodes::SERVER_GROUP_POLICIES;
+pub use nodes::{FLATCAR_KUBEADM_COMMANDS, SERVER_GROUP_POLICIES};
 pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};
 
 pub use crate::domain::kube_version::kube_version;

@@ -516,6 +516,7 @@ fn machine(
             .map(|v| [format!("LABEL={}", v.label), v.mount_path.clone()])
             .collect(),
         data_volumes,
+        ignition: None,
     }
 }
 

@@ -10,6 +10,7 @@ use super::document::{
 };
 use super::error::ValuesError;
 use super::labels::LabelView;
+use crate::domain::os_distro::OsDistro;
 use crate::domain::spec::Template;
 
 /// Where containerd (with image-builder's `config_path`) reads per-registry settings.
@@ -296,15 +297,15 @@ fn proxy_drop_in(p: &Proxy) -> String {
     out
 }
 
-/// Adds the API endpoint's host (known only at boot, from kubeadm's configuration) to NO_PROXY
-/// of the drop-ins: the kubelet must reach the API directly.
-fn no_proxy_script() -> String {
-    let mut s = String::from(
+/// Adds the API endpoint's host (known only at boot, from kubeadm's configuration at
+/// `kubeadm_config`) to NO_PROXY of the drop-ins: the kubelet must reach the API directly.
+fn no_proxy_script(kubeadm_config: &str) -> String {
+    let mut s = format!(
         "#!/bin/sh\n\
          set -eu\n\
          ep=$(sed -n -E 's/^[[:space:]]*(controlPlaneEndpoint|apiServerEndpoint):[[:space:]]*\"?([^\"[:space:]]+)\"?.*/\\2/p' \
-         /run/kubeadm/kubeadm*.yaml 2>/dev/null | head -n 1)\n\
-         host=${ep%:*}\n\
+         {kubeadm_config} 2>/dev/null | head -n 1)\n\
+         host=${{ep%:*}}\n\
          [ -n \"$host\" ] || exit 0\n",
     );
     for f in PROXY_DROP_INS {
@@ -315,8 +316,50 @@ fn no_proxy_script() -> String {
     s
 }
 
+/// The commands that complete CABPK's `/etc/kubeadm.yml` on Flatcar, where there is no
+/// cloud-init Jinja: the node name (the short host name, as cloud-init's `local_hostname`) and
+/// the server id from coreos-metadata's environment (`/run/metadata/flatcar`, which the
+/// kubeadm unit reads). Only these two variables are substituted: nothing else in the file
+/// can be taken for one.
+pub const FLATCAR_KUBEADM_COMMANDS: [&str; 3] = [
+    "export COREOS_OPENSTACK_HOSTNAME=${COREOS_OPENSTACK_HOSTNAME%%.*}",
+    "envsubst '$COREOS_OPENSTACK_HOSTNAME $COREOS_OPENSTACK_INSTANCE_UUID' < /etc/kubeadm.yml > /etc/kubeadm.yml.tmp",
+    "mv /etc/kubeadm.yml.tmp /etc/kubeadm.yml",
+];
+
+/// apt's proxy settings (Ubuntu, Debian): packages installed later on the node go through it.
+const APT_PROXY_PATH: &str = "/etc/apt/apt.conf.d/90magnum-proxy";
+
+/// The package manager's proxy: an apt.conf.d file, or dnf's `proxy=` (dnf reads only its
+/// `dnf.conf`, so the line is added to its `[main]` once); Flatcar has no package manager.
+fn package_proxy(distro: OsDistro, p: &Proxy) -> (Option<String>, Option<String>) {
+    match distro {
+        OsDistro::Ubuntu | OsDistro::Debian => {
+            let mut apt = String::new();
+            for (scheme, v) in [("http", &p.http_proxy), ("https", &p.https_proxy)] {
+                if let Some(v) = v {
+                    apt.push_str(&format!("Acquire::{scheme}::Proxy \"{v}\";\n"));
+                }
+            }
+            (Some(apt), None)
+        }
+        OsDistro::Rocky => {
+            let url = p.https_proxy.as_ref().or(p.http_proxy.as_ref());
+            let cmd = url.map(|u| {
+                format!(
+                    "grep -q '^proxy=' /etc/dnf/dnf.conf || sed -i '/^\\[main\\]/a proxy={u}' \
+                     /etc/dnf/dnf.conf"
+                )
+            });
+            (None, cmd)
+        }
+        OsDistro::Flatcar => (None, None),
+    }
+}
+
 /// What every node gets: files and the commands that apply them.
 pub(super) fn node_settings(
+    distro: OsDistro,
     proxy: Option<Proxy>,
     registries: Registries,
     registry_ca: Option<String>,
@@ -330,11 +373,30 @@ pub(super) fn node_settings(
     };
     let mut files = Vec::new();
     let mut pre_kubeadm_commands = Vec::new();
+    if distro.ignition() {
+        pre_kubeadm_commands.extend(FLATCAR_KUBEADM_COMMANDS.map(str::to_owned));
+    }
     if let Some(p) = &proxy {
+        let (apt, dnf) = package_proxy(distro, p);
+        if let Some(apt) = apt {
+            files.push(file(APT_PROXY_PATH, "0644", apt));
+        }
+        pre_kubeadm_commands.extend(dnf);
         for path in PROXY_DROP_INS {
             files.push(file(path, "0644", proxy_drop_in(p)));
         }
-        files.push(file(NO_PROXY_SCRIPT, "0755", no_proxy_script()));
+        // cloud-init writes kubeadm's configuration under /run/kubeadm, CABPK's Ignition to
+        // /etc/kubeadm.yml.
+        let kubeadm_config = if distro.ignition() {
+            "/etc/kubeadm.yml"
+        } else {
+            "/run/kubeadm/kubeadm*.yaml"
+        };
+        files.push(file(
+            NO_PROXY_SCRIPT,
+            "0755",
+            no_proxy_script(kubeadm_config),
+        ));
         pre_kubeadm_commands.extend([
             NO_PROXY_SCRIPT.to_owned(),
             "systemctl daemon-reload".to_owned(),

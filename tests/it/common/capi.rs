@@ -69,6 +69,28 @@ impl Drop for CapiApp {
     }
 }
 
+/// A bare (no controllers) simulated API server validating with the CRDs, with namespace `ns`.
+pub async fn bare_sim(ns: &str) -> SimCluster {
+    let sim = SimCluster::start(SimOptions {
+        controllers: false,
+        validator: Some(magnum_capi::server::crd_validator(&crd_dir()).unwrap()),
+        ..SimOptions::for_tests()
+    })
+    .await
+    .unwrap();
+    sim.store().ensure_namespace(ns).unwrap();
+    sim
+}
+
+/// (namespace, CAPI name) of ALICE's cluster `c` on the management cluster.
+pub fn capi_names(c: &str) -> (String, String) {
+    let uuid = uuid::Uuid::parse_str(c).unwrap();
+    (
+        magnum_capi::capi::namespace("magnum", ALICE.project),
+        magnum_capi::capi::capi_name(uuid),
+    )
+}
+
 /// Options of a simulated cluster for tests: fast steps, CRD validation of every write.
 pub fn sim_options(step_ms: u64) -> SimOptions {
     SimOptions {

@@ -46,7 +46,7 @@ pub const PROJECT_ID: &str = "6f3c1d2e4a5b4c7d8e9f0a1b2c3d4e5f";
 pub const SEED_USER_ID: &str = "9b0b3a1c0d2e4f5a8b7c6d5e4f3a2b1c";
 pub const NOVA_MAX_MICROVERSION: &str = "2.96";
 
-pub const IMAGE_FEDORA_COREOS: &str = "11111111-0000-4000-8000-000000000001";
+pub const IMAGE_FLATCAR: &str = "11111111-0000-4000-8000-000000000001";
 pub const IMAGE_UBUNTU_KUBE: &str = "11111111-0000-4000-8000-000000000002";
 pub const IMAGE_NO_DISTRO: &str = "11111111-0000-4000-8000-000000000003";
 pub const IMAGE_DUP_A: &str = "11111111-0000-4000-8000-000000000004";
@@ -106,8 +106,8 @@ const DEFAULTS: &str = r#"{
 /// The default cloud; ids are the `pub const`s above.
 const SEED: &str = r#"{
 "image": [
-  {"id": "11111111-0000-4000-8000-000000000001", "name": "fedora-coreos-40",
-   "os_distro": "fedora-coreos", "os_version": "40", "created_at": "2024-06-01T12:00:00Z"},
+  {"id": "11111111-0000-4000-8000-000000000001", "name": "flatcar-4152",
+   "os_distro": "flatcar", "os_version": "4152.2.3", "created_at": "2024-06-01T12:00:00Z"},
   {"id": "11111111-0000-4000-8000-000000000002", "name": "ubuntu-2204-kube-v1.30.4",
    "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.30.4",
    "created_at": "2024-06-02T12:00:00Z"},

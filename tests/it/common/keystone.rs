@@ -955,7 +955,6 @@ fn write_config(dir: &Path, database: &str) -> Result<()> {
         dir = d.to_string()
     );
     fs::write(dir.join(format!("{WSGI_MODULE}.py")), wrapper).context("writing the wrapper")?;
-    fs::write(dir.join(GUNICORN_CONF), GUNICORN_CONF_PY).context("writing gunicorn conf")?;
     fs::write(dir.join(format!("{SETUP_MODULE}.py")), SETUP_PY).context("writing setup")?;
     Ok(())
 }
@@ -1346,6 +1345,38 @@ fn scrub_env(cmd: &mut Command) {
 
 /// Starts gunicorn on `port` and waits until `GET /v3` answers 200.
 fn launch_gunicorn(venv: &Path, dir: &Path, port: u16) -> Result<Child> {
+    gunicorn(&Gunicorn {
+        venv,
+        dir,
+        pythonpath: dir,
+        app: &format!("{WSGI_MODULE}:application"),
+        env: &[],
+        port,
+        ready_path: "/v3",
+        what: "Keystone",
+    })
+}
+
+/// A gunicorn server to start: the WSGI `app` (`module:attribute`, found on `pythonpath`) of
+/// `venv`, 2 sync workers on `127.0.0.1:port`, its log and config in `dir`.
+pub struct Gunicorn<'a> {
+    pub venv: &'a Path,
+    pub dir: &'a Path,
+    pub pythonpath: &'a Path,
+    pub app: &'a str,
+    pub env: &'a [(&'a str, &'a std::ffi::OsStr)],
+    pub port: u16,
+    /// Answered 200 once the application is up.
+    pub ready_path: &'a str,
+    /// Its name in errors.
+    pub what: &'a str,
+}
+
+/// Starts `g` (master and workers die with this process) and waits until `g.ready_path`
+/// answers 200 (Keystone here; the real Magnum beside us in benches/api_load.rs).
+pub fn gunicorn(g: &Gunicorn) -> Result<Child> {
+    let (dir, port) = (g.dir, g.port);
+    fs::write(dir.join(GUNICORN_CONF), GUNICORN_CONF_PY).context("writing gunicorn conf")?;
     let log = dir.join("gunicorn.log");
     let log_file = File::options()
         .create(true)
@@ -1354,7 +1385,7 @@ fn launch_gunicorn(venv: &Path, dir: &Path, port: u16) -> Result<Child> {
         .context("opening gunicorn.log")?;
     let start_offset = log_file.metadata().map(|m| m.len()).unwrap_or(0);
     let log_err = log_file.try_clone()?;
-    let mut cmd = Command::new(venv.join("bin/gunicorn"));
+    let mut cmd = Command::new(g.venv.join("bin/gunicorn"));
     cmd.args(["--bind", &format!("127.0.0.1:{port}")])
         .args([
             "--workers",
@@ -1371,8 +1402,8 @@ fn launch_gunicorn(venv: &Path, dir: &Path, port: u16) -> Result<Child> {
         .arg("--chdir")
         .arg(dir)
         .arg("--pythonpath")
-        .arg(dir)
-        .arg(format!("{WSGI_MODULE}:application"))
+        .arg(g.pythonpath)
+        .arg(g.app)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(log_file)
@@ -1380,6 +1411,9 @@ fn launch_gunicorn(venv: &Path, dir: &Path, port: u16) -> Result<Child> {
         // Own process group, so stop() can kill master and workers together.
         .process_group(0);
     scrub_env(&mut cmd);
+    for (k, v) in g.env {
+        cmd.env(k, v);
+    }
     let parent_pid = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
     // system calls (prctl, getppid) without allocating or taking locks.
@@ -1404,13 +1438,14 @@ fn launch_gunicorn(venv: &Path, dir: &Path, port: u16) -> Result<Child> {
                 log_since(&log, start_offset)
             );
         }
-        if http_status(port, "/v3") == Some(200) {
+        if http_status(port, g.ready_path) == Some(200) {
             return Ok(child);
         }
         if Instant::now() >= deadline {
             kill_group(child);
             bail!(
-                "Keystone did not answer on port {port} within {READY_TIMEOUT:?}:\n{}",
+                "{} did not answer on port {port} within {READY_TIMEOUT:?}:\n{}",
+                g.what,
                 log_since(&log, start_offset)
             );
         }
@@ -1418,7 +1453,8 @@ fn launch_gunicorn(venv: &Path, dir: &Path, port: u16) -> Result<Child> {
     }
 }
 
-fn kill_group(mut child: Child) {
+/// Kills a gunicorn (master and workers) and reaps it.
+pub fn kill_group(mut child: Child) {
     // The master leads its own process group; workers are in it too.
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
@@ -1457,7 +1493,7 @@ fn port_open(port: u16) -> bool {
     .is_ok()
 }
 
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("binding 127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }

@@ -230,7 +230,7 @@ impl MagnumDb {
         Self::try_create(release).unwrap_or_else(|e| panic!("Magnum {release} schema: {e:#}"))
     }
 
-    fn try_create(release: &'static str) -> Result<MagnumDb> {
+    pub fn try_create(release: &'static str) -> Result<MagnumDb> {
         let m = mariadb();
         let venv = venv(release)?;
         let schema = schema_db(release);
@@ -330,10 +330,54 @@ impl MagnumDb {
         }
     }
 
+    /// Magnum's API on this database over HTTP, as the performance figures measure it:
+    /// gunicorn with 2 sync workers (magnum_wsgi.py: Magnum's controllers, objects and policy,
+    /// identity from the X-Project-Id/X-User-Id/X-Roles headers). The newest release only (its
+    /// venv has gunicorn).
+    pub fn serve(&self) -> Result<MagnumApi> {
+        let port = super::keystone::free_port()?;
+        let dir = mariadb().dir.join(format!("{}-api", self.name));
+        std::fs::create_dir_all(&dir)?;
+        let child = super::keystone::gunicorn(&super::keystone::Gunicorn {
+            venv: &self.venv,
+            dir: &dir,
+            pythonpath: &repo().join("tests/it/magnum"),
+            app: "magnum_wsgi:application",
+            env: &[("MAGNUM_CAPI_MAGNUM_CONF", self.conf.as_os_str())],
+            port,
+            ready_path: "/v1",
+            what: "Magnum's API",
+        })?;
+        Ok(MagnumApi {
+            child: Some(child),
+            port,
+        })
+    }
+
     /// Runs `sql` in this database as root.
     pub fn sql(&self, sql: &str) -> String {
         mariadb()
             .root_sql(&format!("USE {}; {sql}", self.name))
             .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+}
+
+/// Magnum's API served by gunicorn ([`MagnumDb::serve`]); stopped on drop.
+pub struct MagnumApi {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl MagnumApi {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for MagnumApi {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            super::keystone::kill_group(child);
+        }
     }
 }

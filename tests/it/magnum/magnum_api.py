@@ -21,11 +21,13 @@ from magnum.common import rpc
 import webob
 
 
-def main():
+def application(conf_file):
+    """Magnum's API application on the database named in `conf_file` (also what
+    magnum_wsgi.py serves under gunicorn for the benchmark)."""
     conf = magnum.conf.CONF
     # The API's error hook reads `debug` (magnum-api registers oslo.log's options at start).
     log.register_options(conf)
-    conf(["--config-file", sys.argv[1]], project="magnum")
+    conf(["--config-file", conf_file], project="magnum")
     # The API hooks build an RPC client per request (the config sets `transport_url =
     # fake://`); nothing is ever sent on it here.
     rpc.init(conf)
@@ -37,7 +39,11 @@ def main():
             return target
 
         policy.add_policy_attributes = no_trustee_domain
-    app = api_app.setup_app()
+    return api_app.setup_app()
+
+
+def main():
+    app = application(sys.argv[1])
     out = []
     for r in json.load(sys.stdin):
         headers = {

@@ -36,6 +36,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/component: api
 {{- end }}
 
+{{/* `magnum-capi api-proxy`'s objects (README "Private clusters"). */}}
+{{- define "magnum-capi.apiProxyName" -}}
+{{- printf "%s-api-proxy" (include "magnum-capi.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "magnum-capi.apiProxyLabels" -}}
+{{ include "magnum-capi.selectorLabels" . }}
+app.kubernetes.io/component: api-proxy
+{{- end }}
+
 {{- define "magnum-capi.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
@@ -84,6 +93,9 @@ database URL and the Keystone password come from Secrets as environment variable
 {{- $named = append $named $entry }}
 {{- end }}
 {{- if $named }}{{ $_ := set $capi "management_clusters" $named }}{{ end }}
+{{- if .Values.apiProxy.enabled }}
+{{- $_ := set $capi "api_proxy_url" (printf "http://%s.%s.svc:%v" (include "magnum-capi.apiProxyName" .) .Release.Namespace .Values.apiProxy.port) }}
+{{- end }}
 {{- $cfg := dict
   "database" (dict "migrate_on_start" false)
   "operations" (dict "seal_key_file" (include "magnum-capi.sealKeyFile" .))

@@ -1,0 +1,85 @@
+//! `magnum-capi api-proxy`: how CAPI and the service reach the API of a private cluster (its
+//! load balancer has no floating IP), run where Neutron's namespaces are (network nodes). An
+//! HTTP CONNECT proxy that only opens tunnels to the API endpoints of the private clusters the
+//! service placed (`allowlist`, from the management cluster's OpenStackClusters), dialled from
+//! inside the tenant network's router/DHCP/metadata namespace (`dial`); `tunnel` serves it. The
+//! service writes its URL as `proxy-url` into those clusters' kubeconfigs (`capi::private`).
+
+pub mod allowlist;
+pub mod dial;
+pub mod tunnel;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::ApiProxyConfig;
+
+/// A running proxy; stopped when dropped.
+pub struct ApiProxy {
+    addr: SocketAddr,
+    proxy: Arc<tunnel::Proxy>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ApiProxy {
+    /// Serves `listener`, following the OpenStackClusters of `client`'s management cluster.
+    pub fn start(
+        cfg: &ApiProxyConfig,
+        client: kube::Client,
+        listener: TcpListener,
+    ) -> std::io::Result<ApiProxy> {
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
+        let (tx, rx) = watch::channel(Arc::new(allowlist::Allowlist::default()));
+        let proxy = Arc::new(tunnel::Proxy {
+            allowlist: rx,
+            netns_dir: cfg.netns_dir.clone(),
+            dial_from_host: cfg.dial_from_host,
+            connect_timeout: Duration::from_secs(cfg.connect_timeout_secs.max(1)),
+            tunnels: Default::default(),
+        });
+        let tasks = vec![
+            tokio::spawn(allowlist::follow(
+                client,
+                cfg.namespaces.clone(),
+                tx,
+                stopped.clone(),
+            )),
+            tokio::spawn(tunnel::serve(listener, proxy.clone(), stopped)),
+        ];
+        Ok(ApiProxy {
+            addr,
+            proxy,
+            stop,
+            tasks,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The allowlist in force now.
+    pub fn allowlist(&self) -> Arc<allowlist::Allowlist> {
+        self.proxy.allowlist.borrow().clone()
+    }
+
+    /// Tunnels opened to `cluster` (`<namespace>/<name>`) so far.
+    pub fn tunnels_to(&self, cluster: &str) -> u64 {
+        self.proxy.tunnels_to(cluster)
+    }
+}
+
+impl Drop for ApiProxy {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
