@@ -191,7 +191,12 @@ impl Capi {
                         at.name
                     )));
                 };
-                let ops = topology_replicas_patch(&cluster, spec);
+                let wanted: Vec<(&str, bool, i32)> = spec
+                    .nodegroups
+                    .iter()
+                    .map(|n| (n.name.as_str(), n.is_master(), n.node_count))
+                    .collect();
+                let ops = topology_replicas_patch(&cluster, &wanted);
                 if !ops.is_empty() {
                     self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
                 }
@@ -202,14 +207,15 @@ impl Capi {
     }
 }
 
-/// The JSON patch operations that set each nodegroup's replicas in a ClusterClass Cluster's
-/// topology, where they differ (each entry's name tested first, so a concurrent reorder fails
-/// the patch instead of resizing another nodegroup).
-pub fn topology_replicas_patch(cluster: &Value, spec: &ClusterSpec) -> Vec<Value> {
+/// The JSON patch operations that set each nodegroup's replicas (`wanted`: name, whether it is
+/// the control plane, node count) in a ClusterClass Cluster's topology, where they differ (each
+/// entry's name tested first, so a concurrent reorder fails the patch instead of resizing
+/// another nodegroup).
+pub fn topology_replicas_patch(cluster: &Value, wanted: &[(&str, bool, i32)]) -> Vec<Value> {
     let mut ops = Vec::new();
-    for ng in &spec.nodegroups {
-        let want = json!(ng.node_count);
-        if ng.is_master() {
+    for &(name, is_master, count) in wanted {
+        let want = json!(count);
+        if is_master {
             let path = "/spec/topology/controlPlane/replicas";
             if cluster.pointer(path) != Some(&want) {
                 ops.push(json!({"op": "add", "path": path, "value": want}));
@@ -222,15 +228,83 @@ pub fn topology_replicas_patch(cluster: &Value, spec: &ClusterSpec) -> Vec<Value
         let Some((i, entry)) = entries.and_then(|e| {
             e.iter()
                 .enumerate()
-                .find(|(_, m)| m.get("name").and_then(Value::as_str) == Some(ng.name.as_str()))
+                .find(|(_, m)| m.get("name").and_then(Value::as_str) == Some(name))
         }) else {
             continue;
         };
         if entry.get("replicas") != Some(&want) {
             let base = format!("/spec/topology/workers/machineDeployments/{i}");
-            ops.push(json!({"op": "test", "path": format!("{base}/name"), "value": ng.name}));
+            ops.push(json!({"op": "test", "path": format!("{base}/name"), "value": name}));
             ops.push(json!({"op": "add", "path": format!("{base}/replicas"), "value": want}));
         }
     }
     ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(driver: DriverFamily) -> ObjectsAt {
+        ObjectsAt {
+            namespace: "ns".into(),
+            name: "live-abcdef123456".into(),
+            driver,
+        }
+    }
+
+    fn ng(name: &str) -> AdoptedNodegroup {
+        AdoptedNodegroup {
+            uuid: Uuid::nil(),
+            name: name.into(),
+            is_master: false,
+        }
+    }
+
+    #[test]
+    fn each_driver_names_a_nodegroups_machine_deployment_its_own_way() {
+        let helm = json!({"metadata": {"name": "live-abcdef123456-gpu-nodes"}});
+        assert!(implements(
+            &at(DriverFamily::CapiHelm),
+            &helm,
+            &ng("GPU nodes")
+        ));
+        assert!(!implements(&at(DriverFamily::CapiHelm), &helm, &ng("gpu")));
+        let topology = json!({"metadata": {"name": "live-abcdef123456-gpu-x1y2z",
+            "labels": {LABEL_TOPOLOGY_DEPLOYMENT: "gpu"}}});
+        assert!(implements(
+            &at(DriverFamily::ClusterApi),
+            &topology,
+            &ng("gpu")
+        ));
+        assert!(!implements(
+            &at(DriverFamily::ClusterApi),
+            &helm,
+            &ng("gpu")
+        ));
+    }
+
+    #[test]
+    fn a_topology_resize_changes_only_the_replicas_that_differ_after_testing_the_entry() {
+        let cluster = json!({"spec": {"topology": {"controlPlane": {"replicas": 3},
+            "workers": {"machineDeployments": [
+                {"class": "default-worker", "name": "default-worker", "replicas": 1},
+                {"class": "default-worker", "name": "gpu", "replicas": 2}]}}}});
+        let ops = topology_replicas_patch(
+            &cluster,
+            &[
+                ("m", true, 3),
+                ("default-worker", false, 1),
+                ("gpu", false, 4),
+            ],
+        );
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "test", "path": "/spec/topology/workers/machineDeployments/1/name", "value": "gpu"}),
+                json!({"op": "add", "path": "/spec/topology/workers/machineDeployments/1/replicas", "value": 4}),
+            ]
+        );
+        assert!(topology_replicas_patch(&cluster, &[("m", true, 3)]).is_empty());
+    }
 }

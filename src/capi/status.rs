@@ -761,6 +761,37 @@ mod tests {
     }
 
     #[test]
+    fn an_adopted_clusters_machines_belong_to_the_nodegroup_of_their_control_plane_or_deployment() {
+        let (cp, md) = (Uuid::new_v4(), Uuid::new_v4());
+        let o = Observed {
+            control_plane: Some(Shared::new(
+                json!({"metadata": {"name": "kcp", "labels": {LABEL_NODEGROUP_UUID: cp.to_string()}}}),
+            )),
+            machine_deployments: vec![Shared::new(
+                json!({"metadata": {"name": "md", "labels": {LABEL_NODEGROUP_UUID: md.to_string()}}}),
+            )],
+            ..Observed::default()
+        };
+        let machine =
+            |labels: Value| Shared::new(json!({"metadata": {"name": "m", "labels": labels}}));
+        let of = |m: Shared| label(&attribute(&m, &o), LABEL_NODEGROUP_UUID).map(str::to_string);
+        assert_eq!(
+            of(machine(json!({"cluster.x-k8s.io/control-plane": ""}))),
+            Some(cp.to_string())
+        );
+        assert_eq!(
+            of(machine(json!({"cluster.x-k8s.io/deployment-name": "md"}))),
+            Some(md.to_string())
+        );
+        assert_eq!(
+            of(machine(
+                json!({"cluster.x-k8s.io/deployment-name": "other"})
+            )),
+            None
+        );
+    }
+
+    #[test]
     fn ipv6_endpoints_are_bracketed() {
         let c = json!({"spec": {"controlPlaneEndpoint": {"host": "2001:db8::1", "port": 443}}});
         assert_eq!(
