@@ -267,6 +267,19 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
     for c in &r.checks {
         line(c.ok, &c.name, &c.detail);
     }
+    if let Some(proxy) = &app.config.capi.api_proxy_url {
+        match magnum_capi::api_proxy::probe(proxy).await {
+            Ok(()) => line(
+                true,
+                "api_proxy",
+                &format!("{proxy} answers (private clusters)"),
+            ),
+            Err(e) => {
+                line(false, "api_proxy", &e);
+                failed = true;
+            }
+        }
+    }
     if failed || !r.all_ok() {
         println!("check failed");
         return Ok(false);

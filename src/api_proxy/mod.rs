@@ -13,7 +13,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::config::ApiProxyConfig;
@@ -72,6 +73,54 @@ impl ApiProxy {
     /// Tunnels opened to `cluster` (`<namespace>/<name>`) so far.
     pub fn tunnels_to(&self, cluster: &str) -> u64 {
         self.proxy.tunnels_to(cluster)
+    }
+}
+
+/// An address no private cluster's API has (TEST-NET-1, RFC 5737): what [`probe`] asks for.
+const PROBE_TARGET: &str = "192.0.2.1:1";
+
+/// Whether `url` (`[capi] api_proxy_url`) is a `magnum-capi api-proxy` that answers: asked to
+/// tunnel to an address no private cluster has, it must refuse with 403 (for `magnum-capi
+/// check`). `Err` says what answered instead.
+pub async fn probe(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("{url} names no host"))?
+        .as_str()
+        .to_string();
+    let authority = if uri.port().is_some() {
+        authority
+    } else {
+        format!("{authority}:80")
+    };
+    let ask = async {
+        let mut s = TcpStream::connect(&authority)
+            .await
+            .map_err(|e| e.to_string())?;
+        let req = format!("CONNECT {PROBE_TARGET} HTTP/1.1\r\nHost: {PROBE_TARGET}\r\n\r\n");
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0; 256];
+        let n = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(
+            String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    };
+    let first = tokio::time::timeout(Duration::from_secs(3), ask)
+        .await
+        .map_err(|_| format!("{authority} did not answer within 3 s"))??;
+    if first.starts_with("HTTP/1.1 403") {
+        Ok(())
+    } else {
+        Err(format!(
+            "{authority} is not magnum-capi api-proxy: a CONNECT to {PROBE_TARGET} got {first:?} (want 403)"
+        ))
     }
 }
 

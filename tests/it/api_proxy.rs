@@ -236,6 +236,13 @@ async fn the_proxy_reaches_a_private_api_from_its_router_namespace_and_nothing_e
     })
     .await;
     let proxy_url = format!("http://{}", proxy.addr());
+    // What `magnum-capi check` asks of `[capi] api_proxy_url`: this proxy, not another server.
+    magnum_capi::api_proxy::probe(&proxy_url).await.unwrap();
+    let not_a_proxy = magnum_capi::api_proxy::probe(sim.url()).await.unwrap_err();
+    assert!(
+        not_a_proxy.contains("is not magnum-capi api-proxy"),
+        "{not_a_proxy}"
+    );
 
     // Through the proxy: the API inside the router namespace answers.
     let through = kubeconfig(&server, &ca, Some(&proxy_url));
