@@ -165,7 +165,11 @@ pub async fn write(conn: &mut PgConnection, plan: &Plan) -> DbResult<Written> {
            FROM jsonb_populate_recordset(NULL::imported_cluster, $1) AS r
          ON CONFLICT (cluster_uuid) DO UPDATE
             SET source_driver = EXCLUDED.source_driver, driver_basis = EXCLUDED.driver_basis,
-                stack_id = EXCLUDED.stack_id, state = EXCLUDED.state, last_import_at = now()",
+                stack_id = EXCLUDED.stack_id, last_import_at = now(),
+                -- Adopted stays adopted: a later run that cannot see the management cluster
+                -- must not hand a managed cluster back to read-only.
+                state = CASE WHEN imported_cluster.state = 'adopted' THEN 'adopted'
+                             ELSE EXCLUDED.state END",
     )
     .bind(sqlx::types::Json(&imported))
     .execute(&mut *conn)
@@ -255,6 +259,28 @@ pub async fn of_cluster<'e>(
     )
     .bind(cluster)
     .fetch_optional(ex)
+    .await?)
+}
+
+/// Places adopted cluster `cluster` on management cluster `member` (`""`: the unnamed one),
+/// where its driver's objects were found.
+pub async fn place(conn: &mut PgConnection, cluster: Uuid, member: &str) -> DbResult<()> {
+    sqlx::query("UPDATE cluster SET management_cluster = NULLIF($2, '') WHERE uuid = $1")
+        .bind(cluster)
+        .bind(member)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The imported clusters among `uuids` already adopted (a re-import keeps them adopted).
+pub async fn adopted_among(conn: &mut PgConnection, uuids: &[Uuid]) -> DbResult<Vec<Uuid>> {
+    Ok(sqlx::query_scalar(
+        "SELECT cluster_uuid FROM imported_cluster WHERE cluster_uuid = ANY($1) AND state = $2",
+    )
+    .bind(uuids)
+    .bind(ImportState::Adopted.as_str())
+    .fetch_all(&mut *conn)
     .await?)
 }
 

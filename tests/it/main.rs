@@ -8,6 +8,7 @@
 
 mod common;
 
+mod adopt_capi_drivers;
 mod api_admin;
 mod api_clusters;
 mod api_contract;
