@@ -7,7 +7,7 @@
 //! Secrets Magnum kept in its tables (trustee passwords, `x509keypair` private keys) are never
 //! read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
@@ -885,6 +885,10 @@ pub struct Plan {
     pub clusters: Vec<ClusterRecord>,
     pub nodegroups: Vec<NodegroupRecord>,
     pub quotas: Vec<QuotaRecord>,
+    /// Adopted clusters changed through magnum-capi since (an operation was accepted for them):
+    /// this service is their authority now, so their records (and nodegroups) here are kept as
+    /// they are and Magnum's older rows are not written over them.
+    pub managed_here: BTreeSet<Uuid>,
 }
 
 /// The rows of each table, in Magnum's id order.
@@ -937,6 +941,7 @@ pub fn plan(tables: &Tables, now: DateTime<Utc>) -> Result<Plan, BadRow> {
         clusters,
         nodegroups,
         quotas,
+        managed_here: BTreeSet::new(),
     })
 }
 

@@ -117,6 +117,10 @@ pub async fn write(
     for c in plan.clusters.iter_mut().filter(|c| kept.contains(&c.uuid)) {
         c.state = ImportState::Adopted;
     }
+    plan.managed_here = crate::db::imports::managed_here_among(&mut *conn, &uuids)
+        .await?
+        .into_iter()
+        .collect();
     let written = crate::db::imports::write(&mut *conn, plan).await?;
     for (uuid, (member, _)) in &found {
         crate::db::imports::place(&mut *conn, *uuid, member).await?;
@@ -217,6 +221,13 @@ fn report(
             state.as_str().replace('_', "-"),
             c.source.basis,
         );
+        if plan.managed_here.contains(&c.uuid) {
+            let _ = writeln!(
+                out,
+                "  note: changed through magnum-capi since its adoption: its record and \
+                 nodegroups here are kept, Magnum's are not written over them"
+            );
+        }
         if let Some(at) = imported::objects_at(&c.source.name, c.stack_id.as_deref(), &c.project_id)
         {
             let _ = writeln!(

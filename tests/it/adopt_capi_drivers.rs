@@ -254,6 +254,23 @@ async fn adoption_of(driver: Driver, stack: &str) {
         .unwrap()
         .unwrap();
     assert_eq!(imported.state(), Some(ImportState::Adopted));
+    // Changed here since (the resize), the cluster is this service's now: Magnum's older row
+    // (one worker, CREATE_COMPLETE) is not written over its record or its nodegroups.
+    let kept = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
+    assert_eq!(kept["node_count"], 2, "{kept}");
+    assert_eq!(kept["status"], "UPDATE_COMPLETE", "{kept}");
+    let ngs = t
+        .get_v(&TENANT, &format!("/v1/clusters/{c}/nodegroups"), "1.9")
+        .await
+        .body;
+    let workers: Vec<&Value> = ngs["nodegroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["role"] == "worker")
+        .collect();
+    assert_eq!(workers.len(), 1, "{ngs}");
+    assert_eq!(workers[0]["node_count"], 2, "{ngs}");
 
     // Delete: the driver's Cluster (CAPI cascades), then its Secrets by the driver's rules; the
     // namespace holds other clusters and stays.
