@@ -14,6 +14,7 @@ pub mod misc;
 pub mod nodegroups;
 pub mod operating;
 pub mod placement;
+pub mod stored_views;
 pub mod templates;
 pub mod views;
 

@@ -53,4 +53,5 @@ mod simkube;
 mod simkube_apply;
 mod smoke;
 mod snapshots;
+mod stored_views;
 mod view_cache;
