@@ -111,13 +111,13 @@ pub enum Scope {
 }
 
 impl Scope {
-    fn sql(&self, param: usize) -> String {
+    pub(super) fn sql(&self, param: usize) -> String {
         match self {
             Scope::All => "TRUE".into(),
             Scope::Project(_) => format!("t.project_id = ${param}"),
         }
     }
-    fn project(&self) -> &str {
+    pub(super) fn project(&self) -> &str {
         match self {
             Scope::All => "",
             Scope::Project(p) => p,
@@ -220,6 +220,8 @@ pub struct ClusterWithNodes {
     pub ng_faults: Json<Vec<(String, Option<String>)>>,
     /// The template's labels (the detail views' parent labels); NULL when not asked for.
     pub template_labels: Option<Json<Labels>>,
+    /// The version of its stored view (`db::cluster_views`) these rows are.
+    pub view_version: Option<i64>,
 }
 
 /// The select list and joins of [`ClusterWithNodes`] for `cluster t`; `$1` is the project.
@@ -230,7 +232,8 @@ fn with_nodes_sql(scope: &Scope, template_labels: bool) -> String {
         "NULL::jsonb"
     };
     format!(
-        "SELECT t.*, g.*, {labels} AS template_labels
+        "SELECT t.*, g.*, {labels} AS template_labels,
+                (SELECT v.version FROM cluster_view v WHERE v.cluster_uuid = t.uuid) AS view_version
            FROM cluster t
            CROSS JOIN LATERAL (
              SELECT COALESCE(sum(n.node_count) FILTER (WHERE n.role <> 'master'), 0)::bigint AS ng_node_count,
@@ -254,15 +257,7 @@ pub async fn page_with_nodes(
     template_labels: bool,
 ) -> DbResult<Vec<ClusterWithNodes>> {
     let mut sql = with_nodes_sql(scope, template_labels);
-    if let Some(after) = page.after_marker_sql("cluster", 2) {
-        sql.push_str(" AND ");
-        sql.push_str(&after);
-    }
-    sql.push(' ');
-    sql.push_str(&page.order_sql());
-    // The limit in the text, not a parameter: the prepared statement's generic plan would not
-    // know it and, with many clusters, sort them all instead of walking an index for one page.
-    sql.push_str(&format!(" LIMIT {}", page.limit));
+    page.push_rest_sql(&mut sql, "cluster", 2);
     // Planned for the project at hand each time (not a generic plan): one large project among
     // many small ones would otherwise get the small ones' plan (fetch the project's clusters
     // through its index and sort them all).
@@ -270,6 +265,18 @@ pub async fn page_with_nodes(
         .persistent(false)
         .bind(scope.project())
         .bind(page.marker_id.unwrap_or(0))
+        .fetch_all(pool)
+        .await?)
+}
+
+/// The clusters `uuids` (those still there) with their nodegroups' aggregates and their
+/// templates' labels: the rows a page's views are built from when they are not stored.
+pub async fn with_nodes_by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<ClusterWithNodes>> {
+    let mut sql = with_nodes_sql(&Scope::All, true);
+    sql.push_str(" AND t.uuid = ANY($2)");
+    Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
+        .bind("")
+        .bind(uuids)
         .fetch_all(pool)
         .await?)
 }

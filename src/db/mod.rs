@@ -18,6 +18,7 @@
 //! contention (a deadlock or a serialization failure, SQLSTATE 40P01/40001) is
 //! [`DbError::Contention`], and [`retry`] re-runs a whole transaction that may be re-run.
 
+pub mod cluster_views;
 pub mod clusters;
 pub mod day2;
 pub mod events;

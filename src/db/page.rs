@@ -32,6 +32,20 @@ impl PageQuery {
         })
     }
 
+    /// Appends what follows the `WHERE` condition of `table t`'s rows: after the marker
+    /// (`$marker_param`), in the page's order, the limit. The limit is in the text, not a
+    /// parameter: the prepared statement's generic plan would not know it and, with many rows,
+    /// sort them all instead of walking an index for one page.
+    pub fn push_rest_sql(&self, sql: &mut String, table: &str, marker_param: usize) {
+        if let Some(after) = self.after_marker_sql(table, marker_param) {
+            sql.push_str(" AND ");
+            sql.push_str(&after);
+        }
+        sql.push(' ');
+        sql.push_str(&self.order_sql());
+        sql.push_str(&format!(" LIMIT {}", self.limit));
+    }
+
     pub fn order_sql(&self) -> String {
         let k = self.sort_key;
         if self.desc {

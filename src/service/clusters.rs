@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use super::stored_views::{self, Ask, Form};
 use super::{
     Error, Result, authorize_cluster as authorize, authorize_target, begin_operation, cloud,
     cluster_scope, cluster_target as target, find_cluster, find_template, lock_cluster,
@@ -13,6 +14,7 @@ use super::{
 };
 use crate::app::App;
 use crate::db::Violation;
+use crate::db::cluster_views as cvdb;
 use crate::db::clusters::{self as cdb, ClusterRow, Scope};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
@@ -270,15 +272,24 @@ pub async fn get_json(
             Some(u) => u,
             None => find_cluster(app, &scope, ident).await?.uuid,
         };
-        let row = cdb::one_with_nodes(&app.pool, &scope, uuid)
+        let head = cvdb::one(&app.pool, &scope, uuid)
             .await?
             .ok_or_else(|| DomainError::cluster_not_found(ident))?;
         let owner = Owner {
-            project_id: row.cluster.project_id.clone(),
-            user_id: row.cluster.user_id.clone(),
+            project_id: head.project_id.clone(),
+            user_id: head.user_id.clone(),
         };
-        let view = views::cluster_aggregated(row, admin, base, mv);
-        Ok((super::json_body(&view)?, Some(owner)))
+        let mut out = Vec::new();
+        let ask = Ask {
+            form: Form::Show,
+            base,
+            mv,
+            admin,
+        };
+        if stored_views::write_all(app, &mut out, vec![head], ask).await? == 0 {
+            return Err(DomainError::cluster_not_found(ident).into());
+        }
+        Ok((Bytes::from(out), Some(owner)))
     })
     .await?;
     let owner = owner.ok_or(Error::Invariant("a cluster view without its owner"))?;
@@ -324,14 +335,18 @@ pub async fn list_json(
     let scope = cluster_scope(caller, true);
     let admin = caller.is_admin();
     let key = format!("clusters {scope:?} {admin} {detail} {base:?} {mv:?} {params:?}");
-    super::cached_page(app, key, || {
-        page(app, &scope, admin, mv, params, detail, base)
+    let (body, _) = super::cached_view(app, key, || async {
+        Ok((
+            page(app, &scope, admin, mv, params, detail, base).await?,
+            None,
+        ))
     })
-    .await
+    .await?;
+    Ok(body)
 }
 
 /// A page of the clusters in `scope` (the caller passed [`authorize_list`]; `admin`: the
-/// caller is one): one statement, nodegroups aggregated (and template labels joined) in SQL.
+/// caller is one): the clusters' stored views (`stored_views`) in the page's order.
 async fn page(
     app: &App,
     scope: &Scope,
@@ -340,7 +355,7 @@ async fn page(
     params: &ListQuery,
     detail: bool,
     base: &str,
-) -> Result<views::ClusterList> {
+) -> Result<Bytes> {
     let marker_id = match params.marker {
         Some(m) => Some(
             cdb::by_uuid(&app.pool, scope, m)
@@ -350,25 +365,34 @@ async fn page(
         ),
         None => None,
     };
-    let rows =
-        cdb::page_with_nodes(&app.pool, scope, &super::page(params, marker_id), detail).await?;
+    let heads = cvdb::page(&app.pool, scope, &super::page(params, marker_id)).await?;
     let path = if detail {
         "clusters/detail"
     } else {
         "clusters"
     };
-    let next = params.next_if_full(rows.len(), || {
-        rows.last()
-            .map(|c| params.next_url(base, path, &c.cluster.uuid.to_string()))
+    let next = params.next_if_full(heads.len(), || {
+        heads
+            .last()
+            .map(|c| params.next_url(base, path, &c.uuid.to_string()))
     });
-    let items = rows
-        .into_iter()
-        .map(|row| views::cluster_entry(row, detail, admin, base, mv))
-        .collect();
-    Ok(views::ClusterList {
-        clusters: items,
-        next,
-    })
+    let ask = Ask {
+        form: if detail { Form::Detail } else { Form::Short },
+        base,
+        mv,
+        admin,
+    };
+    // `views::ClusterList` as serde writes it.
+    let mut out = Vec::with_capacity(heads.len() * if detail { 1600 } else { 1000 });
+    out.extend_from_slice(b"{\"clusters\":[");
+    stored_views::write_all(app, &mut out, heads, ask).await?;
+    out.push(b']');
+    if let Some(next) = next {
+        out.extend_from_slice(b",\"next\":");
+        serde_json::to_writer(&mut out, &next)?;
+    }
+    out.push(b'}');
+    Ok(Bytes::from(out))
 }
 
 fn default_worker(ngs: &[NodegroupRow]) -> Option<&NodegroupRow> {
@@ -427,7 +451,7 @@ pub async fn update(
 ) -> Result<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:update", &c)?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "update").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ops = patch::parse(body, &schemas::CLUSTER_PATCH)?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
@@ -538,7 +562,7 @@ pub async fn delete(
 ) -> Result<()> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:delete", &c)?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "delete").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let op = NewOperation {
         cluster_uuid: c.uuid,
@@ -600,7 +624,7 @@ pub async fn resize(
     let b = schemas::RESIZE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("cluster:resize", caller, Some(target(&c)))?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "resize").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let node_count = b.int("node_count").unwrap_or(0);
     if node_count == 0 && !mv.at_least(10) {
@@ -668,7 +692,7 @@ pub async fn upgrade(
     let b = schemas::UPGRADE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:upgrade", &c)?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "upgrade").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ct_ident = b.str("cluster_template").unwrap_or_default();
     let ct = find_template(app, &template_visibility(caller), &ct_ident, false).await?;

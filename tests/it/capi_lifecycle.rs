@@ -970,6 +970,27 @@ async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
         assert!(clc.contains("name: var-lib-containerd.mount"), "{clc}");
         assert!(spec.get("files").is_none() && spec.get("mounts").is_none());
     }
+    // A template made before the rule (or by hand) cannot start a cluster either: Magnum's
+    // check at cluster create reads the template's cluster_distro.
+    sqlx::query(
+        "UPDATE cluster_template SET cluster_distro = 'fedora-coreos' WHERE uuid::text = $1",
+    )
+    .bind(&ct)
+    .execute(&t.state.pool)
+    .await
+    .unwrap();
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "fc2", "cluster_template_id": ct, "node_count": 1}),
+        )
+        .await;
+    assert_magnum_error(
+        &r,
+        400,
+        "Cluster type (vm, fedora-coreos, kubernetes) not supported.",
+    );
 }
 
 /// Statements other sessions of this database started in the last `secs` seconds (what they are).

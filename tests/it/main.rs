@@ -8,6 +8,7 @@
 
 mod common;
 
+mod adopt_capi_drivers;
 mod api_admin;
 mod api_clusters;
 mod api_contract;
@@ -53,4 +54,5 @@ mod simkube;
 mod simkube_apply;
 mod smoke;
 mod snapshots;
+mod stored_views;
 mod view_cache;

@@ -194,8 +194,8 @@ fn add_file(config: &mut Config, f: &NodeFile) -> Result<(), ValuesError> {
 /// The CLC of a machine: its files, its data volumes (file system, mount unit, and the
 /// `RequiresMountsFor=` that keeps containerd, the kubelet and kubeadm off the root disk), the
 /// coreos-metadata environment kubeadm's configuration is completed from (the node name and
-/// the server's id, see [`super::Bootstrap`]), and SSH keys from the metadata service when the
-/// cluster has a keypair.
+/// the server's id, see [`super::Bootstrap`]), SSH keys from the metadata service when the
+/// cluster has a keypair, and Flatcar's own updates masked.
 pub(super) fn config(
     files: &[NodeFile],
     volumes: &[DataVolume],
@@ -224,6 +224,11 @@ pub(super) fn config(
         sshkeys.enabled = Some(true);
     } else {
         sshkeys.mask = Some(true);
+    }
+    // The OS is replaced with the machines (an image upgrade rolls them), as on every other
+    // image: Flatcar's own updates would reboot nodes behind Kubernetes' back.
+    for updater in ["update-engine.service", "locksmithd.service"] {
+        c.systemd.unit(updater).mask = Some(true);
     }
     for v in volumes {
         c.storage.filesystems.push(Filesystem {
@@ -285,6 +290,18 @@ pub(super) fn config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_past_cabpks_limit_are_refused() {
+        let big = NodeFile {
+            path: "/etc/containerd/certs.d/magnum-registry-ca.crt".into(),
+            owner: "root:root".into(),
+            permissions: "0644".into(),
+            content: "x".repeat(MAX_ADDITIONAL_CONFIG),
+        };
+        let err = config(&[big], &[], true).unwrap_err().to_string();
+        assert!(err.contains("more than the 32768"), "{err}");
+    }
 
     #[test]
     fn mount_unit_names_are_systemds() {

@@ -1,0 +1,71 @@
+//! `cluster_view`: each cluster's serialised view stored beside it (the bytes and their
+//! version; migrations/20261127100000_stored_cluster_views.sql retires them on every change):
+//! the heads of a page or a show with their stored bodies, and storing bodies built for a version.
+
+use sqlx::{AssertSqlSafe, FromRow, PgPool};
+use uuid::Uuid;
+
+use super::DbResult;
+use super::clusters::Scope;
+use super::page::PageQuery;
+
+/// A cluster of a page (or a show): what a stored view does not carry, and the view.
+#[derive(Debug, FromRow)]
+pub struct ViewHead {
+    pub id: i64,
+    pub uuid: Uuid,
+    pub project_id: String,
+    pub user_id: String,
+    pub management_cluster: Option<String>,
+    /// `None`: not built yet, or retired since.
+    pub body: Option<Vec<u8>>,
+}
+
+const HEAD_SQL: &str = "SELECT t.id, t.uuid, t.project_id, t.user_id, t.management_cluster, v.body
+                          FROM cluster t LEFT JOIN cluster_view v ON v.cluster_uuid = t.uuid
+                         WHERE ";
+
+/// A page of clusters in `scope`, in the page's order (as `clusters::page_with_nodes`).
+pub async fn page(pool: &PgPool, scope: &Scope, page: &PageQuery) -> DbResult<Vec<ViewHead>> {
+    let mut sql = format!("{HEAD_SQL}{}", scope.sql(1));
+    page.push_rest_sql(&mut sql, "cluster", 2);
+    // Planned per project: see `clusters::page_with_nodes`.
+    Ok(sqlx::query_as::<_, ViewHead>(AssertSqlSafe(sql))
+        .persistent(false)
+        .bind(scope.project())
+        .bind(page.marker_id.unwrap_or(0))
+        .fetch_all(pool)
+        .await?)
+}
+
+/// One visible cluster by uuid.
+pub async fn one(pool: &PgPool, scope: &Scope, uuid: Uuid) -> DbResult<Option<ViewHead>> {
+    let sql = format!("{HEAD_SQL}{} AND t.uuid = $2", scope.sql(1));
+    Ok(sqlx::query_as::<_, ViewHead>(AssertSqlSafe(sql))
+        .bind(scope.project())
+        .bind(uuid)
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// Stores `body` as the view of `uuid` at `version`: only while no change moved the version
+/// since the rows it was built from were read, and without waiting for a writer holding the
+/// row (its change retires it anyway) or another reader storing it.
+pub async fn store(pool: &PgPool, built: &[(Uuid, i64, Vec<u8>)]) -> DbResult<()> {
+    let uuids: Vec<Uuid> = built.iter().map(|b| b.0).collect();
+    let versions: Vec<i64> = built.iter().map(|b| b.1).collect();
+    let bodies: Vec<&[u8]> = built.iter().map(|b| b.2.as_slice()).collect();
+    sqlx::query(
+        "UPDATE cluster_view v SET body = n.body
+           FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS n(uuid, version, body)
+          WHERE v.cluster_uuid = n.uuid AND v.version = n.version AND v.body IS NULL
+            AND v.cluster_uuid IN (SELECT cluster_uuid FROM cluster_view
+                                    WHERE cluster_uuid = ANY($1) FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(&uuids)
+    .bind(&versions)
+    .bind(&bodies)
+    .execute(pool)
+    .await?;
+    Ok(())
+}

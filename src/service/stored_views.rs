@@ -1,0 +1,295 @@
+//! Each cluster's view stored beside it in PostgreSQL (`db::cluster_views`), so a page or a show
+//! built from PostgreSQL is a concatenation of stored bytes, not a build of every row.
+//!
+//! What is stored is the full view ([`views::cluster_aggregated`]) as serde writes it, for no
+//! base URL, the 1.13 key and no caller, with the offsets of what a request changes: the links
+//! (the request's base URL), the `stack_id`/`cluster_id` key (below or from 1.13), the end of the
+//! short form's fields (the short form is the full one's first fields), the `faults` member (on
+//! shows only), and the end (an admin's `management_cluster`). The rest is the same for every
+//! caller, so the answers are byte for byte those built from the rows.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use uuid::Uuid;
+
+use super::views;
+use super::{Error, Result};
+use crate::app::App;
+use crate::db::cluster_views::{self as cvdb, ViewHead};
+use crate::db::clusters::{self as cdb, ClusterWithNodes};
+use crate::domain::version::Version;
+
+/// Which form of a cluster an answer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// `GET /v1/clusters`.
+    Short,
+    /// `GET /v1/clusters/detail` (no `faults`).
+    Detail,
+    /// `GET /v1/clusters/{ident}`.
+    Show,
+}
+
+/// How one request asks for views.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub form: Form,
+    pub base: &'a str,
+    pub mv: Version,
+    pub admin: bool,
+}
+
+/// Offsets kept before the JSON, little-endian `u32`s: links (value), the stack key (quotes
+/// included), the end of the short form, `faults` (its comma included; empty when absent).
+const HEADER: usize = 7 * 4;
+
+/// The stored form of a cluster's view.
+pub fn build(row: ClusterWithNodes) -> Result<Vec<u8>> {
+    let view = views::cluster_aggregated(row, false, "", Version::new(1, 13));
+    let json = serde_json::to_vec(&view)?;
+    let broken = || Error::Invariant("a cluster view without its members");
+    let members = members(&json).ok_or_else(broken)?;
+    let find = |key: &[u8]| members.iter().find(|m| &json[m.key.clone()] == key);
+    let links = find(b"\"links\"").ok_or_else(broken)?.value.clone();
+    let stack = find(b"\"cluster_id\"").ok_or_else(broken)?.key.clone();
+    let short_end = find(b"\"merge_labels\"").ok_or_else(broken)?.value.end;
+    let end = json.len() - 1;
+    // The comma before the member goes with it.
+    let faults = find(b"\"faults\"").map_or(end..end, |m| m.key.start - 1..m.value.end);
+    let mut out = Vec::with_capacity(HEADER + json.len());
+    for at in [
+        links.start,
+        links.end,
+        stack.start,
+        stack.end,
+        short_end,
+        faults.start,
+        faults.end,
+    ] {
+        let at = u32::try_from(at).map_err(|_| Error::Invariant("a cluster view over 4 GiB"))?;
+        out.extend_from_slice(&at.to_le_bytes());
+    }
+    out.extend_from_slice(&json);
+    Ok(out)
+}
+
+/// Writes the view of cluster `uuid` stored as `stored` (from [`build`]) as `ask` asks for it;
+/// `management_cluster` is the cluster's (shown to admins).
+pub fn write(
+    out: &mut Vec<u8>,
+    stored: &[u8],
+    uuid: Uuid,
+    management_cluster: Option<&str>,
+    ask: Ask,
+) -> Result<()> {
+    let broken = || Error::Invariant("a stored cluster view that is not one");
+    let (head, json) = stored.split_at_checked(HEADER).ok_or_else(broken)?;
+    let mut at = [0usize; 7];
+    for (i, chunk) in head.chunks_exact(4).enumerate() {
+        let n = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        at[i] = usize::try_from(n).map_err(|_| broken())?;
+    }
+    let [
+        links_start,
+        links_end,
+        key_start,
+        key_end,
+        short_end,
+        faults_start,
+        faults_end,
+    ] = at;
+    let end = json.len().checked_sub(1).ok_or_else(broken)?;
+    let ordered = links_start <= links_end
+        && links_end <= key_start
+        && key_start <= key_end
+        && key_end <= short_end
+        && short_end <= faults_start
+        && faults_start <= faults_end
+        && faults_end <= end;
+    if !ordered {
+        return Err(broken());
+    }
+    out.extend_from_slice(&json[..links_start]);
+    serde_json::to_writer(
+        &mut *out,
+        &views::links(ask.base, &format!("clusters/{uuid}")),
+    )?;
+    out.extend_from_slice(&json[links_end..key_start]);
+    out.extend_from_slice(if ask.mv.at_least(13) {
+        b"\"cluster_id\""
+    } else {
+        b"\"stack_id\""
+    });
+    if ask.form == Form::Short {
+        out.extend_from_slice(&json[key_end..short_end]);
+    } else {
+        out.extend_from_slice(&json[key_end..faults_start]);
+        if ask.form == Form::Show {
+            out.extend_from_slice(&json[faults_start..faults_end]);
+        }
+        out.extend_from_slice(&json[faults_end..end]);
+        if let (true, Some(m)) = (ask.admin, management_cluster) {
+            out.extend_from_slice(b",\"management_cluster\":");
+            serde_json::to_writer(&mut *out, m)?;
+        }
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// Writes the views of `heads` (a page or a show) in their order, separated by commas, as `ask`
+/// asks: the stored ones as they are, the others built from their rows in one statement and
+/// stored for the next reads. A cluster gone since its head was read is left out; returns how
+/// many were written.
+pub async fn write_all(
+    app: &App,
+    out: &mut Vec<u8>,
+    heads: Vec<ViewHead>,
+    ask: Ask<'_>,
+) -> Result<usize> {
+    let missing: Vec<Uuid> = heads
+        .iter()
+        .filter(|h| h.body.is_none())
+        .map(|h| h.uuid)
+        .collect();
+    let mut built = HashMap::new();
+    if !missing.is_empty() {
+        for row in cdb::with_nodes_by_uuids(&app.pool, &missing).await? {
+            let uuid = row.cluster.uuid;
+            let placed = row.cluster.management_cluster.clone();
+            let version = row.view_version;
+            built.insert(uuid, (placed, version, build(row)?));
+        }
+    }
+    let mut written = 0;
+    for head in &heads {
+        let (stored, placed) = match (&head.body, built.get(&head.uuid)) {
+            (Some(body), _) => (body, head.management_cluster.as_deref()),
+            (None, Some((placed, _, body))) => (body, placed.as_deref()),
+            (None, None) => continue,
+        };
+        if written > 0 {
+            out.push(b',');
+        }
+        write(out, stored, head.uuid, placed, ask)?;
+        written += 1;
+    }
+    let store: Vec<_> = built
+        .into_iter()
+        .filter_map(|(uuid, (_, version, body))| Some((uuid, version?, body)))
+        .collect();
+    if !store.is_empty() {
+        // Only a cache of what was just built from the rows: a failure costs the next read a
+        // build, not this answer.
+        if let Err(e) = cvdb::store(&app.pool, &store).await {
+            tracing::warn!(error = %e, "storing cluster views failed");
+        }
+    }
+    Ok(written)
+}
+
+/// A member of a JSON object: its key (quotes included) and its value.
+struct Member {
+    key: Range<usize>,
+    value: Range<usize>,
+}
+
+/// The members of the compact JSON object `json` (as serde_json writes it: no whitespace).
+/// Hand-rolled: JSON parsers give values, not where they are.
+fn members(json: &[u8]) -> Option<Vec<Member>> {
+    if json.first() != Some(&b'{') {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut i = 1;
+    loop {
+        match json.get(i)? {
+            b'}' => return Some(out),
+            b',' => i += 1,
+            _ => {}
+        }
+        let key = i..string_end(json, i)?;
+        i = key.end;
+        if json.get(i)? != &b':' {
+            return None;
+        }
+        let start = i + 1;
+        i = value_end(json, start)?;
+        out.push(Member {
+            key,
+            value: start..i,
+        });
+    }
+}
+
+/// The end of the string starting at `i` (after its closing quote).
+fn string_end(json: &[u8], i: usize) -> Option<usize> {
+    if json.get(i)? != &b'"' {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        match json.get(j)? {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+}
+
+/// The end of the value starting at `i`.
+fn value_end(json: &[u8], i: usize) -> Option<usize> {
+    match json.get(i)? {
+        b'"' => string_end(json, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match json.get(j)? {
+                    b'"' => {
+                        j = string_end(json, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth = depth.checked_sub(1)?;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while !matches!(json.get(j)?, b',' | b'}' | b']') {
+                j += 1;
+            }
+            Some(j)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_found_whatever_their_strings_hold() {
+        let json = br#"{"a":"x\"}],\\","links":[{"href":"/v1/c","rel":"self"}],"n":-1.5e3,"o":{"links":[1,{"}":"]"}]},"z":null}"#;
+        let m = members(json).unwrap();
+        let keys: Vec<&[u8]> = m.iter().map(|m| &json[m.key.clone()]).collect();
+        assert_eq!(
+            keys,
+            [&b"\"a\""[..], b"\"links\"", b"\"n\"", b"\"o\"", b"\"z\""]
+        );
+        assert_eq!(&json[m[2].value.clone()], b"-1.5e3");
+        assert_eq!(&json[m[3].value.clone()], br#"{"links":[1,{"}":"]"}]}"#);
+        assert_eq!(&json[m[4].value.clone()], b"null");
+        assert!(members(b"{\"a\":").is_none());
+        assert!(members(b"[]").is_none());
+    }
+}
