@@ -101,7 +101,6 @@ impl RequestCounts {
     pub fn management(&self) -> u64 {
         self.count(|k| !k.workload)
     }
-
 }
 
 /// `list machines.cluster.x-k8s.io ×3, …` — one entry per key, workload ones marked.
