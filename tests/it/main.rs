@@ -43,6 +43,7 @@ mod keystone_harness;
 mod layers;
 mod listener;
 mod management_clusters;
+mod mgmt_cost;
 mod openapi;
 mod policy;
 mod reconciler;
