@@ -5,9 +5,16 @@
 //! 2. `POST /v1/clusters` → its `Cluster` object on the management cluster (202 included);
 //! 3. status delay: a Machine address changed on the management API → `GET /v1/clusters/{id}`
 //!    shows it (watch → index → writer → Postgres → API);
-//! 4. memory: RSS of the watchers' index with 10,000 simulated clusters (5 objects each).
+//! 4. management-cluster cost: the requests the simulated management cluster answered
+//!    (`SimCluster::requests`) per create, resize, upgrade and delete, each from a quiet
+//!    baseline;
+//! 5. memory: RSS of the watchers' index with 10,000 simulated clusters (5 objects each), and
+//!    the status delay again with them all on the management cluster;
+//! 6. idle: requests over `BENCH_IDLE_SECS` (default 60) with every cluster idle, extrapolated
+//!    to an hour, and one maintenance pass (every 5 minutes);
+//! 7. the service's RSS with 10,000 and 100,000 clusters' rows in PostgreSQL.
 //!
-//! Run: `cargo bench --bench capi` (BENCH_CLUSTERS=N for scenario 4, default 10000).
+//! Run: `cargo bench --bench capi` (BENCH_CLUSTERS=N for scenario 5, default 10000).
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +23,7 @@ use magnum_capi::capi::{render::Renderer, values};
 use magnum_capi::config::{CapiConfig, Config};
 use magnum_capi::db;
 use magnum_capi::devdb::EmbeddedPostgres;
+use magnum_capi::simkube::requests::{RequestCounts, RequestKey, Verb};
 use magnum_capi::simkube::{Resource, SimCluster, SimOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -32,6 +40,32 @@ fn rss_mib() -> f64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .unwrap_or(0.0)
         / 1024.0
+}
+
+/// The reachability probe (`GET /version` every `[capi] probe_interval_secs`): a cost of the
+/// management cluster, not of its clusters, reported apart.
+fn is_probe(k: &RequestKey) -> bool {
+    k.verb == Verb::Discovery && k.resource == "/version"
+}
+
+/// `n` requests of which `w` watches, per operation of `ops`.
+fn per_op(what: &str, counts: &RequestCounts, ops: usize) {
+    let all = counts.count(|k| !k.workload && !is_probe(k)) as f64 / ops as f64;
+    let by = |v: &[Verb]| counts.count(|k| !k.workload && v.contains(&k.verb)) as f64 / ops as f64;
+    println!(
+        "management-cluster requests per {what}: {all:.1} (writes {:.1}, lists {:.1}, gets {:.1}, watches {:.1}; {ops} operations, reachability probe aside)",
+        by(&[
+            Verb::Apply,
+            Verb::Create,
+            Verb::Update,
+            Verb::Patch,
+            Verb::Delete,
+            Verb::DeleteCollection
+        ]),
+        by(&[Verb::List]),
+        by(&[Verb::Get]),
+        by(&[Verb::Watch]),
+    );
 }
 
 fn render_time() {
@@ -77,6 +111,94 @@ fn csr_signing_time() {
     println!(
         "csr signing: {:?} per certificate ({n} RSA-2048 CSRs)",
         t.elapsed() / n
+    );
+}
+
+/// Polls `GET /v1/clusters/{uuid}` until its status is `status`.
+async fn wait_status(http: &reqwest::Client, base: &str, uuid: &str, status: &str) {
+    loop {
+        let v: Value = http
+            .get(format!("{base}/v1/clusters/{uuid}"))
+            .header("x-project-id", "bench")
+            .header("x-roles", "member,reader")
+            .send()
+            .await
+            .expect("get")
+            .json()
+            .await
+            .expect("json");
+        if v["status"] == status {
+            return;
+        }
+        assert!(
+            !v["status"].as_str().unwrap_or_default().ends_with("FAILED"),
+            "{v}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Scenario 3: a worker Machine's address changed on the management API (controllers
+/// paused) → `GET /v1/clusters/{uuid}` shows it, for each of `uuids`. `round` makes the
+/// addresses new on a second pass.
+async fn status_delay(
+    sim: &SimCluster,
+    http: &reqwest::Client,
+    base: &str,
+    uuids: &[String],
+    round: u8,
+    what: &str,
+) {
+    let machine_res = Resource::of("cluster.x-k8s.io/v1beta2", "Machine");
+    let mut lat = Vec::new();
+    for (i, u) in uuids.iter().enumerate().take(40) {
+        let machines = sim
+            .store()
+            .list(
+                &machine_res,
+                None,
+                &format!("magnum.openstack.org/cluster-uuid={u},magnum.openstack.org/role=worker"),
+            )
+            .expect("list");
+        let m = machines.first().expect("a worker machine");
+        let name = m["metadata"]["name"].as_str().expect("name").to_string();
+        let ip = format!("198.51.{round}.{}", i + 1);
+        let t = Instant::now();
+        sim.store()
+            .patch_status(
+                &machine_res,
+                "magnum-bench",
+                &name,
+                &json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}),
+            )
+            .expect("patch");
+        loop {
+            let v: Value = http
+                .get(format!("{base}/v1/clusters/{u}"))
+                .header("x-project-id", "bench")
+                .header("x-roles", "member,reader")
+                .send()
+                .await
+                .expect("get")
+                .json()
+                .await
+                .expect("json");
+            if v["node_addresses"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == ip.as_str()))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        lat.push(t.elapsed());
+    }
+    println!(
+        "status delay (management API change → GET shows it): p50 {:?}, p99 {:?}, max {:?} ({} changes, {what})",
+        pct(&mut lat, 0.5),
+        pct(&mut lat, 0.99),
+        pct(&mut lat, 1.0),
+        lat.len()
     );
 }
 
@@ -142,6 +264,9 @@ fn main() {
             .expect("template");
         assert_eq!(r.status(), 201);
 
+        // Start-up (discovery, the watches' first lists) is over once the template exists.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before_creates = sim.requests();
         // 2. POST → Cluster object applied.
         let cluster_res = Resource::of("cluster.x-k8s.io/v1beta2", "Cluster");
         let mut lat = Vec::new();
@@ -166,53 +291,63 @@ fn main() {
             pct(&mut lat, 0.99)
         );
 
-        // 3. Status delay: wait for every cluster to complete, then change Machine addresses.
         for u in &uuids {
+            wait_status(&http, &base, u, "CREATE_COMPLETE").await;
+        }
+        // 4. Requests per operation, each kind from a quiet baseline (all of one kind done).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let ops = 10;
+        per_op("create", &sim.requests().since(&before_creates), uuids.len());
+        let r = post("/v1/clustertemplates", json!({"name": "k134", "image_id": "ubuntu-2404-kube-v1.34.1",
+            "coe": "kubernetes", "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+            "external_network_id": "public", "labels": {"kube_tag": "v1.34.1"}}))
+            .await
+            .expect("template");
+        assert_eq!(r.status(), 201);
+        for (what, path, body, status) in [
+            ("resize", "actions/resize", json!({"node_count": 2}), "UPDATE_COMPLETE"),
+            ("upgrade", "actions/upgrade", json!({"cluster_template": "k134"}), "UPDATE_COMPLETE"),
+        ] {
+            let before = sim.requests();
+            for u in &uuids[..ops] {
+                let r = http.post(format!("{base}/v1/clusters/{u}/{path}"))
+                    .header("x-project-id", "bench").header("x-user-id", "bench-user")
+                    .header("x-roles", "member,reader")
+                    .header("openstack-api-version", "container-infra latest")
+                    .json(&body).send().await.expect("action");
+                assert_eq!(r.status(), 202, "{what}: {}", r.text().await.unwrap_or_default());
+            }
+            for u in &uuids[..ops] {
+                wait_status(&http, &base, u, status).await;
+            }
+            // Follow-ups (superseded templates collected after an upgrade) land right after.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            per_op(what, &sim.requests().since(&before), ops);
+        }
+        let before = sim.requests();
+        for u in uuids.drain(..ops) {
+            let r = http.delete(format!("{base}/v1/clusters/{u}"))
+                .header("x-project-id", "bench").header("x-roles", "member,reader")
+                .send().await.expect("delete");
+            assert_eq!(r.status(), 204);
             loop {
-                let v: Value = http.get(format!("{base}/v1/clusters/{u}"))
+                let r = http.get(format!("{base}/v1/clusters/{u}"))
                     .header("x-project-id", "bench").header("x-roles", "member,reader")
-                    .send().await.expect("get").json().await.expect("json");
-                if v["status"] == "CREATE_COMPLETE" {
+                    .send().await.expect("get");
+                if r.status() == 404 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        sim.pause();
-        let machine_res = Resource::of("cluster.x-k8s.io/v1beta2", "Machine");
-        let mut lat = Vec::new();
-        for (i, u) in uuids.iter().enumerate().take(40) {
-            let machines = sim
-                .store()
-                .list(&machine_res, None, &format!("magnum.openstack.org/cluster-uuid={u},magnum.openstack.org/role=worker"))
-                .expect("list");
-            let m = machines.first().expect("a worker machine");
-            let name = m["metadata"]["name"].as_str().expect("name").to_string();
-            let ip = format!("198.51.100.{}", i + 1);
-            let t = Instant::now();
-            sim.store()
-                .patch_status(&machine_res, "magnum-bench", &name,
-                    &json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}))
-                .expect("patch");
-            loop {
-                let v: Value = http.get(format!("{base}/v1/clusters/{u}"))
-                    .header("x-project-id", "bench").header("x-roles", "member,reader")
-                    .send().await.expect("get").json().await.expect("json");
-                if v["node_addresses"].as_array().is_some_and(|a| a.iter().any(|x| x == ip.as_str())) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            lat.push(t.elapsed());
-        }
-        println!(
-            "status delay (management API change → GET shows it): p50 {:?}, p99 {:?}, max {:?} (40 changes)",
-            pct(&mut lat, 0.5),
-            pct(&mut lat, 0.99),
-            pct(&mut lat, 1.0)
-        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        per_op("delete", &sim.requests().since(&before), ops);
 
-        // 4. Memory of the index: clusters' objects written straight into the simulated store
+        // 3. Status delay with the bench's own clusters only.
+        sim.pause();
+        status_delay(&sim, &http, &base, &uuids, 1, "40 clusters on the management cluster").await;
+
+        // 5. Memory of the index: clusters' objects written straight into the simulated store
         //    (no rows in Postgres: the writer finds nothing to update).
         let before = rss_mib();
         let kinds = [
@@ -253,5 +388,63 @@ fn main() {
             after_index - after_store,
             (after_index - after_store) * 1024.0 / clusters as f64,
         );
+        status_delay(&sim, &http, &base, &uuids, 2,
+            &format!("{} clusters' objects on the management cluster", clusters + uuids.len())).await;
+
+        // 6. Idle: every cluster done, nothing asked of the API; what the management cluster
+        //    is asked for a window, extrapolated to an hour.
+        let idle_secs: u64 = std::env::var("BENCH_IDLE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60);
+        let before = sim.requests();
+        tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+        let idle = sim.requests().since(&before);
+        let hour = 3600.0 / idle_secs as f64;
+        let watched = clusters + uuids.len();
+        let polling = idle.count(|k| !k.workload && k.verb != Verb::Watch && !is_probe(k));
+        println!(
+            "idle ({idle_secs} s, {watched} clusters): {polling} requests other than watches and the probe ({:.4} per cluster per hour); {} watch requests, {} reachability probes ({:.0} per hour per management cluster): {idle}",
+            polling as f64 * hour / watched as f64,
+            idle.count(|k| k.verb == Verb::Watch),
+            idle.count(is_probe),
+            idle.count(is_probe) as f64 * hour,
+        );
+        let before = sim.requests();
+        let journal = magnum_capi::service::journal::PgJournal::new(state.pool.clone());
+        magnum_capi::maintenance::run(&state.pool, &capi, &journal).await;
+        let pass = sim.requests().since(&before);
+        println!(
+            "one maintenance pass (every 5 min, fleet-wide; no Keystone here, so no credential checks): {} requests: {pass}",
+            pass.management()
+        );
+
+        // 7. The service's RSS with clusters' rows in PostgreSQL (no objects for them).
+        for total in [10_000i64, 100_000] {
+            let have: (i64,) = sqlx::query_as("SELECT count(*) FROM cluster WHERE project_id = 'rows'")
+                .fetch_one(&state.pool).await.expect("count");
+            sqlx::query(
+                "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
+                    labels, master_flavor_id, flavor_id, stack_id, status, create_timeout, api_address, coe_version)
+                 SELECT md5('row-' || g)::uuid, 'rows', 'bench-user', 'row-' || g,
+                    (SELECT uuid FROM cluster_template WHERE name = 'k'), 'default',
+                    '{\"kube_tag\": \"v1.33.5\"}'::jsonb, 'm1.medium', 'm1.small', 'r' || md5(g::text),
+                    'CREATE_COMPLETE', 60, 'https://192.0.2.1:6443', 'v1.33.5'
+                   FROM generate_series($1::bigint, $2::bigint) g",
+            )
+            .bind(have.0 + 1)
+            .bind(total)
+            .execute(&state.pool)
+            .await
+            .expect("rows");
+            // A pass of what reads every row: the maintenance and a page of the list.
+            magnum_capi::maintenance::run(&state.pool, &capi, &journal).await;
+            let r = http.get(format!("{base}/v1/clusters?limit=1000"))
+                .header("x-project-id", "rows").header("x-roles", "member,reader")
+                .send().await.expect("list");
+            assert_eq!(r.status(), 200);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            println!("service RSS with {} clusters' rows in PostgreSQL (and the {watched} clusters' objects watched above): {:.0} MiB", total + uuids.len() as i64, rss_mib());
+        }
     });
 }

@@ -676,7 +676,19 @@ async fn import(
     if let Err(missing) = db::migrations_current(&pool).await? {
         anyhow::bail!("magnum-capi's database is not ready: {missing}");
     }
-    let outcome = magnum_capi::import::run(magnum_db, &pool, dry_run, &cfg.capi).await?;
+    // The management clusters Magnum's Cluster API drivers' clusters are looked for on (to
+    // adopt them): those configured; none configured, nothing is adopted.
+    let configured = cfg.capi.kubeconfig.is_some()
+        || !cfg.capi.management_clusters.is_empty()
+        || std::env::var_os("KUBECONFIG").is_some();
+    let fleet = if configured {
+        server::build_fleet(&cfg, &auth_mode(&cfg)?, false)
+            .await?
+            .members
+    } else {
+        Vec::new()
+    };
+    let outcome = magnum_capi::import::run(magnum_db, &pool, dry_run, &cfg.capi, &fleet).await?;
     print!("{}", outcome.report);
     Ok(())
 }

@@ -640,12 +640,14 @@ async fn next_deadline(pool: &PgPool, update_timeout: Duration) -> DbResult<Opti
         "SELECT min(d) FROM (
            SELECT created_at + make_interval(mins => GREATEST(COALESCE(create_timeout, 60), 1)) AS d
              FROM cluster WHERE status = 'CREATE_IN_PROGRESS'
-              AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = cluster.uuid)
+              AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = cluster.uuid
+                                AND i.state = 'read_only')
            UNION ALL
            SELECT (SELECT max(o.created_at) FROM operation o WHERE o.cluster_uuid = c.uuid)
                   + make_interval(secs => $1)
              FROM cluster c WHERE c.status = 'UPDATE_IN_PROGRESS'
-              AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = c.uuid)) x",
+              AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = c.uuid
+                                AND i.state = 'read_only')) x",
     )
     .bind(update_timeout.as_secs_f64())
     .fetch_one(pool)

@@ -305,6 +305,18 @@ impl Mgmt {
             .await
     }
 
+    /// JSON-patches one object (`ops`: RFC 6902 operations): changes exactly the paths named,
+    /// as an `Update` of the paths it touches, nothing else of the object.
+    pub async fn json_patch(&self, r: &ObjectRef, ops: &Value) -> Result<(), KubeError> {
+        let patch: json_patch::Patch =
+            serde_json::from_value(ops.clone()).map_err(|e| KubeError::Malformed(e.to_string()))?;
+        self.api(&r.api_version, &r.kind, r.namespace.as_deref())
+            .patch(&r.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .map_err(|e| KubeError::from_kube(&r.to_string(), e))?;
+        Ok(())
+    }
+
     /// Merge-patches one object (a `metadata.resourceVersion` in `patch` makes it conditional).
     pub async fn merge_patch(&self, r: &ObjectRef, patch: &Value) -> Result<(), KubeError> {
         self.api(&r.api_version, &r.kind, r.namespace.as_deref())

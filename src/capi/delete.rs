@@ -166,6 +166,26 @@ impl Capi {
         for gvk in OWNED_KINDS {
             self.mgmt.delete_labelled(gvk, ns, &sel).await?;
         }
+        // Adopted from magnum-cluster-api: the Secrets it made for the cluster, by its own
+        // names and label (magnum-capi-helm's carry our cluster-uuid label: gone above). The
+        // namespace is never deleted: `magnum-system` and magnum-capi-helm's per-project
+        // namespace hold other clusters.
+        if let Some(at) = &c.objects_at
+            && at.driver == crate::domain::imported::DriverFamily::ClusterApi
+        {
+            for suffix in ["ca", "etcd", "proxy", "sa", "cloud-config"] {
+                self.mgmt
+                    .delete(&ObjectRef::new(
+                        kinds::SECRET,
+                        ns,
+                        &format!("{}-{suffix}", at.name),
+                    ))
+                    .await?;
+            }
+            self.mgmt
+                .delete_labelled(kinds::SECRET, ns, &format!("cluster-uuid={}", c.uuid))
+                .await?;
+        }
         // The credential: with the service's credentials (its owner may be gone).
         if let Some(id) = &spec.day2.app_cred_id {
             let result = match &self.keystone {

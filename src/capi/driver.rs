@@ -699,6 +699,23 @@ impl Capi {
             CapiError::Invalid(format!("the Cluster API driver cannot run it: {e}"))
         })?;
         let mut facts = Vec::new();
+        // Adopted from a Magnum Cluster API driver: only what acts on that driver's objects.
+        if let Some(at) = &c.objects_at {
+            return match kind {
+                K::Resize => {
+                    self.resize_adopted(spec, at).await?;
+                    Ok(Report {
+                        outcome: Outcome::Done,
+                        facts,
+                    })
+                }
+                K::Delete => Ok(self.delete_cluster(journal, spec, op).await?.into()),
+                other => Err(CapiError::Invalid(format!(
+                    "{other:?} is not available for a cluster adopted from Magnum (its objects \
+                     are the ones its Magnum driver made)"
+                ))),
+            };
+        }
         match kind {
             K::Create => {
                 if let Some(token) = caller {

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod addon_health;
+pub mod adopt;
 pub mod apply;
 pub mod ca;
 pub mod cleanup;

@@ -39,6 +39,37 @@ impl Observed {
     }
 }
 
+/// A Machine of an adopted cluster (without our nodegroup label: the Magnum driver wrote its
+/// template) attributed to its nodegroup by the labels CAPI gives every Machine: a control-plane
+/// machine to the control plane's nodegroup, a MachineDeployment's to that deployment's (whose
+/// nodegroup label adoption set). Anything else is kept as it is.
+pub fn attribute(m: &Shared, o: &Observed) -> Shared {
+    if label(m, LABEL_NODEGROUP_UUID).is_some() {
+        return m.clone();
+    }
+    let owner = if label(m, "cluster.x-k8s.io/control-plane").is_some() {
+        o.control_plane.as_deref()
+    } else {
+        label(m, "cluster.x-k8s.io/deployment-name").and_then(|d| {
+            o.machine_deployments
+                .iter()
+                .find(|md| name(md) == d)
+                .map(|md| &**md)
+        })
+    };
+    let Some(ng) = owner.and_then(|w| label(w, LABEL_NODEGROUP_UUID)) else {
+        return m.clone();
+    };
+    let mut v = (**m).clone();
+    if let Some(labels) = v
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        labels.insert(LABEL_NODEGROUP_UUID.into(), json!(ng));
+    }
+    Shared::new(v)
+}
+
 /// A nodegroup as Postgres has it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodegroupState {
@@ -727,6 +758,37 @@ mod tests {
         assert_eq!(h, "HEALTHY");
         assert_eq!(reason["addon.cni"], "Progressing: installing");
         assert!(ev.recheck_at.is_some_and(|t| t > Utc::now()));
+    }
+
+    #[test]
+    fn an_adopted_clusters_machines_belong_to_the_nodegroup_of_their_control_plane_or_deployment() {
+        let (cp, md) = (Uuid::new_v4(), Uuid::new_v4());
+        let o = Observed {
+            control_plane: Some(Shared::new(
+                json!({"metadata": {"name": "kcp", "labels": {LABEL_NODEGROUP_UUID: cp.to_string()}}}),
+            )),
+            machine_deployments: vec![Shared::new(
+                json!({"metadata": {"name": "md", "labels": {LABEL_NODEGROUP_UUID: md.to_string()}}}),
+            )],
+            ..Observed::default()
+        };
+        let machine =
+            |labels: Value| Shared::new(json!({"metadata": {"name": "m", "labels": labels}}));
+        let of = |m: Shared| label(&attribute(&m, &o), LABEL_NODEGROUP_UUID).map(str::to_string);
+        assert_eq!(
+            of(machine(json!({"cluster.x-k8s.io/control-plane": ""}))),
+            Some(cp.to_string())
+        );
+        assert_eq!(
+            of(machine(json!({"cluster.x-k8s.io/deployment-name": "md"}))),
+            Some(md.to_string())
+        );
+        assert_eq!(
+            of(machine(
+                json!({"cluster.x-k8s.io/deployment-name": "other"})
+            )),
+            None
+        );
     }
 
     #[test]

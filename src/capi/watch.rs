@@ -31,24 +31,35 @@ pub enum Kind {
     Machine,
     /// CAAPH's per-cluster release of an add-on (add-on health).
     HelmReleaseProxy,
+    /// Machines without our label (those of clusters adopted from a Magnum driver, which made
+    /// their templates): joined to their cluster by namespace and CAPI cluster name.
+    AdoptedMachine,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Cluster,
         Kind::OpenStackCluster,
         Kind::ControlPlane,
         Kind::MachineDeployment,
         Kind::Machine,
         Kind::HelmReleaseProxy,
+        Kind::AdoptedMachine,
     ];
 
-    /// The label the watcher selects by: ours, or CAAPH's for its release proxies.
+    /// The labels the watcher selects by: ours, CAAPH's for its release proxies, CAPI's cluster
+    /// name without ours for the Machines of adopted clusters.
     fn selector(self) -> &'static str {
         match self {
             Kind::HelmReleaseProxy => LABEL_HELM_CHART_PROXY,
+            Kind::AdoptedMachine => ADOPTED_MACHINES,
             _ => LABEL_CLUSTER_UUID,
         }
+    }
+
+    /// Indexed by namespace and CAPI cluster name (not carrying our cluster-uuid label).
+    fn joined(self) -> bool {
+        matches!(self, Kind::HelmReleaseProxy | Kind::AdoptedMachine)
     }
 
     pub fn gvk(self) -> kinds::Gvk {
@@ -57,11 +68,15 @@ impl Kind {
             Kind::OpenStackCluster => kinds::OPENSTACK_CLUSTER,
             Kind::ControlPlane => kinds::CONTROL_PLANE,
             Kind::MachineDeployment => kinds::MACHINE_DEPLOYMENT,
-            Kind::Machine => kinds::MACHINE,
+            Kind::Machine | Kind::AdoptedMachine => kinds::MACHINE,
             Kind::HelmReleaseProxy => kinds::HELM_RELEASE_PROXY,
         }
     }
 }
+
+/// Machines CAPI made for a cluster (it labels each with the cluster's name) that do not carry
+/// our cluster-uuid label: those of adopted clusters, whose templates the Magnum driver wrote.
+const ADOPTED_MACHINES: &str = "cluster.x-k8s.io/cluster-name,!magnum.openstack.org/cluster-uuid";
 
 /// The part of an object status evaluation reads (managedFields, annotations but the
 /// autoscaler's bounds, and most of the spec are dropped: 10,000 clusters' worth of full objects would not fit comfortably).
@@ -142,10 +157,11 @@ struct Index {
     synced: HashSet<Kind>,
     /// The Magnum cluster of each CAPI cluster seen (from the `Cluster` objects).
     uuids: HashMap<ClusterKey, Uuid>,
-    /// HelmReleaseProxies by CAPI cluster, then name.
-    addons: HashMap<ClusterKey, BTreeMap<String, Shared>>,
-    /// HelmReleaseProxies being relisted.
-    addons_relist: Vec<(ClusterKey, String, Shared)>,
+    /// Objects joined by CAPI cluster (HelmReleaseProxies, adopted clusters' Machines), by
+    /// kind and cluster, then name.
+    joined: HashMap<(Kind, ClusterKey), BTreeMap<String, Shared>>,
+    /// Joined objects being relisted, per kind.
+    joined_relist: HashMap<Kind, Vec<(ClusterKey, String, Shared)>>,
 }
 
 impl Index {
@@ -157,8 +173,8 @@ impl Index {
     }
 }
 
-/// Namespace and CAPI cluster name of a HelmReleaseProxy (CAAPH's cluster-name label).
-fn addon_key(o: &DynamicObject) -> Option<(ClusterKey, String)> {
+/// Namespace and CAPI cluster name of a joined object (CAPI's and CAAPH's cluster-name label).
+fn joined_key(o: &DynamicObject) -> Option<(ClusterKey, String)> {
     let cluster = o.metadata.labels.as_ref()?.get(LABEL_CAPI_CLUSTER_NAME)?;
     Some((
         (o.metadata.namespace.clone()?, cluster.clone()),
@@ -259,8 +275,8 @@ impl Observer {
             Event::InitDone => {}
             _ => crate::telemetry::watch_event(kind.gvk().1),
         }
-        if kind == Kind::HelmReleaseProxy {
-            return self.apply_addon_event(ev);
+        if kind.joined() {
+            return self.apply_joined_event(kind, ev);
         }
         if kind == Kind::Cluster {
             self.with_index(|ix| match &ev {
@@ -348,49 +364,59 @@ impl Observer {
         self.changed(touched);
     }
 
-    /// A HelmReleaseProxy event: indexed by CAPI cluster; its Magnum cluster is re-evaluated.
-    fn apply_addon_event(&self, ev: Event<DynamicObject>) {
+    /// An event of a joined kind: indexed by CAPI cluster; its Magnum cluster is re-evaluated.
+    fn apply_joined_event(&self, kind: Kind, ev: Event<DynamicObject>) {
         let touched: Vec<Uuid> = self.with_index(|ix| match ev {
-            Event::Apply(o) => match addon_key(&o) {
+            Event::Apply(o) => match joined_key(&o) {
                 Some((k, name)) => {
-                    ix.addons
-                        .entry(k.clone())
+                    ix.joined
+                        .entry((kind, k.clone()))
                         .or_default()
                         .insert(name, prune(&o));
                     ix.uuids_of([&k])
                 }
                 None => Vec::new(),
             },
-            Event::Delete(o) => match addon_key(&o) {
+            Event::Delete(o) => match joined_key(&o) {
                 Some((k, name)) => {
-                    if let Some(m) = ix.addons.get_mut(&k) {
+                    let key = (kind, k);
+                    if let Some(m) = ix.joined.get_mut(&key) {
                         m.remove(&name);
                         if m.is_empty() {
-                            ix.addons.remove(&k);
+                            ix.joined.remove(&key);
                         }
                     }
-                    ix.uuids_of([&k])
+                    ix.uuids_of([&key.1])
                 }
                 None => Vec::new(),
             },
             Event::Init => {
-                ix.addons_relist.clear();
+                ix.joined_relist.insert(kind, Vec::new());
                 Vec::new()
             }
             Event::InitApply(o) => {
-                if let Some((k, name)) = addon_key(&o) {
-                    ix.addons_relist.push((k, name, prune(&o)));
+                if let Some((k, name)) = joined_key(&o) {
+                    ix.joined_relist
+                        .entry(kind)
+                        .or_default()
+                        .push((k, name, prune(&o)));
                 }
                 Vec::new()
             }
             Event::InitDone => {
-                let old = std::mem::take(&mut ix.addons);
-                for (k, name, v) in std::mem::take(&mut ix.addons_relist) {
-                    ix.addons.entry(k).or_default().insert(name, v);
+                let mut keys: HashSet<ClusterKey> = HashSet::new();
+                ix.joined.retain(|(k, c), _| {
+                    if *k == kind {
+                        keys.insert(c.clone());
+                    }
+                    *k != kind
+                });
+                for (c, name, v) in ix.joined_relist.remove(&kind).unwrap_or_default() {
+                    keys.insert(c.clone());
+                    ix.joined.entry((kind, c)).or_default().insert(name, v);
                 }
-                ix.synced.insert(Kind::HelmReleaseProxy);
-                let keys: HashSet<&ClusterKey> = old.keys().chain(ix.addons.keys()).collect();
-                ix.uuids_of(keys)
+                ix.synced.insert(kind);
+                ix.uuids_of(keys.iter())
             }
         });
         self.changed(touched);
@@ -419,7 +445,7 @@ impl Observer {
                         Kind::ControlPlane => o.control_plane = Some(v.clone()),
                         Kind::MachineDeployment => o.machine_deployments.push(v.clone()),
                         Kind::Machine => o.machines.push(v.clone()),
-                        Kind::HelmReleaseProxy => {}
+                        Kind::HelmReleaseProxy | Kind::AdoptedMachine => {}
                     }
                 }
             }
@@ -427,8 +453,18 @@ impl Observer {
                 let s = |p: &str| c.pointer(p).and_then(Value::as_str).map(str::to_owned);
                 Some((s("/metadata/namespace")?, s("/metadata/name")?))
             });
-            if let Some(addons) = key.and_then(|k| ix.addons.get(&k)) {
-                o.addons = addons.values().cloned().collect();
+            if let Some(k) = key {
+                let joined = |kind: Kind| ix.joined.get(&(kind, k.clone()));
+                if let Some(addons) = joined(Kind::HelmReleaseProxy) {
+                    o.addons = addons.values().cloned().collect();
+                }
+                if let Some(machines) = joined(Kind::AdoptedMachine) {
+                    let attributed: Vec<Shared> = machines
+                        .values()
+                        .map(|m| super::status::attribute(m, &o))
+                        .collect();
+                    o.machines.extend(attributed);
+                }
             }
             o
         })

@@ -13,7 +13,7 @@ use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 use super::DbResult;
-use crate::domain::imported::{ClusterRecord, ImportState, Plan};
+use crate::domain::imported::{ClusterRecord, ImportState, NodegroupRecord, Plan};
 
 /// Rows created, changed and left as they were by one table's upsert.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -150,22 +150,30 @@ pub async fn write(conn: &mut PgConnection, plan: &Plan) -> DbResult<Written> {
         &plan.templates,
     )
     .await?;
+    // Clusters this service manages now (`Plan::managed_here`) keep their records here.
+    let ours = |uuid: &Uuid| plan.managed_here.contains(uuid);
+    let cluster_rows: Vec<&ClusterRecord> =
+        plan.clusters.iter().filter(|c| !ours(&c.uuid)).collect();
     let mut clusters = upsert(
         conn,
         "cluster",
         super::clusters::SORT_KEYS,
         "uuid",
-        &plan.clusters,
+        &cluster_rows,
     )
     .await?;
-    let imported: Vec<ImportedRow<'_>> = plan.clusters.iter().map(imported_row).collect();
+    let imported: Vec<ImportedRow<'_>> = cluster_rows.iter().copied().map(imported_row).collect();
     sqlx::query(
         "INSERT INTO imported_cluster (cluster_uuid, source_driver, driver_basis, stack_id, state)
          SELECT r.cluster_uuid, r.source_driver, r.driver_basis, r.stack_id, r.state
            FROM jsonb_populate_recordset(NULL::imported_cluster, $1) AS r
          ON CONFLICT (cluster_uuid) DO UPDATE
             SET source_driver = EXCLUDED.source_driver, driver_basis = EXCLUDED.driver_basis,
-                stack_id = EXCLUDED.stack_id, state = EXCLUDED.state, last_import_at = now()",
+                stack_id = EXCLUDED.stack_id, last_import_at = now(),
+                -- Adopted stays adopted: a later run that cannot see the management cluster
+                -- must not hand a managed cluster back to read-only.
+                state = CASE WHEN imported_cluster.state = 'adopted' THEN 'adopted'
+                             ELSE EXCLUDED.state END",
     )
     .bind(sqlx::types::Json(&imported))
     .execute(&mut *conn)
@@ -187,18 +195,25 @@ pub async fn write(conn: &mut PgConnection, plan: &Plan) -> DbResult<Written> {
     let removed = sqlx::query(
         "DELETE FROM nodegroup n
           USING imported_cluster i
-          WHERE i.cluster_uuid = n.cluster_id AND n.uuid <> ALL($1)",
+          WHERE i.cluster_uuid = n.cluster_id AND n.uuid <> ALL($1)
+            AND i.cluster_uuid <> ALL($2)",
     )
     .bind(&ng_uuids)
+    .bind(plan.managed_here.iter().collect::<Vec<_>>())
     .execute(&mut *conn)
     .await?
     .rows_affected();
+    let nodegroup_rows: Vec<&NodegroupRecord> = plan
+        .nodegroups
+        .iter()
+        .filter(|n| !ours(&n.cluster_id))
+        .collect();
     let mut nodegroups = upsert(
         conn,
         "nodegroup",
         &nodegroup_columns(),
         "uuid",
-        &plan.nodegroups,
+        &nodegroup_rows,
     )
     .await?;
     nodegroups.removed = removed;
@@ -255,6 +270,42 @@ pub async fn of_cluster<'e>(
     )
     .bind(cluster)
     .fetch_optional(ex)
+    .await?)
+}
+
+/// Places adopted cluster `cluster` on management cluster `member` (`""`: the unnamed one),
+/// where its driver's objects were found.
+pub async fn place(conn: &mut PgConnection, cluster: Uuid, member: &str) -> DbResult<()> {
+    sqlx::query("UPDATE cluster SET management_cluster = NULLIF($2, '') WHERE uuid = $1")
+        .bind(cluster)
+        .bind(member)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The imported clusters among `uuids` already adopted (a re-import keeps them adopted).
+pub async fn adopted_among(conn: &mut PgConnection, uuids: &[Uuid]) -> DbResult<Vec<Uuid>> {
+    Ok(sqlx::query_scalar(
+        "SELECT cluster_uuid FROM imported_cluster WHERE cluster_uuid = ANY($1) AND state = $2",
+    )
+    .bind(uuids)
+    .bind(ImportState::Adopted.as_str())
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+/// The adopted clusters among `uuids` changed through this service since (an operation was
+/// accepted for them): an import keeps their records (`Plan::managed_here`).
+pub async fn managed_here_among(conn: &mut PgConnection, uuids: &[Uuid]) -> DbResult<Vec<Uuid>> {
+    Ok(sqlx::query_scalar(
+        "SELECT i.cluster_uuid FROM imported_cluster i
+          WHERE i.cluster_uuid = ANY($1) AND i.state = $2
+            AND EXISTS (SELECT 1 FROM operation o WHERE o.cluster_uuid = i.cluster_uuid)",
+    )
+    .bind(uuids)
+    .bind(ImportState::Adopted.as_str())
+    .fetch_all(&mut *conn)
     .await?)
 }
 

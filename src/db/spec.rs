@@ -233,7 +233,15 @@ pub async fn load(pool: &PgPool, cluster: Uuid) -> DbResult<Loaded> {
     };
     let ngs = ndb::of_cluster(pool, cluster).await?;
     let day2 = day2(pool, cluster).await?;
-    let cluster = Cluster::from(c);
+    let mut cluster = Cluster::from(c);
+    // Imported from a Magnum Cluster API driver: its objects are where that driver left them.
+    if let Some(i) = super::imports::of_cluster(pool, cluster.uuid).await? {
+        cluster.objects_at = crate::domain::imported::objects_at(
+            &i.source_driver,
+            i.stack_id.as_deref(),
+            &cluster.project_id,
+        );
+    }
     Ok(Loaded::Spec(Box::new(ClusterSpec {
         placement: cluster.management_cluster_name().to_string(),
         template: t,

@@ -7,7 +7,7 @@
 //! Secrets Magnum kept in its tables (trustee passwords, `x509keypair` private keys) are never
 //! read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
@@ -326,24 +326,32 @@ pub struct QuotaRecord {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
-/// What magnum-capi may do with an imported cluster (`imported_cluster.state`). Only
-/// `read_only` exists today; adopting the clusters the two CAPI drivers made (issue 25 item 2)
-/// adds its states here, decided from [`SourceDriver`] and `stack_id`.
+/// What magnum-capi may do with an imported cluster (`imported_cluster.state`), decided from
+/// [`SourceDriver`], `stack_id` and whether its Cluster API objects were found ([`decide`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImportState {
     /// Listed and shown as Magnum showed it; every change is refused.
     ReadOnly,
+    /// Made by a Magnum Cluster API driver whose `Cluster` was found on a management cluster:
+    /// its status comes from those objects and the operations [`adopted_refusal`] allows act on
+    /// them where they are.
+    Adopted,
 }
 
 impl ImportState {
     pub fn as_str(self) -> &'static str {
         match self {
             ImportState::ReadOnly => "read_only",
+            ImportState::Adopted => "adopted",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        (s == "read_only").then_some(ImportState::ReadOnly)
+        match s {
+            "read_only" => Some(ImportState::ReadOnly),
+            "adopted" => Some(ImportState::Adopted),
+            _ => None,
+        }
     }
 }
 
@@ -363,17 +371,7 @@ impl SourceDriver {
     }
 }
 
-/// The driver families an import tells apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriverFamily {
-    /// StackHPC's magnum-capi-helm (`stack_id` = its Helm release and CAPI Cluster name).
-    CapiHelm,
-    /// Vexxhost's magnum-cluster-api (`stack_id` = its CAPI Cluster name, `kube-xxxxx`).
-    ClusterApi,
-    /// The removed Heat driver (`stack_id` = the Heat stack's UUID).
-    Heat,
-    Unknown,
-}
+pub use super::spec::DriverFamily;
 
 fn family_of(name: &str) -> DriverFamily {
     if name == "k8s_capi_helm_v1" {
@@ -461,7 +459,8 @@ pub fn objects_at(
     project_id: &str,
 ) -> Option<super::spec::ObjectsAt> {
     let name = stack_id.filter(|s| !s.is_empty())?.to_string();
-    let namespace = match family_of(source_driver) {
+    let driver = family_of(source_driver);
+    let namespace = match driver {
         DriverFamily::ClusterApi => CLUSTER_API_NAMESPACE.to_string(),
         DriverFamily::CapiHelm => {
             let id: String = project_id
@@ -473,19 +472,53 @@ pub fn objects_at(
         }
         DriverFamily::Heat | DriverFamily::Unknown => return None,
     };
-    Some(super::spec::ObjectsAt { namespace, name })
+    Some(super::spec::ObjectsAt {
+        namespace,
+        name,
+        driver,
+    })
 }
 
-/// What an imported cluster becomes today, and why (the report's words). Adoption (item 2) will
-/// return its own state here for the CAPI drivers' clusters whose objects are found.
-pub fn decide(source: &SourceDriver) -> (ImportState, String) {
+/// magnum-capi-helm's `_sanitized_name`: lower-cased, every run of characters other than
+/// `[a-z0-9]` replaced by one `-` (its MachineDeployment of nodegroup `ng` is
+/// `<release>-<sanitized ng>`, its control plane `<release>-control-plane`).
+pub fn capi_helm_sanitized(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_run = false;
+    for ch in name.to_lowercase().chars() {
+        if ch.is_ascii_lowercase() || ch.is_ascii_digit() {
+            out.push(ch);
+            in_run = false;
+        } else if !in_run {
+            out.push('-');
+            in_run = true;
+        }
+    }
+    out
+}
+
+/// What an imported cluster becomes, and why (the report's words): a Cluster API driver's
+/// cluster whose `Cluster` was `found` on a configured management cluster is adopted; one whose
+/// objects are not there (yet) stays read-only until an import finds them; the others are
+/// read-only.
+pub fn decide(source: &SourceDriver, found: bool) -> (ImportState, String) {
     let why = match source.family() {
         DriverFamily::Heat => format!(
             "made by the Heat driver ({}): magnum-capi cannot manage Heat stacks",
             source.name
         ),
+        DriverFamily::CapiHelm | DriverFamily::ClusterApi if found => {
+            return (
+                ImportState::Adopted,
+                format!(
+                    "made by {}: its Cluster API objects were found and are managed where they are",
+                    source.name
+                ),
+            );
+        }
         DriverFamily::CapiHelm | DriverFamily::ClusterApi => format!(
-            "made by {}: adoption of its Cluster API objects is pending",
+            "made by {}: its Cluster API objects were not found on a configured management \
+             cluster (import again once they are, to adopt it)",
             source.name
         ),
         DriverFamily::Unknown => format!(
@@ -498,16 +531,53 @@ pub fn decide(source: &SourceDriver) -> (ImportState, String) {
 
 /// The 400 a change to a read-only imported cluster gets: why, and what to do.
 pub fn refusal(cluster: &str, source_driver: &str) -> String {
-    let (_, why) = decide(&SourceDriver {
-        name: source_driver.to_string(),
-        basis: "the import",
-    });
+    let (_, why) = decide(
+        &SourceDriver {
+            name: source_driver.to_string(),
+            basis: "the import",
+        },
+        false,
+    );
     format!(
         "Cluster {cluster} was imported from Magnum and is read-only: {why}. It can be listed \
          and shown; to change it, use the Magnum that made it, or recreate it in magnum-capi (an \
          administrator can remove this record, and only the record, with `magnum-capi cluster \
          forget {cluster} --force --yes`)."
     )
+}
+
+/// What an adopted cluster cannot do (yet), as the 400 its request gets: `None` when `action`
+/// works on the objects the Magnum driver left (resize, delete, certificates and config).
+/// Everything else would need objects rendered by magnum-capi beside or instead of the
+/// driver's, which adoption never does by itself (README "Moving from Magnum").
+pub fn adopted_refusal(cluster: &str, source_driver: &str, action: &str) -> Option<String> {
+    let (what, instead) = match action {
+        "resize" | "delete" | "sign" | "update" => return None,
+        "upgrade" => (
+            "an upgrade",
+            "upgrade it with the Magnum that made it before the cut-over, or create a new \
+             cluster here and move the workloads",
+        ),
+        "nodegroup" => (
+            "adding, changing or deleting nodegroups",
+            "resize its existing nodegroups, or create a new cluster here for other machine shapes",
+        ),
+        "rotate_ca" => (
+            "rotating its CAs",
+            "its CAs stay the ones its driver made; certificates they sign keep working",
+        ),
+        "rotate_credential" => (
+            "rotating its application credential",
+            "the credential its driver created keeps working; replace it in the driver's Secret \
+             by hand if it must change",
+        ),
+        _ => (action, "use the Magnum that made it before the cut-over"),
+    };
+    Some(format!(
+        "Cluster {cluster} was adopted from Magnum ({source_driver}): {what} is not available for \
+         an adopted cluster, because it would need Cluster API objects rendered by magnum-capi in \
+         place of the ones {source_driver} made, and would replace machines. Instead: {instead}."
+    ))
 }
 
 fn text(row: &RawRow, key: &str) -> Option<String> {
@@ -692,7 +762,7 @@ pub fn cluster(
         t_distro.as_deref(),
         stack_id.as_deref(),
     );
-    let (state, _) = decide(&source);
+    let (state, _) = decide(&source, false);
     let health_status_reason = match c.json("health_status_reason")? {
         None => Value::Object(Map::new()),
         Some(v @ Value::Object(_)) => v,
@@ -815,6 +885,10 @@ pub struct Plan {
     pub clusters: Vec<ClusterRecord>,
     pub nodegroups: Vec<NodegroupRecord>,
     pub quotas: Vec<QuotaRecord>,
+    /// Adopted clusters changed through magnum-capi since (an operation was accepted for them):
+    /// this service is their authority now, so their records (and nodegroups) here are kept as
+    /// they are and Magnum's older rows are not written over them.
+    pub managed_here: BTreeSet<Uuid>,
 }
 
 /// The rows of each table, in Magnum's id order.
@@ -867,6 +941,7 @@ pub fn plan(tables: &Tables, now: DateTime<Utc>) -> Result<Plan, BadRow> {
         clusters,
         nodegroups,
         quotas,
+        managed_here: BTreeSet::new(),
     })
 }
 
@@ -921,15 +996,34 @@ mod tests {
     }
 
     #[test]
-    fn every_imported_cluster_is_read_only_until_adoption_exists() {
-        for name in ["k8s_capi_helm_v1", "k8s_fedora_coreos_v1", "unknown"] {
-            let (state, why) = decide(&SourceDriver {
-                name: name.into(),
-                basis: "test",
-            });
-            assert_eq!(state, ImportState::ReadOnly);
+    fn a_capi_driver_cluster_is_adopted_once_its_objects_are_found_and_the_others_never() {
+        for (name, found, want) in [
+            ("k8s_capi_helm_v1", true, ImportState::Adopted),
+            ("k8s_cluster_api_ubuntu", true, ImportState::Adopted),
+            ("k8s_capi_helm_v1", false, ImportState::ReadOnly),
+            ("k8s_fedora_coreos_v1", true, ImportState::ReadOnly),
+            ("unknown", true, ImportState::ReadOnly),
+        ] {
+            let (state, why) = decide(
+                &SourceDriver {
+                    name: name.into(),
+                    basis: "test",
+                },
+                found,
+            );
+            assert_eq!(state, want, "{name} {found}");
             assert!(why.contains(name), "{why}");
+            assert_eq!(ImportState::parse(state.as_str()), Some(state));
         }
+    }
+
+    #[test]
+    fn an_adopted_cluster_resizes_and_deletes_and_refuses_what_would_roll_its_machines() {
+        assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "resize"), None);
+        assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "delete"), None);
+        let up = adopted_refusal("c", "k8s_capi_helm_v1", "upgrade").unwrap();
+        assert!(up.contains("an upgrade is not available"), "{up}");
+        assert!(up.contains("Instead:"), "{up}");
     }
 
     #[test]
@@ -946,6 +1040,12 @@ mod tests {
         );
         assert_eq!(objects_at("k8s_fedora_coreos_v1", Some("x"), "p"), None);
         assert_eq!(objects_at("k8s_capi_helm_v1", None, "p"), None);
+    }
+
+    #[test]
+    fn capi_helm_names_its_machine_deployments_after_the_sanitized_nodegroup() {
+        assert_eq!(capi_helm_sanitized("Default_Worker"), "default-worker");
+        assert_eq!(capi_helm_sanitized("gpu  nodes!"), "gpu-nodes-");
     }
 
     #[test]

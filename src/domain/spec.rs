@@ -115,6 +115,20 @@ pub struct Cluster {
 pub struct ObjectsAt {
     pub namespace: String,
     pub name: String,
+    /// The Magnum driver that left them (its objects' names and labels are its own).
+    pub driver: DriverFamily,
+}
+
+/// The driver families an import tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverFamily {
+    /// StackHPC's magnum-capi-helm (`stack_id` = its Helm release and CAPI Cluster name).
+    CapiHelm,
+    /// Vexxhost's magnum-cluster-api (`stack_id` = its CAPI Cluster name, `kube-xxxxx`).
+    ClusterApi,
+    /// The removed Heat driver (`stack_id` = the Heat stack's UUID).
+    Heat,
+    Unknown,
 }
 
 impl Cluster {

@@ -7,7 +7,9 @@
 
 pub mod reader;
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -15,12 +17,14 @@ use sqlx::PgPool;
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use crate::capi::adopt::AdoptedNodegroup;
+use crate::capi::driver::{Capi, CapiError};
 use crate::config::CapiConfig;
 use crate::db::DbError;
 use crate::db::imports::{Counts, Written};
 use crate::db::templates::TemplateRow;
 use crate::domain::driver_labels;
-use crate::domain::imported::{self, BadRow, DriverFamily, Plan, TemplateRecord};
+use crate::domain::imported::{self, BadRow, DriverFamily, ImportState, Plan, TemplateRecord};
 use reader::ReadError;
 
 /// What an import can fail with; nothing of the run is written in every case.
@@ -37,6 +41,15 @@ pub enum ImportError {
     NotImported(Uuid),
     #[error("PostgreSQL: {0}")]
     Db(#[from] DbError),
+    #[error(
+        "management cluster {name:?}: {source} (looking for the Cluster API objects of Magnum's \
+         Cluster API drivers); nothing was written"
+    )]
+    Capi {
+        name: String,
+        #[source]
+        source: CapiError,
+    },
 }
 
 impl From<sqlx::Error> for ImportError {
@@ -52,33 +65,107 @@ pub struct Outcome {
     pub written: Written,
 }
 
-/// Imports the Magnum database at `magnum_url` into `pool` (rolled back with `dry_run`).
+/// Where an adoptable cluster's objects were found: the management cluster's name and the
+/// nodegroups whose objects were not (reported).
+pub type Found = BTreeMap<Uuid, (String, Vec<String>)>;
+
+/// Imports the Magnum database at `magnum_url` into `pool` (rolled back with `dry_run`). The
+/// clusters of Magnum's Cluster API drivers whose `Cluster` is on one of `fleet` (the configured
+/// management clusters) are adopted: their objects get our labels (metadata only) before the
+/// run commits; the others stay read-only until a later run finds them.
 pub async fn run(
     magnum_url: &str,
     pool: &PgPool,
     dry_run: bool,
     capi: &CapiConfig,
+    fleet: &[Arc<Capi>],
 ) -> Result<Outcome, ImportError> {
     let mut conn = reader::connect(magnum_url, Duration::from_secs(10)).await?;
     let (tables, skipped) = reader::read(&mut conn).await?;
     let _ = sqlx::Connection::close(conn).await;
-    let plan = imported::plan(&tables, Utc::now())?;
+    let mut plan = imported::plan(&tables, Utc::now())?;
     let mut tx = pool.begin().await?;
-    let uuids: Vec<Uuid> = plan.clusters.iter().map(|c| c.uuid).collect();
-    if let Some(u) = crate::db::imports::clusters_not_imported(&mut tx, &uuids)
-        .await?
-        .first()
-    {
-        return Err(ImportError::NotImported(*u));
-    }
-    let written = crate::db::imports::write(&mut tx, &plan).await?;
+    let (written, found) = write(&mut tx, &mut plan, fleet, dry_run).await?;
     if dry_run {
         tx.rollback().await?;
     } else {
         tx.commit().await?;
     }
-    let report = report(magnum_url, dry_run, &plan, &skipped, &written, capi);
+    let report = report(magnum_url, dry_run, &plan, &skipped, &written, capi, &found);
     Ok(Outcome { report, written })
+}
+
+/// Writes `plan` in the caller's transaction `conn`, after finding (and unless `dry_run`,
+/// labelling) the Cluster API drivers' clusters on `fleet` (see [`run`]); what was written and
+/// where the adopted clusters were found.
+pub async fn write(
+    conn: &mut sqlx::PgConnection,
+    plan: &mut Plan,
+    fleet: &[Arc<Capi>],
+    dry_run: bool,
+) -> Result<(Written, Found), ImportError> {
+    let uuids: Vec<Uuid> = plan.clusters.iter().map(|c| c.uuid).collect();
+    if let Some(u) = crate::db::imports::clusters_not_imported(&mut *conn, &uuids)
+        .await?
+        .first()
+    {
+        return Err(ImportError::NotImported(*u));
+    }
+    let found = adopt(plan, fleet, dry_run).await?;
+    // Adopted stays adopted (the write keeps the state; the report says so).
+    let kept = crate::db::imports::adopted_among(&mut *conn, &uuids).await?;
+    for c in plan.clusters.iter_mut().filter(|c| kept.contains(&c.uuid)) {
+        c.state = ImportState::Adopted;
+    }
+    plan.managed_here = crate::db::imports::managed_here_among(&mut *conn, &uuids)
+        .await?
+        .into_iter()
+        .collect();
+    let written = crate::db::imports::write(&mut *conn, plan).await?;
+    for (uuid, (member, _)) in &found {
+        crate::db::imports::place(&mut *conn, *uuid, member).await?;
+    }
+    Ok((written, found))
+}
+
+/// Finds each Cluster API driver's cluster of `plan` on `fleet`, marks the found ones adopted
+/// and (unless `dry_run`) labels their objects.
+async fn adopt(plan: &mut Plan, fleet: &[Arc<Capi>], dry_run: bool) -> Result<Found, ImportError> {
+    let mut found = Found::new();
+    for c in &mut plan.clusters {
+        let Some(at) = imported::objects_at(&c.source.name, c.stack_id.as_deref(), &c.project_id)
+        else {
+            continue;
+        };
+        for member in fleet {
+            let failed = |source| ImportError::Capi {
+                name: crate::domain::placement::shown(member.name()).to_string(),
+                source,
+            };
+            if !member.find_adoptable(&at).await.map_err(failed)? {
+                continue;
+            }
+            let ngs: Vec<AdoptedNodegroup> = plan
+                .nodegroups
+                .iter()
+                .filter(|n| n.cluster_id == c.uuid)
+                .map(|n| AdoptedNodegroup {
+                    uuid: n.uuid,
+                    name: n.name.clone(),
+                    is_master: n.role == "master",
+                })
+                .collect();
+            let missing = if dry_run {
+                Vec::new()
+            } else {
+                member.adopt(c.uuid, &at, &ngs).await.map_err(failed)?
+            };
+            c.state = ImportState::Adopted;
+            found.insert(c.uuid, (member.name().to_string(), missing));
+            break;
+        }
+    }
+    Ok(found)
 }
 
 /// The report: one line per object (and its notes), the skipped tables, the counts.
@@ -89,6 +176,7 @@ fn report(
     skipped: &reader::Skipped,
     w: &Written,
     capi: &CapiConfig,
+    found: &Found,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -115,7 +203,8 @@ fn report(
         }
     }
     for c in &plan.clusters {
-        let (state, why) = imported::decide(&c.source);
+        let at_found = found.get(&c.uuid);
+        let (state, why) = imported::decide(&c.source, c.state == ImportState::Adopted);
         let ngs: Vec<&str> = plan
             .nodegroups
             .iter()
@@ -132,14 +221,38 @@ fn report(
             state.as_str().replace('_', "-"),
             c.source.basis,
         );
+        if plan.managed_here.contains(&c.uuid) {
+            let _ = writeln!(
+                out,
+                "  note: changed through magnum-capi since its adoption: its record and \
+                 nodegroups here are kept, Magnum's are not written over them"
+            );
+        }
         if let Some(at) = imported::objects_at(&c.source.name, c.stack_id.as_deref(), &c.project_id)
         {
             let _ = writeln!(
                 out,
-                "  Cluster API objects: {}/{} on the management cluster its driver used; its CA \
-                 Secret {}/{}-ca serves ca show and ca sign",
-                at.namespace, at.name, at.namespace, at.name
+                "  Cluster API objects: {}/{} on {}; its CA Secret {}/{}-ca serves ca show and \
+                 ca sign",
+                at.namespace,
+                at.name,
+                match at_found {
+                    Some((m, _)) =>
+                        format!("management cluster {}", crate::domain::placement::shown(m)),
+                    None => "the management cluster its driver used".to_string(),
+                },
+                at.namespace,
+                at.name
             );
+            if let Some((_, missing)) = at_found
+                && !missing.is_empty()
+            {
+                let _ = writeln!(
+                    out,
+                    "  note: no object of nodegroups {} was found: their status is not watched",
+                    missing.join(", ")
+                );
+            }
         }
         let _ = writeln!(out, "  nodegroups: {}", ngs.join(", "));
     }

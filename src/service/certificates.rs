@@ -94,7 +94,7 @@ pub async fn sign(
     // driver signs with the CA its driver left (`coe cluster config` keeps working); only
     // clusters without one (Heat's) are refused with the read-only reason.
     if spec.objects_at.is_none() {
-        super::refuse_if_read_only(app, &c).await?;
+        super::refuse_if_read_only(app, &c, "sign").await?;
     }
     let csr = b.str("csr").unwrap_or_default();
     let validity = std::time::Duration::from_secs(
@@ -140,7 +140,7 @@ pub(super) async fn record_op(
 pub async fn rotate_ca(app: &App, caller: &Caller, ident: &str, request_id: &str) -> Result<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("certificate:rotate_ca", caller, Some(cluster_target(&c)))?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "rotate_ca").await?;
     let ct = tdb::by_uuid(&app.pool, &tdb::Visibility::All, c.cluster_template_id).await?;
     if ct.is_some_and(|t| t.tls_disabled) {
         return Err(DomainError::BadRequest(

@@ -451,7 +451,7 @@ pub async fn update(
 ) -> Result<Uuid> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:update", &c)?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "update").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ops = patch::parse(body, &schemas::CLUSTER_PATCH)?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
@@ -562,7 +562,7 @@ pub async fn delete(
 ) -> Result<()> {
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:delete", &c)?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "delete").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let op = NewOperation {
         cluster_uuid: c.uuid,
@@ -624,7 +624,7 @@ pub async fn resize(
     let b = schemas::RESIZE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), ident).await?;
     policy::enforce("cluster:resize", caller, Some(target(&c)))?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "resize").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let node_count = b.int("node_count").unwrap_or(0);
     if node_count == 0 && !mv.at_least(10) {
@@ -692,7 +692,7 @@ pub async fn upgrade(
     let b = schemas::UPGRADE.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, true), ident).await?;
     authorize(caller, "cluster:upgrade", &c)?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "upgrade").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ct_ident = b.str("cluster_template").unwrap_or_default();
     let ct = find_template(app, &template_visibility(caller), &ct_ident, false).await?;

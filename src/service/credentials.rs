@@ -47,7 +47,7 @@ pub async fn rotate(
         .into());
     }
     authorize(caller, "credential:rotate", &c)?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "rotate_credential").await?;
     if c.status == Status::DeleteInProgress.as_str() {
         return Err(DomainError::BadRequest(format!(
             "Rotating the credential of a cluster when status is \"{}\" is not supported.",

@@ -196,16 +196,25 @@ pub async fn driver_cluster(app: &App, c: &ClusterRow) -> Result<crate::domain::
     Ok(spec)
 }
 
-/// Refuses a change to a cluster imported read-only from Magnum (issue 25) with a 400 saying
-/// why and what to do; every use case that changes a cluster calls it after its policy check.
-/// A state this binary does not know (written by a newer one) counts as read-only.
-pub async fn refuse_if_read_only(app: &App, c: &ClusterRow) -> Result<()> {
-    use crate::domain::imported::{ImportState, refusal};
+/// Refuses a change to a cluster imported from Magnum (issue 25) with a 400 saying why and
+/// what to do: every change of a read-only one, and of an adopted one what needs objects
+/// rendered here (`action`: `resize`, `delete`, `sign`, `update`, `upgrade`, `nodegroup`,
+/// `rotate_credential`, `rotate_ca`; see `domain::imported::adopted_refusal`). Every use case
+/// that changes a cluster calls it after its policy check. A state this binary does not know
+/// (written by a newer one) counts as read-only.
+pub async fn refuse_if_read_only(app: &App, c: &ClusterRow, action: &str) -> Result<()> {
+    use crate::domain::imported::{ImportState, adopted_refusal, refusal};
     match crate::db::imports::of_cluster(&app.pool, c.uuid).await? {
-        Some(i) if i.state().is_none_or(|s| s == ImportState::ReadOnly) => {
+        Some(i) if i.state() == Some(ImportState::Adopted) => {
+            match adopted_refusal(&c.uuid.to_string(), &i.source_driver, action) {
+                Some(why) => Err(DomainError::BadRequest(why).into()),
+                None => Ok(()),
+            }
+        }
+        Some(i) => {
             Err(DomainError::BadRequest(refusal(&c.uuid.to_string(), &i.source_driver)).into())
         }
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 

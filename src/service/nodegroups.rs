@@ -117,7 +117,7 @@ pub async fn create(
     let b = schemas::NODEGROUP.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:create", caller, Some(cluster_target(&c)))?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "nodegroup").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     if c.api_address.is_none() {
         return Err(
@@ -234,7 +234,7 @@ pub async fn update(
     let ops = patch::parse(body, &schemas::NODEGROUP_PATCH)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "nodegroup").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
     let doc = views::document(&views::nodegroup_full(&ng, &c.labels.0, ""));
@@ -315,7 +315,7 @@ pub async fn delete(
 ) -> Result<()> {
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:delete", caller, Some(cluster_target(&c)))?;
-    super::refuse_if_read_only(app, &c).await?;
+    super::refuse_if_read_only(app, &c, "nodegroup").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
     if ng.is_default {

@@ -22,6 +22,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::access::{self, Denials};
+use super::requests::{RequestKey, Requests, Verb};
 use super::selector::Selector;
 use super::store::{
     Event, EventType, FieldManager, Patch, Propagation, Resource, Store, StoreError, Target,
@@ -49,6 +50,8 @@ pub(crate) struct ApiState {
     pub available: Arc<std::sync::atomic::AtomicBool>,
     /// What `SelfSubjectAccessReview`s answer denied.
     pub denials: Arc<Denials>,
+    /// Every request answered, by verb and resource (`SimCluster::requests`).
+    pub requests: Arc<Requests>,
 }
 
 /// The management cluster's API (`store`, plus the workload clusters under `/workload/…`), or
@@ -331,6 +334,13 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
             parts.uri.path()
         )));
     };
+    st.requests.count(request_key(
+        &route,
+        &parts.method,
+        &parts.headers,
+        &query,
+        workload,
+    ));
     let path = match route {
         Route::ApiVersions => {
             return json_response(
@@ -369,6 +379,59 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     match dispatch(&st, &parts.method, &parts.headers, path, &query, &bytes) {
         Ok(resp) => resp,
         Err(e) => error_response(&e),
+    }
+}
+
+/// How `SimCluster::requests` files a request.
+fn request_key(
+    route: &Route,
+    method: &Method,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    workload: bool,
+) -> RequestKey {
+    let Route::Object(path) = route else {
+        let resource = match route {
+            Route::ApiVersions => "/api".to_string(),
+            Route::ApiGroups => "/apis".to_string(),
+            Route::Version => "/version".to_string(),
+            Route::Health => "/healthz".to_string(),
+            Route::ResourceList(gv) => format!("/apis/{gv}"),
+            Route::Object(_) => String::new(),
+        };
+        return RequestKey {
+            workload,
+            verb: Verb::Discovery,
+            resource,
+        };
+    };
+    let named = path.name.is_some();
+    let verb = match method.as_str() {
+        "GET" if named => Verb::Get,
+        "GET" if q.get("watch").is_some_and(|w| w == "true" || w == "1") => Verb::Watch,
+        "GET" => Verb::List,
+        "POST" => Verb::Create,
+        "PUT" => Verb::Update,
+        "PATCH"
+            if headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|c| c.starts_with("application/apply-patch")) =>
+        {
+            Verb::Apply
+        }
+        "PATCH" => Verb::Patch,
+        "DELETE" if named => Verb::Delete,
+        _ => Verb::DeleteCollection,
+    };
+    let mut resource = path.resource.qualified();
+    if let Some(sub) = &path.subresource {
+        resource = format!("{resource}/{sub}");
+    }
+    RequestKey {
+        workload,
+        verb,
+        resource,
     }
 }
 

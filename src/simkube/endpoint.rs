@@ -202,6 +202,8 @@ impl Server {
             available: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             // No RBAC on a workload API: its client certificates are cluster admin.
             denials: Arc::default(),
+            // Counted apart from the management cluster's requests (and not read by anyone).
+            requests: Arc::default(),
         };
         drop(sim);
         let auth = Auth {

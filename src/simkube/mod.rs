@@ -17,6 +17,7 @@ mod kubeconfig;
 pub mod objects;
 mod pki;
 mod reconcile;
+pub mod requests;
 pub mod selector;
 mod simulation;
 pub mod store;
@@ -124,6 +125,7 @@ pub struct SimCluster {
     tasks: Vec<JoinHandle<()>>,
     available: Arc<std::sync::atomic::AtomicBool>,
     denials: Arc<access::Denials>,
+    requests: Arc<requests::Requests>,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -161,6 +163,7 @@ impl SimCluster {
         let workloads = Arc::new(workload::Workloads::default());
         let available = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let denials = Arc::new(access::Denials::default());
+        let requests = Arc::new(requests::Requests::default());
         let app = api::router(api::ApiState {
             store: store.clone(),
             workloads: workloads.clone(),
@@ -169,6 +172,7 @@ impl SimCluster {
             bookmark_interval: opts.bookmark_interval,
             available: available.clone(),
             denials: denials.clone(),
+            requests: requests.clone(),
         });
         let mut stop = shutdown_rx.clone();
         let server = tokio::spawn(async move {
@@ -212,6 +216,7 @@ impl SimCluster {
             tasks,
             available,
             denials,
+            requests,
         })
     }
 
@@ -219,6 +224,12 @@ impl SimCluster {
     /// for core) answer denied, as for an account whose RBAC lacks it.
     pub fn deny(&self, group: &str, resource: &str, verb: &str) {
         self.denials.deny(group, resource, verb);
+    }
+
+    /// Every request this API server answered so far, by verb and resource (subtract an
+    /// earlier snapshot with `RequestCounts::since` to cost an operation or a window).
+    pub fn requests(&self) -> requests::RequestCounts {
+        self.requests.snapshot()
     }
 
     /// An outage of the API server (every request answered 503) until set back to `true`.

@@ -1,7 +1,8 @@
 //! Clusters magnum-cluster-api and magnum-capi-helm made, imported from Magnum (issue 25): the
 //! objects each driver leaves (fixtures written from their sources, `common::capi_drivers`) on
-//! the simulated management cluster. Adoption is not done, so they stay read-only, but the CA
-//! each driver left serves `coe ca show` and `coe ca sign` (what `coe cluster config` needs);
+//! the simulated management cluster. Imported without a management cluster to look on, they
+//! stay read-only, but the CA each driver left serves `coe ca show` and `coe ca sign` (what
+//! `coe cluster config` needs);
 //! a Heat cluster, which has none, refuses the signing with the read-only reason.
 
 use crate::common::capi::{admin_csr, capi_app_on};
@@ -56,15 +57,13 @@ async fn the_ca_each_capi_driver_left_serves_ca_show_and_sign_and_the_cluster_st
         let cert = r.body["pem"].as_str().unwrap();
         assert!(pki::verifies(cert, &ca.cert_pem), "{driver:?}: {cert}");
 
-        // Changes are still refused, saying why.
+        // Imported without a management cluster to look on: read-only, changes refused
+        // saying why (adoption: `adopt_capi_drivers`).
         let r = t.delete(&TENANT, &format!("/v1/clusters/{c}")).await;
         assert_magnum_error(
             &r,
             400,
-            &format!(
-                "made by {}: adoption of its Cluster API objects is pending.",
-                driver.entry_point()
-            ),
+            &magnum_capi::domain::imported::refusal(&c, driver.entry_point()),
         );
     }
 

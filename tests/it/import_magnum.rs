@@ -483,8 +483,9 @@ async fn a_dry_run_reports_every_object_and_writes_nothing() {
     assert!(
         out.contains(&format!(
             "cluster {helm} \"cl-0\" (project {PA}, CREATE_IN_PROGRESS): import read-only — made \
-             by k8s_capi_helm_v1: adoption of its Cluster API objects is pending (driver found by \
-             the template's driver column)"
+             by k8s_capi_helm_v1: its Cluster API objects were not found on a configured \
+             management cluster (import again once they are, to adopt it) (driver found by the \
+             template's driver column)"
         )),
         "{out}"
     );
@@ -651,13 +652,14 @@ async fn imported_clusters_are_read_only_and_say_why() {
         )
         .await;
     assert_magnum_error(&r, 400, &why);
-    // A CAPI driver's cluster says adoption is pending.
+    // A CAPI driver's cluster whose objects were not found says so.
     let helm = cluster_uuid(3);
     let r = app.delete(&ADMIN_A, &format!("/v1/clusters/{helm}")).await;
     assert_magnum_error(
         &r,
         400,
-        "made by k8s_capi_helm_v1: adoption of its Cluster API objects is pending.",
+        "made by k8s_capi_helm_v1: its Cluster API objects were not found on a configured \
+         management cluster (import again once they are, to adopt it).",
     );
     // Nothing changed.
     let c = app.get(&admin_b, &path).await;

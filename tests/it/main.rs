@@ -8,6 +8,7 @@
 
 mod common;
 
+mod adopt_capi_drivers;
 mod api_admin;
 mod api_clusters;
 mod api_contract;
@@ -42,6 +43,7 @@ mod keystone_harness;
 mod layers;
 mod listener;
 mod management_clusters;
+mod mgmt_cost;
 mod openapi;
 mod policy;
 mod reconciler;

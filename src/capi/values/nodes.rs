@@ -327,36 +327,6 @@ pub const FLATCAR_KUBEADM_COMMANDS: [&str; 3] = [
     "mv /etc/kubeadm.yml.tmp /etc/kubeadm.yml",
 ];
 
-/// apt's proxy settings (Ubuntu, Debian): packages installed later on the node go through it.
-const APT_PROXY_PATH: &str = "/etc/apt/apt.conf.d/90magnum-proxy";
-
-/// The package manager's proxy: an apt.conf.d file, or dnf's `proxy=` (dnf reads only its
-/// `dnf.conf`, so the line is added to its `[main]` once); Flatcar has no package manager.
-fn package_proxy(distro: OsDistro, p: &Proxy) -> (Option<String>, Option<String>) {
-    match distro {
-        OsDistro::Ubuntu | OsDistro::Debian => {
-            let mut apt = String::new();
-            for (scheme, v) in [("http", &p.http_proxy), ("https", &p.https_proxy)] {
-                if let Some(v) = v {
-                    apt.push_str(&format!("Acquire::{scheme}::Proxy \"{v}\";\n"));
-                }
-            }
-            (Some(apt), None)
-        }
-        OsDistro::Rocky => {
-            let url = p.https_proxy.as_ref().or(p.http_proxy.as_ref());
-            let cmd = url.map(|u| {
-                format!(
-                    "grep -q '^proxy=' /etc/dnf/dnf.conf || sed -i '/^\\[main\\]/a proxy={u}' \
-                     /etc/dnf/dnf.conf"
-                )
-            });
-            (None, cmd)
-        }
-        OsDistro::Flatcar => (None, None),
-    }
-}
-
 /// What every node gets: files and the commands that apply them.
 pub(super) fn node_settings(
     distro: OsDistro,
@@ -377,11 +347,9 @@ pub(super) fn node_settings(
         pre_kubeadm_commands.extend(FLATCAR_KUBEADM_COMMANDS.map(str::to_owned));
     }
     if let Some(p) = &proxy {
-        let (apt, dnf) = package_proxy(distro, p);
-        if let Some(apt) = apt {
-            files.push(file(APT_PROXY_PATH, "0644", apt));
-        }
-        pre_kubeadm_commands.extend(dnf);
+        // Only the container runtime and the kubelet are proxied, on every distro: Cluster API
+        // images install nothing at boot, and a package-manager proxy file would change every
+        // proxied cluster's bootstrap (rolling its machines) for no gain.
         for path in PROXY_DROP_INS {
             files.push(file(path, "0644", proxy_drop_in(p)));
         }

@@ -58,19 +58,23 @@ impl Driver {
     }
 }
 
-/// Writes, as `magnum-capi import` does, a cluster `n` of `who` made by `driver` (its `stack_id`
-/// `stack`) with a master and a worker nodegroup, `CREATE_COMPLETE`; its uuid.
-pub async fn imported_cluster(
-    t: &TestApp,
+/// The uuid of the fixture cluster `n`.
+pub fn cluster_uuid(n: u32) -> String {
+    format!("c1a5e700-{n:04}-4000-8000-00000000a000")
+}
+
+/// The Magnum rows of a cluster `n` of `who` made by `driver` (its `stack_id` `stack`) with a
+/// master and a worker ([`WORKER`]) nodegroup, `CREATE_COMPLETE`; and its uuid.
+fn magnum_rows(
     n: u32,
     driver: Driver,
     stack: &str,
     who: &As,
-) -> String {
-    use magnum_capi::domain::imported::{Tables, plan};
+) -> (magnum_capi::domain::imported::Tables, String) {
+    use magnum_capi::domain::imported::Tables;
     let row = |v: Value| v.as_object().cloned().unwrap_or_default();
     let tpl = format!("7e1f0d7a-{n:04}-4000-8000-00000000a000");
-    let c = format!("c1a5e700-{n:04}-4000-8000-00000000a000");
+    let c = cluster_uuid(n);
     let id = 9000 + i64::from(n) * 10;
     let tables = Tables {
         templates: vec![row(json!({"id": id, "uuid": tpl, "project_id": who.project,
@@ -80,25 +84,61 @@ pub async fn imported_cluster(
             "user_id": who.user, "name": format!("live-{n}"), "cluster_template_id": tpl,
             "stack_id": stack, "status": "CREATE_COMPLETE", "labels": "{}",
             "api_address": "https://203.0.113.7:6443"}))],
-        nodegroups: ["default-master", "default-worker"]
+        nodegroups: ["default-master", WORKER]
             .iter()
             .enumerate()
             .map(|(i, name)| {
                 row(json!({"id": id + i as i64, "uuid": format!("9e000000-{n:04}-4000-8000-00000000a00{i}"),
                     "name": name, "cluster_id": c, "project_id": who.project,
-                    "role": if i == 0 { "master" } else { "worker" }, "node_count": 1,
+                    "role": if i == 0 { "master" } else { "worker" }, "node_count": 1, "is_default": 1,
                     "status": "CREATE_COMPLETE"}))
             })
             .collect(),
         quotas: Vec::new(),
     };
-    let plan = plan(&tables, chrono::Utc::now()).expect("importable rows");
+    (tables, c)
+}
+
+/// Writes, as `magnum-capi import` does without a management cluster to look on, a cluster
+/// `n` of `who` made by `driver` (see `magnum_rows`): imported read-only; its uuid.
+pub async fn imported_cluster(
+    t: &TestApp,
+    n: u32,
+    driver: Driver,
+    stack: &str,
+    who: &As,
+) -> String {
+    let (tables, c) = magnum_rows(n, driver, stack, who);
+    let plan =
+        magnum_capi::domain::imported::plan(&tables, chrono::Utc::now()).expect("importable rows");
     let mut tx = t.state.pool.begin().await.expect("begin");
     magnum_capi::db::imports::write(&mut tx, &plan)
         .await
         .expect("import");
     tx.commit().await.expect("commit");
     c
+}
+
+/// Imports, as `magnum-capi import` does with `fleet` as its management clusters, the cluster
+/// `n` of `who` made by `driver` (see `magnum_rows`); its uuid and where it was found (empty:
+/// nowhere, so it is read-only).
+pub async fn import_with(
+    t: &TestApp,
+    fleet: &[std::sync::Arc<magnum_capi::capi::driver::Capi>],
+    n: u32,
+    driver: Driver,
+    stack: &str,
+    who: &As,
+) -> (String, magnum_capi::import::Found) {
+    let (tables, c) = magnum_rows(n, driver, stack, who);
+    let mut plan =
+        magnum_capi::domain::imported::plan(&tables, chrono::Utc::now()).expect("importable rows");
+    let mut tx = t.state.pool.begin().await.expect("begin");
+    let (_, found) = magnum_capi::import::write(&mut tx, &mut plan, fleet, false)
+        .await
+        .expect("import");
+    tx.commit().await.expect("commit");
+    (c, found)
 }
 
 fn secret(namespace: &str, name: &str, labels: &Value, ty: Option<&str>, data: Value) -> Value {
@@ -190,18 +230,180 @@ pub fn load_driver_objects(
             ),
         )
         .expect("credential Secret");
-    let cluster_labels = match driver {
-        Driver::ClusterApi => json!({"cluster-uuid": uuid, "cni": "calico-v3.29.3"}),
-        _ => json!({"capi.stackhpc.com/cluster": stack,
-            "capi.stackhpc.com/managed-by": "Helm",
-            "capi.stackhpc.com/infrastructure-provider": "openstack"}),
-    };
-    store
-        .put(
-            &Resource::of("cluster.x-k8s.io/v1beta1", "Cluster"),
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-                "metadata": {"name": stack, "namespace": ns, "labels": cluster_labels},
-                "spec": {"controlPlaneEndpoint": {"host": "203.0.113.7", "port": 6443}}}),
+    for (gvk, obj) in capi_objects(driver, &ns, stack, uuid) {
+        store
+            .put(&Resource::of(gvk.0, gvk.1), obj)
+            .expect("a driver's Cluster API object");
+    }
+}
+
+/// The worker nodegroup every fixture cluster has (one machine), beside its control plane.
+pub const WORKER: &str = "default-worker";
+
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+const KCP: &str = "controlplane.cluster.x-k8s.io/v1beta2";
+const KCT: &str = "bootstrap.cluster.x-k8s.io/v1beta2";
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+
+fn r(group: &str, kind: &str, name: &str) -> Value {
+    json!({"apiGroup": group, "kind": kind, "name": name})
+}
+
+/// The Cluster API objects `driver` leaves for a running cluster `stack` (one control-plane
+/// machine, one machine in [`WORKER`]), as the management cluster serves them (CAPI's
+/// v1beta2): names and labels are the driver's. magnum-capi-helm (the `openstack-cluster`
+/// chart): `<release>`, `<release>-control-plane`, `<release>-<nodegroup>`, labelled
+/// `capi.stackhpc.com/{cluster,component,node-group}`. magnum-cluster-api: a ClusterClass
+/// topology (`spec.topology`, the nodegroup's replicas there) whose objects CAPI's topology
+/// controller names `<cluster>-<random>` and labels `topology.cluster.x-k8s.io/*`.
+fn capi_objects(
+    driver: Driver,
+    ns: &str,
+    stack: &str,
+    uuid: &str,
+) -> Vec<((&'static str, &'static str), Value)> {
+    let helm = driver == Driver::CapiHelm;
+    let (osc, kcp, md) = if helm {
+        (
+            stack.to_string(),
+            format!("{stack}-control-plane"),
+            format!("{stack}-{WORKER}"),
         )
-        .expect("Cluster");
+    } else {
+        (
+            format!("{stack}-b7rd9"),
+            format!("{stack}-k2x8v"),
+            format!("{stack}-{WORKER}-p4x9z"),
+        )
+    };
+    let component = |c: &str| -> Value {
+        if helm {
+            json!({"capi.stackhpc.com/cluster": stack, "capi.stackhpc.com/component": c,
+                   "capi.stackhpc.com/managed-by": "Helm",
+                   "capi.stackhpc.com/infrastructure-provider": "openstack",
+                   "helm.sh/chart": "openstack-cluster-0.27.0"})
+        } else {
+            json!({"cluster.x-k8s.io/cluster-name": stack, "topology.cluster.x-k8s.io/owned": ""})
+        }
+    };
+    let mut cluster_labels = if helm {
+        component("cluster")
+    } else {
+        json!({"cluster-uuid": uuid, "cni": "calico-v3.29.3"})
+    };
+    if helm {
+        cluster_labels
+            .as_object_mut()
+            .map(|m| m.remove("capi.stackhpc.com/component"));
+    }
+    let mut md_labels = component("worker");
+    let mut template_labels = md_labels.clone();
+    if helm {
+        md_labels["capi.stackhpc.com/node-group"] = json!(WORKER);
+        template_labels = json!({"capi.stackhpc.com/cluster": stack,
+            "capi.stackhpc.com/component": "worker", "capi.stackhpc.com/node-group": WORKER});
+    } else {
+        md_labels["topology.cluster.x-k8s.io/deployment-name"] = json!(WORKER);
+        template_labels["topology.cluster.x-k8s.io/deployment-name"] = json!(WORKER);
+        template_labels["node-role.kubernetes.io/worker"] = json!("");
+        template_labels["node.cluster.x-k8s.io/nodegroup"] = json!(WORKER);
+    }
+    let identity = json!({"cloudName": if helm { "openstack" } else { "default" },
+        "name": if helm { format!("{stack}-cloud-credentials") } else { format!("{stack}-cloud-config") }});
+    let machine_template = |name: &str, flavor: &str| {
+        json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate",
+            "metadata": {"name": name, "namespace": ns, "labels": component("machine-template")},
+            "spec": {"template": {"spec": {"identityRef": identity, "flavor": flavor,
+                "image": {"filter": {"name": "ubuntu-2204-kube-v1.31.4"}}, "sshKeyName": "ops-key"}}}})
+    };
+    let node_registration = json!({"name": "{{ local_hostname }}", "kubeletExtraArgs": [
+        {"name": "cloud-provider", "value": "external"},
+        {"name": "provider-id", "value": "openstack:///'{{ instance_id }}'"}]});
+    let cp_template = format!("{kcp}-9a8b7c6d");
+    let md_template = format!("{md}-1f2e3d4c");
+    let md_bootstrap = format!("{md}-5a6b7c8d");
+    let mut cluster = json!({"apiVersion": CAPI, "kind": "Cluster",
+        "metadata": {"name": stack, "namespace": ns, "labels": cluster_labels},
+        "spec": {
+            "clusterNetwork": {"pods": {"cidrBlocks": ["10.100.0.0/16"]},
+                               "services": {"cidrBlocks": ["10.254.0.0/16"]},
+                               "serviceDomain": "cluster.local"},
+            "controlPlaneRef": r("controlplane.cluster.x-k8s.io", "KubeadmControlPlane", &kcp),
+            "infrastructureRef": r("infrastructure.cluster.x-k8s.io", "OpenStackCluster", &osc)}});
+    if !helm {
+        cluster["spec"]["topology"] = json!({"classRef": {"name": "magnum-v0.38.1"},
+            "version": "v1.31.4",
+            "controlPlane": {"replicas": 1},
+            "workers": {"machineDeployments": [
+                {"class": "default-worker", "name": WORKER, "replicas": 1}]}});
+    }
+    vec![
+        (
+            (
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackCluster",
+            ),
+            json!({
+            "apiVersion": INFRA, "kind": "OpenStackCluster",
+            "metadata": {"name": osc, "namespace": ns, "labels": component("cluster")},
+            "spec": {"identityRef": identity, "externalNetwork": {"id": "public"},
+                     "managedSubnets": [{"cidr": "10.0.0.0/24"}],
+                     "apiServerLoadBalancer": {"enabled": true},
+                     "managedSecurityGroups": {"allowAllInClusterTraffic": true}}}),
+        ),
+        (
+            (
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachineTemplate",
+            ),
+            machine_template(&cp_template, "m1.medium"),
+        ),
+        (
+            (
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachineTemplate",
+            ),
+            machine_template(&md_template, "m1.small"),
+        ),
+        (
+            (
+                "bootstrap.cluster.x-k8s.io/v1beta2",
+                "KubeadmConfigTemplate",
+            ),
+            json!({
+            "apiVersion": KCT, "kind": "KubeadmConfigTemplate",
+            "metadata": {"name": md_bootstrap, "namespace": ns, "labels": component("worker")},
+            "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": node_registration}}}}}),
+        ),
+        (
+            (
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "KubeadmControlPlane",
+            ),
+            json!({
+            "apiVersion": KCP, "kind": "KubeadmControlPlane",
+            "metadata": {"name": kcp, "namespace": ns, "labels": component("control-plane")},
+            "spec": {"version": "v1.31.4", "replicas": 1,
+                "machineTemplate": {"spec": {"infrastructureRef":
+                    r("infrastructure.cluster.x-k8s.io", "OpenStackMachineTemplate", &cp_template)}},
+                "kubeadmConfigSpec": {
+                    "clusterConfiguration": {"controllerManager": {"extraArgs": [
+                        {"name": "cloud-provider", "value": "external"}]}},
+                    "initConfiguration": {"nodeRegistration": node_registration},
+                    "joinConfiguration": {"nodeRegistration": node_registration}}}}),
+        ),
+        (
+            ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            json!({
+            "apiVersion": CAPI, "kind": "MachineDeployment",
+            "metadata": {"name": md, "namespace": ns, "labels": md_labels},
+            "spec": {"clusterName": stack, "replicas": 1,
+                "selector": {"matchLabels": template_labels},
+                "template": {"metadata": {"labels": template_labels},
+                    "spec": {"clusterName": stack, "version": "v1.31.4",
+                        "bootstrap": {"configRef": r("bootstrap.cluster.x-k8s.io", "KubeadmConfigTemplate", &md_bootstrap)},
+                        "infrastructureRef": r("infrastructure.cluster.x-k8s.io", "OpenStackMachineTemplate", &md_template)}}}}),
+        ),
+        (("cluster.x-k8s.io/v1beta2", "Cluster"), cluster),
+    ]
 }

@@ -1,0 +1,310 @@
+//! Adoption of the clusters Magnum's Cluster API drivers made (issue 25 item 2), on the
+//! management cluster: whether a driver's `Cluster` is there ([`Capi::find_adoptable`]), our
+//! labels on its Cluster, OpenStackCluster, control plane and MachineDeployments so the watchers
+//! and the status writer see them ([`Capi::adopt`]: metadata labels only, nothing of a spec, so
+//! no machine rolls), and the resize of an adopted cluster where its driver keeps the replicas
+//! ([`Capi::resize_adopted`]). The drivers' names and labels, read from their sources:
+//! magnum-capi-helm names the control plane `<release>-control-plane` and a nodegroup's
+//! MachineDeployment `<release>-<sanitized nodegroup name>`; magnum-cluster-api uses a
+//! ClusterClass, so its MachineDeployments carry `topology.cluster.x-k8s.io/deployment-name` =
+//! the nodegroup name and their replicas live in the Cluster's `spec.topology`.
+
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::apply::ObjectRef;
+use super::driver::{Capi, CapiError};
+use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_ROLE, kinds};
+use crate::domain::imported::{DriverFamily, capi_helm_sanitized};
+use crate::domain::spec::{ClusterSpec, ObjectsAt};
+
+/// The topology label CAPI's topology controller puts on a ClusterClass MachineDeployment: the
+/// name of its entry in `spec.topology.workers.machineDeployments`.
+const LABEL_TOPOLOGY_DEPLOYMENT: &str = "topology.cluster.x-k8s.io/deployment-name";
+
+/// One nodegroup as adoption maps it onto the driver's objects.
+#[derive(Debug, Clone)]
+pub struct AdoptedNodegroup {
+    pub uuid: Uuid,
+    pub name: String,
+    pub is_master: bool,
+}
+
+/// Whether `md` (a MachineDeployment the driver made for cluster `at`) implements nodegroup
+/// `ng`, by the driver's own naming.
+pub fn implements(at: &ObjectsAt, md: &Value, ng: &AdoptedNodegroup) -> bool {
+    if ng.is_master {
+        return false;
+    }
+    match at.driver {
+        DriverFamily::CapiHelm => {
+            md.pointer("/metadata/name").and_then(Value::as_str)
+                == Some(format!("{}-{}", at.name, capi_helm_sanitized(&ng.name)).as_str())
+        }
+        DriverFamily::ClusterApi => {
+            md.pointer("/metadata/labels")
+                .and_then(|l| l.get(LABEL_TOPOLOGY_DEPLOYMENT))
+                .and_then(Value::as_str)
+                == Some(ng.name.as_str())
+        }
+        DriverFamily::Heat | DriverFamily::Unknown => false,
+    }
+}
+
+fn labels(pairs: &[(&str, String)]) -> Map<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), Value::from(v.clone())))
+        .collect()
+}
+
+fn ref_name<'a>(cluster: &'a Value, field: &str) -> Option<&'a str> {
+    cluster
+        .pointer(&format!("/spec/{field}/name"))
+        .and_then(Value::as_str)
+}
+
+impl Capi {
+    /// Whether the driver's CAPI `Cluster` is at `at` on this management cluster.
+    pub async fn find_adoptable(&self, at: &ObjectsAt) -> Result<bool, CapiError> {
+        Ok(self
+            .mgmt
+            .get(&ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name))
+            .await?
+            .is_some())
+    }
+
+    /// Labels the driver's objects of cluster `uuid` at `at` as ours: the Cluster, its
+    /// OpenStackCluster and control plane (named by its refs) and the MachineDeployments of its
+    /// nodegroups (by the driver's naming) get our cluster-uuid label, the control plane and
+    /// MachineDeployments also their nodegroup's uuid and role. A merge patch of
+    /// `metadata.labels` only: no spec changes, so nothing rolls, and no field of the driver's
+    /// changes owner. Idempotent. Returns the nodegroups whose objects were not found.
+    pub async fn adopt(
+        &self,
+        uuid: Uuid,
+        at: &ObjectsAt,
+        nodegroups: &[AdoptedNodegroup],
+    ) -> Result<Vec<String>, CapiError> {
+        let ns = at.namespace.as_str();
+        let cluster_ref = ObjectRef::new(kinds::CLUSTER, ns, &at.name);
+        let Some(cluster) = self.mgmt.get_value(&cluster_ref).await? else {
+            return Err(CapiError::Invalid(format!(
+                "the Cluster {ns}/{} is not on the management cluster",
+                at.name
+            )));
+        };
+        let ours = labels(&[(LABEL_CLUSTER_UUID, uuid.to_string())]);
+        self.mgmt.label(&cluster_ref, &ours).await?;
+        if let Some(osc) = ref_name(&cluster, "infrastructureRef") {
+            self.mgmt
+                .label(&ObjectRef::new(kinds::OPENSTACK_CLUSTER, ns, osc), &ours)
+                .await?;
+        }
+        let mut missing = Vec::new();
+        let master = nodegroups.iter().find(|n| n.is_master);
+        match (ref_name(&cluster, "controlPlaneRef"), master) {
+            (Some(kcp), Some(m)) => {
+                let l = labels(&[
+                    (LABEL_CLUSTER_UUID, uuid.to_string()),
+                    (LABEL_NODEGROUP_UUID, m.uuid.to_string()),
+                    (LABEL_ROLE, "master".into()),
+                ]);
+                self.mgmt
+                    .label(&ObjectRef::new(kinds::CONTROL_PLANE, ns, kcp), &l)
+                    .await?;
+            }
+            (None, Some(m)) => missing.push(m.name.clone()),
+            _ => {}
+        }
+        let sel = format!("{}={}", super::LABEL_CAPI_CLUSTER_NAME, at.name);
+        let mds: Vec<Value> = self
+            .mgmt
+            .list(kinds::MACHINE_DEPLOYMENT, ns, &sel)
+            .await?
+            .into_iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect();
+        for ng in nodegroups.iter().filter(|n| !n.is_master) {
+            let Some(md) = mds.iter().find(|md| implements(at, md, ng)) else {
+                missing.push(ng.name.clone());
+                continue;
+            };
+            let name = md
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let l = labels(&[
+                (LABEL_CLUSTER_UUID, uuid.to_string()),
+                (LABEL_NODEGROUP_UUID, ng.uuid.to_string()),
+                (LABEL_ROLE, "worker".into()),
+            ]);
+            self.mgmt
+                .label(&ObjectRef::new(kinds::MACHINE_DEPLOYMENT, ns, name), &l)
+                .await?;
+        }
+        Ok(missing)
+    }
+
+    /// A resize of an adopted cluster: each nodegroup's replicas set where its driver keeps
+    /// them, and nothing else. magnum-capi-helm: `spec.replicas` of its MachineDeployment (and
+    /// of the control plane), by a merge patch. magnum-cluster-api: the nodegroup's entry of
+    /// the Cluster's `spec.topology.workers.machineDeployments` (and
+    /// `spec.topology.controlPlane.replicas`), by a JSON patch that tests the entry's name
+    /// first (the topology controller owns the MachineDeployments and would undo a change made
+    /// on them).
+    pub(super) async fn resize_adopted(
+        &self,
+        spec: &ClusterSpec,
+        at: &ObjectsAt,
+    ) -> Result<(), CapiError> {
+        let ns = at.namespace.as_str();
+        match at.driver {
+            DriverFamily::CapiHelm => {
+                for ng in &spec.nodegroups {
+                    let sel = format!("{LABEL_NODEGROUP_UUID}={}", ng.uuid);
+                    let gvk = if ng.is_master() {
+                        kinds::CONTROL_PLANE
+                    } else {
+                        kinds::MACHINE_DEPLOYMENT
+                    };
+                    for o in self.mgmt.list(gvk, ns, &sel).await? {
+                        let name = o.metadata.name.unwrap_or_default();
+                        if o.data.pointer("/spec/replicas").and_then(Value::as_i64)
+                            != Some(i64::from(ng.node_count))
+                        {
+                            self.mgmt
+                                .merge_patch(
+                                    &ObjectRef::new(gvk, ns, &name),
+                                    &json!({"spec": {"replicas": ng.node_count}}),
+                                )
+                                .await?;
+                        }
+                    }
+                }
+            }
+            DriverFamily::ClusterApi => {
+                let r = ObjectRef::new(kinds::CLUSTER, ns, &at.name);
+                let Some(cluster) = self.mgmt.get_value(&r).await? else {
+                    return Err(CapiError::Stuck(format!(
+                        "the Cluster {ns}/{} is gone from the management cluster",
+                        at.name
+                    )));
+                };
+                let wanted: Vec<(&str, bool, i32)> = spec
+                    .nodegroups
+                    .iter()
+                    .map(|n| (n.name.as_str(), n.is_master(), n.node_count))
+                    .collect();
+                let ops = topology_replicas_patch(&cluster, &wanted);
+                if !ops.is_empty() {
+                    self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
+                }
+            }
+            DriverFamily::Heat | DriverFamily::Unknown => {}
+        }
+        Ok(())
+    }
+}
+
+/// The JSON patch operations that set each nodegroup's replicas (`wanted`: name, whether it is
+/// the control plane, node count) in a ClusterClass Cluster's topology, where they differ (each
+/// entry's name tested first, so a concurrent reorder fails the patch instead of resizing
+/// another nodegroup).
+pub fn topology_replicas_patch(cluster: &Value, wanted: &[(&str, bool, i32)]) -> Vec<Value> {
+    let mut ops = Vec::new();
+    for &(name, is_master, count) in wanted {
+        let want = json!(count);
+        if is_master {
+            let path = "/spec/topology/controlPlane/replicas";
+            if cluster.pointer(path) != Some(&want) {
+                ops.push(json!({"op": "add", "path": path, "value": want}));
+            }
+            continue;
+        }
+        let entries = cluster
+            .pointer("/spec/topology/workers/machineDeployments")
+            .and_then(Value::as_array);
+        let Some((i, entry)) = entries.and_then(|e| {
+            e.iter()
+                .enumerate()
+                .find(|(_, m)| m.get("name").and_then(Value::as_str) == Some(name))
+        }) else {
+            continue;
+        };
+        if entry.get("replicas") != Some(&want) {
+            let base = format!("/spec/topology/workers/machineDeployments/{i}");
+            ops.push(json!({"op": "test", "path": format!("{base}/name"), "value": name}));
+            ops.push(json!({"op": "add", "path": format!("{base}/replicas"), "value": want}));
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(driver: DriverFamily) -> ObjectsAt {
+        ObjectsAt {
+            namespace: "ns".into(),
+            name: "live-abcdef123456".into(),
+            driver,
+        }
+    }
+
+    fn ng(name: &str) -> AdoptedNodegroup {
+        AdoptedNodegroup {
+            uuid: Uuid::nil(),
+            name: name.into(),
+            is_master: false,
+        }
+    }
+
+    #[test]
+    fn each_driver_names_a_nodegroups_machine_deployment_its_own_way() {
+        let helm = json!({"metadata": {"name": "live-abcdef123456-gpu-nodes"}});
+        assert!(implements(
+            &at(DriverFamily::CapiHelm),
+            &helm,
+            &ng("GPU nodes")
+        ));
+        assert!(!implements(&at(DriverFamily::CapiHelm), &helm, &ng("gpu")));
+        let topology = json!({"metadata": {"name": "live-abcdef123456-gpu-x1y2z",
+            "labels": {LABEL_TOPOLOGY_DEPLOYMENT: "gpu"}}});
+        assert!(implements(
+            &at(DriverFamily::ClusterApi),
+            &topology,
+            &ng("gpu")
+        ));
+        assert!(!implements(
+            &at(DriverFamily::ClusterApi),
+            &helm,
+            &ng("gpu")
+        ));
+    }
+
+    #[test]
+    fn a_topology_resize_changes_only_the_replicas_that_differ_after_testing_the_entry() {
+        let cluster = json!({"spec": {"topology": {"controlPlane": {"replicas": 3},
+            "workers": {"machineDeployments": [
+                {"class": "default-worker", "name": "default-worker", "replicas": 1},
+                {"class": "default-worker", "name": "gpu", "replicas": 2}]}}}});
+        let ops = topology_replicas_patch(
+            &cluster,
+            &[
+                ("m", true, 3),
+                ("default-worker", false, 1),
+                ("gpu", false, 4),
+            ],
+        );
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "test", "path": "/spec/topology/workers/machineDeployments/1/name", "value": "gpu"}),
+                json!({"op": "add", "path": "/spec/topology/workers/machineDeployments/1/replicas", "value": 4}),
+            ]
+        );
+        assert!(topology_replicas_patch(&cluster, &[("m", true, 3)]).is_empty());
+    }
+}

@@ -1,0 +1,307 @@
+//! Adoption of the clusters Magnum's two Cluster API drivers made (issue 25 item 2): each
+//! driver's objects (fixtures written from their sources, `common::capi_drivers`) run on the
+//! simulated management cluster; an import that finds them adopts the cluster, and from then
+//! on its status and health come from those objects, `ca show`/`ca sign` use the driver's CA,
+//! resize and delete act on the driver's objects, and what would need objects rendered here is
+//! refused with a 400. Adoption itself replaces no machine and changes no spec.
+
+use std::collections::BTreeMap;
+
+use crate::common::capi::{admin_csr, capi_app_on};
+use crate::common::capi_drivers::{
+    Driver, TENANT, WORKER, cluster_uuid, import_with, load_driver_objects,
+};
+use crate::common::wait::until;
+use crate::common::*;
+
+use magnum_capi::capi::pki;
+use magnum_capi::domain::imported::{ImportState, adopted_refusal, refusal};
+use magnum_capi::simkube::{Resource, SimCluster};
+use serde_json::{Value, json};
+
+/// The driver's Machines of CAPI cluster `stack`: name → uid.
+fn machines(sim: &SimCluster, ns: &str, stack: &str) -> BTreeMap<String, String> {
+    sim.store()
+        .list(
+            &Resource::of("cluster.x-k8s.io/v1beta2", "Machine"),
+            Some(ns),
+            &format!("cluster.x-k8s.io/cluster-name={stack}"),
+        )
+        .expect("selector")
+        .iter()
+        .map(|m| {
+            (
+                m["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                m["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Whether every one of `n` machines of `stack` runs.
+fn running(sim: &SimCluster, ns: &str, stack: &str, n: usize) -> bool {
+    let all = sim
+        .store()
+        .list(
+            &Resource::of("cluster.x-k8s.io/v1beta2", "Machine"),
+            Some(ns),
+            &format!("cluster.x-k8s.io/cluster-name={stack}"),
+        )
+        .expect("selector");
+    all.len() == n && all.iter().all(|m| m["status"]["phase"] == "Running")
+}
+
+/// The specs of everything in `ns` that rolls machines when it changes: control planes,
+/// MachineDeployments and machine templates, by kind and name.
+fn rolling_specs(sim: &SimCluster, ns: &str) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for (av, kind) in [
+        (
+            "controlplane.cluster.x-k8s.io/v1beta2",
+            "KubeadmControlPlane",
+        ),
+        ("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackMachineTemplate",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io/v1beta2",
+            "KubeadmConfigTemplate",
+        ),
+    ] {
+        for o in sim
+            .store()
+            .list(&Resource::of(av, kind), Some(ns), "")
+            .expect("list")
+        {
+            out.insert(
+                format!(
+                    "{kind}/{}",
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                o["spec"].clone(),
+            );
+        }
+    }
+    out
+}
+
+fn object(sim: &SimCluster, av: &str, kind: &str, ns: &str, name: &str) -> Option<Value> {
+    sim.store()
+        .get(&Resource::of(av, kind), ns, name)
+        .map(|v| (*v).clone())
+}
+
+async fn adoption_of(driver: Driver, stack: &str) {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let sim = &app.sim;
+    let c = cluster_uuid(1);
+    let ns = driver.namespace(TENANT.project);
+    let ca = pki::generate_ca("kubernetes").unwrap();
+    load_driver_objects(sim, driver, &c, stack, TENANT.project, &ca);
+    until("the driver's cluster to run", || async {
+        running(sim, &ns, stack, 2).then_some(())
+    })
+    .await;
+    let machines_before = machines(sim, &ns, stack);
+    let specs_before = rolling_specs(sim, &ns);
+
+    // An import that does not find the objects leaves it read-only, saying so.
+    let (_, found) = import_with(t, &[], 1, driver, stack, &TENANT).await;
+    assert!(found.is_empty());
+    let r = t.delete(&TENANT, &format!("/v1/clusters/{c}")).await;
+    assert_magnum_error(&r, 400, &refusal(&c, driver.entry_point()));
+
+    // The next one, on the management cluster that has them, adopts it.
+    let (_, found) = import_with(
+        t,
+        std::slice::from_ref(&app.capi),
+        1,
+        driver,
+        stack,
+        &TENANT,
+    )
+    .await;
+    assert_eq!(found.len(), 1, "{driver:?}");
+    let imported = magnum_capi::db::imports::of_cluster(&t.state.pool, c.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(imported.state(), Some(ImportState::Adopted));
+
+    // Status and health come from the driver's objects at once.
+    let shown = until("health from the driver's objects", || async {
+        let r = t.get(&TENANT, &format!("/v1/clusters/{c}")).await;
+        (r.body["health_status"] == "HEALTHY"
+            && r.body["node_addresses"]
+                .as_array()
+                .is_some_and(|a| a.len() == 1))
+        .then_some(r.body)
+    })
+    .await;
+    assert_eq!(shown["status"], "CREATE_COMPLETE", "{shown}");
+    assert_eq!(shown["health_status_reason"]["api"], "ok", "{shown}");
+    assert_ne!(
+        shown["api_address"], "https://203.0.113.7:6443",
+        "the API address is the one the Cluster reports: {shown}"
+    );
+
+    // Adoption replaced no machine and changed no spec that rolls machines.
+    assert_eq!(machines(sim, &ns, stack), machines_before, "{driver:?}");
+    assert_eq!(rolling_specs(sim, &ns), specs_before, "{driver:?}");
+
+    // `coe cluster config`: the driver's CA shows and signs.
+    let r = t.get(&TENANT, &format!("/v1/certificates/{c}")).await;
+    assert_eq!(r.body["pem"].as_str(), Some(ca.cert_pem.as_str()));
+    let r = t
+        .post(
+            &TENANT,
+            "/v1/certificates",
+            json!({"cluster_uuid": c, "csr": admin_csr()}),
+        )
+        .await;
+    r.assert_status(201);
+    assert!(pki::verifies(r.body["pem"].as_str().unwrap(), &ca.cert_pem));
+
+    // What would need objects rendered here is refused, saying what to do instead.
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/nodegroups"),
+            "1.9",
+            json!({"name": "extra", "node_count": 1}),
+        )
+        .await;
+    assert_magnum_error(
+        &r,
+        400,
+        &adopted_refusal(&c, driver.entry_point(), "nodegroup").unwrap(),
+    );
+
+    // Resize: the replicas where the driver keeps them, nothing else.
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/actions/resize"),
+            "1.7",
+            json!({"node_count": 2}),
+        )
+        .await;
+    r.assert_status(202);
+    if driver == Driver::ClusterApi {
+        // magnum-cluster-api keeps them in the Cluster's topology; the simulated management
+        // cluster has no topology controller, so the test plays it: the MachineDeployment
+        // follows the topology.
+        let md_name = format!("{stack}-{WORKER}-p4x9z");
+        until("the topology to ask for two workers", || async {
+            let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", &ns, stack)?;
+            (cl["spec"]["topology"]["workers"]["machineDeployments"][0]["replicas"] == 2)
+                .then_some(())
+        })
+        .await;
+        let mut md = object(
+            sim,
+            "cluster.x-k8s.io/v1beta2",
+            "MachineDeployment",
+            &ns,
+            &md_name,
+        )
+        .expect("the MachineDeployment");
+        md["spec"]["replicas"] = json!(2);
+        sim.store()
+            .put(
+                &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+                md,
+            )
+            .expect("the topology controller's write");
+    }
+    let done = t.wait_cluster(&TENANT, &c, "UPDATE_COMPLETE").await.body;
+    assert_eq!(done["node_count"], 2);
+    until("three machines", || async {
+        running(sim, &ns, stack, 3).then_some(())
+    })
+    .await;
+    let after = machines(sim, &ns, stack);
+    assert!(
+        machines_before.iter().all(|(n, u)| after.get(n) == Some(u)),
+        "a resize adds a machine and keeps the others: {machines_before:?} → {after:?}"
+    );
+    let worker_templates = |specs: &BTreeMap<String, Value>| -> Vec<Value> {
+        specs
+            .iter()
+            .filter(|(k, _)| !k.starts_with("MachineDeployment/"))
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(
+        worker_templates(&rolling_specs(sim, &ns)),
+        worker_templates(&specs_before),
+        "a resize changes no template"
+    );
+
+    // A later import keeps it adopted (even one that cannot see the management cluster).
+    import_with(t, &[], 1, driver, stack, &TENANT).await;
+    let imported = magnum_capi::db::imports::of_cluster(&t.state.pool, c.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(imported.state(), Some(ImportState::Adopted));
+    // Changed here since (the resize), the cluster is this service's now: Magnum's older row
+    // (one worker, CREATE_COMPLETE) is not written over its record or its nodegroups.
+    let kept = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
+    assert_eq!(kept["node_count"], 2, "{kept}");
+    assert_eq!(kept["status"], "UPDATE_COMPLETE", "{kept}");
+    let ngs = t
+        .get_v(&TENANT, &format!("/v1/clusters/{c}/nodegroups"), "1.9")
+        .await
+        .body;
+    let workers: Vec<&Value> = ngs["nodegroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["role"] == "worker")
+        .collect();
+    assert_eq!(workers.len(), 1, "{ngs}");
+    assert_eq!(workers[0]["node_count"], 2, "{ngs}");
+
+    // Delete: the driver's Cluster (CAPI cascades), then its Secrets by the driver's rules; the
+    // namespace holds other clusters and stays.
+    t.delete(&TENANT, &format!("/v1/clusters/{c}"))
+        .await
+        .assert_status(204);
+    t.wait_cluster(&TENANT, &c, "GONE").await;
+    assert!(object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", &ns, stack).is_none());
+    assert!(machines(sim, &ns, stack).is_empty());
+    for suffix in ["ca", "etcd", "proxy", "sa"] {
+        assert!(
+            object(sim, "v1", "Secret", &ns, &format!("{stack}-{suffix}")).is_none(),
+            "{driver:?}: {stack}-{suffix} is gone"
+        );
+    }
+    let credentials = match driver {
+        Driver::ClusterApi => format!("{stack}-cloud-config"),
+        _ => format!("{stack}-cloud-credentials"),
+    };
+    assert!(object(sim, "v1", "Secret", &ns, &credentials).is_none());
+    assert!(object(sim, "v1", "Namespace", "", &ns).is_some());
+}
+
+#[tokio::test]
+async fn a_cluster_magnum_capi_helm_made_is_adopted_resized_and_deleted_without_rolling_a_machine()
+{
+    adoption_of(Driver::CapiHelm, "live-1-0a1b2c3d4e5f").await;
+}
+
+#[tokio::test]
+async fn a_cluster_magnum_cluster_api_made_is_adopted_resized_and_deleted_without_rolling_a_machine()
+ {
+    adoption_of(Driver::ClusterApi, "kube-x7k2p").await;
+}
