@@ -114,19 +114,23 @@ fn csr_signing_time() {
     );
 }
 
+/// `GET /v1/clusters/{uuid}` as the bench's project.
+async fn show(http: &reqwest::Client, base: &str, uuid: &str) -> Value {
+    http.get(format!("{base}/v1/clusters/{uuid}"))
+        .header("x-project-id", "bench")
+        .header("x-roles", "member,reader")
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json")
+}
+
 /// Polls `GET /v1/clusters/{uuid}` until its status is `status`.
 async fn wait_status(http: &reqwest::Client, base: &str, uuid: &str, status: &str) {
     loop {
-        let v: Value = http
-            .get(format!("{base}/v1/clusters/{uuid}"))
-            .header("x-project-id", "bench")
-            .header("x-roles", "member,reader")
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
+        let v = show(http, base, uuid).await;
         if v["status"] == status {
             return;
         }
@@ -173,16 +177,7 @@ async fn status_delay(
             )
             .expect("patch");
         loop {
-            let v: Value = http
-                .get(format!("{base}/v1/clusters/{u}"))
-                .header("x-project-id", "bench")
-                .header("x-roles", "member,reader")
-                .send()
-                .await
-                .expect("get")
-                .json()
-                .await
-                .expect("json");
+            let v = show(http, base, u).await;
             if v["node_addresses"]
                 .as_array()
                 .is_some_and(|a| a.iter().any(|x| x == ip.as_str()))

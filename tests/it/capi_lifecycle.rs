@@ -920,14 +920,7 @@ async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
             body("fcos", "fedora-coreos"),
         )
         .await;
-    assert_magnum_error(
-        &r,
-        400,
-        "Cluster type (vm, fedora-coreos, kubernetes) not supported. The Cluster API driver \
-         boots images whose os_distro is one of: ubuntu, debian, rocky (or rockylinux), flatcar \
-         (Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's kubeadm bootstrap \
-         writes spec 2.3: use a Flatcar image).",
-    );
+    assert_magnum_error(&r, 400, FCOS_REFUSAL);
     let r = t
         .post(&ALICE, "/v1/clustertemplates", body("flatcar", "flatcar"))
         .await;

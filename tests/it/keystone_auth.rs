@@ -6,9 +6,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use crate::common::assert_magnum_error;
 use crate::common::fakecloud::{self as fc};
 use crate::common::stack::{env_exclusive, env_shared, keystone_app, parts};
+use crate::common::{FCOS_REFUSAL, assert_magnum_error};
 use serde_json::{Value, json};
 
 fn template_body(name: &str) -> Value {
@@ -290,14 +290,7 @@ async fn an_image_whose_os_distro_cannot_boot_is_a_400_naming_the_supported_ones
         )
         .await;
     cloud.remove(&fcos);
-    assert_magnum_error(
-        &r,
-        400,
-        "Cluster type (vm, fedora-coreos, kubernetes) not supported. The Cluster API driver \
-         boots images whose os_distro is one of: ubuntu, debian, rocky (or rockylinux), flatcar \
-         (Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's kubeadm bootstrap \
-         writes spec 2.3: use a Flatcar image).",
-    );
+    assert_magnum_error(&r, 400, FCOS_REFUSAL);
     let r = app
         .call_token(
             Some(&alice),

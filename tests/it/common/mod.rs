@@ -271,6 +271,13 @@ pub struct As {
     pub roles: &'static str,
 }
 
+/// The 400 of a template on a Fedora CoreOS image (`domain::os_distro`), asserted whole by the
+/// tests that create one through `--dev` headers and through Keystone.
+pub const FCOS_REFUSAL: &str = "Cluster type (vm, fedora-coreos, kubernetes) not supported. The \
+     Cluster API driver boots images whose os_distro is one of: ubuntu, debian, rocky (or \
+     rockylinux), flatcar (Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's \
+     kubeadm bootstrap writes spec 2.3: use a Flatcar image).";
+
 pub const ADMIN: As = As {
     user: "admin-user",
     project: "admin-project",
