@@ -65,16 +65,17 @@ fn ref_name<'a>(cluster: &'a Value, field: &str) -> Option<&'a str> {
 }
 
 impl Capi {
-    /// Whether the driver's CAPI `Cluster` is at `at` on this management cluster.
-    pub async fn find_adoptable(&self, at: &ObjectsAt) -> Result<bool, CapiError> {
+    /// The driver's CAPI `Cluster` at `at` on this management cluster, if it is there (what
+    /// [`Capi::adopt`] labels).
+    pub async fn find_adoptable(&self, at: &ObjectsAt) -> Result<Option<Value>, CapiError> {
         Ok(self
             .mgmt
-            .get(&ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name))
-            .await?
-            .is_some())
+            .get_value(&ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name))
+            .await?)
     }
 
-    /// Labels the driver's objects of cluster `uuid` at `at` as ours: the Cluster, its
+    /// Labels the driver's objects of cluster `uuid` at `at` (its `cluster`, as
+    /// [`Capi::find_adoptable`] found it) as ours: the Cluster, its
     /// OpenStackCluster and control plane (named by its refs) and the MachineDeployments of its
     /// nodegroups (by the driver's naming) get our cluster-uuid label, the control plane and
     /// MachineDeployments also their nodegroup's uuid and role. A merge patch of
@@ -84,26 +85,21 @@ impl Capi {
         &self,
         uuid: Uuid,
         at: &ObjectsAt,
+        cluster: &Value,
         nodegroups: &[AdoptedNodegroup],
     ) -> Result<Vec<String>, CapiError> {
         let ns = at.namespace.as_str();
         let cluster_ref = ObjectRef::new(kinds::CLUSTER, ns, &at.name);
-        let Some(cluster) = self.mgmt.get_value(&cluster_ref).await? else {
-            return Err(CapiError::Invalid(format!(
-                "the Cluster {ns}/{} is not on the management cluster",
-                at.name
-            )));
-        };
         let ours = labels(&[(LABEL_CLUSTER_UUID, uuid.to_string())]);
         self.mgmt.label(&cluster_ref, &ours).await?;
-        if let Some(osc) = ref_name(&cluster, "infrastructureRef") {
+        if let Some(osc) = ref_name(cluster, "infrastructureRef") {
             self.mgmt
                 .label(&ObjectRef::new(kinds::OPENSTACK_CLUSTER, ns, osc), &ours)
                 .await?;
         }
         let mut missing = Vec::new();
         let master = nodegroups.iter().find(|n| n.is_master);
-        match (ref_name(&cluster, "controlPlaneRef"), master) {
+        match (ref_name(cluster, "controlPlaneRef"), master) {
             (Some(kcp), Some(m)) => {
                 let l = labels(&[
                     (LABEL_CLUSTER_UUID, uuid.to_string()),

@@ -118,6 +118,16 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
             },
             _ = stop.changed() => return,
         };
+        // Only kubeconfigs are looked at: CAPI labels every Secret of a cluster (CAs,
+        // bootstrap data), and those are not turned into JSON at all.
+        if !secret
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.ends_with(KUBECONFIG_SUFFIX))
+        {
+            continue;
+        }
         let Ok(secret) = serde_json::to_value(&secret) else {
             continue;
         };

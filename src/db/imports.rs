@@ -284,24 +284,15 @@ pub async fn place(conn: &mut PgConnection, cluster: Uuid, member: &str) -> DbRe
     Ok(())
 }
 
-/// The imported clusters among `uuids` already adopted (a re-import keeps them adopted).
-pub async fn adopted_among(conn: &mut PgConnection, uuids: &[Uuid]) -> DbResult<Vec<Uuid>> {
-    Ok(sqlx::query_scalar(
-        "SELECT cluster_uuid FROM imported_cluster WHERE cluster_uuid = ANY($1) AND state = $2",
-    )
-    .bind(uuids)
-    .bind(ImportState::Adopted.as_str())
-    .fetch_all(&mut *conn)
-    .await?)
-}
-
-/// The adopted clusters among `uuids` changed through this service since (an operation was
-/// accepted for them): an import keeps their records (`Plan::managed_here`).
-pub async fn managed_here_among(conn: &mut PgConnection, uuids: &[Uuid]) -> DbResult<Vec<Uuid>> {
-    Ok(sqlx::query_scalar(
-        "SELECT i.cluster_uuid FROM imported_cluster i
-          WHERE i.cluster_uuid = ANY($1) AND i.state = $2
-            AND EXISTS (SELECT 1 FROM operation o WHERE o.cluster_uuid = i.cluster_uuid)",
+/// The imported clusters among `uuids` already adopted (a re-import keeps them adopted), each
+/// with whether it was changed through this service since (an operation was accepted for it:
+/// an import then keeps its records, `Plan::managed_here`).
+pub async fn adopted_among(conn: &mut PgConnection, uuids: &[Uuid]) -> DbResult<Vec<(Uuid, bool)>> {
+    Ok(sqlx::query_as(
+        "SELECT i.cluster_uuid,
+                EXISTS (SELECT 1 FROM operation o WHERE o.cluster_uuid = i.cluster_uuid)
+           FROM imported_cluster i
+          WHERE i.cluster_uuid = ANY($1) AND i.state = $2",
     )
     .bind(uuids)
     .bind(ImportState::Adopted.as_str())

@@ -112,15 +112,17 @@ pub async fn write(
         return Err(ImportError::NotImported(*u));
     }
     let found = adopt(plan, fleet, dry_run).await?;
-    // Adopted stays adopted (the write keeps the state; the report says so).
-    let kept = crate::db::imports::adopted_among(&mut *conn, &uuids).await?;
-    for c in plan.clusters.iter_mut().filter(|c| kept.contains(&c.uuid)) {
-        c.state = ImportState::Adopted;
+    // Adopted stays adopted (the write keeps the state; the report says so), and one changed
+    // here since keeps its records.
+    let adopted = crate::db::imports::adopted_among(&mut *conn, &uuids).await?;
+    for c in &mut plan.clusters {
+        if let Some((_, changed_here)) = adopted.iter().find(|(u, _)| *u == c.uuid) {
+            c.state = ImportState::Adopted;
+            if *changed_here {
+                plan.managed_here.insert(c.uuid);
+            }
+        }
     }
-    plan.managed_here = crate::db::imports::managed_here_among(&mut *conn, &uuids)
-        .await?
-        .into_iter()
-        .collect();
     let written = crate::db::imports::write(&mut *conn, plan).await?;
     for (uuid, (member, _)) in &found {
         crate::db::imports::place(&mut *conn, *uuid, member).await?;
@@ -142,9 +144,9 @@ async fn adopt(plan: &mut Plan, fleet: &[Arc<Capi>], dry_run: bool) -> Result<Fo
                 name: crate::domain::placement::shown(member.name()).to_string(),
                 source,
             };
-            if !member.find_adoptable(&at).await.map_err(failed)? {
+            let Some(cluster) = member.find_adoptable(&at).await.map_err(failed)? else {
                 continue;
-            }
+            };
             let ngs: Vec<AdoptedNodegroup> = plan
                 .nodegroups
                 .iter()
@@ -158,7 +160,10 @@ async fn adopt(plan: &mut Plan, fleet: &[Arc<Capi>], dry_run: bool) -> Result<Fo
             let missing = if dry_run {
                 Vec::new()
             } else {
-                member.adopt(c.uuid, &at, &ngs).await.map_err(failed)?
+                member
+                    .adopt(c.uuid, &at, &cluster, &ngs)
+                    .await
+                    .map_err(failed)?
             };
             c.state = ImportState::Adopted;
             found.insert(c.uuid, (member.name().to_string(), missing));

@@ -335,14 +335,10 @@ pub async fn list_json(
     let scope = cluster_scope(caller, true);
     let admin = caller.is_admin();
     let key = format!("clusters {scope:?} {admin} {detail} {base:?} {mv:?} {params:?}");
-    let (body, _) = super::cached_view(app, key, || async {
-        Ok((
-            page(app, &scope, admin, mv, params, detail, base).await?,
-            None,
-        ))
+    super::cached_page(app, key, || {
+        page(app, &scope, admin, mv, params, detail, base)
     })
-    .await?;
-    Ok(body)
+    .await
 }
 
 /// A page of the clusters in `scope` (the caller passed [`authorize_list`]; `admin`: the

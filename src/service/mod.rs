@@ -50,16 +50,12 @@ where
 /// A list page: the serialised page stored under `key` (which names the collection, the
 /// caller's visibility and `params`), else the one `build` makes. Pages have no owner: their
 /// policy is checked before.
-pub async fn cached_page<T, F, Fut>(app: &App, key: String, build: F) -> Result<Bytes>
+pub async fn cached_page<F, Fut>(app: &App, key: String, build: F) -> Result<Bytes>
 where
-    T: serde::Serialize,
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
+    Fut: std::future::Future<Output = Result<Bytes>>,
 {
-    let (body, _) = cached_view(app, key, || async {
-        Ok((json_body(&build().await?)?, None))
-    })
-    .await?;
+    let (body, _) = cached_view(app, key, || async { Ok((build().await?, None)) }).await?;
     Ok(body)
 }
 

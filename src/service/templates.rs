@@ -274,7 +274,10 @@ pub async fn list_json(
     authorize_list(caller, detail)?;
     let vis = template_visibility(caller);
     let key = format!("templates {vis:?} {detail} {base:?} {params:?}");
-    super::cached_page(app, key, || page(app, &vis, params, detail, base)).await
+    super::cached_page(app, key, || async {
+        super::json_body(&page(app, &vis, params, detail, base).await?)
+    })
+    .await
 }
 
 fn authorize_list(caller: &Caller, detail: bool) -> Result<()> {

@@ -552,23 +552,16 @@ impl<'a> Cx<'a> {
 
 /// How a distro's machines boot and name themselves to kubeadm.
 fn bootstrap(distro: OsDistro) -> Bootstrap {
-    let (format, node_name, provider_id) = if distro.ignition() {
+    let (node_name, provider_id) = if distro.ignition() {
         (
-            "ignition",
             "${COREOS_OPENSTACK_HOSTNAME}",
             "openstack:///${COREOS_OPENSTACK_INSTANCE_UUID}",
         )
     } else {
-        (
-            "cloud-config",
-            "{{ local_hostname }}",
-            "openstack:///'{{ instance_id }}'",
-        )
+        ("{{ local_hostname }}", "openstack:///'{{ instance_id }}'")
     };
     Bootstrap {
         os_distro: distro.as_str().into(),
-        format: format.into(),
-        ignition: distro.ignition(),
         node_name: node_name.into(),
         provider_id: provider_id.into(),
     }

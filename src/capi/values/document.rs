@@ -107,10 +107,6 @@ pub struct Values {
 pub struct Bootstrap {
     /// `ubuntu`, `debian`, `rocky` or `flatcar`.
     pub os_distro: String,
-    /// CABPK's `format`: `cloud-config` or `ignition`.
-    pub format: String,
-    /// Whether the machines boot Ignition (each machine's [`Machine::ignition`] is set).
-    pub ignition: bool,
     /// cloud-init's Jinja `{{ local_hostname }}`, or `${COREOS_OPENSTACK_HOSTNAME}` which the
     /// commands before kubeadm substitute from coreos-metadata.
     pub node_name: String,
