@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::capi::{admin_csr, capi_app_on};
+use crate::common::capi::{CapiApp, admin_csr, capi_app_on, crd_dir};
 use crate::common::capi_drivers::{
     Driver, TENANT, WORKER, cluster_uuid, import_with, load_driver_objects,
 };
@@ -16,8 +16,12 @@ use crate::common::*;
 
 use magnum_capi::capi::pki;
 use magnum_capi::domain::imported::{ImportState, adopted_refusal, refusal};
-use magnum_capi::simkube::{Resource, SimCluster};
+use magnum_capi::simkube::{Resource, SimCluster, Validator};
 use serde_json::{Value, json};
+
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+const KCP: &str = "controlplane.cluster.x-k8s.io/v1beta2";
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 
 /// The driver's Machines of CAPI cluster `stack`: name → uid.
 fn machines(sim: &SimCluster, ns: &str, stack: &str) -> BTreeMap<String, String> {
@@ -304,4 +308,193 @@ async fn a_cluster_magnum_capi_helm_made_is_adopted_resized_and_deleted_without_
 async fn a_cluster_magnum_cluster_api_made_is_adopted_resized_and_deleted_without_rolling_a_machine()
  {
     adoption_of(Driver::ClusterApi, "kube-x7k2p").await;
+}
+
+/// Loads `driver`'s objects of cluster `n` (`stack`) of `who`, waits for its machines, imports
+/// it on the management cluster that has them (adopted) and waits for its health; its uuid and
+/// namespace.
+async fn adopted(app: &CapiApp, driver: Driver, n: u32, stack: &str, who: &As) -> (String, String) {
+    let (t, sim) = (&app.t, &app.sim);
+    let c = cluster_uuid(n);
+    let ns = driver.namespace(who.project);
+    let ca = pki::generate_ca("kubernetes").unwrap();
+    load_driver_objects(sim, driver, &c, stack, who.project, &ca);
+    until("the driver's cluster to run", || async {
+        running(sim, &ns, stack, 2).then_some(())
+    })
+    .await;
+    let (_, found) = import_with(t, std::slice::from_ref(&app.capi), n, driver, stack, who).await;
+    assert_eq!(found.len(), 1, "{driver:?}");
+    until(
+        "the adopted cluster's version from the driver's objects",
+        || async {
+            let db: Option<String> =
+                sqlx::query_scalar("SELECT coe_version FROM cluster WHERE uuid = $1::uuid")
+                    .bind(&c)
+                    .fetch_one(&t.state.pool)
+                    .await
+                    .ok()?;
+            (db.as_deref() == Some("v1.31.4")).then_some(())
+        },
+    )
+    .await;
+    (c, ns)
+}
+
+/// A template of `who` on `image` with `kube_tag`; its uuid.
+async fn template_of(t: &TestApp, who: &As, name: &str, image: &str, kube_tag: &str) -> String {
+    let r = t
+        .post(
+            who,
+            "/v1/clustertemplates",
+            json!({"name": name, "image_id": image, "coe": "kubernetes",
+                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+                   "external_network_id": "public", "labels": {"kube_tag": kube_tag}}),
+        )
+        .await;
+    r.assert_status(201);
+    r.body["uuid"].as_str().unwrap().to_string()
+}
+
+fn validated(v: &Validator, o: &Value) {
+    if let Err(errs) = v.validate(o, None) {
+        panic!(
+            "{} is not valid against the CRDs: {errs:?}",
+            o["metadata"]["name"]
+        );
+    }
+}
+
+async fn upgrade_of(driver: Driver, stack: &str) {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let (t, sim) = (&app.t, &app.sim);
+    let (c, ns) = adopted(&app, driver, 1, stack, &TENANT).await;
+    let machines_before = machines(sim, &ns, stack);
+    let image = "ubuntu-2204-kube-v1.32.1";
+
+    // A downgrade is refused, as for any cluster.
+    let old = template_of(t, &TENANT, "k130", "ubuntu-2204-kube-v1.30.2", "v1.30.2").await;
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/actions/upgrade"),
+            "1.8",
+            json!({"cluster_template": old}),
+        )
+        .await;
+    assert_magnum_error(&r, 400, "downgrades are not supported");
+
+    let next = template_of(t, &TENANT, "k132", image, "v1.32.1").await;
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/actions/upgrade"),
+            "1.8",
+            json!({"cluster_template": next}),
+        )
+        .await;
+    r.assert_status(202);
+    let v = magnum_capi::server::crd_validator(&crd_dir()).unwrap();
+    match driver {
+        Driver::ClusterApi => {
+            // The driver's topology: its version and every imageUUID, nothing else.
+            let before = object(sim, CAPI, "Cluster", &ns, stack).unwrap();
+            let cl = until("the topology to ask for v1.32.1", || async {
+                let cl = object(sim, CAPI, "Cluster", &ns, stack)?;
+                (cl["spec"]["topology"]["version"] == "v1.32.1").then_some(cl)
+            })
+            .await;
+            let mut want = before["spec"].clone();
+            want["topology"]["version"] = json!("v1.32.1");
+            want["topology"]["variables"][1]["value"] = json!(image);
+            want["topology"]["workers"]["machineDeployments"][0]["variables"]["overrides"][1]["value"] =
+                json!(image);
+            assert_eq!(cl["spec"], want);
+            validated(&v, &cl);
+            // No topology controller here: the test plays it, rolling the control plane and
+            // the workers to the topology's version.
+            let kcp_name = cl["spec"]["controlPlaneRef"]["name"].as_str().unwrap();
+            let mut kcp = object(sim, KCP, "KubeadmControlPlane", &ns, kcp_name).unwrap();
+            kcp["spec"]["version"] = json!("v1.32.1");
+            sim.store()
+                .put(&Resource::of(KCP, "KubeadmControlPlane"), kcp)
+                .unwrap();
+            let md_name = format!("{stack}-{WORKER}-p4x9z");
+            let mut md = object(sim, CAPI, "MachineDeployment", &ns, &md_name).unwrap();
+            md["spec"]["template"]["spec"]["version"] = json!("v1.32.1");
+            sim.store()
+                .put(&Resource::of(CAPI, "MachineDeployment"), md)
+                .unwrap();
+        }
+        _ => {
+            // The chart's way: new machine templates on the image, the control plane and the
+            // MachineDeployment pointed at them with the version.
+            let kcp_name = format!("{stack}-control-plane");
+            let kcp = until("the control plane to ask for v1.32.1", || async {
+                let kcp = object(sim, KCP, "KubeadmControlPlane", &ns, &kcp_name)?;
+                (kcp["spec"]["version"] == "v1.32.1").then_some(kcp)
+            })
+            .await;
+            let md_name = format!("{stack}-{WORKER}");
+            let md = until("the workers to ask for v1.32.1", || async {
+                let md = object(sim, CAPI, "MachineDeployment", &ns, &md_name)?;
+                (md["spec"]["template"]["spec"]["version"] == "v1.32.1").then_some(md)
+            })
+            .await;
+            for (component, o, r) in [
+                (
+                    kcp_name.clone(),
+                    &kcp,
+                    "/spec/machineTemplate/spec/infrastructureRef/name",
+                ),
+                (
+                    md_name.clone(),
+                    &md,
+                    "/spec/template/spec/infrastructureRef/name",
+                ),
+            ] {
+                validated(&v, o);
+                let name = o.pointer(r).and_then(Value::as_str).unwrap();
+                let suffix = name.strip_prefix(&format!("{component}-")).unwrap();
+                assert_eq!(suffix.len(), 8, "{name}");
+                assert!(suffix.chars().all(|ch| ch.is_ascii_hexdigit()), "{name}");
+                let mt = object(sim, INFRA, "OpenStackMachineTemplate", &ns, name).unwrap();
+                validated(&v, &mt);
+                assert_eq!(
+                    mt["spec"]["template"]["spec"]["image"],
+                    json!({"id": image})
+                );
+                assert!(
+                    mt["metadata"]["annotations"]["capi.stackhpc.com/template-checksum"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with(suffix)
+                );
+            }
+        }
+    }
+    let shown = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
+    assert_eq!(shown["status"], "UPDATE_IN_PROGRESS", "{shown}");
+
+    // CAPI rolls every machine; the watchers complete the upgrade.
+    until("every machine replaced", || async {
+        let now = machines(sim, &ns, stack);
+        (running(sim, &ns, stack, 2) && now.keys().all(|n| !machines_before.contains_key(n)))
+            .then_some(())
+    })
+    .await;
+    let done = t.wait_cluster(&TENANT, &c, "UPDATE_COMPLETE").await.body;
+    assert_eq!(done["cluster_template_id"], next.as_str(), "{done}");
+    assert_eq!(done["coe_version"], "v1.32.1", "{done}");
+    assert_eq!(done["labels"]["kube_tag"], "v1.32.1", "{done}");
+}
+
+#[tokio::test]
+async fn an_adopted_magnum_capi_helm_cluster_upgrades_on_new_chart_machine_templates() {
+    upgrade_of(Driver::CapiHelm, "live-1-0a1b2c3d4e5f").await;
+}
+
+#[tokio::test]
+async fn an_adopted_magnum_cluster_api_cluster_upgrades_through_its_topology() {
+    upgrade_of(Driver::ClusterApi, "kube-x7k2p").await;
 }

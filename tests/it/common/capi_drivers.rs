@@ -237,6 +237,9 @@ pub fn load_driver_objects(
     }
 }
 
+/// The Glance id of the image the fixture clusters' machines boot.
+pub const DRIVER_IMAGE: &str = "5e1c7b0e-0000-4000-8000-0000000a11ce";
+
 /// The worker nodegroup every fixture cluster has (one machine), beside its control plane.
 pub const WORKER: &str = "default-worker";
 
@@ -331,11 +334,18 @@ fn capi_objects(
             "controlPlaneRef": r("controlplane.cluster.x-k8s.io", "KubeadmControlPlane", &kcp),
             "infrastructureRef": r("infrastructure.cluster.x-k8s.io", "OpenStackCluster", &osc)}});
     if !helm {
+        // The image variable and each entry's override as `resources.py` writes them.
         cluster["spec"]["topology"] = json!({"classRef": {"name": "magnum-v0.38.1"},
             "version": "v1.31.4",
             "controlPlane": {"replicas": 1},
+            "variables": [
+                {"name": "apiServerLoadBalancer", "value": {"enabled": true}},
+                {"name": "imageUUID", "value": DRIVER_IMAGE}],
             "workers": {"machineDeployments": [
-                {"class": "default-worker", "name": WORKER, "replicas": 1}]}});
+                {"class": "default-worker", "name": WORKER, "replicas": 1,
+                 "variables": {"overrides": [
+                    {"name": "flavor", "value": "m1.small"},
+                    {"name": "imageUUID", "value": DRIVER_IMAGE}]}}]}});
     }
     vec![
         (
