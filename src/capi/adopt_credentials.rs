@@ -303,12 +303,7 @@ impl Capi {
         c: &Cluster,
         at: &ObjectsAt,
     ) -> Result<(), CapiError> {
-        let name = driver_credentials_secret(at);
-        let live = self
-            .mgmt
-            .get_value(&ObjectRef::new(kinds::SECRET, &at.namespace, &name))
-            .await?;
-        let Some((id, _)) = live.as_ref().and_then(clouds_yaml_credential) else {
+        let Some((id, _)) = self.credential_of(c).await? else {
             return Ok(());
         };
         if let Some(id) = self.drivers_credential(c, at, &id).await? {

@@ -266,6 +266,25 @@ impl Capi {
             .and_then(clouds_yaml_credential))
     }
 
+    /// The application credential in cluster `c`'s live Secret: ours, or its driver's when it
+    /// was adopted from Magnum.
+    pub async fn credential_of(
+        &self,
+        c: &Cluster,
+    ) -> Result<Option<(String, SecretString)>, CapiError> {
+        let ns = namespace_of(&self.config, c);
+        let name = match &c.objects_at {
+            Some(at) => super::adopt_credentials::driver_credentials_secret(at),
+            None => credentials_secret_name(&name_of(c)),
+        };
+        Ok(self
+            .mgmt
+            .get_value(&ObjectRef::new(kinds::SECRET, &ns, &name))
+            .await?
+            .as_ref()
+            .and_then(clouds_yaml_credential))
+    }
+
     /// Deletes a credential this service created with its own credentials; a failure is
     /// recorded for the leftover sweep.
     pub async fn delete_credential(
