@@ -287,12 +287,7 @@ impl Capi {
         }
         let id = ng.to_string();
         let gone = |o: &Observed| {
-            let has = |v: &Value| {
-                v.pointer("/metadata/labels")
-                    .and_then(|l| l.get(LABEL_NODEGROUP_UUID))
-                    .and_then(Value::as_str)
-                    == Some(id.as_str())
-            };
+            let has = |v: &Value| o.nodegroup_of(v) == Some(id.as_str());
             !o.machine_deployments.iter().any(|v| has(v)) && !o.machines.iter().any(|v| has(v))
         };
         if !(self.observer.synced() && gone(&self.observer.observed(c.uuid))) {

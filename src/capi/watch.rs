@@ -458,12 +458,9 @@ impl Observer {
                 if let Some(addons) = joined(Kind::HelmReleaseProxy) {
                     o.addons = addons.values().cloned().collect();
                 }
+                // As indexed: their nodegroup is read through `Observed::nodegroup_of`.
                 if let Some(machines) = joined(Kind::AdoptedMachine) {
-                    let attributed: Vec<Shared> = machines
-                        .values()
-                        .map(|m| super::status::attribute(m, &o))
-                        .collect();
-                    o.machines.extend(attributed);
+                    o.machines.extend(machines.values().cloned());
                 }
             }
             o
@@ -611,6 +608,47 @@ mod tests {
         assert_eq!(feed.try_recv().ok(), Some(a));
         assert!(obs.observed(a).machine_deployments.is_empty());
         assert!(obs.clusters().is_empty());
+    }
+
+    #[test]
+    fn an_adopted_clusters_machines_are_read_from_the_index_not_copied_per_evaluation() {
+        let (obs, _feed) = Observer::new();
+        let (a, ng) = (Uuid::new_v4(), Uuid::new_v4());
+        let obj = |v: Value| -> DynamicObject { serde_json::from_value(v).unwrap() };
+        obs.apply_event(
+            Kind::Cluster,
+            Event::Apply(obj(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "ca", "namespace": "magnum-p",
+                             "labels": {LABEL_CLUSTER_UUID: a.to_string()}}}))),
+        );
+        obs.apply_event(
+            Kind::MachineDeployment,
+            Event::Apply(obj(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+                "metadata": {"name": "ca-md-0", "namespace": "magnum-p",
+                             "labels": {LABEL_CLUSTER_UUID: a.to_string(),
+                                        (super::super::LABEL_NODEGROUP_UUID): ng.to_string()}}}))),
+        );
+        obs.apply_event(
+            Kind::AdoptedMachine,
+            Event::Apply(obj(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "ca-md-0-x", "namespace": "magnum-p",
+                             "labels": {LABEL_CAPI_CLUSTER_NAME: "ca",
+                                        "cluster.x-k8s.io/deployment-name": "ca-md-0"}}}))),
+        );
+        let (first, second) = (obs.observed(a), obs.observed(a));
+        assert_eq!(first.machines.len(), 1);
+        assert_eq!(
+            first.nodegroup_of(&first.machines[0]),
+            Some(ng.to_string().as_str()),
+            "attributed to its deployment's nodegroup"
+        );
+        assert!(
+            Shared::ptr_eq(&first.machines[0], &second.machines[0]),
+            "each evaluation shares the index's Machine"
+        );
     }
 
     #[tokio::test]
