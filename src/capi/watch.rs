@@ -121,7 +121,15 @@ fn prune(obj: &DynamicObject) -> Shared {
     }
     let mut spec = Map::new();
     if let Some(s) = obj.data.get("spec").and_then(Value::as_object) {
-        for k in ["replicas", "version", "controlPlaneEndpoint", "providerID"] {
+        // `disableAPIServerFloatingIP`: whether an OpenStackCluster is private
+        // (`capi::private::PrivateApi`, read by the kubeconfig keeper).
+        for k in [
+            "replicas",
+            "version",
+            "controlPlaneEndpoint",
+            "providerID",
+            "disableAPIServerFloatingIP",
+        ] {
             if let Some(v) = s.get(k) {
                 spec.insert(k.into(), v.clone());
             }
@@ -464,6 +472,31 @@ impl Observer {
                 }
             }
             o
+        })
+    }
+
+    /// The OpenStackCluster of CAPI cluster `name` in `namespace` (our rendering names it after
+    /// its `Cluster`), as indexed; `None` until its `Cluster` and it were seen.
+    pub fn openstack_cluster(&self, namespace: &str, name: &str) -> Option<Shared> {
+        self.with_index(|ix| {
+            let key = (namespace.to_string(), name.to_string());
+            let objs = ix.by_cluster.get(ix.uuids.get(&key)?)?;
+            objs.get(&(Kind::OpenStackCluster, format!("{namespace}/{name}")))
+                .cloned()
+        })
+    }
+
+    /// Namespace and name of the CAPI cluster of Magnum cluster `cluster`, once its `Cluster`
+    /// was seen.
+    pub fn capi_cluster(&self, cluster: Uuid) -> Option<(String, String)> {
+        self.with_index(|ix| {
+            let objs = ix.by_cluster.get(&cluster)?;
+            let ((_, key), _) = objs
+                .range((Kind::Cluster, String::new())..)
+                .next()
+                .filter(|((k, _), _)| *k == Kind::Cluster)?;
+            let (ns, name) = key.split_once('/')?;
+            Some((ns.to_string(), name.to_string()))
         })
     }
 
