@@ -534,7 +534,7 @@ pub struct ApiProxyConfig {
     pub netns_dir: PathBuf,
     /// The namespaces a private cluster's API is dialled from, the first present on this node
     /// wins: `{router_id}` and `{network_id}` are the OpenStackCluster's router and network.
-    pub namespaces: Vec<String>,
+    pub namespaces: Vec<NetnsPattern>,
     /// Dial from the proxy's own network namespace when none of the cluster's is on this node
     /// (a proxy on a host with a leg in the tenant networks).
     pub dial_from_host: bool,
@@ -551,9 +551,9 @@ impl Default for ApiProxyConfig {
             // DHCP and OVN metadata namespaces first: each has its own port on the cluster's
             // network, while a standby L3-HA router's namespace exists but does not route.
             namespaces: vec![
-                "qdhcp-{network_id}".into(),
-                "ovnmeta-{network_id}".into(),
-                "qrouter-{router_id}".into(),
+                NetnsPattern::of_id("qdhcp-", NetnsId::Network),
+                NetnsPattern::of_id("ovnmeta-", NetnsId::Network),
+                NetnsPattern::of_id("qrouter-", NetnsId::Router),
             ],
             dial_from_host: false,
             connect_timeout_secs: 10,
@@ -561,18 +561,93 @@ impl Default for ApiProxyConfig {
     }
 }
 
-impl ApiProxyConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        for n in &self.namespaces {
-            let rest = n.replace("{router_id}", "").replace("{network_id}", "");
-            if rest.contains(['{', '}', '/']) || n.is_empty() {
-                return Err(ConfigError::Invalid(format!(
-                    "[api_proxy] namespaces: {n:?} may use {{router_id}} and {{network_id}} \
-                     only, and no '/'"
-                )));
+/// Which id of an OpenStackCluster a namespace name holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsId {
+    /// `{router_id}`: `status.router.id`.
+    Router,
+    /// `{network_id}`: `status.network.id`.
+    Network,
+}
+
+/// One entry of `[api_proxy] namespaces`: a network namespace name with `{router_id}` and
+/// `{network_id}` in it, parsed once, at load (the only place the placeholders are read).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct NetnsPattern(Vec<NetnsPart>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NetnsPart {
+    Text(String),
+    Id(NetnsId),
+}
+
+impl NetnsPattern {
+    /// `prefix` followed by the id.
+    pub fn of_id(prefix: &str, id: NetnsId) -> Self {
+        NetnsPattern(vec![NetnsPart::Text(prefix.into()), NetnsPart::Id(id)])
+    }
+
+    /// The namespace name for a cluster's router and network ids; `None` when it needs one that
+    /// is unknown, or one that is not a plain name (letters, digits, `-`, `_`: Neutron's ids are
+    /// UUIDs; anything else, a `/` above all, would name a file outside `netns_dir`).
+    pub fn render(&self, router_id: Option<&str>, network_id: Option<&str>) -> Option<String> {
+        let plain = |id: &str| {
+            !id.is_empty()
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
+        let mut name = String::new();
+        for part in &self.0 {
+            match part {
+                NetnsPart::Text(t) => name.push_str(t),
+                NetnsPart::Id(which) => {
+                    let id = match which {
+                        NetnsId::Router => router_id,
+                        NetnsId::Network => network_id,
+                    }
+                    .filter(|id| plain(id))?;
+                    name.push_str(id);
+                }
             }
         }
-        Ok(())
+        Some(name)
+    }
+}
+
+impl TryFrom<String> for NetnsPattern {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        let refuse = || {
+            format!(
+                "[api_proxy] namespaces: {text:?} may use {{router_id}} and {{network_id}} only, \
+                 and no '/'"
+            )
+        };
+        let mut parts = Vec::new();
+        let mut rest = text.as_str();
+        while !rest.is_empty() {
+            let (part, len) = if let Some(after) = rest.strip_prefix("{router_id}") {
+                (NetnsPart::Id(NetnsId::Router), rest.len() - after.len())
+            } else if let Some(after) = rest.strip_prefix("{network_id}") {
+                (NetnsPart::Id(NetnsId::Network), rest.len() - after.len())
+            } else {
+                let len = rest.find('{').unwrap_or(rest.len());
+                let literal = &rest[..len];
+                if len == 0 || literal.contains(['}', '/']) {
+                    return Err(refuse());
+                }
+                (NetnsPart::Text(literal.into()), len)
+            };
+            parts.push(part);
+            rest = &rest[len..];
+        }
+        if parts.is_empty() {
+            return Err(refuse());
+        }
+        Ok(NetnsPattern(parts))
     }
 }
 
@@ -1098,7 +1173,6 @@ impl Config {
             ));
         }
         self.http.validate()?;
-        self.api_proxy.validate()?;
         if let Some(url) = &self.capi.api_proxy_url {
             let ok = url
                 .parse::<http::Uri>()
@@ -1142,6 +1216,55 @@ mod tests {
             .unwrap()
             .try_deserialize()
             .unwrap()
+    }
+
+    #[test]
+    fn namespace_patterns_are_parsed_once_and_render_only_plain_ids() {
+        let cfg = parsed(
+            "[api_proxy]\nnamespaces = [\"qrouter-{router_id}\", \"x{network_id}-{router_id}\", \"fixed\"]\n",
+        );
+        let names: Vec<Option<String>> = cfg
+            .api_proxy
+            .namespaces
+            .iter()
+            .map(|p| p.render(Some("r1"), Some("n1")))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                Some("qrouter-r1".into()),
+                Some("xn1-r1".into()),
+                Some("fixed".into())
+            ]
+        );
+        let router = &cfg.api_proxy.namespaces[0];
+        assert_eq!(router.render(None, Some("n1")), None, "an unknown id");
+        for id in ["../../proc/1/ns/net", "a/b", "", "r 1"] {
+            assert_eq!(
+                router.render(Some(id), None),
+                None,
+                "{id:?} is not a plain id"
+            );
+        }
+        assert_eq!(
+            ApiProxyConfig::default()
+                .namespaces
+                .iter()
+                .map(|p| p.render(Some("r"), Some("n")))
+                .collect::<Vec<_>>(),
+            [
+                Some("qdhcp-n".into()),
+                Some("ovnmeta-n".into()),
+                Some("qrouter-r".into())
+            ]
+        );
+        for bad in ["{project_id}", "a/{router_id}", "", "x}", "{router_id"] {
+            let err = NetnsPattern::try_from(bad.to_string()).unwrap_err();
+            assert!(
+                err.contains("may use {router_id} and {network_id} only"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     /// Keystone and a sealing key: what `serve` needs outside development.
