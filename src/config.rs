@@ -936,48 +936,78 @@ pub struct OperationsConfig {
     /// that holds it (handed back to the queue, no attempt counted) before it fails, saying
     /// which key is missing.
     pub unseal_wait_secs: u64,
+    /// The keys `seal_key_file` held: read once, by [`Config::load`] (never from the file again).
+    #[serde(skip)]
+    file_keys: Option<SealKeys>,
 }
 
 /// The sealing keys as configured: the current one (None: none configured) and the previous.
+#[derive(Debug, Clone)]
 pub struct SealKeys {
     pub current: Option<secrecy::SecretString>,
     pub previous: Vec<secrecy::SecretString>,
 }
 
 impl OperationsConfig {
-    /// The key ring from `seal_key` / `seal_key_file` and `previous_seal_keys`. Setting both
-    /// `seal_key` and `seal_key_file` is refused (which would win is not obvious).
-    pub fn seal_keys(&self) -> Result<SealKeys, ConfigError> {
-        let mut previous = self.previous_seal_keys.clone();
-        let current = match (&self.seal_key, &self.seal_key_file) {
+    /// Reads `seal_key_file` (the current key on its first line, previous ones on the following;
+    /// `#` lines ignored) into the typed configuration; done once, by [`Config::load`]. Setting
+    /// both `seal_key` and `seal_key_file` is refused (which would win is not obvious).
+    fn read_seal_key_file(&mut self) -> Result<(), ConfigError> {
+        let path = match (&self.seal_key, &self.seal_key_file) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::Invalid(
                     "[operations] set seal_key or seal_key_file, not both".into(),
                 ));
             }
-            (Some(k), None) => Some(k.clone()),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ConfigError::Invalid(format!(
-                        "[operations] seal_key_file {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                let mut lines = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(|l| secrecy::SecretString::from(l.to_string()));
-                let first = lines.next().ok_or_else(|| {
-                    ConfigError::Invalid(format!(
-                        "[operations] seal_key_file {} holds no key",
-                        path.display()
-                    ))
-                })?;
-                previous.extend(lines);
-                Some(first)
+            (_, None) => return Ok(()),
+            (None, Some(path)) => path,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "[operations] seal_key_file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut lines = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| secrecy::SecretString::from(l.to_string()));
+        let current = lines.next().ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "[operations] seal_key_file {} holds no key",
+                path.display()
+            ))
+        })?;
+        self.file_keys = Some(SealKeys {
+            current: Some(current),
+            previous: lines.collect(),
+        });
+        Ok(())
+    }
+
+    /// The key ring from `seal_key` / `seal_key_file` (as [`Config::load`] read it) and
+    /// `previous_seal_keys`.
+    pub fn seal_keys(&self) -> Result<SealKeys, ConfigError> {
+        let mut previous = self.previous_seal_keys.clone();
+        let current = match (&self.seal_key, &self.seal_key_file, &self.file_keys) {
+            (Some(_), Some(_), _) => {
+                return Err(ConfigError::Invalid(
+                    "[operations] set seal_key or seal_key_file, not both".into(),
+                ));
             }
-            (None, None) => None,
+            (Some(k), None, _) => Some(k.clone()),
+            (None, Some(_), Some(file)) => {
+                previous.extend(file.previous.iter().cloned());
+                file.current.clone()
+            }
+            (None, Some(path), None) => {
+                return Err(ConfigError::Invalid(format!(
+                    "[operations] seal_key_file {}: not read (only Config::load reads it)",
+                    path.display()
+                )));
+            }
+            (None, None, _) => None,
         };
         Ok(SealKeys { current, previous })
     }
@@ -1003,6 +1033,7 @@ impl Default for OperationsConfig {
             seal_key_file: None,
             previous_seal_keys: Vec::new(),
             unseal_wait_secs: 600,
+            file_keys: None,
         }
     }
 }
@@ -1089,7 +1120,8 @@ impl Config {
                 .with_list_parse_key("http.trusted_proxies")
                 .with_list_parse_key("api_proxy.namespaces"),
         );
-        let cfg: Config = builder.build()?.try_deserialize()?;
+        let mut cfg: Config = builder.build()?.try_deserialize()?;
+        cfg.operations.read_seal_key_file()?;
         cfg.validate()?;
         Ok(cfg)
     }
