@@ -231,6 +231,10 @@ pub struct CapiConfig {
     /// On delete, remove the load balancers and volumes the workload's cloud-controller-manager
     /// and Cinder CSI created in the tenant project (README "Delete cleanup").
     pub delete_cleanup: bool,
+    /// Days a delete report (`<cluster>-delete-report`: what a finished delete kept or could not
+    /// check) stays on the management cluster; the maintenance pass removes older ones. 0 keeps
+    /// them until the operator removes them.
+    pub delete_report_retention_days: u32,
     /// Seconds between passes of the delete cleanup while something is left.
     pub cleanup_poll_secs: u64,
     /// What a delete does when the cluster's credential Secret is gone (README "Delete
@@ -428,6 +432,7 @@ impl Default for CapiConfig {
             addon_install_timeout_secs: 1800,
             delete_timeout_mins: 30,
             delete_cleanup: true,
+            delete_report_retention_days: 30,
             cleanup_poll_secs: 5,
             cleanup_without_credential: CleanupWithoutCredential::Fail,
             unread_volumes: UnreadVolumes::Keep,
