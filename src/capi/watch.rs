@@ -643,18 +643,21 @@ mod tests {
         assert!(obs.clusters().is_empty());
     }
 
+    /// The CAPI `Cluster` `magnum-p/ca` of Magnum cluster `a`.
+    fn cluster_ca(a: Uuid) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "ca", "namespace": "magnum-p",
+                         "labels": {LABEL_CLUSTER_UUID: a.to_string()}}}))
+        .unwrap()
+    }
+
     #[test]
     fn an_adopted_clusters_machines_are_read_from_the_index_not_copied_per_evaluation() {
         let (obs, _feed) = Observer::new();
         let (a, ng) = (Uuid::new_v4(), Uuid::new_v4());
         let obj = |v: Value| -> DynamicObject { serde_json::from_value(v).unwrap() };
-        obs.apply_event(
-            Kind::Cluster,
-            Event::Apply(obj(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "ca", "namespace": "magnum-p",
-                             "labels": {LABEL_CLUSTER_UUID: a.to_string()}}}))),
-        );
+        obs.apply_event(Kind::Cluster, Event::Apply(cluster_ca(a)));
         obs.apply_event(
             Kind::MachineDeployment,
             Event::Apply(obj(json!({
@@ -698,13 +701,7 @@ mod tests {
         // The release may be seen before its Cluster.
         obs.apply_event(Kind::HelmReleaseProxy, Event::Apply(hrp.clone()));
         assert!(obs.observed(a).addons.is_empty());
-        obs.apply_event(
-            Kind::Cluster,
-            Event::Apply(obj(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "ca", "namespace": "magnum-p",
-                             "labels": {LABEL_CLUSTER_UUID: a.to_string()}}}))),
-        );
+        obs.apply_event(Kind::Cluster, Event::Apply(cluster_ca(a)));
         let seen = obs.observed(a);
         assert_eq!(seen.addons.len(), 1);
         assert_eq!(seen.addons[0]["status"]["conditions"][0]["status"], "True");
