@@ -513,7 +513,25 @@ impl Writer {
     /// Writes what changed for each pending cluster, noting when each wants to be evaluated
     /// again (`rechecks`); stops at the first failure (kept pending).
     async fn write_pending(&mut self) {
+        // One statement first drops the clusters there is nothing to write for (no row here:
+        // objects of another deployment or of a cluster already purged; another management
+        // cluster's; a read-only import): a watch relisting thousands of them would otherwise
+        // cost a transaction each, ahead of every fresh change.
+        let queued: Vec<Uuid> = self.pending.keys().copied().collect();
+        let ours = match cdb::of_management_cluster_among(&self.pool, &self.scope.name, &queued)
+            .await
+        {
+            Ok(ours) => ours,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading which clusters to write failed; will retry");
+                return;
+            }
+        };
         for (u, since) in std::mem::take(&mut self.pending) {
+            if !ours.contains(&u) {
+                self.rechecks.remove(&u);
+                continue;
+            }
             match sync_cluster(
                 &self.pool,
                 &self.observer,
