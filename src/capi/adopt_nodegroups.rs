@@ -352,7 +352,7 @@ impl Capi {
             return Ok(step.requeue(UNANNOUNCED_POLL.min(left)));
         }
         if at.driver == DriverFamily::CapiHelm && !step.templates.is_empty() {
-            let live = self.helm_live_users(at).await?;
+            let live = self.helm_live_users(at, &step.deployments).await?;
             for t in unused_templates(&step.templates, &live) {
                 let gvk = kinds::TEMPLATES
                     .into_iter()
@@ -459,26 +459,40 @@ impl Capi {
     }
 
     /// What still refers to templates in the adopted cluster: its control plane,
-    /// MachineDeployments and MachineSets.
-    async fn helm_live_users(&self, at: &ObjectsAt) -> Result<Vec<Value>, CapiError> {
-        let sel = format!("{LABEL_CAPI_CLUSTER_NAME}={}", at.name);
+    /// MachineDeployments and MachineSets, by their `spec.clusterName` (the chart's objects do
+    /// not all carry CAPI's cluster-name label, and a template missed here would be deleted in
+    /// use).
+    /// MachineSets of the `deleted` MachineDeployments that CAPI has not removed yet do not
+    /// count.
+    async fn helm_live_users(
+        &self,
+        at: &ObjectsAt,
+        deleted: &[String],
+    ) -> Result<Vec<Value>, CapiError> {
         let mut live = Vec::new();
-        for gvk in [
-            kinds::CONTROL_PLANE,
-            kinds::MACHINE_DEPLOYMENT,
-            kinds::MACHINE_SET,
-        ] {
-            for o in self.mgmt.list(gvk, &at.namespace, &sel).await? {
+        for gvk in [kinds::MACHINE_DEPLOYMENT, kinds::MACHINE_SET] {
+            for o in self.mgmt.list(gvk, &at.namespace, "").await? {
                 let v = serde_json::to_value(&o).map_err(|e| CapiError::Invalid(e.to_string()))?;
-                live.push(with_kind(v, gvk));
+                let of_deleted = v
+                    .pointer("/metadata/labels")
+                    .and_then(|l| l.get(LABEL_DEPLOYMENT_NAME))
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| deleted.iter().any(|x| x == d));
+                if v.pointer("/spec/clusterName").and_then(Value::as_str) == Some(&at.name)
+                    && !of_deleted
+                {
+                    live.push(with_kind(v, gvk));
+                }
             }
         }
-        // The chart's control plane does not carry CAPI's cluster-name label: by name.
-        let kcp = format!("{}-control-plane", at.name);
-        if let Some(v) = self
-            .mgmt
-            .get_value(&ObjectRef::new(kinds::CONTROL_PLANE, &at.namespace, &kcp))
-            .await?
+        let (_, cluster) = self.adopted_cluster(at).await?;
+        if let Some(kcp) = cluster
+            .pointer("/spec/controlPlaneRef/name")
+            .and_then(Value::as_str)
+            && let Some(v) = self
+                .mgmt
+                .get_value(&ObjectRef::new(kinds::CONTROL_PLANE, &at.namespace, kcp))
+                .await?
         {
             live.push(with_kind(v, kinds::CONTROL_PLANE));
         }
