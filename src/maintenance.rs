@@ -1,8 +1,9 @@
-//! The periodic credential chores of a management cluster (every few minutes, see
-//! `server::spawn_capi`): leftover credentials deleted again, credentials checked, expiring ones
-//! renewed, abandoned staged ones discarded, orphaned ones (of clusters that do not exist)
-//! deleted. What they read and record is Postgres; what they do on the management cluster and in
-//! Keystone goes through the driver (`capi::driver::Capi`) and its Keystone client.
+//! The periodic chores of a management cluster (every few minutes, see `server::spawn_capi`):
+//! leftover credentials deleted again, credentials checked, expiring ones renewed, abandoned
+//! staged ones discarded, orphaned ones (of clusters that do not exist) deleted; delete reports
+//! past their retention removed. What they read and record is Postgres; what they do on the
+//! management cluster and in Keystone goes through the driver (`capi::driver::Capi`) and its
+//! Keystone client.
 
 use std::time::Duration;
 
@@ -63,6 +64,9 @@ pub async fn run(pool: &PgPool, capi: &Capi, journal: &dyn Journal) {
     if let Err(e) = sweep_staged(pool, capi, journal, STAGED_GRACE).await {
         tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
     }
+    if let Err(e) = capi.expire_delete_reports(chrono::Utc::now()).await {
+        tracing::warn!(error = %e, "removing expired delete reports failed");
+    }
 }
 
 /// Retries deleting credentials that could not be deleted when their cluster went away.
@@ -105,12 +109,23 @@ pub async fn check_credentials(pool: &PgPool, capi: &Capi) -> Result<usize, Chor
         let Some(id) = &row.app_cred_id else {
             continue;
         };
+        // An adopted cluster's credential is in its Magnum driver's Secret.
+        let at = match crate::db::imports::of_cluster(pool, row.uuid).await? {
+            Some(i) if i.state() == Some(crate::domain::imported::ImportState::Adopted) => {
+                crate::domain::imported::objects_at(
+                    &i.source_driver,
+                    row.stack_id.as_deref(),
+                    &row.project_id,
+                )
+            }
+            _ => None,
+        };
         let found = capi
             .credential_problem(
                 k,
                 row.uuid,
                 (&row.user_id, &row.project_id),
-                row.stack_id.as_deref(),
+                (row.stack_id.as_deref(), at.as_ref()),
                 id,
             )
             .await;

@@ -140,8 +140,8 @@ pub fn topology_upgrade_patch(cluster: &Value, to: &UpgradeTo) -> Result<Vec<Val
 /// (`<release>-control-plane` or `<release>-<nodegroup>`, the name the chart gives that part)
 /// on image `image_id`: the same spec with `image: {id}` (what the chart renders from
 /// magnum-capi-helm's `machineImageId`), named `<component>-<first 8 hex of its checksum>`
-/// with the full checksum annotated and `helm.sh/resource-policy: keep` (the chart leaves old
-/// templates for CAPI). The checksum is of the spec as JSON, not of the chart's YAML text: the
+/// with the full checksum annotated (nothing of Helm's: Helm must never take it for its
+/// release's). The checksum is of the spec as JSON, not of the chart's YAML text: the
 /// name has the chart's shape, not necessarily the hash a `helm upgrade` would compute.
 pub fn replacement_template(live: &Value, component: &str, image_id: &str) -> Value {
     let mut spec = live.get("spec").cloned().unwrap_or_else(|| json!({}));
@@ -158,7 +158,7 @@ pub fn replacement_template(live: &Value, component: &str, image_id: &str) -> Va
             "name": format!("{component}-{}", &sum[..8]),
             "namespace": live.pointer("/metadata/namespace").cloned().unwrap_or(Value::Null),
             "labels": labels,
-            "annotations": {CHART_CHECKSUM_ANNOTATION: sum, "helm.sh/resource-policy": "keep"},
+            "annotations": {CHART_CHECKSUM_ANNOTATION: sum},
         },
         "spec": spec,
     })

@@ -19,7 +19,7 @@ use super::{
     LABEL_CLUSTER_UUID, LABEL_ROLE, LABEL_USER_ID, credentials_secret_name, kinds, secret_data,
     values,
 };
-use crate::domain::spec::{Cluster, ClusterSpec, Operation};
+use crate::domain::spec::{Cluster, ClusterSpec, ObjectsAt, Operation};
 use crate::domain::status::Status;
 use crate::driver::{Journal, Outcome};
 use crate::openstack::UserSession;
@@ -254,13 +254,19 @@ impl Capi {
         ns: &str,
         name: &str,
     ) -> Result<Option<(String, SecretString)>, CapiError> {
+        self.secret_credential(ns, &credentials_secret_name(name))
+            .await
+    }
+
+    /// The application credential in the `clouds.yaml` of Secret `ns`/`secret`.
+    async fn secret_credential(
+        &self,
+        ns: &str,
+        secret: &str,
+    ) -> Result<Option<(String, SecretString)>, CapiError> {
         Ok(self
             .mgmt
-            .get_value(&ObjectRef::new(
-                kinds::SECRET,
-                ns,
-                &credentials_secret_name(name),
-            ))
+            .get_value(&ObjectRef::new(kinds::SECRET, ns, secret))
             .await?
             .as_ref()
             .and_then(clouds_yaml_credential))
@@ -272,17 +278,16 @@ impl Capi {
         &self,
         c: &Cluster,
     ) -> Result<Option<(String, SecretString)>, CapiError> {
-        let ns = namespace_of(&self.config, c);
-        let name = match &c.objects_at {
-            Some(at) => super::adopt_credentials::driver_credentials_secret(at),
-            None => credentials_secret_name(&name_of(c)),
-        };
-        Ok(self
-            .mgmt
-            .get_value(&ObjectRef::new(kinds::SECRET, &ns, &name))
-            .await?
-            .as_ref()
-            .and_then(clouds_yaml_credential))
+        match &c.objects_at {
+            Some(at) => {
+                let secret = super::adopt_credentials::driver_credentials_secret(at);
+                self.secret_credential(&at.namespace, &secret).await
+            }
+            None => {
+                self.live_credential(&namespace_of(&self.config, c), &name_of(c))
+                    .await
+            }
+        }
     }
 
     /// Deletes a credential this service created with its own credentials; a failure is
@@ -464,20 +469,30 @@ impl Capi {
     }
 
     /// Why the credential `app_cred_id` of cluster `cluster` (owned by `user_id` in
-    /// `project_id`, its CAPI cluster named after `stack_id`) does not work; `None` when it
-    /// does, as its live Secret shows it to Keystone.
+    /// `project_id`, its CAPI cluster named after `stack_id`, or its objects `at` where a Magnum
+    /// driver left them) does not work; `None` when it does, as its live Secret shows it to
+    /// Keystone.
     pub async fn credential_problem(
         &self,
         k: &crate::openstack::Keystone,
         cluster: Uuid,
         owner: (&str, &str),
-        stack_id: Option<&str>,
+        (stack_id, at): (Option<&str>, Option<&ObjectsAt>),
         app_cred_id: &str,
     ) -> Result<Option<String>, CapiError> {
         let (user_id, project_id) = owner;
-        let ns = super::namespace(&self.config.namespace_prefix, project_id);
-        let name = cluster_name(stack_id, cluster);
-        let refused = match self.live_credential(&ns, &name).await? {
+        let live = match at {
+            Some(at) => {
+                let secret = super::adopt_credentials::driver_credentials_secret(at);
+                self.secret_credential(&at.namespace, &secret).await?
+            }
+            None => {
+                let ns = super::namespace(&self.config.namespace_prefix, project_id);
+                self.live_credential(&ns, &cluster_name(stack_id, cluster))
+                    .await?
+            }
+        };
+        let refused = match live {
             None => "the cloud-credentials Secret is missing or unreadable".to_string(),
             Some((sid, secret)) => match k.check_app_credential(&sid, &secret).await? {
                 None => return Ok(None),

@@ -549,16 +549,16 @@ pub fn refusal(cluster: &str, source_driver: &str) -> String {
 
 /// What an adopted cluster cannot do (yet), as the 400 its request gets: `None` when `action`
 /// works on the objects the Magnum driver left (resize, delete, certificates and config, an
-/// upgrade and a credential rotation done as the driver would have done them).
-/// Everything else would need objects rendered by magnum-capi beside or instead of the
-/// driver's, which adoption never does by itself (README "Moving from Magnum").
+/// upgrade and a credential rotation done as the driver would have done them:
+/// `capi::adopt_upgrade`, `capi::adopt_credentials`) or beside them as the driver writes its
+/// own (nodegroup create, update, delete: `capi::adopt_nodegroups`). Everything else would
+/// need objects rendered by magnum-capi beside or instead of the driver's, which adoption
+/// never does by itself (README "Moving from Magnum").
 pub fn adopted_refusal(cluster: &str, source_driver: &str, action: &str) -> Option<String> {
     let (what, instead) = match action {
-        "resize" | "delete" | "sign" | "update" | "upgrade" | "rotate_credential" => return None,
-        "nodegroup" => (
-            "adding, changing or deleting nodegroups",
-            "resize its existing nodegroups, or create a new cluster here for other machine shapes",
-        ),
+        "resize" | "delete" | "sign" | "update" | "nodegroup" | "upgrade" | "rotate_credential" => {
+            return None;
+        }
         "rotate_ca" => (
             "rotating its CAs",
             "its CAs stay the ones its driver made; certificates they sign keep working",
@@ -1013,6 +1013,10 @@ mod tests {
     fn an_adopted_cluster_resizes_and_deletes_and_refuses_what_would_roll_its_machines() {
         assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "resize"), None);
         assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "delete"), None);
+        assert_eq!(
+            adopted_refusal("c", "k8s_cluster_api_ubuntu", "nodegroup"),
+            None
+        );
         assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "upgrade"), None);
         assert_eq!(
             adopted_refusal("c", "k8s_capi_helm_v1", "rotate_credential"),
