@@ -223,7 +223,8 @@ impl Capi {
     /// Once the cluster is gone: what its delete kept in the tenant project or could not check,
     /// in the final log line and, when there is any, in the ConfigMap `<capi name>-delete-report`
     /// of its namespace. That ConfigMap does not carry the cluster label, so it outlives the
-    /// cluster; the operator removes it.
+    /// cluster; [`Capi::expire_delete_reports`] removes it after `[capi]
+    /// delete_report_retention_days`.
     async fn write_delete_report(
         &self,
         c: &Cluster,
@@ -257,6 +258,41 @@ impl Capi {
         Ok(())
     }
 
+    /// Removes the delete reports written more than `[capi] delete_report_retention_days`
+    /// before `now` (by their `creationTimestamp`; none when it is 0): one LIST of ConfigMaps by
+    /// the report label, one DELETE per expired report. How many were removed.
+    pub async fn expire_delete_reports(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, CapiError> {
+        let days = self.config.delete_report_retention_days;
+        if days == 0 {
+            return Ok(0);
+        }
+        let oldest = now.timestamp() - i64::from(days) * 86_400;
+        let mut removed = 0;
+        for cm in self
+            .mgmt
+            .list_all(kinds::CONFIG_MAP, LABEL_DELETED_CLUSTER)
+            .await?
+        {
+            let m = &cm.metadata;
+            let written = m.creation_timestamp.as_ref().map(|t| t.0.as_second());
+            let (Some(ns), Some(name)) = (&m.namespace, &m.name) else {
+                continue;
+            };
+            if written.is_none_or(|t| t > oldest) {
+                continue;
+            }
+            self.mgmt
+                .delete(&ObjectRef::new(kinds::CONFIG_MAP, ns, name))
+                .await?;
+            tracing::info!(namespace = %ns, name = %name, retention_days = days, "delete report removed after its retention");
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
     /// One step of a nodegroup delete: the first renders the cluster without the nodegroup and
     /// deletes its MachineDeployment (and health check); later ones find its machines gone, then
     /// delete its templates and server group (the worker deletes its row). Requeued (woken by changes of the cluster's
@@ -282,12 +318,7 @@ impl Capi {
         }
         let id = ng.to_string();
         let gone = |o: &Observed| {
-            let has = |v: &Value| {
-                v.pointer("/metadata/labels")
-                    .and_then(|l| l.get(LABEL_NODEGROUP_UUID))
-                    .and_then(Value::as_str)
-                    == Some(id.as_str())
-            };
+            let has = |v: &Value| o.nodegroup_of(v) == Some(id.as_str());
             !o.machine_deployments.iter().any(|v| has(v)) && !o.machines.iter().any(|v| has(v))
         };
         if !(self.observer.synced() && gone(&self.observer.observed(c.uuid))) {
