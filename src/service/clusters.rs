@@ -705,6 +705,7 @@ pub async fn upgrade(
         ct.coe.as_deref().unwrap_or("kubernetes"),
         version_of(&ct).as_deref(),
     )?;
+    super::check_adopted_upgrade(app, &c, old_ct.as_ref(), &ct, version_of(&ct).as_deref()).await?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
     let ng = match b.str("nodegroup") {
         Some(n) => find_nodegroup(app, &c, None, &n).await?,
