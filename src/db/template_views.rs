@@ -1,5 +1,5 @@
 //! `template_view`: each template's serialised view stored beside it (the bytes and their
-//! version; migrations/20261127113000_stored_template_views.sql retires them on every change):
+//! version; migrations/20261127130000_stored_template_views.sql retires them on every change):
 //! the heads of a page with their stored bodies, the rows of those not stored, and storing.
 
 use sqlx::{AssertSqlSafe, FromRow, PgPool};
