@@ -20,7 +20,7 @@ use crate::domain::spec::{ClusterSpec, ObjectsAt};
 
 /// The topology label CAPI's topology controller puts on a ClusterClass MachineDeployment: the
 /// name of its entry in `spec.topology.workers.machineDeployments`.
-const LABEL_TOPOLOGY_DEPLOYMENT: &str = "topology.cluster.x-k8s.io/deployment-name";
+pub const LABEL_TOPOLOGY_DEPLOYMENT: &str = "topology.cluster.x-k8s.io/deployment-name";
 
 /// One nodegroup as adoption maps it onto the driver's objects.
 #[derive(Debug, Clone)]
