@@ -50,8 +50,8 @@ fn is_probe(k: &RequestKey) -> bool {
 
 /// `n` requests of which `w` watches, per operation of `ops`.
 fn per_op(what: &str, counts: &RequestCounts, ops: usize) {
-    let all = counts.count(|k| !k.workload && !is_probe(k)) as f64 / ops as f64;
-    let by = |v: &[Verb]| counts.count(|k| !k.workload && v.contains(&k.verb)) as f64 / ops as f64;
+    let all = counts.count(|k| !is_probe(k)) as f64 / ops as f64;
+    let by = |v: &[Verb]| counts.count(|k| v.contains(&k.verb)) as f64 / ops as f64;
     println!(
         "management-cluster requests per {what}: {all:.1} (writes {:.1}, lists {:.1}, gets {:.1}, watches {:.1}; {ops} operations, reachability probe aside)",
         by(&[
@@ -397,7 +397,7 @@ fn main() {
         let idle = sim.requests().since(&before);
         let hour = 3600.0 / idle_secs as f64;
         let watched = clusters + uuids.len();
-        let polling = idle.count(|k| !k.workload && k.verb != Verb::Watch && !is_probe(k));
+        let polling = idle.count(|k| k.verb != Verb::Watch && !is_probe(k));
         println!(
             "idle ({idle_secs} s, {watched} clusters): {polling} requests other than watches and the probe ({:.4} per cluster per hour); {} watch requests, {} reachability probes ({:.0} per hour per management cluster): {idle}",
             polling as f64 * hour / watched as f64,
@@ -411,7 +411,7 @@ fn main() {
         let pass = sim.requests().since(&before);
         println!(
             "one maintenance pass (every 5 min, fleet-wide; no Keystone here, so no credential checks): {} requests: {pass}",
-            pass.management()
+            pass.total()
         );
 
         // 7. The service's RSS with clusters' rows in PostgreSQL (no objects for them).

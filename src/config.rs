@@ -231,6 +231,10 @@ pub struct CapiConfig {
     /// On delete, remove the load balancers and volumes the workload's cloud-controller-manager
     /// and Cinder CSI created in the tenant project (README "Delete cleanup").
     pub delete_cleanup: bool,
+    /// Days a delete report (`<cluster>-delete-report`: what a finished delete kept or could not
+    /// check) stays on the management cluster; the maintenance pass removes older ones. 0 keeps
+    /// them until the operator removes them.
+    pub delete_report_retention_days: u32,
     /// Seconds between passes of the delete cleanup while something is left.
     pub cleanup_poll_secs: u64,
     /// What a delete does when the cluster's credential Secret is gone (README "Delete
@@ -428,6 +432,7 @@ impl Default for CapiConfig {
             addon_install_timeout_secs: 1800,
             delete_timeout_mins: 30,
             delete_cleanup: true,
+            delete_report_retention_days: 30,
             cleanup_poll_secs: 5,
             cleanup_without_credential: CleanupWithoutCredential::Fail,
             unread_volumes: UnreadVolumes::Keep,
@@ -534,7 +539,7 @@ pub struct ApiProxyConfig {
     pub netns_dir: PathBuf,
     /// The namespaces a private cluster's API is dialled from, the first present on this node
     /// wins: `{router_id}` and `{network_id}` are the OpenStackCluster's router and network.
-    pub namespaces: Vec<String>,
+    pub namespaces: Vec<NetnsPattern>,
     /// Dial from the proxy's own network namespace when none of the cluster's is on this node
     /// (a proxy on a host with a leg in the tenant networks).
     pub dial_from_host: bool,
@@ -551,9 +556,9 @@ impl Default for ApiProxyConfig {
             // DHCP and OVN metadata namespaces first: each has its own port on the cluster's
             // network, while a standby L3-HA router's namespace exists but does not route.
             namespaces: vec![
-                "qdhcp-{network_id}".into(),
-                "ovnmeta-{network_id}".into(),
-                "qrouter-{router_id}".into(),
+                NetnsPattern::of_id("qdhcp-", NetnsId::Network),
+                NetnsPattern::of_id("ovnmeta-", NetnsId::Network),
+                NetnsPattern::of_id("qrouter-", NetnsId::Router),
             ],
             dial_from_host: false,
             connect_timeout_secs: 10,
@@ -561,18 +566,93 @@ impl Default for ApiProxyConfig {
     }
 }
 
-impl ApiProxyConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        for n in &self.namespaces {
-            let rest = n.replace("{router_id}", "").replace("{network_id}", "");
-            if rest.contains(['{', '}', '/']) || n.is_empty() {
-                return Err(ConfigError::Invalid(format!(
-                    "[api_proxy] namespaces: {n:?} may use {{router_id}} and {{network_id}} \
-                     only, and no '/'"
-                )));
+/// Which id of an OpenStackCluster a namespace name holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsId {
+    /// `{router_id}`: `status.router.id`.
+    Router,
+    /// `{network_id}`: `status.network.id`.
+    Network,
+}
+
+/// One entry of `[api_proxy] namespaces`: a network namespace name with `{router_id}` and
+/// `{network_id}` in it, parsed once, at load (the only place the placeholders are read).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct NetnsPattern(Vec<NetnsPart>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NetnsPart {
+    Text(String),
+    Id(NetnsId),
+}
+
+impl NetnsPattern {
+    /// `prefix` followed by the id.
+    pub fn of_id(prefix: &str, id: NetnsId) -> Self {
+        NetnsPattern(vec![NetnsPart::Text(prefix.into()), NetnsPart::Id(id)])
+    }
+
+    /// The namespace name for a cluster's router and network ids; `None` when it needs one that
+    /// is unknown, or one that is not a plain name (letters, digits, `-`, `_`: Neutron's ids are
+    /// UUIDs; anything else, a `/` above all, would name a file outside `netns_dir`).
+    pub fn render(&self, router_id: Option<&str>, network_id: Option<&str>) -> Option<String> {
+        let plain = |id: &str| {
+            !id.is_empty()
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
+        let mut name = String::new();
+        for part in &self.0 {
+            match part {
+                NetnsPart::Text(t) => name.push_str(t),
+                NetnsPart::Id(which) => {
+                    let id = match which {
+                        NetnsId::Router => router_id,
+                        NetnsId::Network => network_id,
+                    }
+                    .filter(|id| plain(id))?;
+                    name.push_str(id);
+                }
             }
         }
-        Ok(())
+        Some(name)
+    }
+}
+
+impl TryFrom<String> for NetnsPattern {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        let refuse = || {
+            format!(
+                "[api_proxy] namespaces: {text:?} may use {{router_id}} and {{network_id}} only, \
+                 and no '/'"
+            )
+        };
+        let mut parts = Vec::new();
+        let mut rest = text.as_str();
+        while !rest.is_empty() {
+            let (part, len) = if let Some(after) = rest.strip_prefix("{router_id}") {
+                (NetnsPart::Id(NetnsId::Router), rest.len() - after.len())
+            } else if let Some(after) = rest.strip_prefix("{network_id}") {
+                (NetnsPart::Id(NetnsId::Network), rest.len() - after.len())
+            } else {
+                let len = rest.find('{').unwrap_or(rest.len());
+                let literal = &rest[..len];
+                if len == 0 || literal.contains(['}', '/']) {
+                    return Err(refuse());
+                }
+                (NetnsPart::Text(literal.into()), len)
+            };
+            parts.push(part);
+            rest = &rest[len..];
+        }
+        if parts.is_empty() {
+            return Err(refuse());
+        }
+        Ok(NetnsPattern(parts))
     }
 }
 
@@ -861,48 +941,78 @@ pub struct OperationsConfig {
     /// that holds it (handed back to the queue, no attempt counted) before it fails, saying
     /// which key is missing.
     pub unseal_wait_secs: u64,
+    /// The keys `seal_key_file` held: read once, by [`Config::load`] (never from the file again).
+    #[serde(skip)]
+    file_keys: Option<SealKeys>,
 }
 
 /// The sealing keys as configured: the current one (None: none configured) and the previous.
+#[derive(Debug, Clone)]
 pub struct SealKeys {
     pub current: Option<secrecy::SecretString>,
     pub previous: Vec<secrecy::SecretString>,
 }
 
 impl OperationsConfig {
-    /// The key ring from `seal_key` / `seal_key_file` and `previous_seal_keys`. Setting both
-    /// `seal_key` and `seal_key_file` is refused (which would win is not obvious).
-    pub fn seal_keys(&self) -> Result<SealKeys, ConfigError> {
-        let mut previous = self.previous_seal_keys.clone();
-        let current = match (&self.seal_key, &self.seal_key_file) {
+    /// Reads `seal_key_file` (the current key on its first line, previous ones on the following;
+    /// `#` lines ignored) into the typed configuration; done once, by [`Config::load`]. Setting
+    /// both `seal_key` and `seal_key_file` is refused (which would win is not obvious).
+    fn read_seal_key_file(&mut self) -> Result<(), ConfigError> {
+        let path = match (&self.seal_key, &self.seal_key_file) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::Invalid(
                     "[operations] set seal_key or seal_key_file, not both".into(),
                 ));
             }
-            (Some(k), None) => Some(k.clone()),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ConfigError::Invalid(format!(
-                        "[operations] seal_key_file {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                let mut lines = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(|l| secrecy::SecretString::from(l.to_string()));
-                let first = lines.next().ok_or_else(|| {
-                    ConfigError::Invalid(format!(
-                        "[operations] seal_key_file {} holds no key",
-                        path.display()
-                    ))
-                })?;
-                previous.extend(lines);
-                Some(first)
+            (_, None) => return Ok(()),
+            (None, Some(path)) => path,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "[operations] seal_key_file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut lines = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| secrecy::SecretString::from(l.to_string()));
+        let current = lines.next().ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "[operations] seal_key_file {} holds no key",
+                path.display()
+            ))
+        })?;
+        self.file_keys = Some(SealKeys {
+            current: Some(current),
+            previous: lines.collect(),
+        });
+        Ok(())
+    }
+
+    /// The key ring from `seal_key` / `seal_key_file` (as [`Config::load`] read it) and
+    /// `previous_seal_keys`.
+    pub fn seal_keys(&self) -> Result<SealKeys, ConfigError> {
+        let mut previous = self.previous_seal_keys.clone();
+        let current = match (&self.seal_key, &self.seal_key_file, &self.file_keys) {
+            (Some(_), Some(_), _) => {
+                return Err(ConfigError::Invalid(
+                    "[operations] set seal_key or seal_key_file, not both".into(),
+                ));
             }
-            (None, None) => None,
+            (Some(k), None, _) => Some(k.clone()),
+            (None, Some(_), Some(file)) => {
+                previous.extend(file.previous.iter().cloned());
+                file.current.clone()
+            }
+            (None, Some(path), None) => {
+                return Err(ConfigError::Invalid(format!(
+                    "[operations] seal_key_file {}: not read (only Config::load reads it)",
+                    path.display()
+                )));
+            }
+            (None, None, _) => None,
         };
         Ok(SealKeys { current, previous })
     }
@@ -928,6 +1038,7 @@ impl Default for OperationsConfig {
             seal_key_file: None,
             previous_seal_keys: Vec::new(),
             unseal_wait_secs: 600,
+            file_keys: None,
         }
     }
 }
@@ -1014,7 +1125,8 @@ impl Config {
                 .with_list_parse_key("http.trusted_proxies")
                 .with_list_parse_key("api_proxy.namespaces"),
         );
-        let cfg: Config = builder.build()?.try_deserialize()?;
+        let mut cfg: Config = builder.build()?.try_deserialize()?;
+        cfg.operations.read_seal_key_file()?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -1098,7 +1210,6 @@ impl Config {
             ));
         }
         self.http.validate()?;
-        self.api_proxy.validate()?;
         if let Some(url) = &self.capi.api_proxy_url {
             let ok = url
                 .parse::<http::Uri>()
@@ -1142,6 +1253,55 @@ mod tests {
             .unwrap()
             .try_deserialize()
             .unwrap()
+    }
+
+    #[test]
+    fn namespace_patterns_are_parsed_once_and_render_only_plain_ids() {
+        let cfg = parsed(
+            "[api_proxy]\nnamespaces = [\"qrouter-{router_id}\", \"x{network_id}-{router_id}\", \"fixed\"]\n",
+        );
+        let names: Vec<Option<String>> = cfg
+            .api_proxy
+            .namespaces
+            .iter()
+            .map(|p| p.render(Some("r1"), Some("n1")))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                Some("qrouter-r1".into()),
+                Some("xn1-r1".into()),
+                Some("fixed".into())
+            ]
+        );
+        let router = &cfg.api_proxy.namespaces[0];
+        assert_eq!(router.render(None, Some("n1")), None, "an unknown id");
+        for id in ["../../proc/1/ns/net", "a/b", "", "r 1"] {
+            assert_eq!(
+                router.render(Some(id), None),
+                None,
+                "{id:?} is not a plain id"
+            );
+        }
+        assert_eq!(
+            ApiProxyConfig::default()
+                .namespaces
+                .iter()
+                .map(|p| p.render(Some("r"), Some("n")))
+                .collect::<Vec<_>>(),
+            [
+                Some("qdhcp-n".into()),
+                Some("ovnmeta-n".into()),
+                Some("qrouter-r".into())
+            ]
+        );
+        for bad in ["{project_id}", "a/{router_id}", "", "x}", "{router_id"] {
+            let err = NetnsPattern::try_from(bad.to_string()).unwrap_err();
+            assert!(
+                err.contains("may use {router_id} and {network_id} only"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     /// Keystone and a sealing key: what `serve` needs outside development.

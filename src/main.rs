@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use magnum_capi::app::AuthMode;
-use magnum_capi::config::{Config, LogFormat};
+use magnum_capi::config::{Config, ConfigError, LogFormat};
 use magnum_capi::openstack::Keystone;
 use magnum_capi::{api, db, server};
 
@@ -154,17 +154,24 @@ fn main() -> anyhow::Result<()> {
     // One TLS provider for the whole process, before any client is built.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
-    init_logging(&cli);
+    let config = preload(&cli);
+    init_logging(
+        config
+            .as_ref()
+            .and_then(|c| c.as_ref().ok())
+            .map(|c| c.log.format)
+            .unwrap_or_default(),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(run(cli))
+    rt.block_on(run(cli, config))
 }
 
-/// Logs as `[log] format` says (text unless the command's configuration asks for JSON; a
-/// configuration that does not load is reported by the command itself).
-fn init_logging(cli: &Cli) {
-    let config = match &cli.command {
+/// The configuration of a command that logs as it says, loaded once — for the log format, then
+/// by the command itself (the seal key file with it); `None` for the other commands.
+fn preload(cli: &Cli) -> Option<Result<Config, ConfigError>> {
+    match &cli.command {
         Command::Serve { config, .. }
         | Command::Migrate { config }
         | Command::Check { config }
@@ -172,13 +179,19 @@ fn init_logging(cli: &Cli) {
         | Command::ManagementClusters { config }
         | Command::Cluster {
             command: ClusterCommand::Forget { config, .. },
-        } => Some(config.as_deref()),
+        } => Some(Config::load(config.as_deref())),
         _ => None,
-    };
-    let format = config
-        .and_then(|c| Config::load(c).ok())
-        .map(|c| c.log.format)
-        .unwrap_or_default();
+    }
+}
+
+/// What [`preload`] read for the command (its error, if it did not load, reported now).
+fn preloaded(config: Option<Result<Config, ConfigError>>) -> anyhow::Result<Config> {
+    Ok(config.context("the command's configuration was not loaded")??)
+}
+
+/// Logs in `format` (text unless the command's configuration asks for JSON; a configuration
+/// that does not load is reported by the command itself).
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,sqlx=warn,openstack_sdk=warn,openstack_sdk_core=warn".into());
     match format {
@@ -193,8 +206,7 @@ fn init_logging(cli: &Cli) {
 }
 
 /// `check`: every readiness check, from the command line; `Ok(false)` when one failed.
-async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
-    let cfg = Config::load(config)?;
+async fn check(config: Option<&std::path::Path>, cfg: Config) -> anyhow::Result<bool> {
     println!(
         "magnum-capi check (configuration: {})",
         config.map_or_else(|| "defaults".to_string(), |p| p.display().to_string())
@@ -290,9 +302,8 @@ async fn check(config: Option<&std::path::Path>) -> anyhow::Result<bool> {
 
 /// `management-clusters`: each management cluster with its reachability, the provider
 /// versions found on it and its clusters by status.
-async fn management_clusters(config: Option<&std::path::Path>) -> anyhow::Result<()> {
+async fn management_clusters(cfg: Config) -> anyhow::Result<()> {
     use magnum_capi::capi::fleet;
-    let cfg = Config::load(config)?;
     let setup = server::build_fleet(&cfg, &auth_mode(&cfg)?, false).await?;
     let counts = match &cfg.database.url {
         Some(url) => {
@@ -372,14 +383,8 @@ async fn management_clusters(config: Option<&std::path::Path>) -> anyhow::Result
 
 /// `cluster forget`: prints the plan; with `yes` (and `force` for a cluster not being deleted)
 /// forgets the cluster. `Ok(false)` when refused.
-async fn forget(
-    uuid: uuid::Uuid,
-    yes: bool,
-    force: bool,
-    config: Option<&std::path::Path>,
-) -> anyhow::Result<bool> {
+async fn forget(uuid: uuid::Uuid, yes: bool, force: bool, cfg: Config) -> anyhow::Result<bool> {
     use magnum_capi::service::forget;
-    let cfg = Config::load(config)?;
     let url = cfg
         .database
         .url
@@ -445,26 +450,22 @@ async fn forget(
     Ok(true)
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli, config: Option<Result<Config, ConfigError>>) -> anyhow::Result<()> {
     match cli.command {
         Command::Cluster {
-            command:
-                ClusterCommand::Forget {
-                    uuid,
-                    yes,
-                    force,
-                    config,
-                },
+            command: ClusterCommand::Forget {
+                uuid, yes, force, ..
+            },
         } => {
-            if forget(uuid, yes, force, config.as_deref()).await? {
+            if forget(uuid, yes, force, preloaded(config)?).await? {
                 Ok(())
             } else {
                 std::process::exit(1)
             }
         }
-        Command::ManagementClusters { config } => management_clusters(config.as_deref()).await,
-        Command::Check { config } => {
-            if check(config.as_deref()).await? {
+        Command::ManagementClusters { .. } => management_clusters(preloaded(config)?).await,
+        Command::Check { config: path } => {
+            if check(path.as_deref(), preloaded(config)?).await? {
                 Ok(())
             } else {
                 std::process::exit(1)
@@ -488,10 +489,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Import {
-            magnum_db,
-            dry_run,
-            config,
-        } => import(&magnum_db, dry_run, config.as_deref()).await,
+            magnum_db, dry_run, ..
+        } => import(&magnum_db, dry_run, preloaded(config)?).await,
         #[cfg(feature = "dev")]
         Command::Simulate {
             kubeconfig_out,
@@ -514,8 +513,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", api::openapi::yaml_text().map_err(anyhow::Error::msg)?);
             Ok(())
         }
-        Command::Migrate { config } => {
-            let cfg = Config::load(config.as_deref())?;
+        Command::Migrate { .. } => {
+            let cfg = preloaded(config)?;
             let url = cfg
                 .database
                 .url
@@ -527,11 +526,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve {
-            config,
             dev,
             sim_management_clusters,
+            ..
         } => {
-            let mut cfg = Config::load(config.as_deref())?;
+            let mut cfg = preloaded(config)?;
             for name in sim_management_clusters {
                 let known = cfg
                     .capi
@@ -662,12 +661,7 @@ async fn api_proxy(config: Option<&std::path::Path>) -> anyhow::Result<()> {
 }
 
 /// `import`: the report on stdout; any failure is an error (non-zero exit) and wrote nothing.
-async fn import(
-    magnum_db: &str,
-    dry_run: bool,
-    config: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
-    let cfg = Config::load(config)?;
+async fn import(magnum_db: &str, dry_run: bool, cfg: Config) -> anyhow::Result<()> {
     let url =
         cfg.database.url.clone().context(
             "[database] url is required: the import writes into magnum-capi's PostgreSQL",

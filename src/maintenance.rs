@@ -1,8 +1,9 @@
-//! The periodic credential chores of a management cluster (every few minutes, see
-//! `server::spawn_capi`): leftover credentials deleted again, credentials checked, expiring ones
-//! renewed, abandoned staged ones discarded, orphaned ones (of clusters that do not exist)
-//! deleted. What they read and record is Postgres; what they do on the management cluster and in
-//! Keystone goes through the driver (`capi::driver::Capi`) and its Keystone client.
+//! The periodic chores of a management cluster (every few minutes, see `server::spawn_capi`):
+//! leftover credentials deleted again, credentials checked, expiring ones renewed, abandoned
+//! staged ones discarded, orphaned ones (of clusters that do not exist) deleted; delete reports
+//! past their retention removed. What they read and record is Postgres; what they do on the
+//! management cluster and in Keystone goes through the driver (`capi::driver::Capi`) and its
+//! Keystone client.
 
 use std::time::Duration;
 
@@ -62,6 +63,9 @@ pub async fn run(pool: &PgPool, capi: &Capi, journal: &dyn Journal) {
     }
     if let Err(e) = sweep_staged(pool, capi, journal, STAGED_GRACE).await {
         tracing::warn!(error = %e, "discarding abandoned staged credentials failed");
+    }
+    if let Err(e) = capi.expire_delete_reports(chrono::Utc::now()).await {
+        tracing::warn!(error = %e, "removing expired delete reports failed");
     }
 }
 

@@ -513,7 +513,25 @@ impl Writer {
     /// Writes what changed for each pending cluster, noting when each wants to be evaluated
     /// again (`rechecks`); stops at the first failure (kept pending).
     async fn write_pending(&mut self) {
+        // One statement first drops the clusters there is nothing to write for (no row here:
+        // objects of another deployment or of a cluster already purged; another management
+        // cluster's; a read-only import): a watch relisting thousands of them would otherwise
+        // cost a transaction each, ahead of every fresh change.
+        let queued: Vec<Uuid> = self.pending.keys().copied().collect();
+        let ours = match cdb::of_management_cluster_among(&self.pool, &self.scope.name, &queued)
+            .await
+        {
+            Ok(ours) => ours,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading which clusters to write failed; will retry");
+                return;
+            }
+        };
         for (u, since) in std::mem::take(&mut self.pending) {
+            if !ours.contains(&u) {
+                self.rechecks.remove(&u);
+                continue;
+            }
             match sync_cluster(
                 &self.pool,
                 &self.observer,
@@ -636,8 +654,16 @@ const IN_PROGRESS: &[&str] = &["CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS"];
 /// The earliest deadline of an in-progress cluster ([`load_state`]'s): its create timeout, or
 /// `update_timeout` after its last operation.
 async fn next_deadline(pool: &PgPool, update_timeout: Duration) -> DbResult<Option<DateTime<Utc>>> {
-    Ok(sqlx::query_scalar(
-        "SELECT min(d) FROM (
+    Ok(sqlx::query_scalar(NEXT_DEADLINE)
+        .bind(update_timeout.as_secs_f64())
+        .fetch_one(pool)
+        .await?)
+}
+
+/// [`next_deadline`]'s statement (`$1`: the update timeout in seconds); it runs after every
+/// pass, so it reads the in-progress rows through their index (migration
+/// `index_in_progress_clusters`), never every cluster.
+pub const NEXT_DEADLINE: &str = "SELECT min(d) FROM (
            SELECT created_at + make_interval(mins => GREATEST(COALESCE(create_timeout, 60), 1)) AS d
              FROM cluster WHERE status = 'CREATE_IN_PROGRESS'
               AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = cluster.uuid
@@ -647,12 +673,7 @@ async fn next_deadline(pool: &PgPool, update_timeout: Duration) -> DbResult<Opti
                   + make_interval(secs => $1)
              FROM cluster c WHERE c.status = 'UPDATE_IN_PROGRESS'
               AND NOT EXISTS (SELECT 1 FROM imported_cluster i WHERE i.cluster_uuid = c.uuid
-                                AND i.state = 'read_only')) x",
-    )
-    .bind(update_timeout.as_secs_f64())
-    .fetch_one(pool)
-    .await?)
-}
+                                AND i.state = 'read_only')) x";
 
 #[cfg(test)]
 mod tests {

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::capi::apply::resource;
 use crate::capi::private::PrivateApi;
 use crate::capi::{LABEL_CLUSTER_UUID, kinds};
+use crate::config::NetnsPattern;
 
 /// One allowed endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,39 +29,71 @@ pub struct Target {
     pub namespaces: Vec<String>,
 }
 
-/// The allowed endpoints, by address.
+/// The allowed endpoints, by address, with the address each cluster holds (so one cluster's
+/// change updates its entry alone).
 #[derive(Debug, Clone, Default)]
 pub struct Allowlist {
     by_addr: HashMap<SocketAddr, Target>,
+    /// `<namespace>/<name>` of each private cluster → its entry's address.
+    by_cluster: HashMap<String, SocketAddr>,
 }
 
 impl Allowlist {
-    /// The private clusters among `oscs` (OpenStackClusters as JSON); `patterns` name their
-    /// namespaces (`{router_id}`, `{network_id}`; a pattern whose id is unknown is skipped). An
+    /// The private clusters among `oscs` (OpenStackClusters as JSON), see [`Allowlist::target`].
+    pub fn build<'a>(oscs: impl IntoIterator<Item = &'a Value>, patterns: &[NetnsPattern]) -> Self {
+        let mut list = Allowlist::default();
+        for osc in oscs {
+            if let Some(t) = Allowlist::target(osc, patterns) {
+                list.set(&t.cluster.clone(), Some(t));
+            }
+        }
+        list
+    }
+
+    /// What one OpenStackCluster allows: its endpoint when it is a private cluster of ours, with
+    /// the namespaces `patterns` name for it (a pattern whose id is unknown is skipped). An
     /// endpoint that is not an IP address is left out: CAPO's private endpoint is the load
     /// balancer's fixed IP, and a name would be resolved outside the tenant's network.
-    pub fn build<'a>(oscs: impl IntoIterator<Item = &'a Value>, patterns: &[String]) -> Self {
-        let by_addr = oscs
-            .into_iter()
-            .filter_map(PrivateApi::of)
-            .filter_map(|p| {
-                let ip: IpAddr = p.host.parse().ok()?;
-                let namespaces = patterns
-                    .iter()
-                    .filter_map(|pat| namespace_name(pat, &p))
-                    .collect();
-                let addr = SocketAddr::new(ip, p.port);
-                Some((
-                    addr,
-                    Target {
-                        cluster: p.cluster,
-                        addr,
-                        namespaces,
-                    },
-                ))
-            })
+    pub fn target(osc: &Value, patterns: &[NetnsPattern]) -> Option<Target> {
+        let p = PrivateApi::of(osc)?;
+        let ip: IpAddr = p.host.parse().ok()?;
+        let namespaces = patterns
+            .iter()
+            .filter_map(|pat| pat.render(p.router_id.as_deref(), p.network_id.as_deref()))
             .collect();
-        Allowlist { by_addr }
+        Some(Target {
+            cluster: p.cluster,
+            addr: SocketAddr::new(ip, p.port),
+            namespaces,
+        })
+    }
+
+    /// Whether cluster `key`'s entry is `target` already (`None`: it has none).
+    fn holds(&self, key: &str, target: Option<&Target>) -> bool {
+        let current = self
+            .by_cluster
+            .get(key)
+            .and_then(|a| self.by_addr.get(a))
+            .filter(|t| t.cluster == key);
+        current == target
+    }
+
+    /// Sets cluster `key`'s entry to `target` (`None`: removes it), leaving every other
+    /// cluster's; whether anything changed.
+    pub fn set(&mut self, key: &str, target: Option<Target>) -> bool {
+        if self.holds(key, target.as_ref()) {
+            return false;
+        }
+        if let Some(addr) = self.by_cluster.remove(key)
+            && self.by_addr.get(&addr).is_some_and(|t| t.cluster == key)
+        {
+            self.by_addr.remove(&addr);
+        }
+        if let Some(t) = target {
+            self.by_cluster.insert(key.to_string(), t.addr);
+            self.by_addr.insert(t.addr, t);
+        }
+        true
     }
 
     /// The target a CONNECT authority (`ip:port`, `[v6]:port`) names, when allowed.
@@ -77,25 +110,13 @@ impl Allowlist {
     }
 }
 
-/// `pattern` with the private API's router and network ids, `None` when it needs one unknown.
-fn namespace_name(pattern: &str, p: &PrivateApi) -> Option<String> {
-    let mut name = pattern.to_string();
-    for (key, value) in [
-        ("{router_id}", &p.router_id),
-        ("{network_id}", &p.network_id),
-    ] {
-        if name.contains(key) {
-            name = name.replace(key, value.as_deref()?);
-        }
-    }
-    Some(name)
-}
-
 /// Keeps `tx` the allowlist of `client`'s OpenStackClusters (those the service labelled), until
-/// `stop`; a relist replaces it whole.
+/// `stop`: each event re-derives its own cluster's entry only (the list is shared with the
+/// tunnels, so it is copied only when an entry changes while one holds it); a relist replaces
+/// it whole.
 pub async fn follow(
     client: kube::Client,
-    patterns: Vec<String>,
+    patterns: Vec<NetnsPattern>,
     tx: watch::Sender<Arc<Allowlist>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -103,54 +124,67 @@ pub async fn follow(
     let api: Api<DynamicObject> = Api::all_with(client, &resource(av, k));
     let cfg = watcher::Config::default().labels(LABEL_CLUSTER_UUID);
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
-    let (mut live, mut relist) = (HashMap::<String, Value>::new(), None);
+    let mut relist: Option<Allowlist> = None;
+    let key = |o: &DynamicObject| {
+        format!(
+            "{}/{}",
+            o.metadata.namespace.as_deref().unwrap_or_default(),
+            o.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let target = |o: &DynamicObject| {
+        serde_json::to_value(o)
+            .ok()
+            .and_then(|v| Allowlist::target(&v, &patterns))
+    };
     loop {
         let ev = tokio::select! {
             ev = stream.next() => ev,
             _ = stop.changed() => return,
         };
-        let key = |o: &DynamicObject| {
-            format!(
-                "{}/{}",
-                o.metadata.namespace.as_deref().unwrap_or_default(),
-                o.metadata.name.as_deref().unwrap_or_default()
-            )
-        };
-        match ev {
-            Some(Ok(Event::Init)) => relist = Some(HashMap::new()),
-            Some(Ok(Event::InitApply(o))) => {
-                if let (Some(r), Ok(v)) = (relist.as_mut(), serde_json::to_value(&o)) {
-                    r.insert(key(&o), v);
-                }
-                continue;
+        let changed = match ev {
+            Some(Ok(Event::Init)) => {
+                relist = Some(Allowlist::default());
+                false
             }
-            Some(Ok(Event::InitDone)) => live = relist.take().unwrap_or_default(),
-            Some(Ok(Event::Apply(o))) => {
-                if let Ok(v) = serde_json::to_value(&o) {
-                    live.insert(key(&o), v);
+            Some(Ok(Event::InitApply(o))) => {
+                if let Some(r) = relist.as_mut() {
+                    r.set(&key(&o), target(&o));
                 }
+                false
+            }
+            Some(Ok(Event::InitDone)) => {
+                let list = relist.take().unwrap_or_default();
+                tx.send_if_modified(|old| {
+                    let same = old.by_addr == list.by_addr;
+                    if !same {
+                        *old = Arc::new(list);
+                    }
+                    !same
+                })
+            }
+            Some(Ok(Event::Apply(o))) => {
+                let (k, t) = (key(&o), target(&o));
+                tx.send_if_modified(|old| {
+                    !old.holds(&k, t.as_ref()) && Arc::make_mut(old).set(&k, t)
+                })
             }
             Some(Ok(Event::Delete(o))) => {
-                live.remove(&key(&o));
+                let k = key(&o);
+                tx.send_if_modified(|old| !old.holds(&k, None) && Arc::make_mut(old).set(&k, None))
             }
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "watching OpenStackClusters failed; retrying");
-                continue;
+                false
             }
             None => return,
+        };
+        if changed {
+            tracing::info!(
+                endpoints = tx.borrow().len(),
+                "allowlist of private cluster APIs changed"
+            );
         }
-        let list = Allowlist::build(live.values(), &patterns);
-        tx.send_if_modified(|old| {
-            let same = old.by_addr == list.by_addr;
-            if !same {
-                tracing::info!(
-                    endpoints = list.len(),
-                    "allowlist of private cluster APIs changed"
-                );
-                *old = Arc::new(list);
-            }
-            !same
-        });
     }
 }
 
@@ -167,9 +201,49 @@ mod tests {
                "status": {"router": router.map(|r| json!({"id": r})), "network": {"id": "n1"}}})
     }
 
+    fn patterns(p: &[&str]) -> Vec<NetnsPattern> {
+        p.iter()
+            .map(|p| NetnsPattern::try_from(p.to_string()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn each_event_updates_its_own_clusters_entry_and_leaves_the_others() {
+        let patterns = patterns(&["qrouter-{router_id}"]);
+        let target = |v: &Value| Allowlist::target(v, &patterns);
+        let (a, b) = ("magnum-p/a", "magnum-p/b");
+        let mut list = Allowlist::default();
+        assert!(list.set(a, target(&osc("a", "10.6.0.250", true, Some("r1")))));
+        assert!(list.set(b, target(&osc("b", "10.7.0.250", true, Some("r2")))));
+        assert!(
+            !list.set(a, target(&osc("a", "10.6.0.250", true, Some("r1")))),
+            "the same entry again changes nothing"
+        );
+        // a's endpoint moves: its old address is no longer allowed, b's entry stays.
+        assert!(list.set(a, target(&osc("a", "10.6.0.251", true, Some("r1")))));
+        assert!(list.get("10.6.0.250:6443").is_none());
+        assert_eq!(list.get("10.6.0.251:6443").unwrap().cluster, a);
+        assert_eq!(
+            list.get("10.7.0.250:6443").unwrap().namespaces,
+            ["qrouter-r2"]
+        );
+        // b's router changes in its status: its namespaces follow.
+        assert!(list.set(b, target(&osc("b", "10.7.0.250", true, Some("r3")))));
+        assert_eq!(
+            list.get("10.7.0.250:6443").unwrap().namespaces,
+            ["qrouter-r3"]
+        );
+        // a becomes public, then b is deleted: nothing is left.
+        assert!(list.set(a, target(&osc("a", "10.6.0.251", false, Some("r1")))));
+        assert!(list.set(b, None));
+        assert!(!list.set(b, None));
+        assert!(list.is_empty());
+        assert!(list.by_cluster.is_empty());
+    }
+
     #[test]
     fn only_private_ip_endpoints_are_allowed_with_their_namespaces_in_order() {
-        let patterns = ["qrouter-{router_id}", "qdhcp-{network_id}", "fixed"].map(String::from);
+        let patterns = patterns(&["qrouter-{router_id}", "qdhcp-{network_id}", "fixed"]);
         let oscs = [
             osc("private", "10.6.0.250", true, Some("r1")),
             osc("no-router", "10.7.0.250", true, None),

@@ -121,12 +121,7 @@ impl Capi {
         .flatten()
         .collect::<Vec<_>>()
         .join("; ");
-        let timeout = chrono::Duration::minutes(
-            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
-        );
-        let left = (op.created_at + timeout - chrono::Utc::now())
-            .to_std()
-            .unwrap_or_default();
+        let (timeout, left) = self.delete_time_left(op);
         if left.is_zero() {
             return Err(CapiError::Stuck(format!(
                 "Timed out deleting the cluster after {} minutes: {what}. Deleting it again \
@@ -228,7 +223,8 @@ impl Capi {
     /// Once the cluster is gone: what its delete kept in the tenant project or could not check,
     /// in the final log line and, when there is any, in the ConfigMap `<capi name>-delete-report`
     /// of its namespace. That ConfigMap does not carry the cluster label, so it outlives the
-    /// cluster; the operator removes it.
+    /// cluster; [`Capi::expire_delete_reports`] removes it after `[capi]
+    /// delete_report_retention_days`.
     async fn write_delete_report(
         &self,
         c: &Cluster,
@@ -262,6 +258,41 @@ impl Capi {
         Ok(())
     }
 
+    /// Removes the delete reports written more than `[capi] delete_report_retention_days`
+    /// before `now` (by their `creationTimestamp`; none when it is 0): one LIST of ConfigMaps by
+    /// the report label, one DELETE per expired report. How many were removed.
+    pub async fn expire_delete_reports(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, CapiError> {
+        let days = self.config.delete_report_retention_days;
+        if days == 0 {
+            return Ok(0);
+        }
+        let oldest = now.timestamp() - i64::from(days) * 86_400;
+        let mut removed = 0;
+        for cm in self
+            .mgmt
+            .list_all(kinds::CONFIG_MAP, LABEL_DELETED_CLUSTER)
+            .await?
+        {
+            let m = &cm.metadata;
+            let written = m.creation_timestamp.as_ref().map(|t| t.0.as_second());
+            let (Some(ns), Some(name)) = (&m.namespace, &m.name) else {
+                continue;
+            };
+            if written.is_none_or(|t| t > oldest) {
+                continue;
+            }
+            self.mgmt
+                .delete(&ObjectRef::new(kinds::CONFIG_MAP, ns, name))
+                .await?;
+            tracing::info!(namespace = %ns, name = %name, retention_days = days, "delete report removed after its retention");
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
     /// One step of a nodegroup delete: the first renders the cluster without the nodegroup and
     /// deletes its MachineDeployment (and health check); later ones find its machines gone, then
     /// delete its templates and server group (the worker deletes its row). Requeued (woken by changes of the cluster's
@@ -287,26 +318,11 @@ impl Capi {
         }
         let id = ng.to_string();
         let gone = |o: &Observed| {
-            let has = |v: &Value| {
-                v.pointer("/metadata/labels")
-                    .and_then(|l| l.get(LABEL_NODEGROUP_UUID))
-                    .and_then(Value::as_str)
-                    == Some(id.as_str())
-            };
+            let has = |v: &Value| o.nodegroup_of(v) == Some(id.as_str());
             !o.machine_deployments.iter().any(|v| has(v)) && !o.machines.iter().any(|v| has(v))
         };
         if !(self.observer.synced() && gone(&self.observer.observed(c.uuid))) {
-            let timeout = chrono::Duration::minutes(
-                i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
-            );
-            let left = (op.created_at + timeout - chrono::Utc::now())
-                .to_std()
-                .unwrap_or_default();
-            if left.is_zero() {
-                return Err(CapiError::Stuck(
-                    "Timed out waiting for the nodegroup's machines to be deleted".into(),
-                ));
-            }
+            let left = self.nodegroup_delete_left(op)?;
             return Ok(step.requeue(UNANNOUNCED_POLL.min(left), None));
         }
         for gvk in kinds::TEMPLATES {
@@ -319,6 +335,32 @@ impl Capi {
                 .await?;
         }
         Ok(Outcome::NodegroupDeleted(ng))
+    }
+}
+
+impl Capi {
+    /// How long nodegroup delete `op` may still wait for its machines to go
+    /// (`delete_timeout_mins` from its start); past it, the failure naming why.
+    pub(super) fn nodegroup_delete_left(&self, op: &Operation) -> Result<Duration, CapiError> {
+        let (_, left) = self.delete_time_left(op);
+        if left.is_zero() {
+            return Err(CapiError::Stuck(
+                "Timed out waiting for the nodegroup's machines to be deleted".into(),
+            ));
+        }
+        Ok(left)
+    }
+
+    /// A delete's deadline (`delete_timeout_mins`, from delete `op`'s start: a retry or a
+    /// restart keeps it) and what is left of it.
+    fn delete_time_left(&self, op: &Operation) -> (chrono::Duration, Duration) {
+        let timeout = chrono::Duration::minutes(
+            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
+        );
+        let left = (op.created_at + timeout - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default();
+        (timeout, left)
     }
 }
 
@@ -346,7 +388,7 @@ fn uses_server_groups<'a>(
 
 /// How often a step waiting for Cluster API looks again when no change of the cluster's objects
 /// woke it sooner (a missed event, a watch being re-listed).
-const UNANNOUNCED_POLL: Duration = Duration::from_secs(10);
+pub(super) const UNANNOUNCED_POLL: Duration = Duration::from_secs(10);
 
 /// Where a cluster or nodegroup delete is between its runs.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]

@@ -4,6 +4,7 @@
 //! writes `[capi] api_proxy_url` as `proxy-url` into their `<cluster>-kubeconfig` Secret each
 //! time CAPI creates or regenerates it (CAPI's regeneration keeps the server and drops the rest).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -98,17 +99,29 @@ const KUBECONFIG_SUFFIX: &str = "-kubeconfig";
 /// Keeps `proxy-url = url` in the kubeconfig Secret of every private cluster of `capi`'s
 /// management cluster, until `stop`: watches the Secrets CAPI labels with a cluster name and
 /// patches (conditionally on the version read, so a regeneration racing it is never undone)
-/// each kubeconfig of a private cluster that lacks it. Every replica may run it: the write is
-/// idempotent.
+/// each kubeconfig of a private cluster that lacks it. Whether a cluster is private is read from
+/// the watchers' index of OpenStackClusters (no request per Secret event); a kubeconfig whose
+/// OpenStackCluster the index does not hold yet (its watch lags the Secrets') is looked at again
+/// when that cluster's objects next change. Every replica may run it: the write is idempotent.
 pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Receiver<bool>) {
     let (av, k) = kinds::SECRET;
     let api: Api<DynamicObject> = Api::all_with(capi.mgmt().client().clone(), &resource(av, k));
     let cfg = watcher::Config::default().labels(LABEL_CAPI_CLUSTER_NAME);
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut changes = capi.observer().subscribe();
+    // Kubeconfigs without the proxy-url whose cluster the index did not know yet, by namespace
+    // and CAPI cluster name (a foreign cluster's stays here, costing nothing).
+    let mut unresolved: HashSet<(String, String)> = HashSet::new();
     loop {
         let secret = tokio::select! {
             ev = stream.next() => match ev {
                 Some(Ok(Event::Apply(s) | Event::InitApply(s))) => s,
+                Some(Ok(Event::Delete(s))) => {
+                    if let Some(key) = kubeconfig_of(&s) {
+                        unresolved.remove(&key);
+                    }
+                    continue;
+                }
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "watching kubeconfig Secrets failed; retrying");
@@ -116,33 +129,74 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
                 }
                 None => return,
             },
+            changed = changes.recv() => {
+                let retry: Vec<(String, String)> = match changed {
+                    Ok(cluster) => capi
+                        .observer()
+                        .capi_cluster(cluster)
+                        .filter(|key| unresolved.contains(key))
+                        .into_iter()
+                        .collect(),
+                    // Changes were missed: look at every unresolved kubeconfig again.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        unresolved.iter().cloned().collect()
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                for (ns, cluster) in retry {
+                    let secret = ObjectRef::new(kinds::SECRET, &ns, &format!("{cluster}{KUBECONFIG_SUFFIX}"));
+                    match capi.mgmt().get_value(&secret).await {
+                        Ok(Some(s)) => keep(&capi, &s, &url, &mut unresolved).await,
+                        Ok(None) => {
+                            unresolved.remove(&(ns, cluster));
+                        }
+                        Err(e) => tracing::warn!(%secret, error = %e, "could not read a kubeconfig Secret; retried on its cluster's next change"),
+                    }
+                }
+                continue;
+            }
             _ = stop.changed() => return,
         };
         // Only kubeconfigs are looked at: CAPI labels every Secret of a cluster (CAs,
         // bootstrap data), and those are not turned into JSON at all.
-        if !secret
-            .metadata
-            .name
-            .as_deref()
-            .is_some_and(|n| n.ends_with(KUBECONFIG_SUFFIX))
-        {
+        if kubeconfig_of(&secret).is_none() {
             continue;
         }
         let Ok(secret) = serde_json::to_value(&secret) else {
             continue;
         };
-        if let Err(e) = keep_one(&capi, &secret, &url).await {
-            tracing::warn!(
-                secret = %ObjectRef::of(&secret).map(|r| r.to_string()).unwrap_or_default(),
-                error = %e,
-                "could not write proxy-url into a private cluster's kubeconfig; retried on its next change"
-            );
-        }
+        keep(&capi, &secret, &url, &mut unresolved).await;
     }
 }
 
-/// One Secret: patched when it is a private cluster's kubeconfig without `proxy-url = url`.
-async fn keep_one(capi: &Capi, secret: &Value, url: &str) -> Result<(), String> {
+/// Namespace and CAPI cluster name of CAPI's admin kubeconfig Secret (`<cluster>-kubeconfig`,
+/// labelled with its cluster's name); `None` for any other Secret.
+fn kubeconfig_of(secret: &DynamicObject) -> Option<(String, String)> {
+    let m = &secret.metadata;
+    let cluster = m.labels.as_ref()?.get(LABEL_CAPI_CLUSTER_NAME)?;
+    (m.name.as_deref()?.strip_suffix(KUBECONFIG_SUFFIX)? == cluster)
+        .then(|| (m.namespace.clone().unwrap_or_default(), cluster.clone()))
+}
+
+/// [`keep_one`], logging a failure (retried on the Secret's next change).
+async fn keep(capi: &Capi, secret: &Value, url: &str, unresolved: &mut HashSet<(String, String)>) {
+    if let Err(e) = keep_one(capi, secret, url, unresolved).await {
+        tracing::warn!(
+            secret = %ObjectRef::of(secret).map(|r| r.to_string()).unwrap_or_default(),
+            error = %e,
+            "could not write proxy-url into a private cluster's kubeconfig; retried on its next change"
+        );
+    }
+}
+
+/// One kubeconfig Secret: patched when its cluster is private and it lacks `proxy-url = url`;
+/// noted in `unresolved` while the index holds no OpenStackCluster with an endpoint for it.
+async fn keep_one(
+    capi: &Capi,
+    secret: &Value,
+    url: &str,
+    unresolved: &mut HashSet<(String, String)>,
+) -> Result<(), String> {
     let label = |k: &str| {
         secret
             .pointer("/metadata/labels")
@@ -158,21 +212,25 @@ async fn keep_one(capi: &Capi, secret: &Value, url: &str) -> Result<(), String> 
     ) else {
         return Ok(());
     };
-    if name.strip_suffix(KUBECONFIG_SUFFIX) != Some(cluster) {
-        return Ok(());
-    }
+    let key = (ns.to_string(), cluster.to_string());
+    unresolved.remove(&key);
     let Some(text) = secret_data(secret, "value") else {
         return Ok(());
     };
     let Some(patched) = with_proxy_url(&text, url)? else {
         return Ok(());
     };
-    let osc = capi
-        .mgmt()
-        .get_value(&ObjectRef::new(kinds::OPENSTACK_CLUSTER, ns, cluster))
-        .await
-        .map_err(|e| e.to_string())?;
-    if osc.as_ref().and_then(PrivateApi::of).is_none() {
+    let osc = capi.observer().openstack_cluster(ns, cluster);
+    let has_endpoint = osc
+        .as_deref()
+        .and_then(|o| o.pointer("/spec/controlPlaneEndpoint/host"))
+        .and_then(Value::as_str)
+        .is_some_and(|h| !h.is_empty());
+    if !has_endpoint {
+        unresolved.insert(key);
+        return Ok(());
+    }
+    if osc.as_deref().and_then(PrivateApi::of).is_none() {
         return Ok(());
     }
     let version = secret.pointer("/metadata/resourceVersion").cloned();

@@ -37,37 +37,27 @@ impl Observed {
             && self.machine_deployments.is_empty()
             && self.machines.is_empty()
     }
-}
 
-/// A Machine of an adopted cluster (without our nodegroup label: the Magnum driver wrote its
-/// template) attributed to its nodegroup by the labels CAPI gives every Machine: a control-plane
-/// machine to the control plane's nodegroup, a MachineDeployment's to that deployment's (whose
-/// nodegroup label adoption set). Anything else is kept as it is.
-pub fn attribute(m: &Shared, o: &Observed) -> Shared {
-    if label(m, LABEL_NODEGROUP_UUID).is_some() {
-        return m.clone();
-    }
-    let owner = if label(m, "cluster.x-k8s.io/control-plane").is_some() {
-        o.control_plane.as_deref()
-    } else {
-        label(m, "cluster.x-k8s.io/deployment-name").and_then(|d| {
-            o.machine_deployments
+    /// The nodegroup a Machine belongs to: its own nodegroup label, else — a Machine of an
+    /// adopted cluster, whose template the Magnum driver wrote — by the labels CAPI gives every
+    /// Machine: a control-plane machine's is the control plane's nodegroup, a
+    /// MachineDeployment's that deployment's (whose nodegroup label adoption set). Read from the
+    /// index's objects as they are (a status pass copies none of them).
+    pub fn nodegroup_of<'a>(&'a self, m: &'a Value) -> Option<&'a str> {
+        if let Some(ng) = label(m, LABEL_NODEGROUP_UUID) {
+            return Some(ng);
+        }
+        let owner = if label(m, "cluster.x-k8s.io/control-plane").is_some() {
+            self.control_plane.as_deref()
+        } else {
+            let d = label(m, "cluster.x-k8s.io/deployment-name")?;
+            self.machine_deployments
                 .iter()
                 .find(|md| name(md) == d)
                 .map(|md| &**md)
-        })
-    };
-    let Some(ng) = owner.and_then(|w| label(w, LABEL_NODEGROUP_UUID)) else {
-        return m.clone();
-    };
-    let mut v = (**m).clone();
-    if let Some(labels) = v
-        .pointer_mut("/metadata/labels")
-        .and_then(Value::as_object_mut)
-    {
-        labels.insert(LABEL_NODEGROUP_UUID.into(), json!(ng));
+        };
+        label(owner?, LABEL_NODEGROUP_UUID)
     }
-    Shared::new(v)
 }
 
 /// A nodegroup as Postgres has it.
@@ -361,7 +351,7 @@ fn nodegroup_verdict(obs: &Observed, ng: &NodegroupState, operation_open: bool) 
     let machines: Vec<&Value> = obs
         .machines
         .iter()
-        .filter(|m| label(m, LABEL_NODEGROUP_UUID) == Some(id.as_str()))
+        .filter(|m| obs.nodegroup_of(m) == Some(id.as_str()))
         .map(|m| &**m)
         .collect();
     let autoscaled = (!ng.is_master)
@@ -772,9 +762,8 @@ mod tests {
             )],
             ..Observed::default()
         };
-        let machine =
-            |labels: Value| Shared::new(json!({"metadata": {"name": "m", "labels": labels}}));
-        let of = |m: Shared| label(&attribute(&m, &o), LABEL_NODEGROUP_UUID).map(str::to_string);
+        let machine = |labels: Value| json!({"metadata": {"name": "m", "labels": labels}});
+        let of = |m: Value| o.nodegroup_of(&m).map(str::to_string);
         assert_eq!(
             of(machine(json!({"cluster.x-k8s.io/control-plane": ""}))),
             Some(cp.to_string())

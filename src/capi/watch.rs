@@ -121,7 +121,15 @@ fn prune(obj: &DynamicObject) -> Shared {
     }
     let mut spec = Map::new();
     if let Some(s) = obj.data.get("spec").and_then(Value::as_object) {
-        for k in ["replicas", "version", "controlPlaneEndpoint", "providerID"] {
+        // `disableAPIServerFloatingIP`: whether an OpenStackCluster is private
+        // (`capi::private::PrivateApi`, read by the kubeconfig keeper).
+        for k in [
+            "replicas",
+            "version",
+            "controlPlaneEndpoint",
+            "providerID",
+            "disableAPIServerFloatingIP",
+        ] {
             if let Some(v) = s.get(k) {
                 spec.insert(k.into(), v.clone());
             }
@@ -458,15 +466,37 @@ impl Observer {
                 if let Some(addons) = joined(Kind::HelmReleaseProxy) {
                     o.addons = addons.values().cloned().collect();
                 }
+                // As indexed: their nodegroup is read through `Observed::nodegroup_of`.
                 if let Some(machines) = joined(Kind::AdoptedMachine) {
-                    let attributed: Vec<Shared> = machines
-                        .values()
-                        .map(|m| super::status::attribute(m, &o))
-                        .collect();
-                    o.machines.extend(attributed);
+                    o.machines.extend(machines.values().cloned());
                 }
             }
             o
+        })
+    }
+
+    /// The OpenStackCluster of CAPI cluster `name` in `namespace` (our rendering names it after
+    /// its `Cluster`), as indexed; `None` until its `Cluster` and it were seen.
+    pub fn openstack_cluster(&self, namespace: &str, name: &str) -> Option<Shared> {
+        self.with_index(|ix| {
+            let key = (namespace.to_string(), name.to_string());
+            let objs = ix.by_cluster.get(ix.uuids.get(&key)?)?;
+            objs.get(&(Kind::OpenStackCluster, format!("{namespace}/{name}")))
+                .cloned()
+        })
+    }
+
+    /// Namespace and name of the CAPI cluster of Magnum cluster `cluster`, once its `Cluster`
+    /// was seen.
+    pub fn capi_cluster(&self, cluster: Uuid) -> Option<(String, String)> {
+        self.with_index(|ix| {
+            let objs = ix.by_cluster.get(&cluster)?;
+            let ((_, key), _) = objs
+                .range((Kind::Cluster, String::new())..)
+                .next()
+                .filter(|((k, _), _)| *k == Kind::Cluster)?;
+            let (ns, name) = key.split_once('/')?;
+            Some((ns.to_string(), name.to_string()))
         })
     }
 
@@ -613,6 +643,50 @@ mod tests {
         assert!(obs.clusters().is_empty());
     }
 
+    /// The CAPI `Cluster` `magnum-p/ca` of Magnum cluster `a`.
+    fn cluster_ca(a: Uuid) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "ca", "namespace": "magnum-p",
+                         "labels": {LABEL_CLUSTER_UUID: a.to_string()}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_adopted_clusters_machines_are_read_from_the_index_not_copied_per_evaluation() {
+        let (obs, _feed) = Observer::new();
+        let (a, ng) = (Uuid::new_v4(), Uuid::new_v4());
+        let obj = |v: Value| -> DynamicObject { serde_json::from_value(v).unwrap() };
+        obs.apply_event(Kind::Cluster, Event::Apply(cluster_ca(a)));
+        obs.apply_event(
+            Kind::MachineDeployment,
+            Event::Apply(obj(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+                "metadata": {"name": "ca-md-0", "namespace": "magnum-p",
+                             "labels": {LABEL_CLUSTER_UUID: a.to_string(),
+                                        (super::super::LABEL_NODEGROUP_UUID): ng.to_string()}}}))),
+        );
+        obs.apply_event(
+            Kind::AdoptedMachine,
+            Event::Apply(obj(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "ca-md-0-x", "namespace": "magnum-p",
+                             "labels": {LABEL_CAPI_CLUSTER_NAME: "ca",
+                                        "cluster.x-k8s.io/deployment-name": "ca-md-0"}}}))),
+        );
+        let (first, second) = (obs.observed(a), obs.observed(a));
+        assert_eq!(first.machines.len(), 1);
+        assert_eq!(
+            first.nodegroup_of(&first.machines[0]),
+            Some(ng.to_string().as_str()),
+            "attributed to its deployment's nodegroup"
+        );
+        assert!(
+            Shared::ptr_eq(&first.machines[0], &second.machines[0]),
+            "each evaluation shares the index's Machine"
+        );
+    }
+
     #[tokio::test]
     async fn release_proxies_join_their_cluster_by_namespace_and_name() {
         let (obs, _feed) = Observer::new();
@@ -627,13 +701,7 @@ mod tests {
         // The release may be seen before its Cluster.
         obs.apply_event(Kind::HelmReleaseProxy, Event::Apply(hrp.clone()));
         assert!(obs.observed(a).addons.is_empty());
-        obs.apply_event(
-            Kind::Cluster,
-            Event::Apply(obj(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "ca", "namespace": "magnum-p",
-                             "labels": {LABEL_CLUSTER_UUID: a.to_string()}}}))),
-        );
+        obs.apply_event(Kind::Cluster, Event::Apply(cluster_ca(a)));
         let seen = obs.observed(a);
         assert_eq!(seen.addons.len(), 1);
         assert_eq!(seen.addons[0]["status"]["conditions"][0]["status"], "True");

@@ -50,8 +50,9 @@ pub(crate) struct ApiState {
     pub available: Arc<std::sync::atomic::AtomicBool>,
     /// What `SelfSubjectAccessReview`s answer denied.
     pub denials: Arc<Denials>,
-    /// Every request answered, by verb and resource (`SimCluster::requests`).
-    pub requests: Arc<Requests>,
+    /// Every request the management cluster's own API answers, by verb and resource
+    /// (`SimCluster::requests`); `None` on a workload cluster's endpoint, which counts nothing.
+    pub requests: Option<Arc<Requests>>,
 }
 
 /// The management cluster's API (`store`, plus the workload clusters under `/workload/…`), or
@@ -334,13 +335,11 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
             parts.uri.path()
         )));
     };
-    st.requests.count(request_key(
-        &route,
-        &parts.method,
-        &parts.headers,
-        &query,
-        workload,
-    ));
+    // A workload cluster's API is another API server (here only simulated beside the
+    // management cluster's): what it is asked costs the management cluster nothing.
+    if let (false, Some(requests)) = (workload, &st.requests) {
+        requests.count(request_key(&route, &parts.method, &parts.headers, &query));
+    }
     let path = match route {
         Route::ApiVersions => {
             return json_response(
@@ -388,7 +387,6 @@ fn request_key(
     method: &Method,
     headers: &HeaderMap,
     q: &HashMap<String, String>,
-    workload: bool,
 ) -> RequestKey {
     let Route::Object(path) = route else {
         let resource = match route {
@@ -400,7 +398,6 @@ fn request_key(
             Route::Object(_) => String::new(),
         };
         return RequestKey {
-            workload,
             verb: Verb::Discovery,
             resource,
         };
@@ -428,11 +425,7 @@ fn request_key(
     if let Some(sub) = &path.subresource {
         resource = format!("{resource}/{sub}");
     }
-    RequestKey {
-        workload,
-        verb,
-        resource,
-    }
+    RequestKey { verb, resource }
 }
 
 fn dispatch(

@@ -202,8 +202,8 @@ impl Server {
             available: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             // No RBAC on a workload API: its client certificates are cluster admin.
             denials: Arc::default(),
-            // Counted apart from the management cluster's requests (and not read by anyone).
-            requests: Arc::default(),
+            // Not the management cluster's: not counted.
+            requests: None,
         };
         drop(sim);
         let auth = Auth {

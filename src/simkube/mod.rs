@@ -172,7 +172,7 @@ impl SimCluster {
             bookmark_interval: opts.bookmark_interval,
             available: available.clone(),
             denials: denials.clone(),
-            requests: requests.clone(),
+            requests: Some(requests.clone()),
         });
         let mut stop = shutdown_rx.clone();
         let server = tokio::spawn(async move {

@@ -1,7 +1,8 @@
-//! What the simulated management cluster was asked: every request its API server answers,
-//! counted by verb, resource and whether it went to a workload cluster under `/workload/…`
-//! (`SimCluster::requests`), so tests and benches can state what an operation or an idle hour
-//! costs the management cluster.
+//! What the simulated management cluster was asked: every request its own API server answers,
+//! counted by verb and resource (`SimCluster::requests`), so tests and benches can state what an
+//! operation or an idle hour costs the management cluster. Requests to the simulated workload
+//! clusters (under `/workload/…` or at their own endpoints) are other API servers' and are not
+//! counted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -45,9 +46,6 @@ impl Verb {
 /// One counted kind of request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestKey {
-    /// Sent to a simulated workload cluster under `/workload/{namespace}/{cluster}` rather than
-    /// to the management cluster's own API.
-    pub workload: bool,
     pub verb: Verb,
     /// The resource's plural with its group (`machines.cluster.x-k8s.io`, `secrets`), or the
     /// path for discovery.
@@ -97,21 +95,20 @@ impl RequestCounts {
         self.0.iter().filter(|(k, _)| keep(k)).map(|(_, v)| v).sum()
     }
 
-    /// Requests to the management cluster's own API (not to workload clusters).
-    pub fn management(&self) -> u64 {
-        self.count(|k| !k.workload)
+    /// Every request counted.
+    pub fn total(&self) -> u64 {
+        self.count(|_| true)
     }
 }
 
-/// `list machines.cluster.x-k8s.io ×3, …` — one entry per key, workload ones marked.
+/// `list machines.cluster.x-k8s.io ×3, …` — one entry per key.
 impl fmt::Display for RequestCounts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, (k, v)) in self.0.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            let on = if k.workload { " (workload)" } else { "" };
-            write!(f, "{} {}{on} ×{v}", k.verb.as_str(), k.resource)?;
+            write!(f, "{} {} ×{v}", k.verb.as_str(), k.resource)?;
         }
         Ok(())
     }

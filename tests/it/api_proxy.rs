@@ -8,11 +8,14 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use magnum_capi::api_proxy::ApiProxy;
 use magnum_capi::capi::apply::resource;
 use magnum_capi::config::ApiProxyConfig;
 use magnum_capi::simkube::SimCluster;
+use magnum_capi::simkube::requests::Verb;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -119,9 +122,8 @@ async fn serve_tls_api(listener: std::net::TcpListener) -> String {
 
 /// A kubeconfig for the API at `server` trusting `ca_pem`, through `proxy` when given.
 fn kubeconfig(server: &str, ca_pem: &str, proxy: Option<&str>) -> String {
-    use base64::Engine;
     let mut cluster = json!({"server": server,
-        "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem)});
+        "certificate-authority-data": STANDARD.encode(ca_pem)});
     if let Some(p) = proxy {
         cluster["proxy-url"] = json!(p);
     }
@@ -377,6 +379,50 @@ async fn a_private_clusters_kubeconfig_names_the_proxy_and_the_services_own_read
     assert_eq!(
         again["clusters"][0]["cluster"]["server"],
         first["clusters"][0]["cluster"]["server"]
+    );
+
+    // Keeping the proxy-url costs the management cluster nothing per Secret event: whether a
+    // cluster is private is read from the watchers' index. Five changes of the public cluster's
+    // kubeconfig, then one regeneration of the private one's without the proxy-url: once that
+    // has it again, the keeper has seen the five before it, and only written the one.
+    let secret_res = magnum_capi::simkube::Resource::of("v1", "Secret");
+    let kubeconfig_secret = |c: &str| {
+        let (ns, name) = capi_names(c);
+        (*app
+            .sim
+            .store()
+            .get(&secret_res, &ns, &format!("{name}-kubeconfig"))
+            .unwrap())
+        .clone()
+    };
+    let before = app.sim.requests();
+    for i in 0..5 {
+        let mut s = kubeconfig_secret(&public);
+        s["metadata"]["annotations"] = json!({"test/touched": i.to_string()});
+        app.sim.store().put(&secret_res, s).unwrap();
+    }
+    let mut s = kubeconfig_secret(&private);
+    let mut kc: Value = yaml_serde::from_str(&secret_text(&s, "value")).unwrap();
+    kc["clusters"][0]["cluster"]
+        .as_object_mut()
+        .unwrap()
+        .remove("proxy-url");
+    s["data"]["value"] = json!(STANDARD.encode(yaml_serde::to_string(&kc).unwrap()));
+    app.sim.store().put(&secret_res, s).unwrap();
+    until("proxy-url in the kubeconfig regenerated again", || async {
+        with_proxy(&private)
+    })
+    .await;
+    let asked = app.sim.requests().since(&before);
+    assert_eq!(
+        asked.count(|k| k.resource.starts_with("openstackclusters.")),
+        0,
+        "the keeper asked for OpenStackClusters: {asked}"
+    );
+    assert_eq!(
+        asked.count(|k| k.resource == "secrets" && k.verb != Verb::Watch),
+        1,
+        "only the private kubeconfig is written: {asked}"
     );
 }
 

@@ -723,6 +723,21 @@ async fn retained_and_marked_volumes_survive_the_delete_and_are_reported() {
         ]
     );
     assert_eq!(not_checked, Vec::<String>::new());
+
+    // The report stays `[capi] delete_report_retention_days` (30) after the delete; the
+    // maintenance pass that runs later than that removes it.
+    let now = chrono::Utc::now();
+    let expire = |days| {
+        app.capi
+            .expire_delete_reports(now + chrono::Duration::days(days))
+    };
+    assert_eq!(expire(29).await.unwrap(), 0);
+    assert!(
+        delete_report(&app, &uuid).is_some(),
+        "kept within its retention"
+    );
+    assert_eq!(expire(31).await.unwrap(), 1);
+    assert!(delete_report(&app, &uuid).is_none(), "removed after it");
 }
 
 #[tokio::test]

@@ -209,6 +209,42 @@ async fn concurrent_changes_of_one_cluster_are_answered_as_magnum_would() {
 }
 
 /// The constraints the service maps to Magnum's errors by name exist under those names.
+/// The status writer asks for the next in-progress deadline after every pass: with 10,000
+/// clusters that reads the clusters in progress through an index, not every cluster's row.
+#[tokio::test]
+async fn the_status_writers_next_deadline_reads_only_the_clusters_in_progress() {
+    let t = app().await;
+    let pool = &t.state.pool;
+    sqlx::query(
+        "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, coe)
+         VALUES (gen_random_uuid(), 'p', 'u', 'k', 'img', 'kubernetes')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, status)
+         SELECT gen_random_uuid(), 'p', 'u', 'c' || g, (SELECT uuid FROM cluster_template),
+                CASE WHEN g % 1000 = 0 THEN 'UPDATE_IN_PROGRESS' ELSE 'CREATE_COMPLETE' END
+           FROM generate_series(1, 10000) g",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE cluster").execute(pool).await.unwrap();
+    let explain = format!(
+        "EXPLAIN {}",
+        magnum_capi::status_writer::NEXT_DEADLINE.replace("$1", "3600")
+    );
+    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan on cluster"), "{plan}");
+    assert!(plan.contains("cluster_in_progress"), "{plan}");
+}
+
 #[tokio::test]
 async fn every_mapped_constraint_exists_in_the_schema() {
     let t = app().await;

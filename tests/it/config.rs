@@ -241,6 +241,15 @@ fn seal_keys_are_required_outside_dev_mode_and_read_from_a_file() {
     cfg.validate_for_serve(false).unwrap();
     let ring = cfg.operations.sealer().unwrap();
     assert_eq!(ring.key_ids().len(), 2);
+    // The file is read once, when the configuration loads: the key ring does not read it again.
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(cfg.operations.sealer().unwrap().key_ids(), ring.key_ids());
+    cfg.validate_for_serve(false).unwrap();
+    std::fs::write(
+        &file,
+        "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\n\nAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n",
+    )
+    .unwrap();
     assert!(
         !format!("{cfg:?} {ring:?}").contains("AgICAgIC"),
         "no key in Debug output"

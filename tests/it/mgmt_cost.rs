@@ -31,7 +31,7 @@ fn is_probe(k: &RequestKey) -> bool {
 
 /// Requests an operation made, the probe aside.
 fn operation_cost(counts: &RequestCounts) -> u64 {
-    counts.count(|k| !k.workload && !is_probe(k))
+    counts.count(|k| !is_probe(k))
 }
 
 /// Waits for `n` more reachability probes than `from` saw: a window measured in the service's
@@ -82,7 +82,7 @@ async fn operations_cost_a_bounded_number_of_requests_and_idle_clusters_only_wat
     let idle = idle_to.since(&created);
     println!("idle (5 probe periods): {idle}");
     assert_eq!(
-        idle.count(|k| !k.workload && k.verb != Verb::Watch && !is_probe(k)),
+        idle.count(|k| k.verb != Verb::Watch && !is_probe(k)),
         0,
         "an idle cluster was polled: {idle}"
     );

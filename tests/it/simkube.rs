@@ -1593,6 +1593,35 @@ async fn the_kubeconfig_reaches_the_workload_api_and_its_cluster_info() {
     sim.shutdown().await;
 }
 
+/// `SimCluster::requests` is what the management cluster's own API server was asked: requests
+/// to a workload cluster — at its endpoint, as its kubeconfig names it, or under
+/// `/workload/{namespace}/{cluster}` on the management server — are another API server's and
+/// are not in it (what `mgmt_cost::` bounds stays exact).
+#[tokio::test]
+async fn requests_to_workload_clusters_are_not_counted_as_the_management_clusters() {
+    let sim = start().await;
+    create_cluster(&sim, cluster_objects(1, 1, "m1.small", ext_net())).await;
+    wait_available(&sim).await;
+    let client = workload_client(&sim).await;
+    let before = sim.requests();
+    cluster_info_ca(&client).await;
+    let path = format!("{}/workload/{NS}/{CLUSTER}/api/v1/namespaces", sim.url());
+    let response = reqwest::get(path).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let asked = sim.requests().since(&before);
+    assert!(
+        asked.0.is_empty(),
+        "workload requests counted as the management cluster's: {asked}"
+    );
+    // The management cluster's own requests are counted.
+    Api::<ConfigMap>::namespaced(sim.client(), "kube-public")
+        .get_opt("cluster-info")
+        .await
+        .unwrap();
+    assert_eq!(sim.requests().since(&before).0.len(), 1);
+    sim.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_deleted_kubeconfig_is_regenerated_with_the_current_ca_key() {
     let cas = Cas::new();
