@@ -25,11 +25,13 @@ const HEAD_SQL: &str = "SELECT t.id, t.uuid, t.project_id, t.user_id, t.manageme
                           FROM cluster t LEFT JOIN cluster_view v ON v.cluster_uuid = t.uuid
                          WHERE ";
 
-/// A page of clusters in `scope`, in the page's order (as `clusters::page_with_nodes`).
+/// A page of clusters in `scope`, in the page's order.
 pub async fn page(pool: &PgPool, scope: &Scope, page: &PageQuery) -> DbResult<Vec<ViewHead>> {
     let mut sql = format!("{HEAD_SQL}{}", scope.sql(1));
     page.push_rest_sql(&mut sql, "cluster", 2);
-    // Planned per project: see `clusters::page_with_nodes`.
+    // Planned for the project at hand each time (not a generic plan): one large project among
+    // many small ones would otherwise get the small ones' plan (fetch the project's clusters
+    // through its index and sort them all).
     Ok(sqlx::query_as::<_, ViewHead>(AssertSqlSafe(sql))
         .persistent(false)
         .bind(scope.project())
@@ -52,20 +54,30 @@ pub async fn one(pool: &PgPool, scope: &Scope, uuid: Uuid) -> DbResult<Option<Vi
 /// since the rows it was built from were read, and without waiting for a writer holding the
 /// row (its change retires it anyway) or another reader storing it.
 pub async fn store(pool: &PgPool, built: &[(Uuid, i64, Vec<u8>)]) -> DbResult<()> {
+    store_in(pool, "cluster_view", "cluster_uuid", built).await
+}
+
+/// [`store`] into `table` (`cluster_view` or `template_view`) keyed by `key`.
+pub(super) async fn store_in(
+    pool: &PgPool,
+    table: &'static str,
+    key: &'static str,
+    built: &[(Uuid, i64, Vec<u8>)],
+) -> DbResult<()> {
     let uuids: Vec<Uuid> = built.iter().map(|b| b.0).collect();
     let versions: Vec<i64> = built.iter().map(|b| b.1).collect();
     let bodies: Vec<&[u8]> = built.iter().map(|b| b.2.as_slice()).collect();
-    sqlx::query(
-        "UPDATE cluster_view v SET body = n.body
+    let sql = format!(
+        "UPDATE {table} v SET body = n.body
            FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS n(uuid, version, body)
-          WHERE v.cluster_uuid = n.uuid AND v.version = n.version AND v.body IS NULL
-            AND v.cluster_uuid IN (SELECT cluster_uuid FROM cluster_view
-                                    WHERE cluster_uuid = ANY($1) FOR UPDATE SKIP LOCKED)",
-    )
-    .bind(&uuids)
-    .bind(&versions)
-    .bind(&bodies)
-    .execute(pool)
-    .await?;
+          WHERE v.{key} = n.uuid AND v.version = n.version AND v.body IS NULL
+            AND v.{key} IN (SELECT {key} FROM {table} WHERE {key} = ANY($1) FOR UPDATE SKIP LOCKED)"
+    );
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(&uuids)
+        .bind(&versions)
+        .bind(&bodies)
+        .execute(pool)
+        .await?;
     Ok(())
 }

@@ -7,7 +7,6 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
-use super::page::PageQuery;
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
 
@@ -125,44 +124,6 @@ impl Scope {
     }
 }
 
-pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<ClusterRow> {
-    Ok(sqlx::query_as::<_, ClusterRow>(
-        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
-            docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
-            status_reason, health_status, health_status_reason, create_timeout, discovery_url,
-            fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled, resolved,
-            management_cluster)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,
-                 NULLIF($23, ''))
-         RETURNING *",
-    )
-    .bind(c.uuid)
-    .bind(&c.project_id)
-    .bind(&c.user_id)
-    .bind(&c.name)
-    .bind(c.cluster_template_id)
-    .bind(&c.keypair)
-    .bind(c.docker_volume_size)
-    .bind(&c.labels)
-    .bind(&c.master_flavor_id)
-    .bind(&c.flavor_id)
-    .bind(&c.stack_id)
-    .bind(&c.status)
-    .bind(&c.status_reason)
-    .bind(&c.health_status)
-    .bind(&c.health_status_reason)
-    .bind(c.create_timeout)
-    .bind(&c.discovery_url)
-    .bind(&c.fixed_network)
-    .bind(&c.fixed_subnet)
-    .bind(c.floating_ip_enabled)
-    .bind(c.master_lb_enabled)
-    .bind(&c.resolved)
-    .bind(&c.management_cluster)
-    .fetch_one(ex)
-    .await?)
-}
-
 pub async fn by_uuid<'e>(
     ex: impl PgExecutor<'e>,
     scope: &Scope,
@@ -205,7 +166,7 @@ pub async fn lock<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<Cl
 }
 
 /// A cluster with what its views read from elsewhere, fetched in the same statement: its
-/// nodegroups' aggregates (in nodegroup order) and, when asked for, its template's labels.
+/// nodegroups' aggregates (in nodegroup order) and its template's labels.
 #[derive(Debug, FromRow)]
 pub struct ClusterWithNodes {
     #[sqlx(flatten)]
@@ -218,21 +179,18 @@ pub struct ClusterWithNodes {
     pub ng_master_addresses: Json<Vec<Vec<String>>>,
     /// `(name, status_reason)` of each nodegroup in a `*FAILED` status.
     pub ng_faults: Json<Vec<(String, Option<String>)>>,
-    /// The template's labels (the detail views' parent labels); NULL when not asked for.
+    /// The template's labels (the detail views' parent labels); NULL when the template is gone.
     pub template_labels: Option<Json<Labels>>,
     /// The version of its stored view (`db::cluster_views`) these rows are.
     pub view_version: Option<i64>,
 }
 
-/// The select list and joins of [`ClusterWithNodes`] for `cluster t`; `$1` is the project.
-fn with_nodes_sql(scope: &Scope, template_labels: bool) -> String {
-    let labels = if template_labels {
-        "(SELECT ct.labels FROM cluster_template ct WHERE ct.uuid = t.cluster_template_id)"
-    } else {
-        "NULL::jsonb"
-    };
-    format!(
-        "SELECT t.*, g.*, {labels} AS template_labels,
+/// The clusters `uuids` (those still there) with their nodegroups' aggregates and their
+/// templates' labels, in one statement: the rows a cluster's view is built from.
+pub async fn with_nodes_by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<ClusterWithNodes>> {
+    Ok(sqlx::query_as::<_, ClusterWithNodes>(
+        "SELECT t.*, g.*,
+                (SELECT ct.labels FROM cluster_template ct WHERE ct.uuid = t.cluster_template_id) AS template_labels,
                 (SELECT v.version FROM cluster_view v WHERE v.cluster_uuid = t.uuid) AS view_version
            FROM cluster t
            CROSS JOIN LATERAL (
@@ -243,74 +201,11 @@ fn with_nodes_sql(scope: &Scope, template_labels: bool) -> String {
                     COALESCE(json_agg(json_build_array(n.name, n.status_reason) ORDER BY n.id)
                              FILTER (WHERE n.status LIKE '%FAILED'), '[]') AS ng_faults
                FROM nodegroup n WHERE n.cluster_id = t.uuid) g
-          WHERE {}",
-        scope.sql(1)
+          WHERE t.uuid = ANY($1)",
     )
-}
-
-/// A page of clusters with their nodegroups' aggregates (and template labels with
-/// `template_labels`): one statement per page.
-pub async fn page_with_nodes(
-    pool: &PgPool,
-    scope: &Scope,
-    page: &PageQuery,
-    template_labels: bool,
-) -> DbResult<Vec<ClusterWithNodes>> {
-    let mut sql = with_nodes_sql(scope, template_labels);
-    page.push_rest_sql(&mut sql, "cluster", 2);
-    // Planned for the project at hand each time (not a generic plan): one large project among
-    // many small ones would otherwise get the small ones' plan (fetch the project's clusters
-    // through its index and sort them all).
-    Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
-        .persistent(false)
-        .bind(scope.project())
-        .bind(page.marker_id.unwrap_or(0))
-        .fetch_all(pool)
-        .await?)
-}
-
-/// The clusters `uuids` (those still there) with their nodegroups' aggregates and their
-/// templates' labels: the rows a page's views are built from when they are not stored.
-pub async fn with_nodes_by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<ClusterWithNodes>> {
-    let mut sql = with_nodes_sql(&Scope::All, true);
-    sql.push_str(" AND t.uuid = ANY($2)");
-    Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
-        .bind("")
-        .bind(uuids)
-        .fetch_all(pool)
-        .await?)
-}
-
-/// One visible cluster by uuid with its nodegroups' aggregates and its template's labels.
-pub async fn one_with_nodes(
-    pool: &PgPool,
-    scope: &Scope,
-    uuid: Uuid,
-) -> DbResult<Option<ClusterWithNodes>> {
-    let mut sql = with_nodes_sql(scope, true);
-    sql.push_str(" AND t.uuid = $2");
-    Ok(sqlx::query_as::<_, ClusterWithNodes>(AssertSqlSafe(sql))
-        .bind(scope.project())
-        .bind(uuid)
-        .fetch_optional(pool)
-        .await?)
-}
-
-/// The project's clusters, counted up to `limit` at most: the quota check holds the project's
-/// lock meanwhile, and only needs to know whether the limit is reached.
-pub async fn count_in_project<'e>(
-    ex: impl PgExecutor<'e>,
-    project_id: &str,
-    limit: i64,
-) -> DbResult<i64> {
-    let (n,): (i64,) = sqlx::query_as(
-        "SELECT count(*) FROM (SELECT 1 FROM cluster WHERE project_id = $1 LIMIT $2) c",
-    )
-    .bind(project_id)
-    .bind(limit.max(0))
-    .fetch_one(ex)
-    .await?;
-    Ok(n)
+    .bind(uuids)
+    .fetch_all(pool)
+    .await?)
 }
 
 /// Clusters per management cluster (`""`: the unnamed one), for placement by weight.

@@ -20,6 +20,7 @@
 
 pub mod cluster_views;
 pub mod clusters;
+pub mod creates;
 pub mod day2;
 pub mod events;
 pub mod imports;
@@ -31,6 +32,7 @@ pub mod quotas;
 pub mod services;
 pub mod spec;
 pub mod status;
+pub mod template_views;
 pub mod templates;
 
 use std::time::Duration;
@@ -225,10 +227,26 @@ pub async fn connect(url: &str, cfg: &DatabaseConfig) -> DbResult<PgPool> {
         .max_connections(cfg.max_connections)
         .min_connections(cfg.min_connections)
         .acquire_timeout(Duration::from_secs(cfg.acquire_timeout_secs))
+        // sqlx's default pings every connection taken from the pool: a second round trip for
+        // every one-statement read (a show, a page). Only a connection that sat idle for a
+        // while is checked; one that broke under load fails its statement as it would have
+        // failed the ping a moment later.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE_AFTER {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_with(opts.application_name("magnum-capi"))
         .await?;
     Ok(pool)
 }
+
+/// How long a pooled connection may sit idle before it is checked when taken again.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 
 /// A pool that connects on first use (`magnum-capi check` reports an unreachable database as a
 /// failed check instead of failing to start).

@@ -9,7 +9,6 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
-use super::page::PageQuery;
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
 
@@ -82,7 +81,7 @@ pub enum Visibility {
 }
 
 impl Visibility {
-    fn sql(&self, param: usize) -> String {
+    pub(super) fn sql(&self, param: usize) -> String {
         match self {
             Visibility::All => "TRUE".into(),
             Visibility::Project(_) => {
@@ -90,7 +89,7 @@ impl Visibility {
             }
         }
     }
-    fn project(&self) -> &str {
+    pub(super) fn project(&self) -> &str {
         match self {
             Visibility::All => "",
             Visibility::Project(p) => p,
@@ -242,23 +241,6 @@ pub async fn by_name(pool: &PgPool, vis: &Visibility, name: &str) -> DbResult<Ve
     Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
         .bind(name)
         .bind(vis.project())
-        .fetch_all(pool)
-        .await?)
-}
-
-pub async fn list(pool: &PgPool, vis: &Visibility, page: &PageQuery) -> DbResult<Vec<TemplateRow>> {
-    let mut sql = format!("SELECT * FROM cluster_template t WHERE {}", vis.sql(1));
-    if let Some(after) = page.after_marker_sql("cluster_template", 2) {
-        sql.push_str(" AND ");
-        sql.push_str(&after);
-    }
-    sql.push(' ');
-    sql.push_str(&page.order_sql());
-    sql.push_str(" LIMIT $3");
-    Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
-        .bind(vis.project())
-        .bind(page.marker_id.unwrap_or(0))
-        .bind(page.limit)
         .fetch_all(pool)
         .await?)
 }

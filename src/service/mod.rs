@@ -59,13 +59,6 @@ where
     Ok(body)
 }
 
-/// `view` as the JSON bytes `axum::Json` would send.
-pub fn json_body<T: serde::Serialize>(view: &T) -> Result<Bytes> {
-    serde_json::to_vec(view)
-        .map(Bytes::from)
-        .map_err(Error::from)
-}
-
 /// Clusters the caller can see: everything for an admin (when `widen`), else the own project.
 pub fn cluster_scope(caller: &Caller, widen: bool) -> Scope {
     if widen && caller.is_admin() {

@@ -1,5 +1,9 @@
-//! Each cluster's view stored beside it in PostgreSQL (`db::cluster_views`), so a page or a show
-//! built from PostgreSQL is a concatenation of stored bytes, not a build of every row.
+//! Each cluster's and each template's view stored beside it in PostgreSQL (`db::cluster_views`,
+//! `db::template_views`), so a page or a show built from PostgreSQL is a concatenation of stored
+//! bytes, not a build of every row.
+//!
+//! A template's view is the same for every caller and microversion but for its links: it is
+//! stored for no base URL with the offsets of its links.
 //!
 //! What is stored is the full view ([`views::cluster_aggregated`]) as serde writes it, for no
 //! base URL, the 1.13 key and no caller, with the offsets of what a request changes: the links
@@ -18,6 +22,8 @@ use super::{Error, Result};
 use crate::app::App;
 use crate::db::cluster_views::{self as cvdb, ViewHead};
 use crate::db::clusters::{self as cdb, ClusterWithNodes};
+use crate::db::template_views::{self as tvdb, TemplateHead};
+use crate::db::templates::TemplateRow;
 use crate::domain::version::Version;
 
 /// Which form of a cluster an answer has.
@@ -40,10 +46,8 @@ pub struct Ask<'a> {
     pub admin: bool,
 }
 
-/// Offsets kept before the JSON, little-endian `u32`s: links (value), the stack key (quotes
+/// Offsets kept before a cluster's JSON ([`with_offsets`]): links (value), the stack key (quotes
 /// included), the end of the short form, `faults` (its comma included; empty when absent).
-const HEADER: usize = 7 * 4;
-
 /// The stored form of a cluster's view.
 pub fn build(row: ClusterWithNodes) -> Result<Vec<u8>> {
     let view = views::cluster_aggregated(row, false, "", Version::new(1, 13));
@@ -57,39 +61,96 @@ pub fn build(row: ClusterWithNodes) -> Result<Vec<u8>> {
     let end = json.len() - 1;
     // The comma before the member goes with it.
     let faults = find(b"\"faults\"").map_or(end..end, |m| m.key.start - 1..m.value.end);
-    let mut out = Vec::with_capacity(HEADER + json.len());
-    for at in [
-        links.start,
-        links.end,
-        stack.start,
-        stack.end,
-        short_end,
-        faults.start,
-        faults.end,
-    ] {
-        let at = u32::try_from(at).map_err(|_| Error::Invariant("a cluster view over 4 GiB"))?;
+    with_offsets(
+        [
+            links.start,
+            links.end,
+            stack.start,
+            stack.end,
+            short_end,
+            faults.start,
+            faults.end,
+        ],
+        &json,
+    )
+}
+
+/// `json` after its offsets, each a little-endian `u32`.
+fn with_offsets<const N: usize>(at: [usize; N], json: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(N * 4 + json.len());
+    for at in at {
+        let at = u32::try_from(at).map_err(|_| Error::Invariant("a stored view over 4 GiB"))?;
         out.extend_from_slice(&at.to_le_bytes());
     }
-    out.extend_from_slice(&json);
+    out.extend_from_slice(json);
     Ok(out)
 }
 
-/// Writes the view of cluster `uuid` stored as `stored` (from [`build`]) as `ask` asks for it;
-/// `management_cluster` is the cluster's (shown to admins).
-pub fn write(
+/// The offsets [`with_offsets`] wrote before the JSON, checked in order and within it, and the
+/// JSON (its last byte excluded from the offsets' range: the closing brace).
+fn offsets<const N: usize>(stored: &[u8]) -> Result<([usize; N], &[u8])> {
+    let broken = || Error::Invariant("a stored view that is not one");
+    let (head, json) = stored.split_at_checked(N * 4).ok_or_else(broken)?;
+    let mut at = [0usize; N];
+    for (i, chunk) in head.chunks_exact(4).enumerate() {
+        let n = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        at[i] = usize::try_from(n).map_err(|_| broken())?;
+    }
+    let end = json.len().checked_sub(1).ok_or_else(broken)?;
+    if !at.is_sorted() || at.last().is_some_and(|&last| last > end) {
+        return Err(broken());
+    }
+    Ok((at, json))
+}
+
+/// A request's links, written without building them: `[{self}, {bookmark}]` as serde writes
+/// [`views::links`] (the base URL escaped once per request, as serde escapes it).
+pub struct Links(String);
+
+impl Links {
+    pub fn new(base: &str) -> Result<Self> {
+        let quoted = serde_json::to_string(base)?;
+        let escaped = quoted
+            .strip_prefix('"')
+            .and_then(|q| q.strip_suffix('"'))
+            .ok_or(Error::Invariant("a JSON string without its quotes"))?;
+        Ok(Self(escaped.to_owned()))
+    }
+
+    /// The links of `collection/uuid` (`collection` needs no escaping).
+    fn write(&self, out: &mut Vec<u8>, collection: &str, uuid: Uuid) {
+        let mut id = Uuid::encode_buffer();
+        let id = uuid.hyphenated().encode_lower(&mut id).as_bytes();
+        for (version, rel) in [("/v1/", "self"), ("/", "bookmark")] {
+            out.extend_from_slice(if rel == "self" {
+                b"[{\"href\":\""
+            } else {
+                b",{\"href\":\""
+            });
+            out.extend_from_slice(self.0.as_bytes());
+            out.extend_from_slice(version.as_bytes());
+            out.extend_from_slice(collection.as_bytes());
+            out.push(b'/');
+            out.extend_from_slice(id);
+            out.extend_from_slice(b"\",\"rel\":\"");
+            out.extend_from_slice(rel.as_bytes());
+            out.extend_from_slice(b"\"}");
+        }
+        out.push(b']');
+    }
+}
+
+/// Writes the view of cluster `uuid` stored as `stored` (from [`build`]) as `ask` asks for it
+/// (`links`: its base URL); `management_cluster` is the cluster's (shown to admins).
+fn write(
     out: &mut Vec<u8>,
     stored: &[u8],
     uuid: Uuid,
     management_cluster: Option<&str>,
     ask: Ask,
+    links: &Links,
 ) -> Result<()> {
-    let broken = || Error::Invariant("a stored cluster view that is not one");
-    let (head, json) = stored.split_at_checked(HEADER).ok_or_else(broken)?;
-    let mut at = [0usize; 7];
-    for (i, chunk) in head.chunks_exact(4).enumerate() {
-        let n = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        at[i] = usize::try_from(n).map_err(|_| broken())?;
-    }
+    let (at, json) = offsets::<7>(stored)?;
     let [
         links_start,
         links_end,
@@ -99,22 +160,9 @@ pub fn write(
         faults_start,
         faults_end,
     ] = at;
-    let end = json.len().checked_sub(1).ok_or_else(broken)?;
-    let ordered = links_start <= links_end
-        && links_end <= key_start
-        && key_start <= key_end
-        && key_end <= short_end
-        && short_end <= faults_start
-        && faults_start <= faults_end
-        && faults_end <= end;
-    if !ordered {
-        return Err(broken());
-    }
+    let end = json.len() - 1;
     out.extend_from_slice(&json[..links_start]);
-    serde_json::to_writer(
-        &mut *out,
-        &views::links(ask.base, &format!("clusters/{uuid}")),
-    )?;
+    links.write(out, "clusters", uuid);
     out.extend_from_slice(&json[links_end..key_start]);
     out.extend_from_slice(if ask.mv.at_least(13) {
         b"\"cluster_id\""
@@ -155,13 +203,15 @@ pub async fn write_all(
         .collect();
     let mut built = HashMap::new();
     if !missing.is_empty() {
-        for row in cdb::with_nodes_by_uuids(&app.pool, &missing).await? {
+        for mut row in cdb::with_nodes_by_uuids(&app.pool, &missing).await? {
             let uuid = row.cluster.uuid;
-            let placed = row.cluster.management_cluster.clone();
+            // Not part of the stored view (an admin's, written per request).
+            let placed = row.cluster.management_cluster.take();
             let version = row.view_version;
             built.insert(uuid, (placed, version, build(row)?));
         }
     }
+    let links = Links::new(ask.base)?;
     let mut written = 0;
     for head in &heads {
         let (stored, placed) = match (&head.body, built.get(&head.uuid)) {
@@ -172,7 +222,7 @@ pub async fn write_all(
         if written > 0 {
             out.push(b',');
         }
-        write(out, stored, head.uuid, placed, ask)?;
+        write(out, stored, head.uuid, placed, ask, &links)?;
         written += 1;
     }
     let store: Vec<_> = built
@@ -187,6 +237,71 @@ pub async fn write_all(
         }
     }
     Ok(written)
+}
+
+/// The stored form of a template's view: [`views::template_owned`] for no base URL, after the
+/// offsets of its links.
+pub fn build_template(row: TemplateRow) -> Result<Vec<u8>> {
+    let json = serde_json::to_vec(&views::template_owned(row, ""))?;
+    let broken = || Error::Invariant("a template view without its links");
+    let links = members(&json)
+        .ok_or_else(broken)?
+        .into_iter()
+        .find(|m| &json[m.key.clone()] == b"\"links\"")
+        .ok_or_else(broken)?
+        .value;
+    with_offsets([links.start, links.end], &json)
+}
+
+/// Writes the views of the templates `heads` in their order, separated by commas, with
+/// `links`: the stored ones as they are, the others built from their rows in one statement and
+/// stored for the next reads. A template gone since its head was read is left out.
+pub async fn write_templates(
+    app: &App,
+    out: &mut Vec<u8>,
+    heads: Vec<TemplateHead>,
+    links: &Links,
+) -> Result<()> {
+    let missing: Vec<Uuid> = heads
+        .iter()
+        .filter(|h| h.body.is_none())
+        .map(|h| h.uuid)
+        .collect();
+    let mut built = HashMap::new();
+    if !missing.is_empty() {
+        for t in tvdb::by_uuids(&app.pool, &missing).await? {
+            built.insert(t.row.uuid, (t.view_version, build_template(t.row)?));
+        }
+    }
+    let mut first = true;
+    for head in &heads {
+        let Some(stored) = head
+            .body
+            .as_ref()
+            .or_else(|| built.get(&head.uuid).map(|b| &b.1))
+        else {
+            continue;
+        };
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let ([links_start, links_end], json) = offsets::<2>(stored)?;
+        out.extend_from_slice(&json[..links_start]);
+        links.write(out, "clustertemplates", head.uuid);
+        out.extend_from_slice(&json[links_end..]);
+    }
+    let store: Vec<_> = built
+        .into_iter()
+        .filter_map(|(uuid, (version, body))| Some((uuid, version?, body)))
+        .collect();
+    if !store.is_empty() {
+        // As for clusters: a failure costs the next read a build, not this answer.
+        if let Err(e) = tvdb::store(&app.pool, &store).await {
+            tracing::warn!(error = %e, "storing template views failed");
+        }
+    }
+    Ok(())
 }
 
 /// A member of a JSON object: its key (quotes included) and its value.

@@ -3,9 +3,10 @@
 use serde_json::{Map, Value};
 use sqlx::types::Json;
 
-use super::{Result, cloud, find_template, template_visibility, views};
+use super::{Result, cloud, find_template, stored_views, template_visibility, views};
 use crate::app::App;
 use crate::db::Violation;
+use crate::db::template_views as tvdb;
 use crate::db::templates::{self as tdb, TemplateRow, Visibility};
 use crate::domain::error::DomainError;
 use crate::domain::fields::{Body, string_map};
@@ -274,10 +275,7 @@ pub async fn list_json(
     authorize_list(caller, detail)?;
     let vis = template_visibility(caller);
     let key = format!("templates {vis:?} {detail} {base:?} {params:?}");
-    super::cached_page(app, key, || async {
-        super::json_body(&page(app, &vis, params, detail, base).await?)
-    })
-    .await
+    super::cached_page(app, key, || page(app, &vis, params, detail, base)).await
 }
 
 fn authorize_list(caller: &Caller, detail: bool) -> Result<()> {
@@ -293,14 +291,16 @@ fn authorize_list(caller: &Caller, detail: bool) -> Result<()> {
     Ok(())
 }
 
-/// A page of templates the caller sees (`vis`; the caller passed [`authorize_list`]).
+/// A page of templates the caller sees (`vis`; the caller passed [`authorize_list`]): their
+/// stored views (`stored_views`) in the page's order, as serde writes a
+/// [`views::ClusterTemplateList`].
 async fn page(
     app: &App,
     vis: &Visibility,
     params: &ListQuery,
     detail: bool,
     base: &str,
-) -> Result<views::ClusterTemplateList> {
+) -> Result<bytes::Bytes> {
     let marker_id = match params.marker {
         Some(m) => Some(
             tdb::by_uuid(&app.pool, vis, m)
@@ -310,23 +310,27 @@ async fn page(
         ),
         None => None,
     };
-    let rows = tdb::list(&app.pool, vis, &super::page(params, marker_id)).await?;
+    let heads = tvdb::page(&app.pool, vis, &super::page(params, marker_id)).await?;
     let path = if detail {
         "clustertemplates/detail"
     } else {
         "clustertemplates"
     };
-    let next = params.next_if_full(rows.len(), || {
-        rows.last()
+    let next = params.next_if_full(heads.len(), || {
+        heads
+            .last()
             .map(|t| params.next_url(base, path, &t.uuid.to_string()))
     });
-    Ok(views::ClusterTemplateList {
-        clustertemplates: rows
-            .into_iter()
-            .map(|t| views::template_owned(t, base))
-            .collect(),
-        next,
-    })
+    let mut out = Vec::with_capacity(16 + heads.len() * 1500);
+    out.extend_from_slice(b"{\"clustertemplates\":[");
+    stored_views::write_templates(app, &mut out, heads, &stored_views::Links::new(base)?).await?;
+    out.push(b']');
+    if let Some(next) = next {
+        out.extend_from_slice(b",\"next\":");
+        serde_json::to_writer(&mut out, &next)?;
+    }
+    out.push(b'}');
+    Ok(bytes::Bytes::from(out))
 }
 
 /// Fields whose change is still allowed while clusters use the template.

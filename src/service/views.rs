@@ -366,6 +366,11 @@ pub fn cluster_full_owned(
     }
 }
 
+// `cluster_entry`, `ClusterEntry` and `ClusterList` are what a page is from its rows through the
+// typed views as serde writes them: the pages themselves are concatenations of stored views
+// (`stored_views`), and these are the reference tests/it/stored_views.rs holds them to byte for
+// byte (kept for that: a reference that shares no code with the splicing it checks).
+
 /// A cluster of a page as the statement returned it (nodegroups aggregated in SQL): the short
 /// form, or with `detail` the full one against its template's labels — without `faults`, which
 /// Magnum adds to its show only (the real Magnum's detail list has none: tests/it/import_magnum.rs).

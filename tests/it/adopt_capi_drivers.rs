@@ -395,8 +395,10 @@ fn topology_controller_makes(sim: &SimCluster, ns: &str, stack: &str, entry: &Va
     labels["topology.cluster.x-k8s.io/owned"] = json!("");
     labels["topology.cluster.x-k8s.io/deployment-name"] = json!(name);
     let mut md = default_md.clone();
-    md["metadata"] = json!({"name": md_name, "namespace": ns, "labels": labels,
-        "annotations": entry["metadata"]["annotations"].clone()});
+    md["metadata"] = json!({"name": md_name, "namespace": ns, "labels": labels});
+    if entry["metadata"]["annotations"].is_object() {
+        md["metadata"]["annotations"] = entry["metadata"]["annotations"].clone();
+    }
     md["spec"]["replicas"] = entry.get("replicas").cloned().unwrap_or(json!(1));
     md["spec"]["selector"]["matchLabels"] = json!({"cluster.x-k8s.io/cluster-name": stack,
         "topology.cluster.x-k8s.io/deployment-name": name});
@@ -426,6 +428,166 @@ async fn topology_entry(sim: &SimCluster, ns: &str, stack: &str, name: &str) -> 
         Some((cl, e))
     })
     .await
+}
+
+/// The autoscaler's bounds as both drivers write them.
+fn bounds(min: &str, max: &str) -> Value {
+    json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": min,
+           "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": max})
+}
+
+/// Adds nodegroup `body` to adopted cluster `c` and checks that it is written where and as
+/// `driver` writes its own (autoscaler annotations `annotations`, flavor `flavor`), valid
+/// against the CRDs; plays CAPI's topology controller for magnum-cluster-api; waits for
+/// `CREATE_COMPLETE`. Its uuid.
+#[expect(clippy::too_many_arguments)] // the cluster's coordinates, then what is asked and expected
+async fn added(
+    t: &crate::common::TestApp,
+    sim: &SimCluster,
+    driver: Driver,
+    stack: &str,
+    c: &str,
+    body: Value,
+    annotations: &Value,
+    flavor: &str,
+) -> String {
+    let ns = driver.namespace(TENANT.project);
+    let name = body["name"].as_str().unwrap().to_string();
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/nodegroups"),
+            "1.9",
+            body,
+        )
+        .await;
+    r.assert_status(202);
+    let ng = r.body["uuid"].as_str().unwrap().to_string();
+    match driver {
+        Driver::ClusterApi => {
+            let (cluster, entry) = topology_entry(sim, &ns, stack, &name).await;
+            assert_eq!(entry["class"], "default-worker", "{entry}");
+            assert_eq!(
+                entry.get("replicas").is_none(),
+                annotations.is_object(),
+                "replicas unless autoscaled: {entry}"
+            );
+            assert_eq!(&entry["metadata"]["annotations"], annotations, "{entry}");
+            let l = &entry["metadata"]["labels"];
+            assert_eq!(l["node.cluster.x-k8s.io/nodegroup"], name.as_str());
+            assert_eq!(l["node-role.kubernetes.io/worker"], "");
+            assert_eq!(l["magnum.openstack.org/nodegroup-uuid"], ng.as_str());
+            assert_eq!(l["magnum.openstack.org/cluster-uuid"], c);
+            let overrides = entry["variables"]["overrides"].as_array().unwrap();
+            let var = |n: &str| {
+                overrides
+                    .iter()
+                    .find(|v| v["name"] == n)
+                    .map(|v| &v["value"])
+            };
+            assert_eq!(var("flavor"), Some(&json!(flavor)));
+            assert_eq!(
+                var("imageUUID"),
+                Some(&json!("0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"))
+            );
+            assert_eq!(var("serverGroupId"), None);
+            assert_eq!(entry["healthCheck"], json!({"enabled": true}));
+            valid_against_the_crds(&[cluster]);
+            topology_controller_makes(sim, &ns, stack, &entry);
+        }
+        _ => {
+            let md_name = format!("{stack}-{name}");
+            let md = until("the nodegroup's MachineDeployment", || async {
+                object(
+                    sim,
+                    "cluster.x-k8s.io/v1beta2",
+                    "MachineDeployment",
+                    &ns,
+                    &md_name,
+                )
+            })
+            .await;
+            assert_eq!(&md["metadata"]["annotations"], annotations, "{md}");
+            assert_eq!(
+                md["spec"].get("replicas").is_none(),
+                annotations.is_object(),
+                "replicas unless autoscaled: {md}"
+            );
+            assert_eq!(
+                md["metadata"]["labels"]["capi.stackhpc.com/node-group"],
+                name.as_str()
+            );
+            assert_eq!(md["metadata"]["labels"]["capi.stackhpc.com/cluster"], stack);
+            assert_eq!(
+                md["spec"]["template"]["metadata"]["labels"]["magnum.openstack.org/nodegroup-uuid"],
+                ng.as_str()
+            );
+            assert_eq!(md["spec"]["clusterName"], stack);
+            let template = |av: &str, kind: &str, pointer: &str| {
+                let t = md.pointer(pointer).unwrap().as_str().unwrap();
+                assert!(t.starts_with(&format!("{md_name}-")), "{t}");
+                object(sim, av, kind, &ns, t).unwrap()
+            };
+            let osmt = template(
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachineTemplate",
+                "/spec/template/spec/infrastructureRef/name",
+            );
+            assert_eq!(osmt["spec"]["template"]["spec"]["flavor"], flavor);
+            assert_eq!(
+                osmt["spec"]["template"]["spec"]["identityRef"]["name"],
+                format!("{stack}-cloud-credentials")
+            );
+            let kct = template(
+                "bootstrap.cluster.x-k8s.io/v1beta2",
+                "KubeadmConfigTemplate",
+                "/spec/template/spec/bootstrap/configRef/name",
+            );
+            assert!(
+                kct["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
+                    ["kubeletExtraArgs"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!({"name": "node-labels",
+                        "value": format!("capi.stackhpc.com/node-group={name}")})),
+                "{kct}"
+            );
+            valid_against_the_crds(&[md, osmt, kct]);
+        }
+    }
+    let path = format!("/v1/clusters/{c}/nodegroups/{ng}");
+    until("the new nodegroup CREATE_COMPLETE", || async {
+        let r = t.get_v(&TENANT, &path, "1.9").await;
+        (r.body["status"] == "CREATE_COMPLETE").then_some(())
+    })
+    .await;
+    ng
+}
+
+/// The autoscaler's annotations where `driver` keeps nodegroup `name`'s.
+fn autoscaler_annotations(sim: &SimCluster, driver: Driver, stack: &str, name: &str) -> Value {
+    let ns = driver.namespace(TENANT.project);
+    match driver {
+        Driver::ClusterApi => {
+            let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", &ns, stack).unwrap();
+            cl["spec"]["topology"]["workers"]["machineDeployments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == name)
+                .unwrap()["metadata"]["annotations"]
+                .clone()
+        }
+        _ => object(
+            sim,
+            "cluster.x-k8s.io/v1beta2",
+            "MachineDeployment",
+            &ns,
+            &format!("{stack}-{name}"),
+        )
+        .unwrap()["metadata"]["annotations"]
+            .clone(),
+    }
 }
 
 async fn nodegroups_on(driver: Driver, stack: &str) {
@@ -459,116 +621,6 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
         .await;
     r.assert_status(400);
 
-    // A new autoscaled nodegroup: written where and as the driver writes its own.
-    let r = t
-        .post_v(
-            &TENANT,
-            &ngs,
-            "1.9",
-            json!({"name": "gpu", "node_count": 1, "min_node_count": 1, "max_node_count": 3,
-                   "flavor_id": "m1.large", "labels": {"auto_scaling_enabled": "true"}}),
-        )
-        .await;
-    r.assert_status(202);
-    let ng = r.body["uuid"].as_str().unwrap().to_string();
-    let bounds = |max: &str| {
-        json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "1",
-               "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": max})
-    };
-    match driver {
-        Driver::ClusterApi => {
-            let (cluster, entry) = topology_entry(sim, ns, stack, "gpu").await;
-            assert_eq!(entry["class"], "default-worker", "{entry}");
-            assert!(entry.get("replicas").is_none(), "autoscaled: {entry}");
-            assert_eq!(entry["metadata"]["annotations"], bounds("3"), "{entry}");
-            let l = &entry["metadata"]["labels"];
-            assert_eq!(l["node.cluster.x-k8s.io/nodegroup"], "gpu");
-            assert_eq!(l["node-role.kubernetes.io/worker"], "");
-            assert_eq!(l["magnum.openstack.org/nodegroup-uuid"], ng.as_str());
-            assert_eq!(l["magnum.openstack.org/cluster-uuid"], c.as_str());
-            let overrides = entry["variables"]["overrides"].as_array().unwrap();
-            let var = |n: &str| {
-                overrides
-                    .iter()
-                    .find(|v| v["name"] == n)
-                    .map(|v| &v["value"])
-            };
-            assert_eq!(var("flavor"), Some(&json!("m1.large")));
-            assert_eq!(
-                var("imageUUID"),
-                Some(&json!("0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"))
-            );
-            assert_eq!(var("serverGroupId"), None);
-            assert_eq!(entry["healthCheck"], json!({"enabled": true}));
-            valid_against_the_crds(&[cluster]);
-            topology_controller_makes(sim, ns, stack, &entry);
-        }
-        _ => {
-            let md_name = format!("{stack}-gpu");
-            let md = until("the nodegroup's MachineDeployment", || async {
-                object(
-                    sim,
-                    "cluster.x-k8s.io/v1beta2",
-                    "MachineDeployment",
-                    ns,
-                    &md_name,
-                )
-            })
-            .await;
-            assert_eq!(md["metadata"]["annotations"], bounds("3"), "{md}");
-            assert_eq!(
-                md["metadata"]["labels"]["capi.stackhpc.com/node-group"],
-                "gpu"
-            );
-            assert_eq!(md["metadata"]["labels"]["capi.stackhpc.com/cluster"], stack);
-            assert_eq!(
-                md["spec"]["template"]["metadata"]["labels"]["magnum.openstack.org/nodegroup-uuid"],
-                ng.as_str()
-            );
-            assert_eq!(md["spec"]["clusterName"], stack);
-            let template = |av: &str, kind: &str, pointer: &str| {
-                let name = md.pointer(pointer).unwrap().as_str().unwrap();
-                assert!(name.starts_with(&format!("{md_name}-")), "{name}");
-                object(sim, av, kind, ns, name).unwrap()
-            };
-            let osmt = template(
-                "infrastructure.cluster.x-k8s.io/v1beta1",
-                "OpenStackMachineTemplate",
-                "/spec/template/spec/infrastructureRef/name",
-            );
-            assert_eq!(osmt["spec"]["template"]["spec"]["flavor"], "m1.large");
-            assert_eq!(
-                osmt["spec"]["template"]["spec"]["identityRef"]["name"],
-                format!("{stack}-cloud-credentials")
-            );
-            let kct = template(
-                "bootstrap.cluster.x-k8s.io/v1beta2",
-                "KubeadmConfigTemplate",
-                "/spec/template/spec/bootstrap/configRef/name",
-            );
-            assert!(
-                kct["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
-                    ["kubeletExtraArgs"]
-                    .as_array()
-                    .unwrap()
-                    .contains(&json!({"name": "node-labels",
-                        "value": "capi.stackhpc.com/node-group=gpu"})),
-                "{kct}"
-            );
-            valid_against_the_crds(&[md, osmt, kct]);
-        }
-    }
-    let ng_path = format!("{ngs}/{ng}");
-    let shown = until("the new nodegroup CREATE_COMPLETE", || async {
-        let r = t.get_v(&TENANT, &ng_path, "1.9").await;
-        (r.body["status"] == "CREATE_COMPLETE").then_some(r.body)
-    })
-    .await;
-    assert_eq!(shown["node_count"], 1, "{shown}");
-    until("three machines", || async {
-        running(sim, ns, stack, 3).then_some(())
-    })
-    .await;
     let unchanged = || {
         let now = machines(sim, ns, stack);
         assert!(
@@ -581,6 +633,23 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
             assert_eq!(specs.get(k), Some(v), "{driver:?}: {k} is unchanged");
         }
     };
+
+    // A new nodegroup of a fixed size, on its own flavor.
+    let gpu = added(
+        t,
+        sim,
+        driver,
+        stack,
+        c,
+        json!({"name": "gpu", "node_count": 1, "flavor_id": "m1.large"}),
+        &Value::Null,
+        "m1.large",
+    )
+    .await;
+    until("three machines", || async {
+        running(sim, ns, stack, 3).then_some(())
+    })
+    .await;
     unchanged();
 
     // Resize it (a nodegroup that is not the default one).
@@ -620,90 +689,141 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
         running(sim, ns, stack, 4).then_some(())
     })
     .await;
+    let gpu_path = format!("{ngs}/{gpu}");
+    assert_eq!(
+        t.get_v(&TENANT, &gpu_path, "1.9").await.body["node_count"],
+        2
+    );
     unchanged();
 
-    // Update its bounds: the autoscaler's annotations where the driver keeps them.
-    t.patch_v(
+    // An autoscaled one: bounds as the driver writes them, no replicas; the flavor of the
+    // default worker, which it inherits.
+    let auto = added(
+        t,
+        sim,
+        driver,
+        stack,
+        c,
+        json!({"name": "auto", "node_count": 1, "min_node_count": 1, "max_node_count": 3,
+               "labels": {"auto_scaling_enabled": "true"}}),
+        &bounds("1", "3"),
+        "m1.small",
+    )
+    .await;
+    until("five machines", || async {
+        running(sim, ns, stack, 5).then_some(())
+    })
+    .await;
+
+    // Updated bounds: written where the driver keeps them when it autoscales; only recorded
+    // when it does not.
+    for (path, name) in [(format!("{ngs}/{auto}"), "auto"), (gpu_path.clone(), "gpu")] {
+        t.patch_v(
+            &TENANT,
+            &path,
+            "1.9",
+            json!([{"op": "replace", "path": "/max_node_count", "value": 5}]),
+        )
+        .await
+        .assert_status(202);
+        let shown = until("the updated nodegroup", || async {
+            let r = t.get_v(&TENANT, &path, "1.9").await;
+            (r.body["status"] == "UPDATE_COMPLETE").then_some(r.body)
+        })
+        .await;
+        assert_eq!(shown["max_node_count"], 5, "{shown}");
+        let written = autoscaler_annotations(sim, driver, stack, name);
+        if name == "auto" {
+            assert_eq!(written, bounds("1", "5"), "{driver:?}");
+        } else {
+            assert_eq!(written, Value::Null, "{driver:?}: gpu does not autoscale");
+        }
+    }
+    // A resize of an autoscaled nodegroup leaves its replicas to the autoscaler, as the
+    // drivers do.
+    t.post_v(
         &TENANT,
-        &ng_path,
-        "1.9",
-        json!([{"op": "replace", "path": "/max_node_count", "value": 5}]),
+        &format!("/v1/clusters/{c}/actions/resize"),
+        "1.7",
+        json!({"node_count": 3, "nodegroup": "auto"}),
     )
     .await
     .assert_status(202);
+    t.wait_cluster(&TENANT, c, "UPDATE_COMPLETE").await;
     match driver {
         Driver::ClusterApi => {
-            until("the entry's new bounds", || async {
-                let (_, e) = topology_entry(sim, ns, stack, "gpu").await;
-                (e["metadata"]["annotations"] == bounds("5")).then_some(())
-            })
-            .await;
+            let (_, e) = topology_entry(sim, ns, stack, "auto").await;
+            assert!(e.get("replicas").is_none(), "{e}");
         }
         _ => {
-            until("the MachineDeployment's new bounds", || async {
-                let md = object(
-                    sim,
-                    "cluster.x-k8s.io/v1beta2",
-                    "MachineDeployment",
-                    ns,
-                    &format!("{stack}-gpu"),
-                )?;
-                (md["metadata"]["annotations"] == bounds("5")).then_some(())
-            })
-            .await;
-        }
-    }
-    let shown = until("the updated nodegroup", || async {
-        let r = t.get_v(&TENANT, &ng_path, "1.9").await;
-        (r.body["status"] == "UPDATE_COMPLETE").then_some(r.body)
-    })
-    .await;
-    assert_eq!(shown["max_node_count"], 5, "{shown}");
-    unchanged();
-
-    // Delete it: its objects go, the driver's stay as they were.
-    t.delete_v(&TENANT, &ng_path, "1.9")
-        .await
-        .assert_status(204);
-    if driver == Driver::ClusterApi {
-        until("the entry removed from the topology", || async {
-            let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack)?;
-            (cl["spec"]["topology"]["workers"]["machineDeployments"]
-                == json!([crate::common::capi_drivers::mcapi_worker_entry()]))
-            .then_some(())
-        })
-        .await;
-        // The topology controller deletes the MachineDeployment and its templates.
-        let md_name = format!("{stack}-gpu-q7w2e");
-        sim.store()
-            .delete(
-                &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            let md = object(
+                sim,
+                "cluster.x-k8s.io/v1beta2",
+                "MachineDeployment",
                 ns,
-                &md_name,
+                &format!("{stack}-auto"),
             )
             .unwrap();
-        for (av, kind, suffix) in [
-            (
-                "infrastructure.cluster.x-k8s.io/v1beta1",
-                "OpenStackMachineTemplate",
-                "open",
-            ),
-            (
-                "bootstrap.cluster.x-k8s.io/v1beta2",
-                "KubeadmConfigTemplate",
-                "kube",
-            ),
-        ] {
-            sim.store()
-                .delete(&Resource::of(av, kind), ns, &format!("{md_name}-{suffix}"))
-                .unwrap();
+            assert_eq!(md["spec"]["replicas"], 1, "the autoscaler's minimum: {md}");
         }
     }
-    until("the nodegroup gone", || async {
-        let r = t.get_v(&TENANT, &ng_path, "1.9").await;
-        (r.status == 404).then_some(())
-    })
-    .await;
+    assert!(running(sim, ns, stack, 5));
+    unchanged();
+
+    // Delete them: their objects go, the driver's stay as they were.
+    for (ng, name) in [(&gpu, "gpu"), (&auto, "auto")] {
+        t.delete_v(&TENANT, &format!("{ngs}/{ng}"), "1.9")
+            .await
+            .assert_status(204);
+        if driver == Driver::ClusterApi {
+            until("the entry removed from the topology", || async {
+                let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack)?;
+                (!cl["spec"]["topology"]["workers"]["machineDeployments"]
+                    .as_array()?
+                    .iter()
+                    .any(|e| e["name"] == name))
+                .then_some(())
+            })
+            .await;
+            // The topology controller deletes the MachineDeployment and its templates.
+            let md_name = format!("{stack}-{name}-q7w2e");
+            sim.store()
+                .delete(
+                    &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+                    ns,
+                    &md_name,
+                )
+                .unwrap();
+            for (av, kind, suffix) in [
+                (
+                    "infrastructure.cluster.x-k8s.io/v1beta1",
+                    "OpenStackMachineTemplate",
+                    "open",
+                ),
+                (
+                    "bootstrap.cluster.x-k8s.io/v1beta2",
+                    "KubeadmConfigTemplate",
+                    "kube",
+                ),
+            ] {
+                sim.store()
+                    .delete(&Resource::of(av, kind), ns, &format!("{md_name}-{suffix}"))
+                    .unwrap();
+            }
+        }
+        until("the nodegroup gone", || async {
+            let r = t.get_v(&TENANT, &format!("{ngs}/{ng}"), "1.9").await;
+            (r.status == 404).then_some(())
+        })
+        .await;
+    }
+    if driver == Driver::ClusterApi {
+        let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack).unwrap();
+        assert_eq!(
+            cl["spec"]["topology"]["workers"]["machineDeployments"],
+            json!([crate::common::capi_drivers::mcapi_worker_entry()])
+        );
+    }
     until("the driver's two machines", || async {
         running(sim, ns, stack, 2).then_some(())
     })
@@ -712,7 +832,7 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
     assert_eq!(
         rolling_specs(sim, ns),
         a.specs,
-        "{driver:?}: nothing of it is left"
+        "{driver:?}: nothing of them is left"
     );
     let shown = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
     assert_eq!(shown["status"], "UPDATE_COMPLETE", "{shown}");

@@ -1,15 +1,17 @@
-//! Each cluster's view stored beside it in PostgreSQL (src/service/stored_views.rs): answers
-//! byte for byte those built from the rows (every form, microversion and caller, awkward
-//! strings), any change under a view retires it in the writing transaction (triggers on even
-//! with replication's role), and a view built from rows older than a change is never stored.
+//! Each cluster's and each template's view stored beside it in PostgreSQL
+//! (src/service/stored_views.rs): answers byte for byte those built from the rows (every form,
+//! microversion and caller, awkward strings), any change under a view retires it in the writing
+//! transaction (triggers on even with replication's role), and a view built from rows older than
+//! a change is never stored.
 
 use crate::common::*;
 
 use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
-use magnum_capi::db::clusters::{self as cdb, Scope};
-use magnum_capi::db::page::PageQuery;
+use magnum_capi::db::clusters as cdb;
+use magnum_capi::db::template_views as tvdb;
+use magnum_capi::db::templates::{self as tdb, Visibility};
 use magnum_capi::domain::version::Version;
 use magnum_capi::service::views;
 use tower::ServiceExt;
@@ -52,6 +54,28 @@ async fn stored(t: &TestApp) -> i64 {
         .await
 }
 
+async fn stored_templates(t: &TestApp) -> i64 {
+    t.sql_i64("SELECT count(*) FROM template_view WHERE body IS NOT NULL")
+        .await
+}
+
+/// The uuids `sql` (a `SELECT uuid …`) returns, in order: the reference order of a page.
+async fn uuids_of(t: &TestApp, sql: &str) -> Vec<uuid::Uuid> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
+        .fetch_all(&t.state.pool)
+        .await
+        .unwrap()
+}
+
+/// The cluster's rows as its views are built from them (nodegroups aggregated, template labels).
+async fn cluster_rows(t: &TestApp, uuid: uuid::Uuid) -> cdb::ClusterWithNodes {
+    cdb::with_nodes_by_uuids(&t.state.pool, &[uuid])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+}
+
 /// A template and four clusters of Alice's: plain; failed with a failed nodegroup (faults);
 /// placed on a named management cluster (shown to admins); with a name and labels whose bytes
 /// look like the members a stored view cuts out.
@@ -91,17 +115,13 @@ async fn clusters(t: &TestApp) -> Vec<String> {
 async fn stored_views_answer_byte_for_byte_as_views_built_from_the_rows() {
     let t = app().await;
     let uuids = clusters(&t).await;
-    let pool = &t.state.pool;
     for round in ["built", "stored"] {
         for v in ["1.1", "1.12", "1.13", "latest"] {
             let mv = version(v);
             for who in [&ALICE, &ADMIN] {
                 let admin = who.roles.contains("admin");
                 for u in &uuids {
-                    let row = cdb::one_with_nodes(pool, &Scope::All, u.parse().unwrap())
-                        .await
-                        .unwrap()
-                        .unwrap();
+                    let row = cluster_rows(&t, u.parse().unwrap()).await;
                     let want = serde_json::to_vec(&views::cluster_aggregated(row, admin, BASE, mv))
                         .unwrap();
                     let got = bytes(&t, who, &format!("/v1/clusters/{u}"), v).await;
@@ -112,30 +132,31 @@ async fn stored_views_answer_byte_for_byte_as_views_built_from_the_rows() {
                         who.user
                     );
                 }
-                for (query, sort_key, desc) in [
-                    ("", "id", false),
-                    ("?sort_key=name&sort_dir=desc", "name", true),
+                for (query, order) in [
+                    ("", "id"),
+                    (
+                        "?sort_key=name&sort_dir=desc",
+                        "name DESC NULLS FIRST, id DESC",
+                    ),
                 ] {
+                    let visible = if admin {
+                        "TRUE".to_string()
+                    } else {
+                        format!("project_id = '{}'", who.project)
+                    };
+                    let order = uuids_of(
+                        &t,
+                        &format!("SELECT uuid FROM cluster WHERE {visible} ORDER BY {order}"),
+                    )
+                    .await;
                     for detail in [false, true] {
-                        let scope = if admin {
-                            Scope::All
-                        } else {
-                            Scope::Project(who.project.into())
-                        };
-                        let page = PageQuery {
-                            sort_key,
-                            desc,
-                            marker_id: None,
-                            limit: 1000,
-                        };
-                        let rows = cdb::page_with_nodes(pool, &scope, &page, detail)
-                            .await
-                            .unwrap();
+                        let mut clusters = Vec::new();
+                        for u in &order {
+                            let row = cluster_rows(&t, *u).await;
+                            clusters.push(views::cluster_entry(row, detail, admin, BASE, mv));
+                        }
                         let want = serde_json::to_vec(&views::ClusterList {
-                            clusters: rows
-                                .into_iter()
-                                .map(|r| views::cluster_entry(r, detail, admin, BASE, mv))
-                                .collect(),
+                            clusters,
                             next: None,
                         })
                         .unwrap();
@@ -231,10 +252,7 @@ async fn a_view_built_from_rows_older_than_a_change_is_not_stored() {
     let uuids = clusters(&t).await;
     let c: uuid::Uuid = uuids[0].parse().unwrap();
     let pool = &t.state.pool;
-    let old = cdb::one_with_nodes(pool, &Scope::All, c)
-        .await
-        .unwrap()
-        .unwrap();
+    let old = cluster_rows(&t, c).await;
     let version = old.view_version.unwrap();
     // A change commits after the rows were read and before their view is stored.
     t.write_sql(&format!(
@@ -246,14 +264,223 @@ async fn a_view_built_from_rows_older_than_a_change_is_not_stored() {
         .await
         .unwrap();
     assert_eq!(stored(&t).await, 0, "the older view is not stored");
-    let now = cdb::one_with_nodes(pool, &Scope::All, c)
-        .await
-        .unwrap()
-        .unwrap();
+    let now = cluster_rows(&t, c).await;
     let version = now.view_version.unwrap();
     let body = magnum_capi::service::stored_views::build(now).unwrap();
     magnum_capi::db::cluster_views::store(pool, &[(c, version, body)])
         .await
         .unwrap();
     assert_eq!(stored(&t).await, 1, "stored at the version it was read at");
+}
+
+/// Templates seen differently by Alice and an admin: Alice's own, one whose name and labels
+/// look like the members a stored view cuts out, Bob's private one (admin only), an admin's
+/// public one (both) and a public hidden one (admin only).
+async fn templates(t: &TestApp) -> Vec<String> {
+    let mut out = vec![
+        t.template(&ALICE, "plain").await,
+        t.template(&ALICE, "awkward").await,
+        t.template(&BOB, "bobs").await,
+        t.template(&ADMIN, "shared").await,
+        t.template(&ADMIN, "hidden").await,
+    ];
+    for sql in [
+        format!(
+            "UPDATE cluster_template SET name = E'a\",\"links\":[{{\"}}],\"uuid\":\\\\\u{1}☃',
+                    labels = labels || '{{\"links\": \"[\\\"}}\", \"uuid\": \"x\"}}'
+              WHERE uuid = '{}'",
+            out[1]
+        ),
+        format!(
+            "UPDATE cluster_template SET public = true WHERE uuid IN ('{}', '{}')",
+            out[3], out[4]
+        ),
+        format!(
+            "UPDATE cluster_template SET hidden = true WHERE uuid = '{}'",
+            out[4]
+        ),
+    ] {
+        assert!(t.write_sql(&sql).await > 0, "{sql}");
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn stored_template_views_answer_byte_for_byte_as_views_built_from_the_rows() {
+    let t = app().await;
+    templates(&t).await;
+    for round in ["built", "stored"] {
+        for v in ["1.1", "1.12", "1.13", "latest"] {
+            for who in [&ALICE, &ADMIN] {
+                let visible = if who.roles.contains("admin") {
+                    "TRUE".to_string()
+                } else {
+                    format!(
+                        "(project_id = '{}' OR (public AND NOT hidden))",
+                        who.project
+                    )
+                };
+                for (query, order, limit) in [
+                    ("", "id", 1000),
+                    (
+                        "?sort_key=name&sort_dir=desc",
+                        "name DESC NULLS FIRST, id DESC",
+                        1000,
+                    ),
+                    ("?limit=2", "id", 2),
+                ] {
+                    let order = uuids_of(
+                        &t,
+                        &format!(
+                            "SELECT uuid FROM cluster_template WHERE {visible} ORDER BY {order} LIMIT {limit}"
+                        ),
+                    )
+                    .await;
+                    for path in ["/v1/clustertemplates", "/v1/clustertemplates/detail"] {
+                        let mut rows = Vec::new();
+                        for u in &order {
+                            let row = tdb::by_uuid(&t.state.pool, &Visibility::All, *u)
+                                .await
+                                .unwrap()
+                                .unwrap();
+                            rows.push(views::template_owned(row, BASE));
+                        }
+                        let next = (limit == 2).then(|| {
+                            format!(
+                                "{BASE}{path}?sort_key=id&sort_dir=asc&limit=2&marker={}",
+                                order[1]
+                            )
+                        });
+                        let want = serde_json::to_vec(&views::ClusterTemplateList {
+                            clustertemplates: rows,
+                            next,
+                        })
+                        .unwrap();
+                        let got = bytes(&t, who, &format!("{path}{query}"), v).await;
+                        assert_eq!(
+                            String::from_utf8_lossy(&got),
+                            String::from_utf8_lossy(&want),
+                            "{round} {path}{query} at {v} as {}",
+                            who.user
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(stored_templates(&t).await, 5, "after the {round} round");
+    }
+}
+
+#[tokio::test]
+async fn every_change_of_a_template_retires_its_view_even_with_triggers_off() {
+    let t = app().await;
+    let uuids = templates(&t).await;
+    let tpl = &uuids[0];
+    let name = || {
+        let t = &t;
+        async move {
+            let page = t.get(&ADMIN, "/v1/clustertemplates").await.body;
+            page["clustertemplates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["uuid"] == tpl.as_str())
+                .map(|v| v["name"].clone())
+        }
+    };
+    name().await;
+    assert_eq!(stored_templates(&t).await, 5);
+    // Written as a logical replication subscriber writes (user triggers off).
+    let mut tx = t.state.pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE cluster_template SET name = 'renamed' WHERE uuid = '{tpl}'"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(stored_templates(&t).await, 4);
+    assert_eq!(name().await, Some(serde_json::json!("renamed")));
+    // Through the API.
+    let patch = serde_json::json!([{"op": "replace", "path": "/name", "value": "patched"}]);
+    t.patch(&ADMIN, &format!("/v1/clustertemplates/{tpl}"), patch)
+        .await
+        .assert_status(200);
+    assert_eq!(stored_templates(&t).await, 4);
+    assert_eq!(name().await, Some(serde_json::json!("patched")));
+    // A deleted template leaves nothing stored behind, and one made again under its uuid is
+    // not shown as the old one was.
+    t.write_sql(&format!(
+        "DELETE FROM cluster_template WHERE uuid = '{tpl}'"
+    ))
+    .await;
+    let left = format!("SELECT count(*) FROM template_view WHERE template_uuid = '{tpl}'");
+    assert_eq!(t.sql_i64(&left).await, 0);
+    assert_eq!(name().await, None);
+    // Every stored view goes with a TRUNCATE (no cluster uses these templates).
+    name().await;
+    assert_eq!(stored_templates(&t).await, 4);
+    t.write_sql("TRUNCATE cluster_template CASCADE").await;
+    assert_eq!(t.sql_i64("SELECT count(*) FROM template_view").await, 0);
+}
+
+#[tokio::test]
+async fn a_template_view_built_from_a_row_older_than_a_change_is_not_stored() {
+    let t = app().await;
+    let uuids = templates(&t).await;
+    let u: uuid::Uuid = uuids[0].parse().unwrap();
+    let pool = &t.state.pool;
+    let old = tvdb::by_uuids(pool, &[u]).await.unwrap().pop().unwrap();
+    // A change commits after the row was read and before its view is stored.
+    t.write_sql(&format!(
+        "UPDATE cluster_template SET name = 'later' WHERE uuid = '{u}'"
+    ))
+    .await;
+    let version = old.view_version.unwrap();
+    let body = magnum_capi::service::stored_views::build_template(old.row).unwrap();
+    tvdb::store(pool, &[(u, version, body)]).await.unwrap();
+    assert_eq!(
+        stored_templates(&t).await,
+        0,
+        "the older view is not stored"
+    );
+    // Deleted and made again with the same uuid: the old row's version is not the new one's.
+    t.write_sql(&format!("DELETE FROM cluster_template WHERE uuid = '{u}'"))
+        .await;
+    let again = t
+        .post(
+            &ALICE,
+            "/v1/clustertemplates",
+            serde_json::json!({"uuid": u, "name": "again", "image_id": "ubuntu-jammy",
+                               "coe": "kubernetes", "flavor_id": "m1.small"}),
+        )
+        .await;
+    again.assert_status(201);
+    let body = magnum_capi::service::stored_views::build_template(
+        tdb::by_uuid(pool, &Visibility::All, u)
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    tvdb::store(pool, &[(u, version, body)]).await.unwrap();
+    assert_eq!(
+        stored_templates(&t).await,
+        0,
+        "stored under an older life's version"
+    );
+    let now = tvdb::by_uuids(pool, &[u]).await.unwrap().pop().unwrap();
+    let version = now.view_version.unwrap();
+    let body = magnum_capi::service::stored_views::build_template(now.row).unwrap();
+    tvdb::store(pool, &[(u, version, body)]).await.unwrap();
+    assert_eq!(
+        stored_templates(&t).await,
+        1,
+        "stored at the version it was read at"
+    );
 }

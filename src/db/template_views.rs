@@ -1,0 +1,62 @@
+//! `template_view`: each template's serialised view stored beside it (the bytes and their
+//! version; migrations/20261127130000_stored_template_views.sql retires them on every change):
+//! the heads of a page with their stored bodies, the rows of those not stored, and storing.
+
+use sqlx::{AssertSqlSafe, FromRow, PgPool};
+use uuid::Uuid;
+
+use super::DbResult;
+use super::page::PageQuery;
+use super::templates::{TemplateRow, Visibility};
+
+/// A template of a page: its uuid and its stored view (`None`: not built yet, or retired).
+#[derive(Debug, FromRow)]
+pub struct TemplateHead {
+    pub uuid: Uuid,
+    pub body: Option<Vec<u8>>,
+}
+
+/// A template's row with the version of its stored view the row is (read in one statement).
+#[derive(Debug, FromRow)]
+pub struct VersionedTemplate {
+    #[sqlx(flatten)]
+    pub row: TemplateRow,
+    pub view_version: Option<i64>,
+}
+
+/// A page of the templates `vis` sees, in the page's order.
+pub async fn page(
+    pool: &PgPool,
+    vis: &Visibility,
+    page: &PageQuery,
+) -> DbResult<Vec<TemplateHead>> {
+    let mut sql = format!(
+        "SELECT t.uuid, v.body
+           FROM cluster_template t LEFT JOIN template_view v ON v.template_uuid = t.uuid
+          WHERE {}",
+        vis.sql(1)
+    );
+    page.push_rest_sql(&mut sql, "cluster_template", 2);
+    Ok(sqlx::query_as::<_, TemplateHead>(AssertSqlSafe(sql))
+        .bind(vis.project())
+        .bind(page.marker_id.unwrap_or(0))
+        .fetch_all(pool)
+        .await?)
+}
+
+/// The templates `uuids` (those still there), each with its view's version.
+pub async fn by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<VersionedTemplate>> {
+    Ok(sqlx::query_as::<_, VersionedTemplate>(
+        "SELECT t.*, v.version AS view_version
+           FROM cluster_template t LEFT JOIN template_view v ON v.template_uuid = t.uuid
+          WHERE t.uuid = ANY($1)",
+    )
+    .bind(uuids)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Stores views built from rows read at their versions (as `cluster_views::store`).
+pub async fn store(pool: &PgPool, built: &[(Uuid, i64, Vec<u8>)]) -> DbResult<()> {
+    super::cluster_views::store_in(pool, "template_view", "template_uuid", built).await
+}
