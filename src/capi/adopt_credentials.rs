@@ -21,7 +21,10 @@ use super::credentials::{
     RotationPayload, Staged, clouds_yaml_credential, staged_or_revoked, staging_secret,
 };
 use super::driver::{Capi, CapiError};
-use super::{LABEL_CLUSTER_UUID, LABEL_PROJECT_ID, LABEL_USER_ID, kinds, secret_data};
+use super::{
+    LABEL_CLUSTER_UUID, LABEL_PROJECT_ID, LABEL_USER_ID, driver_credentials_secret, kinds,
+    secret_data,
+};
 use crate::domain::imported::DriverFamily;
 use crate::domain::spec::{Cluster, ClusterSpec, ObjectsAt};
 use crate::driver::Journal;
@@ -34,14 +37,6 @@ const ADDON_KINDS: [kinds::Gvk; 2] = [
 ];
 /// The addon provider's `secret_annotation_prefix` (`secret.` + its API group).
 const ADDON_SECRET_PREFIX: &str = "secret.addons.stackhpc.com";
-
-/// The Secret the driver keeps the cluster's credential in.
-pub fn driver_credentials_secret(at: &ObjectsAt) -> String {
-    match at.driver {
-        DriverFamily::ClusterApi => format!("{}-cloud-config", at.name),
-        _ => super::credentials_secret_name(&at.name),
-    }
-}
 
 /// The Secrets magnum-cluster-api's ClusterResourceSets apply into the workload cluster, which
 /// embed the credential (`cloud.conf`, Manila's secret): the current one and the legacy one.

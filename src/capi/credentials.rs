@@ -280,7 +280,7 @@ impl Capi {
     ) -> Result<Option<(String, SecretString)>, CapiError> {
         match &c.objects_at {
             Some(at) => {
-                let secret = super::adopt_credentials::driver_credentials_secret(at);
+                let secret = super::driver_credentials_secret(at);
                 self.secret_credential(&at.namespace, &secret).await
             }
             None => {
@@ -378,7 +378,7 @@ impl Capi {
             })?;
             let objects = decode_staged(&staged)?;
             let creds_name = match &c.objects_at {
-                Some(at) => super::adopt_credentials::driver_credentials_secret(at),
+                Some(at) => super::driver_credentials_secret(at),
                 None => credentials_secret_name(&name),
             };
             let creds = objects
@@ -483,7 +483,7 @@ impl Capi {
         let (user_id, project_id) = owner;
         let live = match at {
             Some(at) => {
-                let secret = super::adopt_credentials::driver_credentials_secret(at);
+                let secret = super::driver_credentials_secret(at);
                 self.secret_credential(&at.namespace, &secret).await?
             }
             None => {

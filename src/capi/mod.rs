@@ -34,6 +34,16 @@ pub fn credentials_secret_name(cluster: &str) -> String {
     format!("{cluster}-cloud-credentials")
 }
 
+/// The Secret the Magnum driver that made an adopted cluster (`at`) keeps its application
+/// credential in: magnum-cluster-api's `<stack_id>-cloud-config`, magnum-capi-helm's
+/// `<release>-cloud-credentials` (ours is named the same way).
+pub fn driver_credentials_secret(at: &crate::domain::spec::ObjectsAt) -> String {
+    match at.driver {
+        crate::domain::imported::DriverFamily::ClusterApi => format!("{}-cloud-config", at.name),
+        _ => credentials_secret_name(&at.name),
+    }
+}
+
 /// Label on every object we create: the Magnum cluster's uuid.
 pub const LABEL_CLUSTER_UUID: &str = "magnum.openstack.org/cluster-uuid";
 /// Label on every object we create: the cluster's project.
