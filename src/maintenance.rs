@@ -109,12 +109,23 @@ pub async fn check_credentials(pool: &PgPool, capi: &Capi) -> Result<usize, Chor
         let Some(id) = &row.app_cred_id else {
             continue;
         };
+        // An adopted cluster's credential is in its Magnum driver's Secret.
+        let at = match crate::db::imports::of_cluster(pool, row.uuid).await? {
+            Some(i) if i.state() == Some(crate::domain::imported::ImportState::Adopted) => {
+                crate::domain::imported::objects_at(
+                    &i.source_driver,
+                    row.stack_id.as_deref(),
+                    &row.project_id,
+                )
+            }
+            _ => None,
+        };
         let found = capi
             .credential_problem(
                 k,
                 row.uuid,
                 (&row.user_id, &row.project_id),
-                row.stack_id.as_deref(),
+                (row.stack_id.as_deref(), at.as_ref()),
                 id,
             )
             .await;

@@ -596,8 +596,8 @@ fn default_entry(cluster: &Value, spec: &ClusterSpec) -> Option<Value> {
 /// replicas (none when autoscaled: the bounds are the autoscaler's annotations), the
 /// `availability_zone` label as failure domain, the driver's node labels plus ours, and the
 /// variable overrides of `default` (the cluster's default worker entry, which the driver wrote
-/// with the same rules) with the nodegroup's flavor, image, boot volume, image repository and
-/// failure-domain hint. Its server-group override is left out: the driver made a server group
+/// with the same rules) with the nodegroup's flavor, image (a Glance id), boot volume, image
+/// repository and failure-domain hint. Its server-group override is left out: the driver made a server group
 /// per nodegroup with its own credentials, so the new machines take the cluster's.
 pub fn topology_entry(default: Option<&Value>, w: &AdoptedWorker<'_>) -> Value {
     let mut overrides: Vec<Value> = default
@@ -618,7 +618,9 @@ pub fn topology_entry(default: Option<&Value>, w: &AdoptedWorker<'_>) -> Value {
     if let Some(f) = w.flavor {
         set("flavor", json!(f));
     }
-    if let Some(i) = w.image {
+    // The driver writes Glance's id of the image; a nodegroup image given by name keeps the
+    // default worker's.
+    if let Some(i) = w.image.filter(|i| Uuid::parse_str(i).is_ok()) {
         set("imageUUID", json!(i));
     }
     let label = |k: &str| w.labels.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());

@@ -19,7 +19,7 @@
 
 use uuid::Uuid;
 
-use super::driver::{Capi, CapiError, name_of, namespace_of};
+use super::driver::{Capi, CapiError, name_of};
 use super::values::ServerGroup;
 use crate::config::{CleanupWithoutCredential, UnreadVolumes};
 use crate::domain::spec::{Cluster, ClusterSpec};
@@ -205,8 +205,7 @@ impl Capi {
         let Some(k) = &self.keystone else {
             return Ok(None);
         };
-        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
-        let Some((id, secret)) = self.live_credential(&ns, &name).await? else {
+        let Some((id, secret)) = self.credential_of(c).await? else {
             return Ok(None);
         };
         match k.token_for_app_credential(&id, &secret).await {

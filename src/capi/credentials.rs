@@ -19,7 +19,7 @@ use super::{
     LABEL_CLUSTER_UUID, LABEL_ROLE, LABEL_USER_ID, credentials_secret_name, kinds, secret_data,
     values,
 };
-use crate::domain::spec::{Cluster, ClusterSpec, Operation};
+use crate::domain::spec::{Cluster, ClusterSpec, ObjectsAt, Operation};
 use crate::domain::status::Status;
 use crate::driver::{Journal, Outcome};
 use crate::openstack::UserSession;
@@ -66,6 +66,46 @@ fn staging_name(cluster: &str) -> String {
     format!("{cluster}-credential-rotation")
 }
 
+/// The staging Secret of cluster `cluster` in `ns` (its `labels`, plus the staged role): the
+/// `objects` the commit applies, carrying credential `id`.
+pub(super) fn staging_secret(
+    ns: &str,
+    cluster: &str,
+    mut labels: Map<String, Value>,
+    id: &str,
+    objects: &[Value],
+) -> Result<Value, CapiError> {
+    labels.insert(LABEL_ROLE.into(), json!(ROLE_STAGED));
+    let body = serde_json::to_vec(objects).map_err(|e| CapiError::Invalid(e.to_string()))?;
+    Ok(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": staging_name(cluster), "namespace": ns,
+                     "labels": labels, "annotations": {ANN_APP_CRED_ID: id}},
+        "type": "Opaque",
+        "data": {"objects.json": STANDARD.encode(body)},
+    }))
+}
+
+/// The end of a staging (`staged`, its outcome): the rotation to record, or, when it failed,
+/// the error once the new credential is deleted again with the caller's `session` (nothing is
+/// left behind).
+pub(super) async fn staged_or_revoked(
+    session: &UserSession,
+    staged: Result<(), CapiError>,
+    payload: RotationPayload,
+) -> Result<Staged, CapiError> {
+    if let Err(e) = staged {
+        let (user, id) = (&payload.user_id, &payload.app_cred_id);
+        if let Err(d) =
+            crate::openstack::appcred::delete(session, session.timeout(), user, id).await
+        {
+            tracing::warn!(app_cred = %id, error = %d, "could not delete an unused application credential");
+        }
+        return Err(e);
+    }
+    Ok(Staged { payload })
+}
+
 /// The application credential in the `clouds.yaml` of a rendered or live credentials Secret.
 pub fn clouds_yaml_credential(secret: &Value) -> Option<(String, SecretString)> {
     let doc: Value = yaml_serde::from_str(&secret_data(secret, "clouds.yaml")?).ok()?;
@@ -102,17 +142,15 @@ impl Capi {
         implicit: bool,
     ) -> Result<Staged, CapiError> {
         let cluster = &spec.cluster;
+        if let Some(at) = &cluster.objects_at {
+            return self
+                .stage_adopted_rotation(journal, spec, at, session, (user_id, roles), implicit)
+                .await;
+        }
         let old_id = spec.day2.app_cred_id.clone();
-        let mut owned = cluster.clone();
-        owned.user_id = user_id.to_string();
-        let NewCredential {
-            id,
-            expires_at,
-            creds,
-        } = self
-            .new_credentials(journal, &owned, Some(session), roles)
+        let (owned, id, expires_at, creds) = self
+            .credential_for_owner(journal, cluster, session, (user_id, roles))
             .await?;
-        let id = id.ok_or_else(|| CapiError::Invalid("no credential was created".into()))?;
         let staged = async {
             let v = values::build(self.inputs(
                 &spec.template,
@@ -127,43 +165,55 @@ impl Capi {
                 .into_iter()
                 .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Secret"))
                 .collect();
-            let mut labels: Map<String, Value> = v
+            let labels: Map<String, Value> = v
                 .common_labels
                 .iter()
                 .map(|(k, v)| (k.clone(), json!(v)))
                 .collect();
-            labels.insert(LABEL_ROLE.into(), json!(ROLE_STAGED));
-            let body =
-                serde_json::to_vec(&secrets).map_err(|e| CapiError::Invalid(e.to_string()))?;
-            let staging = json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": staging_name(&v.cluster_name), "namespace": v.namespace,
-                             "labels": labels, "annotations": {ANN_APP_CRED_ID: id}},
-                "type": "Opaque",
-                "data": {"objects.json": STANDARD.encode(body)},
-            });
+            let staging = staging_secret(&v.namespace, &v.cluster_name, labels, &id, &secrets)?;
             self.mgmt.apply(&staging).await?;
             Ok::<_, CapiError>(())
         }
         .await;
-        if let Err(e) = staged {
-            if let Err(d) =
-                crate::openstack::appcred::delete(session, session.timeout(), user_id, &id).await
-            {
-                tracing::warn!(app_cred = %id, error = %d, "could not delete an unused application credential");
-            }
-            return Err(e);
-        }
-        Ok(Staged {
-            payload: RotationPayload {
-                app_cred_id: id,
-                user_id: user_id.to_string(),
-                expires_at,
-                old_app_cred_id: old_id,
-                old_user_id: cluster.user_id.clone(),
-                implicit,
-            },
-        })
+        let payload = RotationPayload {
+            app_cred_id: id,
+            user_id: user_id.to_string(),
+            expires_at,
+            old_app_cred_id: old_id,
+            old_user_id: cluster.user_id.clone(),
+            implicit,
+        };
+        staged_or_revoked(session, staged, payload).await
+    }
+
+    /// A new credential of `cluster` created with `session` for its new owner `user_id` (with
+    /// `roles`): the cluster as that owner's, the credential's id, expiry and cloud settings.
+    pub(super) async fn credential_for_owner(
+        &self,
+        journal: &dyn Journal,
+        cluster: &Cluster,
+        session: &UserSession,
+        (user_id, roles): (&str, &[String]),
+    ) -> Result<
+        (
+            Cluster,
+            String,
+            Option<DateTime<Utc>>,
+            values::CloudCredentials,
+        ),
+        CapiError,
+    > {
+        let mut owned = cluster.clone();
+        owned.user_id = user_id.to_string();
+        let NewCredential {
+            id,
+            expires_at,
+            creds,
+        } = self
+            .new_credentials(journal, &owned, Some(session), roles)
+            .await?;
+        let id = id.ok_or_else(|| CapiError::Invalid("no credential was created".into()))?;
+        Ok((owned, id, expires_at, creds))
     }
 
     /// [`Self::discard_staged`] for a rotation operation's payload as recorded.
@@ -204,16 +254,40 @@ impl Capi {
         ns: &str,
         name: &str,
     ) -> Result<Option<(String, SecretString)>, CapiError> {
+        self.secret_credential(ns, &credentials_secret_name(name))
+            .await
+    }
+
+    /// The application credential in the `clouds.yaml` of Secret `ns`/`secret`.
+    async fn secret_credential(
+        &self,
+        ns: &str,
+        secret: &str,
+    ) -> Result<Option<(String, SecretString)>, CapiError> {
         Ok(self
             .mgmt
-            .get_value(&ObjectRef::new(
-                kinds::SECRET,
-                ns,
-                &credentials_secret_name(name),
-            ))
+            .get_value(&ObjectRef::new(kinds::SECRET, ns, secret))
             .await?
             .as_ref()
             .and_then(clouds_yaml_credential))
+    }
+
+    /// The application credential in cluster `c`'s live Secret: ours, or its driver's when it
+    /// was adopted from Magnum.
+    pub async fn credential_of(
+        &self,
+        c: &Cluster,
+    ) -> Result<Option<(String, SecretString)>, CapiError> {
+        match &c.objects_at {
+            Some(at) => {
+                let secret = super::adopt_credentials::driver_credentials_secret(at);
+                self.secret_credential(&at.namespace, &secret).await
+            }
+            None => {
+                self.live_credential(&namespace_of(&self.config, c), &name_of(c))
+                    .await
+            }
+        }
     }
 
     /// Deletes a credential this service created with its own credentials; a failure is
@@ -303,7 +377,10 @@ impl Capi {
                 CapiError::Invalid("the staged credential is gone; rotate again".into())
             })?;
             let objects = decode_staged(&staged)?;
-            let creds_name = credentials_secret_name(&name);
+            let creds_name = match &c.objects_at {
+                Some(at) => super::adopt_credentials::driver_credentials_secret(at),
+                None => credentials_secret_name(&name),
+            };
             let creds = objects
                 .iter()
                 .find(|o| {
@@ -335,6 +412,11 @@ impl Capi {
                 return Err(CapiError::Waiting(
                     "the cloud-credentials Secret does not show the new credential yet".into(),
                 ));
+            }
+            // An adopted cluster's driver delivers the credential into the workload cluster
+            // its own way: that picks the new one up before the old one is deleted below.
+            if let Some(at) = &c.objects_at {
+                self.deliver_adopted_credential(at, creds).await?;
             }
             journal
                 .credential_rotated(c.uuid, &p.user_id, &p.app_cred_id, p.expires_at)
@@ -387,20 +469,30 @@ impl Capi {
     }
 
     /// Why the credential `app_cred_id` of cluster `cluster` (owned by `user_id` in
-    /// `project_id`, its CAPI cluster named after `stack_id`) does not work; `None` when it
-    /// does, as its live Secret shows it to Keystone.
+    /// `project_id`, its CAPI cluster named after `stack_id`, or its objects `at` where a Magnum
+    /// driver left them) does not work; `None` when it does, as its live Secret shows it to
+    /// Keystone.
     pub async fn credential_problem(
         &self,
         k: &crate::openstack::Keystone,
         cluster: Uuid,
         owner: (&str, &str),
-        stack_id: Option<&str>,
+        (stack_id, at): (Option<&str>, Option<&ObjectsAt>),
         app_cred_id: &str,
     ) -> Result<Option<String>, CapiError> {
         let (user_id, project_id) = owner;
-        let ns = super::namespace(&self.config.namespace_prefix, project_id);
-        let name = cluster_name(stack_id, cluster);
-        let refused = match self.live_credential(&ns, &name).await? {
+        let live = match at {
+            Some(at) => {
+                let secret = super::adopt_credentials::driver_credentials_secret(at);
+                self.secret_credential(&at.namespace, &secret).await?
+            }
+            None => {
+                let ns = super::namespace(&self.config.namespace_prefix, project_id);
+                self.live_credential(&ns, &cluster_name(stack_id, cluster))
+                    .await?
+            }
+        };
+        let refused = match live {
             None => "the cloud-credentials Secret is missing or unreadable".to_string(),
             Some((sid, secret)) => match k.check_app_credential(&sid, &secret).await? {
                 None => return Ok(None),

@@ -156,6 +156,13 @@ impl Capi {
         if uses_server_groups(c, spec.nodegroups.iter()) {
             self.delete_server_groups(spec, |_| true).await?;
         }
+        // Adopted and never rotated here: the driver's credential, while its Secret still
+        // says which it is.
+        if let Some(at) = &c.objects_at
+            && spec.day2.app_cred_id.is_none()
+        {
+            self.delete_drivers_credential(journal, c, at).await?;
+        }
         // Then what CAPI does not own: our Secrets, machine templates, addons.
         let sel = format!("{LABEL_CLUSTER_UUID}={}", c.uuid);
         for gvk in OWNED_KINDS {

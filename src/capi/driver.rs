@@ -710,6 +710,17 @@ impl Capi {
                     })
                 }
                 K::Delete => Ok(self.delete_cluster(journal, spec, op).await?.into()),
+                K::Upgrade => {
+                    let to = upgrade_to.ok_or_else(|| {
+                        CapiError::Invalid("the upgrade names no template".into())
+                    })?;
+                    self.upgrade_adopted(at, to).await?;
+                    Ok(Report {
+                        outcome: Outcome::Done,
+                        facts: upgraded(spec, op, upgrade_to).1,
+                    })
+                }
+                K::RotateCredential => Ok(self.commit_rotation(journal, spec, op).await?.into()),
                 K::NodegroupCreate | K::NodegroupUpdate => {
                     if let Some(ng) = op.nodegroup_uuid {
                         if kind == K::NodegroupCreate {

@@ -5,7 +5,9 @@
 pub mod access;
 pub mod addon_health;
 pub mod adopt;
+pub mod adopt_credentials;
 pub mod adopt_nodegroups;
+pub mod adopt_upgrade;
 pub mod apply;
 pub mod ca;
 pub mod cleanup;

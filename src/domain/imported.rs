@@ -373,7 +373,8 @@ impl SourceDriver {
 
 pub use super::spec::DriverFamily;
 
-fn family_of(name: &str) -> DriverFamily {
+/// The family of the Magnum driver entry point `name` (a template's `driver` column).
+pub fn family_of(name: &str) -> DriverFamily {
     if name == "k8s_capi_helm_v1" {
         DriverFamily::CapiHelm
     } else if name.starts_with("k8s_cluster_api") {
@@ -547,27 +548,20 @@ pub fn refusal(cluster: &str, source_driver: &str) -> String {
 }
 
 /// What an adopted cluster cannot do (yet), as the 400 its request gets: `None` when `action`
-/// works on the objects the Magnum driver left (resize, delete, certificates and config) or
-/// beside them as the driver writes its own (nodegroup create, update, delete:
-/// `capi::adopt_nodegroups`). Everything else would need objects rendered by magnum-capi
-/// beside or instead of the driver's, which adoption never does by itself (README "Moving
-/// from Magnum").
+/// works on the objects the Magnum driver left (resize, delete, certificates and config, an
+/// upgrade and a credential rotation done as the driver would have done them:
+/// `capi::adopt_upgrade`, `capi::adopt_credentials`) or beside them as the driver writes its
+/// own (nodegroup create, update, delete: `capi::adopt_nodegroups`). Everything else would
+/// need objects rendered by magnum-capi beside or instead of the driver's, which adoption
+/// never does by itself (README "Moving from Magnum").
 pub fn adopted_refusal(cluster: &str, source_driver: &str, action: &str) -> Option<String> {
     let (what, instead) = match action {
-        "resize" | "delete" | "sign" | "update" | "nodegroup" => return None,
-        "upgrade" => (
-            "an upgrade",
-            "upgrade it with the Magnum that made it before the cut-over, or create a new \
-             cluster here and move the workloads",
-        ),
+        "resize" | "delete" | "sign" | "update" | "nodegroup" | "upgrade" | "rotate_credential" => {
+            return None;
+        }
         "rotate_ca" => (
             "rotating its CAs",
             "its CAs stay the ones its driver made; certificates they sign keep working",
-        ),
-        "rotate_credential" => (
-            "rotating its application credential",
-            "the credential its driver created keeps working; replace it in the driver's Secret \
-             by hand if it must change",
         ),
         _ => (action, "use the Magnum that made it before the cut-over"),
     };
@@ -1023,9 +1017,14 @@ mod tests {
             adopted_refusal("c", "k8s_cluster_api_ubuntu", "nodegroup"),
             None
         );
-        let up = adopted_refusal("c", "k8s_capi_helm_v1", "upgrade").unwrap();
-        assert!(up.contains("an upgrade is not available"), "{up}");
-        assert!(up.contains("Instead:"), "{up}");
+        assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "upgrade"), None);
+        assert_eq!(
+            adopted_refusal("c", "k8s_capi_helm_v1", "rotate_credential"),
+            None
+        );
+        let ca = adopted_refusal("c", "k8s_capi_helm_v1", "rotate_ca").unwrap();
+        assert!(ca.contains("rotating its CAs is not available"), "{ca}");
+        assert!(ca.contains("Instead:"), "{ca}");
     }
 
     #[test]

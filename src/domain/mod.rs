@@ -1,6 +1,7 @@
 //! Pure rules of the Magnum API: statuses, request schemas, label semantics, JSON-PATCH,
 //! policy defaults, generated names. No I/O here.
 
+pub mod adopted_upgrade;
 pub mod certificates;
 pub mod driver_labels;
 pub mod error;

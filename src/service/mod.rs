@@ -207,6 +207,37 @@ pub async fn refuse_if_read_only(app: &App, c: &ClusterRow, action: &str) -> Res
     }
 }
 
+/// An upgrade of a cluster adopted from Magnum: what its new template `to` (its Kubernetes
+/// `version`) must give the driver's objects (`domain::adopted_upgrade`), from `from`, its
+/// template now. Nothing for other clusters.
+pub async fn check_adopted_upgrade(
+    app: &App,
+    c: &ClusterRow,
+    from: Option<&TemplateRow>,
+    to: &TemplateRow,
+    version: Option<&str>,
+) -> Result<()> {
+    use crate::domain::adopted_upgrade::{Target, check};
+    use crate::domain::imported::ImportState;
+    match crate::db::imports::of_cluster(&app.pool, c.uuid).await? {
+        Some(i) if i.state() == Some(ImportState::Adopted) => {
+            let r = &to.resolved.0;
+            check(
+                &c.uuid.to_string(),
+                &i.source_driver,
+                from.and_then(|t| t.resolved.0.os_distro.as_deref()),
+                Target {
+                    version,
+                    image_id: r.image_id.as_deref().or(to.image_id.as_deref()),
+                    os_distro: r.os_distro.as_deref(),
+                },
+            )?;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The owner of cluster `c`, as policy rules see it.
 pub fn cluster_target(c: &ClusterRow) -> Target<'_> {
     Target {

@@ -8,17 +8,26 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::capi::{admin_csr, capi_app_on};
+use crate::common::capi::{CapiApp, admin_csr, authenticates, capi_app_on, postgres_text};
 use crate::common::capi_drivers::{
     Driver, TENANT, WORKER, cluster_uuid, import_with, load_driver_objects,
 };
+use crate::common::keystone::keystone;
+use crate::common::stack::env_shared;
 use crate::common::wait::until;
 use crate::common::*;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use magnum_capi::capi::pki;
 use magnum_capi::domain::imported::{ImportState, refusal};
 use magnum_capi::simkube::{Resource, SimCluster};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+const KCP: &str = "controlplane.cluster.x-k8s.io/v1beta2";
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 
 /// The driver's Machines of CAPI cluster `stack`: name → uid.
 fn machines(sim: &SimCluster, ns: &str, stack: &str) -> BTreeMap<String, String> {
@@ -386,8 +395,10 @@ fn topology_controller_makes(sim: &SimCluster, ns: &str, stack: &str, entry: &Va
     labels["topology.cluster.x-k8s.io/owned"] = json!("");
     labels["topology.cluster.x-k8s.io/deployment-name"] = json!(name);
     let mut md = default_md.clone();
-    md["metadata"] = json!({"name": md_name, "namespace": ns, "labels": labels,
-        "annotations": entry["metadata"]["annotations"].clone()});
+    md["metadata"] = json!({"name": md_name, "namespace": ns, "labels": labels});
+    if entry["metadata"]["annotations"].is_object() {
+        md["metadata"]["annotations"] = entry["metadata"]["annotations"].clone();
+    }
     md["spec"]["replicas"] = entry.get("replicas").cloned().unwrap_or(json!(1));
     md["spec"]["selector"]["matchLabels"] = json!({"cluster.x-k8s.io/cluster-name": stack,
         "topology.cluster.x-k8s.io/deployment-name": name});
@@ -417,6 +428,166 @@ async fn topology_entry(sim: &SimCluster, ns: &str, stack: &str, name: &str) -> 
         Some((cl, e))
     })
     .await
+}
+
+/// The autoscaler's bounds as both drivers write them.
+fn bounds(min: &str, max: &str) -> Value {
+    json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": min,
+           "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": max})
+}
+
+/// Adds nodegroup `body` to adopted cluster `c` and checks that it is written where and as
+/// `driver` writes its own (autoscaler annotations `annotations`, flavor `flavor`), valid
+/// against the CRDs; plays CAPI's topology controller for magnum-cluster-api; waits for
+/// `CREATE_COMPLETE`. Its uuid.
+#[expect(clippy::too_many_arguments)] // the cluster's coordinates, then what is asked and expected
+async fn added(
+    t: &crate::common::TestApp,
+    sim: &SimCluster,
+    driver: Driver,
+    stack: &str,
+    c: &str,
+    body: Value,
+    annotations: &Value,
+    flavor: &str,
+) -> String {
+    let ns = driver.namespace(TENANT.project);
+    let name = body["name"].as_str().unwrap().to_string();
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/nodegroups"),
+            "1.9",
+            body,
+        )
+        .await;
+    r.assert_status(202);
+    let ng = r.body["uuid"].as_str().unwrap().to_string();
+    match driver {
+        Driver::ClusterApi => {
+            let (cluster, entry) = topology_entry(sim, &ns, stack, &name).await;
+            assert_eq!(entry["class"], "default-worker", "{entry}");
+            assert_eq!(
+                entry.get("replicas").is_none(),
+                annotations.is_object(),
+                "replicas unless autoscaled: {entry}"
+            );
+            assert_eq!(&entry["metadata"]["annotations"], annotations, "{entry}");
+            let l = &entry["metadata"]["labels"];
+            assert_eq!(l["node.cluster.x-k8s.io/nodegroup"], name.as_str());
+            assert_eq!(l["node-role.kubernetes.io/worker"], "");
+            assert_eq!(l["magnum.openstack.org/nodegroup-uuid"], ng.as_str());
+            assert_eq!(l["magnum.openstack.org/cluster-uuid"], c);
+            let overrides = entry["variables"]["overrides"].as_array().unwrap();
+            let var = |n: &str| {
+                overrides
+                    .iter()
+                    .find(|v| v["name"] == n)
+                    .map(|v| &v["value"])
+            };
+            assert_eq!(var("flavor"), Some(&json!(flavor)));
+            assert_eq!(
+                var("imageUUID"),
+                Some(&json!("0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"))
+            );
+            assert_eq!(var("serverGroupId"), None);
+            assert_eq!(entry["healthCheck"], json!({"enabled": true}));
+            valid_against_the_crds(&[cluster]);
+            topology_controller_makes(sim, &ns, stack, &entry);
+        }
+        _ => {
+            let md_name = format!("{stack}-{name}");
+            let md = until("the nodegroup's MachineDeployment", || async {
+                object(
+                    sim,
+                    "cluster.x-k8s.io/v1beta2",
+                    "MachineDeployment",
+                    &ns,
+                    &md_name,
+                )
+            })
+            .await;
+            assert_eq!(&md["metadata"]["annotations"], annotations, "{md}");
+            assert_eq!(
+                md["spec"].get("replicas").is_none(),
+                annotations.is_object(),
+                "replicas unless autoscaled: {md}"
+            );
+            assert_eq!(
+                md["metadata"]["labels"]["capi.stackhpc.com/node-group"],
+                name.as_str()
+            );
+            assert_eq!(md["metadata"]["labels"]["capi.stackhpc.com/cluster"], stack);
+            assert_eq!(
+                md["spec"]["template"]["metadata"]["labels"]["magnum.openstack.org/nodegroup-uuid"],
+                ng.as_str()
+            );
+            assert_eq!(md["spec"]["clusterName"], stack);
+            let template = |av: &str, kind: &str, pointer: &str| {
+                let t = md.pointer(pointer).unwrap().as_str().unwrap();
+                assert!(t.starts_with(&format!("{md_name}-")), "{t}");
+                object(sim, av, kind, &ns, t).unwrap()
+            };
+            let osmt = template(
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachineTemplate",
+                "/spec/template/spec/infrastructureRef/name",
+            );
+            assert_eq!(osmt["spec"]["template"]["spec"]["flavor"], flavor);
+            assert_eq!(
+                osmt["spec"]["template"]["spec"]["identityRef"]["name"],
+                format!("{stack}-cloud-credentials")
+            );
+            let kct = template(
+                "bootstrap.cluster.x-k8s.io/v1beta2",
+                "KubeadmConfigTemplate",
+                "/spec/template/spec/bootstrap/configRef/name",
+            );
+            assert!(
+                kct["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
+                    ["kubeletExtraArgs"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!({"name": "node-labels",
+                        "value": format!("capi.stackhpc.com/node-group={name}")})),
+                "{kct}"
+            );
+            valid_against_the_crds(&[md, osmt, kct]);
+        }
+    }
+    let path = format!("/v1/clusters/{c}/nodegroups/{ng}");
+    until("the new nodegroup CREATE_COMPLETE", || async {
+        let r = t.get_v(&TENANT, &path, "1.9").await;
+        (r.body["status"] == "CREATE_COMPLETE").then_some(())
+    })
+    .await;
+    ng
+}
+
+/// The autoscaler's annotations where `driver` keeps nodegroup `name`'s.
+fn autoscaler_annotations(sim: &SimCluster, driver: Driver, stack: &str, name: &str) -> Value {
+    let ns = driver.namespace(TENANT.project);
+    match driver {
+        Driver::ClusterApi => {
+            let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", &ns, stack).unwrap();
+            cl["spec"]["topology"]["workers"]["machineDeployments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == name)
+                .unwrap()["metadata"]["annotations"]
+                .clone()
+        }
+        _ => object(
+            sim,
+            "cluster.x-k8s.io/v1beta2",
+            "MachineDeployment",
+            &ns,
+            &format!("{stack}-{name}"),
+        )
+        .unwrap()["metadata"]["annotations"]
+            .clone(),
+    }
 }
 
 async fn nodegroups_on(driver: Driver, stack: &str) {
@@ -450,116 +621,6 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
         .await;
     r.assert_status(400);
 
-    // A new autoscaled nodegroup: written where and as the driver writes its own.
-    let r = t
-        .post_v(
-            &TENANT,
-            &ngs,
-            "1.9",
-            json!({"name": "gpu", "node_count": 1, "min_node_count": 1, "max_node_count": 3,
-                   "flavor_id": "m1.large", "labels": {"auto_scaling_enabled": "true"}}),
-        )
-        .await;
-    r.assert_status(202);
-    let ng = r.body["uuid"].as_str().unwrap().to_string();
-    let bounds = |max: &str| {
-        json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "1",
-               "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": max})
-    };
-    match driver {
-        Driver::ClusterApi => {
-            let (cluster, entry) = topology_entry(sim, ns, stack, "gpu").await;
-            assert_eq!(entry["class"], "default-worker", "{entry}");
-            assert!(entry.get("replicas").is_none(), "autoscaled: {entry}");
-            assert_eq!(entry["metadata"]["annotations"], bounds("3"), "{entry}");
-            let l = &entry["metadata"]["labels"];
-            assert_eq!(l["node.cluster.x-k8s.io/nodegroup"], "gpu");
-            assert_eq!(l["node-role.kubernetes.io/worker"], "");
-            assert_eq!(l["magnum.openstack.org/nodegroup-uuid"], ng.as_str());
-            assert_eq!(l["magnum.openstack.org/cluster-uuid"], c.as_str());
-            let overrides = entry["variables"]["overrides"].as_array().unwrap();
-            let var = |n: &str| {
-                overrides
-                    .iter()
-                    .find(|v| v["name"] == n)
-                    .map(|v| &v["value"])
-            };
-            assert_eq!(var("flavor"), Some(&json!("m1.large")));
-            assert_eq!(
-                var("imageUUID"),
-                Some(&json!("0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"))
-            );
-            assert_eq!(var("serverGroupId"), None);
-            assert_eq!(entry["healthCheck"], json!({"enabled": true}));
-            valid_against_the_crds(&[cluster]);
-            topology_controller_makes(sim, ns, stack, &entry);
-        }
-        _ => {
-            let md_name = format!("{stack}-gpu");
-            let md = until("the nodegroup's MachineDeployment", || async {
-                object(
-                    sim,
-                    "cluster.x-k8s.io/v1beta2",
-                    "MachineDeployment",
-                    ns,
-                    &md_name,
-                )
-            })
-            .await;
-            assert_eq!(md["metadata"]["annotations"], bounds("3"), "{md}");
-            assert_eq!(
-                md["metadata"]["labels"]["capi.stackhpc.com/node-group"],
-                "gpu"
-            );
-            assert_eq!(md["metadata"]["labels"]["capi.stackhpc.com/cluster"], stack);
-            assert_eq!(
-                md["spec"]["template"]["metadata"]["labels"]["magnum.openstack.org/nodegroup-uuid"],
-                ng.as_str()
-            );
-            assert_eq!(md["spec"]["clusterName"], stack);
-            let template = |av: &str, kind: &str, pointer: &str| {
-                let name = md.pointer(pointer).unwrap().as_str().unwrap();
-                assert!(name.starts_with(&format!("{md_name}-")), "{name}");
-                object(sim, av, kind, ns, name).unwrap()
-            };
-            let osmt = template(
-                "infrastructure.cluster.x-k8s.io/v1beta1",
-                "OpenStackMachineTemplate",
-                "/spec/template/spec/infrastructureRef/name",
-            );
-            assert_eq!(osmt["spec"]["template"]["spec"]["flavor"], "m1.large");
-            assert_eq!(
-                osmt["spec"]["template"]["spec"]["identityRef"]["name"],
-                format!("{stack}-cloud-credentials")
-            );
-            let kct = template(
-                "bootstrap.cluster.x-k8s.io/v1beta2",
-                "KubeadmConfigTemplate",
-                "/spec/template/spec/bootstrap/configRef/name",
-            );
-            assert!(
-                kct["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
-                    ["kubeletExtraArgs"]
-                    .as_array()
-                    .unwrap()
-                    .contains(&json!({"name": "node-labels",
-                        "value": "capi.stackhpc.com/node-group=gpu"})),
-                "{kct}"
-            );
-            valid_against_the_crds(&[md, osmt, kct]);
-        }
-    }
-    let ng_path = format!("{ngs}/{ng}");
-    let shown = until("the new nodegroup CREATE_COMPLETE", || async {
-        let r = t.get_v(&TENANT, &ng_path, "1.9").await;
-        (r.body["status"] == "CREATE_COMPLETE").then_some(r.body)
-    })
-    .await;
-    assert_eq!(shown["node_count"], 1, "{shown}");
-    until("three machines", || async {
-        running(sim, ns, stack, 3).then_some(())
-    })
-    .await;
     let unchanged = || {
         let now = machines(sim, ns, stack);
         assert!(
@@ -572,6 +633,23 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
             assert_eq!(specs.get(k), Some(v), "{driver:?}: {k} is unchanged");
         }
     };
+
+    // A new nodegroup of a fixed size, on its own flavor.
+    let gpu = added(
+        t,
+        sim,
+        driver,
+        stack,
+        c,
+        json!({"name": "gpu", "node_count": 1, "flavor_id": "m1.large"}),
+        &Value::Null,
+        "m1.large",
+    )
+    .await;
+    until("three machines", || async {
+        running(sim, ns, stack, 3).then_some(())
+    })
+    .await;
     unchanged();
 
     // Resize it (a nodegroup that is not the default one).
@@ -611,90 +689,141 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
         running(sim, ns, stack, 4).then_some(())
     })
     .await;
+    let gpu_path = format!("{ngs}/{gpu}");
+    assert_eq!(
+        t.get_v(&TENANT, &gpu_path, "1.9").await.body["node_count"],
+        2
+    );
     unchanged();
 
-    // Update its bounds: the autoscaler's annotations where the driver keeps them.
-    t.patch_v(
+    // An autoscaled one: bounds as the driver writes them, no replicas; the flavor of the
+    // default worker, which it inherits.
+    let auto = added(
+        t,
+        sim,
+        driver,
+        stack,
+        c,
+        json!({"name": "auto", "node_count": 1, "min_node_count": 1, "max_node_count": 3,
+               "labels": {"auto_scaling_enabled": "true"}}),
+        &bounds("1", "3"),
+        "m1.small",
+    )
+    .await;
+    until("five machines", || async {
+        running(sim, ns, stack, 5).then_some(())
+    })
+    .await;
+
+    // Updated bounds: written where the driver keeps them when it autoscales; only recorded
+    // when it does not.
+    for (path, name) in [(format!("{ngs}/{auto}"), "auto"), (gpu_path.clone(), "gpu")] {
+        t.patch_v(
+            &TENANT,
+            &path,
+            "1.9",
+            json!([{"op": "replace", "path": "/max_node_count", "value": 5}]),
+        )
+        .await
+        .assert_status(202);
+        let shown = until("the updated nodegroup", || async {
+            let r = t.get_v(&TENANT, &path, "1.9").await;
+            (r.body["status"] == "UPDATE_COMPLETE").then_some(r.body)
+        })
+        .await;
+        assert_eq!(shown["max_node_count"], 5, "{shown}");
+        let written = autoscaler_annotations(sim, driver, stack, name);
+        if name == "auto" {
+            assert_eq!(written, bounds("1", "5"), "{driver:?}");
+        } else {
+            assert_eq!(written, Value::Null, "{driver:?}: gpu does not autoscale");
+        }
+    }
+    // A resize of an autoscaled nodegroup leaves its replicas to the autoscaler, as the
+    // drivers do.
+    t.post_v(
         &TENANT,
-        &ng_path,
-        "1.9",
-        json!([{"op": "replace", "path": "/max_node_count", "value": 5}]),
+        &format!("/v1/clusters/{c}/actions/resize"),
+        "1.7",
+        json!({"node_count": 3, "nodegroup": "auto"}),
     )
     .await
     .assert_status(202);
+    t.wait_cluster(&TENANT, c, "UPDATE_COMPLETE").await;
     match driver {
         Driver::ClusterApi => {
-            until("the entry's new bounds", || async {
-                let (_, e) = topology_entry(sim, ns, stack, "gpu").await;
-                (e["metadata"]["annotations"] == bounds("5")).then_some(())
-            })
-            .await;
+            let (_, e) = topology_entry(sim, ns, stack, "auto").await;
+            assert!(e.get("replicas").is_none(), "{e}");
         }
         _ => {
-            until("the MachineDeployment's new bounds", || async {
-                let md = object(
-                    sim,
-                    "cluster.x-k8s.io/v1beta2",
-                    "MachineDeployment",
-                    ns,
-                    &format!("{stack}-gpu"),
-                )?;
-                (md["metadata"]["annotations"] == bounds("5")).then_some(())
-            })
-            .await;
-        }
-    }
-    let shown = until("the updated nodegroup", || async {
-        let r = t.get_v(&TENANT, &ng_path, "1.9").await;
-        (r.body["status"] == "UPDATE_COMPLETE").then_some(r.body)
-    })
-    .await;
-    assert_eq!(shown["max_node_count"], 5, "{shown}");
-    unchanged();
-
-    // Delete it: its objects go, the driver's stay as they were.
-    t.delete_v(&TENANT, &ng_path, "1.9")
-        .await
-        .assert_status(204);
-    if driver == Driver::ClusterApi {
-        until("the entry removed from the topology", || async {
-            let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack)?;
-            (cl["spec"]["topology"]["workers"]["machineDeployments"]
-                == json!([crate::common::capi_drivers::mcapi_worker_entry()]))
-            .then_some(())
-        })
-        .await;
-        // The topology controller deletes the MachineDeployment and its templates.
-        let md_name = format!("{stack}-gpu-q7w2e");
-        sim.store()
-            .delete(
-                &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            let md = object(
+                sim,
+                "cluster.x-k8s.io/v1beta2",
+                "MachineDeployment",
                 ns,
-                &md_name,
+                &format!("{stack}-auto"),
             )
             .unwrap();
-        for (av, kind, suffix) in [
-            (
-                "infrastructure.cluster.x-k8s.io/v1beta1",
-                "OpenStackMachineTemplate",
-                "open",
-            ),
-            (
-                "bootstrap.cluster.x-k8s.io/v1beta2",
-                "KubeadmConfigTemplate",
-                "kube",
-            ),
-        ] {
-            sim.store()
-                .delete(&Resource::of(av, kind), ns, &format!("{md_name}-{suffix}"))
-                .unwrap();
+            assert_eq!(md["spec"]["replicas"], 1, "the autoscaler's minimum: {md}");
         }
     }
-    until("the nodegroup gone", || async {
-        let r = t.get_v(&TENANT, &ng_path, "1.9").await;
-        (r.status == 404).then_some(())
-    })
-    .await;
+    assert!(running(sim, ns, stack, 5));
+    unchanged();
+
+    // Delete them: their objects go, the driver's stay as they were.
+    for (ng, name) in [(&gpu, "gpu"), (&auto, "auto")] {
+        t.delete_v(&TENANT, &format!("{ngs}/{ng}"), "1.9")
+            .await
+            .assert_status(204);
+        if driver == Driver::ClusterApi {
+            until("the entry removed from the topology", || async {
+                let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack)?;
+                (!cl["spec"]["topology"]["workers"]["machineDeployments"]
+                    .as_array()?
+                    .iter()
+                    .any(|e| e["name"] == name))
+                .then_some(())
+            })
+            .await;
+            // The topology controller deletes the MachineDeployment and its templates.
+            let md_name = format!("{stack}-{name}-q7w2e");
+            sim.store()
+                .delete(
+                    &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+                    ns,
+                    &md_name,
+                )
+                .unwrap();
+            for (av, kind, suffix) in [
+                (
+                    "infrastructure.cluster.x-k8s.io/v1beta1",
+                    "OpenStackMachineTemplate",
+                    "open",
+                ),
+                (
+                    "bootstrap.cluster.x-k8s.io/v1beta2",
+                    "KubeadmConfigTemplate",
+                    "kube",
+                ),
+            ] {
+                sim.store()
+                    .delete(&Resource::of(av, kind), ns, &format!("{md_name}-{suffix}"))
+                    .unwrap();
+            }
+        }
+        until("the nodegroup gone", || async {
+            let r = t.get_v(&TENANT, &format!("{ngs}/{ng}"), "1.9").await;
+            (r.status == 404).then_some(())
+        })
+        .await;
+    }
+    if driver == Driver::ClusterApi {
+        let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack).unwrap();
+        assert_eq!(
+            cl["spec"]["topology"]["workers"]["machineDeployments"],
+            json!([crate::common::capi_drivers::mcapi_worker_entry()])
+        );
+    }
     until("the driver's two machines", || async {
         running(sim, ns, stack, 2).then_some(())
     })
@@ -703,7 +832,7 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
     assert_eq!(
         rolling_specs(sim, ns),
         a.specs,
-        "{driver:?}: nothing of it is left"
+        "{driver:?}: nothing of them is left"
     );
     let shown = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
     assert_eq!(shown["status"], "UPDATE_COMPLETE", "{shown}");
@@ -719,4 +848,467 @@ async fn a_nodegroup_is_added_resized_updated_and_deleted_on_a_cluster_magnum_ca
 async fn a_nodegroup_is_added_resized_updated_and_deleted_on_a_cluster_magnum_cluster_api_made_without_rolling_a_machine()
  {
     nodegroups_on(Driver::ClusterApi, "kube-x7k2p").await;
+}
+
+/// Loads `driver`'s objects of cluster `n` (`stack`) of `who`, waits for its machines, imports
+/// it on the management cluster that has them (adopted) and waits for its health; its uuid and
+/// namespace.
+async fn adopted_on(
+    app: &CapiApp,
+    driver: Driver,
+    n: u32,
+    stack: &str,
+    who: &As,
+) -> (String, String) {
+    let (t, sim) = (&app.t, &app.sim);
+    let c = cluster_uuid(n);
+    let ns = driver.namespace(who.project);
+    let ca = pki::generate_ca("kubernetes").unwrap();
+    load_driver_objects(sim, driver, &c, stack, who.project, &ca);
+    until("the driver's cluster to run", || async {
+        running(sim, &ns, stack, 2).then_some(())
+    })
+    .await;
+    let (_, found) = import_with(t, std::slice::from_ref(&app.capi), n, driver, stack, who).await;
+    assert_eq!(found.len(), 1, "{driver:?}");
+    until(
+        "the adopted cluster's version from the driver's objects",
+        || async {
+            let db: Option<String> =
+                sqlx::query_scalar("SELECT coe_version FROM cluster WHERE uuid = $1::uuid")
+                    .bind(&c)
+                    .fetch_one(&t.state.pool)
+                    .await
+                    .ok()?;
+            (db.as_deref() == Some("v1.31.4")).then_some(())
+        },
+    )
+    .await;
+    (c, ns)
+}
+
+/// A template of `who` on `image` with `kube_tag`; its uuid.
+async fn template_of(t: &TestApp, who: &As, name: &str, image: &str, kube_tag: &str) -> String {
+    let r = t
+        .post(
+            who,
+            "/v1/clustertemplates",
+            json!({"name": name, "image_id": image, "coe": "kubernetes",
+                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+                   "external_network_id": "public", "labels": {"kube_tag": kube_tag}}),
+        )
+        .await;
+    r.assert_status(201);
+    r.body["uuid"].as_str().unwrap().to_string()
+}
+
+async fn upgrade_of(driver: Driver, stack: &str) {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let (t, sim) = (&app.t, &app.sim);
+    let (c, ns) = adopted_on(&app, driver, 1, stack, &TENANT).await;
+    let machines_before = machines(sim, &ns, stack);
+    let image = "ubuntu-2204-kube-v1.32.1";
+
+    // A downgrade is refused, as for any cluster.
+    let old = template_of(t, &TENANT, "k130", "ubuntu-2204-kube-v1.30.2", "v1.30.2").await;
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/actions/upgrade"),
+            "1.8",
+            json!({"cluster_template": old}),
+        )
+        .await;
+    assert_magnum_error(&r, 400, "downgrades are not supported");
+
+    let next = template_of(t, &TENANT, "k132", image, "v1.32.1").await;
+    let before = object(sim, CAPI, "Cluster", &ns, stack).unwrap();
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/actions/upgrade"),
+            "1.8",
+            json!({"cluster_template": next}),
+        )
+        .await;
+    r.assert_status(202);
+    match driver {
+        Driver::ClusterApi => {
+            // The driver's topology: its version and every imageUUID, nothing else.
+            let cl = until("the topology to ask for v1.32.1", || async {
+                let cl = object(sim, CAPI, "Cluster", &ns, stack)?;
+                (cl["spec"]["topology"]["version"] == "v1.32.1").then_some(cl)
+            })
+            .await;
+            let mut want = before["spec"].clone();
+            want["topology"]["version"] = json!("v1.32.1");
+            want["topology"]["variables"][1]["value"] = json!(image);
+            for o in want["topology"]["workers"]["machineDeployments"][0]["variables"]["overrides"]
+                .as_array_mut()
+                .unwrap()
+                .iter_mut()
+                .filter(|o| o["name"] == "imageUUID")
+            {
+                o["value"] = json!(image);
+            }
+            assert_eq!(cl["spec"], want);
+            valid_against_the_crds(std::slice::from_ref(&cl));
+            // No topology controller here: the test plays it, rolling the control plane and
+            // the workers to the topology's version.
+            let kcp_name = cl["spec"]["controlPlaneRef"]["name"].as_str().unwrap();
+            let mut kcp = object(sim, KCP, "KubeadmControlPlane", &ns, kcp_name).unwrap();
+            kcp["spec"]["version"] = json!("v1.32.1");
+            sim.store()
+                .put(&Resource::of(KCP, "KubeadmControlPlane"), kcp)
+                .unwrap();
+            let md_name = format!("{stack}-{WORKER}-p4x9z");
+            let mut md = object(sim, CAPI, "MachineDeployment", &ns, &md_name).unwrap();
+            md["spec"]["template"]["spec"]["version"] = json!("v1.32.1");
+            sim.store()
+                .put(&Resource::of(CAPI, "MachineDeployment"), md)
+                .unwrap();
+        }
+        _ => {
+            // The chart's way: new machine templates on the image, the control plane and the
+            // MachineDeployment pointed at them with the version.
+            let kcp_name = format!("{stack}-control-plane");
+            let kcp = until("the control plane to ask for v1.32.1", || async {
+                let kcp = object(sim, KCP, "KubeadmControlPlane", &ns, &kcp_name)?;
+                (kcp["spec"]["version"] == "v1.32.1").then_some(kcp)
+            })
+            .await;
+            let md_name = format!("{stack}-{WORKER}");
+            let md = until("the workers to ask for v1.32.1", || async {
+                let md = object(sim, CAPI, "MachineDeployment", &ns, &md_name)?;
+                (md["spec"]["template"]["spec"]["version"] == "v1.32.1").then_some(md)
+            })
+            .await;
+            for (component, o, r) in [
+                (
+                    kcp_name.clone(),
+                    &kcp,
+                    "/spec/machineTemplate/spec/infrastructureRef/name",
+                ),
+                (
+                    md_name.clone(),
+                    &md,
+                    "/spec/template/spec/infrastructureRef/name",
+                ),
+            ] {
+                valid_against_the_crds(std::slice::from_ref(o));
+                let name = o.pointer(r).and_then(Value::as_str).unwrap();
+                let suffix = name.strip_prefix(&format!("{component}-")).unwrap();
+                assert_eq!(suffix.len(), 8, "{name}");
+                assert!(suffix.chars().all(|ch| ch.is_ascii_hexdigit()), "{name}");
+                let mt = object(sim, INFRA, "OpenStackMachineTemplate", &ns, name).unwrap();
+                valid_against_the_crds(std::slice::from_ref(&mt));
+                assert_eq!(
+                    mt["spec"]["template"]["spec"]["image"],
+                    json!({"id": image})
+                );
+                assert!(
+                    mt["metadata"]["annotations"]["capi.stackhpc.com/template-checksum"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with(suffix)
+                );
+            }
+        }
+    }
+    let shown = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
+    assert_eq!(shown["status"], "UPDATE_IN_PROGRESS", "{shown}");
+
+    // CAPI rolls every machine; the watchers complete the upgrade.
+    until("every machine replaced", || async {
+        let now = machines(sim, &ns, stack);
+        (running(sim, &ns, stack, 2) && now.keys().all(|n| !machines_before.contains_key(n)))
+            .then_some(())
+    })
+    .await;
+    let done = t.wait_cluster(&TENANT, &c, "UPDATE_COMPLETE").await.body;
+    assert_eq!(done["cluster_template_id"], next.as_str(), "{done}");
+    assert_eq!(done["coe_version"], "v1.32.1", "{done}");
+    assert_eq!(done["labels"]["kube_tag"], "v1.32.1", "{done}");
+}
+
+#[tokio::test]
+async fn an_adopted_magnum_capi_helm_cluster_upgrades_on_new_chart_machine_templates() {
+    upgrade_of(Driver::CapiHelm, "live-1-0a1b2c3d4e5f").await;
+}
+
+#[tokio::test]
+async fn an_adopted_magnum_cluster_api_cluster_upgrades_through_its_topology() {
+    upgrade_of(Driver::ClusterApi, "kube-x7k2p").await;
+}
+
+/// A real application credential of `user` (with their `token`) named `name`: (id, secret).
+async fn app_credential(user: &str, token: &str, name: &str) -> (String, String) {
+    let (status, body) = keystone()
+        .request(
+            "POST",
+            &format!("/users/{user}/application_credentials"),
+            Some(token),
+            None,
+            Some(json!({"application_credential": {"name": name}})),
+        )
+        .await
+        .expect("POST application_credentials");
+    assert_eq!(status, 201, "{body}");
+    let field = |k: &str| {
+        body["application_credential"][k]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    (field("id"), field("secret"))
+}
+
+async fn creds_of(user_id: &str) -> Vec<String> {
+    keystone()
+        .app_credentials_of(user_id)
+        .await
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn text_of(secret: &Value, key: &str) -> String {
+    let b = secret["data"][key].as_str().unwrap_or_default();
+    String::from_utf8(STANDARD.decode(b).unwrap()).unwrap()
+}
+
+fn put_secret(sim: &SimCluster, mut secret: Value, key: &str, text: &str) {
+    secret["data"][key] = json!(STANDARD.encode(text));
+    sim.store().put(&Resource::core("secrets"), secret).unwrap();
+}
+
+/// The driver's credential Secret of `stack` and the name the driver gives the credential of
+/// cluster `c`.
+fn drivers_names(driver: Driver, stack: &str, c: &str) -> (String, String) {
+    match driver {
+        Driver::ClusterApi => (format!("{stack}-cloud-config"), c.to_string()),
+        _ => (
+            format!("{stack}-cloud-credentials"),
+            format!("magnum-{c}-0a1b2c3d"),
+        ),
+    }
+}
+
+/// Puts the real credential `(id, secret)` into the driver's Secret of `stack` in `ns`, where
+/// the fixture has placeholders.
+fn with_credential(sim: &SimCluster, ns: &str, name: &str, (id, secret): (&str, &str)) {
+    let s = object(sim, "v1", "Secret", ns, name).unwrap();
+    let clouds = text_of(&s, "clouds.yaml")
+        .replace("ac-id", id)
+        .replace("ac-secret", secret);
+    put_secret(sim, s, "clouds.yaml", &clouds);
+}
+
+async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
+    let _env = env_shared().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let (t, sim) = (&app.t, &app.sim);
+    let ks = keystone();
+    let (owner_id, owner_token) = ks.new_user_token("owner", "member", "alpha").await;
+    let (carol_id, carol_token) = ks.new_user_token("carol", "member", "alpha").await;
+    let who = As {
+        user: Box::leak(owner_id.clone().into_boxed_str()),
+        project: Box::leak(ks.project_id("alpha").to_string().into_boxed_str()),
+        roles: "member",
+    };
+    let stack = stacks[0];
+    let (c, ns) = adopted_on(&app, driver, 1, stack, &who).await;
+    let (secret_name, cred_name) = drivers_names(driver, stack, &c);
+    let (old_id, old_secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
+    with_credential(sim, &ns, &secret_name, (&old_id, &old_secret));
+    let before = object(sim, "v1", "Secret", &ns, &secret_name).unwrap();
+    // What delivers it into the workload cluster: magnum-cluster-api's ClusterResourceSet
+    // Secret embeds it in cloud.conf; magnum-capi-helm's addons read the Secret itself.
+    let provider = format!("{stack}-cloud-provider");
+    let conf = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\n\
+         stringData:\n  cloud.conf: |\n    [Global]\n    application-credential-id={old_id}\n    \
+         application-credential-secret={old_secret}\n"
+    );
+    let addon = format!("{stack}-cloud-config");
+    let annotation = format!("secret.addons.stackhpc.com/{secret_name}");
+    let addons = Resource::of("addons.stackhpc.com/v1alpha1", "Manifests");
+    match driver {
+        Driver::ClusterApi => put_secret(
+            sim,
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "addons.cluster.x-k8s.io/resource-set",
+                "metadata": {"name": provider, "namespace": ns},
+                "data": {"calico.yaml": STANDARD.encode("kind: List\n")}}),
+            "cloud-config-secret.yaml",
+            &conf,
+        ),
+        _ => {
+            sim.store()
+                .put(
+                    &addons,
+                    json!({"apiVersion": "addons.stackhpc.com/v1alpha1", "kind": "Manifests",
+                        "metadata": {"name": addon, "namespace": ns, "labels": {
+                            format!("{secret_name}.secret.addons.stackhpc.com/uses"): ""}},
+                        "spec": {"clusterName": stack, "releaseName": "cloud-config",
+                                 "targetNamespace": "openstack-system"}}),
+                )
+                .unwrap();
+        }
+    }
+
+    // Another member of the project rotates: the credential is hers, in the driver's Secret
+    // and format, delivered, and the driver's one is deleted.
+    let r = t
+        .call_token(
+            Some(&carol_token),
+            "PATCH",
+            &format!("/v1/credentials/{c}"),
+            Some("1.12"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let body = t
+        .wait_cluster_token(&carol_token, &c, "UPDATE_COMPLETE")
+        .await
+        .body;
+    assert_eq!(body["user_id"], carol_id.as_str(), "{body}");
+    let after = object(sim, "v1", "Secret", &ns, &secret_name).unwrap();
+    let doc: Value = yaml_serde::from_str(&text_of(&after, "clouds.yaml")).unwrap();
+    let cloud = doc["clouds"].as_object().unwrap().values().next().unwrap();
+    let new_id = cloud["auth"]["application_credential_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let new_secret = cloud["auth"]["application_credential_secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(new_id, old_id);
+    let mut want: Value = yaml_serde::from_str(&text_of(&before, "clouds.yaml")).unwrap();
+    let key = want["clouds"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    want["clouds"][&key]["auth"]["application_credential_id"] = json!(new_id);
+    want["clouds"][&key]["auth"]["application_credential_secret"] = json!(new_secret);
+    assert_eq!(
+        doc, want,
+        "only the credential changed in the driver's clouds.yaml"
+    );
+    assert_eq!(after["data"]["cacert"], before["data"]["cacert"]);
+    assert!(authenticates(&new_id, &new_secret).await);
+    assert!(!authenticates(&old_id, &old_secret).await);
+    assert!(!creds_of(&owner_id).await.contains(&old_id));
+    assert!(creds_of(&carol_id).await.contains(&new_id));
+    match driver {
+        Driver::ClusterApi => {
+            let p = object(sim, "v1", "Secret", &ns, &provider).unwrap();
+            let conf = text_of(&p, "cloud-config-secret.yaml");
+            assert!(
+                conf.contains(&format!("application-credential-id={new_id}"))
+                    && conf.contains(&format!("application-credential-secret={new_secret}"))
+                    && !conf.contains(&old_id)
+                    && !conf.contains(&old_secret),
+                "{conf}"
+            );
+            assert_eq!(text_of(&p, "calico.yaml"), "kind: List\n");
+        }
+        _ => {
+            let mut pairs: Vec<String> = after["data"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+                .collect();
+            pairs.sort();
+            let sum = hex::encode(Sha256::digest(pairs.join(";").as_bytes()));
+            let a = object(
+                sim,
+                "addons.stackhpc.com/v1alpha1",
+                "Manifests",
+                &ns,
+                &addon,
+            )
+            .unwrap();
+            assert_eq!(
+                a["metadata"]["annotations"][&annotation],
+                sum.as_str(),
+                "{a}"
+            );
+        }
+    }
+    assert!(
+        object(
+            sim,
+            "v1",
+            "Secret",
+            &ns,
+            &format!("{stack}-credential-rotation")
+        )
+        .is_none()
+    );
+    let dump = postgres_text(&t.state.pool).await;
+    for s in [&new_secret, &old_secret] {
+        assert!(!dump.contains(s.as_str()) && !body.to_string().contains(s.as_str()));
+    }
+
+    // Delete: the credential rotated here goes as ours does.
+    let r = t
+        .call_token(
+            Some(&carol_token),
+            "DELETE",
+            &format!("/v1/clusters/{c}"),
+            Some("latest"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    t.wait_cluster_token(&carol_token, &c, "GONE").await;
+    assert!(!creds_of(&carol_id).await.contains(&new_id));
+
+    // An adopted cluster never rotated here: its delete deletes the driver's credential, and
+    // leaves alone another credential of its owner's.
+    let stack = stacks[1];
+    let (c2, _) = adopted_on(&app, driver, 2, stack, &who).await;
+    let (secret_name, cred_name) = drivers_names(driver, stack, &c2);
+    let (id, secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
+    let (other, _) = app_credential(&owner_id, &owner_token, "the-owners-own").await;
+    with_credential(sim, &ns, &secret_name, (&id, &secret));
+    let r = t
+        .call_token(
+            Some(&owner_token),
+            "DELETE",
+            &format!("/v1/clusters/{c2}"),
+            Some("latest"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    t.wait_cluster_token(&owner_token, &c2, "GONE").await;
+    let left = creds_of(&owner_id).await;
+    assert!(!left.contains(&id), "the driver's credential is deleted");
+    assert!(
+        left.contains(&other),
+        "another credential of the owner stays"
+    );
+}
+
+#[tokio::test]
+async fn an_adopted_magnum_capi_helm_clusters_credential_rotates_in_its_drivers_secret_and_goes_at_delete()
+ {
+    rotation_of(
+        Driver::CapiHelm,
+        ["live-1-0a1b2c3d4e5f", "live-2-0a1b2c3d4e5f"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_adopted_magnum_cluster_api_clusters_credential_rotates_in_its_drivers_secret_and_goes_at_delete()
+ {
+    rotation_of(Driver::ClusterApi, ["kube-x7k2p", "kube-a2b3c"]).await;
 }

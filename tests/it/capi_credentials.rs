@@ -19,16 +19,7 @@ use magnum_capi::capi::pki;
 use serde_json::{Value, json};
 
 async fn creds_of(user_id: &str) -> Vec<Value> {
-    keystone()
-        .admin(
-            "GET",
-            &format!("/users/{user_id}/application_credentials"),
-            None,
-        )
-        .await["application_credentials"]
-        .as_array()
-        .unwrap()
-        .clone()
+    keystone().app_credentials_of(user_id).await
 }
 
 async fn call(

@@ -237,6 +237,9 @@ pub fn load_driver_objects(
     }
 }
 
+/// The Glance id of the image the fixture clusters' machines boot.
+pub const DRIVER_IMAGE: &str = "0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f";
+
 /// The worker nodegroup every fixture cluster has (one machine), beside its control plane.
 pub const WORKER: &str = "default-worker";
 
@@ -255,7 +258,7 @@ pub fn mcapi_worker_entry() -> Value {
             {"name": "bootVolume", "value": {"size": 0, "type": "__DEFAULT__"}},
             {"name": "flavor", "value": "m1.small"},
             {"name": "imageRepository", "value": ""},
-            {"name": "imageUUID", "value": "0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"},
+            {"name": "imageUUID", "value": DRIVER_IMAGE},
             {"name": "hardwareDiskBus", "value": ""},
             {"name": "serverGroupId", "value": "5e6f7a8b-0000-4000-8000-00000000000b"},
             {"name": "isServerGroupDiffFailureDomain", "value": false}]}})
@@ -356,9 +359,13 @@ fn capi_objects(
             "controlPlaneRef": r("controlplane.cluster.x-k8s.io", "KubeadmControlPlane", &kcp),
             "infrastructureRef": r("infrastructure.cluster.x-k8s.io", "OpenStackCluster", &osc)}});
     if !helm {
+        // The image variable and each entry's override as `resources.py` writes them.
         cluster["spec"]["topology"] = json!({"classRef": {"name": "magnum-v0.38.1"},
             "version": "v1.31.4",
             "controlPlane": {"replicas": 1},
+            "variables": [
+                {"name": "apiServerLoadBalancer", "value": {"enabled": true}},
+                {"name": "imageUUID", "value": DRIVER_IMAGE}],
             "workers": {"machineDeployments": [mcapi_worker_entry()]}});
     }
     vec![

@@ -308,6 +308,19 @@ impl Keystone {
         body
     }
 
+    /// The application credentials of `user_id`, as the admin lists them.
+    pub async fn app_credentials_of(&self, user_id: &str) -> Vec<Value> {
+        self.admin(
+            "GET",
+            &format!("/users/{user_id}/application_credentials"),
+            None,
+        )
+        .await["application_credentials"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// A new user `<prefix>-<random>` (password as the seeded users') with `role` on `project`
     /// (a seeded one): (name, id).
     pub async fn new_user(&self, prefix: &str, role: &str, project: &str) -> (String, String) {
