@@ -393,6 +393,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn links_are_written_as_serde_writes_them_whatever_the_base_holds() {
+        let uuid = Uuid::new_v4();
+        for base in ["", "http://127.0.0.1:9511", "https://h\"x\\y\u{1}\n☃/</"] {
+            for collection in ["clusters", "clustertemplates"] {
+                let mut got = Vec::new();
+                Links::new(base).unwrap().write(&mut got, collection, uuid);
+                let want = serde_json::to_vec(&views::links(base, &format!("{collection}/{uuid}")))
+                    .unwrap();
+                assert_eq!(
+                    String::from_utf8(got).unwrap(),
+                    String::from_utf8(want).unwrap()
+                );
+            }
+        }
+    }
+
+    #[test]
     fn members_are_found_whatever_their_strings_hold() {
         let json = br#"{"a":"x\"}],\\","links":[{"href":"/v1/c","rel":"self"}],"n":-1.5e3,"o":{"links":[1,{"}":"]"}]},"z":null}"#;
         let m = members(json).unwrap();
