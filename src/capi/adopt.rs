@@ -20,7 +20,7 @@ use crate::domain::spec::{ClusterSpec, ObjectsAt};
 
 /// The topology label CAPI's topology controller puts on a ClusterClass MachineDeployment: the
 /// name of its entry in `spec.topology.workers.machineDeployments`.
-const LABEL_TOPOLOGY_DEPLOYMENT: &str = "topology.cluster.x-k8s.io/deployment-name";
+pub const LABEL_TOPOLOGY_DEPLOYMENT: &str = "topology.cluster.x-k8s.io/deployment-name";
 
 /// One nodegroup as adoption maps it onto the driver's objects.
 #[derive(Debug, Clone)]
@@ -148,16 +148,28 @@ impl Capi {
     /// the Cluster's `spec.topology.workers.machineDeployments` (and
     /// `spec.topology.controlPlane.replicas`), by a JSON patch that tests the entry's name
     /// first (the topology controller owns the MachineDeployments and would undo a change made
-    /// on them).
+    /// on them). An autoscaled worker nodegroup's replicas are the autoscaler's: not written
+    /// (as both drivers leave them out when autoscaling).
     pub(super) async fn resize_adopted(
         &self,
         spec: &ClusterSpec,
         at: &ObjectsAt,
     ) -> Result<(), CapiError> {
         let ns = at.namespace.as_str();
+        let sized: Vec<&crate::domain::spec::Nodegroup> = spec
+            .nodegroups
+            .iter()
+            .filter(|n| {
+                n.is_master()
+                    || !matches!(
+                        super::values::worker_size(n, &spec.cluster.labels),
+                        Ok((_, Some(_)))
+                    )
+            })
+            .collect();
         match at.driver {
             DriverFamily::CapiHelm => {
-                for ng in &spec.nodegroups {
+                for ng in &sized {
                     let sel = format!("{LABEL_NODEGROUP_UUID}={}", ng.uuid);
                     let gvk = if ng.is_master() {
                         kinds::CONTROL_PLANE
@@ -187,8 +199,7 @@ impl Capi {
                         at.name
                     )));
                 };
-                let wanted: Vec<(&str, bool, i32)> = spec
-                    .nodegroups
+                let wanted: Vec<(&str, bool, i32)> = sized
                     .iter()
                     .map(|n| (n.name.as_str(), n.is_master(), n.node_count))
                     .collect();

@@ -121,12 +121,7 @@ impl Capi {
         .flatten()
         .collect::<Vec<_>>()
         .join("; ");
-        let timeout = chrono::Duration::minutes(
-            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
-        );
-        let left = (op.created_at + timeout - chrono::Utc::now())
-            .to_std()
-            .unwrap_or_default();
+        let (timeout, left) = self.delete_time_left(op);
         if left.is_zero() {
             return Err(CapiError::Stuck(format!(
                 "Timed out deleting the cluster after {} minutes: {what}. Deleting it again \
@@ -327,17 +322,7 @@ impl Capi {
             !o.machine_deployments.iter().any(|v| has(v)) && !o.machines.iter().any(|v| has(v))
         };
         if !(self.observer.synced() && gone(&self.observer.observed(c.uuid))) {
-            let timeout = chrono::Duration::minutes(
-                i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
-            );
-            let left = (op.created_at + timeout - chrono::Utc::now())
-                .to_std()
-                .unwrap_or_default();
-            if left.is_zero() {
-                return Err(CapiError::Stuck(
-                    "Timed out waiting for the nodegroup's machines to be deleted".into(),
-                ));
-            }
+            let left = self.nodegroup_delete_left(op)?;
             return Ok(step.requeue(UNANNOUNCED_POLL.min(left), None));
         }
         for gvk in kinds::TEMPLATES {
@@ -350,6 +335,32 @@ impl Capi {
                 .await?;
         }
         Ok(Outcome::NodegroupDeleted(ng))
+    }
+}
+
+impl Capi {
+    /// How long nodegroup delete `op` may still wait for its machines to go
+    /// (`delete_timeout_mins` from its start); past it, the failure naming why.
+    pub(super) fn nodegroup_delete_left(&self, op: &Operation) -> Result<Duration, CapiError> {
+        let (_, left) = self.delete_time_left(op);
+        if left.is_zero() {
+            return Err(CapiError::Stuck(
+                "Timed out waiting for the nodegroup's machines to be deleted".into(),
+            ));
+        }
+        Ok(left)
+    }
+
+    /// A delete's deadline (`delete_timeout_mins`, from delete `op`'s start: a retry or a
+    /// restart keeps it) and what is left of it.
+    fn delete_time_left(&self, op: &Operation) -> (chrono::Duration, Duration) {
+        let timeout = chrono::Duration::minutes(
+            i64::try_from(self.config.delete_timeout_mins.max(1)).unwrap_or(30),
+        );
+        let left = (op.created_at + timeout - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default();
+        (timeout, left)
     }
 }
 
@@ -377,7 +388,7 @@ fn uses_server_groups<'a>(
 
 /// How often a step waiting for Cluster API looks again when no change of the cluster's objects
 /// woke it sooner (a missed event, a watch being re-listed).
-const UNANNOUNCED_POLL: Duration = Duration::from_secs(10);
+pub(super) const UNANNOUNCED_POLL: Duration = Duration::from_secs(10);
 
 /// Where a cluster or nodegroup delete is between its runs.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]

@@ -710,6 +710,29 @@ impl Capi {
                     })
                 }
                 K::Delete => Ok(self.delete_cluster(journal, spec, op).await?.into()),
+                K::NodegroupCreate | K::NodegroupUpdate => {
+                    if let Some(ng) = op.nodegroup_uuid {
+                        if kind == K::NodegroupCreate {
+                            self.create_adopted_nodegroup(spec, at, ng).await?;
+                        } else {
+                            self.update_adopted_nodegroup(spec, at, ng).await?;
+                        }
+                    }
+                    Ok(Report {
+                        outcome: Outcome::Done,
+                        facts,
+                    })
+                }
+                K::NodegroupDelete => match op.nodegroup_uuid {
+                    Some(ng) => Ok(self
+                        .delete_adopted_nodegroup(spec, at, ng, op)
+                        .await?
+                        .into()),
+                    None => Ok(Report {
+                        outcome: Outcome::Done,
+                        facts,
+                    }),
+                },
                 other => Err(CapiError::Invalid(format!(
                     "{other:?} is not available for a cluster adopted from Magnum (its objects \
                      are the ones its Magnum driver made)"
@@ -873,6 +896,20 @@ impl Backend for CapiDriver {
         values::build(self.0.inputs(template, cluster, nodegroups, None, None))
             .map(drop)
             .map_err(|e| BackendError::Invalid(e.to_string()))
+    }
+    fn validate_adopted_nodegroup(
+        &self,
+        cluster: &Cluster,
+        nodegroups: &[Nodegroup],
+        nodegroup: Uuid,
+    ) -> Result<(), BackendError> {
+        match self
+            .0
+            .adopted_nodegroup_refusal(cluster, nodegroups, nodegroup)
+        {
+            Some(why) => Err(BackendError::Invalid(why)),
+            None => Ok(()),
+        }
     }
     fn readiness(
         &self,

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod addon_health;
 pub mod adopt;
+pub mod adopt_nodegroups;
 pub mod apply;
 pub mod ca;
 pub mod cleanup;

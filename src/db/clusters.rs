@@ -125,44 +125,6 @@ impl Scope {
     }
 }
 
-pub async fn insert<'e>(ex: impl PgExecutor<'e>, c: &ClusterRow) -> DbResult<ClusterRow> {
-    Ok(sqlx::query_as::<_, ClusterRow>(
-        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
-            docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
-            status_reason, health_status, health_status_reason, create_timeout, discovery_url,
-            fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled, resolved,
-            management_cluster)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,
-                 NULLIF($23, ''))
-         RETURNING *",
-    )
-    .bind(c.uuid)
-    .bind(&c.project_id)
-    .bind(&c.user_id)
-    .bind(&c.name)
-    .bind(c.cluster_template_id)
-    .bind(&c.keypair)
-    .bind(c.docker_volume_size)
-    .bind(&c.labels)
-    .bind(&c.master_flavor_id)
-    .bind(&c.flavor_id)
-    .bind(&c.stack_id)
-    .bind(&c.status)
-    .bind(&c.status_reason)
-    .bind(&c.health_status)
-    .bind(&c.health_status_reason)
-    .bind(c.create_timeout)
-    .bind(&c.discovery_url)
-    .bind(&c.fixed_network)
-    .bind(&c.fixed_subnet)
-    .bind(c.floating_ip_enabled)
-    .bind(c.master_lb_enabled)
-    .bind(&c.resolved)
-    .bind(&c.management_cluster)
-    .fetch_one(ex)
-    .await?)
-}
-
 pub async fn by_uuid<'e>(
     ex: impl PgExecutor<'e>,
     scope: &Scope,
@@ -294,23 +256,6 @@ pub async fn one_with_nodes(
         .bind(uuid)
         .fetch_optional(pool)
         .await?)
-}
-
-/// The project's clusters, counted up to `limit` at most: the quota check holds the project's
-/// lock meanwhile, and only needs to know whether the limit is reached.
-pub async fn count_in_project<'e>(
-    ex: impl PgExecutor<'e>,
-    project_id: &str,
-    limit: i64,
-) -> DbResult<i64> {
-    let (n,): (i64,) = sqlx::query_as(
-        "SELECT count(*) FROM (SELECT 1 FROM cluster WHERE project_id = $1 LIMIT $2) c",
-    )
-    .bind(project_id)
-    .bind(limit.max(0))
-    .fetch_one(ex)
-    .await?;
-    Ok(n)
 }
 
 /// Clusters per management cluster (`""`: the unnamed one), for placement by weight.

@@ -20,6 +20,7 @@
 
 pub mod cluster_views;
 pub mod clusters;
+pub mod creates;
 pub mod day2;
 pub mod events;
 pub mod imports;

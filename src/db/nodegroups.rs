@@ -2,8 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
 use sqlx::types::Json;
-use sqlx::{FromRow, PgExecutor, PgPool};
+use sqlx::{FromRow, PgExecutor, PgPool, Postgres};
 use uuid::Uuid;
 
 use super::DbResult;
@@ -81,35 +83,42 @@ pub const SORT_KEYS: &[&str] = &[
 ];
 
 pub async fn insert<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbResult<NodegroupRow> {
-    Ok(sqlx::query_as::<_, NodegroupRow>(
+    let q = sqlx::query_as::<_, NodegroupRow>(
         "INSERT INTO nodegroup (uuid, name, cluster_id, project_id, docker_volume_size, labels,
             flavor_id, image_id, node_addresses, node_count, role, max_node_count, min_node_count,
             is_default, stack_id, status, status_reason, version, node_labels, node_taints)
          VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)
          RETURNING *",
-    )
-    .bind(n.uuid)
-    .bind(&n.name)
-    .bind(n.cluster_id)
-    .bind(&n.project_id)
-    .bind(n.docker_volume_size)
-    .bind(&n.labels)
-    .bind(&n.flavor_id)
-    .bind(&n.image_id)
-    .bind(&n.node_addresses)
-    .bind(n.node_count)
-    .bind(&n.role)
-    .bind(n.max_node_count)
-    .bind(n.min_node_count)
-    .bind(n.is_default)
-    .bind(&n.stack_id)
-    .bind(&n.status)
-    .bind(&n.status_reason)
-    .bind(&n.version)
-    .bind(&n.node_labels)
-    .bind(&n.node_taints)
-    .fetch_one(ex)
-    .await?)
+    );
+    Ok(bind_columns(q, n).fetch_one(ex).await?)
+}
+
+/// Binds the twenty columns an insert of `n` writes, in [`insert`]'s order (also the order of
+/// `db::creates`).
+pub(super) fn bind_columns<'q, O>(
+    q: QueryAs<'q, Postgres, O, PgArguments>,
+    n: &'q NodegroupRow,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    q.bind(n.uuid)
+        .bind(&n.name)
+        .bind(n.cluster_id)
+        .bind(&n.project_id)
+        .bind(n.docker_volume_size)
+        .bind(&n.labels)
+        .bind(&n.flavor_id)
+        .bind(&n.image_id)
+        .bind(&n.node_addresses)
+        .bind(n.node_count)
+        .bind(&n.role)
+        .bind(n.max_node_count)
+        .bind(n.min_node_count)
+        .bind(n.is_default)
+        .bind(&n.stack_id)
+        .bind(&n.status)
+        .bind(&n.status_reason)
+        .bind(&n.version)
+        .bind(&n.node_labels)
+        .bind(&n.node_taints)
 }
 
 /// The nodegroups of one cluster, ordered by id.

@@ -2,8 +2,10 @@
 //! `FOR UPDATE SKIP LOCKED` under a lease, complete, retry with backoff, or give up.
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
 use sqlx::types::Json;
-use sqlx::{FromRow, PgExecutor, PgPool};
+use sqlx::{FromRow, PgExecutor, PgPool, Postgres};
 use uuid::Uuid;
 
 use super::DbResult;
@@ -66,20 +68,27 @@ pub const CHANNEL: &str = "magnum_capi_operations";
 /// Records an operation and notifies the workers; call it inside the transaction that makes the
 /// state change.
 pub async fn enqueue<'e>(ex: impl PgExecutor<'e>, op: &NewOperation<'_>) -> DbResult<i64> {
-    let (id, _): (i64, Option<String>) = sqlx::query_as(
+    let q = sqlx::query_as::<_, (i64, Option<String>)>(
         "WITH recorded AS (
            INSERT INTO operation (cluster_uuid, nodegroup_uuid, kind, payload, request_id)
            VALUES ($1, $2, $3, $4, $5) RETURNING id)
          SELECT id, pg_notify('magnum_capi_operations', id::text)::text FROM recorded",
-    )
-    .bind(op.cluster_uuid)
-    .bind(op.nodegroup_uuid)
-    .bind(op.kind.as_str())
-    .bind(Json(&op.payload))
-    .bind(op.request_id)
-    .fetch_one(ex)
-    .await?;
+    );
+    let (id, _) = bind_columns(q, op).fetch_one(ex).await?;
     Ok(id)
+}
+
+/// Binds the five columns an insert of `op` writes, in [`enqueue`]'s order (also the order of
+/// `db::creates`).
+pub(super) fn bind_columns<'q, O>(
+    q: QueryAs<'q, Postgres, O, PgArguments>,
+    op: &'q NewOperation<'_>,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    q.bind(op.cluster_uuid)
+        .bind(op.nodegroup_uuid)
+        .bind(op.kind.as_str())
+        .bind(Json(&op.payload))
+        .bind(op.request_id)
 }
 
 /// Records an operation that failed before it could be queued (e.g. Keystone refused the

@@ -547,20 +547,18 @@ pub fn refusal(cluster: &str, source_driver: &str) -> String {
 }
 
 /// What an adopted cluster cannot do (yet), as the 400 its request gets: `None` when `action`
-/// works on the objects the Magnum driver left (resize, delete, certificates and config).
-/// Everything else would need objects rendered by magnum-capi beside or instead of the
-/// driver's, which adoption never does by itself (README "Moving from Magnum").
+/// works on the objects the Magnum driver left (resize, delete, certificates and config) or
+/// beside them as the driver writes its own (nodegroup create, update, delete:
+/// `capi::adopt_nodegroups`). Everything else would need objects rendered by magnum-capi
+/// beside or instead of the driver's, which adoption never does by itself (README "Moving
+/// from Magnum").
 pub fn adopted_refusal(cluster: &str, source_driver: &str, action: &str) -> Option<String> {
     let (what, instead) = match action {
-        "resize" | "delete" | "sign" | "update" => return None,
+        "resize" | "delete" | "sign" | "update" | "nodegroup" => return None,
         "upgrade" => (
             "an upgrade",
             "upgrade it with the Magnum that made it before the cut-over, or create a new \
              cluster here and move the workloads",
-        ),
-        "nodegroup" => (
-            "adding, changing or deleting nodegroups",
-            "resize its existing nodegroups, or create a new cluster here for other machine shapes",
         ),
         "rotate_ca" => (
             "rotating its CAs",
@@ -1021,6 +1019,10 @@ mod tests {
     fn an_adopted_cluster_resizes_and_deletes_and_refuses_what_would_roll_its_machines() {
         assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "resize"), None);
         assert_eq!(adopted_refusal("c", "k8s_capi_helm_v1", "delete"), None);
+        assert_eq!(
+            adopted_refusal("c", "k8s_cluster_api_ubuntu", "nodegroup"),
+            None
+        );
         let up = adopted_refusal("c", "k8s_capi_helm_v1", "upgrade").unwrap();
         assert!(up.contains("an upgrade is not available"), "{up}");
         assert!(up.contains("Instead:"), "{up}");

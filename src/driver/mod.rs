@@ -360,6 +360,19 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Whether nodegroup `nodegroup` (new or changed, among `nodegroups`) can be written beside
+    /// the objects of `cluster`, a cluster adopted from a Magnum driver (its `objects_at` set),
+    /// which is checked instead of [`Backend::validate_cluster`]: nothing of such a cluster is
+    /// rendered here. A refusal is [`BackendError::Invalid`].
+    fn validate_adopted_nodegroup(
+        &self,
+        _cluster: &Cluster,
+        _nodegroups: &[Nodegroup],
+        _nodegroup: Uuid,
+    ) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// What this backend depends on, checked now (the management cluster's API, the CRDs at the
     /// versions the driver writes). None for a backend without dependencies.
     fn readiness(&self) -> Pin<Box<dyn Future<Output = Vec<Check>> + Send + '_>> {

@@ -16,10 +16,10 @@ use crate::app::App;
 use crate::db::Violation;
 use crate::db::cluster_views as cvdb;
 use crate::db::clusters::{self as cdb, ClusterRow, Scope};
+use crate::db::creates::{self as crdb, Recorded};
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
 use crate::db::operations::SEALED_TOKEN;
-use crate::db::quotas as qdb;
 use crate::db::templates as tdb;
 use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
@@ -203,7 +203,8 @@ pub async fn create(
     Ok(uuid)
 }
 
-/// The create's transaction: quota under the project lock, rows, operation.
+/// The create's one statement (`db::creates`): quota under the project's lock, rows, operation.
+/// A `late_error` (Magnum checks it after the quota) is answered once the quota has room.
 #[allow(clippy::too_many_arguments)]
 async fn record_create(
     app: &App,
@@ -215,42 +216,33 @@ async fn record_create(
     payload: Value,
     request_id: &str,
 ) -> Result<()> {
-    let uuid = row.uuid;
-    let mut tx = app.pool.begin().await?;
-    // Serialise creates per project so the quota check cannot be raced.
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))")
-        .bind(&caller.project_id)
-        .execute(&mut *tx)
-        .await?;
-    let limit = match qdb::get(&mut *tx, &caller.project_id, "Cluster").await? {
-        Some(q) => i64::from(q.hard_limit),
-        None => app.config.quotas.max_clusters_per_project,
+    let default_limit = app.config.quotas.max_clusters_per_project;
+    let recorded = match late_error {
+        Some(e) => match crdb::quota_reached(&app.pool, &caller.project_id, default_limit).await? {
+            Some(limit) => Recorded::QuotaReached { limit },
+            None => return Err(e.into()),
+        },
+        None => {
+            let op = NewOperation {
+                cluster_uuid: row.uuid,
+                nodegroup_uuid: None,
+                kind: OperationKind::Create,
+                payload,
+                request_id: Some(request_id),
+            };
+            crdb::record(&app.pool, row, [master, worker], &op, default_limit).await?
+        }
     };
-    if cdb::count_in_project(&mut *tx, &caller.project_id, limit).await? >= limit {
-        return Err(DomainError::Forbidden(format!(
+    match recorded {
+        Recorded::Created => {
+            app.work_ready.notify_one();
+            Ok(())
+        }
+        Recorded::QuotaReached { limit } => Err(DomainError::Forbidden(format!(
             "Resource limit exceeded: You have reached the maximum clusters per project, {limit}. You may delete a cluster to make room for a new one."
         ))
-        .into());
+        .into()),
     }
-    if let Some(e) = late_error {
-        return Err(e.into());
-    }
-    cdb::insert(&mut *tx, row).await?;
-    ndb::insert(&mut *tx, master).await?;
-    ndb::insert(&mut *tx, worker).await?;
-    super::commit_with_operation(
-        app,
-        tx,
-        &NewOperation {
-            cluster_uuid: uuid,
-            nodegroup_uuid: None,
-            kind: OperationKind::Create,
-            payload,
-            request_id: Some(request_id),
-        },
-    )
-    .await?;
-    Ok(())
 }
 
 /// Show: the cluster (by uuid or unique name) in full, read in one statement with its

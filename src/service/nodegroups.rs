@@ -191,9 +191,7 @@ pub async fn create(
             id: i64::MAX,
             ..ng.clone()
         });
-        let (cluster, all) = crate::db::spec::cluster_and_nodegroups(&c, &all);
-        app.backend
-            .validate_cluster(&Template::from(t.clone()), &cluster, &all)?;
+        validate(app, &c, t.clone(), &all, ng.uuid).await?;
     }
     let op = nodegroup_op(&c, ng.uuid, OperationKind::NodegroupCreate, request_id);
     let (op, ng, name, ident) = (&op, &ng, &name, &c.uuid.to_string());
@@ -213,6 +211,28 @@ pub async fn create(
     })
     .await?;
     Ok((inserted, c))
+}
+
+/// Whether the backend can build cluster `c` with `all` its nodegroups, `nodegroup` new or
+/// changed among them; for a cluster adopted from Magnum, whether that nodegroup can be written
+/// beside its driver's objects (nothing else of it is rendered here).
+async fn validate(
+    app: &App,
+    c: &ClusterRow,
+    t: tdb::TemplateRow,
+    all: &[NodegroupRow],
+    nodegroup: Uuid,
+) -> Result<()> {
+    let (_, all) = crate::db::spec::cluster_and_nodegroups(c, all);
+    let cluster = super::driver_cluster(app, c).await?;
+    if cluster.objects_at.is_some() {
+        app.backend
+            .validate_adopted_nodegroup(&cluster, &all, nodegroup)?;
+    } else {
+        app.backend
+            .validate_cluster(&Template::from(t), &cluster, &all)?;
+    }
+    Ok(())
 }
 
 fn invalid_master(name: &str) -> DomainError {
@@ -264,9 +284,7 @@ pub async fn update(
         for n in all.iter_mut().filter(|n| n.uuid == updated.uuid) {
             n.clone_from(&updated);
         }
-        let (cluster, all) = crate::db::spec::cluster_and_nodegroups(&c, &all);
-        app.backend
-            .validate_cluster(&Template::from(t), &cluster, &all)?;
+        validate(app, &c, t, &all, updated.uuid).await?;
     }
     let allowed = ng
         .status

@@ -2,8 +2,9 @@
 //! driver's objects (fixtures written from their sources, `common::capi_drivers`) run on the
 //! simulated management cluster; an import that finds them adopts the cluster, and from then
 //! on its status and health come from those objects, `ca show`/`ca sign` use the driver's CA,
-//! resize and delete act on the driver's objects, and what would need objects rendered here is
-//! refused with a 400. Adoption itself replaces no machine and changes no spec.
+//! resize and delete act on the driver's objects, and nodegroups are added, resized, updated
+//! and deleted as each driver writes its own. Adoption itself replaces no machine and changes
+//! no spec, and no nodegroup operation replaces a machine or changes a spec of the driver's.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,7 @@ use crate::common::wait::until;
 use crate::common::*;
 
 use magnum_capi::capi::pki;
-use magnum_capi::domain::imported::{ImportState, adopted_refusal, refusal};
+use magnum_capi::domain::imported::{ImportState, refusal};
 use magnum_capi::simkube::{Resource, SimCluster};
 use serde_json::{Value, json};
 
@@ -99,7 +100,19 @@ fn object(sim: &SimCluster, av: &str, kind: &str, ns: &str, name: &str) -> Optio
         .map(|v| (*v).clone())
 }
 
-async fn adoption_of(driver: Driver, stack: &str) {
+/// A running cluster of `driver` (`stack`), imported first where its objects are not (read-only,
+/// saying so), then adopted, its status and health from those objects: the service, the
+/// cluster's uuid and namespace, and its Machines and rolling specs before adoption.
+struct Adopted {
+    app: crate::common::capi::CapiApp,
+    c: String,
+    ns: String,
+    ca: pki::KeyPairPem,
+    machines: BTreeMap<String, String>,
+    specs: BTreeMap<String, Value>,
+}
+
+async fn adopted(driver: Driver, stack: &str) -> Adopted {
     let app = capi_app_on(None, None, false, |_| {}).await;
     let t = &app.t;
     let sim = &app.sim;
@@ -153,6 +166,27 @@ async fn adoption_of(driver: Driver, stack: &str) {
         shown["api_address"], "https://203.0.113.7:6443",
         "the API address is the one the Cluster reports: {shown}"
     );
+    Adopted {
+        app,
+        c,
+        ns,
+        ca,
+        machines: machines_before,
+        specs: specs_before,
+    }
+}
+
+async fn adoption_of(driver: Driver, stack: &str) {
+    let Adopted {
+        app,
+        c,
+        ns,
+        ca,
+        machines: machines_before,
+        specs: specs_before,
+    } = adopted(driver, stack).await;
+    let t = &app.t;
+    let sim = &app.sim;
 
     // Adoption replaced no machine and changed no spec that rolls machines.
     assert_eq!(machines(sim, &ns, stack), machines_before, "{driver:?}");
@@ -170,21 +204,6 @@ async fn adoption_of(driver: Driver, stack: &str) {
         .await;
     r.assert_status(201);
     assert!(pki::verifies(r.body["pem"].as_str().unwrap(), &ca.cert_pem));
-
-    // What would need objects rendered here is refused, saying what to do instead.
-    let r = t
-        .post_v(
-            &TENANT,
-            &format!("/v1/clusters/{c}/nodegroups"),
-            "1.9",
-            json!({"name": "extra", "node_count": 1}),
-        )
-        .await;
-    assert_magnum_error(
-        &r,
-        400,
-        &adopted_refusal(&c, driver.entry_point(), "nodegroup").unwrap(),
-    );
 
     // Resize: the replicas where the driver keeps them, nothing else.
     let r = t
@@ -304,4 +323,520 @@ async fn a_cluster_magnum_capi_helm_made_is_adopted_resized_and_deleted_without_
 async fn a_cluster_magnum_cluster_api_made_is_adopted_resized_and_deleted_without_rolling_a_machine()
  {
     adoption_of(Driver::ClusterApi, "kube-x7k2p").await;
+}
+
+/// Every object of `ns` valid against the CAPI/CAPO CRDs (kinds they define).
+fn valid_against_the_crds(objects: &[Value]) {
+    let schemas = magnum_capi::k8s::schema::CrdSchemas::load(&crate::common::capi::crd_dir())
+        .expect("the CRDs");
+    for o in objects {
+        assert_eq!(schemas.validate(o), Ok(true), "{o}");
+    }
+}
+
+/// What CAPI's topology controller does with magnum-cluster-api's entry `entry` of Cluster
+/// `stack` (the simulated management cluster has none, so the test plays it): a
+/// MachineDeployment `<stack>-<entry name>-q7w2e` with the entry's labels and replicas, on
+/// copies of the default worker's templates with the entry's flavor.
+fn topology_controller_makes(sim: &SimCluster, ns: &str, stack: &str, entry: &Value) {
+    let name = entry["name"].as_str().unwrap();
+    let md_name = format!("{stack}-{name}-q7w2e");
+    let default_md = object(
+        sim,
+        "cluster.x-k8s.io/v1beta2",
+        "MachineDeployment",
+        ns,
+        &format!("{stack}-{WORKER}-p4x9z"),
+    )
+    .unwrap();
+    let flavor = entry["variables"]["overrides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "flavor")
+        .unwrap()["value"]
+        .clone();
+    let mut refs = Vec::new();
+    for (av, kind, pointer) in [
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackMachineTemplate",
+            "/spec/template/spec/infrastructureRef/name",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io/v1beta2",
+            "KubeadmConfigTemplate",
+            "/spec/template/spec/bootstrap/configRef/name",
+        ),
+    ] {
+        let src = default_md.pointer(pointer).unwrap().as_str().unwrap();
+        let mut t = object(sim, av, kind, ns, src).unwrap();
+        let copy = format!("{md_name}-{}", &kind[..4].to_lowercase());
+        t["metadata"] = json!({"name": copy, "namespace": ns,
+            "labels": {"cluster.x-k8s.io/cluster-name": stack, "topology.cluster.x-k8s.io/owned": "",
+                       "topology.cluster.x-k8s.io/deployment-name": name}});
+        if kind == "OpenStackMachineTemplate" {
+            t["spec"]["template"]["spec"]["flavor"] = flavor.clone();
+        }
+        sim.store().put(&Resource::of(av, kind), t).unwrap();
+        refs.push(copy);
+    }
+    let mut labels = entry["metadata"]["labels"].clone();
+    labels["cluster.x-k8s.io/cluster-name"] = json!(stack);
+    labels["topology.cluster.x-k8s.io/owned"] = json!("");
+    labels["topology.cluster.x-k8s.io/deployment-name"] = json!(name);
+    let mut md = default_md.clone();
+    md["metadata"] = json!({"name": md_name, "namespace": ns, "labels": labels});
+    if entry["metadata"]["annotations"].is_object() {
+        md["metadata"]["annotations"] = entry["metadata"]["annotations"].clone();
+    }
+    md["spec"]["replicas"] = entry.get("replicas").cloned().unwrap_or(json!(1));
+    md["spec"]["selector"]["matchLabels"] = json!({"cluster.x-k8s.io/cluster-name": stack,
+        "topology.cluster.x-k8s.io/deployment-name": name});
+    md["spec"]["template"]["metadata"]["labels"] = labels;
+    md["spec"]["template"]["spec"]["infrastructureRef"]["name"] = json!(refs[0]);
+    md["spec"]["template"]["spec"]["bootstrap"]["configRef"]["name"] = json!(refs[1]);
+    if let Some(m) = md.as_object_mut() {
+        m.remove("status");
+    }
+    sim.store()
+        .put(
+            &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            md,
+        )
+        .unwrap();
+}
+
+/// magnum-cluster-api's topology entry `name` of Cluster `stack`, once it is there.
+async fn topology_entry(sim: &SimCluster, ns: &str, stack: &str, name: &str) -> (Value, Value) {
+    until("the nodegroup's topology entry", || async {
+        let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack)?;
+        let e = cl["spec"]["topology"]["workers"]["machineDeployments"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)?
+            .clone();
+        Some((cl, e))
+    })
+    .await
+}
+
+/// The autoscaler's bounds as both drivers write them.
+fn bounds(min: &str, max: &str) -> Value {
+    json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": min,
+           "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": max})
+}
+
+/// Adds nodegroup `body` to adopted cluster `c` and checks that it is written where and as
+/// `driver` writes its own (autoscaler annotations `annotations`, flavor `flavor`), valid
+/// against the CRDs; plays CAPI's topology controller for magnum-cluster-api; waits for
+/// `CREATE_COMPLETE`. Its uuid.
+#[expect(clippy::too_many_arguments)] // the cluster's coordinates, then what is asked and expected
+async fn added(
+    t: &crate::common::TestApp,
+    sim: &SimCluster,
+    driver: Driver,
+    stack: &str,
+    c: &str,
+    body: Value,
+    annotations: &Value,
+    flavor: &str,
+) -> String {
+    let ns = driver.namespace(TENANT.project);
+    let name = body["name"].as_str().unwrap().to_string();
+    let r = t
+        .post_v(
+            &TENANT,
+            &format!("/v1/clusters/{c}/nodegroups"),
+            "1.9",
+            body,
+        )
+        .await;
+    r.assert_status(202);
+    let ng = r.body["uuid"].as_str().unwrap().to_string();
+    match driver {
+        Driver::ClusterApi => {
+            let (cluster, entry) = topology_entry(sim, &ns, stack, &name).await;
+            assert_eq!(entry["class"], "default-worker", "{entry}");
+            assert_eq!(
+                entry.get("replicas").is_none(),
+                annotations.is_object(),
+                "replicas unless autoscaled: {entry}"
+            );
+            assert_eq!(&entry["metadata"]["annotations"], annotations, "{entry}");
+            let l = &entry["metadata"]["labels"];
+            assert_eq!(l["node.cluster.x-k8s.io/nodegroup"], name.as_str());
+            assert_eq!(l["node-role.kubernetes.io/worker"], "");
+            assert_eq!(l["magnum.openstack.org/nodegroup-uuid"], ng.as_str());
+            assert_eq!(l["magnum.openstack.org/cluster-uuid"], c);
+            let overrides = entry["variables"]["overrides"].as_array().unwrap();
+            let var = |n: &str| {
+                overrides
+                    .iter()
+                    .find(|v| v["name"] == n)
+                    .map(|v| &v["value"])
+            };
+            assert_eq!(var("flavor"), Some(&json!(flavor)));
+            assert_eq!(
+                var("imageUUID"),
+                Some(&json!("0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"))
+            );
+            assert_eq!(var("serverGroupId"), None);
+            assert_eq!(entry["healthCheck"], json!({"enabled": true}));
+            valid_against_the_crds(&[cluster]);
+            topology_controller_makes(sim, &ns, stack, &entry);
+        }
+        _ => {
+            let md_name = format!("{stack}-{name}");
+            let md = until("the nodegroup's MachineDeployment", || async {
+                object(
+                    sim,
+                    "cluster.x-k8s.io/v1beta2",
+                    "MachineDeployment",
+                    &ns,
+                    &md_name,
+                )
+            })
+            .await;
+            assert_eq!(&md["metadata"]["annotations"], annotations, "{md}");
+            assert_eq!(
+                md["spec"].get("replicas").is_none(),
+                annotations.is_object(),
+                "replicas unless autoscaled: {md}"
+            );
+            assert_eq!(
+                md["metadata"]["labels"]["capi.stackhpc.com/node-group"],
+                name.as_str()
+            );
+            assert_eq!(md["metadata"]["labels"]["capi.stackhpc.com/cluster"], stack);
+            assert_eq!(
+                md["spec"]["template"]["metadata"]["labels"]["magnum.openstack.org/nodegroup-uuid"],
+                ng.as_str()
+            );
+            assert_eq!(md["spec"]["clusterName"], stack);
+            let template = |av: &str, kind: &str, pointer: &str| {
+                let t = md.pointer(pointer).unwrap().as_str().unwrap();
+                assert!(t.starts_with(&format!("{md_name}-")), "{t}");
+                object(sim, av, kind, &ns, t).unwrap()
+            };
+            let osmt = template(
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachineTemplate",
+                "/spec/template/spec/infrastructureRef/name",
+            );
+            assert_eq!(osmt["spec"]["template"]["spec"]["flavor"], flavor);
+            assert_eq!(
+                osmt["spec"]["template"]["spec"]["identityRef"]["name"],
+                format!("{stack}-cloud-credentials")
+            );
+            let kct = template(
+                "bootstrap.cluster.x-k8s.io/v1beta2",
+                "KubeadmConfigTemplate",
+                "/spec/template/spec/bootstrap/configRef/name",
+            );
+            assert!(
+                kct["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
+                    ["kubeletExtraArgs"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!({"name": "node-labels",
+                        "value": format!("capi.stackhpc.com/node-group={name}")})),
+                "{kct}"
+            );
+            valid_against_the_crds(&[md, osmt, kct]);
+        }
+    }
+    let path = format!("/v1/clusters/{c}/nodegroups/{ng}");
+    until("the new nodegroup CREATE_COMPLETE", || async {
+        let r = t.get_v(&TENANT, &path, "1.9").await;
+        (r.body["status"] == "CREATE_COMPLETE").then_some(())
+    })
+    .await;
+    ng
+}
+
+/// The autoscaler's annotations where `driver` keeps nodegroup `name`'s.
+fn autoscaler_annotations(sim: &SimCluster, driver: Driver, stack: &str, name: &str) -> Value {
+    let ns = driver.namespace(TENANT.project);
+    match driver {
+        Driver::ClusterApi => {
+            let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", &ns, stack).unwrap();
+            cl["spec"]["topology"]["workers"]["machineDeployments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == name)
+                .unwrap()["metadata"]["annotations"]
+                .clone()
+        }
+        _ => object(
+            sim,
+            "cluster.x-k8s.io/v1beta2",
+            "MachineDeployment",
+            &ns,
+            &format!("{stack}-{name}"),
+        )
+        .unwrap()["metadata"]["annotations"]
+            .clone(),
+    }
+}
+
+async fn nodegroups_on(driver: Driver, stack: &str) {
+    let a = adopted(driver, stack).await;
+    let (t, sim, c, ns) = (&a.app.t, &a.app.sim, &a.c, &a.ns);
+    let ngs = format!("/v1/clusters/{c}/nodegroups");
+
+    // Names the driver's objects cannot carry are refused, as are node labels it never writes.
+    let bad = match driver {
+        Driver::ClusterApi => "GPU_nodes",
+        _ => "Default Worker",
+    };
+    let r = t
+        .post_v(&TENANT, &ngs, "1.9", json!({"name": bad, "node_count": 1}))
+        .await;
+    r.assert_status(400);
+    assert!(
+        r.body["errors"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("is invalid for a cluster adopted from")),
+        "{}",
+        r.body
+    );
+    let r = t
+        .post_v(
+            &TENANT,
+            &ngs,
+            "1.9",
+            json!({"name": "labelled", "node_count": 1, "node_labels": {"a": "b"}}),
+        )
+        .await;
+    r.assert_status(400);
+
+    let unchanged = || {
+        let now = machines(sim, ns, stack);
+        assert!(
+            a.machines.iter().all(|(n, u)| now.get(n) == Some(u)),
+            "every machine of the driver's is kept: {:?} → {now:?}",
+            a.machines
+        );
+        let specs = rolling_specs(sim, ns);
+        for (k, v) in &a.specs {
+            assert_eq!(specs.get(k), Some(v), "{driver:?}: {k} is unchanged");
+        }
+    };
+
+    // A new nodegroup of a fixed size, on its own flavor.
+    let gpu = added(
+        t,
+        sim,
+        driver,
+        stack,
+        c,
+        json!({"name": "gpu", "node_count": 1, "flavor_id": "m1.large"}),
+        &Value::Null,
+        "m1.large",
+    )
+    .await;
+    until("three machines", || async {
+        running(sim, ns, stack, 3).then_some(())
+    })
+    .await;
+    unchanged();
+
+    // Resize it (a nodegroup that is not the default one).
+    t.post_v(
+        &TENANT,
+        &format!("/v1/clusters/{c}/actions/resize"),
+        "1.7",
+        json!({"node_count": 2, "nodegroup": "gpu"}),
+    )
+    .await
+    .assert_status(202);
+    if driver == Driver::ClusterApi {
+        until("the topology to ask for two gpu machines", || async {
+            let (_, e) = topology_entry(sim, ns, stack, "gpu").await;
+            (e["replicas"] == 2).then_some(())
+        })
+        .await;
+        let md_name = format!("{stack}-gpu-q7w2e");
+        let mut md = object(
+            sim,
+            "cluster.x-k8s.io/v1beta2",
+            "MachineDeployment",
+            ns,
+            &md_name,
+        )
+        .unwrap();
+        md["spec"]["replicas"] = json!(2);
+        sim.store()
+            .put(
+                &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+                md,
+            )
+            .unwrap();
+    }
+    t.wait_cluster(&TENANT, c, "UPDATE_COMPLETE").await;
+    until("four machines", || async {
+        running(sim, ns, stack, 4).then_some(())
+    })
+    .await;
+    let gpu_path = format!("{ngs}/{gpu}");
+    assert_eq!(
+        t.get_v(&TENANT, &gpu_path, "1.9").await.body["node_count"],
+        2
+    );
+    unchanged();
+
+    // An autoscaled one: bounds as the driver writes them, no replicas; the flavor of the
+    // default worker, which it inherits.
+    let auto = added(
+        t,
+        sim,
+        driver,
+        stack,
+        c,
+        json!({"name": "auto", "node_count": 1, "min_node_count": 1, "max_node_count": 3,
+               "labels": {"auto_scaling_enabled": "true"}}),
+        &bounds("1", "3"),
+        "m1.small",
+    )
+    .await;
+    until("five machines", || async {
+        running(sim, ns, stack, 5).then_some(())
+    })
+    .await;
+
+    // Updated bounds: written where the driver keeps them when it autoscales; only recorded
+    // when it does not.
+    for (path, name) in [(format!("{ngs}/{auto}"), "auto"), (gpu_path.clone(), "gpu")] {
+        t.patch_v(
+            &TENANT,
+            &path,
+            "1.9",
+            json!([{"op": "replace", "path": "/max_node_count", "value": 5}]),
+        )
+        .await
+        .assert_status(202);
+        let shown = until("the updated nodegroup", || async {
+            let r = t.get_v(&TENANT, &path, "1.9").await;
+            (r.body["status"] == "UPDATE_COMPLETE").then_some(r.body)
+        })
+        .await;
+        assert_eq!(shown["max_node_count"], 5, "{shown}");
+        let written = autoscaler_annotations(sim, driver, stack, name);
+        if name == "auto" {
+            assert_eq!(written, bounds("1", "5"), "{driver:?}");
+        } else {
+            assert_eq!(written, Value::Null, "{driver:?}: gpu does not autoscale");
+        }
+    }
+    // A resize of an autoscaled nodegroup leaves its replicas to the autoscaler, as the
+    // drivers do.
+    t.post_v(
+        &TENANT,
+        &format!("/v1/clusters/{c}/actions/resize"),
+        "1.7",
+        json!({"node_count": 3, "nodegroup": "auto"}),
+    )
+    .await
+    .assert_status(202);
+    t.wait_cluster(&TENANT, c, "UPDATE_COMPLETE").await;
+    match driver {
+        Driver::ClusterApi => {
+            let (_, e) = topology_entry(sim, ns, stack, "auto").await;
+            assert!(e.get("replicas").is_none(), "{e}");
+        }
+        _ => {
+            let md = object(
+                sim,
+                "cluster.x-k8s.io/v1beta2",
+                "MachineDeployment",
+                ns,
+                &format!("{stack}-auto"),
+            )
+            .unwrap();
+            assert_eq!(md["spec"]["replicas"], 1, "the autoscaler's minimum: {md}");
+        }
+    }
+    assert!(running(sim, ns, stack, 5));
+    unchanged();
+
+    // Delete them: their objects go, the driver's stay as they were.
+    for (ng, name) in [(&gpu, "gpu"), (&auto, "auto")] {
+        t.delete_v(&TENANT, &format!("{ngs}/{ng}"), "1.9")
+            .await
+            .assert_status(204);
+        if driver == Driver::ClusterApi {
+            until("the entry removed from the topology", || async {
+                let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack)?;
+                (!cl["spec"]["topology"]["workers"]["machineDeployments"]
+                    .as_array()?
+                    .iter()
+                    .any(|e| e["name"] == name))
+                .then_some(())
+            })
+            .await;
+            // The topology controller deletes the MachineDeployment and its templates.
+            let md_name = format!("{stack}-{name}-q7w2e");
+            sim.store()
+                .delete(
+                    &Resource::of("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+                    ns,
+                    &md_name,
+                )
+                .unwrap();
+            for (av, kind, suffix) in [
+                (
+                    "infrastructure.cluster.x-k8s.io/v1beta1",
+                    "OpenStackMachineTemplate",
+                    "open",
+                ),
+                (
+                    "bootstrap.cluster.x-k8s.io/v1beta2",
+                    "KubeadmConfigTemplate",
+                    "kube",
+                ),
+            ] {
+                sim.store()
+                    .delete(&Resource::of(av, kind), ns, &format!("{md_name}-{suffix}"))
+                    .unwrap();
+            }
+        }
+        until("the nodegroup gone", || async {
+            let r = t.get_v(&TENANT, &format!("{ngs}/{ng}"), "1.9").await;
+            (r.status == 404).then_some(())
+        })
+        .await;
+    }
+    if driver == Driver::ClusterApi {
+        let cl = object(sim, "cluster.x-k8s.io/v1beta2", "Cluster", ns, stack).unwrap();
+        assert_eq!(
+            cl["spec"]["topology"]["workers"]["machineDeployments"],
+            json!([crate::common::capi_drivers::mcapi_worker_entry()])
+        );
+    }
+    until("the driver's two machines", || async {
+        running(sim, ns, stack, 2).then_some(())
+    })
+    .await;
+    assert_eq!(machines(sim, ns, stack), a.machines, "{driver:?}");
+    assert_eq!(
+        rolling_specs(sim, ns),
+        a.specs,
+        "{driver:?}: nothing of them is left"
+    );
+    let shown = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
+    assert_eq!(shown["status"], "UPDATE_COMPLETE", "{shown}");
+}
+
+#[tokio::test]
+async fn a_nodegroup_is_added_resized_updated_and_deleted_on_a_cluster_magnum_capi_helm_made_without_rolling_a_machine()
+ {
+    nodegroups_on(Driver::CapiHelm, "live-1-0a1b2c3d4e5f").await;
+}
+
+#[tokio::test]
+async fn a_nodegroup_is_added_resized_updated_and_deleted_on_a_cluster_magnum_cluster_api_made_without_rolling_a_machine()
+ {
+    nodegroups_on(Driver::ClusterApi, "kube-x7k2p").await;
 }

@@ -466,12 +466,6 @@ async fn create_three_masters_need_a_load_balancer() {
     assert_eq!(c.body["master_count"], 3);
 }
 
-fn quota_message(n: i64) -> String {
-    format!(
-        "Resource limit exceeded: You have reached the maximum clusters per project, {n}. You may delete a cluster to make room for a new one."
-    )
-}
-
 #[tokio::test]
 async fn create_beyond_the_default_quota_of_20_is_403() {
     let t = app().await;

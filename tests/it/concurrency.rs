@@ -1,6 +1,7 @@
 //! Concurrent changes of one cluster: requests, the worker and the status writer take the
 //! cluster's row lock first (the lock order of `db`), so no request ever meets a deadlock, and
-//! every answer is one Magnum would give (2xx, or 400/404/409 with Magnum's error body).
+//! every answer is one Magnum would give (2xx, or 400/404/409 with Magnum's error body). And
+//! concurrent creates in one project: the quota is never exceeded.
 
 use crate::common::capi::{capi_app_on, template};
 use crate::common::wait::until;
@@ -286,4 +287,73 @@ async fn a_template_deleted_during_a_cluster_create_is_a_client_error() {
             delete.body
         );
     }
+}
+
+/// `clients` creates in ALICE's project at once; the answers.
+async fn racing_creates(t: &TestApp, template: &str, clients: usize) -> Vec<Resp> {
+    join_all((0..clients).map(|i| {
+        t.post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": format!("racer-{i}"), "cluster_template_id": template}),
+        )
+    }))
+    .await
+}
+
+/// Asserts `answers` are `accepted` 202s and, for the rest, Magnum's quota 403 (`limit`), and
+/// that the project holds `limit` clusters.
+#[track_caller]
+fn assert_quota_held(answers: &[Resp], accepted: usize, limit: i64) {
+    let ok = answers.iter().filter(|r| r.status.as_u16() == 202).count();
+    assert_eq!(ok, accepted, "accepted creates");
+    for r in answers.iter().filter(|r| r.status.as_u16() != 202) {
+        assert_magnum_error(r, 403, &quota_message(limit));
+    }
+}
+
+async fn clusters_of_alice(t: &TestApp) -> i64 {
+    t.sql_i64("SELECT count(*) FROM cluster WHERE project_id = 'p-alice'")
+        .await
+}
+
+/// Thirty clients create at once in a project whose quota is the default 20: exactly twenty
+/// are accepted and ten get Magnum's quota 403 — the check cannot be raced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_creates_racing_for_a_quota_of_twenty_create_exactly_twenty() {
+    let t = app().await;
+    let ct = t.template(&ALICE, "ct").await;
+    let answers = racing_creates(&t, &ct, 30).await;
+    assert_quota_held(&answers, 20, 20);
+    assert_eq!(clusters_of_alice(&t).await, 20);
+}
+
+/// Twenty clients race for the last five places of a stored quota of 20 (fifteen clusters
+/// exist): five are accepted, fifteen refused; a finished delete frees a place for exactly one
+/// of five more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_racing_for_the_last_places_of_a_stored_quota_fill_it_exactly() {
+    let t = app_with_worker().await;
+    t.post(
+        &ADMIN,
+        "/v1/quotas",
+        json!({"project_id": ALICE.project, "resource": "Cluster", "hard_limit": 20}),
+    )
+    .await
+    .assert_status(201);
+    let ct = t.template(&ALICE, "ct").await;
+    let first = t.cluster(&ALICE, "c0", &ct).await;
+    for i in 1..15 {
+        t.cluster(&ALICE, &format!("c{i}"), &ct).await;
+    }
+    let answers = racing_creates(&t, &ct, 20).await;
+    assert_quota_held(&answers, 5, 20);
+    assert_eq!(clusters_of_alice(&t).await, 20);
+    t.delete(&ALICE, &format!("/v1/clusters/{first}"))
+        .await
+        .assert_status(204);
+    t.wait_cluster(&ALICE, &first, "GONE").await;
+    let answers = racing_creates(&t, &ct, 5).await;
+    assert_quota_held(&answers, 1, 20);
+    assert_eq!(clusters_of_alice(&t).await, 20);
 }

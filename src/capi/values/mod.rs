@@ -70,6 +70,7 @@ pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
 pub use build::{Inputs, build};
 pub use clc::{MAX_ADDITIONAL_CONFIG, mount_unit_name};
 pub use cx::MAX_CLUSTER_NAME;
+pub use document::Autoscale;
 pub use document::*;
 pub use error::ValuesError;
 pub use images::{
@@ -79,7 +80,7 @@ pub use keystone::default_policy as keystone_default_policy;
 pub use labels::parse_cidr;
 pub use nodegroups::{
     ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, ANNOTATION_CAPACITY_PREFIX,
-    nodegroup_object_name, sanitise_fragment,
+    nodegroup_object_name, sanitise_fragment, worker_size,
 };
 pub use nodes::{FLATCAR_KUBEADM_COMMANDS, SERVER_GROUP_POLICIES};
 pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};

@@ -387,6 +387,16 @@ fn capacity(size: FlavorSize, root_volume: Option<&RootVolume>) -> BTreeMap<Stri
     .collect()
 }
 
+/// A worker nodegroup's fixed replicas, or its autoscaler bounds, by [`size`]'s rules with its
+/// labels over the cluster's `cluster_labels` (what a nodegroup added to a cluster adopted from
+/// Magnum gets too).
+pub fn worker_size(
+    ng: &Nodegroup,
+    cluster_labels: &crate::domain::labels::Labels,
+) -> Result<(Option<i32>, Option<Autoscale>), ValuesError> {
+    size(ng, &LabelView::nodegroup(&ng.labels, cluster_labels))
+}
+
 /// Fixed replicas, or autoscaler bounds (`auto_scaling_enabled`): min from the nodegroup (else
 /// the `min_node_count` label, else 0: a minimum of 0 lets the group scale to zero, with the
 /// capacity annotations); max from the nodegroup, else the `max_node_count` label, and one of

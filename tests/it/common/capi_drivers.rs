@@ -241,6 +241,25 @@ pub fn load_driver_objects(
 pub const WORKER: &str = "default-worker";
 
 const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+
+/// magnum-cluster-api's topology entry of the default worker nodegroup, as its
+/// `mutate_machine_deployment` writes it (served as CAPI v1beta2: `machineHealthCheck.enable` is
+/// `healthCheck.enabled`, `nodeVolumeDetachTimeout: 300s` is `deletion`).
+pub fn mcapi_worker_entry() -> Value {
+    json!({"class": "default-worker", "name": WORKER, "replicas": 1,
+        "metadata": {"labels": {"node-role.kubernetes.io/worker": "",
+                                "node.cluster.x-k8s.io/nodegroup": WORKER}},
+        "healthCheck": {"enabled": true},
+        "deletion": {"nodeVolumeDetachTimeoutSeconds": 300},
+        "variables": {"overrides": [
+            {"name": "bootVolume", "value": {"size": 0, "type": "__DEFAULT__"}},
+            {"name": "flavor", "value": "m1.small"},
+            {"name": "imageRepository", "value": ""},
+            {"name": "imageUUID", "value": "0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"},
+            {"name": "hardwareDiskBus", "value": ""},
+            {"name": "serverGroupId", "value": "5e6f7a8b-0000-4000-8000-00000000000b"},
+            {"name": "isServerGroupDiffFailureDomain", "value": false}]}})
+}
 const KCP: &str = "controlplane.cluster.x-k8s.io/v1beta2";
 const KCT: &str = "bootstrap.cluster.x-k8s.io/v1beta2";
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
@@ -319,6 +338,12 @@ fn capi_objects(
     let node_registration = json!({"name": "{{ local_hostname }}", "kubeletExtraArgs": [
         {"name": "cloud-provider", "value": "external"},
         {"name": "provider-id", "value": "openstack:///'{{ instance_id }}'"}]});
+    // The chart labels a node group's nodes with it (`nodeRegistration.nodeLabels`).
+    let mut worker_registration = node_registration.clone();
+    if helm && let Some(args) = worker_registration["kubeletExtraArgs"].as_array_mut() {
+        args.push(json!({"name": "node-labels",
+            "value": format!("capi.stackhpc.com/node-group={WORKER}")}));
+    }
     let cp_template = format!("{kcp}-9a8b7c6d");
     let md_template = format!("{md}-1f2e3d4c");
     let md_bootstrap = format!("{md}-5a6b7c8d");
@@ -334,8 +359,7 @@ fn capi_objects(
         cluster["spec"]["topology"] = json!({"classRef": {"name": "magnum-v0.38.1"},
             "version": "v1.31.4",
             "controlPlane": {"replicas": 1},
-            "workers": {"machineDeployments": [
-                {"class": "default-worker", "name": WORKER, "replicas": 1}]}});
+            "workers": {"machineDeployments": [mcapi_worker_entry()]}});
     }
     vec![
         (
@@ -373,7 +397,7 @@ fn capi_objects(
             json!({
             "apiVersion": KCT, "kind": "KubeadmConfigTemplate",
             "metadata": {"name": md_bootstrap, "namespace": ns, "labels": component("worker")},
-            "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": node_registration}}}}}),
+            "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": worker_registration}}}}}),
         ),
         (
             (

@@ -547,6 +547,13 @@ pub fn magnum_error(status: u16, detail: &str) -> Value {
         "title": title, "detail": detail, "links": []}]})
 }
 
+/// Magnum's 403 detail for a project at its cluster quota of `n`.
+pub fn quota_message(n: i64) -> String {
+    format!(
+        "Resource limit exceeded: You have reached the maximum clusters per project, {n}. You may delete a cluster to make room for a new one."
+    )
+}
+
 /// Asserts that `r` is Magnum's answer to a refused request: HTTP `status`, and Magnum's error
 /// body (`{"errors": [{"status", "code", "title", "detail", …}]}`, one error of that status)
 /// whose `detail` contains `detail` (pass Magnum's whole sentence to pin it). Returns the detail.
