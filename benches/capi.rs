@@ -12,7 +12,8 @@
 //!    the status delay again with them all on the management cluster;
 //! 6. idle: requests over `BENCH_IDLE_SECS` (default 60) with every cluster idle, extrapolated
 //!    to an hour, and one maintenance pass (every 5 minutes);
-//! 7. the service's RSS with 10,000 and 100,000 clusters' rows in PostgreSQL.
+//! 7. the service's RSS with 10,000 and 100,000 clusters' rows in PostgreSQL, and the status
+//!    delay again with them.
 //!
 //! Run: `cargo bench --bench capi` (BENCH_CLUSTERS=N for scenario 5, default 10000).
 
@@ -441,5 +442,8 @@ fn main() {
             tokio::time::sleep(Duration::from_secs(2)).await;
             println!("service RSS with {} clusters' rows in PostgreSQL (and the {watched} clusters' objects watched above): {:.0} MiB", total + uuids.len() as i64, rss_mib());
         }
+        // 3 again, with the rows: what the writer reads per pass must not grow with them.
+        status_delay(&sim, &http, &base, &uuids, 3,
+            &format!("{watched} clusters' objects, {} clusters' rows in PostgreSQL", 100_000 + uuids.len())).await;
     });
 }

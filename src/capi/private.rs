@@ -131,6 +131,9 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
             },
             changed = changes.recv() => {
                 let retry: Vec<(String, String)> = match changed {
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    // Nothing waits: the index is not even looked at.
+                    _ if unresolved.is_empty() => Vec::new(),
                     Ok(cluster) => capi
                         .observer()
                         .capi_cluster(cluster)
@@ -141,7 +144,6 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         unresolved.iter().cloned().collect()
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 };
                 for (ns, cluster) in retry {
                     let secret = ObjectRef::new(kinds::SECRET, &ns, &format!("{cluster}{KUBECONFIG_SUFFIX}"));
