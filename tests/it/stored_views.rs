@@ -203,18 +203,11 @@ async fn every_change_under_a_view_retires_it_even_with_triggers_off() {
     read("status").await;
     assert_eq!(stored(&t).await, 1);
     // The row itself, written as a logical replication subscriber writes (user triggers off).
-    let mut tx = t.state.pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL session_replication_role = replica")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE cluster SET status = 'UPDATE_COMPLETE' WHERE uuid = '{c}'"
-    )))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    write_unannounced(
+        &t.state.pool,
+        &format!("UPDATE cluster SET status = 'UPDATE_COMPLETE' WHERE uuid = '{c}'"),
+    )
+    .await;
     assert_eq!(stored(&t).await, 0);
     assert_eq!(read("status").await, "UPDATE_COMPLETE");
     // A nodegroup.
@@ -392,18 +385,11 @@ async fn every_change_of_a_template_retires_its_view_even_with_triggers_off() {
     name().await;
     assert_eq!(stored_templates(&t).await, 5);
     // Written as a logical replication subscriber writes (user triggers off).
-    let mut tx = t.state.pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL session_replication_role = replica")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE cluster_template SET name = 'renamed' WHERE uuid = '{tpl}'"
-    )))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    write_unannounced(
+        &t.state.pool,
+        &format!("UPDATE cluster_template SET name = 'renamed' WHERE uuid = '{tpl}'"),
+    )
+    .await;
     assert_eq!(stored_templates(&t).await, 4);
     assert_eq!(name().await, Some(serde_json::json!("renamed")));
     // Through the API.

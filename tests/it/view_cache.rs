@@ -19,18 +19,8 @@ const NOBODY: As = As {
 /// A change PostgreSQL does not announce (triggers off for the transaction): only a view that
 /// is really reused still shows the old value afterwards.
 async fn unannounced(t: &TestApp, sql: &str) {
-    let mut tx = t.state.pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL session_replication_role = replica")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let n = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
-        .execute(&mut *tx)
-        .await
-        .unwrap()
-        .rows_affected();
+    let n = write_unannounced(&t.state.pool, sql).await;
     assert!(n > 0, "{sql} changed nothing");
-    tx.commit().await.unwrap();
 }
 
 /// The PostgreSQL backend listening for this database's view changes.
@@ -411,17 +401,11 @@ async fn serve_reuses_views_until_a_change() {
     })
     .await;
     let pool = sqlx::PgPool::connect(&url).await.expect("database");
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL session_replication_role = replica")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE cluster SET status = 'CREATE_FAILED' WHERE uuid = $1")
-        .bind(c)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    write_unannounced(
+        &pool,
+        &format!("UPDATE cluster SET status = 'CREATE_FAILED' WHERE uuid = '{c}'"),
+    )
+    .await;
     assert_eq!(
         s.cluster_status(c).await,
         "CREATE_IN_PROGRESS",

@@ -590,3 +590,20 @@ pub fn pick(v: &Value, fields: &[&str]) -> Value {
             .collect(),
     )
 }
+
+/// Runs `sql` in a transaction with user triggers off, as a logical replication subscriber
+/// writes: a change PostgreSQL does not announce. Returns the rows it changed.
+pub async fn write_unannounced(pool: &sqlx::PgPool, sql: &str) -> u64 {
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .expect("triggers off");
+    let n = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+        .execute(&mut *tx)
+        .await
+        .expect("sql")
+        .rows_affected();
+    tx.commit().await.expect("commit");
+    n
+}
