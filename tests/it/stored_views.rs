@@ -266,6 +266,54 @@ async fn a_view_built_from_rows_older_than_a_change_is_not_stored() {
     assert_eq!(stored(&t).await, 1, "stored at the version it was read at");
 }
 
+#[tokio::test]
+async fn a_view_from_a_clusters_earlier_life_is_not_stored_under_its_new_one() {
+    let t = app().await;
+    let uuids = clusters(&t).await;
+    let c: uuid::Uuid = uuids[0].parse().unwrap();
+    for status in [
+        "UPDATE_IN_PROGRESS",
+        "UPDATE_COMPLETE",
+        "UPDATE_IN_PROGRESS",
+    ] {
+        t.write_sql(&format!(
+            "UPDATE cluster SET status = '{status}' WHERE uuid = '{c}'"
+        ))
+        .await;
+    }
+    let old = cluster_rows(&t, c).await;
+    let version = old.view_version.unwrap();
+    // Deleted and made again with the same uuid (a forget and a re-import do that), before the
+    // view of the earlier life's rows is stored.
+    for sql in [
+        format!("CREATE TABLE c0 AS SELECT * FROM cluster WHERE uuid = '{c}'"),
+        format!("CREATE TABLE n0 AS SELECT * FROM nodegroup WHERE cluster_id = '{c}'"),
+        format!("DELETE FROM nodegroup WHERE cluster_id = '{c}'"),
+        format!("DELETE FROM cluster WHERE uuid = '{c}'"),
+        "UPDATE c0 SET status = 'CREATE_IN_PROGRESS'".to_string(),
+        "INSERT INTO cluster SELECT * FROM c0".to_string(),
+        "INSERT INTO nodegroup SELECT * FROM n0".to_string(),
+        "DROP TABLE c0, n0".to_string(),
+    ] {
+        t.write_sql(&sql).await;
+    }
+    let now = cluster_rows(&t, c).await;
+    assert!(
+        now.view_version.unwrap() > version,
+        "the new life's version {:?} is past every version of the earlier one ({version})",
+        now.view_version
+    );
+    let body = magnum_capi::service::stored_views::build(old).unwrap();
+    magnum_capi::db::cluster_views::store(&t.state.pool, &[(c, version, body)])
+        .await
+        .unwrap();
+    assert_eq!(stored(&t).await, 0, "the earlier life's view is not stored");
+    let shown = t
+        .get_v(&ALICE, &format!("/v1/clusters/{c}"), "latest")
+        .await;
+    assert_eq!(shown.body["status"], "CREATE_IN_PROGRESS");
+}
+
 /// Templates seen differently by Alice and an admin: Alice's own, one whose name and labels
 /// look like the members a stored view cuts out, Bob's private one (admin only), an admin's
 /// public one (both) and a public hidden one (admin only).
