@@ -299,8 +299,13 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         .iter()
         .map(|ng| nodegroup_verdict(obs, ng, db.operation_open))
         .collect();
-    let all_ready = obs.cluster.is_some() && verdicts.iter().all(|v| v.waiting.is_none());
-    let waiting: Vec<String> = verdicts.iter().filter_map(|v| v.waiting.clone()).collect();
+    let rolling = topology_rolling(obs);
+    let all_ready =
+        obs.cluster.is_some() && rolling.is_none() && verdicts.iter().all(|v| v.waiting.is_none());
+    let waiting: Vec<String> = rolling
+        .into_iter()
+        .chain(verdicts.iter().filter_map(|v| v.waiting.clone()))
+        .collect();
     let infra_failure = obs.openstack_cluster.as_deref().and_then(failure_of);
     let failure = infra_failure
         .map(|f| format!("OpenStackCluster: {f}"))
@@ -323,6 +328,30 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         ev.health = Some(health);
     }
     ev
+}
+
+/// For a ClusterClass cluster (magnum-cluster-api's, adopted), what its topology still has to
+/// roll out: a control plane or MachineDeployment not yet at `spec.topology.version`. CAPI's
+/// topology controller writes the version into them after the Cluster changes, and until it
+/// has, their replicas look ready at the old version, so an upgrade is not complete.
+fn topology_rolling(obs: &Observed) -> Option<String> {
+    let want = obs
+        .cluster
+        .as_deref()
+        .and_then(|c| s(c, "/spec/topology/version"))?;
+    let behind = |v: &Value, path: &str| s(v, path).is_some_and(|have| have != want);
+    let cp = obs
+        .control_plane
+        .as_deref()
+        .filter(|cp| behind(cp, "/spec/version"))
+        .map(name);
+    let md = obs
+        .machine_deployments
+        .iter()
+        .find(|md| behind(md, "/spec/template/spec/version"))
+        .map(|md| name(md));
+    cp.or(md)
+        .map(|n| format!("{n}: the topology's {want} not rolled out yet"))
 }
 
 /// What one nodegroup's objects say.
@@ -558,6 +587,38 @@ mod tests {
             ],
             addons: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_topology_upgrade_completes_only_once_its_version_is_rolled_out() {
+        let (m, w) = (
+            ng(true, 1, Status::UpdateInProgress),
+            ng(false, 1, Status::UpdateInProgress),
+        );
+        let db = state(Status::UpdateInProgress, vec![m.clone(), w.clone()]);
+        let mut obs = observed(&m, &w);
+        let mut cluster = (*obs.cluster.take().unwrap()).clone();
+        cluster["spec"]["topology"] = json!({"version": "v1.34.1"});
+        obs.cluster = Some(Shared::new(cluster));
+        let mut cp = (*obs.control_plane.take().unwrap()).clone();
+        cp["spec"]["version"] = json!("v1.33.5");
+        obs.control_plane = Some(Shared::new(cp.clone()));
+        let ev = evaluate(&obs, &db, Utc::now());
+        assert_eq!(ev.status, None, "replicas ready at the old version");
+        cp["spec"]["version"] = json!("v1.34.1");
+        obs.control_plane = Some(Shared::new(cp));
+        let mut md = (*obs.machine_deployments[0]).clone();
+        md["spec"]["template"]["spec"]["version"] = json!("v1.33.5");
+        obs.machine_deployments = vec![Shared::new(md.clone())];
+        assert_eq!(
+            evaluate(&obs, &db, Utc::now()).status,
+            None,
+            "workers behind"
+        );
+        md["spec"]["template"]["spec"]["version"] = json!("v1.34.1");
+        obs.machine_deployments = vec![Shared::new(md)];
+        let ev = evaluate(&obs, &db, Utc::now());
+        assert_eq!(ev.status, Some((Status::UpdateComplete, None)));
     }
 
     #[test]
