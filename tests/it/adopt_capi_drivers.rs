@@ -923,6 +923,9 @@ async fn upgrade_of(driver: Driver, stack: &str) {
 
     let next = template_of(t, &TENANT, "k132", image, "v1.32.1").await;
     let before = object(sim, CAPI, "Cluster", &ns, stack).unwrap();
+    // CAPI's controllers wait until the test has seen the upgrade in progress: a rollout the
+    // simulator finished first would otherwise hide whether the 202 moved the status.
+    sim.pause();
     let r = t
         .post_v(
             &TENANT,
@@ -932,6 +935,8 @@ async fn upgrade_of(driver: Driver, stack: &str) {
         )
         .await;
     r.assert_status(202);
+    let shown = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
+    assert_eq!(shown["status"], "UPDATE_IN_PROGRESS", "{shown}");
     match driver {
         Driver::ClusterApi => {
             // The driver's topology: its version and every imageUUID, nothing else.
@@ -1015,8 +1020,7 @@ async fn upgrade_of(driver: Driver, stack: &str) {
             }
         }
     }
-    let shown = t.get(&TENANT, &format!("/v1/clusters/{c}")).await.body;
-    assert_eq!(shown["status"], "UPDATE_IN_PROGRESS", "{shown}");
+    sim.resume();
 
     // CAPI rolls every machine; the watchers complete the upgrade.
     until("every machine replaced", || async {
