@@ -9,6 +9,8 @@
 //! ClusterClass, so its MachineDeployments carry `topology.cluster.x-k8s.io/deployment-name` =
 //! the nodegroup name and their replicas live in the Cluster's `spec.topology`.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -169,22 +171,39 @@ impl Capi {
             .collect();
         match at.driver {
             DriverFamily::CapiHelm => {
-                for ng in &sized {
-                    let sel = format!("{LABEL_NODEGROUP_UUID}={}", ng.uuid);
-                    let gvk = if ng.is_master() {
-                        kinds::CONTROL_PLANE
-                    } else {
-                        kinds::MACHINE_DEPLOYMENT
-                    };
+                // One LIST per kind for all the nodegroups it sizes, not one per nodegroup.
+                for (gvk, masters) in [
+                    (kinds::CONTROL_PLANE, true),
+                    (kinds::MACHINE_DEPLOYMENT, false),
+                ] {
+                    let counts: BTreeMap<String, i32> = sized
+                        .iter()
+                        .filter(|n| n.is_master() == masters)
+                        .map(|n| (n.uuid.to_string(), n.node_count))
+                        .collect();
+                    if counts.is_empty() {
+                        continue;
+                    }
+                    let uuids: Vec<&str> = counts.keys().map(String::as_str).collect();
+                    let sel = format!("{LABEL_NODEGROUP_UUID} in ({})", uuids.join(","));
                     for o in self.mgmt.list(gvk, ns, &sel).await? {
-                        let name = o.metadata.name.unwrap_or_default();
+                        let Some(&count) = o
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(LABEL_NODEGROUP_UUID))
+                            .and_then(|u| counts.get(u))
+                        else {
+                            continue;
+                        };
                         if o.data.pointer("/spec/replicas").and_then(Value::as_i64)
-                            != Some(i64::from(ng.node_count))
+                            != Some(i64::from(count))
                         {
+                            let name = o.metadata.name.unwrap_or_default();
                             self.mgmt
                                 .merge_patch(
                                     &ObjectRef::new(gvk, ns, &name),
-                                    &json!({"spec": {"replicas": ng.node_count}}),
+                                    &json!({"spec": {"replicas": count}}),
                                 )
                                 .await?;
                         }
