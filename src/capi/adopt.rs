@@ -211,23 +211,45 @@ impl Capi {
                 }
             }
             DriverFamily::ClusterApi => {
-                let r = ObjectRef::new(kinds::CLUSTER, ns, &at.name);
-                let Some(cluster) = self.mgmt.get_value(&r).await? else {
-                    return Err(CapiError::Stuck(format!(
-                        "the Cluster {ns}/{} is gone from the management cluster",
-                        at.name
-                    )));
-                };
                 let wanted: Vec<(&str, bool, i32)> = sized
                     .iter()
                     .map(|n| (n.name.as_str(), n.is_master(), n.node_count))
                     .collect();
-                let ops = topology_replicas_patch(&cluster, &wanted);
-                if !ops.is_empty() {
-                    self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
-                }
+                self.patch_adopted_cluster(at, |cluster| topology_replicas_patch(cluster, &wanted))
+                    .await?;
             }
             DriverFamily::Heat | DriverFamily::Unknown => {}
+        }
+        Ok(())
+    }
+
+    /// The adopted cluster's CAPI `Cluster` (it must be there).
+    pub(super) async fn adopted_cluster(
+        &self,
+        at: &ObjectsAt,
+    ) -> Result<(ObjectRef, Value), CapiError> {
+        let r = ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name);
+        match self.mgmt.get_value(&r).await? {
+            Some(v) => Ok((r, v)),
+            None => Err(CapiError::Stuck(format!(
+                "the Cluster {}/{} is gone from the management cluster",
+                at.namespace, at.name
+            ))),
+        }
+    }
+
+    /// Applies to the adopted cluster's CAPI `Cluster` the JSON patch `ops` makes of it as it
+    /// is now (nothing when `ops` makes none): a GET and at most one PATCH, the way every change
+    /// of a magnum-cluster-api topology (resize, nodegroup create, update, delete) is written.
+    pub(super) async fn patch_adopted_cluster(
+        &self,
+        at: &ObjectsAt,
+        ops: impl FnOnce(&Value) -> Vec<Value>,
+    ) -> Result<(), CapiError> {
+        let (r, cluster) = self.adopted_cluster(at).await?;
+        let ops = ops(&cluster);
+        if !ops.is_empty() {
+            self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
         }
         Ok(())
     }
