@@ -539,10 +539,11 @@ pub fn nodegroup_gone(o: &Observed, ng: Uuid, deployments: &[String]) -> bool {
         .any(|m| ours(m) || named(label(m, LABEL_DEPLOYMENT_NAME)))
 }
 
-/// The templates among `recorded` (kind, name) that nothing in `live` refers to any more.
+/// The templates among `recorded` (kind, name) that nothing in `live` refers to any more, each
+/// once, in order.
 pub fn unused_templates(recorded: &[(String, String)], live: &[Value]) -> Vec<(String, String)> {
     let used = referenced_templates(live);
-    let mut out: Vec<(String, String)> = recorded
+    recorded
         .iter()
         .filter(|(kind, name)| {
             !used.contains(&TemplateRef {
@@ -553,9 +554,7 @@ pub fn unused_templates(recorded: &[(String, String)], live: &[Value]) -> Vec<(S
         .cloned()
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 /// The cluster's default worker entry in a ClusterClass topology: the default worker
