@@ -192,18 +192,33 @@ pub async fn driver_cluster(app: &App, c: &ClusterRow) -> Result<crate::domain::
 /// that changes a cluster calls it after its policy check. A state this binary does not know
 /// (written by a newer one) counts as read-only.
 pub async fn refuse_if_read_only(app: &App, c: &ClusterRow, action: &str) -> Result<()> {
-    use crate::domain::imported::{ImportState, adopted_refusal, refusal};
+    refuse_if_read_only_at(app, c, action).await.map(drop)
+}
+
+/// [`refuse_if_read_only`], then where an adopted cluster's driver left its objects (what
+/// [`driver_cluster`] sets; `None` for a cluster not imported), from the one read of its import
+/// record: for a use case that hands the backend the cluster after refusing.
+pub async fn refuse_if_read_only_at(
+    app: &App,
+    c: &ClusterRow,
+    action: &str,
+) -> Result<Option<crate::domain::spec::ObjectsAt>> {
+    use crate::domain::imported::{ImportState, adopted_refusal, objects_at, refusal};
     match crate::db::imports::of_cluster(&app.pool, c.uuid).await? {
         Some(i) if i.state() == Some(ImportState::Adopted) => {
             match adopted_refusal(&c.uuid.to_string(), &i.source_driver, action) {
                 Some(why) => Err(DomainError::BadRequest(why).into()),
-                None => Ok(()),
+                None => Ok(objects_at(
+                    &i.source_driver,
+                    i.stack_id.as_deref(),
+                    &c.project_id,
+                )),
             }
         }
         Some(i) => {
             Err(DomainError::BadRequest(refusal(&c.uuid.to_string(), &i.source_driver)).into())
         }
-        None => Ok(()),
+        None => Ok(None),
     }
 }
 
