@@ -626,7 +626,9 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
             json!({"name": "labelled", "node_count": 1, "node_labels": {"a": "b"}}),
         )
         .await;
-    r.assert_status(400);
+    let no_node_labels = "node_labels and node_taints are not available for nodegroups of a \
+                          cluster adopted from Magnum";
+    assert_magnum_error(&r, 400, no_node_labels);
 
     let unchanged = || {
         let now = machines(sim, ns, stack);
@@ -746,6 +748,16 @@ async fn nodegroups_on(driver: Driver, stack: &str) {
             assert_eq!(written, Value::Null, "{driver:?}: gpu does not autoscale");
         }
     }
+    // Node labels the driver never writes are refused on an update as on a create.
+    let r = t
+        .patch_v(
+            &TENANT,
+            &gpu_path,
+            "1.9",
+            json!([{"op": "replace", "path": "/node_labels", "value": "{'a': 'b'}"}]),
+        )
+        .await;
+    assert_magnum_error(&r, 400, no_node_labels);
     // A resize of an autoscaled nodegroup leaves its replicas to the autoscaler, as the
     // drivers do.
     t.post_v(
