@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::common::capi::{CapiApp, admin_csr, authenticates, capi_app_on, postgres_text};
 use crate::common::capi_drivers::{
-    Driver, TENANT, WORKER, cluster_uuid, import_with, load_driver_objects,
+    DRIVER_IMAGE, Driver, TENANT, WORKER, cluster_uuid, import_with, load_driver_objects,
 };
 use crate::common::keystone::keystone;
 use crate::common::stack::env_shared;
@@ -492,10 +492,7 @@ async fn added(
                     .map(|v| &v["value"])
             };
             assert_eq!(var("flavor"), Some(&json!(flavor)));
-            assert_eq!(
-                var("imageUUID"),
-                Some(&json!("0b7a4c1e-5d2f-4e8a-9c3b-1a2b3c4d5e6f"))
-            );
+            assert_eq!(var("imageUUID"), Some(&json!(DRIVER_IMAGE)));
             assert_eq!(var("serverGroupId"), None);
             assert_eq!(entry["healthCheck"], json!({"enabled": true}));
             valid_against_the_crds(&[cluster]);
