@@ -40,6 +40,26 @@ async fn bytes(t: &TestApp, who: &As, path: &str, v: &str) -> Vec<u8> {
         .to_vec()
 }
 
+/// Asserts that `who` asking for `path` at microversion `v` gets `want` as serde writes it, byte
+/// for byte (`what`: the case, for the failure message).
+async fn assert_answers(
+    t: &TestApp,
+    who: &As,
+    path: &str,
+    v: &str,
+    want: &impl serde::Serialize,
+    what: &str,
+) {
+    let got = bytes(t, who, path, v).await;
+    let want = serde_json::to_vec(want).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want),
+        "{what} {path} at {v} as {}",
+        who.user
+    );
+}
+
 const BASE: &str = "http://127.0.0.1:9511";
 
 fn version(v: &str) -> Version {
@@ -122,15 +142,9 @@ async fn stored_views_answer_byte_for_byte_as_views_built_from_the_rows() {
                 let admin = who.roles.contains("admin");
                 for u in &uuids {
                     let row = cluster_rows(&t, u.parse().unwrap()).await;
-                    let want = serde_json::to_vec(&views::cluster_aggregated(row, admin, BASE, mv))
-                        .unwrap();
-                    let got = bytes(&t, who, &format!("/v1/clusters/{u}"), v).await;
-                    assert_eq!(
-                        String::from_utf8_lossy(&got),
-                        String::from_utf8_lossy(&want),
-                        "{round} show of {u} at {v} as {}",
-                        who.user
-                    );
+                    let want = views::cluster_aggregated(row, admin, BASE, mv);
+                    let path = format!("/v1/clusters/{u}");
+                    assert_answers(&t, who, &path, v, &want, round).await;
                 }
                 for (query, order) in [
                     ("", "id"),
@@ -155,23 +169,17 @@ async fn stored_views_answer_byte_for_byte_as_views_built_from_the_rows() {
                             let row = cluster_rows(&t, *u).await;
                             clusters.push(views::cluster_entry(row, detail, admin, BASE, mv));
                         }
-                        let want = serde_json::to_vec(&views::ClusterList {
+                        let want = views::ClusterList {
                             clusters,
                             next: None,
-                        })
-                        .unwrap();
+                        };
                         let path = if detail {
                             "/v1/clusters/detail"
                         } else {
                             "/v1/clusters"
                         };
-                        let got = bytes(&t, who, &format!("{path}{query}"), v).await;
-                        assert_eq!(
-                            String::from_utf8_lossy(&got),
-                            String::from_utf8_lossy(&want),
-                            "{round} {path}{query} at {v} as {}",
-                            who.user
-                        );
+                        let path = format!("{path}{query}");
+                        assert_answers(&t, who, &path, v, &want, round).await;
                     }
                 }
             }
@@ -393,18 +401,12 @@ async fn stored_template_views_answer_byte_for_byte_as_views_built_from_the_rows
                                 order[1]
                             )
                         });
-                        let want = serde_json::to_vec(&views::ClusterTemplateList {
+                        let want = views::ClusterTemplateList {
                             clustertemplates: rows,
                             next,
-                        })
-                        .unwrap();
-                        let got = bytes(&t, who, &format!("{path}{query}"), v).await;
-                        assert_eq!(
-                            String::from_utf8_lossy(&got),
-                            String::from_utf8_lossy(&want),
-                            "{round} {path}{query} at {v} as {}",
-                            who.user
-                        );
+                        };
+                        let path = format!("{path}{query}");
+                        assert_answers(&t, who, &path, v, &want, round).await;
                     }
                 }
             }
