@@ -35,22 +35,27 @@ use crate::domain::policy::{self, Caller, Target};
 use crate::domain::status::Status;
 use crate::view_cache::Owner;
 
-/// A response body: the view stored under `key` while the data under it is unchanged (see
-/// `view_cache`), else the one `build` makes, stored for the next request. The owner travels
-/// with the body, so the caller authorises a reuse exactly like the first read.
-pub async fn cached_view<F, Fut>(app: &App, key: String, build: F) -> Result<(Bytes, Option<Owner>)>
+/// A response body: the view stored under the key `key` makes (only when views are reused)
+/// while the data under it is unchanged (see `view_cache`), else the one `build` makes, stored
+/// for the next request. The owner travels with the body, so the caller authorises a reuse
+/// exactly like the first read.
+pub async fn cached_view<F, Fut>(
+    app: &App,
+    key: impl FnOnce() -> String,
+    build: F,
+) -> Result<(Bytes, Option<Owner>)>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>)>>,
 {
-    let v = app.views.get_or_build(&key, build).await?;
+    let v = app.views.get_or_build(key, build).await?;
     Ok((v.body.clone(), v.owner.clone()))
 }
 
-/// A list page: the serialised page stored under `key` (which names the collection, the
-/// caller's visibility and `params`), else the one `build` makes. Pages have no owner: their
-/// policy is checked before.
-pub async fn cached_page<F, Fut>(app: &App, key: String, build: F) -> Result<Bytes>
+/// A list page: the serialised page stored under the key `key` makes (which names the
+/// collection, the caller's visibility and `params`), else the one `build` makes. Pages have no
+/// owner: their policy is checked before.
+pub async fn cached_page<F, Fut>(app: &App, key: impl FnOnce() -> String, build: F) -> Result<Bytes>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<Bytes>>,
