@@ -39,17 +39,6 @@ pub struct Allowlist {
 }
 
 impl Allowlist {
-    /// The private clusters among `oscs` (OpenStackClusters as JSON), see [`Allowlist::target`].
-    pub fn build<'a>(oscs: impl IntoIterator<Item = &'a Value>, patterns: &[NetnsPattern]) -> Self {
-        let mut list = Allowlist::default();
-        for osc in oscs {
-            if let Some(t) = Allowlist::target(osc, patterns) {
-                list.set(&t.cluster.clone(), Some(t));
-            }
-        }
-        list
-    }
-
     /// What one OpenStackCluster allows: its endpoint when it is a private cluster of ours, with
     /// the namespaces `patterns` name for it (a pattern whose id is unknown is skipped). An
     /// endpoint that is not an IP address is left out: CAPO's private endpoint is the load
@@ -306,13 +295,16 @@ mod tests {
     #[test]
     fn only_private_ip_endpoints_are_allowed_with_their_namespaces_in_order() {
         let patterns = patterns(&["qrouter-{router_id}", "qdhcp-{network_id}", "fixed"]);
-        let oscs = [
+        let mut list = Allowlist::default();
+        for osc in [
             osc("private", "10.6.0.250", true, Some("r1")),
             osc("no-router", "10.7.0.250", true, None),
             osc("public", "203.0.113.5", false, Some("r2")),
             osc("named", "api.example.com", true, Some("r3")),
-        ];
-        let list = Allowlist::build(&oscs, &patterns);
+        ] {
+            let key = format!("magnum-p/{}", osc["metadata"]["name"].as_str().unwrap());
+            list.set(&key, Allowlist::target(&osc, &patterns));
+        }
         assert_eq!(list.len(), 2);
         let t = list.get("10.6.0.250:6443").unwrap();
         assert_eq!(t.cluster, "magnum-p/private");
