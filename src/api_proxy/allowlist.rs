@@ -39,17 +39,6 @@ pub struct Allowlist {
 }
 
 impl Allowlist {
-    /// The private clusters among `oscs` (OpenStackClusters as JSON), see [`Allowlist::target`].
-    pub fn build<'a>(oscs: impl IntoIterator<Item = &'a Value>, patterns: &[NetnsPattern]) -> Self {
-        let mut list = Allowlist::default();
-        for osc in oscs {
-            if let Some(t) = Allowlist::target(osc, patterns) {
-                list.set(&t.cluster.clone(), Some(t));
-            }
-        }
-        list
-    }
-
     /// What one OpenStackCluster allows: its endpoint when it is a private cluster of ours, with
     /// the namespaces `patterns` name for it (a pattern whose id is unknown is skipped). An
     /// endpoint that is not an IP address is left out: CAPO's private endpoint is the load
@@ -111,9 +100,7 @@ impl Allowlist {
 }
 
 /// Keeps `tx` the allowlist of `client`'s OpenStackClusters (those the service labelled), until
-/// `stop`: each event re-derives its own cluster's entry only (the list is shared with the
-/// tunnels, so it is copied only when an entry changes while one holds it); a relist replaces
-/// it whole.
+/// `stop`, event by event ([`Follow`]).
 pub async fn follow(
     client: kube::Client,
     patterns: Vec<NetnsPattern>,
@@ -124,18 +111,13 @@ pub async fn follow(
     let api: Api<DynamicObject> = Api::all_with(client, &resource(av, k));
     let cfg = watcher::Config::default().labels(LABEL_CLUSTER_UUID);
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
-    let mut relist: Option<Allowlist> = None;
-    let key = |o: &DynamicObject| {
-        format!(
-            "{}/{}",
-            o.metadata.namespace.as_deref().unwrap_or_default(),
-            o.metadata.name.as_deref().unwrap_or_default()
-        )
-    };
-    let target = |o: &DynamicObject| {
-        serde_json::to_value(o)
-            .ok()
-            .and_then(|v| Allowlist::target(&v, &patterns))
+    let mut follow = Follow {
+        relist: None,
+        target: |o: &DynamicObject| {
+            serde_json::to_value(o)
+                .ok()
+                .and_then(|v| Allowlist::target(&v, &patterns))
+        },
     };
     loop {
         let ev = tokio::select! {
@@ -143,36 +125,7 @@ pub async fn follow(
             _ = stop.changed() => return,
         };
         let changed = match ev {
-            Some(Ok(Event::Init)) => {
-                relist = Some(Allowlist::default());
-                false
-            }
-            Some(Ok(Event::InitApply(o))) => {
-                if let Some(r) = relist.as_mut() {
-                    r.set(&key(&o), target(&o));
-                }
-                false
-            }
-            Some(Ok(Event::InitDone)) => {
-                let list = relist.take().unwrap_or_default();
-                tx.send_if_modified(|old| {
-                    let same = old.by_addr == list.by_addr;
-                    if !same {
-                        *old = Arc::new(list);
-                    }
-                    !same
-                })
-            }
-            Some(Ok(Event::Apply(o))) => {
-                let (k, t) = (key(&o), target(&o));
-                tx.send_if_modified(|old| {
-                    !old.holds(&k, t.as_ref()) && Arc::make_mut(old).set(&k, t)
-                })
-            }
-            Some(Ok(Event::Delete(o))) => {
-                let k = key(&o);
-                tx.send_if_modified(|old| !old.holds(&k, None) && Arc::make_mut(old).set(&k, None))
-            }
+            Some(Ok(ev)) => follow.event(ev, &tx),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "watching OpenStackClusters failed; retrying");
                 false
@@ -184,6 +137,61 @@ pub async fn follow(
                 endpoints = tx.borrow().len(),
                 "allowlist of private cluster APIs changed"
             );
+        }
+    }
+}
+
+/// What [`follow`] keeps between watch events: the relist being gathered, and `target`, which
+/// derives one OpenStackCluster's entry ([`Allowlist::target`]).
+struct Follow<F> {
+    relist: Option<Allowlist>,
+    target: F,
+}
+
+impl<F: Fn(&DynamicObject) -> Option<Target>> Follow<F> {
+    /// Applies one watch event to the list `tx` holds; whether it changed. An event derives its
+    /// own cluster's entry only (never every cluster's again), and the list, shared with the
+    /// tunnels, is copied only when an entry changes while one holds it; a relist replaces it
+    /// whole.
+    fn event(&mut self, ev: Event<DynamicObject>, tx: &watch::Sender<Arc<Allowlist>>) -> bool {
+        let key = |o: &DynamicObject| {
+            format!(
+                "{}/{}",
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default()
+            )
+        };
+        match ev {
+            Event::Init => {
+                self.relist = Some(Allowlist::default());
+                false
+            }
+            Event::InitApply(o) => {
+                if let Some(r) = self.relist.as_mut() {
+                    r.set(&key(&o), (self.target)(&o));
+                }
+                false
+            }
+            Event::InitDone => {
+                let list = self.relist.take().unwrap_or_default();
+                tx.send_if_modified(|old| {
+                    let same = old.by_addr == list.by_addr;
+                    if !same {
+                        *old = Arc::new(list);
+                    }
+                    !same
+                })
+            }
+            Event::Apply(o) => {
+                let (k, t) = (key(&o), (self.target)(&o));
+                tx.send_if_modified(|old| {
+                    !old.holds(&k, t.as_ref()) && Arc::make_mut(old).set(&k, t)
+                })
+            }
+            Event::Delete(o) => {
+                let k = key(&o);
+                tx.send_if_modified(|old| !old.holds(&k, None) && Arc::make_mut(old).set(&k, None))
+            }
         }
     }
 }
@@ -242,15 +250,61 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_event_derives_its_own_clusters_entry_only_and_copies_the_list_only_on_a_change() {
+        let patterns = patterns(&["qrouter-{router_id}"]);
+        let derived = std::cell::Cell::new(0);
+        let mut follow = Follow {
+            relist: None,
+            target: |o: &DynamicObject| {
+                derived.set(derived.get() + 1);
+                Allowlist::target(&serde_json::to_value(o).unwrap(), &patterns)
+            },
+        };
+        let obj = |i: usize, host: &str| -> DynamicObject {
+            let mut v = osc(&format!("c{i}"), host, true, Some("r1"));
+            v["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1beta1");
+            v["kind"] = json!("OpenStackCluster");
+            serde_json::from_value(v).unwrap()
+        };
+        let (tx, _rx) = watch::channel(Arc::new(Allowlist::default()));
+        assert!(!follow.event(Event::Init, &tx));
+        for i in 0..10 {
+            let host = format!("10.6.0.{i}");
+            assert!(!follow.event(Event::InitApply(obj(i, &host)), &tx));
+        }
+        assert!(follow.event(Event::InitDone, &tx));
+        assert_eq!((tx.borrow().len(), derived.get()), (10, 10));
+
+        // A tunnel holds the list while events come.
+        let held = tx.borrow().clone();
+        assert!(!follow.event(Event::Apply(obj(3, "10.6.0.3")), &tx));
+        assert_eq!(derived.get(), 11, "one derivation for one event");
+        assert!(Arc::ptr_eq(&held, &tx.borrow()), "not copied for no change");
+        assert!(follow.event(Event::Apply(obj(3, "10.6.1.3")), &tx));
+        assert_eq!(derived.get(), 12, "one derivation for one event");
+        assert!(tx.borrow().get("10.6.1.3:6443").is_some());
+        assert!(
+            held.get("10.6.0.3:6443").is_some(),
+            "the held list is not changed"
+        );
+        assert!(follow.event(Event::Delete(obj(4, "10.6.0.4")), &tx));
+        assert_eq!(derived.get(), 12, "a delete derives nothing");
+        assert_eq!(tx.borrow().len(), 9);
+    }
+
+    #[test]
     fn only_private_ip_endpoints_are_allowed_with_their_namespaces_in_order() {
         let patterns = patterns(&["qrouter-{router_id}", "qdhcp-{network_id}", "fixed"]);
-        let oscs = [
+        let mut list = Allowlist::default();
+        for osc in [
             osc("private", "10.6.0.250", true, Some("r1")),
             osc("no-router", "10.7.0.250", true, None),
             osc("public", "203.0.113.5", false, Some("r2")),
             osc("named", "api.example.com", true, Some("r3")),
-        ];
-        let list = Allowlist::build(&oscs, &patterns);
+        ] {
+            let key = format!("magnum-p/{}", osc["metadata"]["name"].as_str().unwrap());
+            list.set(&key, Allowlist::target(&osc, &patterns));
+        }
         assert_eq!(list.len(), 2);
         let t = list.get("10.6.0.250:6443").unwrap();
         assert_eq!(t.cluster, "magnum-p/private");

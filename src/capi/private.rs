@@ -145,12 +145,12 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
                         unresolved.iter().cloned().collect()
                     }
                 };
-                for (ns, cluster) in retry {
-                    let secret = ObjectRef::new(kinds::SECRET, &ns, &format!("{cluster}{KUBECONFIG_SUFFIX}"));
+                for key in retry {
+                    let secret = ObjectRef::new(kinds::SECRET, &key.0, &format!("{}{KUBECONFIG_SUFFIX}", key.1));
                     match capi.mgmt().get_value(&secret).await {
-                        Ok(Some(s)) => keep(&capi, &s, &url, &mut unresolved).await,
+                        Ok(Some(s)) => keep(&capi, key, &s, &url, &mut unresolved).await,
                         Ok(None) => {
-                            unresolved.remove(&(ns, cluster));
+                            unresolved.remove(&key);
                         }
                         Err(e) => tracing::warn!(%secret, error = %e, "could not read a kubeconfig Secret; retried on its cluster's next change"),
                     }
@@ -161,13 +161,13 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
         };
         // Only kubeconfigs are looked at: CAPI labels every Secret of a cluster (CAs,
         // bootstrap data), and those are not turned into JSON at all.
-        if kubeconfig_of(&secret).is_none() {
+        let Some(key) = kubeconfig_of(&secret) else {
             continue;
-        }
+        };
         let Ok(secret) = serde_json::to_value(&secret) else {
             continue;
         };
-        keep(&capi, &secret, &url, &mut unresolved).await;
+        keep(&capi, key, &secret, &url, &mut unresolved).await;
     }
 }
 
@@ -181,8 +181,14 @@ fn kubeconfig_of(secret: &DynamicObject) -> Option<(String, String)> {
 }
 
 /// [`keep_one`], logging a failure (retried on the Secret's next change).
-async fn keep(capi: &Capi, secret: &Value, url: &str, unresolved: &mut HashSet<(String, String)>) {
-    if let Err(e) = keep_one(capi, secret, url, unresolved).await {
+async fn keep(
+    capi: &Capi,
+    key: (String, String),
+    secret: &Value,
+    url: &str,
+    unresolved: &mut HashSet<(String, String)>,
+) {
+    if let Err(e) = keep_one(capi, key, secret, url, unresolved).await {
         tracing::warn!(
             secret = %ObjectRef::of(secret).map(|r| r.to_string()).unwrap_or_default(),
             error = %e,
@@ -191,31 +197,18 @@ async fn keep(capi: &Capi, secret: &Value, url: &str, unresolved: &mut HashSet<(
     }
 }
 
-/// One kubeconfig Secret: patched when its cluster is private and it lacks `proxy-url = url`;
-/// noted in `unresolved` while the index holds no OpenStackCluster with an endpoint for it.
+/// The kubeconfig Secret of CAPI cluster `key` ([`kubeconfig_of`]'s namespace and name): patched
+/// when its cluster is private and it lacks `proxy-url = url`; noted in `unresolved` while the
+/// index holds no OpenStackCluster with an endpoint for it.
 async fn keep_one(
     capi: &Capi,
+    key: (String, String),
     secret: &Value,
     url: &str,
     unresolved: &mut HashSet<(String, String)>,
 ) -> Result<(), String> {
-    let label = |k: &str| {
-        secret
-            .pointer("/metadata/labels")
-            .and_then(|l| l.get(k))
-            .and_then(Value::as_str)
-    };
-    let (Some(cluster), Some(name), Some(ns)) = (
-        label(LABEL_CAPI_CLUSTER_NAME),
-        secret.pointer("/metadata/name").and_then(Value::as_str),
-        secret
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str),
-    ) else {
-        return Ok(());
-    };
-    let key = (ns.to_string(), cluster.to_string());
     unresolved.remove(&key);
+    let (ns, cluster) = (key.0.as_str(), key.1.as_str());
     let Some(text) = secret_data(secret, "value") else {
         return Ok(());
     };
@@ -241,7 +234,10 @@ async fn keep_one(
         "data": {"value": base64::engine::general_purpose::STANDARD.encode(patched)},
     });
     capi.mgmt()
-        .merge_patch(&ObjectRef::new(kinds::SECRET, ns, name), &patch)
+        .merge_patch(
+            &ObjectRef::new(kinds::SECRET, ns, &format!("{cluster}{KUBECONFIG_SUFFIX}")),
+            &patch,
+        )
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(

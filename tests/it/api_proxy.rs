@@ -426,6 +426,103 @@ async fn a_private_clusters_kubeconfig_names_the_proxy_and_the_services_own_read
     );
 }
 
+/// The kubeconfig keeper reads whether a cluster is private from the watchers' index, whose
+/// watches may lag the Secrets': a kubeconfig seen before its cluster's OpenStackCluster is
+/// indexed gets the proxy-url once that cluster's objects arrive (not only on the Secret's
+/// next change, which CAPI may never make).
+#[tokio::test]
+async fn a_kubeconfig_seen_before_its_cluster_is_indexed_gets_the_proxy_url_once_it_is() {
+    use magnum_capi::capi::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, kinds};
+    use magnum_capi::simkube::Resource;
+    let url = "http://proxy.example:3128";
+    let app = capi_app_on(None, None, false, |cfg| {
+        cfg.capi.api_proxy_url = Some(url.into());
+    })
+    .await;
+    // Only the objects seeded here: no simulated controller acts on them.
+    app.sim.pause();
+    let store = app.sim.store();
+    let res = |(av, kind): kinds::Gvk| Resource::of(av, kind);
+    store
+        .put(
+            &Resource::of("v1", "Namespace"),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+        )
+        .unwrap();
+    // A private cluster's Cluster and OpenStackCluster, as the service would label them.
+    let seed_cluster = |name: &str| {
+        let labels = json!({LABEL_CLUSTER_UUID: uuid::Uuid::new_v4().to_string()});
+        let meta = json!({"name": name, "namespace": NS, "labels": labels});
+        let (av, kind) = kinds::CLUSTER;
+        store
+            .put(
+                &res(kinds::CLUSTER),
+                json!({"apiVersion": av, "kind": kind, "metadata": meta, "spec": {"paused": true}}),
+            )
+            .unwrap();
+        let (av, kind) = kinds::OPENSTACK_CLUSTER;
+        store
+            .put(
+                &res(kinds::OPENSTACK_CLUSTER),
+                json!({"apiVersion": av, "kind": kind, "metadata": meta,
+                       "spec": {"identityRef": {"cloudName": "openstack", "name": "creds"},
+                                "disableAPIServerFloatingIP": true,
+                                "controlPlaneEndpoint": {"host": "10.6.0.250", "port": 6443}}}),
+            )
+            .unwrap();
+    };
+    // CAPI's kubeconfig Secret of cluster `name`, without a proxy-url.
+    let seed_kubeconfig = |name: &str| {
+        let value = kubeconfig("https://10.6.0.250:6443", "CA", None);
+        store
+            .put(
+                &res(kinds::SECRET),
+                json!({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": format!("{name}-kubeconfig"), "namespace": NS,
+                                    "labels": {LABEL_CAPI_CLUSTER_NAME: name}},
+                       "data": {"value": STANDARD.encode(value)}}),
+            )
+            .unwrap();
+    };
+    let proxied = |name: &str| {
+        let s = store.get(&res(kinds::SECRET), NS, &format!("{name}-kubeconfig"))?;
+        let kc: Value = yaml_serde::from_str(&secret_text(&s, "value")).unwrap();
+        (kc["clusters"][0]["cluster"]["proxy-url"] == url).then_some(())
+    };
+
+    // `indexed` is in the watchers' index before its kubeconfig appears; `late`'s objects are
+    // not, when its kubeconfig is seen.
+    seed_cluster("indexed");
+    until(
+        "the indexed cluster's OpenStackCluster in the index",
+        || async {
+            app.capi
+                .observer()
+                .openstack_cluster(NS, "indexed")
+                .map(|_| ())
+        },
+    )
+    .await;
+    seed_kubeconfig("late");
+    seed_kubeconfig("indexed");
+    // The keeper handles its Secret events in order: once the second has its proxy-url, the
+    // first was seen, while its cluster was unknown.
+    until("proxy-url in the indexed cluster's kubeconfig", || async {
+        proxied("indexed")
+    })
+    .await;
+    assert!(
+        proxied("late").is_none(),
+        "written without knowing whether the cluster is private"
+    );
+    seed_cluster("late");
+    until(
+        "proxy-url in the kubeconfig once its cluster is indexed",
+        || async { proxied("late") },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_management_cluster_routed_into_the_tenant_network_reaches_a_private_cluster_directly() {
     // No `[capi] api_proxy_url`: the management cluster has a leg in the tenant networks (the

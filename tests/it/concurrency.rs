@@ -357,3 +357,76 @@ async fn creates_racing_for_the_last_places_of_a_stored_quota_fill_it_exactly() 
     assert_quota_held(&answers, 1, 20);
     assert_eq!(clusters_of_alice(&t).await, 20);
 }
+
+/// The status writer drops the queued clusters it has nothing to write for (here another
+/// management cluster's) in one statement before it locks any row: a change of such a
+/// cluster's objects, whose row its own writer holds locked, does not hold up this management
+/// cluster's changes behind that lock.
+#[tokio::test]
+async fn a_change_is_not_held_behind_another_management_clusters_locked_row() {
+    use magnum_capi::simkube::Resource;
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let ct = template(t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let ours = t.cluster(&ALICE, "ours", &ct).await;
+    let theirs = t.cluster(&ALICE, "theirs", &ct).await;
+    t.wait_cluster(&ALICE, &ours, "CREATE_COMPLETE").await;
+    t.wait_cluster(&ALICE, &theirs, "CREATE_COMPLETE").await;
+    let pool = &t.state.pool;
+    let theirs_uuid = Uuid::parse_str(&theirs).unwrap();
+    sqlx::query("UPDATE cluster SET management_cluster = 'elsewhere' WHERE uuid = $1")
+        .bind(theirs_uuid)
+        .execute(pool)
+        .await
+        .unwrap();
+    // The other management cluster's writer holds its row while it concludes.
+    let mut their_writer = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM cluster WHERE uuid = $1 FOR UPDATE")
+        .bind(theirs_uuid)
+        .execute(&mut *their_writer)
+        .await
+        .unwrap();
+    // A worker Machine of each reports a new address: theirs first, then ours.
+    let machines = Resource::of("cluster.x-k8s.io/v1beta2", "Machine");
+    let readdress = |c: &str, ip: &str| {
+        let found = app
+            .sim
+            .store()
+            .list(
+                &machines,
+                None,
+                &format!("magnum.openstack.org/cluster-uuid={c},magnum.openstack.org/role=worker"),
+            )
+            .unwrap();
+        let m = found.first().expect("a worker Machine");
+        app.sim
+            .store()
+            .patch_status(
+                &machines,
+                m["metadata"]["namespace"].as_str().unwrap(),
+                m["metadata"]["name"].as_str().unwrap(),
+                &json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}),
+            )
+            .unwrap();
+    };
+    readdress(&theirs, "198.51.100.1");
+    // The writer is woken by theirs alone (it would lock theirs' row before ours changed).
+    until("their new address in the watchers' index", || async {
+        let seen = app.capi.observer().observed(theirs_uuid);
+        seen.machines
+            .iter()
+            .any(|m| m.pointer("/status/addresses/0/address") == Some(&json!("198.51.100.1")))
+            .then_some(())
+    })
+    .await;
+    readdress(&ours, "198.51.100.2");
+    until("our cluster's new address written", || async {
+        let r = t.get(&ALICE, &format!("/v1/clusters/{ours}")).await;
+        r.body["node_addresses"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "198.51.100.2"))
+            .then_some(())
+    })
+    .await;
+    their_writer.rollback().await.unwrap();
+}

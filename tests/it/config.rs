@@ -287,3 +287,46 @@ fn seal_keys_are_required_outside_dev_mode_and_read_from_a_file() {
         "{err}"
     );
 }
+
+/// The real binary loads a command's configuration once (the log format is taken from the same
+/// load as the command's settings): the configuration file and the seal key file it names are
+/// each opened once, as the kernel counts their opens (inotify).
+#[test]
+fn the_binary_loads_the_commands_configuration_once() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let dir = tempfile::tempdir().unwrap();
+    let seal = dir.path().join("seal.key");
+    std::fs::write(&seal, "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\n").unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("[log]\nformat = \"json\"\n[operations]\nseal_key_file = {seal:?}\n"),
+    )
+    .unwrap();
+    let opens = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
+    opens.add_watch(dir.path(), AddWatchFlags::IN_OPEN).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
+        .args(["migrate", "--config"])
+        .arg(&config)
+        .env_remove("MAGNUM_CAPI_CONFIG")
+        .env_remove("MAGNUM_CAPI__DATABASE__URL")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("[database] url is required"),
+        "the command did not get its configuration: {err}"
+    );
+    // The binary has exited: every open it made is queued (an empty queue ends the read).
+    let mut opened: Vec<String> = Vec::new();
+    while let Ok(events) = opens.read_events() {
+        opened.extend(
+            events
+                .into_iter()
+                .filter_map(|e| Some(e.name?.to_string_lossy().into_owned())),
+        );
+    }
+    opened.sort();
+    assert_eq!(opened, ["c.toml", "seal.key"], "each opened once");
+}
