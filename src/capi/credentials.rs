@@ -101,6 +101,16 @@ pub fn clouds_yaml_credential(secret: &Value) -> Option<(String, SecretString)> 
     ))
 }
 
+/// The Secret with cluster `c`'s `clouds.yaml`: ours (named after its CAPI cluster), or, for a
+/// cluster adopted from Magnum, its driver's. The one place that tells them apart, so that
+/// every reader (the commit, the renewal, the delete's clean-up) reads the same Secret.
+fn cluster_credentials_secret(c: &Cluster) -> String {
+    match &c.objects_at {
+        Some(at) => super::driver_credentials_secret(at),
+        None => credentials_secret_name(&name_of(c)),
+    }
+}
+
 fn decode_staged(secret: &Value) -> Result<Vec<Value>, CapiError> {
     secret_data(secret, "objects.json")
         .and_then(|text| serde_json::from_str(&text).ok())
@@ -236,16 +246,6 @@ impl Capi {
             .await
     }
 
-    /// The application credential in the cluster's live cloud-credentials Secret.
-    pub async fn live_credential(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<(String, SecretString)>, CapiError> {
-        self.secret_credential(ns, &credentials_secret_name(name))
-            .await
-    }
-
     /// The application credential in the `clouds.yaml` of Secret `ns`/`secret`.
     async fn secret_credential(
         &self,
@@ -260,22 +260,17 @@ impl Capi {
             .and_then(clouds_yaml_credential))
     }
 
-    /// The application credential in cluster `c`'s live Secret: ours, or its driver's when it
-    /// was adopted from Magnum.
+    /// The application credential in cluster `c`'s live Secret
+    /// ([`cluster_credentials_secret`]).
     pub async fn credential_of(
         &self,
         c: &Cluster,
     ) -> Result<Option<(String, SecretString)>, CapiError> {
-        match &c.objects_at {
-            Some(at) => {
-                let secret = super::driver_credentials_secret(at);
-                self.secret_credential(&at.namespace, &secret).await
-            }
-            None => {
-                self.live_credential(&namespace_of(&self.config, c), &name_of(c))
-                    .await
-            }
-        }
+        self.secret_credential(
+            &namespace_of(&self.config, c),
+            &cluster_credentials_secret(c),
+        )
+        .await
     }
 
     /// Deletes a credential this service created with its own credentials; a failure is
@@ -365,10 +360,7 @@ impl Capi {
                 CapiError::Invalid("the staged credential is gone; rotate again".into())
             })?;
             let objects = decode_staged(&staged)?;
-            let creds_name = match &c.objects_at {
-                Some(at) => super::driver_credentials_secret(at),
-                None => credentials_secret_name(&name),
-            };
+            let creds_name = cluster_credentials_secret(c);
             let creds = objects
                 .iter()
                 .find(|o| {
@@ -471,13 +463,13 @@ impl Capi {
         let (user_id, project_id) = owner;
         let live = match at {
             Some(at) => {
-                let secret = super::driver_credentials_secret(at);
-                self.secret_credential(&at.namespace, &secret).await?
+                self.secret_credential(&at.namespace, &super::driver_credentials_secret(at))
+                    .await?
             }
             None => {
                 let ns = super::namespace(&self.config.namespace_prefix, project_id);
-                self.live_credential(&ns, &cluster_name(stack_id, cluster))
-                    .await?
+                let name = credentials_secret_name(&cluster_name(stack_id, cluster));
+                self.secret_credential(&ns, &name).await?
             }
         };
         let refused = match live {
