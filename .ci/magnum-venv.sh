@@ -19,9 +19,13 @@ set -euo pipefail
 version="${1:?usage: magnum-venv.sh VERSION [--print-dir]}"
 shift
 case "$version" in
-  # The newest also serves its API under gunicorn for the load benchmark (benches/api_load.rs).
+  # The newest also serves its API under gunicorn for the load benchmark (benches/api_load.rs),
+  # with a driver for the bench's template (vm, ubuntu, kubernetes): the CAPI Helm driver from
+  # PyPI, as the environment notes measured Magnum's create (without a loaded driver every create
+  # is a 400). Changing a pin changes the cache directory's hash, so the venv is rebuilt.
   23.0.0) PINS='
-gunicorn==27.0.1' ;;
+gunicorn==27.0.1
+magnum-capi-helm==1.4.0' ;;
   19.0.1) PINS='' ;;
   17.0.2)
     PINS='
@@ -45,5 +49,9 @@ PyMySQL==1.1.2$PINS"
 
 # shellcheck source=.ci/venv-lib.sh
 . "$(dirname "$0")/venv-lib.sh"
-cached_venv "magnum-$version" "$REQUIREMENTS" 'magnum.db.sqlalchemy.models, pymysql' \
+case "$version" in
+  23.0.0) IMPORTS='magnum.db.sqlalchemy.models, pymysql, magnum_capi_helm.driver' ;;
+  *) IMPORTS='magnum.db.sqlalchemy.models, pymysql' ;;
+esac
+cached_venv "magnum-$version" "$REQUIREMENTS" "$IMPORTS" \
   magnum-db-manage -- "$@"

@@ -17,8 +17,11 @@
 //! Then `POST /v1/clusters` (latency of the 202) with 1 and with 20 reqwest connections in one
 //! project whose stored quota is 20, and with 20 connections in 20 such projects: each client
 //! removes the cluster it created (untimed, by SQL) before its next create, so its project stays
-//! within the quota; the real Magnum's create is measured the same way when its API accepts it
-//! (else the typed-in figure, labelled so). The closing table puts each figure beside Magnum 23's under the same method (gunicorn, 2
+//! within the quota. The real Magnum's create is measured the same way (same clients, same
+//! projects and quotas, same body; at least 10 s), its look-ups going to the same fake
+//! Glance/Nova/Neutron through the catalog in its requests' token info; its cast to the
+//! conductor goes to oslo.messaging's `fake://` transport and writes no row (see
+//! [`Recycle::Nothing`]). A create it refuses stops the bench with its status and body. The closing table puts each figure beside Magnum 23's under the same method (gunicorn, 2
 //! workers, same data, Keystone tokens cached; the performance issue's reference), with the
 //! ratio, the ceiling and our share of it.
 //!
@@ -206,8 +209,12 @@ enum Recycle {
     /// Our rows (the cluster, its nodegroups and its pending operation) deleted by SQL: the
     /// worker is off, and an API delete would only record a delete operation.
     Ours(sqlx::PgPool),
-    /// Nothing: Magnum's API casts the create to its conductor (none runs here), so it writes
-    /// no row that would count against the quota.
+    /// Nothing: Magnum's API writes no row. It casts the create to its conductor, which writes
+    /// the cluster; here the cast goes to oslo.messaging's `fake://` transport (a cast does not
+    /// wait for the conductor, so the 202 comes as soon as with RabbitMQ) and no conductor
+    /// consumes it, so nothing accumulates against Magnum's quota and there is nothing to
+    /// remove: its quota check counts the project's rows as they were when the run began, as
+    /// ours does between a create and its recycling.
     Nothing,
 }
 
@@ -323,51 +330,21 @@ fn report(name: &str, s: &Stats, body: usize) {
     );
 }
 
-/// Eleven labels, as a JSON object (the issue's data).
-fn eleven_labels() -> String {
-    labels_with(&[])
-}
-
-/// [`eleven_labels`] with some values replaced (in place: the keys keep their order).
-fn labels_with(changed: &[(&str, &str)]) -> String {
-    let mut m = serde_json::Map::new();
-    for (k, v) in [
-        ("kube_tag", "v1.30.4"),
-        ("auto_healing_enabled", "true"),
-        ("auto_scaling_enabled", "false"),
-        ("boot_volume_size", "40"),
-        ("boot_volume_type", "ssd"),
-        ("container_infra_prefix", "registry.example.org/capi/"),
-        ("cloud_provider_enabled", "true"),
-        ("keystone_auth_enabled", "true"),
-        ("master_lb_floating_ip_enabled", "false"),
-        ("monitoring_enabled", "false"),
-        ("os_distro", "ubuntu"),
-    ] {
-        m.insert(k.into(), v.into());
-    }
-    for (k, v) in changed {
-        m.insert((*k).into(), (*v).into());
-    }
-    serde_json::Value::Object(m).to_string()
-}
-
-/// The clusters' labels: the template's, `kube_tag` overridden (the detail views' label diffs
-/// are not empty).
-const CLUSTER_KUBE_TAG: (&str, &str) = ("kube_tag", "v1.31.1");
+use magnum::bench::{CLUSTER_KUBE_TAG, eleven_labels, labels_with};
 
 /// 50 templates in `project`; returns the first one's uuid.
 async fn seed_templates(pool: &sqlx::PgPool, project: &str) -> String {
     sqlx::query(
         "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id, master_flavor_id,
             keypair_id, external_network_id, network_driver, docker_volume_size, coe, labels, server_type, driver, dns_nameserver, public)
-         SELECT md5('template-' || g)::uuid, $1, 'bench-user', 'template-' || g, 'fedora-coreos-40', 'm1.small', 'm1.medium',
+         SELECT md5('template-' || g)::uuid, $1, 'bench-user', 'template-' || g, $3, 'm1.small', 'm1.medium',
             'default', 'public', 'calico', 20, 'kubernetes', $2::jsonb,
             'vm', 'k8s_capi_rust_v1', '8.8.8.8', true
            FROM generate_series(1, 50) g",
     )
     .bind(project)
     .bind(eleven_labels())
+    .bind(magnum::bench::IMAGE)
     .execute(pool)
     .await
     .expect("templates");
@@ -430,14 +407,17 @@ async fn seed_clusters(
     cl.to_string()
 }
 
-/// The real Magnum beside us: a database of Magnum 23's own schema on the import tests'
-/// MariaDB (tests/it/common/magnum.rs), filled with the rows [`seed_templates`] and
-/// [`seed_clusters`] write into ours (same names, labels, uuids and order), served by gunicorn
-/// with 2 workers as the issue measured it. `Err`: why it does not run here (the table then
-/// shows the typed-in figures, labelled so).
+/// The real Magnum beside us (tests/it/common/magnum.rs's `bench::start`, as
+/// tests/it/magnum_beside.rs starts it): Magnum 23's own schema on the import tests' MariaDB,
+/// filled with the rows [`seed_templates`] and [`seed_clusters`] write into ours (same names,
+/// labels, uuids and order), served by gunicorn with 2 workers as the issue measured it, with
+/// `catalog` (the fake cloud's Glance, Nova and Neutron, which our creates call too) in every
+/// request's token info. `Err`: why it does not run here (the table then shows the typed-in
+/// figures, labelled so).
 fn magnum_beside(
     project: &str,
     clusters: i64,
+    catalog: &[(&str, &str, String)],
 ) -> Result<(magnum::MagnumDb, magnum::MagnumApi), String> {
     if std::env::var("BENCH_MAGNUM").is_ok_and(|v| v == "0") {
         return Err("BENCH_MAGNUM=0".into());
@@ -445,50 +425,7 @@ fn magnum_beside(
     if !std::path::Path::new("/usr/sbin/mariadbd").exists() {
         return Err("no MariaDB (apt-get install mariadb-server)".into());
     }
-    let db = magnum::MagnumDb::try_create(magnum::NEWEST).map_err(|e| format!("{e:#}"))?;
-    seed_magnum(&db, project, clusters);
-    let api = db.serve().map_err(|e| format!("{e:#}"))?;
-    Ok((db, api))
-}
-
-/// [`seed_templates`] and [`seed_clusters`]`(0, clusters)` in Magnum's schema.
-fn seed_magnum(db: &magnum::MagnumDb, project: &str, clusters: i64) {
-    // A uuid as PostgreSQL's `md5(x)::uuid` writes it.
-    let uuid = |x: &str| {
-        format!(
-            "insert(insert(insert(insert(md5({x}), 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')"
-        )
-    };
-    let sql = format!(
-        "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id,
-            master_flavor_id, keypair_id, external_network_id, network_driver, docker_volume_size,
-            coe, labels, server_type, driver, dns_nameserver, public, created_at)
-         SELECT {tu}, '{project}', 'bench-user', concat('template-', seq), 'fedora-coreos-40',
-            'm1.small', 'm1.medium', 'default', 'public', 'calico', 20, 'kubernetes', '{labels}',
-            'vm', 'k8s_capi_rust_v1', '8.8.8.8', 1, UTC_TIMESTAMP() FROM seq_1_to_50 ORDER BY seq;
-         INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
-            docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
-            create_timeout, api_address, coe_version, created_at)
-         SELECT {cu}, '{project}', 'bench-user', concat('cluster-', seq), {t1}, 'default', 20,
-            '{cluster_labels}', 'm1.medium', 'm1.small', concat('c', md5(seq)), 'CREATE_COMPLETE',
-            60, 'https://192.0.2.1:6443', 'v1.31.1', UTC_TIMESTAMP()
-           FROM seq_1_to_{clusters} ORDER BY seq;
-         INSERT INTO nodegroup (uuid, name, cluster_id, project_id, labels, flavor_id, image_id,
-            node_addresses, node_count, role, is_default, status, created_at)
-         SELECT {nu}, r.name, c.uuid, c.project_id, c.labels, 'm1.small', 'ubuntu-jammy',
-            '[\"192.0.2.10\"]', 1, r.role, 1, 'CREATE_COMPLETE', UTC_TIMESTAMP()
-           FROM cluster c CROSS JOIN (SELECT 'default-master' AS name, 'master' AS role
-                                      UNION ALL SELECT 'default-worker', 'worker') r
-          ORDER BY c.id, r.role;
-         ANALYZE TABLE cluster, nodegroup, cluster_template;",
-        tu = uuid("concat('template-', seq)"),
-        cu = uuid("concat('cluster-', seq)"),
-        t1 = uuid("'template-1'"),
-        nu = uuid("concat('ng-', c.uuid, r.role)"),
-        labels = eleven_labels(),
-        cluster_labels = labels_with(&[CLUSTER_KUBE_TAG]),
-    );
-    db.sql(&sql);
+    magnum::bench::start(project, clusters, catalog).map_err(|e| format!("{e:#}"))
 }
 
 /// This process's resident set (the service; PostgreSQL is another process), in MiB.
@@ -621,14 +558,14 @@ fn main() {
         let pool = db::connect(&url, &cfg.database).await.expect("pool");
         db::migrate(&pool).await.expect("migrate");
         let mut headers = HeaderMap::new();
-        let mut _cloud = None;
+        // The fake Glance/Nova/Neutron (real wire format, TCP_NODELAY): with Keystone our
+        // creates' look-ups go there through the catalog; the real Magnum's always do.
+        let cloud = fakecloud::FakeCloud::start().await;
         let (project, auth) = match ks {
             Some(ks) => {
-                let cloud = fakecloud::FakeCloud::start().await;
                 ks.register_services(&cloud.catalog())
                     .await
                     .expect("catalog");
-                _cloud = Some(cloud);
                 cfg.keystone = ks.service_config();
                 let client = magnum_capi::openstack::Keystone::new(&cfg.keystone, &cfg.openstack)
                     .expect("keystone client");
@@ -649,7 +586,9 @@ fn main() {
         let template = seed_templates(&pool, &project).await;
         // The real Magnum beside us, on the same rows (started before our scale points: its
         // rows are the table's).
-        let magnum_run = tokio::task::block_in_place(|| magnum_beside(&project, TABLE_CLUSTERS));
+        let magnum_run = tokio::task::block_in_place(|| {
+            magnum_beside(&project, TABLE_CLUSTERS, &cloud.catalog())
+        });
         let magnum_bench = match &magnum_run {
             Ok((_, api)) => {
                 println!("the real Magnum 23.0.0 beside us: gunicorn, 2 sync workers, {}", api.url());
@@ -662,7 +601,13 @@ fn main() {
                     .default_headers(h.clone())
                     .build()
                     .expect("client");
-                Some((api.url(), Bench { client: Arc::new(client), headers: h, loadgen, secs }))
+                let mb = Bench { client: Arc::new(client), headers: h, loadgen, secs };
+                // Asked now, before any scenario: a create it refuses is a broken setup, shown
+                // with Magnum's answer rather than replaced by the typed-in figure.
+                if let Err(why) = magnum_create_probe(&mb, &api.url(), &magnum::bench::create_body(&template)).await {
+                    panic!("the real Magnum beside us refuses the bench's create: {why}");
+                }
+                Some((api.url(), mb))
             }
             Err(why) => {
                 println!("the real Magnum does not run here ({why}): its figures are the typed-in ones");
@@ -767,12 +712,15 @@ fn main() {
         // stays within the quota and every create's check counts the project's clusters. With
         // Keystone the token's project is the one holding the table's clusters: its quota is
         // those plus 20, and there is no second project.
-        let body = format!("{{\"cluster_template_id\": \"{template}\", \"node_count\": 1}}");
+        let body = magnum::bench::create_body(&template);
         let one = if with_keystone { project.clone() } else { "bench-create".to_string() };
         let many: Vec<String> = (0..CONCURRENCY).map(|i| format!("bench-create-{i}")).collect();
         for p in std::iter::once(&one).chain(&many) {
             let limit = if *p == project { TABLE_CLUSTERS as i32 + 20 } else { 20 };
             db::quotas::insert(&pool, p, "Cluster", limit).await.expect("quota");
+            if let Ok((mdb, _)) = &magnum_run {
+                magnum::bench::set_quota(mdb, p, limit);
+            }
         }
         let mut scenarios = vec![
             (1, "POST /v1/clusters (202), 1 client, one project", vec![one.clone()]),
@@ -780,13 +728,6 @@ fn main() {
         ];
         if !with_keystone {
             scenarios.push((CONCURRENCY, "POST /v1/clusters (202), 20 clients, 20 projects", many));
-        }
-        let magnum_creates = match &magnum_bench {
-            Some((murl, mb)) => magnum_create_probe(mb, murl, &body).await,
-            None => Err("it does not run here".to_string()),
-        };
-        if let Err(why) = &magnum_creates {
-            println!("the real Magnum's create is not measured ({why}): its figure is the typed-in one");
         }
         let mut posts = Vec::new();
         for (clients, label, projects) in scenarios {
@@ -797,14 +738,14 @@ fn main() {
             };
             let s = load(&client, &format!("{base}/v1/clusters"), clients, secs.min(5), Some(creates.clone())).await;
             report(label, &s, 0);
-            let magnum = match (&magnum_bench, &magnum_creates) {
-                (Some((murl, mb)), Ok(())) => {
+            let magnum = match &magnum_bench {
+                Some((murl, mb)) => {
                     let creates = Creates { recycle: Recycle::Nothing, ..creates };
                     let m = load(&mb.client, &format!("{murl}/v1/clusters"), clients, secs.max(10), Some(creates)).await;
                     report("  the real Magnum 23 beside us", &m, 0);
                     Some(m)
                 }
-                _ => None,
+                None => None,
             };
             posts.push((label, s, magnum));
         }

@@ -88,11 +88,15 @@ impl ViewCache {
         g
     }
 
-    /// The view for `key`: stored, or built by `build` and stored — once, while concurrent
-    /// callers of the same key wait for it. Without reuse (off, not listening) always built.
-    /// A failed build stores nothing and is the caller's error; whoever waited on it builds
-    /// on its own.
-    pub async fn get_or_build<E, F, Fut>(&self, key: &str, build: F) -> Result<Arc<View>, E>
+    /// The view for the key `key` makes: stored, or built by `build` and stored — once, while
+    /// concurrent callers of the same key wait for it. Without reuse (off, not listening)
+    /// always built, and no key is made. A failed build stores nothing and is the caller's
+    /// error; whoever waited on it builds on its own.
+    pub async fn get_or_build<E, F, Fut>(
+        &self,
+        key: impl FnOnce() -> String,
+        build: F,
+    ) -> Result<Arc<View>, E>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>), E>>,
@@ -104,7 +108,7 @@ impl ViewCache {
         let mut built = false;
         let mut failed = None;
         let found = entries
-            .optionally_get_with(format!("{generation} {key}"), async {
+            .optionally_get_with(format!("{generation} {}", key()), async {
                 built = true;
                 match build().await {
                     Ok(v) => Some(view(v)),
@@ -171,9 +175,10 @@ mod tests {
     use super::*;
 
     async fn read(c: &ViewCache, key: &str, body: &'static str) -> Bytes {
-        c.get_or_build(key, || async {
-            Ok::<_, ()>((Bytes::from_static(body.as_bytes()), None))
-        })
+        c.get_or_build(
+            || key.to_owned(),
+            || async { Ok::<_, ()>((Bytes::from_static(body.as_bytes()), None)) },
+        )
         .await
         .unwrap()
         .body
@@ -218,11 +223,14 @@ mod tests {
         for _ in 0..16 {
             let (c, builds) = (c.clone(), builds.clone());
             tasks.push(tokio::spawn(async move {
-                c.get_or_build("k", || async {
-                    builds.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    Ok::<_, ()>((Bytes::from_static(b"page"), None))
-                })
+                c.get_or_build(
+                    || "k".into(),
+                    || async {
+                        builds.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        Ok::<_, ()>((Bytes::from_static(b"page"), None))
+                    },
+                )
                 .await
                 .unwrap()
                 .body
@@ -234,10 +242,33 @@ mod tests {
         }
         assert_eq!(builds.load(Ordering::SeqCst), 1);
         let failed = c
-            .get_or_build("e", || async { Err::<(Bytes, Option<Owner>), _>("boom") })
+            .get_or_build(
+                || "e".into(),
+                || async { Err::<(Bytes, Option<Owner>), _>("boom") },
+            )
             .await;
         assert_eq!(failed.unwrap_err(), "boom");
         assert_eq!(read(&c, "e", "ok").await, "ok", "a failure is not stored");
+    }
+
+    #[tokio::test]
+    async fn a_key_is_made_only_when_views_are_reused() {
+        let made = std::cell::Cell::new(0);
+        let key = || {
+            made.set(made.get() + 1);
+            "k".to_string()
+        };
+        let build = || async { Ok::<_, ()>((Bytes::from_static(b"v"), None)) };
+        let off = ViewCache::new(0);
+        off.set_listening(true);
+        let deaf = ViewCache::new(1 << 20);
+        for c in [&off, &deaf] {
+            c.get_or_build(key, build).await.unwrap();
+        }
+        assert_eq!(made.get(), 0, "turned off, or not listening");
+        deaf.set_listening(true);
+        deaf.get_or_build(key, build).await.unwrap();
+        assert_eq!(made.get(), 1);
     }
 
     #[tokio::test]

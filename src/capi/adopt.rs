@@ -9,6 +9,8 @@
 //! ClusterClass, so its MachineDeployments carry `topology.cluster.x-k8s.io/deployment-name` =
 //! the nodegroup name and their replicas live in the Cluster's `spec.topology`.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -169,22 +171,39 @@ impl Capi {
             .collect();
         match at.driver {
             DriverFamily::CapiHelm => {
-                for ng in &sized {
-                    let sel = format!("{LABEL_NODEGROUP_UUID}={}", ng.uuid);
-                    let gvk = if ng.is_master() {
-                        kinds::CONTROL_PLANE
-                    } else {
-                        kinds::MACHINE_DEPLOYMENT
-                    };
+                // One LIST per kind for all the nodegroups it sizes, not one per nodegroup.
+                for (gvk, masters) in [
+                    (kinds::CONTROL_PLANE, true),
+                    (kinds::MACHINE_DEPLOYMENT, false),
+                ] {
+                    let counts: BTreeMap<String, i32> = sized
+                        .iter()
+                        .filter(|n| n.is_master() == masters)
+                        .map(|n| (n.uuid.to_string(), n.node_count))
+                        .collect();
+                    if counts.is_empty() {
+                        continue;
+                    }
+                    let uuids: Vec<&str> = counts.keys().map(String::as_str).collect();
+                    let sel = format!("{LABEL_NODEGROUP_UUID} in ({})", uuids.join(","));
                     for o in self.mgmt.list(gvk, ns, &sel).await? {
-                        let name = o.metadata.name.unwrap_or_default();
+                        let Some(&count) = o
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(LABEL_NODEGROUP_UUID))
+                            .and_then(|u| counts.get(u))
+                        else {
+                            continue;
+                        };
                         if o.data.pointer("/spec/replicas").and_then(Value::as_i64)
-                            != Some(i64::from(ng.node_count))
+                            != Some(i64::from(count))
                         {
+                            let name = o.metadata.name.unwrap_or_default();
                             self.mgmt
                                 .merge_patch(
                                     &ObjectRef::new(gvk, ns, &name),
-                                    &json!({"spec": {"replicas": ng.node_count}}),
+                                    &json!({"spec": {"replicas": count}}),
                                 )
                                 .await?;
                         }
@@ -192,23 +211,45 @@ impl Capi {
                 }
             }
             DriverFamily::ClusterApi => {
-                let r = ObjectRef::new(kinds::CLUSTER, ns, &at.name);
-                let Some(cluster) = self.mgmt.get_value(&r).await? else {
-                    return Err(CapiError::Stuck(format!(
-                        "the Cluster {ns}/{} is gone from the management cluster",
-                        at.name
-                    )));
-                };
                 let wanted: Vec<(&str, bool, i32)> = sized
                     .iter()
                     .map(|n| (n.name.as_str(), n.is_master(), n.node_count))
                     .collect();
-                let ops = topology_replicas_patch(&cluster, &wanted);
-                if !ops.is_empty() {
-                    self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
-                }
+                self.patch_adopted_cluster(at, |cluster| topology_replicas_patch(cluster, &wanted))
+                    .await?;
             }
             DriverFamily::Heat | DriverFamily::Unknown => {}
+        }
+        Ok(())
+    }
+
+    /// The adopted cluster's CAPI `Cluster` (it must be there).
+    pub(super) async fn adopted_cluster(
+        &self,
+        at: &ObjectsAt,
+    ) -> Result<(ObjectRef, Value), CapiError> {
+        let r = ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name);
+        match self.mgmt.get_value(&r).await? {
+            Some(v) => Ok((r, v)),
+            None => Err(CapiError::Stuck(format!(
+                "the Cluster {}/{} is gone from the management cluster",
+                at.namespace, at.name
+            ))),
+        }
+    }
+
+    /// Applies to the adopted cluster's CAPI `Cluster` the JSON patch `ops` makes of it as it
+    /// is now (nothing when `ops` makes none): a GET and at most one PATCH, the way every change
+    /// of a magnum-cluster-api topology (resize, nodegroup create, update, delete) is written.
+    pub(super) async fn patch_adopted_cluster(
+        &self,
+        at: &ObjectsAt,
+        ops: impl FnOnce(&Value) -> Vec<Value>,
+    ) -> Result<(), CapiError> {
+        let (r, cluster) = self.adopted_cluster(at).await?;
+        let ops = ops(&cluster);
+        if !ops.is_empty() {
+            self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
         }
         Ok(())
     }

@@ -228,12 +228,11 @@ impl Capi {
         };
         match at.driver {
             DriverFamily::ClusterApi => {
-                let (r, cluster) = self.adopted_cluster(at).await?;
-                let default = default_entry(&cluster, spec);
-                let entry = topology_entry(default.as_ref(), &worker);
-                if let Some(ops) = topology_add_patch(&cluster, entry) {
-                    self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
-                }
+                self.patch_adopted_cluster(at, |cluster| {
+                    let default = default_entry(cluster, spec);
+                    topology_add_patch(cluster, topology_entry(default.as_ref(), &worker))
+                })
+                .await?;
             }
             DriverFamily::CapiHelm => {
                 let ns = at.namespace.as_str();
@@ -265,11 +264,10 @@ impl Capi {
         }
         match at.driver {
             DriverFamily::ClusterApi => {
-                let (r, cluster) = self.adopted_cluster(at).await?;
-                let ops = topology_annotations_patch(&cluster, worker.name, &annotations);
-                if !ops.is_empty() {
-                    self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
-                }
+                self.patch_adopted_cluster(at, |cluster| {
+                    topology_annotations_patch(cluster, worker.name, &annotations)
+                })
+                .await?;
             }
             DriverFamily::CapiHelm => {
                 let ns = at.namespace.as_str();
@@ -315,11 +313,8 @@ impl Capi {
                 .unwrap_or_default();
             let mut sel = vec![format!("{LABEL_NODEGROUP_UUID}={ng}")];
             if at.driver == DriverFamily::ClusterApi {
-                let (r, cluster) = self.adopted_cluster(at).await?;
-                let ops = topology_remove_patch(&cluster, &name);
-                if !ops.is_empty() {
-                    self.mgmt.json_patch(&r, &Value::Array(ops)).await?;
-                }
+                self.patch_adopted_cluster(at, |cluster| topology_remove_patch(cluster, &name))
+                    .await?;
                 sel.push(format!(
                     "{LABEL_CAPI_CLUSTER_NAME}={},{LABEL_TOPOLOGY_DEPLOYMENT}={name}",
                     at.name
@@ -362,18 +357,6 @@ impl Capi {
             }
         }
         Ok(Outcome::NodegroupDeleted(ng))
-    }
-
-    /// The adopted cluster's CAPI `Cluster` (it must be there).
-    async fn adopted_cluster(&self, at: &ObjectsAt) -> Result<(ObjectRef, Value), CapiError> {
-        let r = ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name);
-        match self.mgmt.get_value(&r).await? {
-            Some(v) => Ok((r, v)),
-            None => Err(CapiError::Stuck(format!(
-                "the Cluster {}/{} is gone from the management cluster",
-                at.namespace, at.name
-            ))),
-        }
     }
 
     /// magnum-capi-helm's default worker: its MachineDeployment (the default worker
@@ -556,10 +539,11 @@ pub fn nodegroup_gone(o: &Observed, ng: Uuid, deployments: &[String]) -> bool {
         .any(|m| ours(m) || named(label(m, LABEL_DEPLOYMENT_NAME)))
 }
 
-/// The templates among `recorded` (kind, name) that nothing in `live` refers to any more.
+/// The templates among `recorded` (kind, name) that nothing in `live` refers to any more, each
+/// once, in order.
 pub fn unused_templates(recorded: &[(String, String)], live: &[Value]) -> Vec<(String, String)> {
     let used = referenced_templates(live);
-    let mut out: Vec<(String, String)> = recorded
+    recorded
         .iter()
         .filter(|(kind, name)| {
             !used.contains(&TemplateRef {
@@ -570,9 +554,7 @@ pub fn unused_templates(recorded: &[(String, String)], live: &[Value]) -> Vec<(S
         .cloned()
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 /// The cluster's default worker entry in a ClusterClass topology: the default worker
@@ -707,28 +689,26 @@ fn entry_index(cluster: &Value, name: &str) -> Option<usize> {
 }
 
 /// The JSON patch adding `entry` to the Cluster's topology workers (`add` at `/-`, or the list
-/// itself when there is none); `None` when an entry of that name is there already (a replay).
-pub fn topology_add_patch(cluster: &Value, entry: Value) -> Option<Vec<Value>> {
+/// itself when there is none); empty when an entry of that name is there already (a replay).
+pub fn topology_add_patch(cluster: &Value, entry: Value) -> Vec<Value> {
     let name = entry
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     if entry_index(cluster, name).is_some() {
-        return None;
+        return Vec::new();
     }
-    Some(
-        if cluster
-            .pointer(TOPOLOGY_ENTRIES)
-            .is_some_and(Value::is_array)
-        {
-            vec![json!({"op": "add", "path": format!("{TOPOLOGY_ENTRIES}/-"), "value": entry})]
-        } else if cluster.pointer("/spec/topology/workers").is_some() {
-            vec![json!({"op": "add", "path": TOPOLOGY_ENTRIES, "value": [entry]})]
-        } else {
-            vec![json!({"op": "add", "path": "/spec/topology/workers",
-                        "value": {"machineDeployments": [entry]}})]
-        },
-    )
+    if cluster
+        .pointer(TOPOLOGY_ENTRIES)
+        .is_some_and(Value::is_array)
+    {
+        vec![json!({"op": "add", "path": format!("{TOPOLOGY_ENTRIES}/-"), "value": entry})]
+    } else if cluster.pointer("/spec/topology/workers").is_some() {
+        vec![json!({"op": "add", "path": TOPOLOGY_ENTRIES, "value": [entry]})]
+    } else {
+        vec![json!({"op": "add", "path": "/spec/topology/workers",
+                    "value": {"machineDeployments": [entry]}})]
+    }
 }
 
 /// The JSON patch removing the topology entry `name` (its name tested first, so a concurrent
@@ -1043,13 +1023,16 @@ mod tests {
             {"class": "default-worker", "name": "gpu", "metadata": {"labels": {}}}]}}}});
         assert_eq!(
             topology_add_patch(&cluster, json!({"name": "new"})),
-            Some(vec![json!({"op": "add",
-                "path": "/spec/topology/workers/machineDeployments/-", "value": {"name": "new"}})])
+            vec![json!({"op": "add",
+                "path": "/spec/topology/workers/machineDeployments/-", "value": {"name": "new"}})]
         );
-        assert_eq!(topology_add_patch(&cluster, json!({"name": "gpu"})), None);
+        assert_eq!(
+            topology_add_patch(&cluster, json!({"name": "gpu"})),
+            Vec::<Value>::new()
+        );
         let bare = json!({"spec": {"topology": {"controlPlane": {}}}});
         assert_eq!(
-            topology_add_patch(&bare, json!({"name": "a"})).unwrap()[0]["path"],
+            topology_add_patch(&bare, json!({"name": "a"}))[0]["path"],
             "/spec/topology/workers"
         );
         assert_eq!(

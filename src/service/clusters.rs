@@ -258,7 +258,7 @@ pub async fn get_json(
     let scope = cluster_scope(caller, true);
     let admin = caller.is_admin();
     // Debug-quoted strings: no two requests can spell the same key.
-    let key = format!("cluster {scope:?} {admin} {base:?} {mv:?} {ident:?}");
+    let key = || format!("cluster {scope:?} {admin} {base:?} {mv:?} {ident:?}");
     let (body, owner) = super::cached_view(app, key, || async {
         let uuid = match parse_uuid(ident) {
             Some(u) => u,
@@ -326,7 +326,7 @@ pub async fn list_json(
     // The key is made of exactly what the page is built from.
     let scope = cluster_scope(caller, true);
     let admin = caller.is_admin();
-    let key = format!("clusters {scope:?} {admin} {detail} {base:?} {mv:?} {params:?}");
+    let key = || format!("clusters {scope:?} {admin} {detail} {base:?} {mv:?} {params:?}");
     super::cached_page(app, key, || {
         page(app, &scope, admin, mv, params, detail, base)
     })

@@ -35,22 +35,27 @@ use crate::domain::policy::{self, Caller, Target};
 use crate::domain::status::Status;
 use crate::view_cache::Owner;
 
-/// A response body: the view stored under `key` while the data under it is unchanged (see
-/// `view_cache`), else the one `build` makes, stored for the next request. The owner travels
-/// with the body, so the caller authorises a reuse exactly like the first read.
-pub async fn cached_view<F, Fut>(app: &App, key: String, build: F) -> Result<(Bytes, Option<Owner>)>
+/// A response body: the view stored under the key `key` makes (only when views are reused)
+/// while the data under it is unchanged (see `view_cache`), else the one `build` makes, stored
+/// for the next request. The owner travels with the body, so the caller authorises a reuse
+/// exactly like the first read.
+pub async fn cached_view<F, Fut>(
+    app: &App,
+    key: impl FnOnce() -> String,
+    build: F,
+) -> Result<(Bytes, Option<Owner>)>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>)>>,
 {
-    let v = app.views.get_or_build(&key, build).await?;
+    let v = app.views.get_or_build(key, build).await?;
     Ok((v.body.clone(), v.owner.clone()))
 }
 
-/// A list page: the serialised page stored under `key` (which names the collection, the
-/// caller's visibility and `params`), else the one `build` makes. Pages have no owner: their
-/// policy is checked before.
-pub async fn cached_page<F, Fut>(app: &App, key: String, build: F) -> Result<Bytes>
+/// A list page: the serialised page stored under the key `key` makes (which names the
+/// collection, the caller's visibility and `params`), else the one `build` makes. Pages have no
+/// owner: their policy is checked before.
+pub async fn cached_page<F, Fut>(app: &App, key: impl FnOnce() -> String, build: F) -> Result<Bytes>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<Bytes>>,
@@ -192,18 +197,33 @@ pub async fn driver_cluster(app: &App, c: &ClusterRow) -> Result<crate::domain::
 /// that changes a cluster calls it after its policy check. A state this binary does not know
 /// (written by a newer one) counts as read-only.
 pub async fn refuse_if_read_only(app: &App, c: &ClusterRow, action: &str) -> Result<()> {
-    use crate::domain::imported::{ImportState, adopted_refusal, refusal};
+    refuse_if_read_only_at(app, c, action).await.map(drop)
+}
+
+/// [`refuse_if_read_only`], then where an adopted cluster's driver left its objects (what
+/// [`driver_cluster`] sets; `None` for a cluster not imported), from the one read of its import
+/// record: for a use case that hands the backend the cluster after refusing.
+pub async fn refuse_if_read_only_at(
+    app: &App,
+    c: &ClusterRow,
+    action: &str,
+) -> Result<Option<crate::domain::spec::ObjectsAt>> {
+    use crate::domain::imported::{ImportState, adopted_refusal, objects_at, refusal};
     match crate::db::imports::of_cluster(&app.pool, c.uuid).await? {
         Some(i) if i.state() == Some(ImportState::Adopted) => {
             match adopted_refusal(&c.uuid.to_string(), &i.source_driver, action) {
                 Some(why) => Err(DomainError::BadRequest(why).into()),
-                None => Ok(()),
+                None => Ok(objects_at(
+                    &i.source_driver,
+                    i.stack_id.as_deref(),
+                    &c.project_id,
+                )),
             }
         }
         Some(i) => {
             Err(DomainError::BadRequest(refusal(&c.uuid.to_string(), &i.source_driver)).into())
         }
-        None => Ok(()),
+        None => Ok(None),
     }
 }
 

@@ -22,7 +22,7 @@ use crate::domain::listing::ListQuery;
 use crate::domain::nodegroup_rules as rules;
 use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller};
-use crate::domain::spec::Template;
+use crate::domain::spec::{ObjectsAt, Template};
 use crate::domain::status::Status;
 use crate::domain::{names, patch, schemas};
 use crate::openstack::UserSession;
@@ -117,7 +117,7 @@ pub async fn create(
     let b = schemas::NODEGROUP.parse_body(body)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:create", caller, Some(cluster_target(&c)))?;
-    super::refuse_if_read_only(app, &c, "nodegroup").await?;
+    let at = super::refuse_if_read_only_at(app, &c, "nodegroup").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     if c.api_address.is_none() {
         return Err(
@@ -191,7 +191,7 @@ pub async fn create(
             id: i64::MAX,
             ..ng.clone()
         });
-        validate(app, &c, t.clone(), &all, ng.uuid).await?;
+        validate(app, &c, at, t.clone(), &all, ng.uuid)?;
     }
     let op = nodegroup_op(&c, ng.uuid, OperationKind::NodegroupCreate, request_id);
     let (op, ng, name, ident) = (&op, &ng, &name, &c.uuid.to_string());
@@ -214,17 +214,19 @@ pub async fn create(
 }
 
 /// Whether the backend can build cluster `c` with `all` its nodegroups, `nodegroup` new or
-/// changed among them; for a cluster adopted from Magnum, whether that nodegroup can be written
-/// beside its driver's objects (nothing else of it is rendered here).
-async fn validate(
+/// changed among them; for a cluster adopted from Magnum (its driver's objects `at`, as
+/// [`super::refuse_if_read_only_at`] found them), whether that nodegroup can be written beside
+/// them (nothing else of it is rendered here).
+fn validate(
     app: &App,
     c: &ClusterRow,
+    at: Option<ObjectsAt>,
     t: tdb::TemplateRow,
     all: &[NodegroupRow],
     nodegroup: Uuid,
 ) -> Result<()> {
-    let (_, all) = crate::db::spec::cluster_and_nodegroups(c, all);
-    let cluster = super::driver_cluster(app, c).await?;
+    let (mut cluster, all) = crate::db::spec::cluster_and_nodegroups(c, all);
+    cluster.objects_at = at;
     if cluster.objects_at.is_some() {
         app.backend
             .validate_adopted_nodegroup(&cluster, &all, nodegroup)?;
@@ -254,7 +256,7 @@ pub async fn update(
     let ops = patch::parse(body, &schemas::NODEGROUP_PATCH)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
-    super::refuse_if_read_only(app, &c, "nodegroup").await?;
+    let at = super::refuse_if_read_only_at(app, &c, "nodegroup").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
     let doc = views::document(&views::nodegroup_full(&ng, &c.labels.0, ""));
@@ -284,7 +286,7 @@ pub async fn update(
         for n in all.iter_mut().filter(|n| n.uuid == updated.uuid) {
             n.clone_from(&updated);
         }
-        validate(app, &c, t, &all, updated.uuid).await?;
+        validate(app, &c, at, t, &all, updated.uuid)?;
     }
     let allowed = ng
         .status

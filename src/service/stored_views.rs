@@ -20,6 +20,7 @@ use uuid::Uuid;
 use super::views;
 use super::{Error, Result};
 use crate::app::App;
+use crate::db::DbResult;
 use crate::db::cluster_views::{self as cvdb, ViewHead};
 use crate::db::clusters::{self as cdb, ClusterWithNodes};
 use crate::db::template_views::{self as tvdb, TemplateHead};
@@ -46,9 +47,9 @@ pub struct Ask<'a> {
     pub admin: bool,
 }
 
-/// Offsets kept before a cluster's JSON ([`with_offsets`]): links (value), the stack key (quotes
-/// included), the end of the short form, `faults` (its comma included; empty when absent).
-/// The stored form of a cluster's view.
+/// The stored form of a cluster's view: its JSON after the offsets ([`with_offsets`]) of its
+/// links (value), the stack key (quotes included), the end of the short form and `faults` (its
+/// comma included; empty when absent).
 pub fn build(row: ClusterWithNodes) -> Result<Vec<u8>> {
     let view = views::cluster_aggregated(row, false, "", Version::new(1, 13));
     let json = serde_json::to_vec(&view)?;
@@ -187,42 +188,131 @@ fn write(
 }
 
 /// Writes the views of `heads` (a page or a show) in their order, separated by commas, as `ask`
-/// asks: the stored ones as they are, the others built from their rows in one statement and
-/// stored for the next reads. A cluster gone since its head was read is left out; returns how
-/// many were written.
+/// asks ([`write_heads`]); returns how many were written.
 pub async fn write_all(
     app: &App,
     out: &mut Vec<u8>,
     heads: Vec<ViewHead>,
     ask: Ask<'_>,
 ) -> Result<usize> {
+    let links = Links::new(ask.base)?;
+    write_heads::<Clusters>(app, out, &heads, |out, head, stored, built| {
+        // A view built now shows the placement read with its rows.
+        let placed = built.map_or(head.management_cluster.as_deref(), Option::as_deref);
+        write(out, stored, head.uuid, placed, ask, &links)
+    })
+    .await
+}
+
+/// A kind of stored view: how a page's views that are not stored are built from their rows
+/// and stored for the next reads.
+trait Kind {
+    /// A view's head on a page.
+    type Head;
+    /// What a view built from its rows brings besides its stored form.
+    type Extra;
+    /// The kind's name in a log line.
+    const WHAT: &'static str;
+    /// The head's uuid and its stored view (`None`: not built yet, or retired).
+    fn head(head: &Self::Head) -> (Uuid, Option<&[u8]>);
+    /// The views of `uuids` (those still there) built from their rows read in one statement.
+    async fn build_from_rows(app: &App, uuids: &[Uuid]) -> Result<Vec<Built<Self::Extra>>>;
+    /// Stores views built from rows read at their versions.
+    async fn store(app: &App, built: &[(Uuid, i64, Vec<u8>)]) -> DbResult<()>;
+}
+
+/// A view built from its rows: its uuid, what else it brings, the version of its stored view
+/// the rows were read at (`None`: no view row, nothing to store under), its stored form.
+type Built<X> = (Uuid, X, Option<i64>, Vec<u8>);
+
+/// Clusters' views (`db::cluster_views`); one built now brings its cluster's management
+/// cluster, which the stored form leaves out.
+struct Clusters;
+
+impl Kind for Clusters {
+    type Head = ViewHead;
+    type Extra = Option<String>;
+    const WHAT: &'static str = "cluster";
+
+    fn head(head: &ViewHead) -> (Uuid, Option<&[u8]>) {
+        (head.uuid, head.body.as_deref())
+    }
+
+    async fn build_from_rows(app: &App, uuids: &[Uuid]) -> Result<Vec<Built<Option<String>>>> {
+        cdb::with_nodes_by_uuids(&app.pool, uuids)
+            .await?
+            .into_iter()
+            .map(|mut row| {
+                // Not part of the stored view (an admin's, written per request).
+                let placed = row.cluster.management_cluster.take();
+                Ok((row.cluster.uuid, placed, row.view_version, build(row)?))
+            })
+            .collect()
+    }
+
+    async fn store(app: &App, built: &[(Uuid, i64, Vec<u8>)]) -> DbResult<()> {
+        cvdb::store(&app.pool, built).await
+    }
+}
+
+/// Templates' views (`db::template_views`).
+struct Templates;
+
+impl Kind for Templates {
+    type Head = TemplateHead;
+    type Extra = ();
+    const WHAT: &'static str = "template";
+
+    fn head(head: &TemplateHead) -> (Uuid, Option<&[u8]>) {
+        (head.uuid, head.body.as_deref())
+    }
+
+    async fn build_from_rows(app: &App, uuids: &[Uuid]) -> Result<Vec<Built<()>>> {
+        tvdb::by_uuids(&app.pool, uuids)
+            .await?
+            .into_iter()
+            .map(|t| Ok((t.row.uuid, (), t.view_version, build_template(t.row)?)))
+            .collect()
+    }
+
+    async fn store(app: &App, built: &[(Uuid, i64, Vec<u8>)]) -> DbResult<()> {
+        tvdb::store(&app.pool, built).await
+    }
+}
+
+/// Writes the views of `heads` in their order, separated by commas, each by `write_one` (with
+/// its stored form, and what a view built now brings): the stored ones as they are, the others
+/// built from their rows in one statement and stored for the next reads. A head whose row is
+/// gone since it was read is left out; returns how many were written.
+async fn write_heads<K: Kind>(
+    app: &App,
+    out: &mut Vec<u8>,
+    heads: &[K::Head],
+    mut write_one: impl FnMut(&mut Vec<u8>, &K::Head, &[u8], Option<&K::Extra>) -> Result<()>,
+) -> Result<usize> {
     let missing: Vec<Uuid> = heads
         .iter()
-        .filter(|h| h.body.is_none())
-        .map(|h| h.uuid)
+        .map(K::head)
+        .filter_map(|(uuid, body)| body.is_none().then_some(uuid))
         .collect();
     let mut built = HashMap::new();
     if !missing.is_empty() {
-        for mut row in cdb::with_nodes_by_uuids(&app.pool, &missing).await? {
-            let uuid = row.cluster.uuid;
-            // Not part of the stored view (an admin's, written per request).
-            let placed = row.cluster.management_cluster.take();
-            let version = row.view_version;
-            built.insert(uuid, (placed, version, build(row)?));
+        for (uuid, extra, version, body) in K::build_from_rows(app, &missing).await? {
+            built.insert(uuid, (extra, version, body));
         }
     }
-    let links = Links::new(ask.base)?;
     let mut written = 0;
-    for head in &heads {
-        let (stored, placed) = match (&head.body, built.get(&head.uuid)) {
-            (Some(body), _) => (body, head.management_cluster.as_deref()),
-            (None, Some((placed, _, body))) => (body, placed.as_deref()),
+    for head in heads {
+        let (uuid, body) = K::head(head);
+        let (stored, extra) = match (body, built.get(&uuid)) {
+            (Some(body), _) => (body, None),
+            (None, Some((extra, _, body))) => (body.as_slice(), Some(extra)),
             (None, None) => continue,
         };
         if written > 0 {
             out.push(b',');
         }
-        write(out, stored, head.uuid, placed, ask, &links)?;
+        write_one(out, head, stored, extra)?;
         written += 1;
     }
     let store: Vec<_> = built
@@ -232,8 +322,8 @@ pub async fn write_all(
     if !store.is_empty() {
         // Only a cache of what was just built from the rows: a failure costs the next read a
         // build, not this answer.
-        if let Err(e) = cvdb::store(&app.pool, &store).await {
-            tracing::warn!(error = %e, "storing cluster views failed");
+        if let Err(e) = K::store(app, &store).await {
+            tracing::warn!(error = %e, "storing {} views failed", K::WHAT);
         }
     }
     Ok(written)
@@ -254,53 +344,21 @@ pub fn build_template(row: TemplateRow) -> Result<Vec<u8>> {
 }
 
 /// Writes the views of the templates `heads` in their order, separated by commas, with
-/// `links`: the stored ones as they are, the others built from their rows in one statement and
-/// stored for the next reads. A template gone since its head was read is left out.
+/// `links` ([`write_heads`]).
 pub async fn write_templates(
     app: &App,
     out: &mut Vec<u8>,
     heads: Vec<TemplateHead>,
     links: &Links,
 ) -> Result<()> {
-    let missing: Vec<Uuid> = heads
-        .iter()
-        .filter(|h| h.body.is_none())
-        .map(|h| h.uuid)
-        .collect();
-    let mut built = HashMap::new();
-    if !missing.is_empty() {
-        for t in tvdb::by_uuids(&app.pool, &missing).await? {
-            built.insert(t.row.uuid, (t.view_version, build_template(t.row)?));
-        }
-    }
-    let mut first = true;
-    for head in &heads {
-        let Some(stored) = head
-            .body
-            .as_ref()
-            .or_else(|| built.get(&head.uuid).map(|b| &b.1))
-        else {
-            continue;
-        };
-        if !first {
-            out.push(b',');
-        }
-        first = false;
+    write_heads::<Templates>(app, out, &heads, |out, head, stored, _| {
         let ([links_start, links_end], json) = offsets::<2>(stored)?;
         out.extend_from_slice(&json[..links_start]);
         links.write(out, "clustertemplates", head.uuid);
         out.extend_from_slice(&json[links_end..]);
-    }
-    let store: Vec<_> = built
-        .into_iter()
-        .filter_map(|(uuid, (version, body))| Some((uuid, version?, body)))
-        .collect();
-    if !store.is_empty() {
-        // As for clusters: a failure costs the next read a build, not this answer.
-        if let Err(e) = tvdb::store(&app.pool, &store).await {
-            tracing::warn!(error = %e, "storing template views failed");
-        }
-    }
+        Ok(())
+    })
+    .await?;
     Ok(())
 }
 

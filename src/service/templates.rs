@@ -274,7 +274,7 @@ pub async fn list_json(
 ) -> Result<bytes::Bytes> {
     authorize_list(caller, detail)?;
     let vis = template_visibility(caller);
-    let key = format!("templates {vis:?} {detail} {base:?} {params:?}");
+    let key = || format!("templates {vis:?} {detail} {base:?} {params:?}");
     super::cached_page(app, key, || page(app, &vis, params, detail, base)).await
 }
 

@@ -109,11 +109,9 @@ fn object(sim: &SimCluster, av: &str, kind: &str, ns: &str, name: &str) -> Optio
         .map(|v| (*v).clone())
 }
 
-/// A running cluster of `driver` (`stack`), imported first where its objects are not (read-only,
-/// saying so), then adopted, its status and health from those objects: the service, the
-/// cluster's uuid and namespace, and its Machines and rolling specs before adoption.
+/// A running cluster of `driver`, adopted ([`adopted_on`]): its uuid and namespace, its CA, and
+/// its Machines and rolling specs before adoption.
 struct Adopted {
-    app: crate::common::capi::CapiApp,
     c: String,
     ns: String,
     ca: pki::KeyPairPem,
@@ -121,43 +119,72 @@ struct Adopted {
     specs: BTreeMap<String, Value>,
 }
 
-async fn adopted(driver: Driver, stack: &str) -> Adopted {
-    let app = capi_app_on(None, None, false, |_| {}).await;
-    let t = &app.t;
-    let sim = &app.sim;
-    let c = cluster_uuid(1);
-    let ns = driver.namespace(TENANT.project);
+/// Loads `driver`'s objects of cluster `n` (`stack`) of `who` into `app`'s management cluster,
+/// waits for its machines, imports it on the management cluster that has them (adopted) and
+/// waits for its version and health from those objects (read from PostgreSQL, so it serves an
+/// app authenticating by Keystone tokens as well as one by headers).
+async fn adopted_on(app: &CapiApp, driver: Driver, n: u32, stack: &str, who: &As) -> Adopted {
+    let (t, sim) = (&app.t, &app.sim);
+    let c = cluster_uuid(n);
+    let ns = driver.namespace(who.project);
     let ca = pki::generate_ca("kubernetes").unwrap();
-    load_driver_objects(sim, driver, &c, stack, TENANT.project, &ca);
+    load_driver_objects(sim, driver, &c, stack, who.project, &ca);
     until("the driver's cluster to run", || async {
         running(sim, &ns, stack, 2).then_some(())
     })
     .await;
     let machines_before = machines(sim, &ns, stack);
     let specs_before = rolling_specs(sim, &ns);
-
-    // An import that does not find the objects leaves it read-only, saying so.
-    let (_, found) = import_with(t, &[], 1, driver, stack, &TENANT).await;
-    assert!(found.is_empty());
-    let r = t.delete(&TENANT, &format!("/v1/clusters/{c}")).await;
-    assert_magnum_error(&r, 400, &refusal(&c, driver.entry_point()));
-
-    // The next one, on the management cluster that has them, adopts it.
-    let (_, found) = import_with(
-        t,
-        std::slice::from_ref(&app.capi),
-        1,
-        driver,
-        stack,
-        &TENANT,
-    )
-    .await;
+    let (_, found) = import_with(t, std::slice::from_ref(&app.capi), n, driver, stack, who).await;
     assert_eq!(found.len(), 1, "{driver:?}");
     let imported = magnum_capi::db::imports::of_cluster(&t.state.pool, c.parse().unwrap())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(imported.state(), Some(ImportState::Adopted));
+    until(
+        "the adopted cluster's version and health from the driver's objects",
+        || async {
+            let (version, health): (Option<String>, Option<String>) = sqlx::query_as(
+                "SELECT coe_version, health_status FROM cluster WHERE uuid = $1::uuid",
+            )
+            .bind(&c)
+            .fetch_one(&t.state.pool)
+            .await
+            .ok()?;
+            (version.as_deref() == Some("v1.31.4") && health.as_deref() == Some("HEALTHY"))
+                .then_some(())
+        },
+    )
+    .await;
+    Adopted {
+        c,
+        ns,
+        ca,
+        machines: machines_before,
+        specs: specs_before,
+    }
+}
+
+async fn adoption_of(driver: Driver, stack: &str) {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let sim = &app.sim;
+    let c = cluster_uuid(1);
+
+    // An import that does not find the objects leaves it read-only, saying so; the next one,
+    // on the management cluster that has them, adopts it.
+    let (_, found) = import_with(t, &[], 1, driver, stack, &TENANT).await;
+    assert!(found.is_empty());
+    let r = t.delete(&TENANT, &format!("/v1/clusters/{c}")).await;
+    assert_magnum_error(&r, 400, &refusal(&c, driver.entry_point()));
+    let Adopted {
+        c,
+        ns,
+        ca,
+        machines: machines_before,
+        specs: specs_before,
+    } = adopted_on(&app, driver, 1, stack, &TENANT).await;
 
     // Status and health come from the driver's objects at once.
     let shown = until("health from the driver's objects", || async {
@@ -175,27 +202,6 @@ async fn adopted(driver: Driver, stack: &str) -> Adopted {
         shown["api_address"], "https://203.0.113.7:6443",
         "the API address is the one the Cluster reports: {shown}"
     );
-    Adopted {
-        app,
-        c,
-        ns,
-        ca,
-        machines: machines_before,
-        specs: specs_before,
-    }
-}
-
-async fn adoption_of(driver: Driver, stack: &str) {
-    let Adopted {
-        app,
-        c,
-        ns,
-        ca,
-        machines: machines_before,
-        specs: specs_before,
-    } = adopted(driver, stack).await;
-    let t = &app.t;
-    let sim = &app.sim;
 
     // Adoption replaced no machine and changed no spec that rolls machines.
     assert_eq!(machines(sim, &ns, stack), machines_before, "{driver:?}");
@@ -591,8 +597,9 @@ fn autoscaler_annotations(sim: &SimCluster, driver: Driver, stack: &str, name: &
 }
 
 async fn nodegroups_on(driver: Driver, stack: &str) {
-    let a = adopted(driver, stack).await;
-    let (t, sim, c, ns) = (&a.app.t, &a.app.sim, &a.c, &a.ns);
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let a = adopted_on(&app, driver, 1, stack, &TENANT).await;
+    let (t, sim, c, ns) = (&app.t, &app.sim, &a.c, &a.ns);
     let ngs = format!("/v1/clusters/{c}/nodegroups");
 
     // Names the driver's objects cannot carry are refused, as are node labels it never writes.
@@ -850,43 +857,6 @@ async fn a_nodegroup_is_added_resized_updated_and_deleted_on_a_cluster_magnum_cl
     nodegroups_on(Driver::ClusterApi, "kube-x7k2p").await;
 }
 
-/// Loads `driver`'s objects of cluster `n` (`stack`) of `who`, waits for its machines, imports
-/// it on the management cluster that has them (adopted) and waits for its health; its uuid and
-/// namespace.
-async fn adopted_on(
-    app: &CapiApp,
-    driver: Driver,
-    n: u32,
-    stack: &str,
-    who: &As,
-) -> (String, String) {
-    let (t, sim) = (&app.t, &app.sim);
-    let c = cluster_uuid(n);
-    let ns = driver.namespace(who.project);
-    let ca = pki::generate_ca("kubernetes").unwrap();
-    load_driver_objects(sim, driver, &c, stack, who.project, &ca);
-    until("the driver's cluster to run", || async {
-        running(sim, &ns, stack, 2).then_some(())
-    })
-    .await;
-    let (_, found) = import_with(t, std::slice::from_ref(&app.capi), n, driver, stack, who).await;
-    assert_eq!(found.len(), 1, "{driver:?}");
-    until(
-        "the adopted cluster's version from the driver's objects",
-        || async {
-            let db: Option<String> =
-                sqlx::query_scalar("SELECT coe_version FROM cluster WHERE uuid = $1::uuid")
-                    .bind(&c)
-                    .fetch_one(&t.state.pool)
-                    .await
-                    .ok()?;
-            (db.as_deref() == Some("v1.31.4")).then_some(())
-        },
-    )
-    .await;
-    (c, ns)
-}
-
 /// A template of `who` on `image` with `kube_tag`; its uuid.
 async fn template_of(t: &TestApp, who: &As, name: &str, image: &str, kube_tag: &str) -> String {
     let r = t
@@ -905,7 +875,7 @@ async fn template_of(t: &TestApp, who: &As, name: &str, image: &str, kube_tag: &
 async fn upgrade_of(driver: Driver, stack: &str) {
     let app = capi_app_on(None, None, false, |_| {}).await;
     let (t, sim) = (&app.t, &app.sim);
-    let (c, ns) = adopted_on(&app, driver, 1, stack, &TENANT).await;
+    let Adopted { c, ns, .. } = adopted_on(&app, driver, 1, stack, &TENANT).await;
     let machines_before = machines(sim, &ns, stack);
     let image = "ubuntu-2204-kube-v1.32.1";
 
@@ -1139,7 +1109,7 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
         roles: "member",
     };
     let stack = stacks[0];
-    let (c, ns) = adopted_on(&app, driver, 1, stack, &who).await;
+    let Adopted { c, ns, .. } = adopted_on(&app, driver, 1, stack, &who).await;
     let (secret_name, cred_name) = drivers_names(driver, stack, &c);
     let (old_id, old_secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
     with_credential(sim, &ns, &secret_name, (&old_id, &old_secret));
@@ -1334,7 +1304,7 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     // An adopted cluster never rotated here: its delete deletes the driver's credential, and
     // leaves alone another credential of its owner's.
     let stack = stacks[1];
-    let (c2, _) = adopted_on(&app, driver, 2, stack, &who).await;
+    let Adopted { c: c2, .. } = adopted_on(&app, driver, 2, stack, &who).await;
     let (secret_name, cred_name) = drivers_names(driver, stack, &c2);
     let (id, secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
     let (other, _) = app_credential(&owner_id, &owner_token, "the-owners-own").await;

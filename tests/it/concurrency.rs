@@ -208,7 +208,6 @@ async fn concurrent_changes_of_one_cluster_are_answered_as_magnum_would() {
     );
 }
 
-/// The constraints the service maps to Magnum's errors by name exist under those names.
 /// The status writer asks for the next in-progress deadline after every pass: with 10,000
 /// clusters that reads the clusters in progress through an index, not every cluster's row.
 #[tokio::test]
@@ -245,6 +244,7 @@ async fn the_status_writers_next_deadline_reads_only_the_clusters_in_progress() 
     assert!(plan.contains("cluster_in_progress"), "{plan}");
 }
 
+/// The constraints the service maps to Magnum's errors by name exist under those names.
 #[tokio::test]
 async fn every_mapped_constraint_exists_in_the_schema() {
     let t = app().await;

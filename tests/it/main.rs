@@ -42,6 +42,7 @@ mod keystone_auth;
 mod keystone_harness;
 mod layers;
 mod listener;
+mod magnum_beside;
 mod management_clusters;
 mod mgmt_cost;
 mod openapi;

@@ -40,6 +40,26 @@ async fn bytes(t: &TestApp, who: &As, path: &str, v: &str) -> Vec<u8> {
         .to_vec()
 }
 
+/// Asserts that `who` asking for `path` at microversion `v` gets `want` as serde writes it, byte
+/// for byte (`what`: the case, for the failure message).
+async fn assert_answers(
+    t: &TestApp,
+    who: &As,
+    path: &str,
+    v: &str,
+    want: &impl serde::Serialize,
+    what: &str,
+) {
+    let got = bytes(t, who, path, v).await;
+    let want = serde_json::to_vec(want).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want),
+        "{what} {path} at {v} as {}",
+        who.user
+    );
+}
+
 const BASE: &str = "http://127.0.0.1:9511";
 
 fn version(v: &str) -> Version {
@@ -122,15 +142,9 @@ async fn stored_views_answer_byte_for_byte_as_views_built_from_the_rows() {
                 let admin = who.roles.contains("admin");
                 for u in &uuids {
                     let row = cluster_rows(&t, u.parse().unwrap()).await;
-                    let want = serde_json::to_vec(&views::cluster_aggregated(row, admin, BASE, mv))
-                        .unwrap();
-                    let got = bytes(&t, who, &format!("/v1/clusters/{u}"), v).await;
-                    assert_eq!(
-                        String::from_utf8_lossy(&got),
-                        String::from_utf8_lossy(&want),
-                        "{round} show of {u} at {v} as {}",
-                        who.user
-                    );
+                    let want = views::cluster_aggregated(row, admin, BASE, mv);
+                    let path = format!("/v1/clusters/{u}");
+                    assert_answers(&t, who, &path, v, &want, round).await;
                 }
                 for (query, order) in [
                     ("", "id"),
@@ -155,23 +169,17 @@ async fn stored_views_answer_byte_for_byte_as_views_built_from_the_rows() {
                             let row = cluster_rows(&t, *u).await;
                             clusters.push(views::cluster_entry(row, detail, admin, BASE, mv));
                         }
-                        let want = serde_json::to_vec(&views::ClusterList {
+                        let want = views::ClusterList {
                             clusters,
                             next: None,
-                        })
-                        .unwrap();
+                        };
                         let path = if detail {
                             "/v1/clusters/detail"
                         } else {
                             "/v1/clusters"
                         };
-                        let got = bytes(&t, who, &format!("{path}{query}"), v).await;
-                        assert_eq!(
-                            String::from_utf8_lossy(&got),
-                            String::from_utf8_lossy(&want),
-                            "{round} {path}{query} at {v} as {}",
-                            who.user
-                        );
+                        let path = format!("{path}{query}");
+                        assert_answers(&t, who, &path, v, &want, round).await;
                     }
                 }
             }
@@ -264,6 +272,87 @@ async fn a_view_built_from_rows_older_than_a_change_is_not_stored() {
         .await
         .unwrap();
     assert_eq!(stored(&t).await, 1, "stored at the version it was read at");
+}
+
+/// A view is retired once per writing transaction: the create's one statement takes one version
+/// for its cluster's view (the nodegroups it inserts do not retire the row the cluster's insert
+/// just made), more writes in one transaction leave the version its first write set (but retire
+/// a body the transaction stored meanwhile), and a write in a later transaction moves it again.
+#[tokio::test]
+async fn a_view_is_retired_once_per_writing_transaction() {
+    let t = app().await;
+    let tpl = t.template(&ALICE, "tpl").await;
+    let before = t.sql_i64("SELECT nextval('cluster_view_version')").await;
+    let c = t.cluster(&ALICE, "c", &tpl).await;
+    let version = format!("SELECT version FROM cluster_view WHERE cluster_uuid = '{c}'");
+    assert_eq!(
+        t.sql_i64(&version).await,
+        before + 1,
+        "the create took one version"
+    );
+    let mut tx = t.state.pool.begin().await.unwrap();
+    let mut versions = Vec::new();
+    for sql in [
+        format!("UPDATE nodegroup SET status = 'UPDATE_IN_PROGRESS' WHERE cluster_id = '{c}'"),
+        format!("UPDATE cluster SET status = 'UPDATE_IN_PROGRESS' WHERE uuid = '{c}'"),
+        format!("UPDATE nodegroup SET node_count = 3 WHERE cluster_id = '{c}' AND role = 'worker'"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let (v,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(version.clone()))
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        versions.push(v);
+    }
+    assert!(
+        versions[0] > before + 1,
+        "the first write retired it: {versions:?}"
+    );
+    assert!(
+        versions.iter().all(|&v| v == versions[0]),
+        "later writes of the transaction left it: {versions:?}"
+    );
+    // A body the transaction stores for itself does not outlive its next write (of a nodegroup
+    // or of the cluster).
+    let mut v = versions[0];
+    for write in [
+        format!("UPDATE nodegroup SET node_count = 5 WHERE cluster_id = '{c}' AND role = 'worker'"),
+        format!("UPDATE cluster SET status = 'UPDATE_FAILED' WHERE uuid = '{c}'"),
+    ] {
+        for sql in [
+            format!("UPDATE cluster_view SET body = '\\x00' WHERE cluster_uuid = '{c}'"),
+            write.clone(),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        let (now, body): (i64, Option<Vec<u8>>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT version, body FROM cluster_view WHERE cluster_uuid = '{c}'"
+        )))
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(
+            body, None,
+            "{write}: a body stored in the transaction is retired"
+        );
+        assert!(now > v, "{write}: and its version moved");
+        v = now;
+    }
+    tx.commit().await.unwrap();
+    t.write_sql(&format!(
+        "UPDATE nodegroup SET node_count = 4 WHERE cluster_id = '{c}' AND role = 'worker'"
+    ))
+    .await;
+    assert!(
+        t.sql_i64(&version).await > v,
+        "a later transaction moved it"
+    );
 }
 
 #[tokio::test]
@@ -393,18 +482,12 @@ async fn stored_template_views_answer_byte_for_byte_as_views_built_from_the_rows
                                 order[1]
                             )
                         });
-                        let want = serde_json::to_vec(&views::ClusterTemplateList {
+                        let want = views::ClusterTemplateList {
                             clustertemplates: rows,
                             next,
-                        })
-                        .unwrap();
-                        let got = bytes(&t, who, &format!("{path}{query}"), v).await;
-                        assert_eq!(
-                            String::from_utf8_lossy(&got),
-                            String::from_utf8_lossy(&want),
-                            "{round} {path}{query} at {v} as {}",
-                            who.user
-                        );
+                        };
+                        let path = format!("{path}{query}");
+                        assert_answers(&t, who, &path, v, &want, round).await;
                     }
                 }
             }

@@ -332,18 +332,25 @@ impl MagnumDb {
 
     /// Magnum's API on this database over HTTP, as the performance figures measure it:
     /// gunicorn with 2 sync workers (magnum_wsgi.py: Magnum's controllers, objects and policy,
-    /// identity from the X-Project-Id/X-User-Id/X-Roles headers). The newest release only (its
-    /// venv has gunicorn).
-    pub fn serve(&self) -> Result<MagnumApi> {
+    /// identity from the X-Project-Id/X-User-Id/X-Roles headers). `catalog` (`(service type,
+    /// name, URL)`, e.g. [`super::fakecloud::FakeCloud::catalog`]) is the service catalog every
+    /// request's context carries, as keystonemiddleware's `keystone.token_info` would: Magnum's
+    /// create looks its image, flavors, keypair and network up there. The newest release only
+    /// (its venv has gunicorn and a driver).
+    pub fn serve(&self, catalog: &[(&str, &str, String)]) -> Result<MagnumApi> {
         let port = super::keystone::free_port()?;
         let dir = mariadb().dir.join(format!("{}-api", self.name));
         std::fs::create_dir_all(&dir)?;
+        let catalog = serde_json::to_string(catalog)?;
         let child = super::keystone::gunicorn(&super::keystone::Gunicorn {
             venv: &self.venv,
             dir: &dir,
             pythonpath: &repo().join("tests/it/magnum"),
             app: "magnum_wsgi:application",
-            env: &[("MAGNUM_CAPI_MAGNUM_CONF", self.conf.as_os_str())],
+            env: &[
+                ("MAGNUM_CAPI_MAGNUM_CONF", self.conf.as_os_str()),
+                ("MAGNUM_CAPI_MAGNUM_CATALOG", catalog.as_ref()),
+            ],
             port,
             ready_path: "/v1",
             what: "Magnum's API",
@@ -379,5 +386,128 @@ impl Drop for MagnumApi {
         if let Some(child) = self.child.take() {
             super::keystone::kill_group(child);
         }
+    }
+}
+
+/// The load benchmark's data (benches/api_load.rs), loaded into ours and into the real Magnum
+/// beside us, and what it starts: kept here so tests/it/magnum_beside.rs starts Magnum exactly
+/// as the bench does.
+pub mod bench {
+    use super::{MagnumApi, MagnumDb, NEWEST, Result};
+
+    /// The templates' image: the fake cloud's Ubuntu image (`os_distro` ubuntu, `kube_version`
+    /// v1.30.4), which Magnum's create looks up in Glance and its driver needs.
+    pub const IMAGE: &str = super::super::fakecloud::IMAGE_UBUNTU_KUBE;
+    /// The cluster distro Magnum stores on a template from its image's `os_distro` (seeded by
+    /// SQL here, so written as its template create would).
+    pub const CLUSTER_DISTRO: &str = "ubuntu";
+    /// Magnum's driver for (vm, ubuntu, kubernetes): magnum-capi-helm's entry point.
+    pub const MAGNUM_DRIVER: &str = "k8s_capi_helm_v1";
+    /// The clusters' labels: the template's, `kube_tag` overridden (the detail views' label
+    /// diffs are not empty).
+    pub const CLUSTER_KUBE_TAG: (&str, &str) = ("kube_tag", "v1.31.1");
+
+    /// Eleven labels, as a JSON object (the performance issue's data; `kube_tag` is the one
+    /// the CAPI drivers require).
+    pub fn eleven_labels() -> String {
+        labels_with(&[])
+    }
+
+    /// [`eleven_labels`] with some values replaced (in place: the keys keep their order).
+    pub fn labels_with(changed: &[(&str, &str)]) -> String {
+        let mut m = serde_json::Map::new();
+        for (k, v) in [
+            ("kube_tag", "v1.30.4"),
+            ("auto_healing_enabled", "true"),
+            ("auto_scaling_enabled", "false"),
+            ("boot_volume_size", "40"),
+            ("boot_volume_type", "ssd"),
+            ("container_infra_prefix", "registry.example.org/capi/"),
+            ("cloud_provider_enabled", "true"),
+            ("keystone_auth_enabled", "true"),
+            ("master_lb_floating_ip_enabled", "false"),
+            ("monitoring_enabled", "false"),
+            ("os_distro", "ubuntu"),
+        ] {
+            m.insert(k.into(), v.into());
+        }
+        for (k, v) in changed {
+            m.insert((*k).into(), (*v).into());
+        }
+        serde_json::Value::Object(m).to_string()
+    }
+
+    /// The body of the bench's creates (`POST /v1/clusters`), in ours and in Magnum.
+    pub fn create_body(template: &str) -> String {
+        format!("{{\"cluster_template_id\": \"{template}\", \"node_count\": 1}}")
+    }
+
+    /// The real Magnum beside us: a database of Magnum 23's own schema filled with the rows the
+    /// bench writes into ours ([`seed`]), served by gunicorn with 2 workers and `catalog` (the
+    /// fake cloud's Glance, Nova and Neutron) in every request's token info.
+    pub fn start(
+        project: &str,
+        clusters: i64,
+        catalog: &[(&str, &str, String)],
+    ) -> Result<(MagnumDb, MagnumApi)> {
+        let db = MagnumDb::try_create(NEWEST)?;
+        seed(&db, project, clusters);
+        let api = db.serve(catalog)?;
+        Ok((db, api))
+    }
+
+    /// 50 public templates and clusters 1..=`clusters` (2 nodegroups each) in `project`, as the
+    /// bench's `seed_templates` and `seed_clusters` write them into ours: same names, labels,
+    /// uuids and order. What Magnum's template create would have stored beside them is set as
+    /// it would: `hidden` false (its look-up of a public template reads `hidden = 0`; NULL
+    /// hides it from every other project), the image's `cluster_distro`, its driver.
+    pub fn seed(db: &MagnumDb, project: &str, clusters: i64) {
+        // A uuid as PostgreSQL's `md5(x)::uuid` writes it.
+        let uuid = |x: &str| {
+            format!(
+                "insert(insert(insert(insert(md5({x}), 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')"
+            )
+        };
+        let sql = format!(
+            "INSERT INTO cluster_template (uuid, project_id, user_id, name, image_id, flavor_id,
+                master_flavor_id, keypair_id, external_network_id, network_driver,
+                docker_volume_size, coe, labels, server_type, cluster_distro, driver,
+                dns_nameserver, public, hidden, created_at)
+             SELECT {tu}, '{project}', 'bench-user', concat('template-', seq), '{IMAGE}',
+                'm1.small', 'm1.medium', 'default', 'public', 'calico', 20, 'kubernetes',
+                '{labels}', 'vm', '{CLUSTER_DISTRO}', '{MAGNUM_DRIVER}', '8.8.8.8', 1, 0,
+                UTC_TIMESTAMP() FROM seq_1_to_50 ORDER BY seq;
+             INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
+                docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
+                create_timeout, api_address, coe_version, created_at)
+             SELECT {cu}, '{project}', 'bench-user', concat('cluster-', seq), {t1}, 'default', 20,
+                '{cluster_labels}', 'm1.medium', 'm1.small', concat('c', md5(seq)), 'CREATE_COMPLETE',
+                60, 'https://192.0.2.1:6443', 'v1.31.1', UTC_TIMESTAMP()
+               FROM seq_1_to_{clusters} ORDER BY seq;
+             INSERT INTO nodegroup (uuid, name, cluster_id, project_id, labels, flavor_id, image_id,
+                node_addresses, node_count, role, is_default, status, created_at)
+             SELECT {nu}, r.name, c.uuid, c.project_id, c.labels, 'm1.small', 'ubuntu-jammy',
+                '[\"192.0.2.10\"]', 1, r.role, 1, 'CREATE_COMPLETE', UTC_TIMESTAMP()
+               FROM cluster c CROSS JOIN (SELECT 'default-master' AS name, 'master' AS role
+                                          UNION ALL SELECT 'default-worker', 'worker') r
+              ORDER BY c.id, r.role;
+             ANALYZE TABLE cluster, nodegroup, cluster_template;",
+            tu = uuid("concat('template-', seq)"),
+            cu = uuid("concat('cluster-', seq)"),
+            t1 = uuid("'template-1'"),
+            nu = uuid("concat('ng-', c.uuid, r.role)"),
+            labels = eleven_labels(),
+            cluster_labels = labels_with(&[CLUSTER_KUBE_TAG]),
+        );
+        db.sql(&sql);
+    }
+
+    /// A stored cluster quota of `limit` for `project` (the bench gives Magnum's creating
+    /// projects the quota it gives ours).
+    pub fn set_quota(db: &MagnumDb, project: &str, limit: i32) {
+        db.sql(&format!(
+            "INSERT INTO quotas (project_id, resource, hard_limit, created_at)
+             VALUES ('{project}', 'Cluster', {limit}, UTC_TIMESTAMP())"
+        ));
     }
 }
