@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::capi::cleanup::credential_cluster;
 use crate::capi::credentials::{RotationPayload, STAGED_GRACE, Staged};
-use crate::capi::driver::{Capi, CapiError, name_of, namespace_of};
+use crate::capi::driver::{Capi, CapiError};
 use crate::db::clusters as cdb;
 use crate::db::operations::{self as odb, NewOperation};
 use crate::db::spec::Loaded;
@@ -188,10 +188,7 @@ pub async fn renew_expiring(
         if !capi.owns(c) {
             continue;
         }
-        let Some((id, secret)) = capi
-            .live_credential(&namespace_of(cfg, c), &name_of(c))
-            .await?
-        else {
+        let Some((id, secret)) = capi.credential_of(c).await? else {
             continue;
         };
         let outcome = async {

@@ -12,23 +12,17 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::apply::ObjectRef;
-use super::credentials::{
-    RotationPayload, Staged, clouds_yaml_credential, staged_or_revoked, staging_secret,
-};
+use super::credentials::clouds_yaml_credential;
 use super::driver::{Capi, CapiError};
-use super::{
-    LABEL_CLUSTER_UUID, LABEL_PROJECT_ID, LABEL_USER_ID, driver_credentials_secret, kinds,
-    secret_data,
-};
+use super::{driver_credentials_secret, kinds, secret_data};
 use crate::domain::imported::DriverFamily;
 use crate::domain::spec::{Cluster, ClusterSpec, ObjectsAt};
 use crate::driver::Journal;
-use crate::openstack::UserSession;
 
 /// The cluster-api-addon-provider's addon kinds (capi-helm-charts' `cluster-addons`).
 const ADDON_KINDS: [kinds::Gvk; 2] = [
@@ -130,24 +124,28 @@ fn data_of(secret: &Value) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
+/// An adopted cluster's credential as its driver's Secret has it, read before a rotation
+/// creates the new one.
+pub(super) struct DriversCredential {
+    /// The driver's Secret.
+    live: Value,
+    /// The credential in its `clouds.yaml`.
+    id: String,
+    secret: SecretString,
+    /// The credential the commit deletes once the new one is delivered: the one rotated here
+    /// last, else the one in the Secret when it is verifiably the driver's (its name).
+    pub to_delete: Option<String>,
+}
+
 impl Capi {
-    /// Request side of the rotation of an adopted cluster's credential: a new one created as
-    /// the caller, the driver's Secret (and, for magnum-cluster-api, its ClusterResourceSet
-    /// Secrets) as they will be with it, kept in the staging Secret for the worker. The old
-    /// credential, read from the driver's `clouds.yaml`, is deleted after the commit when it
-    /// is verifiably the driver's (its name) or recorded here. On failure nothing is left.
-    pub(super) async fn stage_adopted_rotation(
+    /// The credential a rotation of the adopted cluster at `at` replaces, from its driver's
+    /// Secret (read once per rotation: [`Self::adopted_staged_objects`] rewrites that read).
+    pub(super) async fn drivers_credential_to_rotate(
         &self,
-        journal: &dyn Journal,
         spec: &ClusterSpec,
         at: &ObjectsAt,
-        session: &UserSession,
-        (user_id, roles): (&str, &[String]),
-        implicit: bool,
-    ) -> Result<Staged, CapiError> {
-        let c = &spec.cluster;
-        let ns = at.namespace.as_str();
-        let name = driver_credentials_secret(at);
+    ) -> Result<DriversCredential, CapiError> {
+        let (ns, name) = (at.namespace.as_str(), driver_credentials_secret(at));
         let live = self
             .mgmt
             .get_value(&ObjectRef::new(kinds::SECRET, ns, &name))
@@ -157,73 +155,71 @@ impl Capi {
                     "the driver's credential Secret {ns}/{name} is missing"
                 ))
             })?;
-        let (old_id, old_secret) = clouds_yaml_credential(&live).ok_or_else(|| {
+        let (id, secret) = clouds_yaml_credential(&live).ok_or_else(|| {
             CapiError::Invalid(format!(
                 "{ns}/{name} has no application credential in clouds.yaml"
             ))
         })?;
-        let clouds = secret_data(&live, "clouds.yaml").unwrap_or_default();
-        let old_to_delete = match &spec.day2.app_cred_id {
+        let to_delete = match &spec.day2.app_cred_id {
             Some(id) => Some(id.clone()),
-            None => self.drivers_credential(c, at, &old_id).await?,
+            None => self.drivers_credential(&spec.cluster, at, &id).await?,
         };
-        let (_, id, expires_at, creds) = self
-            .credential_for_owner(journal, c, session, (user_id, roles))
-            .await?;
-        let staged = async {
-            let new_secret = creds.application_credential_secret.expose_secret();
-            let text = rewrite_clouds_yaml(&clouds, &id, new_secret)
-                .map_err(|why| CapiError::Invalid(format!("{ns}/{name}: {why}")))?;
-            let mut data = data_of(&live);
-            data.insert("clouds.yaml".into(), json!(STANDARD.encode(text)));
-            let mut objects = vec![secret_with(&live, data)];
-            if at.driver == DriverFamily::ClusterApi {
-                for s in mcapi_delivery_secrets(at, c) {
-                    let r = ObjectRef::new(kinds::SECRET, ns, &s);
-                    let Some(live) = self.mgmt.get_value(&r).await? else {
-                        continue;
-                    };
-                    let mut data = data_of(&live);
-                    let mut changed = false;
-                    for v in data.values_mut() {
-                        let text = v
-                            .as_str()
-                            .and_then(|b| STANDARD.decode(b).ok())
-                            .and_then(|b| String::from_utf8(b).ok());
-                        if let Some(t) = text.and_then(|t| {
-                            rewrite_embedded(
-                                &t,
-                                (&old_id, old_secret.expose_secret()),
-                                (&id, new_secret),
-                            )
-                        }) {
-                            *v = json!(STANDARD.encode(t));
-                            changed = true;
-                        }
-                    }
-                    if changed {
-                        objects.push(secret_with(&live, data));
+        Ok(DriversCredential {
+            live,
+            id,
+            secret,
+            to_delete,
+        })
+    }
+
+    /// The Secrets of adopted cluster `c` (at `at`) as they will be with the new credential
+    /// `(id, secret)` in place of `old`, for the staging Secret: the driver's, and, for
+    /// magnum-cluster-api, the ClusterResourceSet Secrets that embed it.
+    pub(super) async fn adopted_staged_objects(
+        &self,
+        c: &Cluster,
+        at: &ObjectsAt,
+        old: &DriversCredential,
+        (id, new_secret): (&str, &str),
+    ) -> Result<Vec<Value>, CapiError> {
+        let ns = at.namespace.as_str();
+        let clouds = secret_data(&old.live, "clouds.yaml").unwrap_or_default();
+        let text = rewrite_clouds_yaml(&clouds, id, new_secret).map_err(|why| {
+            CapiError::Invalid(format!("{ns}/{}: {why}", driver_credentials_secret(at)))
+        })?;
+        let mut data = data_of(&old.live);
+        data.insert("clouds.yaml".into(), json!(STANDARD.encode(text)));
+        let mut objects = vec![secret_with(&old.live, data)];
+        if at.driver == DriverFamily::ClusterApi {
+            for s in mcapi_delivery_secrets(at, c) {
+                let r = ObjectRef::new(kinds::SECRET, ns, &s);
+                let Some(live) = self.mgmt.get_value(&r).await? else {
+                    continue;
+                };
+                let mut data = data_of(&live);
+                let mut changed = false;
+                for v in data.values_mut() {
+                    let text = v
+                        .as_str()
+                        .and_then(|b| STANDARD.decode(b).ok())
+                        .and_then(|b| String::from_utf8(b).ok());
+                    if let Some(t) = text.and_then(|t| {
+                        rewrite_embedded(
+                            &t,
+                            (&old.id, old.secret.expose_secret()),
+                            (id, new_secret),
+                        )
+                    }) {
+                        *v = json!(STANDARD.encode(t));
+                        changed = true;
                     }
                 }
+                if changed {
+                    objects.push(secret_with(&live, data));
+                }
             }
-            let mut labels = Map::new();
-            labels.insert(LABEL_CLUSTER_UUID.into(), json!(c.uuid.to_string()));
-            labels.insert(LABEL_PROJECT_ID.into(), json!(c.project_id));
-            labels.insert(LABEL_USER_ID.into(), json!(user_id));
-            let staging = staging_secret(ns, &at.name, labels, &id, &objects)?;
-            self.mgmt.apply(&staging).await?;
-            Ok::<_, CapiError>(())
         }
-        .await;
-        let payload = RotationPayload {
-            app_cred_id: id,
-            user_id: user_id.to_string(),
-            expires_at,
-            old_app_cred_id: old_to_delete,
-            old_user_id: c.user_id.clone(),
-            implicit,
-        };
-        staged_or_revoked(session, staged, payload).await
+        Ok(objects)
     }
 
     /// `id` when it is the driver's credential of cluster `c` (one of its owner's, with the

@@ -294,18 +294,14 @@ impl Capi {
             .await?
             .ok_or_else(|| CapiError::Stuck(format!("the machine template {current} is gone")))?;
         let next = replacement_template(&live, component, &to.image_id);
-        let next_name = next
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if next.get("spec") != live.get("spec") {
-            self.mgmt.apply(&next).await?;
-        }
+        // A live template already on the image stays the one referred to.
         let template = if next.get("spec") == live.get("spec") {
             current
         } else {
-            next_name.as_str()
+            self.mgmt.apply(&next).await?;
+            next.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
         };
         let ops = rollout_patch(obj, ref_path, template, version_path, &to.version);
         if !ops.is_empty() {

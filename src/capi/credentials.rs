@@ -9,15 +9,15 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::apply::ObjectRef;
 use super::driver::{Capi, CapiError, NewCredential, cluster_name, name_of, namespace_of};
 use super::{
-    LABEL_CLUSTER_UUID, LABEL_ROLE, LABEL_USER_ID, credentials_secret_name, kinds, secret_data,
-    values,
+    LABEL_CLUSTER_UUID, LABEL_PROJECT_ID, LABEL_ROLE, LABEL_USER_ID, credentials_secret_name,
+    kinds, secret_data, values,
 };
 use crate::domain::spec::{Cluster, ClusterSpec, ObjectsAt, Operation};
 use crate::domain::status::Status;
@@ -68,7 +68,7 @@ fn staging_name(cluster: &str) -> String {
 
 /// The staging Secret of cluster `cluster` in `ns` (its `labels`, plus the staged role): the
 /// `objects` the commit applies, carrying credential `id`.
-pub(super) fn staging_secret(
+fn staging_secret(
     ns: &str,
     cluster: &str,
     mut labels: Map<String, Value>,
@@ -86,26 +86,6 @@ pub(super) fn staging_secret(
     }))
 }
 
-/// The end of a staging (`staged`, its outcome): the rotation to record, or, when it failed,
-/// the error once the new credential is deleted again with the caller's `session` (nothing is
-/// left behind).
-pub(super) async fn staged_or_revoked(
-    session: &UserSession,
-    staged: Result<(), CapiError>,
-    payload: RotationPayload,
-) -> Result<Staged, CapiError> {
-    if let Err(e) = staged {
-        let (user, id) = (&payload.user_id, &payload.app_cred_id);
-        if let Err(d) =
-            crate::openstack::appcred::delete(session, session.timeout(), user, id).await
-        {
-            tracing::warn!(app_cred = %id, error = %d, "could not delete an unused application credential");
-        }
-        return Err(e);
-    }
-    Ok(Staged { payload })
-}
-
 /// The application credential in the `clouds.yaml` of a rendered or live credentials Secret.
 pub fn clouds_yaml_credential(secret: &Value) -> Option<(String, SecretString)> {
     let doc: Value = yaml_serde::from_str(&secret_data(secret, "clouds.yaml")?).ok()?;
@@ -121,6 +101,16 @@ pub fn clouds_yaml_credential(secret: &Value) -> Option<(String, SecretString)> 
     ))
 }
 
+/// The Secret with cluster `c`'s `clouds.yaml`: ours (named after its CAPI cluster), or, for a
+/// cluster adopted from Magnum, its driver's. The one place that tells them apart, so that
+/// every reader (the commit, the renewal, the delete's clean-up) reads the same Secret.
+fn cluster_credentials_secret(c: &Cluster) -> String {
+    match &c.objects_at {
+        Some(at) => super::driver_credentials_secret(at),
+        None => credentials_secret_name(&name_of(c)),
+    }
+}
+
 fn decode_staged(secret: &Value) -> Result<Vec<Value>, CapiError> {
     secret_data(secret, "objects.json")
         .and_then(|text| serde_json::from_str(&text).ok())
@@ -129,9 +119,10 @@ fn decode_staged(secret: &Value) -> Result<Vec<Value>, CapiError> {
 
 impl Capi {
     /// Request side of a rotation: a new credential created with `session` (the caller's
-    /// token) for `user_id`, rendered with the cluster's Secrets as they will be once it is the
-    /// owner, and kept in the staging Secret until the worker commits it. On failure nothing is
-    /// left behind.
+    /// token) for `user_id`, with the cluster's Secrets as they will be once it is the owner
+    /// (rendered; an adopted cluster's driver's Secrets rewritten: `capi::adopt_credentials`)
+    /// kept in the staging Secret until the worker commits it. On failure nothing is left
+    /// behind.
     pub async fn stage_rotation(
         &self,
         journal: &dyn Journal,
@@ -142,67 +133,15 @@ impl Capi {
         implicit: bool,
     ) -> Result<Staged, CapiError> {
         let cluster = &spec.cluster;
-        if let Some(at) = &cluster.objects_at {
-            return self
-                .stage_adopted_rotation(journal, spec, at, session, (user_id, roles), implicit)
-                .await;
-        }
-        let old_id = spec.day2.app_cred_id.clone();
-        let (owned, id, expires_at, creds) = self
-            .credential_for_owner(journal, cluster, session, (user_id, roles))
-            .await?;
-        let staged = async {
-            let v = values::build(self.inputs(
-                &spec.template,
-                &owned,
-                &spec.nodegroups,
-                Some(creds),
-                None,
-            ))?;
-            let secrets: Vec<Value> = self
-                .renderer
-                .render_credentials(&v)?
-                .into_iter()
-                .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Secret"))
-                .collect();
-            let labels: Map<String, Value> = v
-                .common_labels
-                .iter()
-                .map(|(k, v)| (k.clone(), json!(v)))
-                .collect();
-            let staging = staging_secret(&v.namespace, &v.cluster_name, labels, &id, &secrets)?;
-            self.mgmt.apply(&staging).await?;
-            Ok::<_, CapiError>(())
-        }
-        .await;
-        let payload = RotationPayload {
-            app_cred_id: id,
-            user_id: user_id.to_string(),
-            expires_at,
-            old_app_cred_id: old_id,
-            old_user_id: cluster.user_id.clone(),
-            implicit,
+        // An adopted cluster's is in its driver's Secret: read before anything is created.
+        let adopted = match &cluster.objects_at {
+            Some(at) => Some((at, self.drivers_credential_to_rotate(spec, at).await?)),
+            None => None,
         };
-        staged_or_revoked(session, staged, payload).await
-    }
-
-    /// A new credential of `cluster` created with `session` for its new owner `user_id` (with
-    /// `roles`): the cluster as that owner's, the credential's id, expiry and cloud settings.
-    pub(super) async fn credential_for_owner(
-        &self,
-        journal: &dyn Journal,
-        cluster: &Cluster,
-        session: &UserSession,
-        (user_id, roles): (&str, &[String]),
-    ) -> Result<
-        (
-            Cluster,
-            String,
-            Option<DateTime<Utc>>,
-            values::CloudCredentials,
-        ),
-        CapiError,
-    > {
+        let old_id = match &adopted {
+            Some((_, old)) => old.to_delete.clone(),
+            None => spec.day2.app_cred_id.clone(),
+        };
         let mut owned = cluster.clone();
         owned.user_id = user_id.to_string();
         let NewCredential {
@@ -213,7 +152,66 @@ impl Capi {
             .new_credentials(journal, &owned, Some(session), roles)
             .await?;
         let id = id.ok_or_else(|| CapiError::Invalid("no credential was created".into()))?;
-        Ok((owned, id, expires_at, creds))
+        let staged = async {
+            let (ns, name, labels, objects) = match &adopted {
+                Some((at, old)) => {
+                    let new = (
+                        id.as_str(),
+                        creds.application_credential_secret.expose_secret(),
+                    );
+                    let objects = self.adopted_staged_objects(cluster, at, old, new).await?;
+                    // What the janitor reads of a staging Secret: the cluster, the new owner.
+                    let mut labels = Map::new();
+                    labels.insert(LABEL_CLUSTER_UUID.into(), json!(cluster.uuid.to_string()));
+                    labels.insert(LABEL_PROJECT_ID.into(), json!(cluster.project_id));
+                    labels.insert(LABEL_USER_ID.into(), json!(user_id));
+                    (at.namespace.clone(), at.name.clone(), labels, objects)
+                }
+                None => {
+                    let v = values::build(self.inputs(
+                        &spec.template,
+                        &owned,
+                        &spec.nodegroups,
+                        Some(creds),
+                        None,
+                    ))?;
+                    let secrets: Vec<Value> = self
+                        .renderer
+                        .render_credentials(&v)?
+                        .into_iter()
+                        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Secret"))
+                        .collect();
+                    let labels: Map<String, Value> = v
+                        .common_labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), json!(v)))
+                        .collect();
+                    (v.namespace, v.cluster_name, labels, secrets)
+                }
+            };
+            let staging = staging_secret(&ns, &name, labels, &id, &objects)?;
+            self.mgmt.apply(&staging).await?;
+            Ok::<_, CapiError>(())
+        }
+        .await;
+        if let Err(e) = staged {
+            if let Err(d) =
+                crate::openstack::appcred::delete(session, session.timeout(), user_id, &id).await
+            {
+                tracing::warn!(app_cred = %id, error = %d, "could not delete an unused application credential");
+            }
+            return Err(e);
+        }
+        Ok(Staged {
+            payload: RotationPayload {
+                app_cred_id: id,
+                user_id: user_id.to_string(),
+                expires_at,
+                old_app_cred_id: old_id,
+                old_user_id: cluster.user_id.clone(),
+                implicit,
+            },
+        })
     }
 
     /// [`Self::discard_staged`] for a rotation operation's payload as recorded.
@@ -248,16 +246,6 @@ impl Capi {
             .await
     }
 
-    /// The application credential in the cluster's live cloud-credentials Secret.
-    pub async fn live_credential(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<(String, SecretString)>, CapiError> {
-        self.secret_credential(ns, &credentials_secret_name(name))
-            .await
-    }
-
     /// The application credential in the `clouds.yaml` of Secret `ns`/`secret`.
     async fn secret_credential(
         &self,
@@ -272,22 +260,17 @@ impl Capi {
             .and_then(clouds_yaml_credential))
     }
 
-    /// The application credential in cluster `c`'s live Secret: ours, or its driver's when it
-    /// was adopted from Magnum.
+    /// The application credential in cluster `c`'s live Secret
+    /// ([`cluster_credentials_secret`]).
     pub async fn credential_of(
         &self,
         c: &Cluster,
     ) -> Result<Option<(String, SecretString)>, CapiError> {
-        match &c.objects_at {
-            Some(at) => {
-                let secret = super::driver_credentials_secret(at);
-                self.secret_credential(&at.namespace, &secret).await
-            }
-            None => {
-                self.live_credential(&namespace_of(&self.config, c), &name_of(c))
-                    .await
-            }
-        }
+        self.secret_credential(
+            &namespace_of(&self.config, c),
+            &cluster_credentials_secret(c),
+        )
+        .await
     }
 
     /// Deletes a credential this service created with its own credentials; a failure is
@@ -377,10 +360,7 @@ impl Capi {
                 CapiError::Invalid("the staged credential is gone; rotate again".into())
             })?;
             let objects = decode_staged(&staged)?;
-            let creds_name = match &c.objects_at {
-                Some(at) => super::driver_credentials_secret(at),
-                None => credentials_secret_name(&name),
-            };
+            let creds_name = cluster_credentials_secret(c);
             let creds = objects
                 .iter()
                 .find(|o| {
@@ -483,13 +463,13 @@ impl Capi {
         let (user_id, project_id) = owner;
         let live = match at {
             Some(at) => {
-                let secret = super::driver_credentials_secret(at);
-                self.secret_credential(&at.namespace, &secret).await?
+                self.secret_credential(&at.namespace, &super::driver_credentials_secret(at))
+                    .await?
             }
             None => {
                 let ns = super::namespace(&self.config.namespace_prefix, project_id);
-                self.live_credential(&ns, &cluster_name(stack_id, cluster))
-                    .await?
+                let name = credentials_secret_name(&cluster_name(stack_id, cluster));
+                self.secret_credential(&ns, &name).await?
             }
         };
         let refused = match live {

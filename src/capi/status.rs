@@ -175,12 +175,21 @@ fn observed_current(v: &Value) -> bool {
     }
 }
 
-/// A replica set (KCP or MD) that has converged on `want` ready, up-to-date replicas.
+/// A replica set (KCP or MD) that has converged on `want` ready, up-to-date replicas, and, for a
+/// control plane that reports the version its machines run (`status.version`, their lowest),
+/// runs its `spec.version`: until then an upgrade's rollout is not over (a v1beta1 control
+/// plane has no `upToDateReplicas` to say so), and the cluster's `coe_version`, read from that
+/// status, would be written the old one beside `UPDATE_COMPLETE`.
 fn replicas_ready(v: &Value, want: i32) -> bool {
     let want = i64::from(want);
     let spec = int(v, "/spec/replicas").unwrap_or(want);
     let n = |p: &str| int(v, p).unwrap_or(0);
-    observed_current(v)
+    let at_version = match (s(v, "/status/version"), s(v, "/spec/version")) {
+        (Some(have), Some(asked)) => have == asked,
+        _ => true,
+    };
+    at_version
+        && observed_current(v)
         && v.pointer("/metadata/deletionTimestamp").is_none()
         && spec == want
         && n("/status/replicas") == want
@@ -606,6 +615,7 @@ mod tests {
         let ev = evaluate(&obs, &db, Utc::now());
         assert_eq!(ev.status, None, "replicas ready at the old version");
         cp["spec"]["version"] = json!("v1.34.1");
+        cp["status"]["version"] = json!("v1.34.1");
         obs.control_plane = Some(Shared::new(cp));
         let mut md = (*obs.machine_deployments[0]).clone();
         md["spec"]["template"]["spec"]["version"] = json!("v1.33.5");
@@ -619,6 +629,29 @@ mod tests {
         obs.machine_deployments = vec![Shared::new(md)];
         let ev = evaluate(&obs, &db, Utc::now());
         assert_eq!(ev.status, Some((Status::UpdateComplete, None)));
+        assert_eq!(ev.coe_version.as_deref(), Some("v1.34.1"));
+    }
+
+    #[test]
+    fn an_upgrade_completes_with_the_version_its_control_plane_runs() {
+        let (m, w) = (
+            ng(true, 1, Status::UpdateInProgress),
+            ng(false, 1, Status::UpdateInProgress),
+        );
+        let mut db = state(Status::UpdateInProgress, vec![m.clone(), w.clone()]);
+        db.coe_version = Some("v1.33.5".into());
+        let mut obs = observed(&m, &w);
+        // Asked for v1.34.1, its replicas still ready on v1.33.5 (the rollout has not begun).
+        std::sync::Arc::make_mut(obs.control_plane.as_mut().unwrap())["spec"]["version"] =
+            json!("v1.34.1");
+        let ev = evaluate(&obs, &db, Utc::now());
+        assert_eq!(ev.status, None, "the control plane still runs v1.33.5");
+        assert_eq!(ev.coe_version, None);
+        std::sync::Arc::make_mut(obs.control_plane.as_mut().unwrap())["status"]["version"] =
+            json!("v1.34.1");
+        let ev = evaluate(&obs, &db, Utc::now());
+        assert_eq!(ev.status, Some((Status::UpdateComplete, None)));
+        assert_eq!(ev.coe_version.as_deref(), Some("v1.34.1"));
     }
 
     #[test]

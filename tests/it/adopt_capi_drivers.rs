@@ -1077,6 +1077,19 @@ fn drivers_names(driver: Driver, stack: &str, c: &str) -> (String, String) {
     }
 }
 
+/// The cluster-api-addon-provider's checksum annotation value for Secret `s` (sha256 of its
+/// sorted `key=base64` pairs joined by `;`), computed here as the provider does.
+fn providers_checksum(s: &Value) -> Value {
+    let mut pairs: Vec<String> = s["data"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect();
+    pairs.sort();
+    json!(hex::encode(Sha256::digest(pairs.join(";").as_bytes())))
+}
+
 /// Puts the real credential `(id, secret)` into the driver's Secret of `stack` in `ns`, where
 /// the fixture has placeholders.
 fn with_credential(sim: &SimCluster, ns: &str, name: &str, (id, secret): (&str, &str)) {
@@ -1089,7 +1102,12 @@ fn with_credential(sim: &SimCluster, ns: &str, name: &str, (id, secret): (&str, 
 
 async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     let _env = env_shared().await;
-    let app = capi_app_on(None, None, true, |_| {}).await;
+    // Credentials made here live four days and renew themselves two days ahead.
+    let app = capi_app_on(None, None, true, |cfg| {
+        cfg.capi.app_cred_expiry_days = 4;
+        cfg.capi.app_cred_renew_before_days = 2;
+    })
+    .await;
     let (t, sim) = (&app.t, &app.sim);
     let ks = keystone();
     let (owner_id, owner_token) = ks.new_user_token("owner", "member", "alpha").await;
@@ -1116,6 +1134,17 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     let addon = format!("{stack}-cloud-config");
     let annotation = format!("secret.addons.stackhpc.com/{secret_name}");
     let addons = Resource::of("addons.stackhpc.com/v1alpha1", "Manifests");
+    let addon_annotation = || {
+        let a = object(
+            sim,
+            "addons.stackhpc.com/v1alpha1",
+            "Manifests",
+            &ns,
+            &addon,
+        )
+        .unwrap();
+        a["metadata"]["annotations"][&annotation].clone()
+    };
     match driver {
         Driver::ClusterApi => put_secret(
             sim,
@@ -1200,29 +1229,7 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
             );
             assert_eq!(text_of(&p, "calico.yaml"), "kind: List\n");
         }
-        _ => {
-            let mut pairs: Vec<String> = after["data"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
-                .collect();
-            pairs.sort();
-            let sum = hex::encode(Sha256::digest(pairs.join(";").as_bytes()));
-            let a = object(
-                sim,
-                "addons.stackhpc.com/v1alpha1",
-                "Manifests",
-                &ns,
-                &addon,
-            )
-            .unwrap();
-            assert_eq!(
-                a["metadata"]["annotations"][&annotation],
-                sum.as_str(),
-                "{a}"
-            );
-        }
+        _ => assert_eq!(addon_annotation(), providers_checksum(&after)),
     }
     assert!(
         object(
@@ -1239,6 +1246,56 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
         assert!(!dump.contains(s.as_str()) && !body.to_string().contains(s.as_str()));
     }
 
+    // A day before its expiry it renews itself as ours does: read from the driver's Secret,
+    // its successor written there (and delivered), itself deleted.
+    sqlx::query(
+        "UPDATE cluster SET app_cred_expires_at = now() + interval '1 day' WHERE uuid = $1::uuid",
+    )
+    .bind(&c)
+    .execute(&t.state.pool)
+    .await
+    .unwrap();
+    let journal = magnum_capi::service::journal::PgJournal::new(t.state.pool.clone());
+    assert_eq!(
+        magnum_capi::maintenance::renew_expiring(&t.state.pool, &app.capi, &journal)
+            .await
+            .unwrap(),
+        1,
+        "the adopted cluster's credential is due"
+    );
+    let (renewed, renewed_secret) =
+        until("the renewed credential in the driver's Secret", || async {
+            let s = object(sim, "v1", "Secret", &ns, &secret_name)?;
+            let doc: Value = yaml_serde::from_str(&text_of(&s, "clouds.yaml")).ok()?;
+            let cloud = doc["clouds"].as_object()?.values().next()?;
+            let id = cloud["auth"]["application_credential_id"].as_str()?;
+            (id != new_id).then(|| (id.to_string(), s.clone()))
+        })
+        .await;
+    until("the renewed one deleted, its staging gone", || async {
+        let staging = object(
+            sim,
+            "v1",
+            "Secret",
+            &ns,
+            &format!("{stack}-credential-rotation"),
+        );
+        (staging.is_none() && !creds_of(&carol_id).await.contains(&new_id)).then_some(())
+    })
+    .await;
+    assert!(creds_of(&carol_id).await.contains(&renewed));
+    match driver {
+        Driver::ClusterApi => {
+            let p = object(sim, "v1", "Secret", &ns, &provider).unwrap();
+            let conf = text_of(&p, "cloud-config-secret.yaml");
+            assert!(
+                conf.contains(&format!("application-credential-id={renewed}")),
+                "{conf}"
+            );
+        }
+        _ => assert_eq!(addon_annotation(), providers_checksum(&renewed_secret)),
+    }
+
     // Delete: the credential rotated here goes as ours does.
     let r = t
         .call_token(
@@ -1251,7 +1308,7 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
         .await;
     assert_eq!(r.status, 204, "{}", r.body);
     t.wait_cluster_token(&carol_token, &c, "GONE").await;
-    assert!(!creds_of(&carol_id).await.contains(&new_id));
+    assert!(!creds_of(&carol_id).await.contains(&renewed));
 
     // An adopted cluster never rotated here: its delete deletes the driver's credential, and
     // leaves alone another credential of its owner's.
