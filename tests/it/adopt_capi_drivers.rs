@@ -1248,13 +1248,7 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
 
     // A day before its expiry it renews itself as ours does: read from the driver's Secret,
     // its successor written there (and delivered), itself deleted.
-    sqlx::query(
-        "UPDATE cluster SET app_cred_expires_at = now() + interval '1 day' WHERE uuid = $1::uuid",
-    )
-    .bind(&c)
-    .execute(&t.state.pool)
-    .await
-    .unwrap();
+    crate::common::credential_due_in_a_day(&t.state.pool, &c).await;
     let journal = magnum_capi::service::journal::PgJournal::new(t.state.pool.clone());
     assert_eq!(
         magnum_capi::maintenance::renew_expiring(&t.state.pool, &app.capi, &journal)

@@ -517,13 +517,7 @@ async fn a_credential_with_an_expiry_renews_itself_before_it() {
         "not due yet"
     );
     // A day before the expiry (as Postgres sees it) it is due.
-    sqlx::query(
-        "UPDATE cluster SET app_cred_expires_at = now() + interval '1 day' WHERE uuid = $1::uuid",
-    )
-    .bind(&c)
-    .execute(&t.state.pool)
-    .await
-    .unwrap();
+    common::credential_due_in_a_day(&t.state.pool, &c).await;
     assert_eq!(
         magnum_capi::maintenance::renew_expiring(&t.state.pool, &capi, &journal)
             .await

@@ -591,6 +591,18 @@ pub fn pick(v: &Value, fields: &[&str]) -> Value {
     )
 }
 
+/// Moves cluster `uuid`'s application-credential expiry to a day from now (as PostgreSQL sees
+/// it): what makes the maintenance pass's renewal due.
+pub async fn credential_due_in_a_day(pool: &sqlx::PgPool, uuid: &str) {
+    sqlx::query(
+        "UPDATE cluster SET app_cred_expires_at = now() + interval '1 day' WHERE uuid = $1::uuid",
+    )
+    .bind(uuid)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 /// Runs `sql` in a transaction with user triggers off, as a logical replication subscriber
 /// writes: a change PostgreSQL does not announce. Returns the rows it changed.
 pub async fn write_unannounced(pool: &sqlx::PgPool, sql: &str) -> u64 {
