@@ -407,10 +407,12 @@ pub async fn forget(tx: &mut sqlx::PgConnection, uuid: Uuid, reason: &str) -> Db
     Ok(deleted.rows_affected() > 0)
 }
 
-/// `(clusters, nodes)` in scope; nodes count every nodegroup, masters included.
+/// `(clusters, nodes)` in scope (clusters from each project's count, as the quota check reads
+/// them); nodes count every nodegroup, masters included.
 pub async fn stats(pool: &PgPool, project: Option<&str>) -> DbResult<(i64, i64)> {
     let (clusters, nodes): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM cluster WHERE $1::text IS NULL OR project_id = $1),
+        "SELECT (SELECT COALESCE(sum(clusters), 0)::bigint FROM cluster_project_count
+                  WHERE $1::text IS NULL OR project_id = $1),
                 (SELECT COALESCE(sum(n.node_count), 0)::bigint FROM nodegroup n
                    JOIN cluster c ON c.uuid = n.cluster_id
                   WHERE $1::text IS NULL OR c.project_id = $1)",

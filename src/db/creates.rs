@@ -38,10 +38,11 @@ pub async fn quota_reached(
 /// `default_limit`), its nodegroups and `op`, in one statement run as its own transaction
 /// (`ex` must not be inside one that outlives it, or the project's lock would be held longer).
 ///
-/// `magnum_capi_cluster_quota_reached` takes the project's advisory lock and counts with a
-/// snapshot taken after it (a volatile function's statements each take a new one), so two
-/// concurrent creates cannot both take the last place; the inserts run only when it finds
-/// room, and the foreign keys are checked when the statement ends, after all of them.
+/// `magnum_capi_cluster_quota_reached` takes the project's advisory lock and reads the project's
+/// cluster count (`cluster_project_count`, kept by `cluster`'s triggers in the writing
+/// transaction) with a snapshot taken after it (a volatile function's statements each take a new
+/// one), so two concurrent creates cannot both take the last place; the inserts run only when
+/// it finds room, and the foreign keys are checked when the statement ends, after all of them.
 pub async fn record<'e>(
     ex: impl PgExecutor<'e>,
     c: &ClusterRow,

@@ -1,7 +1,8 @@
 //! Concurrent changes of one cluster: requests, the worker and the status writer take the
 //! cluster's row lock first (the lock order of `db`), so no request ever meets a deadlock, and
 //! every answer is one Magnum would give (2xx, or 400/404/409 with Magnum's error body). And
-//! concurrent creates in one project: the quota is never exceeded.
+//! concurrent creates in one project: the quota is never exceeded, and each project's cluster
+//! count (what the quota check reads) follows every write.
 
 use crate::common::capi::{capi_app_on, template};
 use crate::common::wait::until;
@@ -312,6 +313,17 @@ fn assert_quota_held(answers: &[Resp], accepted: usize, limit: i64) {
     }
 }
 
+/// Stores ALICE's project's cluster quota: `limit`.
+async fn store_alices_quota(t: &TestApp, limit: i64) {
+    t.post(
+        &ADMIN,
+        "/v1/quotas",
+        json!({"project_id": ALICE.project, "resource": "Cluster", "hard_limit": limit}),
+    )
+    .await
+    .assert_status(201);
+}
+
 async fn clusters_of_alice(t: &TestApp) -> i64 {
     t.sql_i64("SELECT count(*) FROM cluster WHERE project_id = 'p-alice'")
         .await
@@ -334,13 +346,7 @@ async fn thirty_creates_racing_for_a_quota_of_twenty_create_exactly_twenty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn creates_racing_for_the_last_places_of_a_stored_quota_fill_it_exactly() {
     let t = app_with_worker().await;
-    t.post(
-        &ADMIN,
-        "/v1/quotas",
-        json!({"project_id": ALICE.project, "resource": "Cluster", "hard_limit": 20}),
-    )
-    .await
-    .assert_status(201);
+    store_alices_quota(&t, 20).await;
     let ct = t.template(&ALICE, "ct").await;
     let first = t.cluster(&ALICE, "c0", &ct).await;
     for i in 1..15 {
@@ -429,4 +435,142 @@ async fn a_change_is_not_held_behind_another_management_clusters_locked_row() {
     })
     .await;
     their_writer.rollback().await.unwrap();
+}
+
+/// The projects whose `cluster_project_count` differs from their clusters' `count(*)` (a
+/// missing row is 0), as `project: counted/held` — empty when every count is right.
+async fn miscounted_projects(t: &TestApp) -> String {
+    let (m,): (String,) = sqlx::query_as(
+        "SELECT COALESCE(string_agg(format('%s: %s/%s', project_id, k.clusters, c.n), ', '), '')
+           FROM (SELECT project_id, count(*) AS n FROM cluster GROUP BY project_id) c
+           FULL JOIN cluster_project_count k USING (project_id)
+          WHERE COALESCE(c.n, 0) <> COALESCE(k.clusters, 0)",
+    )
+    .fetch_one(&t.state.pool)
+    .await
+    .unwrap();
+    m
+}
+
+/// `n` clusters of `project` on `template`, named `<prefix><i>`, in one INSERT.
+fn insert_clusters(project: &str, prefix: &str, n: u32, template: &str) -> String {
+    format!(
+        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, status)
+         SELECT gen_random_uuid(), '{project}', 'u', '{prefix}' || g, '{template}',
+                'CREATE_COMPLETE'
+           FROM generate_series(1, {n}) g"
+    )
+}
+
+/// Each project's cluster count (what the quota check reads) is its clusters' `count(*)` after
+/// every kind of write: creates, multi-project inserts and deletes, a move to another project,
+/// the same with triggers off (`session_replication_role = replica`), and a TRUNCATE.
+#[tokio::test]
+async fn each_projects_cluster_count_follows_every_write_of_its_clusters() {
+    let t = app().await;
+    let ct = t.template(&ALICE, "ct").await;
+    let count = |p: &'static str| {
+        let t = &t;
+        async move {
+            t.sql_i64(&format!(
+                "SELECT COALESCE((SELECT clusters FROM cluster_project_count
+                                   WHERE project_id = '{p}'), -1)"
+            ))
+            .await
+        }
+    };
+    for i in 0..3 {
+        t.cluster(&ALICE, &format!("c{i}"), &ct).await;
+    }
+    assert_eq!(count("p-alice").await, 3);
+    // One statement writing two projects: a1..a5 in p1, b1..b4 in p2.
+    t.write_sql(&format!(
+        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, status)
+         SELECT gen_random_uuid(), p, 'u', n, '{ct}', 'CREATE_COMPLETE'
+           FROM (SELECT 'p1', 'a' || g FROM generate_series(1, 5) g
+                 UNION ALL SELECT 'p2', 'b' || g FROM generate_series(1, 4) g) AS v (p, n)"
+    ))
+    .await;
+    assert_eq!((count("p1").await, count("p2").await), (5, 4));
+    t.write_sql("DELETE FROM cluster WHERE name IN ('a1', 'a2', 'b1', 'c0')")
+        .await;
+    t.write_sql("UPDATE cluster SET project_id = 'p3' WHERE name IN ('a3', 'b2')")
+        .await;
+    // A project change that changes nothing, and other columns' updates: no count moves.
+    t.write_sql("UPDATE cluster SET project_id = project_id, status = 'UPDATE_COMPLETE'")
+        .await;
+    assert_eq!(
+        (
+            count("p-alice").await,
+            count("p1").await,
+            count("p2").await,
+            count("p3").await
+        ),
+        (2, 2, 2, 2)
+    );
+    assert_eq!(miscounted_projects(&t).await, "");
+
+    write_unannounced(&t.state.pool, &insert_clusters("p4", "d", 3, &ct)).await;
+    write_unannounced(&t.state.pool, "DELETE FROM cluster WHERE name = 'a4'").await;
+    write_unannounced(
+        &t.state.pool,
+        "UPDATE cluster SET project_id = 'p4' WHERE name = 'a5'",
+    )
+    .await;
+    assert_eq!((count("p1").await, count("p4").await), (0, 4));
+    assert_eq!(miscounted_projects(&t).await, "");
+
+    write_unannounced(&t.state.pool, "TRUNCATE cluster CASCADE").await;
+    assert_eq!(count("p4").await, -1, "no row: 0 clusters");
+    assert_eq!(miscounted_projects(&t).await, "");
+    t.cluster(&ALICE, "again", &ct).await;
+    assert_eq!(count("p-alice").await, 1);
+}
+
+/// A create's quota check reads its project's count, not its clusters: in a project of 1,000
+/// clusters it starts no scan of `cluster` (the count it replaced read up to the limit's rows
+/// under the project's lock, so every create of a big project queued behind it).
+#[tokio::test]
+async fn the_quota_check_of_a_create_reads_no_cluster_row() {
+    let t = app().await;
+    let ct = t.template(&ALICE, "ct").await;
+    t.write_sql(&insert_clusters("p-alice", "c", 1000, &ct))
+        .await;
+    let pool = &t.state.pool;
+    let quota_check = |limit: i64| async move {
+        let mut tx = pool.begin().await.unwrap();
+        let scans = "SELECT COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0)
+                       FROM pg_stat_xact_user_tables WHERE relname = 'cluster'";
+        let before: i64 = sqlx::query_scalar(scans).fetch_one(&mut *tx).await.unwrap();
+        let reached: Option<i64> =
+            sqlx::query_scalar("SELECT magnum_capi_cluster_quota_reached('p-alice', $1)")
+                .bind(limit)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+        let after: i64 = sqlx::query_scalar(scans).fetch_one(&mut *tx).await.unwrap();
+        tx.rollback().await.unwrap();
+        (reached, after - before)
+    };
+    assert_eq!(
+        quota_check(1020).await,
+        (None, 0),
+        "room: no scan of cluster"
+    );
+    assert_eq!(
+        quota_check(1000).await,
+        (Some(1000), 0),
+        "full: no scan of cluster"
+    );
+    store_alices_quota(&t, 1001).await;
+    t.cluster(&ALICE, "last", &ct).await;
+    let refused = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "over", "cluster_template_id": ct}),
+        )
+        .await;
+    assert_magnum_error(&refused, 403, &quota_message(1001));
+    assert_eq!(clusters_of_alice(&t).await, 1001);
 }
