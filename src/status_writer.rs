@@ -120,10 +120,14 @@ pub struct Synced {
     pub status: Option<Status>,
     /// When to evaluate it again though nothing changes (an add-on would time out).
     pub recheck_at: Option<DateTime<Utc>>,
+    /// Another transaction held the cluster's row: nothing was evaluated; try again shortly.
+    pub held: bool,
 }
 
 /// Evaluates one cluster and writes what changed, under the cluster's row lock (so an API
-/// write that starts a new operation is never overwritten by a stale conclusion).
+/// write that starts a new operation is never overwritten by a stale conclusion). A row another
+/// transaction holds is not waited for ([`Synced::held`]): the writer serves every cluster of
+/// its management cluster, and one held row must not stop the others' statuses.
 pub async fn sync_cluster(
     pool: &PgPool,
     observer: &Observer,
@@ -132,8 +136,15 @@ pub async fn sync_cluster(
     timeouts: Timeouts,
 ) -> DbResult<Synced> {
     let mut tx = pool.begin().await?;
-    let Some(row) = cdb::lock(&mut *tx, cluster).await? else {
-        return Ok(Synced::default());
+    let row = match cdb::lock_unless_held(&mut tx, cluster).await? {
+        cdb::Locked::Row(row) => row,
+        cdb::Locked::Gone => return Ok(Synced::default()),
+        cdb::Locked::Held => {
+            return Ok(Synced {
+                held: true,
+                ..Synced::default()
+            });
+        }
     };
     // Another management cluster's: its own writer concludes from its own observer.
     if row.management_cluster_name() != member {
@@ -150,6 +161,7 @@ pub async fn sync_cluster(
         return Ok(Synced {
             status: None,
             recheck_at,
+            held: false,
         });
     }
     if ev.api_address.is_some() || ev.coe_version.is_some() {
@@ -195,6 +207,7 @@ pub async fn sync_cluster(
     Ok(Synced {
         status: new_status,
         recheck_at,
+        held: false,
     })
 }
 
@@ -273,6 +286,7 @@ pub async fn run_writer(
         retry_lock_at: None,
         marked_down: None,
         fresh: false,
+        held: false,
     };
     loop {
         w.start_waiting_for_the_lock();
@@ -349,6 +363,8 @@ struct Writer {
     marked_down: Option<String>,
     /// Just took the lock: what a previous writer recorded about reachability is redone.
     fresh: bool,
+    /// The last pass left a cluster pending because another transaction held its row.
+    held: bool,
 }
 
 impl Writer {
@@ -511,7 +527,8 @@ impl Writer {
     }
 
     /// Writes what changed for each pending cluster, noting when each wants to be evaluated
-    /// again (`rechecks`); stops at the first failure (kept pending).
+    /// again (`rechecks`); stops at the first failure, which stays pending with every cluster not
+    /// reached; a cluster whose row another transaction holds stays pending and the rest go on.
     async fn write_pending(&mut self) {
         // One statement first drops the clusters there is nothing to write for (no row here:
         // objects of another deployment or of a cluster already purged; another management
@@ -527,7 +544,9 @@ impl Writer {
                 return;
             }
         };
-        for (u, since) in std::mem::take(&mut self.pending) {
+        self.held = false;
+        let mut queue = std::mem::take(&mut self.pending).into_iter();
+        for (u, since) in queue.by_ref() {
             if !ours.contains(&u) {
                 self.rechecks.remove(&u);
                 continue;
@@ -541,6 +560,10 @@ impl Writer {
             )
             .await
             {
+                Ok(synced) if synced.held => {
+                    self.pending.insert(u, since);
+                    self.held = true;
+                }
                 Ok(synced) => {
                     match synced.recheck_at {
                         Some(at) => self.rechecks.insert(u, at),
@@ -558,6 +581,8 @@ impl Writer {
                 }
             }
         }
+        // After a failure, what was not reached stays queued too.
+        self.pending.extend(queue);
     }
 
     /// When to wake without an event: the safety poll (short without notifications), the next
@@ -585,11 +610,21 @@ impl Writer {
             Err(e) => tracing::warn!(error = %e, "reading the next in-progress deadline failed"),
         }
         if !self.pending.is_empty() {
-            // A write failed: try again soon.
-            self.wake_at = self.wake_at.min(now + Duration::from_secs(1));
+            // A row was held by another transaction (one that writes it briefly), or a write
+            // failed: try again soon.
+            let retry = if self.held {
+                HELD_ROW_RETRY
+            } else {
+                Duration::from_secs(1)
+            };
+            self.wake_at = self.wake_at.min(now + retry);
         }
     }
 }
+
+/// How soon a cluster whose row another transaction held is evaluated again: API writes hold a
+/// row for milliseconds, and the status should follow within the second it promises.
+const HELD_ROW_RETRY: Duration = Duration::from_millis(100);
 
 /// The clusters whose re-evaluation time has come (removed from `rechecks`).
 fn take_due(rechecks: &mut Rechecks, now: DateTime<Utc>) -> Vec<Uuid> {

@@ -165,6 +165,38 @@ pub async fn lock<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<Option<Cl
     )
 }
 
+/// What [`lock_unless_held`] found.
+#[derive(Debug)]
+pub enum Locked {
+    /// The row, locked for the rest of the transaction.
+    Row(Box<ClusterRow>),
+    /// Another transaction holds the row's lock.
+    Held,
+    /// The cluster is gone.
+    Gone,
+}
+
+/// [`lock`] without waiting: a row another transaction holds is [`Locked::Held`] at once (the
+/// status writer, which must not wait behind one cluster's writer with every other cluster's
+/// change queued behind it).
+pub async fn lock_unless_held(conn: &mut sqlx::PgConnection, uuid: Uuid) -> DbResult<Locked> {
+    let row = sqlx::query_as::<_, ClusterRow>(
+        "SELECT * FROM cluster WHERE uuid = $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(uuid)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = row {
+        return Ok(Locked::Row(Box::new(row)));
+    }
+    // Skipped or absent: a plain read tells which, without waiting for the lock.
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM cluster WHERE uuid = $1)")
+        .bind(uuid)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(if exists { Locked::Held } else { Locked::Gone })
+}
+
 /// A cluster with what its views read from elsewhere, fetched in the same statement: its
 /// nodegroups' aggregates (in nodegroup order) and its template's labels.
 #[derive(Debug, FromRow)]

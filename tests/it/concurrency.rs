@@ -370,6 +370,21 @@ async fn creates_racing_for_the_last_places_of_a_stored_quota_fill_it_exactly() 
 /// cluster's changes behind that lock.
 #[tokio::test]
 async fn a_change_is_not_held_behind_another_management_clusters_locked_row() {
+    a_change_is_written_while_another_clusters_row_is_held(true).await;
+}
+
+/// The status writer does not wait for a row another transaction holds (an API write, here held
+/// open): its cluster stays queued, the other clusters' changes are written meanwhile, and its
+/// own is written once the row is free.
+#[tokio::test]
+async fn a_change_is_not_held_behind_a_row_another_transaction_holds() {
+    a_change_is_written_while_another_clusters_row_is_held(false).await;
+}
+
+/// Two clusters; `theirs` (moved to another management cluster when `elsewhere`) has its row
+/// held while a Machine of each reports a new address, `theirs` first: ours is written while
+/// theirs is held; when it stays on this management cluster, theirs is written once released.
+async fn a_change_is_written_while_another_clusters_row_is_held(elsewhere: bool) {
     use magnum_capi::simkube::Resource;
     let app = capi_app_on(None, None, false, |_| {}).await;
     let t = &app.t;
@@ -380,12 +395,14 @@ async fn a_change_is_not_held_behind_another_management_clusters_locked_row() {
     t.wait_cluster(&ALICE, &theirs, "CREATE_COMPLETE").await;
     let pool = &t.state.pool;
     let theirs_uuid = Uuid::parse_str(&theirs).unwrap();
-    sqlx::query("UPDATE cluster SET management_cluster = 'elsewhere' WHERE uuid = $1")
-        .bind(theirs_uuid)
-        .execute(pool)
-        .await
-        .unwrap();
-    // The other management cluster's writer holds its row while it concludes.
+    if elsewhere {
+        sqlx::query("UPDATE cluster SET management_cluster = 'elsewhere' WHERE uuid = $1")
+            .bind(theirs_uuid)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    // Another writer (the other management cluster's, or an API write) holds its row.
     let mut their_writer = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM cluster WHERE uuid = $1 FOR UPDATE")
         .bind(theirs_uuid)
@@ -426,15 +443,24 @@ async fn a_change_is_not_held_behind_another_management_clusters_locked_row() {
     })
     .await;
     readdress(&ours, "198.51.100.2");
-    until("our cluster's new address written", || async {
-        let r = t.get(&ALICE, &format!("/v1/clusters/{ours}")).await;
+    let written = |uuid: String, ip: &'static str| async move {
+        let r = t.get(&ALICE, &format!("/v1/clusters/{uuid}")).await;
         r.body["node_addresses"]
             .as_array()
-            .is_some_and(|a| a.iter().any(|x| x == "198.51.100.2"))
+            .is_some_and(|a| a.iter().any(|x| x == ip))
             .then_some(())
+    };
+    until("our cluster's new address written", || {
+        written(ours.clone(), "198.51.100.2")
     })
     .await;
     their_writer.rollback().await.unwrap();
+    if !elsewhere {
+        until("their new address written once their row is free", || {
+            written(theirs.clone(), "198.51.100.1")
+        })
+        .await;
+    }
 }
 
 /// The projects whose `cluster_project_count` differs from their clusters' `count(*)` (a
