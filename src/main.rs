@@ -177,6 +177,7 @@ fn preload(cli: &Cli) -> Option<Result<Config, ConfigError>> {
         | Command::Check { config }
         | Command::Import { config, .. }
         | Command::ManagementClusters { config }
+        | Command::ApiProxy { config }
         | Command::Cluster {
             command: ClusterCommand::Forget { config, .. },
         } => Some(Config::load(config.as_deref())),
@@ -508,7 +509,7 @@ async fn run(cli: Cli, config: Option<Result<Config, ConfigError>>) -> anyhow::R
             )
             .await
         }
-        Command::ApiProxy { config } => api_proxy(config.as_deref()).await,
+        Command::ApiProxy { .. } => api_proxy(preloaded(config)?).await,
         Command::Openapi => {
             print!("{}", api::openapi::yaml_text().map_err(anyhow::Error::msg)?);
             Ok(())
@@ -639,8 +640,8 @@ async fn simulate(
 
 /// `api-proxy`: the proxy on `[api_proxy] bind`, following `[api_proxy] kubeconfig`'s (else
 /// `KUBECONFIG`'s, else the in-cluster) management cluster, until SIGINT/SIGTERM.
-async fn api_proxy(config: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let cfg = Config::load(config)?.api_proxy;
+async fn api_proxy(config: Config) -> anyhow::Result<()> {
+    let cfg = config.api_proxy;
     let client = match &cfg.kubeconfig {
         Some(path) => server::client_from_kubeconfig(path)
             .await

@@ -330,3 +330,60 @@ fn the_binary_loads_the_commands_configuration_once() {
     opened.sort();
     assert_eq!(opened, ["c.toml", "seal.key"], "each opened once");
 }
+
+/// `api-proxy` logs as its configuration's `[log] format` says (JSON on stderr here), as
+/// `serve` does.
+#[tokio::test]
+async fn the_api_proxy_logs_in_the_configured_format() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let sim =
+        magnum_capi::simkube::SimCluster::start(magnum_capi::simkube::SimOptions::for_tests())
+            .await
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    // JSON is YAML: the kubeconfig as the simulated cluster gives it.
+    std::fs::write(&kubeconfig, serde_json::to_vec(&sim.kubeconfig()).unwrap()).unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\nformat = \"json\"\n[api_proxy]\nbind = \"127.0.0.1:0\"\nkubeconfig = {kubeconfig:?}\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_magnum-capi"))
+        .args(["api-proxy", "--config"])
+        .arg(&config)
+        .env_remove("MAGNUM_CAPI_CONFIG")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let serving = loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(line) if line.contains("api-proxy serving") => break line,
+            Ok(_) => continue,
+            Err(e) => panic!("no `api-proxy serving` line on stderr: {e}"),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let entry: serde_json::Value = serde_json::from_str(&serving)
+        .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {serving}"));
+    assert_eq!(entry["fields"]["message"], "api-proxy serving", "{entry}");
+}
