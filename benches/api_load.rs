@@ -548,7 +548,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let url = pg.url("postgres");
+    let url = pg.socket_url("postgres");
     rt.block_on(async move {
         let mut cfg = Config::default();
         cfg.database.url = Some(url.clone());

@@ -211,7 +211,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let url = pg.url("postgres");
+    let url = pg.socket_url("postgres");
     rt.block_on(async move {
         let sim = SimCluster::start(SimOptions {
             step: Duration::from_millis(20),

@@ -560,7 +560,7 @@ async fn run(cli: Cli, config: Option<Result<Config, ConfigError>>) -> anyhow::R
                     let pg =
                         tokio::task::spawn_blocking(magnum_capi::devdb::EmbeddedPostgres::start)
                             .await??;
-                    let url = pg.url("postgres");
+                    let url = pg.socket_url("postgres");
                     embedded = Some(pg);
                     url
                 }

@@ -148,7 +148,9 @@ impl MariaDb {
         };
         m.root_sql(&format!(
             "CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}';
-             GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%';"
+             GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%';
+             CREATE USER '{USER}'@'localhost' IDENTIFIED BY '{PASSWORD}';
+             GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'localhost';"
         ))?;
         Ok(m)
     }
@@ -172,11 +174,12 @@ impl MariaDb {
         format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{db}", self.port)
     }
 
-    /// The same for SQLAlchemy (Magnum's configuration).
+    /// The same for SQLAlchemy (Magnum's configuration), over the server's Unix socket as the
+    /// service reaches its own database in development mode and in the bench (like for like).
     fn sqlalchemy_url(&self, db: &str) -> String {
         format!(
-            "mysql+pymysql://{USER}:{PASSWORD}@127.0.0.1:{}/{db}",
-            self.port
+            "mysql+pymysql://{USER}:{PASSWORD}@localhost/{db}?unix_socket={}",
+            self.dir.join("sock").display()
         )
     }
 
