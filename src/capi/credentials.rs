@@ -318,6 +318,16 @@ impl Capi {
             // An implicit rotation retries a transient failure twice, then gives way to the
             // operation it precedes (whose status a given-up rotation must not overwrite).
             Err(e) if !e.is_transient() || (p.implicit && op.attempts >= IMPLICIT_ATTEMPTS) => {
+                // The failure came after the new credential was applied (delivering it into an
+                // adopted cluster, relabelling, deleting the old one): the live Secret names
+                // it, so discarding it would leave the cluster with a credential that is gone.
+                if self
+                    .credential_of(c)
+                    .await?
+                    .is_some_and(|(id, _)| id == p.app_cred_id)
+                {
+                    return self.keep_applied(journal, spec, &p, &e).await;
+                }
                 tracing::warn!(cluster = %c.uuid, error = %e, "credential rotation failed; the old credential stays in force");
                 if let Err(d) = self.discard_staged(journal, c, &p).await {
                     tracing::warn!(cluster = %c.uuid, error = %d, "could not discard the staged credential; the janitor will");
@@ -344,6 +354,53 @@ impl Capi {
             }
             other => other,
         }
+    }
+
+    /// A rotation that failed once its credential was applied: the new credential stays the
+    /// cluster's (the live Secret carries it) and the previous one is not deleted (what was not
+    /// delivered may still use it; it expires on its own). Reported as the failure of an
+    /// explicit rotation, or as the credential's problem beside the operation an implicit one
+    /// precedes.
+    async fn keep_applied(
+        &self,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
+        p: &RotationPayload,
+        e: &CapiError,
+    ) -> Result<Outcome, CapiError> {
+        let c = &spec.cluster;
+        if spec.day2.app_cred_id.as_deref() != Some(p.app_cred_id.as_str()) {
+            journal
+                .credential_rotated(c.uuid, &p.user_id, &p.app_cred_id, p.expires_at)
+                .await?;
+        }
+        let staging = ObjectRef::new(
+            kinds::SECRET,
+            &namespace_of(&self.config, c),
+            &staging_name(&name_of(c)),
+        );
+        if let Err(d) = self.mgmt.delete(&staging).await {
+            tracing::warn!(cluster = %c.uuid, error = %d, "could not delete the staged credential's Secret");
+        }
+        let kept = match p.old_app_cred_id.as_deref() {
+            Some(old) if old != p.app_cred_id => {
+                format!(
+                    " The previous credential {old} was kept (what was not delivered may still use it)."
+                )
+            }
+            _ => String::new(),
+        };
+        let message = format!(
+            "The new application credential {} is in force, but completing its rotation failed: {e}.{kept}",
+            p.app_cred_id
+        );
+        tracing::warn!(cluster = %c.uuid, app_cred = %p.app_cred_id, error = %e, "credential rotation failed after the new credential was applied; both credentials kept");
+        self.observer.touch(c.uuid);
+        if p.implicit {
+            journal.credential_problem(c.uuid, Some(&message)).await?;
+            return Ok(Outcome::Done);
+        }
+        Err(CapiError::Invalid(message))
     }
 
     async fn commit_inner(

@@ -7,6 +7,7 @@
 //! no spec, and no nodegroup operation replaces a machine or changes a spec of the driver's.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::common::capi::{CapiApp, admin_csr, authenticates, capi_app_on, postgres_text};
 use crate::common::capi_drivers::{
@@ -1328,6 +1329,144 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     assert!(
         left.contains(&other),
         "another credential of the owner stays"
+    );
+}
+
+/// The CRD schemas, and while `on`, a refusal of every write that annotates an add-on with a
+/// Secret's checksum (how the service delivers a credential into a magnum-capi-helm cluster).
+struct RefusesDelivery {
+    crds: magnum_capi::simkube::Validator,
+    on: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl magnum_capi::simkube::store::Admission for RefusesDelivery {
+    fn validate(
+        &self,
+        new: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), Vec<magnum_capi::simkube::store::FieldError>> {
+        let delivers = new["metadata"]["annotations"].as_object().is_some_and(|a| {
+            a.keys()
+                .any(|k| k.starts_with("secret.addons.stackhpc.com/"))
+        });
+        if delivers && self.on.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(vec![magnum_capi::simkube::store::FieldError::from_message(
+                "metadata.annotations: the add-on refuses this write".into(),
+            )]);
+        }
+        self.crds.validate(new, old)
+    }
+
+    fn default(&self, obj: &mut Value) {
+        self.crds.default(obj);
+    }
+
+    fn schema(&self, api_version: &str, kind: &str) -> Option<&Value> {
+        self.crds.schema(api_version, kind)
+    }
+}
+
+/// A rotation that fails after its credential was applied (the add-on refuses the annotation
+/// that delivers it, a permanent 422): the driver's Secret carries the new credential, so it
+/// stays the cluster's and works, the previous one is kept too (the workload was not given the
+/// new one), and the failure says both.
+#[tokio::test]
+async fn a_rotation_that_fails_after_its_credential_is_applied_keeps_both_credentials() {
+    let _env = env_shared().await;
+    let refuse = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let validator: magnum_capi::simkube::Validator = Arc::new(RefusesDelivery {
+        crds: magnum_capi::server::crd_validator(&crate::common::capi::crd_dir()).unwrap(),
+        on: refuse.clone(),
+    });
+    let sim = SimCluster::start(magnum_capi::simkube::SimOptions {
+        validator: Some(validator),
+        ..crate::common::capi::sim_options(crate::common::wait::SIM_STEP_MS)
+    })
+    .await
+    .unwrap();
+    let app = capi_app_on(None, Some(Arc::new(sim)), true, |_| {}).await;
+    let (t, sim) = (&app.t, &app.sim);
+    let ks = keystone();
+    let (owner_id, owner_token) = ks.new_user_token("owner", "member", "alpha").await;
+    let (carol_id, carol_token) = ks.new_user_token("carol", "member", "alpha").await;
+    let who = As {
+        user: Box::leak(owner_id.clone().into_boxed_str()),
+        project: Box::leak(ks.project_id("alpha").to_string().into_boxed_str()),
+        roles: "member",
+    };
+    let stack = "live-3-0a1b2c3d4e5f";
+    let Adopted { c, ns, .. } = adopted_on(&app, Driver::CapiHelm, 1, stack, &who).await;
+    let (secret_name, cred_name) = drivers_names(Driver::CapiHelm, stack, &c);
+    let (old_id, old_secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
+    with_credential(sim, &ns, &secret_name, (&old_id, &old_secret));
+    sim.store()
+        .put(
+            &Resource::of("addons.stackhpc.com/v1alpha1", "Manifests"),
+            json!({"apiVersion": "addons.stackhpc.com/v1alpha1", "kind": "Manifests",
+                "metadata": {"name": format!("{stack}-cloud-config"), "namespace": ns, "labels": {
+                    format!("{secret_name}.secret.addons.stackhpc.com/uses"): ""}},
+                "spec": {"clusterName": stack, "releaseName": "cloud-config",
+                         "targetNamespace": "openstack-system"}}),
+        )
+        .unwrap();
+    refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+
+    let r = t
+        .call_token(
+            Some(&carol_token),
+            "PATCH",
+            &format!("/v1/credentials/{c}"),
+            Some("1.12"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let body = t
+        .wait_cluster_token(&carol_token, &c, "UPDATE_FAILED")
+        .await
+        .body;
+    let live = object(sim, "v1", "Secret", &ns, &secret_name).unwrap();
+    let doc: Value = yaml_serde::from_str(&text_of(&live, "clouds.yaml")).unwrap();
+    let auth = &doc["clouds"].as_object().unwrap().values().next().unwrap()["auth"];
+    let new_id = auth["application_credential_id"].as_str().unwrap();
+    let new_secret = auth["application_credential_secret"].as_str().unwrap();
+    assert_ne!(
+        new_id, old_id,
+        "the driver's Secret took the new credential"
+    );
+    let reason = body["status_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("{new_id} is in force"))
+            && reason.contains(&format!("previous credential {old_id} was kept")),
+        "{body}"
+    );
+    assert!(authenticates(new_id, new_secret).await, "the new one works");
+    assert!(
+        authenticates(&old_id, &old_secret).await,
+        "the old one was kept"
+    );
+    assert!(creds_of(&carol_id).await.contains(&new_id.to_string()));
+    let recorded: Option<String> =
+        sqlx::query_scalar("SELECT app_cred_id FROM cluster WHERE uuid = $1::uuid")
+            .bind(&c)
+            .fetch_one(&t.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        recorded.as_deref(),
+        Some(new_id),
+        "the cluster records the one in force"
+    );
+    assert!(
+        object(
+            sim,
+            "v1",
+            "Secret",
+            &ns,
+            &format!("{stack}-credential-rotation")
+        )
+        .is_none(),
+        "the staged Secret is gone"
     );
 }
 
