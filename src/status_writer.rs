@@ -31,42 +31,49 @@ fn final_failures() -> Vec<&'static str> {
         .collect()
 }
 
-/// Which cluster state Postgres has, for [`status::evaluate`].
-async fn load_state(
-    tx: &mut sqlx::PgConnection,
+/// What the operation queue and the credential check say of a cluster (see [`state_of`]).
+#[derive(Debug, Default, sqlx::FromRow)]
+struct Queue {
+    /// An operation is pending or running.
+    open: bool,
+    /// When its last operation was recorded.
+    last: Option<DateTime<Utc>>,
+    /// Its last operation failed, and that failure is final.
+    final_failure: Option<bool>,
+    credential_problem: Option<String>,
+}
+
+/// The queue's view of each of `clusters`, in one statement (`uuid` first in each row).
+const QUEUE_OF: &str = "SELECT c.uuid, COALESCE(o.open, false) AS open, o.last,
+        (SELECT state = 'failed' AND kind = ANY($2) FROM operation
+          WHERE cluster_uuid = c.uuid ORDER BY id DESC LIMIT 1) AS final_failure,
+        c.credential_problem
+   FROM cluster c
+   LEFT JOIN LATERAL (SELECT bool_or(state IN ('pending', 'running')) AS open,
+                             max(created_at) AS last
+                        FROM operation WHERE cluster_uuid = c.uuid) o ON true
+  WHERE c.uuid = ANY($1)";
+
+/// The cluster state [`status::evaluate`] reads, from the cluster's row, its nodegroups and
+/// its queue.
+fn state_of(
     cluster: &cdb::ClusterRow,
+    ngs: &[ndb::NodegroupRow],
+    queue: Queue,
     timeouts: Timeouts,
-) -> DbResult<ClusterState> {
-    let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
-    // One round trip: the queue's view and the credential check's finding.
-    let (open, last, final_failure, credential_problem): (
-        bool,
-        Option<DateTime<Utc>>,
-        Option<bool>,
-        Option<String>,
-    ) = sqlx::query_as(
-        "SELECT COALESCE(bool_or(state IN ('pending', 'running')), false), max(created_at),
-                (SELECT state = 'failed' AND kind = ANY($2) FROM operation
-                  WHERE cluster_uuid = $1 ORDER BY id DESC LIMIT 1),
-                (SELECT credential_problem FROM cluster WHERE uuid = $1)
-           FROM operation WHERE cluster_uuid = $1",
-    )
-    .bind(cluster.uuid)
-    .bind(final_failures())
-    .fetch_one(&mut *tx)
-    .await?;
+) -> ClusterState {
     let status: Status = cluster.status.parse().unwrap_or(Status::CreateInProgress);
     let deadline = match status {
         Status::CreateInProgress => Some(
             cluster.created_at
                 + chrono::Duration::minutes(i64::from(cluster.create_timeout.unwrap_or(60).max(1))),
         ),
-        Status::UpdateInProgress => last.map(|t| {
+        Status::UpdateInProgress => queue.last.map(|t| {
             t + chrono::Duration::from_std(timeouts.update).unwrap_or(chrono::Duration::hours(1))
         }),
         _ => None,
     };
-    Ok(ClusterState {
+    ClusterState {
         status,
         status_reason: cluster.status_reason.clone(),
         nodegroups: ngs
@@ -80,17 +87,77 @@ async fn load_state(
                 addresses: n.node_addresses.0.clone(),
             })
             .collect(),
-        operation_open: open,
-        final_failure: final_failure.unwrap_or(false),
+        operation_open: queue.open,
+        final_failure: queue.final_failure.unwrap_or(false),
         deadline,
         api_address: cluster.api_address.clone(),
         coe_version: cluster.coe_version.clone(),
         health_status: cluster.health_status.clone(),
         health_status_reason: cluster.health_status_reason.0.clone(),
-        credential_problem,
+        credential_problem: queue.credential_problem,
         addon_install_timeout: chrono::Duration::from_std(timeouts.addon_install)
             .unwrap_or(chrono::Duration::minutes(30)),
-    })
+    }
+}
+
+/// Which cluster state Postgres has, for [`status::evaluate`] (in the writing transaction).
+async fn load_state(
+    tx: &mut sqlx::PgConnection,
+    cluster: &cdb::ClusterRow,
+    timeouts: Timeouts,
+) -> DbResult<ClusterState> {
+    let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
+    let queue = queues(&mut *tx, &[cluster.uuid])
+        .await?
+        .remove(&cluster.uuid)
+        .unwrap_or_default();
+    Ok(state_of(cluster, &ngs, queue, timeouts))
+}
+
+/// [`Queue`] of each of `clusters` that exists.
+async fn queues(
+    conn: &mut sqlx::PgConnection,
+    clusters: &[Uuid],
+) -> DbResult<HashMap<Uuid, Queue>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        uuid: Uuid,
+        #[sqlx(flatten)]
+        queue: Queue,
+    }
+    let rows: Vec<Row> = sqlx::query_as(QUEUE_OF)
+        .bind(clusters)
+        .bind(final_failures())
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.uuid, r.queue)).collect())
+}
+
+/// The state of each of `clusters` this writer has anything to write for (its management
+/// cluster's, not read-only imports), read without locks in three statements: what a pass
+/// evaluates first, so only the clusters with something to write take a transaction.
+async fn load_states(
+    pool: &PgPool,
+    member: &str,
+    clusters: &[Uuid],
+    timeouts: Timeouts,
+) -> DbResult<HashMap<Uuid, ClusterState>> {
+    let rows = cdb::of_management_cluster_among(pool, member, clusters).await?;
+    let ours: Vec<Uuid> = rows.iter().map(|r| r.uuid).collect();
+    let mut conn = pool.acquire().await?;
+    let mut ngs: HashMap<Uuid, Vec<ndb::NodegroupRow>> = HashMap::new();
+    for n in ndb::of_clusters(&mut *conn, &ours).await? {
+        ngs.entry(n.cluster_id).or_default().push(n);
+    }
+    let mut queues = queues(&mut conn, &ours).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let queue = queues.remove(&r.uuid).unwrap_or_default();
+            let ng = ngs.get(&r.uuid).map_or(&[][..], Vec::as_slice);
+            (r.uuid, state_of(r, ng, queue, timeouts))
+        })
+        .collect())
 }
 
 /// The time limits the status writer applies.
@@ -529,26 +596,41 @@ impl Writer {
     /// Writes what changed for each pending cluster, noting when each wants to be evaluated
     /// again (`rechecks`); stops at the first failure, which stays pending with every cluster not
     /// reached; a cluster whose row another transaction holds stays pending and the rest go on.
+    /// Only the clusters whose evaluation changes something take a transaction.
     async fn write_pending(&mut self) {
-        // One statement first drops the clusters there is nothing to write for (no row here:
-        // objects of another deployment or of a cluster already purged; another management
-        // cluster's; a read-only import): a watch relisting thousands of them would otherwise
-        // cost a transaction each, ahead of every fresh change.
+        // The queue's states are read first, in a few statements per chunk, and evaluated
+        // without locks: the clusters there is nothing to write for (no row here: objects of
+        // another deployment or of a cluster already purged; another management cluster's; a
+        // read-only import; or an evaluation that changes nothing) cost no transaction. A
+        // watch relisting thousands of clusters, a takeover or a bulk insert (an import from
+        // Magnum notifies every row) would otherwise cost a transaction each, ahead of every
+        // fresh change. One that changes something is evaluated again under its row's lock: a
+        // write in between notified the writer, and is seen there.
         let queued: Vec<Uuid> = self.pending.keys().copied().collect();
-        let ours = match cdb::of_management_cluster_among(&self.pool, &self.scope.name, &queued)
-            .await
-        {
-            Ok(ours) => ours,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading which clusters to write failed; will retry");
-                return;
+        let mut states = HashMap::with_capacity(queued.len());
+        for chunk in queued.chunks(STATES_PER_READ) {
+            match load_states(&self.pool, &self.scope.name, chunk, self.timeouts).await {
+                Ok(s) => states.extend(s),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading which clusters to write failed; will retry");
+                    return;
+                }
             }
-        };
+        }
+        let now = Utc::now();
         self.held = false;
         let mut queue = std::mem::take(&mut self.pending).into_iter();
         for (u, since) in queue.by_ref() {
-            if !ours.contains(&u) {
+            let Some(state) = states.remove(&u) else {
                 self.rechecks.remove(&u);
+                continue;
+            };
+            let ev = status::evaluate(&self.observer.observed(u), &state, now);
+            if ev.is_noop() {
+                match ev.recheck_at {
+                    Some(at) => self.rechecks.insert(u, at),
+                    None => self.rechecks.remove(&u),
+                };
                 continue;
             }
             match sync_cluster(
@@ -621,6 +703,9 @@ impl Writer {
         }
     }
 }
+
+/// How many queued clusters' states one read of a pass takes in (three statements each).
+const STATES_PER_READ: usize = 1_000;
 
 /// How soon a cluster whose row another transaction held is evaluated again: API writes hold a
 /// row for milliseconds, and the status should follow within the second it promises.

@@ -286,22 +286,22 @@ pub async fn of_management_cluster(
     Ok(rows.into_iter().map(|(u,)| u).collect())
 }
 
-/// Those of `clusters` that are on management cluster `name` (`""`: the unnamed one) and not
-/// read-only imports: what its status writer has anything to write for, in one statement.
+/// The rows of those of `clusters` that are on management cluster `name` (`""`: the unnamed
+/// one) and not read-only imports: what its status writer has anything to write for, in one
+/// statement.
 pub async fn of_management_cluster_among(
     pool: &PgPool,
     name: &str,
     clusters: &[Uuid],
-) -> DbResult<std::collections::HashSet<Uuid>> {
-    let rows: Vec<(Uuid,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT uuid FROM cluster WHERE uuid = ANY($2) AND COALESCE(management_cluster, '') = $1
+) -> DbResult<Vec<ClusterRow>> {
+    Ok(sqlx::query_as::<_, ClusterRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT * FROM cluster WHERE uuid = ANY($2) AND COALESCE(management_cluster, '') = $1
                 AND {NOT_READ_ONLY}"
     )))
     .bind(name)
     .bind(clusters)
     .fetch_all(pool)
-    .await?;
-    Ok(rows.into_iter().map(|(u,)| u).collect())
+    .await?)
 }
 
 /// While management cluster `name` is unreachable (`reason`), its clusters' health is

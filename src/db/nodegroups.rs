@@ -131,6 +131,19 @@ pub async fn of_cluster<'e>(ex: impl PgExecutor<'e>, cluster: Uuid) -> DbResult<
     .await?)
 }
 
+/// The nodegroups of every one of `clusters`, by cluster then in nodegroup order.
+pub async fn of_clusters<'e>(
+    ex: impl PgExecutor<'e>,
+    clusters: &[Uuid],
+) -> DbResult<Vec<NodegroupRow>> {
+    Ok(sqlx::query_as::<_, NodegroupRow>(
+        "SELECT * FROM nodegroup WHERE cluster_id = ANY($1) ORDER BY cluster_id, id",
+    )
+    .bind(clusters)
+    .fetch_all(ex)
+    .await?)
+}
+
 /// How a nodegroup is named in a path.
 #[derive(Debug, Clone)]
 pub enum NgIdent {
