@@ -1101,6 +1101,79 @@ fn with_credential(sim: &SimCluster, ns: &str, name: &str, (id, secret): (&str, 
     put_secret(sim, s, "clouds.yaml", &clouds);
 }
 
+/// Rotates cluster `c`'s credential as the holder of `token` (`PATCH /v1/credentials`, 202)
+/// and waits for status `want`; the cluster as it then shows.
+async fn rotate_as(t: &TestApp, token: &str, c: &str, want: &str) -> Value {
+    let r = t
+        .call_token(
+            Some(token),
+            "PATCH",
+            &format!("/v1/credentials/{c}"),
+            Some("1.12"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    t.wait_cluster_token(token, c, want).await.body
+}
+
+/// magnum-capi-helm's `<stack>-cloud-config` add-on, which uses the credential Secret
+/// `secret_name` (how the credential reaches the workload cluster).
+fn credentials_addon(sim: &SimCluster, ns: &str, stack: &str, secret_name: &str) {
+    sim.store()
+        .put(
+            &Resource::of("addons.stackhpc.com/v1alpha1", "Manifests"),
+            json!({"apiVersion": "addons.stackhpc.com/v1alpha1", "kind": "Manifests",
+                "metadata": {"name": format!("{stack}-cloud-config"), "namespace": ns, "labels": {
+                    format!("{secret_name}.secret.addons.stackhpc.com/uses"): ""}},
+                "spec": {"clusterName": stack, "releaseName": "cloud-config",
+                         "targetNamespace": "openstack-system"}}),
+        )
+        .unwrap();
+}
+
+/// An adopted cluster of `driver` on `app` whose driver's Secret holds a real credential of
+/// its owner, and carol, another member of the project who will rotate it.
+struct Rotating {
+    c: String,
+    ns: String,
+    secret_name: String,
+    owner_id: String,
+    owner_token: String,
+    carol_id: String,
+    carol_token: String,
+    old_id: String,
+    old_secret: String,
+    who: As,
+}
+
+async fn rotating(app: &CapiApp, driver: Driver, stack: &str) -> Rotating {
+    let ks = keystone();
+    let (owner_id, owner_token) = ks.new_user_token("owner", "member", "alpha").await;
+    let (carol_id, carol_token) = ks.new_user_token("carol", "member", "alpha").await;
+    let who = As {
+        user: Box::leak(owner_id.clone().into_boxed_str()),
+        project: Box::leak(ks.project_id("alpha").to_string().into_boxed_str()),
+        roles: "member",
+    };
+    let Adopted { c, ns, .. } = adopted_on(app, driver, 1, stack, &who).await;
+    let (secret_name, cred_name) = drivers_names(driver, stack, &c);
+    let (old_id, old_secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
+    with_credential(&app.sim, &ns, &secret_name, (&old_id, &old_secret));
+    Rotating {
+        c,
+        ns,
+        secret_name,
+        owner_id,
+        owner_token,
+        carol_id,
+        carol_token,
+        old_id,
+        old_secret,
+        who,
+    }
+}
+
 async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     let _env = env_shared().await;
     // Credentials made here live four days and renew themselves two days ahead.
@@ -1110,19 +1183,19 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     })
     .await;
     let (t, sim) = (&app.t, &app.sim);
-    let ks = keystone();
-    let (owner_id, owner_token) = ks.new_user_token("owner", "member", "alpha").await;
-    let (carol_id, carol_token) = ks.new_user_token("carol", "member", "alpha").await;
-    let who = As {
-        user: Box::leak(owner_id.clone().into_boxed_str()),
-        project: Box::leak(ks.project_id("alpha").to_string().into_boxed_str()),
-        roles: "member",
-    };
     let stack = stacks[0];
-    let Adopted { c, ns, .. } = adopted_on(&app, driver, 1, stack, &who).await;
-    let (secret_name, cred_name) = drivers_names(driver, stack, &c);
-    let (old_id, old_secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
-    with_credential(sim, &ns, &secret_name, (&old_id, &old_secret));
+    let Rotating {
+        c,
+        ns,
+        secret_name,
+        owner_id,
+        owner_token,
+        carol_id,
+        carol_token,
+        old_id,
+        old_secret,
+        who,
+    } = rotating(&app, driver, stack).await;
     let before = object(sim, "v1", "Secret", &ns, &secret_name).unwrap();
     // What delivers it into the workload cluster: magnum-cluster-api's ClusterResourceSet
     // Secret embeds it in cloud.conf; magnum-capi-helm's addons read the Secret itself.
@@ -1134,7 +1207,6 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     );
     let addon = format!("{stack}-cloud-config");
     let annotation = format!("secret.addons.stackhpc.com/{secret_name}");
-    let addons = Resource::of("addons.stackhpc.com/v1alpha1", "Manifests");
     let addon_annotation = || {
         let a = object(
             sim,
@@ -1155,36 +1227,12 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
             "cloud-config-secret.yaml",
             &conf,
         ),
-        _ => {
-            sim.store()
-                .put(
-                    &addons,
-                    json!({"apiVersion": "addons.stackhpc.com/v1alpha1", "kind": "Manifests",
-                        "metadata": {"name": addon, "namespace": ns, "labels": {
-                            format!("{secret_name}.secret.addons.stackhpc.com/uses"): ""}},
-                        "spec": {"clusterName": stack, "releaseName": "cloud-config",
-                                 "targetNamespace": "openstack-system"}}),
-                )
-                .unwrap();
-        }
+        _ => credentials_addon(sim, &ns, stack, &secret_name),
     }
 
     // Another member of the project rotates: the credential is hers, in the driver's Secret
     // and format, delivered, and the driver's one is deleted.
-    let r = t
-        .call_token(
-            Some(&carol_token),
-            "PATCH",
-            &format!("/v1/credentials/{c}"),
-            Some("1.12"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, 202, "{}", r.body);
-    let body = t
-        .wait_cluster_token(&carol_token, &c, "UPDATE_COMPLETE")
-        .await
-        .body;
+    let body = rotate_as(t, &carol_token, &c, "UPDATE_COMPLETE").await;
     assert_eq!(body["user_id"], carol_id.as_str(), "{body}");
     let after = object(sim, "v1", "Secret", &ns, &secret_name).unwrap();
     let doc: Value = yaml_serde::from_str(&text_of(&after, "clouds.yaml")).unwrap();
@@ -1386,45 +1434,21 @@ async fn a_rotation_that_fails_after_its_credential_is_applied_keeps_both_creden
     .unwrap();
     let app = capi_app_on(None, Some(Arc::new(sim)), true, |_| {}).await;
     let (t, sim) = (&app.t, &app.sim);
-    let ks = keystone();
-    let (owner_id, owner_token) = ks.new_user_token("owner", "member", "alpha").await;
-    let (carol_id, carol_token) = ks.new_user_token("carol", "member", "alpha").await;
-    let who = As {
-        user: Box::leak(owner_id.clone().into_boxed_str()),
-        project: Box::leak(ks.project_id("alpha").to_string().into_boxed_str()),
-        roles: "member",
-    };
     let stack = "live-3-0a1b2c3d4e5f";
-    let Adopted { c, ns, .. } = adopted_on(&app, Driver::CapiHelm, 1, stack, &who).await;
-    let (secret_name, cred_name) = drivers_names(Driver::CapiHelm, stack, &c);
-    let (old_id, old_secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
-    with_credential(sim, &ns, &secret_name, (&old_id, &old_secret));
-    sim.store()
-        .put(
-            &Resource::of("addons.stackhpc.com/v1alpha1", "Manifests"),
-            json!({"apiVersion": "addons.stackhpc.com/v1alpha1", "kind": "Manifests",
-                "metadata": {"name": format!("{stack}-cloud-config"), "namespace": ns, "labels": {
-                    format!("{secret_name}.secret.addons.stackhpc.com/uses"): ""}},
-                "spec": {"clusterName": stack, "releaseName": "cloud-config",
-                         "targetNamespace": "openstack-system"}}),
-        )
-        .unwrap();
+    let Rotating {
+        c,
+        ns,
+        secret_name,
+        carol_id,
+        carol_token,
+        old_id,
+        old_secret,
+        ..
+    } = rotating(&app, Driver::CapiHelm, stack).await;
+    credentials_addon(sim, &ns, stack, &secret_name);
     refuse.store(true, std::sync::atomic::Ordering::SeqCst);
 
-    let r = t
-        .call_token(
-            Some(&carol_token),
-            "PATCH",
-            &format!("/v1/credentials/{c}"),
-            Some("1.12"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, 202, "{}", r.body);
-    let body = t
-        .wait_cluster_token(&carol_token, &c, "UPDATE_FAILED")
-        .await
-        .body;
+    let body = rotate_as(t, &carol_token, &c, "UPDATE_FAILED").await;
     let live = object(sim, "v1", "Secret", &ns, &secret_name).unwrap();
     let doc: Value = yaml_serde::from_str(&text_of(&live, "clouds.yaml")).unwrap();
     let auth = &doc["clouds"].as_object().unwrap().values().next().unwrap()["auth"];
