@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tokio::sync::{mpsc, watch};
@@ -360,10 +362,19 @@ pub async fn run_writer(
         let Some(woke) = w.next_wake(&mut dirty, &mut shutdown).await else {
             return;
         };
-        let rescan = w.woken(woke);
-        // Take everything queued so far, then write.
+        let mut rescan = w.woken(woke);
+        // Take everything queued so far, then write: the watchers' changes, and the
+        // notifications that have already arrived (a burst of them, such as a bulk insert's,
+        // is one pass, not a pass each).
         while let Ok(u) = dirty.try_recv() {
             w.queue(u);
+        }
+        for _ in 0..NOTIFICATIONS_PER_WAKE {
+            let Some(Ok(Some(n))) = w.events.as_mut().and_then(|l| l.try_recv().now_or_never())
+            else {
+                break;
+            };
+            rescan |= w.woken(Wake::Notified(Ok(Some(n))));
         }
         crate::telemetry::status_writer_of(&w.scope.name, w.leader.is_some());
         if w.leader.is_none() {
@@ -703,6 +714,9 @@ impl Writer {
         }
     }
 }
+
+/// How many notifications that have already arrived a wake-up takes in at most.
+const NOTIFICATIONS_PER_WAKE: usize = 10_000;
 
 /// How many queued clusters' states one read of a pass takes in (three statements each).
 const STATES_PER_READ: usize = 1_000;
