@@ -358,9 +358,9 @@ impl Capi {
 
     /// A rotation that failed once its credential was applied: the new credential stays the
     /// cluster's (the live Secret carries it) and the previous one is not deleted (what was not
-    /// delivered may still use it; it expires on its own). Reported as the failure of an
-    /// explicit rotation, or as the credential's problem beside the operation an implicit one
-    /// precedes.
+    /// delivered may still use it; the message names it, for its owner to delete once nothing
+    /// does). Reported as the failure of an explicit rotation, or as the credential's problem
+    /// beside the operation an implicit one precedes.
     async fn keep_applied(
         &self,
         journal: &dyn Journal,
