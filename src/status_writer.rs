@@ -228,9 +228,8 @@ pub async fn sync_cluster(
     let recheck_at = ev.recheck_at;
     if ev.is_noop() {
         return Ok(Synced {
-            status: None,
             recheck_at,
-            held: false,
+            ..Synced::default()
         });
     }
     if ev.api_address.is_some() || ev.coe_version.is_some() {

@@ -234,16 +234,18 @@ impl Capi {
         c: &Cluster,
         p: &RotationPayload,
     ) -> Result<(), CapiError> {
-        let ns = namespace_of(&self.config, c);
-        self.mgmt
-            .delete(&ObjectRef::new(
-                kinds::SECRET,
-                &ns,
-                &staging_name(&name_of(c)),
-            ))
-            .await?;
+        self.mgmt.delete(&self.staging_ref(c)).await?;
         self.delete_credential(journal, c.uuid, &p.user_id, &p.app_cred_id)
             .await
+    }
+
+    /// Cluster `c`'s staging Secret (what a rotation stages before it commits).
+    fn staging_ref(&self, c: &Cluster) -> ObjectRef {
+        ObjectRef::new(
+            kinds::SECRET,
+            &namespace_of(&self.config, c),
+            &staging_name(&name_of(c)),
+        )
     }
 
     /// The application credential in the `clouds.yaml` of Secret `ns`/`secret`.
@@ -374,12 +376,7 @@ impl Capi {
                 .credential_rotated(c.uuid, &p.user_id, &p.app_cred_id, p.expires_at)
                 .await?;
         }
-        let staging = ObjectRef::new(
-            kinds::SECRET,
-            &namespace_of(&self.config, c),
-            &staging_name(&name_of(c)),
-        );
-        if let Err(d) = self.mgmt.delete(&staging).await {
+        if let Err(d) = self.mgmt.delete(&self.staging_ref(c)).await {
             tracing::warn!(cluster = %c.uuid, error = %d, "could not delete the staged credential's Secret");
         }
         let kept = match p.old_app_cred_id.as_deref() {
@@ -410,8 +407,8 @@ impl Capi {
         p: &RotationPayload,
     ) -> Result<Outcome, CapiError> {
         let c = &spec.cluster;
-        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
-        let staging_ref = ObjectRef::new(kinds::SECRET, &ns, &staging_name(&name));
+        let ns = namespace_of(&self.config, c);
+        let staging_ref = self.staging_ref(c);
         if spec.day2.app_cred_id.as_deref() != Some(p.app_cred_id.as_str()) {
             let staged = self.mgmt.get_value(&staging_ref).await?.ok_or_else(|| {
                 CapiError::Invalid("the staged credential is gone; rotate again".into())
