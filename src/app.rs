@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::Notify;
+use uuid::Uuid;
 
+use crate::coalesce::Batch;
 use crate::config::Config;
+use crate::db::cluster_views::{self, ViewHead};
 use crate::driver::Backend;
 use crate::openstack::Keystone;
 use crate::seal::Sealer;
@@ -51,6 +54,8 @@ pub struct App {
     pub sealer: Option<Sealer>,
     /// Serialised cluster and template views, reused until their data changes.
     pub views: ViewCache,
+    /// Concurrent shows read together (`db::cluster_views::shows`).
+    pub shows: Batch<Uuid, ViewHead>,
 }
 
 pub type AppState = Arc<App>;
@@ -71,7 +76,11 @@ impl App {
     ) -> AppState {
         let sealer = sealer_for(&config);
         let views = ViewCache::new(config.api.view_cache_mib.saturating_mul(1 << 20));
+        // Two statements at once: shows are short index reads, and the fewer run at once the
+        // more of them each one reads (README "How it works").
+        let shows = cluster_views::shows(pool.clone(), 2);
         Arc::new(App {
+            shows,
             pool,
             config,
             auth,

@@ -6,6 +6,7 @@ pub mod api;
 pub mod api_proxy;
 pub mod app;
 pub mod capi;
+pub mod coalesce;
 pub mod config;
 pub mod db;
 #[cfg(feature = "dev")]

@@ -12,6 +12,10 @@
 //! nothing is reused; one that died without a word is noticed by its heartbeat within three
 //! `[database] listen_heartbeat_ms` (`db::events`). Only a successful write through the API
 //! retires views (a refused one changed nothing). `[api] view_cache_mib = 0` turns reuse off.
+//!
+//! Without reuse (turned off, or not listening), concurrent identical requests still share a
+//! build, but only one that started after all of them arrived (`coalesce`): nothing is served
+//! that was read before its request.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +24,7 @@ use bytes::Bytes;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use crate::coalesce::Coalesce;
 use crate::db::events::{self, Event};
 
 /// The cluster a stored view shows, so a reuse is authorised like the first read.
@@ -39,6 +44,8 @@ pub struct View {
 /// The process's store of serialised views (a `moka` cache bounded by bytes).
 pub struct ViewCache {
     entries: Option<moka::future::Cache<String, Arc<View>>>,
+    /// Builds shared by concurrent identical requests while views are not reused.
+    shared: Coalesce<Arc<View>>,
     generation: AtomicU64,
     listening: AtomicBool,
 }
@@ -66,6 +73,7 @@ impl ViewCache {
         });
         Self {
             entries,
+            shared: Coalesce::default(),
             generation: AtomicU64::new(0),
             listening: AtomicBool::new(false),
         }
@@ -103,7 +111,10 @@ impl ViewCache {
     {
         let view = |(body, owner)| Arc::new(View { body, owner });
         let (Some(entries), Some(generation)) = (&self.entries, self.generation()) else {
-            return build().await.map(view);
+            return self
+                .shared
+                .run(key(), || async { build().await.map(view) })
+                .await;
         };
         let mut built = false;
         let mut failed = None;
@@ -252,23 +263,37 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_key_is_made_only_when_views_are_reused() {
-        let made = std::cell::Cell::new(0);
-        let key = || {
-            made.set(made.get() + 1);
-            "k".to_string()
-        };
-        let build = || async { Ok::<_, ()>((Bytes::from_static(b"v"), None)) };
-        let off = ViewCache::new(0);
-        off.set_listening(true);
-        let deaf = ViewCache::new(1 << 20);
-        for c in [&off, &deaf] {
-            c.get_or_build(key, build).await.unwrap();
+    async fn without_reuse_only_requests_waiting_together_share_a_build() {
+        for c in [ViewCache::new(0), ViewCache::new(1 << 20)] {
+            // Off, or on but not listening.
+            let c = Arc::new(c);
+            let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let read = |c: Arc<ViewCache>, builds: Arc<std::sync::atomic::AtomicUsize>| async move {
+                c.get_or_build(
+                    || "k".into(),
+                    || async {
+                        let n = builds.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                        Ok::<_, ()>((Bytes::from(n.to_string()), None))
+                    },
+                )
+                .await
+                .unwrap()
+                .body
+                .clone()
+            };
+            let first = tokio::spawn(read(c.clone(), builds.clone()));
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            let waiting: Vec<_> = (0..8)
+                .map(|_| tokio::spawn(read(c.clone(), builds.clone())))
+                .collect();
+            assert_eq!(first.await.unwrap(), "0");
+            for t in waiting {
+                assert_eq!(t.await.unwrap(), "1", "the build after the one they found");
+            }
+            assert_eq!(read(c.clone(), builds.clone()).await, "2", "nothing kept");
+            assert_eq!(builds.load(Ordering::SeqCst), 3);
         }
-        assert_eq!(made.get(), 0, "turned off, or not listening");
-        deaf.set_listening(true);
-        deaf.get_or_build(key, build).await.unwrap();
-        assert_eq!(made.get(), 1);
     }
 
     #[tokio::test]

@@ -2,15 +2,20 @@
 //! version; migrations/20261127100000_stored_cluster_views.sql retires them on every change):
 //! the heads of a page or a show with their stored bodies, and storing bodies built for a version.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use sqlx::{AssertSqlSafe, FromRow, PgPool};
 use uuid::Uuid;
+
+use crate::coalesce::{Batch, BatchRead};
 
 use super::DbResult;
 use super::clusters::Scope;
 use super::page::PageQuery;
 
 /// A cluster of a page (or a show): what a stored view does not carry, and the view.
-#[derive(Debug, FromRow)]
+#[derive(Debug, Clone, FromRow)]
 pub struct ViewHead {
     pub id: i64,
     pub uuid: Uuid,
@@ -60,6 +65,49 @@ pub async fn one(pool: &PgPool, scope: &Scope, uuid: Uuid) -> DbResult<Option<Vi
         .bind(uuid)
         .fetch_optional(pool)
         .await?)
+}
+
+/// Shows read together: concurrent shows of any clusters, in any scope, waiting for a statement
+/// are read in the next one (`coalesce::Batch`; at most `in_flight` at once, so a flood of shows
+/// leaves the pool's other connections to everything else).
+pub fn shows(pool: PgPool, in_flight: usize) -> Batch<Uuid, ViewHead> {
+    let read: BatchRead<Uuid, ViewHead> = Arc::new(move |uuids: Vec<Uuid>| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            // The function's statement is planned once per connection (its migration says why).
+            let heads =
+                sqlx::query_as::<_, ViewHead>("SELECT * FROM magnum_capi_cluster_heads($1)")
+                    .bind(uuids)
+                    .fetch_all(&pool)
+                    .await;
+            match heads {
+                Ok(heads) => Some(
+                    heads
+                        .into_iter()
+                        .map(|h| (h.uuid, h))
+                        .collect::<HashMap<_, _>>(),
+                ),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a batch of shows failed; each is read alone");
+                    None
+                }
+            }
+        })
+    });
+    Batch::new(in_flight, 256, read)
+}
+
+/// [`one`] read with the concurrent shows of `shows` (alone when their statement failed).
+pub async fn one_of(
+    shows: &Batch<Uuid, ViewHead>,
+    pool: &PgPool,
+    scope: &Scope,
+    uuid: Uuid,
+) -> DbResult<Option<ViewHead>> {
+    match shows.get(uuid).await {
+        Ok(head) => Ok(head.filter(|h| scope.holds(&h.project_id))),
+        Err(()) => one(pool, scope, uuid).await,
+    }
 }
 
 /// Stores `body` as the view of `uuid` at `version`: only while no change moved the version

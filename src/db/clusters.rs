@@ -122,6 +122,14 @@ impl Scope {
             Scope::Project(p) => p,
         }
     }
+
+    /// Whether a cluster of `project` is in the scope ([`Self::sql`]'s condition).
+    pub(super) fn holds(&self, project: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Project(p) => p == project,
+        }
+    }
 }
 
 pub async fn by_uuid<'e>(

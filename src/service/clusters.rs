@@ -264,7 +264,7 @@ pub async fn get_json(
             Some(u) => u,
             None => find_cluster(app, &scope, ident).await?.uuid,
         };
-        let head = cvdb::one(&app.pool, &scope, uuid)
+        let head = cvdb::one_of(&app.shows, &app.pool, &scope, uuid)
             .await?
             .ok_or_else(|| DomainError::cluster_not_found(ident))?;
         let owner = Owner {

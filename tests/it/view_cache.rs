@@ -418,3 +418,70 @@ async fn serve_reuses_views_until_a_change() {
         .unwrap();
     s.wait_status(c, "CREATE_COMPLETE").await;
 }
+
+/// Without reuse, concurrent requests share reads (src/coalesce.rs): shows of any clusters go
+/// out together and identical requests share a build. Each caller still gets only what its own
+/// scope holds, and every answer shows what was written before the request: while shows of the
+/// cluster keep running, each write is seen by the next show.
+#[tokio::test]
+async fn shared_reads_keep_each_callers_scope_and_show_every_earlier_write() {
+    let t = app().await;
+    let tpl = t.template(&ALICE, "tpl").await;
+    let c = t.cluster(&ALICE, "one", &tpl).await;
+    let bobs = t.template(&BOB, "tpl").await;
+    let other = t.cluster(&BOB, "two", &bobs).await;
+    let show = |who: &'static As, uuid: String| {
+        let t = &t;
+        async move { t.get(who, &format!("/v1/clusters/{uuid}")).await }
+    };
+    // Alice's and Bob's shows of both clusters at once, several times over.
+    let mut asks = Vec::new();
+    for _ in 0..10 {
+        for who in [&ALICE, &BOB] {
+            for uuid in [&c, &other] {
+                asks.push((who, uuid, show(who, uuid.clone())));
+            }
+        }
+    }
+    let answers = futures::future::join_all(
+        asks.into_iter()
+            .map(|(who, uuid, f)| async move { (who, uuid, f.await) }),
+    )
+    .await;
+    for (who, uuid, r) in answers {
+        let own = (who.project == ALICE.project) == (*uuid == c);
+        if own {
+            r.assert_status(200);
+            assert_eq!(r.json()["uuid"], uuid.as_str());
+        } else {
+            assert_magnum_error(&r, 404, &format!("Cluster {uuid} could not be found."));
+        }
+    }
+    // Shows keep going while each write lands; the show asked after a write has returned sees
+    // it (a build in flight when it arrived is not its answer).
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let background = async {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let batch: Vec<_> = (0..8).map(|_| show(&ALICE, c.clone())).collect();
+            futures::future::join_all(batch).await;
+            // The writes go on beside it even should every show be ready at once.
+            tokio::task::yield_now().await;
+        }
+    };
+    let writes = async {
+        for i in 0..30 {
+            t.write_sql(&format!(
+                "UPDATE cluster SET health_status_reason = '{{\"write\": \"{i}\"}}' WHERE uuid = '{c}'"
+            ))
+            .await;
+            let r = show(&ALICE, c.clone()).await;
+            assert_eq!(
+                r.json()["health_status_reason"],
+                json!({"write": i.to_string()}),
+                "write {i} not seen by the show after it"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    };
+    futures::join!(background, writes);
+}
