@@ -9,9 +9,11 @@
 //! Data (the issue's): 50 templates; clusters with 2 nodegroups each, 11 labels on every
 //! cluster, nodegroup and template, all in one project. Scenarios at 10,000 clusters:
 //! `GET /v1/clustertemplates`, `GET /v1/clusters/detail?limit=1000`, `GET /v1/clusters?limit=1000`,
-//! `GET /v1/clusters/{uuid}`, each asked of two instances on the same database — one as `serve`
+//! `GET /v1/clusters/{uuid}`, and shows of 1,000 different clusters (each connection going round
+//! them, a wrk script), each asked of two instances on the same database — one as `serve`
 //! runs it (serialised views reused until a change notification, src/view_cache.rs) and one with
-//! `[api] view_cache_mib = 0` (every answer built from PostgreSQL) — and followed by its
+//! `[api] view_cache_mib = 0` (every answer built from a PostgreSQL read started after its
+//! request, shared only by concurrent requests, src/coalesce.rs) — and followed by its
 //! "ceiling": a trivial handler in this process answering the same bytes from memory under the
 //! same load generator (what the machine, the loopback and the load generator allow at most).
 //! Then `POST /v1/clusters` (latency of the 202) with 1 and with 20 reqwest connections in one
