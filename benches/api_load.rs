@@ -189,9 +189,8 @@ async fn wrk(
     let mut cmd = tokio::process::Command::new("wrk");
     cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{secs}s")])
         .args(["--latency", "--timeout", "30s"]);
-    // Kept until wrk is done with it.
-    let script = tempfile::NamedTempFile::new().expect("wrk script");
-    if !paths.is_empty() {
+    // Only for many paths; kept until wrk is done with it.
+    let script = (!paths.is_empty()).then(|| {
         // Each thread starts at its own place in the list and goes round it.
         let list: Vec<String> = paths.iter().map(|p| format!("{p:?}")).collect();
         let lua = format!(
@@ -199,7 +198,11 @@ async fn wrk(
              function request() i = i % #paths + 1 return wrk.format(nil, paths[i]) end\n",
             list.join(",")
         );
+        let script = tempfile::NamedTempFile::new().expect("wrk script");
         std::fs::write(script.path(), lua).expect("wrk script");
+        script
+    });
+    if let Some(script) = &script {
         cmd.arg("-s").arg(script.path());
     }
     let url = if paths.is_empty() {
