@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::coalesce::Batch;
 use crate::config::Config;
 use crate::db::cluster_views::{self, ViewHead};
+use crate::db::creates::{self, NewCluster, Recorded};
 use crate::driver::Backend;
 use crate::openstack::Keystone;
 use crate::seal::Sealer;
@@ -56,6 +57,8 @@ pub struct App {
     pub views: ViewCache,
     /// Concurrent shows read together (`db::cluster_views::shows`).
     pub shows: Batch<Uuid, ViewHead>,
+    /// Concurrent creates recorded together (`db::creates::batched`).
+    pub creates: Batch<NewCluster, Recorded>,
 }
 
 pub type AppState = Arc<App>;
@@ -79,8 +82,12 @@ impl App {
         // Two statements at once: shows are short index reads, and the fewer run at once the
         // more of them each one reads (README "How it works").
         let shows = cluster_views::shows(pool.clone(), 2);
+        // Two statements at once as well: a project's creates wait for its lock anyway, and
+        // each statement records every create that arrived while the others ran.
+        let creates = creates::batched(pool.clone(), 2, config.quotas.max_clusters_per_project);
         Arc::new(App {
             shows,
+            creates,
             pool,
             config,
             auth,

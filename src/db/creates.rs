@@ -1,15 +1,25 @@
-//! A cluster create recorded in one statement: the project's quota checked under its lock, the
-//! cluster, its two default nodegroups and its create operation inserted — one round trip to
-//! PostgreSQL, committed on its own (the statement is its transaction).
+//! Cluster creates recorded in one statement each, alone or together: every create's project
+//! quota checked under the project's lock, then its cluster, two default nodegroups and create
+//! operation inserted — one round trip to PostgreSQL and one commit for all the creates of a
+//! batch (the statement is its transaction).
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use sqlx::types::Json;
 use sqlx::{PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::coalesce::{Batch, BatchRead};
 
 use super::DbResult;
 use super::clusters::ClusterRow;
-use super::nodegroups::{self, NodegroupRow};
-use super::operations::{self, NewOperation};
+use super::nodegroups::NodegroupRow;
+use super::operations::NewOperation;
 
-/// What [`record`] did.
+/// What recording a create did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {
     /// The rows and the operation are committed.
@@ -19,7 +29,7 @@ pub enum Recorded {
 }
 
 /// Whether `project` is at its cluster quota (its `quotas` row, else `default_limit`), asked
-/// under the project's lock as [`record`] asks it: the limit when it is reached.
+/// under the project's lock as [`record_all`] asks it: the limit when it is reached.
 pub async fn quota_reached(
     pool: &PgPool,
     project: &str,
@@ -34,83 +44,219 @@ pub async fn quota_reached(
     Ok(reached)
 }
 
-/// Records a new cluster `c` (its project's quota permitting: the project's `quotas` row, else
-/// `default_limit`), its nodegroups and `op`, in one statement run as its own transaction
-/// (`ex` must not be inside one that outlives it, or the project's lock would be held longer).
-///
-/// `magnum_capi_cluster_quota_reached` takes the project's advisory lock and reads the project's
-/// cluster count (`cluster_project_count`, kept by `cluster`'s triggers in the writing
-/// transaction) with a snapshot taken after it (a volatile function's statements each take a new
-/// one), so two concurrent creates cannot both take the last place; the inserts run only when
-/// it finds room, and the foreign keys are checked when the statement ends, after all of them.
-pub async fn record<'e>(
+/// A create waiting to be recorded: the rows the statement writes, as one JSON document (the
+/// columns by name), identified by its cluster's uuid.
+#[derive(Debug, Clone)]
+pub struct NewCluster {
+    uuid: Uuid,
+    doc: Arc<Value>,
+}
+
+impl NewCluster {
+    /// Cluster `c` with its master and worker nodegroups `ngs` and its create operation `op`.
+    pub fn new(c: &ClusterRow, ngs: [&NodegroupRow; 2], op: &NewOperation<'_>) -> Self {
+        let doc = json!({
+            "cluster": {
+                "uuid": c.uuid,
+                "project_id": c.project_id,
+                "user_id": c.user_id,
+                "name": c.name,
+                "cluster_template_id": c.cluster_template_id,
+                "keypair": c.keypair,
+                "docker_volume_size": c.docker_volume_size,
+                "labels": c.labels,
+                "master_flavor_id": c.master_flavor_id,
+                "flavor_id": c.flavor_id,
+                "stack_id": c.stack_id,
+                "status": c.status,
+                "status_reason": c.status_reason,
+                "health_status": c.health_status,
+                "health_status_reason": c.health_status_reason,
+                "create_timeout": c.create_timeout,
+                "discovery_url": c.discovery_url,
+                "fixed_network": c.fixed_network,
+                "fixed_subnet": c.fixed_subnet,
+                "floating_ip_enabled": c.floating_ip_enabled,
+                "master_lb_enabled": c.master_lb_enabled,
+                "resolved": c.resolved,
+                // The unnamed management cluster is NULL.
+                "management_cluster": c.management_cluster.as_deref().filter(|m| !m.is_empty()),
+            },
+            "nodegroups": ngs.map(nodegroup_doc),
+            "operation": {
+                "cluster_uuid": op.cluster_uuid,
+                "nodegroup_uuid": op.nodegroup_uuid,
+                "kind": op.kind.as_str(),
+                "payload": Json(&op.payload),
+                "request_id": op.request_id,
+            },
+        });
+        Self {
+            uuid: c.uuid,
+            doc: Arc::new(doc),
+        }
+    }
+}
+
+fn nodegroup_doc(n: &NodegroupRow) -> Value {
+    json!({
+        "uuid": n.uuid,
+        "name": n.name,
+        "cluster_id": n.cluster_id,
+        "project_id": n.project_id,
+        "docker_volume_size": n.docker_volume_size,
+        "labels": n.labels,
+        "flavor_id": n.flavor_id,
+        "image_id": n.image_id,
+        "node_addresses": n.node_addresses,
+        "node_count": n.node_count,
+        "role": n.role,
+        "max_node_count": n.max_node_count,
+        "min_node_count": n.min_node_count,
+        "is_default": n.is_default,
+        "stack_id": n.stack_id,
+        "status": n.status,
+        "status_reason": n.status_reason,
+        "version": n.version,
+        "node_labels": n.node_labels,
+        "node_taints": n.node_taints,
+    })
+}
+
+/// A create is its cluster: two with one uuid are one create (a batch records it once).
+impl PartialEq for NewCluster {
+    fn eq(&self, other: &Self) -> bool {
+        self.uuid == other.uuid
+    }
+}
+
+impl Eq for NewCluster {}
+
+impl Hash for NewCluster {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.uuid.hash(state);
+    }
+}
+
+/// Records `creates` in one statement run as its own transaction (`ex` must not be inside one
+/// that outlives it, or the projects' locks would be held longer); their outcomes in their
+/// order. Each create's project quota (its `quotas` row, else `default_limit`) is checked under
+/// the project's lock: `magnum_capi_cluster_quota_rooms` takes the projects' advisory locks in
+/// the order of their keys and reads each one's cluster count (`cluster_project_count`, kept by
+/// `cluster`'s triggers in the writing transaction) with a snapshot taken after its lock, so no
+/// two concurrent statements can both take a project's last place. A project's creates take its
+/// room in their order; the rest are refused with its limit and write nothing. The foreign keys
+/// are checked when the statement ends, after all the inserts: one failure (a template deleted
+/// meanwhile) fails them all.
+pub async fn record_all<'e>(
     ex: impl PgExecutor<'e>,
-    c: &ClusterRow,
-    ngs: [&NodegroupRow; 2],
-    op: &NewOperation<'_>,
+    creates: &[NewCluster],
     default_limit: i64,
-) -> DbResult<Recorded> {
-    let [m, w] = ngs;
-    let q = sqlx::query_as(
-        "WITH room AS MATERIALIZED (
-           SELECT magnum_capi_cluster_quota_reached($1, $2) AS reached),
+) -> DbResult<Vec<Recorded>> {
+    let docs: Vec<&Value> = creates.iter().map(|c| c.doc.as_ref()).collect();
+    let rows: Vec<(i64, Option<i64>)> = sqlx::query_as(
+        "WITH input AS MATERIALIZED (
+           SELECT e.ord, e.doc, e.doc->'cluster'->>'project_id' AS project_id
+             FROM jsonb_array_elements($1) WITH ORDINALITY AS e (doc, ord)),
+         room AS MATERIALIZED (
+           SELECT * FROM magnum_capi_cluster_quota_rooms(ARRAY(SELECT project_id FROM input), $2)),
+         ranked AS MATERIALIZED (
+           SELECT i.ord, i.doc, r.hard_limit,
+                  row_number() OVER (PARTITION BY i.project_id ORDER BY i.ord) <= r.room AS fits
+             FROM input i JOIN room r USING (project_id)),
          c AS (
            INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
                docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
                status_reason, health_status, health_status_reason, create_timeout, discovery_url,
                fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled, resolved,
                management_cluster)
-           SELECT $3, $1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-               $19, $20, $21, $22, $23, NULLIF($24, '')
-             FROM room WHERE reached IS NULL
-           RETURNING uuid),
+           SELECT c.uuid, c.project_id, c.user_id, c.name, c.cluster_template_id, c.keypair,
+               c.docker_volume_size, c.labels, c.master_flavor_id, c.flavor_id, c.stack_id,
+               c.status, c.status_reason, c.health_status, c.health_status_reason,
+               c.create_timeout, c.discovery_url, c.fixed_network, c.fixed_subnet,
+               c.floating_ip_enabled, c.master_lb_enabled, c.resolved, c.management_cluster
+             FROM ranked r, jsonb_populate_record(NULL::cluster, r.doc->'cluster') c
+            WHERE r.fits ORDER BY r.ord),
          ng AS (
            INSERT INTO nodegroup (uuid, name, cluster_id, project_id, docker_volume_size, labels,
                flavor_id, image_id, node_addresses, node_count, role, max_node_count,
                min_node_count, is_default, stack_id, status, status_reason, version, node_labels,
                node_taints)
-           SELECT v.* FROM c, (VALUES
-             -- the master's and the worker's columns, bound by `nodegroups::bind_columns`
-             ($25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41,
-              $42, $43, $44),
-             ($45, $46, $47, $48, $49, $50, $51, $52, $53, $54, $55, $56, $57, $58, $59, $60, $61,
-              $62, $63, $64)) AS v),
+           SELECT n.uuid, n.name, n.cluster_id, n.project_id, n.docker_volume_size, n.labels,
+               n.flavor_id, n.image_id, n.node_addresses, n.node_count, n.role,
+               n.max_node_count, n.min_node_count, n.is_default, n.stack_id, n.status,
+               n.status_reason, n.version, n.node_labels, n.node_taints
+             FROM ranked r, jsonb_populate_recordset(NULL::nodegroup, r.doc->'nodegroups') n
+            WHERE r.fits ORDER BY r.ord),
          op AS (
            INSERT INTO operation (cluster_uuid, nodegroup_uuid, kind, payload, request_id)
-           SELECT $65, $66, $67, $68, $69 FROM c
-           RETURNING id)
-         SELECT reached, (SELECT pg_notify('magnum_capi_operations', id::text)::text FROM op)
-           FROM room",
+           SELECT o.cluster_uuid, o.nodegroup_uuid, o.kind, o.payload, o.request_id
+             FROM ranked r, jsonb_populate_record(NULL::operation, r.doc->'operation') o
+            WHERE r.fits ORDER BY r.ord
+           RETURNING id),
+         woken AS MATERIALIZED (
+           SELECT count(pg_notify('magnum_capi_operations', id::text)) FROM op)
+         SELECT r.ord, CASE WHEN r.fits THEN NULL ELSE r.hard_limit END
+           FROM ranked r, woken ORDER BY r.ord",
     )
-    .bind(&c.project_id)
+    .bind(Json(docs))
     .bind(default_limit)
-    .bind(c.uuid)
-    .bind(&c.user_id)
-    .bind(&c.name)
-    .bind(c.cluster_template_id)
-    .bind(&c.keypair)
-    .bind(c.docker_volume_size)
-    .bind(&c.labels)
-    .bind(&c.master_flavor_id)
-    .bind(&c.flavor_id)
-    .bind(&c.stack_id)
-    .bind(&c.status)
-    .bind(&c.status_reason)
-    .bind(&c.health_status)
-    .bind(&c.health_status_reason)
-    .bind(c.create_timeout)
-    .bind(&c.discovery_url)
-    .bind(&c.fixed_network)
-    .bind(&c.fixed_subnet)
-    .bind(c.floating_ip_enabled)
-    .bind(c.master_lb_enabled)
-    .bind(&c.resolved)
-    .bind(&c.management_cluster);
-    let q = nodegroups::bind_columns(nodegroups::bind_columns(q, m), w);
-    let (reached, _): (Option<i64>, Option<String>) =
-        operations::bind_columns(q, op).fetch_one(ex).await?;
-    Ok(match reached {
-        None => Recorded::Created,
-        Some(limit) => Recorded::QuotaReached { limit },
+    .fetch_all(ex)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(_, reached)| match reached {
+            None => Recorded::Created,
+            Some(limit) => Recorded::QuotaReached { limit },
+        })
+        .collect())
+}
+
+/// Records one create alone ([`record_all`] of one).
+pub async fn record<'e>(
+    ex: impl PgExecutor<'e>,
+    create: &NewCluster,
+    default_limit: i64,
+) -> DbResult<Recorded> {
+    let mut all = record_all(ex, std::slice::from_ref(create), default_limit).await?;
+    all.pop().ok_or_else(|| {
+        sqlx::Error::Protocol("the create's statement returned no outcome".into()).into()
     })
+}
+
+/// Creates recorded together: concurrent creates waiting for a statement are recorded in the
+/// next one (`coalesce::Batch`; at most `in_flight` at once, 256 creates each), so twenty
+/// clients creating at once share a few statements, locks and commits instead of queueing for
+/// twenty. A create alone goes out at once.
+pub fn batched(pool: PgPool, in_flight: usize, default_limit: i64) -> Batch<NewCluster, Recorded> {
+    let read: BatchRead<NewCluster, Recorded> = Arc::new(move |creates: Vec<NewCluster>| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            match record_all(&pool, &creates, default_limit).await {
+                Ok(outcomes) if outcomes.len() == creates.len() => {
+                    Some(creates.into_iter().zip(outcomes).collect::<HashMap<_, _>>())
+                }
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!(error = %e, "a batch of creates failed; each is recorded alone");
+                    None
+                }
+            }
+        })
+    });
+    Batch::new(in_flight, 256, read)
+}
+
+/// Records `create` with the concurrent creates of `batch`, or alone when their statement
+/// failed (its own error is then its own statement's).
+pub async fn record_with(
+    batch: &Batch<NewCluster, Recorded>,
+    pool: &PgPool,
+    create: NewCluster,
+    default_limit: i64,
+) -> DbResult<Recorded> {
+    match batch.get(create.clone()).await {
+        Ok(Some(recorded)) => Ok(recorded),
+        Ok(None) | Err(()) => record(pool, &create, default_limit).await,
+    }
 }

@@ -93,9 +93,8 @@ pub async fn insert<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbResult<N
     Ok(bind_columns(q, n).fetch_one(ex).await?)
 }
 
-/// Binds the twenty columns an insert of `n` writes, in [`insert`]'s order (also the order of
-/// `db::creates`).
-pub(super) fn bind_columns<'q, O>(
+/// Binds the twenty columns an insert of `n` writes, in [`insert`]'s order.
+fn bind_columns<'q, O>(
     q: QueryAs<'q, Postgres, O, PgArguments>,
     n: &'q NodegroupRow,
 ) -> QueryAs<'q, Postgres, O, PgArguments> {

@@ -78,9 +78,8 @@ pub async fn enqueue<'e>(ex: impl PgExecutor<'e>, op: &NewOperation<'_>) -> DbRe
     Ok(id)
 }
 
-/// Binds the five columns an insert of `op` writes, in [`enqueue`]'s order (also the order of
-/// `db::creates`).
-pub(super) fn bind_columns<'q, O>(
+/// Binds the five columns an insert of `op` writes, in [`enqueue`]'s order.
+fn bind_columns<'q, O>(
     q: QueryAs<'q, Postgres, O, PgArguments>,
     op: &'q NewOperation<'_>,
 ) -> QueryAs<'q, Postgres, O, PgArguments> {

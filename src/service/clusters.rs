@@ -203,7 +203,8 @@ pub async fn create(
     Ok(uuid)
 }
 
-/// The create's one statement (`db::creates`): quota under the project's lock, rows, operation.
+/// The create's statement (`db::creates`, shared with concurrent creates): quota under the
+/// project's lock, rows, operation.
 /// A `late_error` (Magnum checks it after the quota) is answered once the quota has room.
 #[allow(clippy::too_many_arguments)]
 async fn record_create(
@@ -230,7 +231,8 @@ async fn record_create(
                 payload,
                 request_id: Some(request_id),
             };
-            crdb::record(&app.pool, row, [master, worker], &op, default_limit).await?
+            let create = crdb::NewCluster::new(row, [master, worker], &op);
+            crdb::record_with(&app.creates, &app.pool, create, default_limit).await?
         }
     };
     match recorded {
