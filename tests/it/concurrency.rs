@@ -661,3 +661,152 @@ async fn a_burst_of_notifications_with_nothing_to_write_costs_few_transactions()
         after - before
     );
 }
+
+/// Creates recorded together (src/db/creates.rs): while one create's statement waits for its
+/// project's lock (held here by another transaction), the creates arriving meanwhile queue and
+/// go out in the next statement. Each still gets its own answer: a project's creates take its
+/// room in arrival order and the rest get its limit, a refused create writes nothing, and a
+/// create that fails the statement (its template does not exist) fails alone — the others of
+/// its statement are then recorded one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_recorded_together_each_get_their_own_answer() {
+    use magnum_capi::db::creates::{self, NewCluster, Recorded};
+    use magnum_capi::db::operations::NewOperation;
+    use magnum_capi::domain::operation::OperationKind;
+
+    let t = app().await;
+    let pool = &t.state.pool;
+    let ct = t.template(&ALICE, "ct").await;
+    let tpl = Uuid::parse_str(&ct).unwrap();
+    // One made through the API: its rows are the model of those below.
+    let model = Uuid::parse_str(&t.cluster(&ALICE, "model", &ct).await).unwrap();
+    let row = db::clusters::by_uuid(pool, &db::clusters::Scope::All, model)
+        .await
+        .unwrap()
+        .expect("the model cluster");
+    let ngs = db::nodegroups::of_cluster(pool, model).await.unwrap();
+    let new = |project: &str, template: Uuid| {
+        let mut c = row.clone();
+        c.uuid = Uuid::new_v4();
+        c.project_id = project.to_string();
+        c.cluster_template_id = template;
+        let [m, w] = [&ngs[0], &ngs[1]].map(|n| {
+            let mut n = n.clone();
+            n.uuid = Uuid::new_v4();
+            n.cluster_id = c.uuid;
+            n.project_id = c.project_id.clone();
+            n
+        });
+        let op = NewOperation {
+            cluster_uuid: c.uuid,
+            nodegroup_uuid: None,
+            kind: OperationKind::Create,
+            payload: json!({}),
+            request_id: Some("req-together"),
+        };
+        (c.uuid, NewCluster::new(&c, [&m, &w], &op))
+    };
+    let batch = creates::batched(pool.clone(), 1, 20);
+    // Bob's creates wait for his lock; `creates` queue behind the first and are answered.
+    let together = |creates: Vec<(Uuid, NewCluster)>| {
+        let (batch, new) = (&batch, &new);
+        async move {
+            let mut holder = pool.begin().await.unwrap();
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))")
+                .bind(BOB.project)
+                .execute(&mut *holder)
+                .await
+                .unwrap();
+            let (_, first) = new(BOB.project, tpl);
+            let first = creates::record_with(batch, pool, first, 20);
+            let rest = async {
+                lock_waiter(pool).await;
+                let answers = join_all(
+                    creates
+                        .into_iter()
+                        .map(|(_, c)| creates::record_with(batch, pool, c, 20)),
+                );
+                // Released once the rest have queued (their futures run from the first poll).
+                let release = async {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    holder.rollback().await.unwrap();
+                };
+                tokio::join!(answers, release).0
+            };
+            let (first, rest) = tokio::join!(first, rest);
+            assert_eq!(first.unwrap(), Recorded::Created, "the first create");
+            rest.iter()
+                .map(|a| match a {
+                    Ok(r) => format!("{r:?}"),
+                    Err(e) => format!("{:?}", e.violation()),
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let written = |uuids: Vec<Uuid>| async move {
+        let mut n = Vec::new();
+        for (table, column) in [
+            ("cluster", "uuid"),
+            ("nodegroup", "cluster_id"),
+            ("operation", "cluster_uuid"),
+            ("cluster_view", "cluster_uuid"),
+        ] {
+            n.push(
+                sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                    "SELECT count(*) FROM {table} WHERE {column} = ANY($1)"
+                )))
+                .bind(&uuids)
+                .fetch_one(pool)
+                .await
+                .unwrap(),
+            );
+        }
+        n
+    };
+
+    // One statement: Alice (a stored quota of 3, one cluster) has room for two of three.
+    store_alices_quota(&t, 3).await;
+    let creates = vec![
+        new(ALICE.project, tpl),
+        new(BOB.project, tpl),
+        new(ALICE.project, tpl),
+        new(ALICE.project, tpl),
+        new(BOB.project, tpl),
+    ];
+    let uuids: Vec<Uuid> = creates.iter().map(|(u, _)| *u).collect();
+    assert_eq!(
+        together(creates).await,
+        [
+            "Created",
+            "Created",
+            "Created",
+            "QuotaReached { limit: 3 }",
+            "Created"
+        ]
+    );
+    assert_eq!(written(uuids).await, [4, 8, 4, 4], "rows of the 4 recorded");
+
+    // A create on a template that does not exist fails the statement: alone, it is its own
+    // foreign-key error, and each of the others gets its own answer.
+    let creates = vec![
+        new(BOB.project, tpl),
+        new(BOB.project, Uuid::new_v4()),
+        new(ALICE.project, tpl),
+    ];
+    let uuids: Vec<Uuid> = creates.iter().map(|(u, _)| *u).collect();
+    assert_eq!(
+        together(creates).await,
+        [
+            "Created",
+            "Some(ClusterTemplate)",
+            "QuotaReached { limit: 3 }"
+        ]
+    );
+    assert_eq!(
+        written(uuids).await,
+        [1, 2, 1, 1],
+        "rows of the one recorded"
+    );
+    assert_eq!(clusters_of_alice(&t).await, 3);
+    assert_eq!(miscounted_projects(&t).await, "");
+}
