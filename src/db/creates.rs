@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-use sqlx::types::Json;
+use serde::Serialize;
+use serde_json::Value;
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
@@ -18,6 +18,8 @@ use super::DbResult;
 use super::clusters::ClusterRow;
 use super::nodegroups::NodegroupRow;
 use super::operations::NewOperation;
+use crate::domain::labels::Labels;
+use crate::domain::resources::Resolved;
 
 /// What recording a create did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,78 +51,150 @@ pub async fn quota_reached(
 #[derive(Debug, Clone)]
 pub struct NewCluster {
     uuid: Uuid,
-    doc: Arc<Value>,
+    doc: Arc<str>,
 }
 
 impl NewCluster {
     /// Cluster `c` with its master and worker nodegroups `ngs` and its create operation `op`.
-    pub fn new(c: &ClusterRow, ngs: [&NodegroupRow; 2], op: &NewOperation<'_>) -> Self {
-        let doc = json!({
-            "cluster": {
-                "uuid": c.uuid,
-                "project_id": c.project_id,
-                "user_id": c.user_id,
-                "name": c.name,
-                "cluster_template_id": c.cluster_template_id,
-                "keypair": c.keypair,
-                "docker_volume_size": c.docker_volume_size,
-                "labels": c.labels,
-                "master_flavor_id": c.master_flavor_id,
-                "flavor_id": c.flavor_id,
-                "stack_id": c.stack_id,
-                "status": c.status,
-                "status_reason": c.status_reason,
-                "health_status": c.health_status,
-                "health_status_reason": c.health_status_reason,
-                "create_timeout": c.create_timeout,
-                "discovery_url": c.discovery_url,
-                "fixed_network": c.fixed_network,
-                "fixed_subnet": c.fixed_subnet,
-                "floating_ip_enabled": c.floating_ip_enabled,
-                "master_lb_enabled": c.master_lb_enabled,
-                "resolved": c.resolved,
+    pub fn new(c: &ClusterRow, ngs: [&NodegroupRow; 2], op: &NewOperation<'_>) -> DbResult<Self> {
+        let doc = Document {
+            cluster: ClusterColumns {
+                uuid: c.uuid,
+                project_id: &c.project_id,
+                user_id: &c.user_id,
+                name: c.name.as_deref(),
+                cluster_template_id: c.cluster_template_id,
+                keypair: c.keypair.as_deref(),
+                docker_volume_size: c.docker_volume_size,
+                labels: &c.labels.0,
+                master_flavor_id: c.master_flavor_id.as_deref(),
+                flavor_id: c.flavor_id.as_deref(),
+                stack_id: c.stack_id.as_deref(),
+                status: &c.status,
+                status_reason: c.status_reason.as_deref(),
+                health_status: c.health_status.as_deref(),
+                health_status_reason: &c.health_status_reason.0,
+                create_timeout: c.create_timeout,
+                discovery_url: c.discovery_url.as_deref(),
+                fixed_network: c.fixed_network.as_deref(),
+                fixed_subnet: c.fixed_subnet.as_deref(),
+                floating_ip_enabled: c.floating_ip_enabled,
+                master_lb_enabled: c.master_lb_enabled,
+                resolved: &c.resolved.0,
                 // The unnamed management cluster is NULL.
-                "management_cluster": c.management_cluster.as_deref().filter(|m| !m.is_empty()),
+                management_cluster: c.management_cluster.as_deref().filter(|m| !m.is_empty()),
             },
-            "nodegroups": ngs.map(nodegroup_doc),
-            "operation": {
-                "cluster_uuid": op.cluster_uuid,
-                "nodegroup_uuid": op.nodegroup_uuid,
-                "kind": op.kind.as_str(),
-                "payload": Json(&op.payload),
-                "request_id": op.request_id,
+            nodegroups: ngs.map(NodegroupColumns::of),
+            operation: OperationColumns {
+                cluster_uuid: op.cluster_uuid,
+                nodegroup_uuid: op.nodegroup_uuid,
+                kind: op.kind.as_str(),
+                payload: &op.payload,
+                request_id: op.request_id,
             },
-        });
-        Self {
+        };
+        // Written once, as text: a batch's statement is the documents joined.
+        let doc = serde_json::to_string(&doc).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+        Ok(Self {
             uuid: c.uuid,
-            doc: Arc::new(doc),
+            doc: doc.into(),
+        })
+    }
+}
+
+/// The rows of one create, by column name (`jsonb_populate_record` reads them so).
+#[derive(Serialize)]
+struct Document<'a> {
+    cluster: ClusterColumns<'a>,
+    nodegroups: [NodegroupColumns<'a>; 2],
+    operation: OperationColumns<'a>,
+}
+
+#[derive(Serialize)]
+struct ClusterColumns<'a> {
+    uuid: Uuid,
+    project_id: &'a str,
+    user_id: &'a str,
+    name: Option<&'a str>,
+    cluster_template_id: Uuid,
+    keypair: Option<&'a str>,
+    docker_volume_size: Option<i32>,
+    labels: &'a Labels,
+    master_flavor_id: Option<&'a str>,
+    flavor_id: Option<&'a str>,
+    stack_id: Option<&'a str>,
+    status: &'a str,
+    status_reason: Option<&'a str>,
+    health_status: Option<&'a str>,
+    health_status_reason: &'a Value,
+    create_timeout: Option<i32>,
+    discovery_url: Option<&'a str>,
+    fixed_network: Option<&'a str>,
+    fixed_subnet: Option<&'a str>,
+    floating_ip_enabled: Option<bool>,
+    master_lb_enabled: Option<bool>,
+    resolved: &'a Resolved,
+    management_cluster: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct NodegroupColumns<'a> {
+    uuid: Uuid,
+    name: &'a str,
+    cluster_id: Uuid,
+    project_id: &'a str,
+    docker_volume_size: Option<i32>,
+    labels: &'a Labels,
+    flavor_id: Option<&'a str>,
+    image_id: Option<&'a str>,
+    node_addresses: &'a [String],
+    node_count: i32,
+    role: &'a str,
+    max_node_count: Option<i32>,
+    min_node_count: i32,
+    is_default: bool,
+    stack_id: Option<&'a str>,
+    status: Option<&'a str>,
+    status_reason: Option<&'a str>,
+    version: Option<&'a str>,
+    node_labels: Option<&'a Value>,
+    node_taints: Option<&'a Value>,
+}
+
+impl<'a> NodegroupColumns<'a> {
+    fn of(n: &'a NodegroupRow) -> Self {
+        Self {
+            uuid: n.uuid,
+            name: &n.name,
+            cluster_id: n.cluster_id,
+            project_id: &n.project_id,
+            docker_volume_size: n.docker_volume_size,
+            labels: &n.labels.0,
+            flavor_id: n.flavor_id.as_deref(),
+            image_id: n.image_id.as_deref(),
+            node_addresses: &n.node_addresses.0,
+            node_count: n.node_count,
+            role: &n.role,
+            max_node_count: n.max_node_count,
+            min_node_count: n.min_node_count,
+            is_default: n.is_default,
+            stack_id: n.stack_id.as_deref(),
+            status: n.status.as_deref(),
+            status_reason: n.status_reason.as_deref(),
+            version: n.version.as_deref(),
+            node_labels: n.node_labels.as_ref().map(|j| &j.0),
+            node_taints: n.node_taints.as_ref().map(|j| &j.0),
         }
     }
 }
 
-fn nodegroup_doc(n: &NodegroupRow) -> Value {
-    json!({
-        "uuid": n.uuid,
-        "name": n.name,
-        "cluster_id": n.cluster_id,
-        "project_id": n.project_id,
-        "docker_volume_size": n.docker_volume_size,
-        "labels": n.labels,
-        "flavor_id": n.flavor_id,
-        "image_id": n.image_id,
-        "node_addresses": n.node_addresses,
-        "node_count": n.node_count,
-        "role": n.role,
-        "max_node_count": n.max_node_count,
-        "min_node_count": n.min_node_count,
-        "is_default": n.is_default,
-        "stack_id": n.stack_id,
-        "status": n.status,
-        "status_reason": n.status_reason,
-        "version": n.version,
-        "node_labels": n.node_labels,
-        "node_taints": n.node_taints,
-    })
+#[derive(Serialize)]
+struct OperationColumns<'a> {
+    cluster_uuid: Uuid,
+    nodegroup_uuid: Option<Uuid>,
+    kind: &'a str,
+    payload: &'a Value,
+    request_id: Option<&'a str>,
 }
 
 /// A create is its cluster: two with one uuid are one create (a batch records it once).
@@ -153,11 +227,21 @@ pub async fn record_all<'e>(
     creates: &[NewCluster],
     default_limit: i64,
 ) -> DbResult<Vec<Recorded>> {
-    let docs: Vec<&Value> = creates.iter().map(|c| c.doc.as_ref()).collect();
+    // The documents joined into one JSON array (each is JSON text already).
+    let mut docs =
+        String::with_capacity(2 + creates.iter().map(|c| c.doc.len() + 1).sum::<usize>());
+    docs.push('[');
+    for (i, c) in creates.iter().enumerate() {
+        if i > 0 {
+            docs.push(',');
+        }
+        docs.push_str(&c.doc);
+    }
+    docs.push(']');
     let rows: Vec<(i64, Option<i64>)> = sqlx::query_as(
         "WITH input AS MATERIALIZED (
            SELECT e.ord, e.doc, e.doc->'cluster'->>'project_id' AS project_id
-             FROM jsonb_array_elements($1) WITH ORDINALITY AS e (doc, ord)),
+             FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e (doc, ord)),
          room AS MATERIALIZED (
            SELECT * FROM magnum_capi_cluster_quota_rooms(ARRAY(SELECT project_id FROM input), $2)),
          ranked AS MATERIALIZED (
@@ -199,7 +283,7 @@ pub async fn record_all<'e>(
          SELECT r.ord, CASE WHEN r.fits THEN NULL ELSE r.hard_limit END
            FROM ranked r, woken ORDER BY r.ord",
     )
-    .bind(Json(docs))
+    .bind(docs)
     .bind(default_limit)
     .fetch_all(ex)
     .await?;

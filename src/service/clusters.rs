@@ -231,7 +231,7 @@ async fn record_create(
                 payload,
                 request_id: Some(request_id),
             };
-            let create = crdb::NewCluster::new(row, [master, worker], &op);
+            let create = crdb::NewCluster::new(row, [master, worker], &op)?;
             crdb::record_with(&app.creates, &app.pool, create, default_limit).await?
         }
     };

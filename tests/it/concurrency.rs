@@ -704,7 +704,7 @@ async fn creates_recorded_together_each_get_their_own_answer() {
             payload: json!({}),
             request_id: Some("req-together"),
         };
-        (c.uuid, NewCluster::new(&c, [&m, &w], &op))
+        (c.uuid, NewCluster::new(&c, [&m, &w], &op).unwrap())
     };
     let batch = creates::batched(pool.clone(), 1, 20);
     // Bob's creates wait for his lock; `creates` queue behind the first and are answered.
