@@ -12,6 +12,7 @@ use crate::coalesce::Batch;
 use crate::config::Config;
 use crate::db::cluster_views::{self, ViewHead};
 use crate::db::creates::{self, NewCluster, Recorded};
+use crate::db::templates::{self, TemplateRow};
 use crate::driver::Backend;
 use crate::openstack::Keystone;
 use crate::seal::Sealer;
@@ -57,6 +58,8 @@ pub struct App {
     pub views: ViewCache,
     /// Concurrent shows read together (`db::cluster_views::shows`).
     pub shows: Batch<Uuid, ViewHead>,
+    /// Concurrent look-ups of templates by uuid read together (`db::templates::batched`).
+    pub templates: Batch<Uuid, TemplateRow>,
     /// Concurrent creates recorded together (`db::creates::batched`).
     pub creates: Batch<NewCluster, Recorded>,
 }
@@ -85,8 +88,10 @@ impl App {
         // Two statements at once as well: a project's creates wait for its lock anyway, and
         // each statement records every create that arrived while the others ran.
         let creates = creates::batched(pool.clone(), 2, config.quotas.max_clusters_per_project);
+        let templates = templates::batched(pool.clone(), 2);
         Arc::new(App {
             shows,
+            templates,
             creates,
             pool,
             config,

@@ -1,6 +1,7 @@
 //! `cluster_template` rows: insert, visibility-scoped lookups, paginated lists, update, delete.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
 
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
@@ -9,6 +10,7 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
+use crate::coalesce::{Batch, BatchRead};
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
 
@@ -93,6 +95,14 @@ impl Visibility {
         match self {
             Visibility::All => "",
             Visibility::Project(p) => p,
+        }
+    }
+
+    /// Whether template `t` is visible ([`Self::sql`]'s condition).
+    fn holds(&self, t: &TemplateRow) -> bool {
+        match self {
+            Visibility::All => true,
+            Visibility::Project(p) => t.project_id == *p || (t.public && !t.hidden),
         }
     }
 }
@@ -218,6 +228,48 @@ pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Op
         .bind(vis.project())
         .fetch_optional(pool)
         .await?)
+}
+
+/// Templates read together by uuid: concurrent look-ups (every create reads its template) waiting
+/// for a statement are read in the next one (`coalesce::Batch`; at most `in_flight` at once),
+/// each caller's visibility checked on the row it gets.
+pub fn batched(pool: PgPool, in_flight: usize) -> Batch<Uuid, TemplateRow> {
+    let read: BatchRead<Uuid, TemplateRow> = Arc::new(move |uuids: Vec<Uuid>| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            let rows = sqlx::query_as::<_, TemplateRow>(
+                "SELECT * FROM cluster_template WHERE uuid = ANY($1)",
+            )
+            .bind(uuids)
+            .fetch_all(&pool)
+            .await;
+            match rows {
+                Ok(rows) => Some(
+                    rows.into_iter()
+                        .map(|t| (t.uuid, t))
+                        .collect::<HashMap<_, _>>(),
+                ),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a batch of template look-ups failed; each reads alone");
+                    None
+                }
+            }
+        })
+    });
+    Batch::new(in_flight, 256, read)
+}
+
+/// [`by_uuid`] read with the concurrent look-ups of `batch` (alone when their statement failed).
+pub async fn by_uuid_of(
+    batch: &Batch<Uuid, TemplateRow>,
+    pool: &PgPool,
+    vis: &Visibility,
+    uuid: Uuid,
+) -> DbResult<Option<TemplateRow>> {
+    match batch.get(uuid).await {
+        Ok(t) => Ok(t.filter(|t| vis.holds(t))),
+        Err(()) => by_uuid(pool, vis, uuid).await,
+    }
 }
 
 pub async fn by_id(pool: &PgPool, vis: &Visibility, id: i64) -> DbResult<Option<TemplateRow>> {

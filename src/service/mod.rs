@@ -110,7 +110,7 @@ pub async fn find_template(
             .ok_or_else(|| not_found().into());
     }
     if let Some(u) = parse_uuid(ident) {
-        return tdb::by_uuid(&app.pool, vis, u)
+        return tdb::by_uuid_of(&app.templates, &app.pool, vis, u)
             .await?
             .ok_or_else(|| not_found().into());
     }

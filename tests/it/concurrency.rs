@@ -810,3 +810,35 @@ async fn creates_recorded_together_each_get_their_own_answer() {
     assert_eq!(clusters_of_alice(&t).await, 3);
     assert_eq!(miscounted_projects(&t).await, "");
 }
+
+/// Templates looked up together (src/db/templates.rs `batched`): concurrent creates of two
+/// projects on one project's private template read it in shared statements, and each caller
+/// still sees only what it may — Alice's creates are accepted, Bob's are her template's
+/// not-found, as when each reads alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn templates_read_together_are_each_callers_own_to_see() {
+    let t = app().await;
+    let ct = t.template(&ALICE, "private").await;
+    let create = |who: &'static As, i: usize| {
+        let ct = ct.clone();
+        let t = &t;
+        async move {
+            t.post_v(
+                who,
+                "/v1/clusters",
+                "1.10",
+                json!({"name": format!("c{i}"), "cluster_template_id": ct}),
+            )
+            .await
+        }
+    };
+    let answers =
+        join_all((0..16).map(|i| create(if i % 2 == 0 { &ALICE } else { &BOB }, i))).await;
+    for (i, r) in answers.iter().enumerate() {
+        if i % 2 == 0 {
+            r.assert_status(202);
+        } else {
+            assert_magnum_error(r, 404, &format!("ClusterTemplate {ct} could not be found."));
+        }
+    }
+}
