@@ -76,52 +76,26 @@ BEGIN
 END $$;
 
 -- Nodegroups inserted, updated or deleted: their clusters' views retired (an update retires
--- the old and the new cluster's), announced.
-CREATE FUNCTION magnum_capi_nodegroups_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+-- the old and the new cluster's), announced. One function for the three triggers: each names
+-- only the transition tables its event has.
+CREATE FUNCTION magnum_capi_nodegroups_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    clusters uuid[];
 BEGIN
-    IF NOT EXISTS (SELECT FROM after) THEN
+    IF TG_OP = 'INSERT' THEN
+        clusters := ARRAY(SELECT cluster_id FROM after);
+    ELSIF TG_OP = 'UPDATE' THEN
+        clusters := ARRAY(SELECT cluster_id FROM before UNION ALL SELECT cluster_id FROM after);
+    ELSE
+        clusters := ARRAY(SELECT cluster_id FROM before);
+    END IF;
+    IF cardinality(clusters) = 0 THEN
         RETURN NULL;
     END IF;
     UPDATE cluster_view v
        SET version = nextval('cluster_view_version'), body = NULL, retired_in = pg_current_xact_id()
       FROM (SELECT cluster_uuid FROM cluster_view
-             WHERE cluster_uuid IN (SELECT cluster_id FROM after)
-               AND (retired_in IS DISTINCT FROM pg_current_xact_id() OR body IS NOT NULL)
-             ORDER BY cluster_uuid FOR UPDATE) l
-     WHERE v.cluster_uuid = l.cluster_uuid;
-    IF current_setting('session_replication_role') <> 'replica' THEN
-        PERFORM pg_notify('magnum_capi_views', 'nodegroup');
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE FUNCTION magnum_capi_nodegroups_updated() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM after) THEN
-        RETURN NULL;
-    END IF;
-    UPDATE cluster_view v
-       SET version = nextval('cluster_view_version'), body = NULL, retired_in = pg_current_xact_id()
-      FROM (SELECT cluster_uuid FROM cluster_view
-             WHERE cluster_uuid IN (SELECT cluster_id FROM before UNION ALL SELECT cluster_id FROM after)
-               AND (retired_in IS DISTINCT FROM pg_current_xact_id() OR body IS NOT NULL)
-             ORDER BY cluster_uuid FOR UPDATE) l
-     WHERE v.cluster_uuid = l.cluster_uuid;
-    IF current_setting('session_replication_role') <> 'replica' THEN
-        PERFORM pg_notify('magnum_capi_views', 'nodegroup');
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE FUNCTION magnum_capi_nodegroups_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM before) THEN
-        RETURN NULL;
-    END IF;
-    UPDATE cluster_view v
-       SET version = nextval('cluster_view_version'), body = NULL, retired_in = pg_current_xact_id()
-      FROM (SELECT cluster_uuid FROM cluster_view
-             WHERE cluster_uuid IN (SELECT cluster_id FROM before)
+             WHERE cluster_uuid = ANY (clusters)
                AND (retired_in IS DISTINCT FROM pg_current_xact_id() OR body IS NOT NULL)
              ORDER BY cluster_uuid FOR UPDATE) l
      WHERE v.cluster_uuid = l.cluster_uuid;
@@ -150,13 +124,13 @@ CREATE TRIGGER clusters_deleted AFTER DELETE ON cluster
     FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_clusters_deleted();
 CREATE TRIGGER nodegroups_inserted AFTER INSERT ON nodegroup
     REFERENCING NEW TABLE AS after
-    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_nodegroups_inserted();
+    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_nodegroups_changed();
 CREATE TRIGGER nodegroups_updated AFTER UPDATE ON nodegroup
     REFERENCING OLD TABLE AS before NEW TABLE AS after
-    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_nodegroups_updated();
+    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_nodegroups_changed();
 CREATE TRIGGER nodegroups_deleted AFTER DELETE ON nodegroup
     REFERENCING OLD TABLE AS before
-    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_nodegroups_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_nodegroups_changed();
 
 ALTER TABLE cluster ENABLE ALWAYS TRIGGER clusters_inserted;
 ALTER TABLE cluster ENABLE ALWAYS TRIGGER clusters_updated;

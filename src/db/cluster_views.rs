@@ -2,13 +2,10 @@
 //! version; migrations/20261127100000_stored_cluster_views.sql retires them on every change):
 //! the heads of a page or a show with their stored bodies, and storing bodies built for a version.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use sqlx::{AssertSqlSafe, FromRow, PgPool};
 use uuid::Uuid;
 
-use crate::coalesce::{Batch, BatchRead};
+use crate::coalesce::Batch;
 
 use super::DbResult;
 use super::clusters::Scope;
@@ -71,30 +68,13 @@ pub async fn one(pool: &PgPool, scope: &Scope, uuid: Uuid) -> DbResult<Option<Vi
 /// are read in the next one (`coalesce::Batch`; at most `in_flight` at once, so a flood of shows
 /// leaves the pool's other connections to everything else).
 pub fn shows(pool: PgPool, in_flight: usize) -> Batch<Uuid, ViewHead> {
-    let read: BatchRead<Uuid, ViewHead> = Arc::new(move |uuids: Vec<Uuid>| {
-        let pool = pool.clone();
-        Box::pin(async move {
-            // The function's statement is planned once per connection (its migration says why).
-            let heads =
-                sqlx::query_as::<_, ViewHead>("SELECT * FROM magnum_capi_cluster_heads($1)")
-                    .bind(uuids)
-                    .fetch_all(&pool)
-                    .await;
-            match heads {
-                Ok(heads) => Some(
-                    heads
-                        .into_iter()
-                        .map(|h| (h.uuid, h))
-                        .collect::<HashMap<_, _>>(),
-                ),
-                Err(e) => {
-                    tracing::debug!(error = %e, "a batch of shows failed; each is read alone");
-                    None
-                }
-            }
-        })
-    });
-    Batch::new(in_flight, 256, read)
+    // The function's statement is planned once per connection (its migration says why).
+    super::batched_by_uuid(
+        pool,
+        in_flight,
+        "SELECT * FROM magnum_capi_cluster_heads($1)",
+        |h| h.uuid,
+    )
 }
 
 /// [`one`] read with the concurrent shows of `shows` (alone when their statement failed).

@@ -220,6 +220,44 @@ pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> =
         m
     });
 
+/// Rows read together by uuid: concurrent look-ups of single rows waiting for a statement are
+/// read in the next one (`coalesce::Batch`; at most `in_flight` at once, 256 uuids each). `sql`
+/// takes the uuids as `$1` (`uuid[]`); `uuid_of` names each row's. A failed statement answers
+/// no one: each caller then reads its own row alone, for its own error.
+pub(crate) fn batched_by_uuid<R>(
+    pool: PgPool,
+    in_flight: usize,
+    sql: &'static str,
+    uuid_of: fn(&R) -> uuid::Uuid,
+) -> crate::coalesce::Batch<uuid::Uuid, R>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Clone + Send + Unpin + 'static,
+{
+    let read: crate::coalesce::BatchRead<uuid::Uuid, R> = std::sync::Arc::new(
+        move |uuids: Vec<uuid::Uuid>| {
+            let pool = pool.clone();
+            Box::pin(async move {
+                match sqlx::query_as::<_, R>(sql)
+                    .bind(uuids)
+                    .fetch_all(&pool)
+                    .await
+                {
+                    Ok(rows) => Some(
+                        rows.into_iter()
+                            .map(|r| (uuid_of(&r), r))
+                            .collect::<std::collections::HashMap<_, _>>(),
+                    ),
+                    Err(e) => {
+                        tracing::debug!(error = %e, sql, "a batch of reads failed; each reads alone");
+                        None
+                    }
+                }
+            })
+        },
+    );
+    crate::coalesce::Batch::new(in_flight, 256, read)
+}
+
 /// Opens the pool described by `cfg` against `url`.
 pub async fn connect(url: &str, cfg: &DatabaseConfig) -> DbResult<PgPool> {
     let opts: PgConnectOptions = url.parse().map_err(DbError::Other)?;

@@ -1,7 +1,6 @@
 //! `cluster_template` rows: insert, visibility-scoped lookups, paginated lists, update, delete.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
@@ -10,7 +9,7 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
-use crate::coalesce::{Batch, BatchRead};
+use crate::coalesce::Batch;
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
 
@@ -234,29 +233,12 @@ pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Op
 /// for a statement are read in the next one (`coalesce::Batch`; at most `in_flight` at once),
 /// each caller's visibility checked on the row it gets.
 pub fn batched(pool: PgPool, in_flight: usize) -> Batch<Uuid, TemplateRow> {
-    let read: BatchRead<Uuid, TemplateRow> = Arc::new(move |uuids: Vec<Uuid>| {
-        let pool = pool.clone();
-        Box::pin(async move {
-            let rows = sqlx::query_as::<_, TemplateRow>(
-                "SELECT * FROM cluster_template WHERE uuid = ANY($1)",
-            )
-            .bind(uuids)
-            .fetch_all(&pool)
-            .await;
-            match rows {
-                Ok(rows) => Some(
-                    rows.into_iter()
-                        .map(|t| (t.uuid, t))
-                        .collect::<HashMap<_, _>>(),
-                ),
-                Err(e) => {
-                    tracing::debug!(error = %e, "a batch of template look-ups failed; each reads alone");
-                    None
-                }
-            }
-        })
-    });
-    Batch::new(in_flight, 256, read)
+    super::batched_by_uuid(
+        pool,
+        in_flight,
+        "SELECT * FROM cluster_template WHERE uuid = ANY($1)",
+        |t| t.uuid,
+    )
 }
 
 /// [`by_uuid`] read with the concurrent look-ups of `batch` (alone when their statement failed).
