@@ -282,46 +282,35 @@ enum Recycle {
 
 /// The removal of created clusters, untimed but on the same two cores as the service: each
 /// client waits until its cluster is gone (so its project keeps its place under the quota),
-/// and every removal waiting meanwhile goes out in one statement. Removed one statement each,
-/// twenty clients' removals cost as much PostgreSQL time as their creates and stole it from the
-/// creates being measured; Magnum's side removes nothing.
+/// and every removal waiting meanwhile goes out in one statement (the service's own
+/// `coalesce::Batch`, one statement at a time). Removed one statement each, twenty clients'
+/// removals cost as much PostgreSQL time as their creates and stole it from the creates being
+/// measured; Magnum's side removes nothing.
 #[derive(Clone)]
-struct Recycler {
-    queue: tokio::sync::mpsc::UnboundedSender<(uuid::Uuid, tokio::sync::oneshot::Sender<()>)>,
-}
+struct Recycler(Arc<magnum_capi::coalesce::Batch<uuid::Uuid, ()>>);
 
 impl Recycler {
     fn start(pool: sqlx::PgPool) -> Self {
-        let (queue, mut rx) =
-            tokio::sync::mpsc::unbounded_channel::<(uuid::Uuid, tokio::sync::oneshot::Sender<()>)>(
-            );
-        tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut waiting = vec![first];
-                while let Ok(w) = rx.try_recv() {
-                    waiting.push(w);
-                }
-                let uuids: Vec<uuid::Uuid> = waiting.iter().map(|(u, _)| *u).collect();
-                sqlx::query(
-                    "WITH ops AS (DELETE FROM operation WHERE cluster_uuid = ANY($1))
-                     DELETE FROM cluster WHERE uuid = ANY($1)",
-                )
-                .bind(&uuids)
-                .execute(&pool)
-                .await
-                .expect("recycling created clusters");
-                for (_, done) in waiting {
-                    let _ = done.send(());
-                }
-            }
-        });
-        Self { queue }
+        let remove: magnum_capi::coalesce::BatchRead<uuid::Uuid, ()> =
+            Arc::new(move |uuids: Vec<uuid::Uuid>| {
+                let pool = pool.clone();
+                Box::pin(async move {
+                    sqlx::query(
+                        "WITH ops AS (DELETE FROM operation WHERE cluster_uuid = ANY($1))
+                         DELETE FROM cluster WHERE uuid = ANY($1)",
+                    )
+                    .bind(&uuids)
+                    .execute(&pool)
+                    .await
+                    .expect("recycling created clusters");
+                    Some(uuids.into_iter().map(|u| (u, ())).collect())
+                })
+            });
+        Self(Arc::new(magnum_capi::coalesce::Batch::new(1, 256, remove)))
     }
 
     async fn remove(&self, uuid: uuid::Uuid) {
-        let (done, removed) = tokio::sync::oneshot::channel();
-        self.queue.send((uuid, done)).expect("the recycler runs");
-        removed.await.expect("recycled");
+        self.0.get(uuid).await.expect("recycled").expect("recycled");
     }
 }
 

@@ -19,34 +19,38 @@
 -- Rows are locked in key order (the count's by project, the views' by uuid), so two statements
 -- writing several clusters cannot deadlock on them.
 
--- Clusters inserted: counted in, their views made (or retired, for a uuid whose row is still
--- there), announced.
-CREATE FUNCTION magnum_capi_clusters_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Clusters inserted, updated or deleted. Inserted: counted in. Deleted: counted out, their views
+-- removed, announced to the view caches only (the status writers were never told of a delete).
+-- Updated: the views of a uuid that went away removed (a project change moves the count in
+-- `cluster_count_moved`, a row trigger with a WHEN, which costs nothing on the status writer's
+-- updates). Inserted or updated: their views retired (made if missing), announced. One function
+-- for the three triggers: each names only the transition tables its event has.
+CREATE FUNCTION magnum_capi_clusters_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO cluster_project_count AS n (project_id, clusters)
-    SELECT project_id, count(*) FROM added GROUP BY project_id ORDER BY project_id
-    ON CONFLICT (project_id) DO UPDATE SET clusters = n.clusters + excluded.clusters;
-    INSERT INTO cluster_view AS v (cluster_uuid) SELECT uuid FROM added ORDER BY uuid
-    ON CONFLICT (cluster_uuid) DO UPDATE
-       SET version = nextval('cluster_view_version'), body = NULL, retired_in = pg_current_xact_id()
-     WHERE v.retired_in IS DISTINCT FROM pg_current_xact_id() OR v.body IS NOT NULL;
-    IF current_setting('session_replication_role') <> 'replica' THEN
-        PERFORM pg_notify('magnum_capi_views', 'cluster');
-        PERFORM pg_notify('magnum_capi_clusters', uuid::text) FROM added;
+    IF TG_OP = 'DELETE' THEN
+        IF NOT EXISTS (SELECT FROM before) THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO cluster_project_count AS n (project_id, clusters)
+        SELECT project_id, -count(*) FROM before GROUP BY project_id ORDER BY project_id
+        ON CONFLICT (project_id) DO UPDATE SET clusters = n.clusters + excluded.clusters;
+        DELETE FROM cluster_view WHERE cluster_uuid IN (SELECT uuid FROM before);
+        IF current_setting('session_replication_role') <> 'replica' THEN
+            PERFORM pg_notify('magnum_capi_views', 'cluster');
+        END IF;
+        RETURN NULL;
     END IF;
-    RETURN NULL;
-END $$;
-
--- Clusters updated: the views of a uuid that went away removed, the others retired (made if
--- missing), announced. A project change moves the count in `cluster_count_moved` (a row trigger
--- with a WHEN, which costs nothing on the status writer's updates).
-CREATE FUNCTION magnum_capi_clusters_updated() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
     IF NOT EXISTS (SELECT FROM after) THEN
         RETURN NULL;
     END IF;
-    DELETE FROM cluster_view
-     WHERE cluster_uuid IN (SELECT uuid FROM before EXCEPT SELECT uuid FROM after);
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO cluster_project_count AS n (project_id, clusters)
+        SELECT project_id, count(*) FROM after GROUP BY project_id ORDER BY project_id
+        ON CONFLICT (project_id) DO UPDATE SET clusters = n.clusters + excluded.clusters;
+    ELSE
+        DELETE FROM cluster_view
+         WHERE cluster_uuid IN (SELECT uuid FROM before EXCEPT SELECT uuid FROM after);
+    END IF;
     INSERT INTO cluster_view AS v (cluster_uuid) SELECT uuid FROM after ORDER BY uuid
     ON CONFLICT (cluster_uuid) DO UPDATE
        SET version = nextval('cluster_view_version'), body = NULL, retired_in = pg_current_xact_id()
@@ -54,23 +58,6 @@ BEGIN
     IF current_setting('session_replication_role') <> 'replica' THEN
         PERFORM pg_notify('magnum_capi_views', 'cluster');
         PERFORM pg_notify('magnum_capi_clusters', uuid::text) FROM after;
-    END IF;
-    RETURN NULL;
-END $$;
-
--- Clusters deleted: counted out, their views removed, announced to the view caches (the status
--- writers were never told of a delete).
-CREATE FUNCTION magnum_capi_clusters_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM removed) THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO cluster_project_count AS n (project_id, clusters)
-    SELECT project_id, -count(*) FROM removed GROUP BY project_id ORDER BY project_id
-    ON CONFLICT (project_id) DO UPDATE SET clusters = n.clusters + excluded.clusters;
-    DELETE FROM cluster_view WHERE cluster_uuid IN (SELECT uuid FROM removed);
-    IF current_setting('session_replication_role') <> 'replica' THEN
-        PERFORM pg_notify('magnum_capi_views', 'cluster');
     END IF;
     RETURN NULL;
 END $$;
@@ -114,14 +101,14 @@ DROP TRIGGER nodegroup_views_changed ON nodegroup;
 DROP TRIGGER nodegroup_view_changed ON nodegroup;
 
 CREATE TRIGGER clusters_inserted AFTER INSERT ON cluster
-    REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_clusters_inserted();
+    REFERENCING NEW TABLE AS after
+    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_clusters_changed();
 CREATE TRIGGER clusters_updated AFTER UPDATE ON cluster
     REFERENCING OLD TABLE AS before NEW TABLE AS after
-    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_clusters_updated();
+    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_clusters_changed();
 CREATE TRIGGER clusters_deleted AFTER DELETE ON cluster
-    REFERENCING OLD TABLE AS removed
-    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_clusters_deleted();
+    REFERENCING OLD TABLE AS before
+    FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_clusters_changed();
 CREATE TRIGGER nodegroups_inserted AFTER INSERT ON nodegroup
     REFERENCING NEW TABLE AS after
     FOR EACH STATEMENT EXECUTE FUNCTION magnum_capi_nodegroups_changed();

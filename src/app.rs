@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::coalesce::Batch;
 use crate::config::Config;
 use crate::db::cluster_views::{self, ViewHead};
-use crate::db::creates::{self, NewCluster, Recorded};
+use crate::db::creates::Recorder;
 use crate::db::templates::{self, TemplateRow};
 use crate::driver::Backend;
 use crate::openstack::Keystone;
@@ -60,8 +60,8 @@ pub struct App {
     pub shows: Batch<Uuid, ViewHead>,
     /// Concurrent look-ups of templates by uuid read together (`db::templates::batched`).
     pub templates: Batch<Uuid, TemplateRow>,
-    /// Concurrent creates recorded together (`db::creates::batched`).
-    pub creates: Batch<NewCluster, Recorded>,
+    /// Concurrent creates recorded together (`db::creates::Recorder`).
+    pub creates: Recorder,
 }
 
 pub type AppState = Arc<App>;
@@ -87,7 +87,7 @@ impl App {
         let shows = cluster_views::shows(pool.clone(), 2);
         // Two statements at once as well: a project's creates wait for its lock anyway, and
         // each statement records every create that arrived while the others ran.
-        let creates = creates::batched(pool.clone(), 2, config.quotas.max_clusters_per_project);
+        let creates = Recorder::new(pool.clone(), 2, config.quotas.max_clusters_per_project);
         let templates = templates::batched(pool.clone(), 2);
         Arc::new(App {
             shows,

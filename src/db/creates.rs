@@ -32,11 +32,7 @@ pub enum Recorded {
 
 /// Whether `project` is at its cluster quota (its `quotas` row, else `default_limit`), asked
 /// under the project's lock as [`record_all`] asks it: the limit when it is reached.
-pub async fn quota_reached(
-    pool: &PgPool,
-    project: &str,
-    default_limit: i64,
-) -> DbResult<Option<i64>> {
+async fn quota_reached(pool: &PgPool, project: &str, default_limit: i64) -> DbResult<Option<i64>> {
     let (reached,): (Option<i64>,) =
         sqlx::query_as("SELECT magnum_capi_cluster_quota_reached($1, $2)")
             .bind(project)
@@ -311,36 +307,51 @@ pub async fn record<'e>(
 /// Creates recorded together: concurrent creates waiting for a statement are recorded in the
 /// next one (`coalesce::Batch`; at most `in_flight` at once, 256 creates each), so twenty
 /// clients creating at once share a few statements, locks and commits instead of queueing for
-/// twenty. A create alone goes out at once.
-pub fn batched(pool: PgPool, in_flight: usize, default_limit: i64) -> Batch<NewCluster, Recorded> {
-    let read: BatchRead<NewCluster, Recorded> = Arc::new(move |creates: Vec<NewCluster>| {
-        let pool = pool.clone();
-        Box::pin(async move {
-            match record_all(&pool, &creates, default_limit).await {
-                Ok(outcomes) if outcomes.len() == creates.len() => {
-                    Some(creates.into_iter().zip(outcomes).collect::<HashMap<_, _>>())
-                }
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::debug!(error = %e, "a batch of creates failed; each is recorded alone");
-                    None
-                }
-            }
-        })
-    });
-    Batch::new(in_flight, 256, read)
+/// twenty. A create alone goes out at once. The pool and the default limit are the batch's and
+/// its fallback's alike.
+#[derive(Debug)]
+pub struct Recorder {
+    batch: Batch<NewCluster, Recorded>,
+    pool: PgPool,
+    default_limit: i64,
 }
 
-/// Records `create` with the concurrent creates of `batch`, or alone when their statement
-/// failed (its own error is then its own statement's).
-pub async fn record_with(
-    batch: &Batch<NewCluster, Recorded>,
-    pool: &PgPool,
-    create: NewCluster,
-    default_limit: i64,
-) -> DbResult<Recorded> {
-    match batch.get(create.clone()).await {
-        Ok(Some(recorded)) => Ok(recorded),
-        Ok(None) | Err(()) => record(pool, &create, default_limit).await,
+impl Recorder {
+    pub fn new(pool: PgPool, in_flight: usize, default_limit: i64) -> Self {
+        let batch_pool = pool.clone();
+        let read: BatchRead<NewCluster, Recorded> = Arc::new(move |creates: Vec<NewCluster>| {
+            let pool = batch_pool.clone();
+            Box::pin(async move {
+                match record_all(&pool, &creates, default_limit).await {
+                    Ok(outcomes) if outcomes.len() == creates.len() => {
+                        Some(creates.into_iter().zip(outcomes).collect::<HashMap<_, _>>())
+                    }
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a batch of creates failed; each is recorded alone");
+                        None
+                    }
+                }
+            })
+        });
+        Self {
+            batch: Batch::new(in_flight, 256, read),
+            pool,
+            default_limit,
+        }
+    }
+
+    /// Records `create` with the concurrent creates, or alone when their statement failed (its
+    /// own error is then its own statement's).
+    pub async fn record(&self, create: NewCluster) -> DbResult<Recorded> {
+        match self.batch.get(create.clone()).await {
+            Ok(Some(recorded)) => Ok(recorded),
+            Ok(None) | Err(()) => record(&self.pool, &create, self.default_limit).await,
+        }
+    }
+
+    /// Whether `project` is at its cluster quota (see [`quota_reached`]).
+    pub async fn quota_reached(&self, project: &str) -> DbResult<Option<i64>> {
+        quota_reached(&self.pool, project, self.default_limit).await
     }
 }

@@ -217,9 +217,8 @@ async fn record_create(
     payload: Value,
     request_id: &str,
 ) -> Result<()> {
-    let default_limit = app.config.quotas.max_clusters_per_project;
     let recorded = match late_error {
-        Some(e) => match crdb::quota_reached(&app.pool, &caller.project_id, default_limit).await? {
+        Some(e) => match app.creates.quota_reached(&caller.project_id).await? {
             Some(limit) => Recorded::QuotaReached { limit },
             None => return Err(e.into()),
         },
@@ -232,7 +231,7 @@ async fn record_create(
                 request_id: Some(request_id),
             };
             let create = crdb::NewCluster::new(row, [master, worker], &op)?;
-            crdb::record_with(&app.creates, &app.pool, create, default_limit).await?
+            app.creates.record(create).await?
         }
     };
     match recorded {

@@ -563,31 +563,37 @@ async fn the_quota_check_of_a_create_reads_no_cluster_row() {
     t.write_sql(&insert_clusters("p-alice", "c", 1000, &ct))
         .await;
     let pool = &t.state.pool;
-    let quota_check = |limit: i64| async move {
+    let quota_check = |sql: &'static str, limit: i64| async move {
         let mut tx = pool.begin().await.unwrap();
         let scans = "SELECT COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0)
                        FROM pg_stat_xact_user_tables WHERE relname = 'cluster'";
         let before: i64 = sqlx::query_scalar(scans).fetch_one(&mut *tx).await.unwrap();
-        let reached: Option<i64> =
-            sqlx::query_scalar("SELECT magnum_capi_cluster_quota_reached('p-alice', $1)")
-                .bind(limit)
-                .fetch_one(&mut *tx)
-                .await
-                .unwrap();
+        let reached: Option<i64> = sqlx::query_scalar(sql)
+            .bind(limit)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
         let after: i64 = sqlx::query_scalar(scans).fetch_one(&mut *tx).await.unwrap();
         tx.rollback().await.unwrap();
         (reached, after - before)
     };
-    assert_eq!(
-        quota_check(1020).await,
-        (None, 0),
-        "room: no scan of cluster"
-    );
-    assert_eq!(
-        quota_check(1000).await,
-        (Some(1000), 0),
-        "full: no scan of cluster"
-    );
+    // A create alone (`late_error`'s check) and creates recorded together ask the same way.
+    for sql in [
+        "SELECT magnum_capi_cluster_quota_reached('p-alice', $1)",
+        "SELECT CASE WHEN room = 0 THEN hard_limit END
+           FROM magnum_capi_cluster_quota_rooms(ARRAY['p-alice'], $1)",
+    ] {
+        assert_eq!(
+            quota_check(sql, 1020).await,
+            (None, 0),
+            "room: no scan of cluster ({sql})"
+        );
+        assert_eq!(
+            quota_check(sql, 1000).await,
+            (Some(1000), 0),
+            "full: no scan of cluster ({sql})"
+        );
+    }
     store_alices_quota(&t, 1001).await;
     t.cluster(&ALICE, "last", &ct).await;
     let refused = t
@@ -706,10 +712,10 @@ async fn creates_recorded_together_each_get_their_own_answer() {
         };
         (c.uuid, NewCluster::new(&c, [&m, &w], &op).unwrap())
     };
-    let batch = creates::batched(pool.clone(), 1, 20);
+    let recorder = creates::Recorder::new(pool.clone(), 1, 20);
     // Bob's creates wait for his lock; `creates` queue behind the first and are answered.
     let together = |creates: Vec<(Uuid, NewCluster)>| {
-        let (batch, new) = (&batch, &new);
+        let (recorder, new) = (&recorder, &new);
         async move {
             let mut holder = pool.begin().await.unwrap();
             sqlx::query("SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))")
@@ -718,14 +724,10 @@ async fn creates_recorded_together_each_get_their_own_answer() {
                 .await
                 .unwrap();
             let (_, first) = new(BOB.project, tpl);
-            let first = creates::record_with(batch, pool, first, 20);
+            let first = recorder.record(first);
             let rest = async {
                 lock_waiter(pool).await;
-                let answers = join_all(
-                    creates
-                        .into_iter()
-                        .map(|(_, c)| creates::record_with(batch, pool, c, 20)),
-                );
+                let answers = join_all(creates.into_iter().map(|(_, c)| recorder.record(c)));
                 // Released once the rest have queued (their futures run from the first poll).
                 let release = async {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
