@@ -862,7 +862,7 @@ fn main() {
         }
         println!();
         println!(
-            "| request | Magnum 23 | magnum-capi | ratio | built from PostgreSQL (view_cache_mib = 0: no reuse; concurrent identical requests share a build started after them) | ratio | ceiling (same bytes from memory) | share of ceiling |"
+            "| request | Magnum 23 | magnum-capi | ratio | built from PostgreSQL (view_cache_mib = 0: no reuse; concurrent requests share reads started after them) | ratio | ceiling (same bytes from memory) | share of ceiling |"
         );
         println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
         for ((name, typed), measured, s, pc) in &rows {

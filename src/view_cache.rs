@@ -13,9 +13,10 @@
 //! `[database] listen_heartbeat_ms` (`db::events`). Only a successful write through the API
 //! retires views (a refused one changed nothing). `[api] view_cache_mib = 0` turns reuse off.
 //!
-//! Without reuse (turned off, or not listening), concurrent identical requests still share a
-//! build, but only one that started after all of them arrived (`coalesce`): nothing is served
-//! that was read before its request.
+//! Without reuse (turned off, or not listening), concurrent identical requests for a page still
+//! share a build, but only one that started after all of them arrived (`coalesce`): nothing is
+//! served that was read before its request. A show is built by each request ([`Unreused::Own`]):
+//! its one read already goes out together with every concurrent request's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,6 +40,18 @@ pub struct Owner {
 pub struct View {
     pub body: Bytes,
     pub owner: Option<Owner>,
+}
+
+/// How a view is built for requests while views are not reused (turned off, or not listening).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreused {
+    /// Concurrent identical requests share one build that started after all of them arrived
+    /// (`coalesce`): a page, whose build is the cost.
+    Shared,
+    /// Each request builds its own: a show, whose one read already goes out in one statement
+    /// with every concurrent request's (`coalesce::Batch`; identical keys read once), so a
+    /// queue of builds for one key would only hold a popular cluster's shows back.
+    Own,
 }
 
 /// The process's store of serialised views (a `moka` cache bounded by bytes).
@@ -98,11 +111,12 @@ impl ViewCache {
 
     /// The view for the key `key` makes: stored, or built by `build` and stored — once, while
     /// concurrent callers of the same key wait for it. Without reuse (off, not listening)
-    /// always built, and no key is made. A failed build stores nothing and is the caller's
-    /// error; whoever waited on it builds on its own.
+    /// built as `unreused` says, and nothing is stored. A failed build stores nothing and is
+    /// the caller's error; whoever waited on it builds on its own.
     pub async fn get_or_build<E, F, Fut>(
         &self,
         key: impl FnOnce() -> String,
+        unreused: Unreused,
         build: F,
     ) -> Result<Arc<View>, E>
     where
@@ -111,10 +125,14 @@ impl ViewCache {
     {
         let view = |(body, owner)| Arc::new(View { body, owner });
         let (Some(entries), Some(generation)) = (&self.entries, self.generation()) else {
-            return self
-                .shared
-                .run(key(), || async { build().await.map(view) })
-                .await;
+            return match unreused {
+                Unreused::Shared => {
+                    self.shared
+                        .run(key(), || async { build().await.map(view) })
+                        .await
+                }
+                Unreused::Own => build().await.map(view),
+            };
         };
         let mut built = false;
         let mut failed = None;
@@ -188,6 +206,7 @@ mod tests {
     async fn read(c: &ViewCache, key: &str, body: &'static str) -> Bytes {
         c.get_or_build(
             || key.to_owned(),
+            Unreused::Shared,
             || async { Ok::<_, ()>((Bytes::from_static(body.as_bytes()), None)) },
         )
         .await
@@ -236,6 +255,7 @@ mod tests {
             tasks.push(tokio::spawn(async move {
                 c.get_or_build(
                     || "k".into(),
+                    Unreused::Shared,
                     || async {
                         builds.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -255,11 +275,33 @@ mod tests {
         let failed = c
             .get_or_build(
                 || "e".into(),
+                Unreused::Shared,
                 || async { Err::<(Bytes, Option<Owner>), _>("boom") },
             )
             .await;
         assert_eq!(failed.unwrap_err(), "boom");
         assert_eq!(read(&c, "e", "ok").await, "ok", "a failure is not stored");
+    }
+
+    /// A read of "k" whose build answers how many builds started before it (after 30 ms).
+    async fn numbered(
+        c: Arc<ViewCache>,
+        builds: Arc<std::sync::atomic::AtomicUsize>,
+        unreused: Unreused,
+    ) -> Bytes {
+        c.get_or_build(
+            || "k".into(),
+            unreused,
+            || async {
+                let n = builds.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                Ok::<_, ()>((Bytes::from(n.to_string()), None))
+            },
+        )
+        .await
+        .unwrap()
+        .body
+        .clone()
     }
 
     #[tokio::test]
@@ -268,20 +310,7 @@ mod tests {
             // Off, or on but not listening.
             let c = Arc::new(c);
             let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let read = |c: Arc<ViewCache>, builds: Arc<std::sync::atomic::AtomicUsize>| async move {
-                c.get_or_build(
-                    || "k".into(),
-                    || async {
-                        let n = builds.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-                        Ok::<_, ()>((Bytes::from(n.to_string()), None))
-                    },
-                )
-                .await
-                .unwrap()
-                .body
-                .clone()
-            };
+            let read = |c, builds| numbered(c, builds, Unreused::Shared);
             let first = tokio::spawn(read(c.clone(), builds.clone()));
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             let waiting: Vec<_> = (0..8)
@@ -293,6 +322,24 @@ mod tests {
             }
             assert_eq!(read(c.clone(), builds.clone()).await, "2", "nothing kept");
             assert_eq!(builds.load(Ordering::SeqCst), 3);
+        }
+    }
+
+    #[tokio::test]
+    async fn without_reuse_a_view_built_by_each_request_is_built_for_each() {
+        for c in [ViewCache::new(0), ViewCache::new(1 << 20)] {
+            let c = Arc::new(c);
+            let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let tasks: Vec<_> = (0..8)
+                .map(|_| tokio::spawn(numbered(c.clone(), builds.clone(), Unreused::Own)))
+                .collect();
+            let mut answers = Vec::new();
+            for t in tasks {
+                answers.push(t.await.unwrap());
+            }
+            answers.sort();
+            assert_eq!(answers, (0..8).map(|n| n.to_string()).collect::<Vec<_>>());
+            assert_eq!(c.shared.held(), 0, "no key made");
         }
     }
 

@@ -234,50 +234,10 @@ pub async fn record_all<'e>(
         docs.push_str(&c.doc);
     }
     docs.push(']');
+    // The statement is a function (migration 20261128120000) so that it is planned once per
+    // connection: as a prepared statement it was planned again for every batch.
     let rows: Vec<(i64, Option<i64>)> = sqlx::query_as(
-        "WITH input AS MATERIALIZED (
-           SELECT e.ord, e.doc, e.doc->'cluster'->>'project_id' AS project_id
-             FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e (doc, ord)),
-         room AS MATERIALIZED (
-           SELECT * FROM magnum_capi_cluster_quota_rooms(ARRAY(SELECT project_id FROM input), $2)),
-         ranked AS MATERIALIZED (
-           SELECT i.ord, i.doc, r.hard_limit,
-                  row_number() OVER (PARTITION BY i.project_id ORDER BY i.ord) <= r.room AS fits
-             FROM input i JOIN room r USING (project_id)),
-         c AS (
-           INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, keypair,
-               docker_volume_size, labels, master_flavor_id, flavor_id, stack_id, status,
-               status_reason, health_status, health_status_reason, create_timeout, discovery_url,
-               fixed_network, fixed_subnet, floating_ip_enabled, master_lb_enabled, resolved,
-               management_cluster)
-           SELECT c.uuid, c.project_id, c.user_id, c.name, c.cluster_template_id, c.keypair,
-               c.docker_volume_size, c.labels, c.master_flavor_id, c.flavor_id, c.stack_id,
-               c.status, c.status_reason, c.health_status, c.health_status_reason,
-               c.create_timeout, c.discovery_url, c.fixed_network, c.fixed_subnet,
-               c.floating_ip_enabled, c.master_lb_enabled, c.resolved, c.management_cluster
-             FROM ranked r, jsonb_populate_record(NULL::cluster, r.doc->'cluster') c
-            WHERE r.fits ORDER BY r.ord),
-         ng AS (
-           INSERT INTO nodegroup (uuid, name, cluster_id, project_id, docker_volume_size, labels,
-               flavor_id, image_id, node_addresses, node_count, role, max_node_count,
-               min_node_count, is_default, stack_id, status, status_reason, version, node_labels,
-               node_taints)
-           SELECT n.uuid, n.name, n.cluster_id, n.project_id, n.docker_volume_size, n.labels,
-               n.flavor_id, n.image_id, n.node_addresses, n.node_count, n.role,
-               n.max_node_count, n.min_node_count, n.is_default, n.stack_id, n.status,
-               n.status_reason, n.version, n.node_labels, n.node_taints
-             FROM ranked r, jsonb_populate_recordset(NULL::nodegroup, r.doc->'nodegroups') n
-            WHERE r.fits ORDER BY r.ord),
-         op AS (
-           INSERT INTO operation (cluster_uuid, nodegroup_uuid, kind, payload, request_id)
-           SELECT o.cluster_uuid, o.nodegroup_uuid, o.kind, o.payload, o.request_id
-             FROM ranked r, jsonb_populate_record(NULL::operation, r.doc->'operation') o
-            WHERE r.fits ORDER BY r.ord
-           RETURNING id),
-         woken AS MATERIALIZED (
-           SELECT count(pg_notify('magnum_capi_operations', id::text)) FROM op)
-         SELECT r.ord, CASE WHEN r.fits THEN NULL ELSE r.hard_limit END
-           FROM ranked r, woken ORDER BY r.ord",
+        "SELECT create_ord, quota_limit FROM magnum_capi_record_creates($1::jsonb, $2)",
     )
     .bind(docs)
     .bind(default_limit)

@@ -233,10 +233,11 @@ pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Op
 /// for a statement are read in the next one (`coalesce::Batch`; at most `in_flight` at once),
 /// each caller's visibility checked on the row it gets.
 pub fn batched(pool: PgPool, in_flight: usize) -> Batch<Uuid, TemplateRow> {
+    // The function's statement is planned once per connection (its migration says why).
     super::batched_by_uuid(
         pool,
         in_flight,
-        "SELECT * FROM cluster_template WHERE uuid = ANY($1)",
+        "SELECT * FROM magnum_capi_templates_by_uuid($1)",
         |t| t.uuid,
     )
 }

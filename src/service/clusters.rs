@@ -34,7 +34,7 @@ use crate::domain::status::Status;
 use crate::domain::version::{MIN_VERSION, Version};
 use crate::domain::{patch, schemas};
 use crate::openstack::UserSession;
-use crate::view_cache::Owner;
+use crate::view_cache::{Owner, Unreused};
 
 /// The columns a cluster list may be sorted by.
 pub use crate::db::clusters::SORT_KEYS;
@@ -260,7 +260,8 @@ pub async fn get_json(
     let admin = caller.is_admin();
     // Debug-quoted strings: no two requests can spell the same key.
     let key = || format!("cluster {scope:?} {admin} {base:?} {mv:?} {ident:?}");
-    let (body, owner) = super::cached_view(app, key, || async {
+    // Without reuse each show builds its own: its read goes out with every concurrent one's.
+    let (body, owner) = super::cached_view(app, key, Unreused::Own, || async {
         let uuid = match parse_uuid(ident) {
             Some(u) => u,
             None => find_cluster(app, &scope, ident).await?.uuid,

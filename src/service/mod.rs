@@ -33,7 +33,7 @@ use crate::domain::listing::ListQuery;
 use crate::domain::names::parse_uuid;
 use crate::domain::policy::{self, Caller, Target};
 use crate::domain::status::Status;
-use crate::view_cache::Owner;
+use crate::view_cache::{Owner, Unreused};
 
 /// A response body: the view stored under the key `key` makes (only when views are reused)
 /// while the data under it is unchanged (see `view_cache`), else the one `build` makes, stored
@@ -42,13 +42,14 @@ use crate::view_cache::Owner;
 pub async fn cached_view<F, Fut>(
     app: &App,
     key: impl FnOnce() -> String,
+    unreused: Unreused,
     build: F,
 ) -> Result<(Bytes, Option<Owner>)>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>)>>,
 {
-    let v = app.views.get_or_build(key, build).await?;
+    let v = app.views.get_or_build(key, unreused, build).await?;
     Ok((v.body.clone(), v.owner.clone()))
 }
 
@@ -60,7 +61,10 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<Bytes>>,
 {
-    let (body, _) = cached_view(app, key, || async { Ok((build().await?, None)) }).await?;
+    let (body, _) = cached_view(app, key, Unreused::Shared, || async {
+        Ok((build().await?, None))
+    })
+    .await?;
     Ok(body)
 }
 
