@@ -23,7 +23,9 @@
 //! projects and quotas, same body; at least 10 s), its look-ups going to the same fake
 //! Glance/Nova/Neutron through the catalog in its requests' token info; its cast to the
 //! conductor goes to oslo.messaging's `fake://` transport and writes no row (see
-//! [`Recycle::Nothing`]). A create it refuses stops the bench with its status and body. The closing table puts each figure beside Magnum 23's under the same method (gunicorn, 2
+//! [`Recycle::Nothing`]). A create it refuses stops the bench with its status and body. After
+//! each of Magnum's scenarios the bench waits until it has answered the requests still queued
+//! ([`settle`]), so its backlog does not run on our next scenario's cores. The closing table puts each figure beside Magnum 23's under the same method (gunicorn, 2
 //! workers, same data, Keystone tokens cached; the performance issue's reference), with the
 //! ratio, the ceiling and our share of it.
 //!
