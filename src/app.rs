@@ -85,11 +85,8 @@ impl App {
         // Two statements at once: shows are short index reads, and the fewer run at once the
         // more of them each one reads (README "How it works").
         let shows = cluster_views::shows(pool.clone(), 2);
-        // One statement at a time: each records every create that arrived while the previous
-        // one ran, in one commit. A second statement at once only waited on the same quota
-        // locks and count rows, and split the queue between two longer waits (README
-        // Benchmarks, "What a create waits for").
-        let creates = Recorder::new(pool.clone(), 1, config.quotas.max_clusters_per_project);
+        // One statement at a time (`Recorder` says why).
+        let creates = Recorder::new(pool.clone(), config.quotas.max_clusters_per_project);
         let templates = templates::batched(pool.clone(), 2);
         Arc::new(App {
             shows,

@@ -265,9 +265,11 @@ pub async fn record<'e>(
 }
 
 /// Creates recorded together: concurrent creates waiting for a statement are recorded in the
-/// next one (`coalesce::Batch`; at most `in_flight` at once, 256 creates each), so twenty
-/// clients creating at once share a few statements, locks and commits instead of queueing for
-/// twenty. A create alone goes out at once. The pool and the default limit are the batch's and
+/// next one (`coalesce::Batch`; one statement at a time, 256 creates each), so twenty clients
+/// creating at once share a few statements, locks and commits instead of queueing for twenty. A
+/// create alone goes out at once. One at a time: a second statement at once only waited on the
+/// same quota locks and count rows, and split the queue between two longer waits (README
+/// Benchmarks, "What a create waits for"). The pool and the default limit are the batch's and
 /// its fallback's alike.
 #[derive(Debug)]
 pub struct Recorder {
@@ -277,7 +279,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(pool: PgPool, in_flight: usize, default_limit: i64) -> Self {
+    pub fn new(pool: PgPool, default_limit: i64) -> Self {
         let batch_pool = pool.clone();
         let read: BatchRead<NewCluster, Recorded> = Arc::new(move |creates: Vec<NewCluster>| {
             let pool = batch_pool.clone();
@@ -295,7 +297,7 @@ impl Recorder {
             })
         });
         Self {
-            batch: Batch::new(in_flight, 256, read),
+            batch: Batch::new(1, 256, read),
             pool,
             default_limit,
         }

@@ -553,6 +553,37 @@ async fn each_projects_cluster_count_follows_every_write_of_its_clusters() {
     assert_eq!(count("p-alice").await, 1);
 }
 
+/// What a create and a show run in PostgreSQL is planned once per connection: each of these
+/// functions carries `plan_cache_mode = force_generic_plan`. Without it their statements that
+/// take a variable were planned again on every call (their migrations say why), and a later
+/// `CREATE OR REPLACE FUNCTION` without the setting would drop it silently.
+#[tokio::test]
+async fn the_functions_a_create_and_a_show_run_are_planned_once_per_connection() {
+    let t = app().await;
+    let functions = [
+        "magnum_capi_clusters_changed",
+        "magnum_capi_nodegroups_changed",
+        "magnum_capi_cluster_quota_rooms",
+        "magnum_capi_cluster_quota_reached",
+        "magnum_capi_record_creates",
+        "magnum_capi_templates_by_uuid",
+        "magnum_capi_cluster_heads",
+    ];
+    for f in functions {
+        let config: Option<Vec<String>> =
+            sqlx::query_scalar("SELECT proconfig FROM pg_proc WHERE proname = $1")
+                .bind(f)
+                .fetch_one(&t.state.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            config,
+            Some(vec!["plan_cache_mode=force_generic_plan".to_string()]),
+            "{f}"
+        );
+    }
+}
+
 /// A create's quota check reads its project's count, not its clusters: in a project of 1,000
 /// clusters it starts no scan of `cluster` (the count it replaced read up to the limit's rows
 /// under the project's lock, so every create of a big project queued behind it).
@@ -712,7 +743,7 @@ async fn creates_recorded_together_each_get_their_own_answer() {
         };
         (c.uuid, NewCluster::new(&c, [&m, &w], &op).unwrap())
     };
-    let recorder = creates::Recorder::new(pool.clone(), 1, 20);
+    let recorder = creates::Recorder::new(pool.clone(), 20);
     // Bob's creates wait for his lock; `creates` queue behind the first and are answered.
     let together = |creates: Vec<(Uuid, NewCluster)>| {
         let (recorder, new) = (&recorder, &new);
