@@ -12,7 +12,7 @@ use crate::coalesce::Batch;
 use crate::config::Config;
 use crate::db::cluster_views::{self, ViewHead};
 use crate::db::creates::Recorder;
-use crate::db::templates::{self, TemplateRow};
+use crate::db::templates;
 use crate::driver::Backend;
 use crate::openstack::Keystone;
 use crate::seal::Sealer;
@@ -58,8 +58,9 @@ pub struct App {
     pub views: ViewCache,
     /// Concurrent shows read together (`db::cluster_views::shows`).
     pub shows: Batch<Uuid, ViewHead>,
-    /// Concurrent look-ups of templates by uuid read together (`db::templates::batched`).
-    pub templates: Batch<Uuid, TemplateRow>,
+    /// Templates by uuid, reused until a template changes, else read together
+    /// (`db::templates::ByUuid`).
+    pub templates: templates::ByUuid,
     /// Concurrent creates recorded together (`db::creates::Recorder`).
     pub creates: Recorder,
 }
@@ -87,7 +88,7 @@ impl App {
         let shows = cluster_views::shows(pool.clone(), 2);
         // One statement at a time (`Recorder` says why).
         let creates = Recorder::new(pool.clone(), config.quotas.max_clusters_per_project);
-        let templates = templates::batched(pool.clone(), 2);
+        let templates = templates::ByUuid::new(pool.clone(), 2);
         Arc::new(App {
             shows,
             templates,

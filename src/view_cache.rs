@@ -12,6 +12,8 @@
 //! nothing is reused; one that died without a word is noticed by its heartbeat within three
 //! `[database] listen_heartbeat_ms` (`db::events`). Only a successful write through the API
 //! retires views (a refused one changed nothing). `[api] view_cache_mib = 0` turns reuse off.
+//! Template rows, which every create reads, are reused under a second generation that only a
+//! change of templates moves ([`ViewCache::template_generation`]).
 //!
 //! Without reuse (turned off, or not listening), concurrent identical requests for a page still
 //! share a build, but only one that started after all of them arrived (`coalesce`): nothing is
@@ -60,6 +62,8 @@ pub struct ViewCache {
     /// Builds shared by concurrent identical requests while views are not reused.
     shared: Coalesce<Arc<View>>,
     generation: AtomicU64,
+    /// Moved only by changes that may touch a template ([`Self::template_generation`]).
+    templates: AtomicU64,
     listening: AtomicBool,
 }
 
@@ -88,6 +92,7 @@ impl ViewCache {
             entries,
             shared: Coalesce::default(),
             generation: AtomicU64::new(0),
+            templates: AtomicU64::new(0),
             listening: AtomicBool::new(false),
         }
     }
@@ -98,6 +103,23 @@ impl ViewCache {
     pub fn peek(&self) -> Option<u64> {
         (self.entries.is_some() && self.listening.load(Ordering::Acquire))
             .then(|| self.generation.load(Ordering::Acquire))
+    }
+
+    /// The generation a template row read starting now belongs to (`db::templates::ByUuid`
+    /// reuses rows within it); `None` when nothing is reused now, as [`Self::peek`]. Only a
+    /// change of templates moves it: a template write through this replica's API
+    /// ([`Self::templates_changed`]), a notification of any other table than `cluster` and
+    /// `nodegroup`, a gap in listening. So the creates that read their template do not retire
+    /// it, as they retire every view.
+    pub fn template_generation(&self) -> Option<u64> {
+        (self.entries.is_some() && self.listening.load(Ordering::Acquire))
+            .then(|| self.templates.load(Ordering::Acquire))
+    }
+
+    /// A template was written through this replica: rows read before are not reused (called
+    /// before the write is answered, so its client reads it at once).
+    pub fn templates_changed(&self) {
+        self.templates.fetch_add(1, Ordering::AcqRel);
     }
 
     /// [`Self::peek`] for a read: a read without reuse is counted.
@@ -169,6 +191,7 @@ impl ViewCache {
     fn set_listening(&self, on: bool) {
         // Moved first: whatever was stored before a gap is not served after it.
         self.changed();
+        self.templates_changed();
         self.listening.store(on, Ordering::Release);
     }
 
@@ -190,7 +213,14 @@ impl ViewCache {
             shutdown,
             |e| match e {
                 Event::Listening => self.set_listening(true),
-                Event::Notified => self.changed(),
+                Event::Notified(table) => {
+                    self.changed();
+                    // Cluster and nodegroup writes name their table; anything else (a
+                    // template's, a truncation's) may have changed a template.
+                    if !matches!(table, "cluster" | "nodegroup") {
+                        self.templates_changed();
+                    }
+                }
                 Event::Lost => self.set_listening(false),
             },
         )

@@ -24,11 +24,11 @@ pub const HEARTBEAT_CHANNEL: &str = "magnum_capi_heartbeat";
 
 /// What a follower reports to its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub enum Event<'a> {
     /// Listening (again): anything sent while nobody listened was missed.
     Listening,
-    /// A notification on one of the channels.
-    Notified,
+    /// A notification on one of the channels, with its payload.
+    Notified(&'a str),
     /// The connection broke: notifications are being missed until the next `Listening`.
     Lost,
 }
@@ -41,7 +41,7 @@ pub async fn follow(
     what: &str,
     heartbeat: Duration,
     mut shutdown: watch::Receiver<bool>,
-    mut on: impl FnMut(Event),
+    mut on: impl FnMut(Event<'_>),
 ) {
     let mut backoff = Duration::from_millis(500);
     loop {
@@ -70,7 +70,7 @@ pub async fn follow(
                             Ok(Some(n)) => {
                                 heard = tokio::time::Instant::now();
                                 if n.channel() != HEARTBEAT_CHANNEL {
-                                    on(Event::Notified);
+                                    on(Event::Notified(n.payload()));
                                 }
                                 continue;
                             }

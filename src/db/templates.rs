@@ -1,5 +1,6 @@
 //! `cluster_template` rows: insert, visibility-scoped lookups, paginated lists, update, delete.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
@@ -229,29 +230,67 @@ pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Op
         .await?)
 }
 
-/// Templates read together by uuid: concurrent look-ups (every create reads its template) waiting
-/// for a statement are read in the next one (`coalesce::Batch`; at most `in_flight` at once),
-/// each caller's visibility checked on the row it gets.
-pub fn batched(pool: PgPool, in_flight: usize) -> Batch<Uuid, TemplateRow> {
-    // The function's statement is planned once per connection (its migration says why).
-    super::batched_by_uuid(
-        pool,
-        in_flight,
-        "SELECT * FROM magnum_capi_templates_by_uuid($1)",
-        |t| t.uuid,
-    )
+/// Templates looked up by uuid, as every create and nodegroup create does: a row read in the
+/// caller's template generation (`view_cache::ViewCache::template_generation`, which only a
+/// template change moves) is reused within it, without a statement; otherwise concurrent
+/// look-ups waiting for a statement are read in the next one (`coalesce::Batch`; at most
+/// `in_flight` at once). Each caller's visibility is checked on the row it gets.
+#[derive(Debug)]
+pub struct ByUuid {
+    batch: Batch<Uuid, TemplateRow>,
+    /// Rows by uuid with the generation they were read in. Templates are few (one per
+    /// offering, not per cluster); past [`ByUuid::MAX_ROWS`] the rows go and are read again.
+    reused: std::sync::Mutex<HashMap<Uuid, (u64, TemplateRow)>>,
 }
 
-/// [`by_uuid`] read with the concurrent look-ups of `batch` (alone when their statement failed).
-pub async fn by_uuid_of(
-    batch: &Batch<Uuid, TemplateRow>,
-    pool: &PgPool,
-    vis: &Visibility,
-    uuid: Uuid,
-) -> DbResult<Option<TemplateRow>> {
-    match batch.get(uuid).await {
-        Ok(t) => Ok(t.filter(|t| vis.holds(t))),
-        Err(()) => by_uuid(pool, vis, uuid).await,
+impl ByUuid {
+    const MAX_ROWS: usize = 4096;
+
+    pub fn new(pool: PgPool, in_flight: usize) -> Self {
+        Self {
+            // The function's statement is planned once per connection (its migration says why).
+            batch: super::batched_by_uuid(
+                pool,
+                in_flight,
+                "SELECT * FROM magnum_capi_templates_by_uuid($1)",
+                |t| t.uuid,
+            ),
+            reused: std::sync::Mutex::default(),
+        }
+    }
+
+    /// [`by_uuid`]: the row read in `generation` when there is one (`None`: nothing is reused
+    /// now), else read with the concurrent look-ups (alone when their statement failed) and
+    /// kept for `generation`. The generation is the one taken before the read, so a change
+    /// committed meanwhile leaves the row under a retired one.
+    pub async fn get(
+        &self,
+        pool: &PgPool,
+        vis: &Visibility,
+        uuid: Uuid,
+        generation: Option<u64>,
+    ) -> DbResult<Option<TemplateRow>> {
+        if let Some(g) = generation
+            && let Some((_, t)) = self.rows().get(&uuid).filter(|(at, _)| *at == g)
+        {
+            return Ok(Some(t.clone()).filter(|t| vis.holds(t)));
+        }
+        let row = match self.batch.get(uuid).await {
+            Ok(t) => t,
+            Err(()) => by_uuid(pool, &Visibility::All, uuid).await?,
+        };
+        if let (Some(g), Some(t)) = (generation, &row) {
+            let mut rows = self.rows();
+            if rows.len() >= Self::MAX_ROWS {
+                rows.clear();
+            }
+            rows.insert(uuid, (g, t.clone()));
+        }
+        Ok(row.filter(|t| vis.holds(t)))
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, (u64, TemplateRow)>> {
+        self.reused.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

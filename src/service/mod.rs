@@ -114,7 +114,9 @@ pub async fn find_template(
             .ok_or_else(|| not_found().into());
     }
     if let Some(u) = parse_uuid(ident) {
-        return tdb::by_uuid_of(&app.templates, &app.pool, vis, u)
+        return app
+            .templates
+            .get(&app.pool, vis, u, app.views.template_generation())
             .await?
             .ok_or_else(|| not_found().into());
     }

@@ -237,16 +237,20 @@ pub async fn create(
         // Magnum takes the distro from the image, whatever the client sent.
         row.cluster_distro = row.resolved.os_distro.clone();
     }
-    tdb::insert(&app.pool, &row)
+    let created = tdb::insert(&app.pool, &row)
         .await
-        .map_err(|e| match e.violation() {
-            Some(Violation::TemplateUuid) => DomainError::Conflict(format!(
-                "A ClusterTemplate with UUID {} already exists.",
-                row.uuid
-            ))
-            .into(),
-            _ => e.into(),
-        })
+        .map_err(|e| -> super::Error {
+            match e.violation() {
+                Some(Violation::TemplateUuid) => DomainError::Conflict(format!(
+                    "A ClusterTemplate with UUID {} already exists.",
+                    row.uuid
+                ))
+                .into(),
+                _ => e.into(),
+            }
+        })?;
+    app.views.templates_changed();
+    Ok(created)
 }
 
 fn target(t: &TemplateRow) -> Target<'_> {
@@ -396,7 +400,10 @@ pub async fn update(
     // against the image): a bad value is a 400 now, not a failure at the next cluster create.
     app.backend
         .validate_template(&Template::from(row.clone()))?;
-    Ok(tdb::update(&app.pool, &row).await?)
+    let updated = tdb::update(&app.pool, &row).await?;
+    // This replica's next read of the template is this one (`view_cache`).
+    app.views.templates_changed();
+    Ok(updated)
 }
 
 pub async fn delete(app: &App, caller: &Caller, ident: &str) -> Result<()> {
@@ -407,6 +414,7 @@ pub async fn delete(app: &App, caller: &Caller, ident: &str) -> Result<()> {
         Err(e) if e.violation() == Some(&Violation::ClusterTemplate) => false,
         other => other?,
     };
+    app.views.templates_changed();
     if !deleted {
         // Magnum names the uuid whatever the client used to address the template.
         return Err(DomainError::template_referenced(&t.uuid.to_string()).into());

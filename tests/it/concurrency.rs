@@ -875,3 +875,44 @@ async fn templates_read_together_are_each_callers_own_to_see() {
         }
     }
 }
+
+/// The backends that have recorded creates, as `pg_stat_activity` shows them idle after.
+async fn recording_backends(t: &TestApp) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE '%magnum_capi_record_creates%'
+            AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&t.state.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn creates_keep_one_connection_and_take_another_when_it_is_cut() {
+    let t = app().await;
+    let tpl = t.template(&ALICE, "tpl").await;
+    t.cluster(&ALICE, "one", &tpl).await;
+    // Reads in between go through the pool; the creates' statements stay on their connection.
+    t.get(&ALICE, "/v1/clusters").await.assert_status(200);
+    t.cluster(&ALICE, "two", &tpl).await;
+    let kept = recording_backends(&t).await;
+    assert_eq!(
+        kept.len(),
+        1,
+        "one connection records the creates: {kept:?}"
+    );
+    let (cut,): (bool,) = sqlx::query_as("SELECT pg_terminate_backend($1)")
+        .bind(kept[0])
+        .fetch_one(&t.state.pool)
+        .await
+        .unwrap();
+    assert!(cut);
+    // The batch on the cut connection fails: the create is recorded alone, and the next batch
+    // takes another connection.
+    t.cluster(&ALICE, "three", &tpl).await;
+    t.cluster(&ALICE, "four", &tpl).await;
+    let now = recording_backends(&t).await;
+    assert!(!now.contains(&kept[0]), "{now:?}");
+    assert_eq!(clusters_of_alice(&t).await, 4);
+}

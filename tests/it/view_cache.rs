@@ -209,6 +209,68 @@ async fn a_write_through_this_replica_is_read_back_at_once_and_another_after_its
     t.wait_cluster(&ALICE, &second, "CREATE_FAILED").await;
 }
 
+/// The labels of a cluster `name` created on `tpl` (the template's: the request names none).
+async fn created_labels(t: &TestApp, name: &str, tpl: &str) -> Value {
+    let c = t.cluster(&ALICE, name, tpl).await;
+    t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body["labels"].clone()
+}
+
+/// Waits until a change of templates has reached this instance since `before`.
+async fn templates_moved(t: &TestApp, before: Option<u64>) {
+    until("the template generation to move", || async {
+        (t.state.views.template_generation() != before).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn creates_reuse_their_template_until_a_template_changes() {
+    let (t, tpl, _c) = setup().await;
+    let marker = |labels: Value| labels["reuse_marker"].clone();
+    let templates = t.state.views.template_generation();
+    assert!(templates.is_some(), "reused while listening");
+    // Creates retire every view, not the template rows they read.
+    let views = t.state.views.peek();
+    assert_eq!(marker(created_labels(&t, "two", &tpl).await), Value::Null);
+    settle(&t).await;
+    assert_ne!(t.state.views.peek(), views);
+    assert_eq!(t.state.views.template_generation(), templates);
+    // Reused: a change nobody announced is not read by the next create...
+    unannounced(
+        &t,
+        r#"UPDATE cluster_template SET labels = labels || '{"reuse_marker": "unannounced"}'"#,
+    )
+    .await;
+    assert_eq!(marker(created_labels(&t, "three", &tpl).await), Value::Null);
+    // ...another replica's announced write is, once its notification arrives...
+    let other = t.twin(|_| {}).await;
+    other
+        .write_sql(
+            r#"UPDATE cluster_template SET labels = labels || '{"reuse_marker": "announced"}'"#,
+        )
+        .await;
+    templates_moved(&t, templates).await;
+    assert_eq!(marker(created_labels(&t, "four", &tpl).await), "announced");
+    // ...and a write through this replica at once, with no notification arriving: the admin
+    // hides the template (allowed while clusters use it), so Alice may not create on it.
+    let _stopped = Stopped::new(listener_pid(&t).await);
+    t.patch(
+        &ADMIN,
+        &format!("/v1/clustertemplates/{tpl}"),
+        json!([{"op": "replace", "path": "/hidden", "value": true}]),
+    )
+    .await
+    .assert_status(200);
+    let refused = t
+        .post(
+            &ALICE,
+            "/v1/clusters",
+            json!({"name": "five", "cluster_template_id": tpl}),
+        )
+        .await;
+    assert_magnum_error(&refused, 403, "Not authorized.");
+}
+
 #[tokio::test]
 async fn nothing_stored_before_notifications_were_lost_is_served_after() {
     let (t, _tpl, c) = setup().await;
