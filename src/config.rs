@@ -806,7 +806,8 @@ impl Default for HttpConfig {
 pub struct DatabaseConfig {
     /// `postgres://user:pass@host:port/db`. Required outside `serve --dev`.
     pub url: Option<String>,
-    /// Upper bound of pooled connections.
+    /// Upper bound of pooled connections (each `LISTEN` follower's among them). The one
+    /// connection that records creates comes on top (`db::creates::Recorder`).
     pub max_connections: u32,
     /// Connections kept open while idle.
     pub min_connections: u32,

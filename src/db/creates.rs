@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::pool::PoolConnection;
-use sqlx::{PgExecutor, PgPool, Postgres};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::coalesce::{Batch, BatchRead};
@@ -271,11 +270,11 @@ pub async fn record<'e>(
 /// create alone goes out at once. One at a time: a second statement at once only waited on the
 /// same quota locks and count rows, and split the queue between two longer waits (README
 /// Benchmarks, "What a create waits for"). The statements go out on one connection kept
-/// between batches (so one of the pool's `max_connections` is the recorder's once a create has
-/// been made): its backend has the statement planned and its catalogs cached, where the pool's
-/// next idle connection would be whichever backend ran something else last. A batch that fails
-/// returns it to the pool. The pool and the default limit are the batch's and its fallback's
-/// alike.
+/// between batches, taken from the pool and detached from it (one connection beyond
+/// `[database] max_connections` once a create has been made):
+/// its backend has the statement planned and its catalogs cached, where the pool's next idle
+/// connection would be whichever backend ran something else last. A batch that fails closes it.
+/// The pool and the default limit are the batch's and its fallback's alike.
 #[derive(Debug)]
 pub struct Recorder {
     batch: Batch<NewCluster, Recorded>,
@@ -286,7 +285,7 @@ pub struct Recorder {
 impl Recorder {
     pub fn new(pool: PgPool, default_limit: i64) -> Self {
         let batch_pool = pool.clone();
-        let kept: Arc<tokio::sync::Mutex<Option<PoolConnection<Postgres>>>> = Arc::default();
+        let kept: Arc<tokio::sync::Mutex<Option<PgConnection>>> = Arc::default();
         let read: BatchRead<NewCluster, Recorded> = Arc::new(move |creates: Vec<NewCluster>| {
             let (pool, kept) = (batch_pool.clone(), kept.clone());
             Box::pin(async move {
@@ -294,21 +293,22 @@ impl Recorder {
                 let mut kept = kept.lock().await;
                 let mut conn = match kept.take() {
                     Some(c) => c,
+                    // Detached: the pool would otherwise wait for it when it closes (a
+                    // graceful shutdown), and it is never idle in the pool anyway.
                     None => match pool.acquire().await {
-                        Ok(c) => c,
+                        Ok(c) => c.detach(),
                         Err(e) => {
                             tracing::debug!(error = %e, "no connection for a batch of creates; each is recorded alone");
                             return None;
                         }
                     },
                 };
-                match record_all(&mut *conn, &creates, default_limit).await {
+                match record_all(&mut conn, &creates, default_limit).await {
                     Ok(outcomes) if outcomes.len() == creates.len() => {
                         *kept = Some(conn);
                         Some(creates.into_iter().zip(outcomes).collect::<HashMap<_, _>>())
                     }
-                    // The connection goes back to the pool, which checks it before it hands it
-                    // out again; the next batch takes a fresh one.
+                    // The connection is closed; the next batch takes a fresh one.
                     Ok(_) => None,
                     Err(e) => {
                         tracing::debug!(error = %e, "a batch of creates failed; each is recorded alone");
