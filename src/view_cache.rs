@@ -101,8 +101,13 @@ impl ViewCache {
     /// not reused now (turned off, or change notifications are not being received). Does not
     /// count as a use (observers: tests, diagnostics).
     pub fn peek(&self) -> Option<u64> {
-        (self.entries.is_some() && self.listening.load(Ordering::Acquire))
+        self.reusing()
             .then(|| self.generation.load(Ordering::Acquire))
+    }
+
+    /// Whether anything is reused now: turned on, and change notifications being received.
+    fn reusing(&self) -> bool {
+        self.entries.is_some() && self.listening.load(Ordering::Acquire)
     }
 
     /// The generation a template row read starting now belongs to (`db::templates::ByUuid`
@@ -112,7 +117,7 @@ impl ViewCache {
     /// `nodegroup`, a gap in listening. So the creates that read their template do not retire
     /// it, as they retire every view.
     pub fn template_generation(&self) -> Option<u64> {
-        (self.entries.is_some() && self.listening.load(Ordering::Acquire))
+        self.reusing()
             .then(|| self.templates.load(Ordering::Acquire))
     }
 

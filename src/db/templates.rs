@@ -238,6 +238,8 @@ pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Op
 #[derive(Debug)]
 pub struct ByUuid {
     batch: Batch<Uuid, TemplateRow>,
+    /// For a look-up alone when the batch's statement failed.
+    pool: PgPool,
     /// Rows by uuid with the generation they were read in. Templates are few (one per
     /// offering, not per cluster); past [`ByUuid::MAX_ROWS`] the rows go and are read again.
     reused: std::sync::Mutex<HashMap<Uuid, (u64, TemplateRow)>>,
@@ -250,11 +252,12 @@ impl ByUuid {
         Self {
             // The function's statement is planned once per connection (its migration says why).
             batch: super::batched_by_uuid(
-                pool,
+                pool.clone(),
                 in_flight,
                 "SELECT * FROM magnum_capi_templates_by_uuid($1)",
                 |t| t.uuid,
             ),
+            pool,
             reused: std::sync::Mutex::default(),
         }
     }
@@ -265,7 +268,6 @@ impl ByUuid {
     /// committed meanwhile leaves the row under a retired one.
     pub async fn get(
         &self,
-        pool: &PgPool,
         vis: &Visibility,
         uuid: Uuid,
         generation: Option<u64>,
@@ -277,7 +279,7 @@ impl ByUuid {
         }
         let row = match self.batch.get(uuid).await {
             Ok(t) => t,
-            Err(()) => by_uuid(pool, &Visibility::All, uuid).await?,
+            Err(()) => by_uuid(&self.pool, &Visibility::All, uuid).await?,
         };
         if let (Some(g), Some(t)) = (generation, &row) {
             let mut rows = self.rows();

@@ -116,7 +116,7 @@ pub async fn find_template(
     if let Some(u) = parse_uuid(ident) {
         return app
             .templates
-            .get(&app.pool, vis, u, app.views.template_generation())
+            .get(vis, u, app.views.template_generation())
             .await?
             .ok_or_else(|| not_found().into());
     }

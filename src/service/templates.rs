@@ -414,10 +414,10 @@ pub async fn delete(app: &App, caller: &Caller, ident: &str) -> Result<()> {
         Err(e) if e.violation() == Some(&Violation::ClusterTemplate) => false,
         other => other?,
     };
-    app.views.templates_changed();
     if !deleted {
         // Magnum names the uuid whatever the client used to address the template.
         return Err(DomainError::template_referenced(&t.uuid.to_string()).into());
     }
+    app.views.templates_changed();
     Ok(())
 }
