@@ -291,7 +291,8 @@ enum Recycle {
 /// `session_replication_role = replica`, as a bulk removal would: the foreign keys' per-row
 /// cascades do not fire (the statement deletes the nodegroups itself) and the removal is not
 /// announced, while the triggers that keep each project's count and the stored views fire
-/// always (their migrations say so).
+/// always (their migrations say so). The statement removes the clusters' stored views itself,
+/// so the nodegroups' trigger finds none left to retire before the clusters' removes them.
 #[derive(Clone)]
 struct Recycler(Arc<magnum_capi::coalesce::Batch<uuid::Uuid, ()>>);
 
@@ -311,12 +312,25 @@ impl Recycler {
                             .execute(&mut *c)
                             .await
                             .expect("removals as a bulk load");
+                        // Planned once, by index: `uuid = ANY($1)` was planned again for every
+                        // removal, and `operation`, empty when the bench began and not analysed
+                        // since, was read whole by each (with every removal's dead rows).
+                        for set in [
+                            "SET plan_cache_mode = force_generic_plan",
+                            "SET enable_seqscan = off",
+                        ] {
+                            sqlx::query(set)
+                                .execute(&mut *c)
+                                .await
+                                .expect("removals planned once, by index");
+                        }
                         *kept = Some(c);
                     }
                     let conn = kept.as_mut().expect("kept");
                     sqlx::query(
                         "WITH ops AS (DELETE FROM operation WHERE cluster_uuid = ANY($1)),
-                              ngs AS (DELETE FROM nodegroup WHERE cluster_id = ANY($1))
+                              ngs AS (DELETE FROM nodegroup WHERE cluster_id = ANY($1)),
+                              views AS (DELETE FROM cluster_view WHERE cluster_uuid = ANY($1))
                          DELETE FROM cluster WHERE uuid = ANY($1)",
                     )
                     .bind(&uuids)

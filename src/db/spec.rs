@@ -207,10 +207,13 @@ impl From<&OperationRow> for Operation {
 }
 
 /// The domain view of a cluster row and its nodegroup rows.
-pub fn cluster_and_nodegroups(c: &ClusterRow, ngs: &[NodegroupRow]) -> (Cluster, Vec<Nodegroup>) {
+pub fn cluster_and_nodegroups<'a>(
+    c: &ClusterRow,
+    ngs: impl IntoIterator<Item = &'a NodegroupRow>,
+) -> (Cluster, Vec<Nodegroup>) {
     (
         Cluster::from(c.clone()),
-        ngs.iter().cloned().map(Nodegroup::from).collect(),
+        ngs.into_iter().cloned().map(Nodegroup::from).collect(),
     )
 }
 

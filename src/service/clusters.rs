@@ -121,7 +121,10 @@ pub async fn create(
             .has("floating_ip_enabled")
             .then(|| b.bool("floating_ip_enabled")),
     };
-    let plan = new_cluster::plan(&ct.defaults(), &request, Uuid::new_v4())?;
+    // The template's domain view, made once: its defaults plan the cluster, the backend
+    // validates against it.
+    let template = Template::from(ct.clone());
+    let plan = new_cluster::plan(&template.defaults(), &request, Uuid::new_v4())?;
     // Checked after the quota, in Magnum's order: hidden template, then the master/LB rule.
     let late_error = if ct.hidden && !caller.is_admin() {
         Some(DomainError::not_authorized())
@@ -157,10 +160,8 @@ pub async fn create(
             super::placement::place(app, &ct.labels.0, &row.labels.0, &caller.project_id, region)
                 .await?;
         // Bad labels are the caller's 400 now, never a failure on the management cluster.
-        let (cluster, ngs) =
-            crate::db::spec::cluster_and_nodegroups(&row, &[master.clone(), worker.clone()]);
-        app.backend
-            .validate_cluster(&Template::from(ct.clone()), &cluster, &ngs)?;
+        let (cluster, ngs) = crate::db::spec::cluster_and_nodegroups(&row, [&master, &worker]);
+        app.backend.validate_cluster(&template, &cluster, &ngs)?;
     }
     // The application credential is created by the operation, as the caller: their token goes
     // with it, sealed (never in clear in Postgres; dropped when the operation ends), so the 202

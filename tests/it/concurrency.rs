@@ -844,6 +844,77 @@ async fn creates_recorded_together_each_get_their_own_answer() {
     assert_eq!(miscounted_projects(&t).await, "");
 }
 
+/// A create's document leaves out its NULL columns and its nodegroups' labels when they are
+/// the cluster's (src/db/creates.rs): the rows written are still exactly the rows given — a
+/// nodegroup labelled apart keeps its own labels, one labelled as the cluster gets the
+/// cluster's, a value set where the API leaves NULL is kept and a NULL stays NULL.
+#[tokio::test]
+async fn a_recorded_create_writes_exactly_the_rows_given() {
+    use magnum_capi::db::creates::{NewCluster, Recorded, Recorder};
+    use magnum_capi::db::operations::NewOperation;
+    use magnum_capi::domain::operation::OperationKind;
+
+    let t = app().await;
+    let pool = &t.state.pool;
+    let ct = t.template(&ALICE, "ct").await;
+    let model = Uuid::parse_str(&t.cluster(&ALICE, "model", &ct).await).unwrap();
+    let mut c = db::clusters::by_uuid(pool, &db::clusters::Scope::All, model)
+        .await
+        .unwrap()
+        .expect("the model cluster");
+    let ngs = db::nodegroups::of_cluster(pool, model).await.unwrap();
+    assert!(!c.labels.0.is_empty(), "the model's labels: {:?}", c.labels);
+    c.uuid = Uuid::new_v4();
+    c.name = Some("given".into());
+    c.keypair = None;
+    c.discovery_url = Some("https://discovery.example.org/x".into());
+    let [mut m, mut w] = [ngs[0].clone(), ngs[1].clone()];
+    for n in [&mut m, &mut w] {
+        n.uuid = Uuid::new_v4();
+        n.cluster_id = c.uuid;
+    }
+    assert_eq!(
+        m.labels, c.labels,
+        "a create's nodegroups carry the cluster's labels"
+    );
+    m.max_node_count = Some(3);
+    m.node_labels = Some(sqlx::types::Json(json!({"tier": "control"})));
+    w.labels.0.insert("only_the_workers".into(), "yes".into());
+    w.image_id = None;
+    let op = NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: None,
+        kind: OperationKind::Create,
+        payload: json!({}),
+        request_id: None,
+    };
+    let recorded = Recorder::new(pool.clone(), 20)
+        .record(NewCluster::new(&c, [&m, &w], &op).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(recorded, Recorded::Created);
+
+    let mut got = db::clusters::by_uuid(pool, &db::clusters::Scope::All, c.uuid)
+        .await
+        .unwrap()
+        .expect("the recorded cluster");
+    (got.id, got.created_at, got.updated_at) = (c.id, c.created_at, c.updated_at);
+    assert_eq!(got, c);
+    let mut got = db::nodegroups::of_cluster(pool, c.uuid).await.unwrap();
+    got.sort_by_key(|n| n.role != "master");
+    for (got, given) in got.iter_mut().zip([&m, &w]) {
+        (got.id, got.created_at, got.updated_at) = (given.id, given.created_at, given.updated_at);
+        assert_eq!(got, given);
+    }
+    let (request_id,): (Option<String>,) =
+        sqlx::query_as("SELECT request_id FROM operation WHERE cluster_uuid = $1")
+            .bind(c.uuid)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(request_id, None);
+}
+
 /// Templates looked up together (src/db/templates.rs `batched`): concurrent creates of two
 /// projects on one project's private template read it in shared statements, and each caller
 /// still sees only what it may — Alice's creates are accepted, Bob's are her template's

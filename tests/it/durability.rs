@@ -679,3 +679,98 @@ async fn the_previous_release_starts_and_serves_on_the_next_releases_schema() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The status writers hear of every operation recorded and of every change of its state, once
+/// per cluster and statement (`magnum_capi_clusters`, payload the cluster's uuid; migration
+/// `slimmer_creates`: one statement trigger for the inserts, a row trigger for the state). A
+/// statement that records nothing is silent, and so is one applied as a replica (a logical
+/// replication subscriber's, a bulk load's).
+#[tokio::test]
+async fn recorded_operations_and_their_state_changes_are_announced_per_cluster() {
+    let t = app().await;
+    let mut listener = sqlx::postgres::PgListener::connect(&t.url).await.unwrap();
+    listener
+        .listen(magnum_capi::status_writer::CLUSTER_CHANNEL)
+        .await
+        .unwrap();
+    let pool = &t.state.pool;
+    // What was announced up to a marker sent after the statement (in order, so all of it).
+    let mut heard = async |statement: &str, binds: &[Uuid], replica: bool| {
+        let mut c = pool.acquire().await.unwrap();
+        let role = if replica { "replica" } else { "origin" };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SET session_replication_role = {role}"
+        )))
+        .execute(&mut *c)
+        .await
+        .unwrap();
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(statement.to_string()));
+        for b in binds {
+            q = q.bind(b);
+        }
+        q.execute(&mut *c).await.unwrap();
+        sqlx::query("RESET session_replication_role")
+            .execute(&mut *c)
+            .await
+            .unwrap();
+        sqlx::query("SELECT pg_notify($1, 'marker')")
+            .bind(magnum_capi::status_writer::CLUSTER_CHANNEL)
+            .execute(&mut *c)
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        loop {
+            let n = listener.recv().await.unwrap();
+            if n.payload() == "marker" {
+                return got;
+            }
+            got.push(n.payload().to_string());
+        }
+    };
+    let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let mut got = heard(
+        "INSERT INTO operation (cluster_uuid, kind, payload)
+         SELECT u, 'cluster_update', '{}' FROM unnest(ARRAY[$1, $1, $2]) u",
+        &[a, b],
+        false,
+    )
+    .await;
+    got.sort();
+    let mut want = vec![a.to_string(), b.to_string()];
+    want.sort();
+    assert_eq!(got, want, "one announcement per cluster of the statement");
+    let b_heard = [b.to_string()];
+    for (what, statement, bound, replica, want) in [
+        (
+            "a change of state",
+            "UPDATE operation SET state = 'running' WHERE cluster_uuid = $1",
+            b,
+            false,
+            &b_heard[..],
+        ),
+        (
+            "a change of anything but the state",
+            "UPDATE operation SET payload = '{\"x\": 1}' WHERE cluster_uuid = $1",
+            b,
+            false,
+            &[],
+        ),
+        (
+            "a statement that records nothing",
+            "INSERT INTO operation (cluster_uuid, kind, payload)
+             SELECT $1, 'cluster_update', '{}' WHERE false",
+            c,
+            false,
+            &[],
+        ),
+        (
+            "a statement applied as a replica",
+            "INSERT INTO operation (cluster_uuid, kind, payload) VALUES ($1, 'cluster_update', '{}')",
+            c,
+            true,
+            &[],
+        ),
+    ] {
+        assert_eq!(heard(statement, &[bound], replica).await, want, "{what}");
+    }
+}
