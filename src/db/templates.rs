@@ -56,13 +56,6 @@ pub struct TemplateRow {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
-impl TemplateRow {
-    /// What this template gives a new cluster.
-    pub fn defaults(&self) -> crate::domain::new_cluster::TemplateDefaults {
-        crate::domain::spec::Template::from(self.clone()).defaults()
-    }
-}
-
 /// Columns a client may sort templates by (Magnum accepts any model column): the keys, who
 /// owns it, what the owner sets (but our own resolved look-ups) and the timestamps.
 pub static SORT_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
