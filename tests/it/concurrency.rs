@@ -888,8 +888,20 @@ async fn a_recorded_create_writes_exactly_the_rows_given() {
         payload: json!({}),
         request_id: None,
     };
+    let create = NewCluster::new(&c, [&m, &w], &op).unwrap();
+    // The document (its `Debug` shows it) leaves out the NULLs and the master's labels, the
+    // cluster's: each of the cluster's labels is in it twice (the cluster's, the worker's).
+    let doc = format!("{create:?}");
+    assert!(!doc.contains("null"), "{doc}");
+    for key in c.labels.0.keys() {
+        assert_eq!(
+            doc.matches(&format!("\\\"{key}\\\":")).count(),
+            2,
+            "{key}: {doc}"
+        );
+    }
     let recorded = Recorder::new(pool.clone(), 20)
-        .record(NewCluster::new(&c, [&m, &w], &op).unwrap())
+        .record(create)
         .await
         .unwrap();
     assert_eq!(recorded, Recorded::Created);

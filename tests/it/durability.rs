@@ -684,7 +684,8 @@ async fn the_previous_release_starts_and_serves_on_the_next_releases_schema() {
 /// per cluster and statement (`magnum_capi_clusters`, payload the cluster's uuid; migration
 /// `slimmer_creates`: one statement trigger for the inserts, a row trigger for the state). A
 /// statement that records nothing is silent, and so is one applied as a replica (a logical
-/// replication subscriber's, a bulk load's).
+/// replication subscriber's, a bulk load's). A statement of several operations is one PL/pgSQL
+/// call.
 #[tokio::test]
 async fn recorded_operations_and_their_state_changes_are_announced_per_cluster() {
     let t = app().await;
@@ -739,6 +740,30 @@ async fn recorded_operations_and_their_state_changes_are_announced_per_cluster()
     let mut want = vec![a.to_string(), b.to_string()];
     want.sort();
     assert_eq!(got, want, "one announcement per cluster of the statement");
+    // One PL/pgSQL call per statement, not one per operation (counted in a transaction rolled
+    // back: `pg_stat_xact_user_functions` is this transaction's own).
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL track_functions = 'pl'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO operation (cluster_uuid, kind, payload)
+         SELECT $1, 'cluster_update', '{}' FROM generate_series(1, 3)",
+    )
+    .bind(c)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let calls: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT funcname::text, calls FROM pg_stat_xact_user_functions
+          WHERE funcname LIKE 'magnum_capi_operation%' ORDER BY funcname",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(calls, [("magnum_capi_operations_recorded".to_string(), 1)]);
+    tx.rollback().await.unwrap();
     let b_heard = [b.to_string()];
     for (what, statement, bound, replica, want) in [
         (
