@@ -47,6 +47,7 @@ mod management_clusters;
 mod mgmt_cost;
 mod openapi;
 mod policy;
+mod realstack;
 mod reconciler;
 mod render;
 mod render_distro;

@@ -1783,7 +1783,7 @@ const KEYSTONE_URL: &str = "https://keystone.example.com:5000/v3";
 const KEYSTONE_CA: &str =
     "-----BEGIN CERTIFICATE-----\nMIIBkeystoneCA\n-----END CERTIFICATE-----\n";
 
-fn keystone_config() -> CapiConfig {
+pub(crate) fn keystone_config() -> CapiConfig {
     CapiConfig {
         keystone_auth_url: Some(KEYSTONE_URL.into()),
         keystone_auth_ca: Some(KEYSTONE_CA.into()),

@@ -10,6 +10,7 @@ pub mod fakecloud;
 pub mod keystone;
 pub mod magnum;
 pub mod osc;
+pub mod realstack;
 pub mod served;
 pub mod stack;
 pub mod wait;

@@ -1,0 +1,367 @@
+//! The real management stack (`tests/realstack/`): etcd, kube-apiserver, kube-controller-manager
+//! and the CAPI, CABPK, KCP, CAPO and CAAPH managers with their webhooks, built from their pinned
+//! Go modules by `tests/realstack/build.sh` (or found in its cache) and started once per test
+//! binary on loopback by `stackctl`; gone with the process. Missing Go or a failed build fails
+//! the tests that need it: they are never skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+
+use super::keystone::private_dir;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The running stack of this test process.
+pub struct RealStack {
+    /// The state directory: PKI, logs/, admin.kubeconfig, ready.json.
+    pub dir: PathBuf,
+    /// The admin's kubeconfig (system:masters, client certificate).
+    pub kubeconfig: PathBuf,
+    /// `https://127.0.0.1:PORT`
+    pub server: String,
+    /// What stackctl wrote in ready.json.
+    pub ready: Value,
+    child: Mutex<Child>,
+    _owner: std::fs::File,
+}
+
+impl Drop for RealStack {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.child.lock() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+static STACK: OnceLock<RealStack> = OnceLock::new();
+
+/// The repository's `tests/realstack`.
+pub fn realstack_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/realstack")
+}
+
+/// Builds the pinned stack (or finds it in the cache); the build directory.
+pub fn build() -> PathBuf {
+    let t0 = Instant::now();
+    let out = Command::new("bash")
+        .arg(realstack_dir().join("build.sh"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running tests/realstack/build.sh (is bash installed?)");
+    assert!(
+        out.status.success(),
+        "tests/realstack/build.sh failed ({}): the real-stack tests need Go and the Go module \
+         proxy",
+        out.status
+    );
+    let dir = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(str::trim)
+        .map(PathBuf::from)
+        .expect("build.sh printed its directory");
+    eprintln!(
+        "real stack binaries: {} ({:.1?})",
+        dir.display(),
+        t0.elapsed()
+    );
+    dir
+}
+
+/// The real stack of this process, started on first use (blocking; call it off the runtime, as
+/// [`stack`] does).
+pub fn realstack() -> &'static RealStack {
+    STACK.get_or_init(|| {
+        std::thread::spawn(RealStack::launch)
+            .join()
+            .unwrap_or_else(|_| panic!("starting the real stack panicked"))
+    })
+}
+
+/// [`realstack`] from async code.
+pub async fn stack() -> &'static RealStack {
+    tokio::task::spawn_blocking(realstack)
+        .await
+        .expect("starting the real stack")
+}
+
+impl RealStack {
+    fn launch() -> RealStack {
+        let t0 = Instant::now();
+        let build = build();
+        let (dir, owner) = private_dir("magnum-capi-realstack-").expect("state directory");
+        let log = std::fs::File::create(dir.join("stackctl.log")).expect("stackctl.log");
+        let mut cmd = Command::new(build.join("bin/stackctl"));
+        cmd.arg("up")
+            .arg("--stack")
+            .arg(&build)
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        let parent = nix::unistd::getpid();
+        // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                    .map_err(std::io::Error::from)?;
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+        let mut child =
+            magnum_capi::devdb::spawn_from_spawner_thread(cmd).expect("starting stackctl");
+        let ready_file = dir.join("ready.json");
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let ready: Value = loop {
+            if let Ok(text) = std::fs::read_to_string(&ready_file) {
+                break serde_json::from_str(&text).expect("ready.json");
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "stackctl exited ({status}) before the stack was ready:\n{}",
+                    tail(&dir.join("stackctl.log"), 60)
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the real stack was not ready within {READY_TIMEOUT:?}:\n{}",
+                tail(&dir.join("stackctl.log"), 60)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        eprintln!(
+            "real stack at {} ready in {:.1?} (stackctl: {}); dir {}",
+            ready["server"].as_str().unwrap_or("?"),
+            t0.elapsed(),
+            ready["started_in"].as_str().unwrap_or("?"),
+            dir.display()
+        );
+        RealStack {
+            kubeconfig: PathBuf::from(ready["kubeconfig"].as_str().expect("kubeconfig")),
+            server: ready["server"].as_str().expect("server").to_string(),
+            dir,
+            ready,
+            child: Mutex::new(child),
+            _owner: owner,
+        }
+    }
+
+    /// A client as the admin (system:masters).
+    pub async fn admin(&self) -> kube::Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("admin kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("admin config");
+        kube::Client::try_from(cfg).expect("admin client")
+    }
+
+    /// A client that presents `token` (a ServiceAccount's), trusting the stack's CA.
+    pub async fn client_with_token(&self, token: &str) -> kube::Client {
+        let path = self.kubeconfig_with_token(token, "token");
+        let kc = Kubeconfig::read_from(&path).expect("token kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("token config");
+        kube::Client::try_from(cfg).expect("token client")
+    }
+
+    /// Writes a kubeconfig of the stack's apiserver that presents `token`; its path.
+    pub fn kubeconfig_with_token(&self, token: &str, name: &str) -> PathBuf {
+        let ca = std::fs::read(self.ready["ca_cert"].as_str().expect("ca_cert")).expect("CA");
+        use base64::Engine as _;
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+        let doc = json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "realstack",
+            "clusters": [{"name": "realstack", "cluster": {
+                "server": self.server, "certificate-authority-data": ca}}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "realstack", "context": {"cluster": "realstack", "user": name}}],
+        });
+        let path = self.dir.join(format!("{name}.kubeconfig"));
+        // JSON is YAML: kubeconfig readers take it as it is.
+        std::fs::write(&path, doc.to_string()).expect("kubeconfig");
+        path
+    }
+
+    /// The end of one part's log (`kube-apiserver`, `capi-core`, `capo`, …).
+    pub fn log_tail(&self, part: &str, lines: usize) -> String {
+        let path = self.ready["parts"][part]["log"]
+            .as_str()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.dir.join("logs").join(format!("{part}.log")));
+        tail(&path, lines)
+    }
+
+    /// Creates (or keeps) a namespace for real.
+    pub async fn namespace(&self, name: &str) {
+        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.admin().await);
+        let obj = serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+        match ns.create(&PostParams::default(), &obj).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating namespace {name}: {e}"),
+        }
+    }
+
+    /// A token of ServiceAccount `namespace/name` (TokenRequest), valid for an hour.
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        let client = self.admin().await;
+        let ar = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "TokenRequest".into(),
+            plural: "serviceaccounts".into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &ar);
+        let req = json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600}
+        });
+        let resp: Value = api
+            .create_subresource::<_, DynamicObject>("token", name, &PostParams::default(), &req)
+            .await
+            .map(|o| serde_json::to_value(o).expect("json"))
+            .unwrap_or_else(|e| panic!("token of {namespace}/{name}: {e}"));
+        resp["status"]["token"]
+            .as_str()
+            .expect("status.token")
+            .to_string()
+    }
+}
+
+/// Server-side apply of `obj` as `field_manager`; with `dry_run`, judged and not stored.
+pub async fn server_side_apply(
+    client: &kube::Client,
+    obj: &Value,
+    field_manager: &str,
+    dry_run: bool,
+) -> Result<(), kube::Error> {
+    let r = magnum_capi::capi::apply::ObjectRef::of(obj).expect("rendered object");
+    let ar = magnum_capi::capi::apply::resource(&r.api_version, &r.kind);
+    let api: Api<DynamicObject> = match &r.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let mut params = PatchParams::apply(field_manager).force();
+    params.dry_run = dry_run;
+    api.patch(&r.name, &params, &Patch::Apply(obj))
+        .await
+        .map(|_| ())
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Every `[capi]` chart repository setting: on the real stack each points at `charts` (a
+/// loopback URL), so CAAPH never reaches off the machine for a chart.
+const CHART_REPOS: &[&str] = &[
+    "calico_chart_repo",
+    "cilium_chart_repo",
+    "flannel_chart_repo",
+    "openstack_chart_repo",
+    "metrics_server_chart_repo",
+    "monitoring_chart_repo",
+    "ingress_nginx_chart_repo",
+    "traefik_chart_repo",
+    "nfs_csi_chart_repo",
+    "gpu_operator_chart_repo",
+];
+
+/// `magnum-capi serve` as production runs it (no `--dev`: Keystone tokens, the CAPI driver, the
+/// worker) on a loopback port, its management cluster the real stack through `kubeconfig`, and
+/// registered as the catalog's `container-infra` endpoint. SIGKILLed when dropped.
+pub struct Production {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    pub config: PathBuf,
+    pub database: String,
+}
+
+impl Drop for Production {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Production {
+    /// Starts it on `port` (0: any free port) with `kubeconfig` and `charts` as every chart
+    /// repository; `extra` is appended to its `[capi]` section.
+    pub async fn start(port: u16, kubeconfig: &Path, charts: &str, extra: &str) -> Production {
+        let (ks, _cloud) = super::stack::parts().await;
+        let port = if port == 0 {
+            super::served::free_port()
+        } else {
+            port
+        };
+        let database = super::fresh_database().await;
+        let stack = stack().await;
+        let config = stack.dir.join(format!("magnum-capi-{port}.toml"));
+        let log = stack.dir.join(format!("magnum-capi-{port}.log"));
+        let service = ks.service_config();
+        use base64::Engine as _;
+        let seal_key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
+        let mut capi = format!("kubeconfig = {:?}\n", kubeconfig.display().to_string());
+        for repo in CHART_REPOS {
+            capi.push_str(&format!("{repo} = {charts:?}\n"));
+        }
+        capi.push_str(extra);
+        let text = format!(
+            "[http]\nbind = \"127.0.0.1:{port}\"\n\n\
+             [database]\nurl = {database:?}\nmax_connections = 5\nmigrate_on_start = true\n\n\
+             [operations]\nseal_key = {seal_key:?}\npoll_interval_ms = 1000\nretry_base_ms = 500\n\n\
+             [keystone]\nauth_url = {:?}\nusername = {:?}\npassword = {:?}\nproject_name = {:?}\n\n\
+             [capi]\n{capi}",
+            service.auth_url.clone().unwrap_or_default(),
+            service.username.clone().unwrap_or_default(),
+            secrecy::ExposeSecret::expose_secret(service.password.as_ref().expect("password")),
+            service.project_name.clone().unwrap_or_default(),
+        );
+        std::fs::write(&config, text).expect("writing the configuration");
+        let file = std::fs::File::create(&log).expect("log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_magnum-capi"));
+        cmd.args(["serve", "--config"])
+            .arg(&config)
+            .env_remove("MAGNUM_CAPI_CONFIG")
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file);
+        let mut child = cmd.spawn().expect("starting magnum-capi serve");
+        let url = format!("http://127.0.0.1:{port}/");
+        super::served::wait_answering(&mut child, &log, &url).await;
+        ks.register_endpoint_async(&format!("http://127.0.0.1:{port}/v1"))
+            .await
+            .expect("registering the endpoint");
+        Production {
+            child,
+            port,
+            log,
+            config,
+            database,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
