@@ -285,8 +285,8 @@ const CHART_REPOS: &[&str] = &[
 ];
 
 /// `magnum-capi serve` as production runs it (no `--dev`: Keystone tokens, the CAPI driver, the
-/// worker) on a loopback port, its management cluster the real stack through `kubeconfig`, and
-/// registered as the catalog's `container-infra` endpoint. SIGKILLed when dropped.
+/// worker) on a loopback port, its management cluster the real stack through `kubeconfig`.
+/// SIGKILLed when dropped.
 pub struct Production {
     child: Child,
     pub port: u16,
@@ -349,9 +349,6 @@ impl Production {
         let mut child = cmd.spawn().expect("starting magnum-capi serve");
         let url = format!("http://127.0.0.1:{port}/");
         super::served::wait_answering(&mut child, &log, &url).await;
-        ks.register_endpoint_async(&format!("http://127.0.0.1:{port}/v1"))
-            .await
-            .expect("registering the endpoint");
         Production {
             child,
             port,
@@ -364,4 +361,69 @@ impl Production {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// `path` under the service's root (`/v1/clusters`, …).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// A request with a Keystone `token`: the status and the JSON answer.
+    pub async fn call(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let req = reqwest::Client::new()
+            .request(method, self.url(path))
+            .header("x-auth-token", token)
+            .header("openstack-api-version", "container-infra latest")
+            .header("accept", "application/json");
+        super::served::answer(req, body).await
+    }
+}
+
+/// The chart's identity on the real stack: its ServiceAccount, ClusterRoles and bindings as
+/// `deploy/helm` renders them with its default values, applied for real; a kubeconfig that
+/// presents a token of that ServiceAccount.
+pub async fn chart_identity(stack: &RealStack) -> PathBuf {
+    const RBAC_KINDS: &[&str] = &[
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    let objects =
+        tokio::task::spawn_blocking(|| super::chart::objects(&super::chart::render(&json!({}))))
+            .await
+            .expect("rendering the chart");
+    let admin = stack.admin().await;
+    let mut account = None;
+    for obj in objects
+        .iter()
+        .filter(|o| RBAC_KINDS.contains(&o["kind"].as_str().unwrap_or_default()))
+    {
+        // `helm install --create-namespace`: the release's namespace exists before its objects.
+        if let Some(ns) = obj["metadata"]["namespace"].as_str() {
+            stack.namespace(ns).await;
+        }
+        if obj["kind"] == "ServiceAccount" {
+            account = Some((
+                obj["metadata"]["namespace"]
+                    .as_str()
+                    .expect("namespace")
+                    .to_string(),
+                obj["metadata"]["name"].as_str().expect("name").to_string(),
+            ));
+        }
+        server_side_apply(&admin, obj, "realstack-harness", false)
+            .await
+            .unwrap_or_else(|e| panic!("applying the chart's {}: {e}", obj["kind"]));
+    }
+    let (ns, name) = account.expect("the chart renders a ServiceAccount");
+    let token = stack.service_account_token(&ns, &name).await;
+    stack.kubeconfig_with_token(&token, &format!("{ns}-{name}"))
 }
