@@ -225,6 +225,11 @@ pub struct CapiConfig {
     /// Seconds an add-on (a CAAPH release) may stay installing or upgrading before the cluster's
     /// health counts it as failed (README "Add-on health").
     pub addon_install_timeout_secs: u64,
+    /// Seconds CAPO may keep retrying an OpenStack error (its OpenStackCluster `Ready=False`
+    /// with severity `Warning`, no `failureReason`: a Neutron or Octavia call it will try again)
+    /// before the cluster is `CREATE_FAILED`/`UPDATE_FAILED` with that error; a failure CAPO
+    /// calls terminal fails at once.
+    pub openstack_retry_grace_secs: u64,
     /// Minutes a delete may take (CAPI's teardown and the cloud cleanup together, from the
     /// request) before the operation reports `DELETE_FAILED` with what is left.
     pub delete_timeout_mins: u64,
@@ -430,6 +435,7 @@ impl Default for CapiConfig {
             octavia_provider: "amphora".into(),
             update_timeout_mins: 60,
             addon_install_timeout_secs: 1800,
+            openstack_retry_grace_secs: 120,
             delete_timeout_mins: 30,
             delete_cleanup: true,
             delete_report_retention_days: 30,

@@ -99,6 +99,8 @@ fn state_of(
         credential_problem: queue.credential_problem,
         addon_install_timeout: chrono::Duration::from_std(timeouts.addon_install)
             .unwrap_or(chrono::Duration::minutes(30)),
+        openstack_retry_grace: chrono::Duration::from_std(timeouts.openstack_retry)
+            .unwrap_or(chrono::Duration::minutes(2)),
     }
 }
 
@@ -171,6 +173,9 @@ pub struct Timeouts {
     /// An add-on installing or upgrading before it counts as failed (`[capi]
     /// addon_install_timeout_secs`).
     pub addon_install: Duration,
+    /// CAPO retrying an OpenStack error before it counts as the cluster's failure (`[capi]
+    /// openstack_retry_grace_secs`).
+    pub openstack_retry: Duration,
 }
 
 impl Timeouts {
@@ -178,6 +183,7 @@ impl Timeouts {
         Timeouts {
             update: Duration::from_secs(config.update_timeout_mins.max(1) * 60),
             addon_install: Duration::from_secs(config.addon_install_timeout_secs),
+            openstack_retry: Duration::from_secs(config.openstack_retry_grace_secs),
         }
     }
 }

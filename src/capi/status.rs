@@ -93,6 +93,9 @@ pub struct ClusterState {
     /// How long an add-on may stay in progress before it counts as failed (`[capi]
     /// addon_install_timeout_secs`).
     pub addon_install_timeout: chrono::Duration,
+    /// How long CAPO may retry an OpenStack error before it is the cluster's failure (`[capi]
+    /// openstack_retry_grace_secs`).
+    pub openstack_retry_grace: chrono::Duration,
 }
 
 /// What should change in Postgres; `None`/empty = leave as is.
@@ -218,6 +221,22 @@ fn failure_of(v: &Value) -> Option<String> {
     })
 }
 
+/// Since when CAPO has been retrying an error it does not call terminal: its v1beta1 `Ready`
+/// condition `False` with severity `Warning` ("a temporary issue that may be resolved on
+/// retry"), no `failureMessage`. `None` when the error is terminal or there is none.
+fn retried_since(v: &Value) -> Option<DateTime<Utc>> {
+    if s(v, "/status/failureMessage").is_some_and(|m| !m.is_empty()) {
+        return None;
+    }
+    let ready = condition(v, "Ready")?;
+    if s(ready, "/status") != Some("False") || s(ready, "/severity") != Some("Warning") {
+        return None;
+    }
+    s(ready, "/lastTransitionTime")
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
 fn name(v: &Value) -> &str {
     s(v, "/metadata/name").unwrap_or_default()
 }
@@ -311,14 +330,23 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
     let rolling = topology_rolling(obs);
     let all_ready =
         obs.cluster.is_some() && rolling.is_none() && verdicts.iter().all(|v| v.waiting.is_none());
-    let waiting: Vec<String> = rolling
+    let mut waiting: Vec<String> = rolling
         .into_iter()
         .chain(verdicts.iter().filter_map(|v| v.waiting.clone()))
         .collect();
-    let infra_failure = obs.openstack_cluster.as_deref().and_then(failure_of);
-    let failure = infra_failure
-        .map(|f| format!("OpenStackCluster: {f}"))
-        .or_else(|| verdicts.iter().find_map(|v| v.failure.clone()));
+    let mut retry_until = None;
+    let infra_failure = obs.openstack_cluster.as_deref().and_then(|oc| {
+        let failure = format!("OpenStackCluster: {}", failure_of(oc)?);
+        match retried_since(oc).map(|since| since + db.openstack_retry_grace) {
+            Some(until) if now < until => {
+                retry_until = Some(until);
+                waiting.push(format!("{failure} (CAPO retries)"));
+                None
+            }
+            _ => Some(failure),
+        }
+    });
+    let failure = infra_failure.or_else(|| verdicts.iter().find_map(|v| v.failure.clone()));
     ev.nodegroups = verdicts.into_iter().filter_map(|v| v.change).collect();
 
     if watched(db.status) && !db.operation_open && !db.final_failure {
@@ -331,7 +359,10 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
     }
 
     let (health, recheck_at) = health(obs, db, now);
-    ev.recheck_at = recheck_at;
+    ev.recheck_at = match (recheck_at, retry_until) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     if Some(health.0.as_str()) != db.health_status.as_deref() || health.1 != db.health_status_reason
     {
         ev.health = Some(health);
@@ -562,6 +593,7 @@ mod tests {
             health_status_reason: json!({}),
             credential_problem: None,
             addon_install_timeout: chrono::Duration::minutes(30),
+            openstack_retry_grace: chrono::Duration::minutes(2),
         }
     }
 
@@ -757,6 +789,54 @@ mod tests {
         let (st, reason) = evaluate(&obs, &db, Utc::now()).status.unwrap();
         assert_eq!(st, Status::CreateFailed);
         assert!(reason.unwrap().contains("0/1 machines ready"));
+    }
+
+    /// CAPO's retried error, as the real CAPO v0.14.7 writes it for a Neutron call that failed:
+    /// the cluster stays in progress (the error among what it waits for) until the grace is
+    /// over, and is evaluated again then though nothing changes; a terminal one fails at once.
+    #[test]
+    fn errors_capo_retries_fail_the_cluster_only_after_the_grace() {
+        let (m, w) = (
+            ng(true, 1, Status::CreateInProgress),
+            ng(false, 1, Status::CreateInProgress),
+        );
+        let mut db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
+        let retried = |since: DateTime<Utc>| {
+            let t = since.to_rfc3339();
+            json!({"status": {"ready": false, "conditions": [
+                {"type": "Ready", "status": "False", "severity": "Warning",
+                 "reason": "OpenStackError", "lastTransitionTime": t,
+                 "message": "failed to reconcile network: Expected HTTP response code [201 202] \
+                    but got 503 instead"},
+                {"type": "NetworkReady", "status": "False", "severity": "Error",
+                 "reason": "NetworkCreateFailed", "lastTransitionTime": t,
+                 "message": "Failed to reconcile network: got 503"}]}})
+        };
+        let now = Utc::now();
+        let mut obs = observed(&m, &w);
+        obs.control_plane = None;
+        obs.openstack_cluster = Some(Shared::new(retried(now - chrono::Duration::seconds(10))));
+        let ev = evaluate(&obs, &db, now);
+        assert_eq!(ev.status, None, "still in progress while CAPO retries");
+        let expected = now - chrono::Duration::seconds(10) + db.openstack_retry_grace;
+        assert!(
+            ev.recheck_at
+                .is_some_and(|t| (t - expected).num_milliseconds().abs() < 1000),
+            "{:?}",
+            ev.recheck_at
+        );
+
+        obs.openstack_cluster = Some(Shared::new(retried(now - chrono::Duration::minutes(3))));
+        let (st, reason) = evaluate(&obs, &db, now).status.unwrap();
+        assert_eq!(st, Status::CreateFailed);
+        assert!(reason.unwrap().contains("got 503"));
+
+        // At the create's deadline the error is what it names.
+        obs.openstack_cluster = Some(Shared::new(retried(now - chrono::Duration::seconds(10))));
+        db.deadline = Some(now - chrono::Duration::seconds(1));
+        let (st, reason) = evaluate(&obs, &db, now).status.unwrap();
+        assert_eq!(st, Status::CreateFailed);
+        assert!(reason.unwrap().contains("(CAPO retries)"));
     }
 
     #[test]
