@@ -48,6 +48,7 @@ mod mgmt_cost;
 mod openapi;
 mod policy;
 mod realstack;
+mod realstack_capo;
 mod reconciler;
 mod render;
 mod render_distro;

@@ -358,3 +358,209 @@ async fn up() {
 /// Chart repositories on the real stack: a loopback port nothing listens on, so CAAPH's chart
 /// fetches fail on this machine (its real failure condition) and never leave it.
 const LOOPBACK_CHARTS: &str = "http://127.0.0.1:9/charts";
+
+/// What the two other drivers leave on their management clusters (the fixtures the import and
+/// adoption tests load into the simulator) is what real Cluster API accepts: each object passes
+/// the real apiserver and the providers' webhooks (dry run), so the adoption tests start from
+/// objects real CAPI could hold.
+#[tokio::test]
+async fn the_other_drivers_fixtures_pass_the_real_apiserver_and_webhooks() {
+    use crate::common::capi_drivers::{Driver, capi_objects, cluster_uuid};
+    let s = stack().await;
+    let admin = s.admin().await;
+    let mut rejected = Vec::new();
+    for driver in [Driver::ClusterApi, Driver::CapiHelm] {
+        let ns = driver.namespace("0a1b2c3d4e5f60718293a4b5c6d7e8f9");
+        s.namespace(&ns).await;
+        for (_, obj) in capi_objects(driver, &ns, "kube-fx7q2", &cluster_uuid(7)) {
+            if let Err(e) = server_side_apply(&admin, &obj, "fixture", true).await {
+                rejected.push(format!("{driver:?} {}: {e}", obj["kind"]));
+            }
+        }
+    }
+    assert!(rejected.is_empty(), "{}", rejected.join("\n"));
+}
+
+/// A template on the real stack: the fake Glance's kube image, the fake Nova's flavors, the
+/// external network whose floating IPs are on loopback (the node agent serves the API there).
+async fn realstack_template(served: &Production, token: &str, name: &str) -> String {
+    let (st, t) = served
+        .call(
+            token,
+            Method::POST,
+            "/v1/clustertemplates",
+            Some(json!({
+                "name": name, "coe": "kubernetes", "image_id": "ubuntu-2204-kube-v1.30.4",
+                "external_network_id": "public", "flavor_id": "m1.medium",
+                "master_flavor_id": "m1.large", "network_driver": "calico",
+                "master_lb_enabled": true,
+            })),
+        )
+        .await;
+    assert_eq!(st, 201, "{t}");
+    t["uuid"].as_str().unwrap().to_string()
+}
+
+/// Waits until cluster `path` has `want` (panicking early, with its reason and the controllers'
+/// logs, when it lands on a failure instead); its body.
+async fn wait_for_status(served: &Production, token: &str, path: &str, want: &str) -> Value {
+    let s = stack().await;
+    until(&format!("{path} to be {want}"), || async {
+        let (code, b) = served.call(token, Method::GET, path, None).await;
+        let status = b["status"].as_str().unwrap_or_default().to_string();
+        if want == "DELETE_COMPLETE" && code == 404 {
+            return Some(b);
+        }
+        assert!(
+            status == want || !status.ends_with("_FAILED"),
+            "{path} is {status}: {}\nCAPO:\n{}\nKCP:\n{}",
+            b["status_reason"],
+            s.log_tail("capo", 15),
+            s.log_tail("capi-controlplane", 15)
+        );
+        (status == want).then_some(b)
+    })
+    .await
+}
+
+/// The whole life of a cluster on real Cluster API, through the API with Keystone tokens and
+/// the chart's identity: create → `CREATE_COMPLETE` with the API address CAPO made (a floating
+/// IP on loopback) and the machines' addresses; a kubeconfig from `ca show` and `ca sign` that
+/// reaches the workload API; resize up and down; delete → `DELETE_COMPLETE` with nothing of it
+/// left on the management cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
+    let s = stack().await;
+    let (ks, _) = crate::common::stack::parts().await;
+    let kubeconfig = chart_identity(s).await;
+    let served = Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "").await;
+    let token = ks.token("bob", "beta").await;
+    let t = realstack_template(&served, &token, "life").await;
+    let (st, c) = served
+        .call(
+            &token,
+            Method::POST,
+            "/v1/clusters",
+            Some(json!({"name": "life", "cluster_template_id": t,
+                "master_count": 1, "node_count": 1})),
+        )
+        .await;
+    assert_eq!(st, 202, "{c}");
+    let uuid = c["uuid"].as_str().unwrap().to_string();
+    let path = format!("/v1/clusters/{uuid}");
+    let body = wait_for_status(&served, &token, &path, "CREATE_COMPLETE").await;
+    let api = body["api_address"].as_str().unwrap().to_string();
+    assert!(api.starts_with("https://127."), "{body}");
+    assert_eq!(
+        body["node_addresses"].as_array().map(Vec::len),
+        Some(1),
+        "{body}"
+    );
+
+    // `coe cluster config`: the cluster's CA and a client certificate it signs reach the
+    // workload API the machines joined.
+    let (st, ca) = served
+        .call(
+            &token,
+            Method::GET,
+            &format!("/v1/certificates/{uuid}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{ca}");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:masters");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "admin");
+    let csr = params.serialize_request(&key).unwrap().pem().unwrap();
+    let (st, signed) = served
+        .call(
+            &token,
+            Method::POST,
+            "/v1/certificates",
+            Some(json!({"cluster_uuid": uuid, "csr": csr})),
+        )
+        .await;
+    assert_eq!(st, 201, "{signed}");
+    let identity = format!("{}{}", signed["pem"].as_str().unwrap(), key.serialize_pem());
+    let workload = reqwest::Client::builder()
+        .tls_certs_only([
+            reqwest::Certificate::from_pem(ca["pem"].as_str().unwrap().as_bytes()).unwrap(),
+        ])
+        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let nodes: Value = workload
+        .get(format!("{api}/api/v1/nodes"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(nodes["items"].as_array().map(Vec::len), Some(2), "{nodes}");
+
+    // Resize up, then down.
+    for count in [2, 1] {
+        let (st, b) = served
+            .call(
+                &token,
+                Method::PATCH,
+                &path,
+                Some(json!([{"op": "replace", "path": "/node_count", "value": count}])),
+            )
+            .await;
+        assert_eq!(st, 202, "{b}");
+        let body = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
+        assert_eq!(
+            body["node_addresses"].as_array().map(Vec::len),
+            Some(count),
+            "{body}"
+        );
+    }
+
+    let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
+    assert_eq!(st, 204, "{b}");
+    wait_for_status(&served, &token, &path, "DELETE_COMPLETE").await;
+    let admin = s.admin().await;
+    let ns = format!("magnum-{}", ks.project_id("beta"));
+    let name = magnum_capi::capi::capi_name(uuid.parse().unwrap());
+    for (api_version, kind) in [
+        ("cluster.x-k8s.io/v1beta2", "Cluster"),
+        ("cluster.x-k8s.io/v1beta2", "Machine"),
+        (
+            "controlplane.cluster.x-k8s.io/v1beta2",
+            "KubeadmControlPlane",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackCluster",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackMachine",
+        ),
+    ] {
+        let ar = magnum_capi::capi::apply::resource(api_version, kind);
+        let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(admin.clone(), &ns, &ar);
+        let left: Vec<_> = api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|o| {
+                o.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("cluster.x-k8s.io/cluster-name"))
+                    == Some(&name)
+            })
+            .collect();
+        assert!(left.is_empty(), "{kind} left: {left:?}");
+    }
+}

@@ -5,14 +5,16 @@
 #   ${MAGNUM_CAPI_CACHE:-~/.cache/magnum-capi}/realstack-<hash of the pins>/
 #     bin/        etcd, kube-apiserver, kube-controller-manager, capi-manager,
 #                 kubeadm-bootstrap-manager, kubeadm-control-plane-manager, capo-manager,
-#                 caaph-manager, stackctl (written here: starts them all, see stackctl/main.go)
+#                 caaph-manager, node-agent (written here: plays every server, see agent/main.go),
+#                 stackctl (written here: starts them all, see stackctl/main.go)
 #     manifests/  each provider's config/ (CRDs, kustomizations, webhook configurations) and ORC's
 #                 Image CRD, as its module ships them
 #     BUILD       what was built, from which module version, how long it took and its size
 #
-# The hash covers this script and every go.mod/go.sum/Go source of tests/realstack, so a change of
-# pin builds a new directory; a complete directory is reused as it is. Nothing is downloaded but Go
-# modules, through the machine's Go module proxy. The last line on stdout is the directory.
+# The hash covers this script and every go.mod/go.sum/Go source (tests aside) of tests/realstack, so
+# a change of pin builds a new directory; a complete directory is reused as it is. Nothing is
+# downloaded but Go modules, through the machine's Go module proxy. The last line on stdout is the
+# directory.
 #
 #   tests/realstack/build.sh            build what is missing, print the directory
 #   tests/realstack/build.sh --check    only check that every pinned module resolves
@@ -23,12 +25,12 @@ export GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
 log() { printf '[realstack] %s\n' "$*" >&2; }
 
-modules=(etcd k8s capi capo caaph stackctl)
+modules=(etcd k8s capi capo caaph agent stackctl)
 hash=$(
   {
     cat build.sh
     for m in "${modules[@]}"; do
-      find "$m" -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | sort | xargs cat
+      find "$m" -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) ! -name '*_test.go' | sort | xargs cat
     done
     go version
   } | sha256sum | cut -c1-16
@@ -103,6 +105,7 @@ build capi kubeadm-bootstrap-manager sigs.k8s.io/cluster-api/bootstrap/kubeadm
 build capi kubeadm-control-plane-manager sigs.k8s.io/cluster-api/controlplane/kubeadm
 build capo capo-manager sigs.k8s.io/cluster-api-provider-openstack
 build caaph caaph-manager sigs.k8s.io/cluster-api-addon-provider-helm
+build agent node-agent .
 build stackctl stackctl .
 
 copy_config capi sigs.k8s.io/cluster-api core/config capi-core

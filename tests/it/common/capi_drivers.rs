@@ -278,7 +278,7 @@ fn r(group: &str, kind: &str, name: &str) -> Value {
 /// `capi.stackhpc.com/{cluster,component,node-group}`. magnum-cluster-api: a ClusterClass
 /// topology (`spec.topology`, the nodegroup's replicas there) whose objects CAPI's topology
 /// controller names `<cluster>-<random>` and labels `topology.cluster.x-k8s.io/*`.
-fn capi_objects(
+pub fn capi_objects(
     driver: Driver,
     ns: &str,
     stack: &str,
@@ -377,7 +377,10 @@ fn capi_objects(
             json!({
             "apiVersion": INFRA, "kind": "OpenStackCluster",
             "metadata": {"name": osc, "namespace": ns, "labels": component("cluster")},
-            "spec": {"identityRef": identity, "externalNetwork": {"id": "public"},
+            // Both drivers write the external network's id (CAPO's schema takes only a uuid):
+            // the fake cloud's `public`.
+            "spec": {"identityRef": identity,
+                     "externalNetwork": {"id": super::fakecloud::NETWORK_PUBLIC},
                      "managedSubnets": [{"cidr": "10.0.0.0/24"}],
                      "apiServerLoadBalancer": {"enabled": true},
                      "managedSecurityGroups": {"allowAllInClusterTraffic": true}}}),

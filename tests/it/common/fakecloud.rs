@@ -18,11 +18,24 @@
 //!   hidden only from requests whose user is known and different: `?user_id=` (2.10+, as a Nova
 //!   admin would) or the user given to [`FakeCloud::set_token_user`] for the request's token.
 //!   Keypairs without an owner (the seeded ones) are everybody's.
-//! * Octavia (`/load-balancer`), Cinder (`/volume/v3/{project}`), Neutron floating IPs and Nova
-//!   servers as a workload cluster leaves them behind: see `fakecloud_workload`.
-//! * Simplified: no policy (listings are those of an admin of [`PROJECT_ID`]); default sort orders
-//!   only; Neutron ignores filters on unknown attributes (the real one answers 400); no `*_links`
-//!   from Nova; Glance treats any unknown query key as a property filter, as the real one does.
+//! * Octavia (`/load-balancer`), Cinder (`/volume/v3/{project}`) and Nova servers, zones and
+//!   server groups: see `fakecloud_workload`; Neutron's writes and its resources besides the
+//!   network and subnet reads here (ports, routers, security groups, floating IPs, tags, trunks,
+//!   quotas): see `fakecloud_neutron`. Together they answer everything Cluster API Provider
+//!   OpenStack v0.14 asks while it builds and deletes a cluster's network, load balancer and
+//!   machines (`tests/it/realstack_capo.rs` runs the real one against them).
+//! * Floating IPs and router gateways take addresses from the `public` network's subnet,
+//!   `127.100.0.0/16` (pool [`FLOATING_IP_POOL`]): loopback addresses a process on this machine
+//!   can bind.
+//! * What a create makes belongs to the project of the request's token: looked up in Keystone
+//!   once per token when [`FakeCloud::set_identity`] names one (a token may read itself), else
+//!   [`PROJECT_ID`] (or what [`FakeCloud::set_token_project`] says).
+//! * Transitional states settle on reads, as a client polling the real service sees them: see the
+//!   module docs of `fakecloud_workload` and `fakecloud_neutron` for each resource.
+//! * Simplified: no policy (listings are those of an admin of [`PROJECT_ID`]: every project's
+//!   resources, and any project may use any network); default sort orders only; Neutron ignores
+//!   filters on unknown attributes (the real one answers 400); Glance treats any unknown query key
+//!   as a property filter, as the real one does; IPv4 only.
 #![allow(dead_code, clippy::result_large_err)] // handlers return ready-made error responses
 
 use std::collections::HashMap;
@@ -37,6 +50,8 @@ use axum::response::Response;
 use axum::serve::ListenerExt;
 use serde_json::{Value, json};
 
+#[path = "fakecloud_neutron.rs"]
+mod neutron;
 #[path = "fakecloud_workload.rs"]
 pub mod workload;
 
@@ -71,6 +86,10 @@ pub const SUBNET_PUBLIC: &str = "33333333-0000-4000-8000-000000000001";
 pub const SUBNET_PRIVATE: &str = "33333333-0000-4000-8000-000000000002";
 pub const SUBNET_DUP_A: &str = "33333333-0000-4000-8000-000000000003";
 pub const SUBNET_DUP_B: &str = "33333333-0000-4000-8000-000000000004";
+
+/// The allocation pool of the `public` network's subnet (`127.100.0.0/16`, gateway
+/// `127.100.0.1`): every floating IP and router gateway address comes from it, lowest free first.
+pub const FLOATING_IP_POOL: (&str, &str) = ("127.100.0.2", "127.100.255.254");
 
 /// Fields every added resource starts from (`PROJECT` is replaced by [`PROJECT_ID`]).
 const DEFAULTS: &str = r#"{
@@ -133,9 +152,9 @@ const SEED: &str = r#"{
   {"id": "22222222-0000-4000-8000-000000000004", "name": "dup-net"}],
 "subnet": [
   {"id": "33333333-0000-4000-8000-000000000001", "name": "public-subnet", "enable_dhcp": false,
-   "network_id": "22222222-0000-4000-8000-000000000001", "cidr": "172.24.4.0/24",
-   "gateway_ip": "172.24.4.1",
-   "allocation_pools": [{"start": "172.24.4.2", "end": "172.24.4.254"}]},
+   "network_id": "22222222-0000-4000-8000-000000000001", "cidr": "127.100.0.0/16",
+   "gateway_ip": "127.100.0.1",
+   "allocation_pools": [{"start": "127.100.0.2", "end": "127.100.255.254"}]},
   {"id": "33333333-0000-4000-8000-000000000002", "name": "private-subnet",
    "network_id": "22222222-0000-4000-8000-000000000002", "cidr": "10.0.0.0/24",
    "gateway_ip": "10.0.0.1", "allocation_pools": [{"start": "10.0.0.2", "end": "10.0.0.254"}]},
@@ -173,6 +192,10 @@ struct Inner {
     /// A keypair's owner is kept in its `_owner` field (never shown).
     items: HashMap<&'static str, Vec<Value>>,
     token_users: HashMap<String, String>,
+    /// Project of each token seen in a create (or set by a test).
+    token_projects: HashMap<String, String>,
+    /// Keystone (`…/v3`) to look a token's project up in.
+    identity: Option<String>,
     seen: Vec<Seen>,
     workload: workload::Workload,
     down: bool,
@@ -228,9 +251,9 @@ impl FakeCloud {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Glance, unversioned (clients append `/v2`).
     /// `(service type, name, URL)` of each fake service, for registering in a catalog. Cinder's
-    /// URL carries Keystone's `$(project_id)s` template, as devstack registers it.
+    /// URL carries Keystone's `$(project_id)s` template, as devstack registers it; Octavia's is
+    /// unversioned (gophercloud discovers its version at the root).
     pub fn catalog(&self) -> [(&'static str, &'static str, String); 5] {
         [
             ("image", "glance", self.image_url()),
@@ -249,11 +272,13 @@ impl FakeCloud {
         ]
     }
 
-    /// Reads or changes the load balancers, volumes, floating IPs and servers.
+    /// Reads or changes what Octavia, Cinder, Nova's servers and Neutron beyond networks and
+    /// subnets hold (and the knobs: services down, refused flavors, quotas, page size).
     pub fn workload<T>(&self, f: impl FnOnce(&mut workload::Workload) -> T) -> T {
         f(&mut self.lock().workload)
     }
 
+    /// Glance, unversioned (clients append `/v2`).
     pub fn image_url(&self) -> String {
         format!("{}/image", self.base)
     }
@@ -283,6 +308,20 @@ impl FakeCloud {
     pub fn set_token_user(&self, token: &str, user_id: &str) {
         let mut st = self.lock();
         st.token_users.insert(token.into(), user_id.into());
+    }
+    /// Which project a token belongs to: what its creates belong to.
+    pub fn set_token_project(&self, token: &str, project_id: &str) {
+        let mut st = self.lock();
+        st.token_projects.insert(token.into(), project_id.into());
+    }
+    /// Looks up the project of a token unknown to the fake in this Keystone (`http://…/v3`) at
+    /// its first create, as keystonemiddleware would (the token validates itself).
+    pub fn set_identity(&self, keystone_url: &str) {
+        self.lock().identity = Some(keystone_url.trim_end_matches('/').to_string());
+    }
+    /// The networks, subnets, images, flavors or keypairs (`kind` singular) as stored.
+    pub fn items(&self, kind: &str) -> Vec<Value> {
+        self.lock().list(kind).to_vec()
     }
     /// Adds an image (replacing one with the same `id`; a missing `id` gets a random UUID) on
     /// top of realistic defaults; custom properties go at top level. Returns the id.
@@ -406,6 +445,10 @@ struct Req {
     query: Vec<(String, String)>,
     token: Option<String>,
     accept_json: bool,
+    /// The JSON body (`Null` when none or not JSON).
+    body: Value,
+    /// The project of the token, for creates (see [`FakeCloud::set_identity`]).
+    project: String,
 }
 
 impl Req {
@@ -424,7 +467,7 @@ impl Req {
 
 async fn handle(State(shared): State<Shared>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 1 << 20)
+    let body = axum::body::to_bytes(body, 1 << 24)
         .await
         .unwrap_or_default();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -436,6 +479,8 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
         query: query.map(|q| q.0).unwrap_or_default(),
         token: None,
         accept_json: false,
+        body,
+        project: PROJECT_ID.to_string(),
     };
     r.token = r
         .header("x-auth-token")
@@ -450,6 +495,11 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
         .map(pct_decode)
         .collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    if r.method == Method::POST
+        && let Some(token) = r.token.clone()
+    {
+        r.project = project_of(&shared, &token).await;
+    }
     let (mut resp, delay) = {
         let mut st = shared.lock().unwrap_or_else(|e| e.into_inner());
         st.seen.push(Seen {
@@ -458,19 +508,13 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
             query: parts.uri.query().map(str::to_string),
             token: r.token.clone(),
         });
-        let resp = if st.down {
-            None
-        } else if r.token.is_some() {
-            let base = st.base.clone();
-            st.workload
-                .dispatch(&base, &r.method, &segs, &r.query, &body)
-                .map(|(status, body)| match body {
-                    Value::Null => text(status, "application/json", String::new()),
-                    body => json_resp(status, &body),
-                })
-        } else {
-            None
-        };
+        let mut resp = None;
+        if !st.down && r.token.is_some() {
+            resp = workload::dispatch(&mut st, &r, &segs);
+            if resp.is_none() {
+                resp = neutron::dispatch(&mut st, &r, &segs).map(respond);
+            }
+        }
         (resp.unwrap_or_else(|| dispatch(&st, &r, &segs)), st.delay)
     };
     if let Ok(v) = HeaderValue::from_str(&format!("req-{}", uuid::Uuid::new_v4())) {
@@ -480,7 +524,50 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
     resp
 }
 
+/// The project of `token`: known, or looked up in the identity service (a token may read
+/// itself), or [`PROJECT_ID`].
+async fn project_of(shared: &Shared, token: &str) -> String {
+    let identity = {
+        let st = shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = st.token_projects.get(token) {
+            return p.clone();
+        }
+        st.identity.clone()
+    };
+    let Some(url) = identity else {
+        return PROJECT_ID.to_string();
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build();
+    let lookup = async {
+        let resp = client
+            .ok()?
+            .get(format!("{url}/auth/tokens"))
+            .header("X-Auth-Token", token)
+            .header("X-Subject-Token", token)
+            .send()
+            .await
+            .ok()?;
+        let v: Value = resp.error_for_status().ok()?.json().await.ok()?;
+        v.pointer("/token/project/id")?.as_str().map(str::to_string)
+    };
+    match lookup.await {
+        Some(p) => {
+            let mut st = shared.lock().unwrap_or_else(|e| e.into_inner());
+            st.token_projects.insert(token.to_string(), p.clone());
+            p
+        }
+        None => PROJECT_ID.to_string(),
+    }
+}
+
 fn dispatch(st: &Inner, r: &Req, segs: &[&str]) -> Response {
+    if let ["load-balancer"] = segs
+        && !st.down
+    {
+        return json_resp(200, &workload::octavia_versions(&st.base));
+    }
     let (svc, rest) = match segs.split_first() {
         Some((&"image", rest)) => (Svc::Glance, rest),
         Some((&"compute", rest)) => (Svc::Nova, rest),
@@ -535,7 +622,210 @@ fn text(status: u16, content_type: &'static str, body: String) -> Response {
 }
 
 fn json_resp(status: u16, v: &Value) -> Response {
-    text(status, "application/json", v.to_string())
+    text(status, "application/json", python_json(v))
+}
+
+/// JSON as the services' Python writes it (`json.dumps`: `", "` and `": "` between items), so
+/// that a client quoting a body quotes the real bytes.
+fn python_json(v: &Value) -> String {
+    use serde::Serialize as _;
+    use std::io::{self, Write};
+    struct Python;
+    impl serde_json::ser::Formatter for Python {
+        fn begin_array_value<W: ?Sized + Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> io::Result<()> {
+            if first { Ok(()) } else { w.write_all(b", ") }
+        }
+        fn begin_object_key<W: ?Sized + Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> io::Result<()> {
+            if first { Ok(()) } else { w.write_all(b", ") }
+        }
+        fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+            w.write_all(b": ")
+        }
+    }
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, Python);
+    match v.serialize(&mut ser) {
+        Ok(()) => String::from_utf8(out).unwrap_or_else(|_| v.to_string()),
+        Err(_) => v.to_string(),
+    }
+}
+
+/// A `(status, body)` answer (`Null`: no body).
+fn respond((status, body): workload::Answer) -> Response {
+    match body {
+        Value::Null => text(status, "application/json", String::new()),
+        body => json_resp(status, &body),
+    }
+}
+
+// ------------------------------------------------------------- helpers of the resource modules
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Now, as Neutron and Nova write times (`2026-11-01T10:00:00Z`).
+fn now_z() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Now, as Octavia writes times (`2026-11-01T10:00:00`).
+fn now_noz() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S").to_string()
+}
+
+/// Now, as Cinder and Nova's usage fields write times (`2026-11-01T10:00:00.000000`).
+fn now_micro() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6f")
+        .to_string()
+}
+
+/// A stored item without the fake's own bookkeeping (keys starting with `_`).
+fn public(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| !k.starts_with('_'))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Puts `v` in a transitional state that `reads` more reads still show; the read after them
+/// finds `then` merged in.
+fn settle_later(v: &mut Value, then: Value, reads: u64) {
+    v["_then"] = then;
+    v["_reads"] = json!(reads);
+}
+
+/// A stored item as reads show it once its transitional state has settled (for tests looking
+/// at [`FakeCloud::workload`]'s items, which reads have not necessarily settled yet).
+pub fn settled(v: &Value) -> Value {
+    let mut v = v.clone();
+    v["_reads"] = json!(0);
+    observe(&mut v)
+}
+
+/// `v` as one read of it sees it (counting the read towards settling its transitional state).
+fn observe(v: &mut Value) -> Value {
+    match v.get("_reads").and_then(Value::as_u64) {
+        Some(n) if n > 0 => v["_reads"] = json!(n - 1),
+        _ => {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("_reads");
+                if let Some(Value::Object(then)) = o.remove("_then") {
+                    o.extend(then);
+                }
+            }
+        }
+    }
+    public(v)
+}
+
+/// Indices of the `items` a list query selects, as Neutron and Octavia filter: every key (but
+/// `skip`) must match, a repeated key meaning any of its values; `tags`, `tags-any`, `not-tags`
+/// and `not-tags-any` take comma-separated tags; a key no item has is ignored.
+fn select(items: &[Value], query: &[(String, String)], skip: &[&str]) -> Vec<usize> {
+    let mut keys: Vec<&str> = Vec::new();
+    for (k, _) in query {
+        if !skip.contains(&k.as_str()) && !keys.contains(&k.as_str()) {
+            keys.push(k);
+        }
+    }
+    let has_tag = |v: &Value, t: &str| {
+        v["tags"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == t))
+    };
+    (0..items.len())
+        .filter(|i| {
+            let v = &items[*i];
+            keys.iter().all(|k| match *k {
+                "tags" => wants(query, k).all(|w| w.split(',').all(|t| has_tag(v, t))),
+                "tags-any" => wants(query, k).all(|w| w.split(',').any(|t| has_tag(v, t))),
+                "not-tags" => !wants(query, k).all(|w| w.split(',').all(|t| has_tag(v, t))),
+                "not-tags-any" => !wants(query, k).all(|w| w.split(',').any(|t| has_tag(v, t))),
+                _ if !items.iter().any(|x| x.get(*k).is_some()) => true,
+                _ => wants(query, k).any(|w| matches(v.get(*k), w)),
+            })
+        })
+        .collect()
+}
+
+/// Every value of `key` in `query`.
+fn wants<'a>(query: &'a [(String, String)], key: &'a str) -> impl Iterator<Item = &'a String> {
+    query.iter().filter(move |(q, _)| q == key).map(|(_, v)| v)
+}
+
+/// Whether `pat` matches somewhere in `text`, as Nova's `name` filter (a regular expression)
+/// does; the syntax understood: literals, `\` escapes, `.`, `*`, `+`, `?`, `^` and `$`.
+fn regex_search(pat: &str, text: &str) -> bool {
+    let chars: Vec<char> = pat.chars().collect();
+    let anchored = chars.first() == Some(&'^');
+    let mut i = usize::from(anchored);
+    let mut tokens: Vec<(Option<char>, char)> = Vec::new();
+    let mut to_end = false;
+    while i < chars.len() {
+        let atom = match chars[i] {
+            '$' if i + 1 == chars.len() => {
+                to_end = true;
+                i += 1;
+                continue;
+            }
+            '.' => None,
+            '\\' if i + 1 < chars.len() => {
+                i += 1;
+                Some(chars[i])
+            }
+            c => Some(c),
+        };
+        i += 1;
+        let quant = match chars.get(i) {
+            Some(q @ ('*' | '+' | '?')) => {
+                i += 1;
+                *q
+            }
+            _ => '1',
+        };
+        tokens.push((atom, quant));
+    }
+    let text: Vec<char> = text.chars().collect();
+    let starts = if anchored { 0..=0 } else { 0..=text.len() };
+    starts
+        .into_iter()
+        .any(|s| regex_here(&tokens, &text[s..], to_end))
+}
+
+fn regex_here(tokens: &[(Option<char>, char)], text: &[char], to_end: bool) -> bool {
+    let Some(((atom, quant), rest)) = tokens.split_first() else {
+        return !to_end || text.is_empty();
+    };
+    let fits = |c: &char| atom.is_none_or(|a| a == *c);
+    match quant {
+        '?' => {
+            (text.first().is_some_and(fits) && regex_here(rest, &text[1..], to_end))
+                || regex_here(rest, text, to_end)
+        }
+        '*' | '+' => {
+            let n = text.iter().take_while(|c| fits(c)).count();
+            let least = usize::from(*quant == '+');
+            (least..=n)
+                .rev()
+                .any(|k| regex_here(rest, &text[k..], to_end))
+        }
+        _ => text.first().is_some_and(fits) && regex_here(rest, &text[1..], to_end),
+    }
 }
 
 /// An error in the service's own format; `kind` is the Neutron error type.
@@ -566,8 +856,10 @@ fn error(svc: Svc, r: &Req, status: u16, kind: &str, msg: &str) -> Response {
         Svc::Nova => {
             let name = match status {
                 400 => "badRequest",
+                403 => "forbidden",
                 404 => "itemNotFound",
                 405 => "badMethod",
+                409 => "conflictingRequest",
                 503 => "serviceUnavailable",
                 _ => "computeFault",
             };
@@ -821,6 +1113,12 @@ fn nova(st: &Inner, r: &Req, rest: &[&str]) -> Response {
         ["v2.1", "os-keypairs", name] => keypairs(st, r, mv, Some(name)),
         _ => nova_err(r, 404, NOT_FOUND),
     };
+    nova_headers(&mut resp, mv);
+    resp
+}
+
+/// Nova's microversion headers on an answer given at `mv`.
+fn nova_headers(resp: &mut Response, mv: (u32, u32)) {
     let ver = format!("{}.{}", mv.0, mv.1);
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&format!("compute {ver}")) {
@@ -831,7 +1129,6 @@ fn nova(st: &Inner, r: &Req, rest: &[&str]) -> Response {
     }
     let vary = "OpenStack-API-Version, X-OpenStack-Nova-API-Version";
     h.insert(header::VARY, HeaderValue::from_static(vary));
-    resp
 }
 
 fn flavor_view(base: &str, f: &Value, mv: (u32, u32), detail: bool) -> Value {

@@ -10,12 +10,20 @@
 //     build them (the contract labels and conversion patches included), with the webhooks'
 //     Service references turned into loopback URLs of the managers' webhook servers;
 //   - the CAPI core, kubeadm bootstrap, kubeadm control-plane, CAPO and CAAPH managers, with
-//     their webhooks served and leader election off.
+//     their webhooks served and leader election off;
+//   - the node agent (bin/node-agent, tests/realstack/agent), which plays every server CAPO
+//     creates: the workload cluster's API on its controlPlaneEndpoint, its Nodes, static Pods and
+//     etcd members.
 //
 // When everything answers it writes <dir>/ready.json (the admin kubeconfig, the apiserver's URL
-// and every part's log) and waits. Usage:
+// and every part's log and ports) and waits. Usage:
 //
-//	stackctl up --stack <build dir> --dir <state dir> [--providers capi-core,...]
+//	stackctl up --stack <build dir> --dir <state dir> [--providers capi-core,...] [--crds capo,...]
+//	            [--node-agent=false]
+//
+// --crds names providers whose CRDs are applied without starting their manager (a test that plays
+// the provider itself; their conversion webhooks are left out, so only their storage versions are
+// usable); --node-agent=false leaves the node agent to the caller (a test that restarts it).
 package main
 
 import (
@@ -70,8 +78,13 @@ type provider struct {
 // set up as the README, the devstack plugin and deploy/capi-operator tell an operator to.
 var ignition = []string{"--feature-gates=KubeadmBootstrapFormatIgnition=true"}
 
+// topology is the feature gate of ClusterClass clusters (clusterctl's CLUSTER_TOPOLOGY=true),
+// which magnum-cluster-api requires on its management cluster: the clusters magnum-capi adopts
+// from it are topology clusters.
+var topology = []string{"--feature-gates=ClusterTopology=true"}
+
 var providers = []provider{
-	{name: "capi-core", binary: "capi-manager", manifests: "capi-core"},
+	{name: "capi-core", binary: "capi-manager", manifests: "capi-core", args: topology},
 	{name: "capi-bootstrap", binary: "kubeadm-bootstrap-manager", manifests: "capi-bootstrap", args: ignition},
 	{name: "capi-controlplane", binary: "kubeadm-control-plane-manager", manifests: "capi-controlplane", args: ignition},
 	{name: "capo", binary: "capo-manager", manifests: "capo", extraCRDs: []string{"orc/openstack.k-orc.cloud_images.yaml"}},
@@ -106,17 +119,25 @@ func main() {
 	stack := fs.String("stack", "", "the directory tests/realstack/build.sh printed")
 	dir := fs.String("dir", "", "a directory for this stack's state, certificates and logs")
 	only := fs.String("providers", "", "comma-separated providers to start (default: all)")
+	crdsOnly := fs.String("crds", "", "comma-separated providers whose CRDs only are applied")
+	nodeAgent := fs.Bool("node-agent", true, "start the node agent (a test may run its own)")
 	_ = fs.Parse(os.Args[2:])
 	if *stack == "" || *dir == "" {
 		fmt.Fprintln(os.Stderr, "stackctl up: --stack and --dir are required")
 		os.Exit(2)
 	}
 	s := &Stack{bin: filepath.Join(*stack, "bin"), manifests: filepath.Join(*stack, "manifests"),
-		dir: *dir, parts: map[string]*Part{}}
+		dir: *dir, parts: map[string]*Part{}, nodeAgent: *nodeAgent}
 	if *only != "" {
 		s.only = map[string]bool{}
 		for _, p := range strings.Split(*only, ",") {
 			s.only[strings.TrimSpace(p)] = true
+		}
+	}
+	s.crdsOnly = map[string]bool{}
+	for _, p := range strings.Split(*crdsOnly, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			s.crdsOnly[p] = true
 		}
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -137,6 +158,8 @@ func main() {
 type Stack struct {
 	bin, manifests, dir string
 	only                map[string]bool
+	crdsOnly            map[string]bool
+	nodeAgent           bool
 	parts               map[string]*Part
 	pki                 *pki
 	server              string
@@ -174,11 +197,11 @@ func (s *Stack) up(ctx context.Context) error {
 	// managers, then each one's webhook configurations once its webhook server answers.
 	webhookPorts := map[string]int{}
 	for _, p := range providers {
-		if !s.wanted(p) {
+		if !s.wanted(p) && !s.crdsOnly[p.name] {
 			continue
 		}
 		webhookPorts[p.name] = freePort()
-		if err := s.applyCRDs(ctx, dyn, mapper, p, webhookPorts[p.name]); err != nil {
+		if err := s.applyCRDs(ctx, dyn, mapper, p, webhookPorts[p.name], s.wanted(p)); err != nil {
 			return fmt.Errorf("%s CRDs: %w", p.name, err)
 		}
 	}
@@ -204,6 +227,12 @@ func (s *Stack) up(ctx context.Context) error {
 		}
 		if err := s.applyWebhooks(ctx, dyn, mapper, p, part.WebhookPort); err != nil {
 			return fmt.Errorf("%s webhooks: %w", p.name, err)
+		}
+	}
+	// The node agent last: it watches the providers' kinds.
+	if s.nodeAgent {
+		if err := s.startNodeAgent(ctx); err != nil {
+			return err
 		}
 	}
 	ready := Ready{
@@ -386,6 +415,23 @@ func (s *Stack) startManager(p provider, webhookPort int) error {
 	return nil
 }
 
+// startNodeAgent starts the node agent with the admin kubeconfig and waits until it is ready.
+func (s *Stack) startNodeAgent(ctx context.Context) error {
+	health := freePort()
+	part, err := s.start("node-agent", "node-agent", nil,
+		"--kubeconfig="+filepath.Join(s.dir, "admin.kubeconfig"),
+		fmt.Sprintf("--health-addr=127.0.0.1:%d", health),
+	)
+	if err != nil {
+		return err
+	}
+	part.HealthPort = health
+	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", health), nil, part, time.Minute); err != nil {
+		return fmt.Errorf("node-agent never became ready: %w", err)
+	}
+	return nil
+}
+
 func (s *Stack) clients() (dynamic.Interface, *restmapper.DeferredDiscoveryRESTMapper, error) {
 	dyn, err := dynamic.NewForConfig(s.config)
 	if err != nil {
@@ -446,8 +492,9 @@ func readObjects(path string) ([]*unstructured.Unstructured, error) {
 }
 
 // applyCRDs applies the provider's CRDs as config/crd builds them, their conversion webhook
-// pointed at the provider's webhook server, and waits until each is established.
-func (s *Stack) applyCRDs(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, p provider, webhookPort int) error {
+// pointed at the provider's webhook server (left out when its manager does not run), and waits
+// until each is established.
+func (s *Stack) applyCRDs(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, p provider, webhookPort int, served bool) error {
 	objs, err := kustomize(filepath.Join(s.manifests, p.manifests, "crd"))
 	if err != nil {
 		return err
@@ -464,7 +511,9 @@ func (s *Stack) applyCRDs(ctx context.Context, dyn dynamic.Interface, mapper *re
 		if o.GetKind() != "CustomResourceDefinition" {
 			continue
 		}
-		if _, found, _ := unstructured.NestedMap(o.Object, "spec", "conversion", "webhook", "clientConfig"); found {
+		if !served {
+			unstructured.RemoveNestedField(o.Object, "spec", "conversion")
+		} else if _, found, _ := unstructured.NestedMap(o.Object, "spec", "conversion", "webhook", "clientConfig"); found {
 			cc := map[string]any{
 				"url":      fmt.Sprintf("https://127.0.0.1:%d/convert", webhookPort),
 				"caBundle": s.pki.caBundle(),
