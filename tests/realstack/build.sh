@@ -30,7 +30,7 @@ hash=$(
   {
     cat build.sh
     for m in "${modules[@]}"; do
-      find "$m" -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) ! -name '*_test.go' | sort | xargs cat
+      find "$m" -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) ! -name '*_test.go' | LC_ALL=C sort | xargs cat
     done
     go version
   } | sha256sum | cut -c1-16
