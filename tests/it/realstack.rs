@@ -426,8 +426,8 @@ async fn wait_for_status(served: &Production, token: &str, path: &str, want: &st
 /// The whole life of a cluster on real Cluster API, through the API with Keystone tokens and
 /// the chart's identity: create → `CREATE_COMPLETE` with the API address CAPO made (a floating
 /// IP on loopback) and the machines' addresses; a kubeconfig from `ca show` and `ca sign` that
-/// reaches the workload API; resize up and down; delete → `DELETE_COMPLETE` with nothing of it
-/// left on the management cluster.
+/// reaches the workload API; resize up and down; a nodegroup added and deleted; delete →
+/// `DELETE_COMPLETE` with nothing of it left on the management cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
     let s = stack().await;
@@ -522,6 +522,27 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
             "{body}"
         );
     }
+
+    // A nodegroup of its own: added (its MachineDeployment's machines join), then deleted.
+    let (st, b) = served
+        .call(
+            &token,
+            Method::POST,
+            &format!("{path}/nodegroups"),
+            Some(json!({"name": "extra", "node_count": 1})),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let ng = format!("{path}/nodegroups/extra");
+    let body = wait_for_status(&served, &token, &ng, "CREATE_COMPLETE").await;
+    assert_eq!(
+        body["node_addresses"].as_array().map(Vec::len),
+        Some(1),
+        "{body}"
+    );
+    let (st, b) = served.call(&token, Method::DELETE, &ng, None).await;
+    assert_eq!(st, 204, "{b}");
+    wait_for_status(&served, &token, &ng, "DELETE_COMPLETE").await;
 
     let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
     assert_eq!(st, 204, "{b}");
