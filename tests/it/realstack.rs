@@ -381,6 +381,9 @@ async fn the_other_drivers_fixtures_pass_the_real_apiserver_and_webhooks() {
     assert!(rejected.is_empty(), "{}", rejected.join("\n"));
 }
 
+/// The image of the lifecycle test's upgrade (the next Kubernetes minor).
+const UPGRADE_IMAGE: &str = "11111111-0000-4000-8000-0000000000a1";
+
 /// A template on the real stack: the fake Glance's kube image, the fake Nova's flavors, the
 /// external network whose floating IPs are on loopback (the node agent serves the API there).
 async fn realstack_template(served: &Production, token: &str, name: &str) -> String {
@@ -426,7 +429,8 @@ async fn wait_for_status(served: &Production, token: &str, path: &str, want: &st
 /// The whole life of a cluster on real Cluster API, through the API with Keystone tokens and
 /// the chart's identity: create → `CREATE_COMPLETE` with the API address CAPO made (a floating
 /// IP on loopback) and the machines' addresses; a kubeconfig from `ca show` and `ca sign` that
-/// reaches the workload API; resize up and down; a nodegroup added and deleted; delete →
+/// reaches the workload API; resize up and down; a nodegroup added and deleted; an upgrade to
+/// the next minor rolling real Machines; delete →
 /// `DELETE_COMPLETE` with nothing of it left on the management cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
@@ -543,6 +547,41 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
     let (st, b) = served.call(&token, Method::DELETE, &ng, None).await;
     assert_eq!(st, 204, "{b}");
     wait_for_status(&served, &token, &ng, "DELETE_COMPLETE").await;
+
+    // Upgrade to a template of the next Kubernetes minor: KCP and the MachineDeployment roll
+    // real Machines onto the new image.
+    let (_, cloud) = crate::common::stack::parts().await;
+    cloud.add_image(
+        json!({"id": UPGRADE_IMAGE, "name": "ubuntu-2204-kube-v1.31.6",
+        "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.31.6",
+        "created_at": "2024-09-01T12:00:00Z"}),
+    );
+    let (st, t2) = served
+        .call(
+            &token,
+            Method::POST,
+            "/v1/clustertemplates",
+            Some(json!({
+                "name": "life-v1.31", "coe": "kubernetes", "image_id": UPGRADE_IMAGE,
+                "external_network_id": "public", "flavor_id": "m1.medium",
+                "master_flavor_id": "m1.large", "network_driver": "calico",
+                "master_lb_enabled": true,
+            })),
+        )
+        .await;
+    assert_eq!(st, 201, "{t2}");
+    let (st, b) = served
+        .call(
+            &token,
+            Method::POST,
+            &format!("{path}/actions/upgrade"),
+            Some(json!({"cluster_template": t2["uuid"]})),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let body = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
+    assert_eq!(body["coe_version"], "v1.31.6", "{body}");
+    assert_eq!(body["cluster_template_id"], t2["uuid"], "{body}");
 
     let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
     assert_eq!(st, 204, "{b}");
