@@ -624,3 +624,58 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
         assert!(left.is_empty(), "{kind} left: {left:?}");
     }
 }
+
+/// A control plane that never becomes healthy (its servers' flavor says `never-joins`: the node
+/// agent plays nothing for them) fails the create at its `create_timeout` with what
+/// real KCP and CAPI still wait for, a reason the tenant can act on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_that_never_joins_fails_the_create_at_its_timeout() {
+    let s = stack().await;
+    let (ks, cloud) = crate::common::stack::parts().await;
+    let kubeconfig = chart_identity(s).await;
+    let served = Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "").await;
+    // The render names the flavor by its id, which the agent reads.
+    cloud.add_flavor(
+        json!({"id": NEVER_JOINS_FLAVOR, "name": "m1.never-joins", "ram": 8192,
+        "disk": 80, "vcpus": 4}),
+    );
+    let token = ks.token("alice", "alpha").await;
+    let (st, t) = served
+        .call(
+            &token,
+            Method::POST,
+            "/v1/clustertemplates",
+            Some(json!({
+                "name": "never", "coe": "kubernetes", "image_id": "ubuntu-2204-kube-v1.30.4",
+                "external_network_id": "public", "flavor_id": "m1.medium",
+                "master_flavor_id": "m1.never-joins", "network_driver": "calico",
+                "master_lb_enabled": true,
+            })),
+        )
+        .await;
+    assert_eq!(st, 201, "{t}");
+    let (st, c) = served
+        .call(
+            &token,
+            Method::POST,
+            "/v1/clusters",
+            Some(json!({"name": "never", "cluster_template_id": t["uuid"],
+                "master_count": 1, "node_count": 1, "create_timeout": 1})),
+        )
+        .await;
+    assert_eq!(st, 202, "{c}");
+    let path = format!("/v1/clusters/{}", c["uuid"].as_str().unwrap());
+    let body = wait_for_status(&served, &token, &path, "CREATE_FAILED").await;
+    let reason = body["status_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("Timed out waiting for the cluster")
+            && reason.contains("machines ready"),
+        "{reason}"
+    );
+    let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
+    assert_eq!(st, 204, "{b}");
+    wait_for_status(&served, &token, &path, "DELETE_COMPLETE").await;
+}
+
+/// The flavor of servers the node agent never joins.
+const NEVER_JOINS_FLAVOR: &str = "never-joins";
