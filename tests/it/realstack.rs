@@ -167,25 +167,13 @@ async fn magnum_capi_runs_with_exactly_the_charts_rbac() {
     );
 
     let token = ks.token("alice", "alpha").await;
-    let (st, t) = served
-        .call(
-            &token,
-            Method::POST,
-            "/v1/clustertemplates",
-            Some(json!({
-                "name": "rbac", "coe": "kubernetes", "image_id": "ubuntu-2204-kube-v1.30.4",
-                "external_network_id": "public", "flavor_id": "m1.medium",
-                "master_flavor_id": "m1.large", "network_driver": "calico",
-            })),
-        )
-        .await;
-    assert_eq!(st, 201, "{t}");
+    let t = realstack_template(&served, &token, "rbac", KUBE_IMAGE, "m1.large").await;
     let (st, c) = served
         .call(
             &token,
             Method::POST,
             "/v1/clusters",
-            Some(json!({"name": "rbac", "cluster_template_id": t["uuid"],
+            Some(json!({"name": "rbac", "cluster_template_id": t,
                 "master_count": 1, "node_count": 1})),
         )
         .await;
@@ -381,21 +369,31 @@ async fn the_other_drivers_fixtures_pass_the_real_apiserver_and_webhooks() {
     assert!(rejected.is_empty(), "{}", rejected.join("\n"));
 }
 
+/// The fake Glance's Kubernetes image (v1.30.4).
+const KUBE_IMAGE: &str = "ubuntu-2204-kube-v1.30.4";
+
 /// The image of the lifecycle test's upgrade (the next Kubernetes minor).
 const UPGRADE_IMAGE: &str = "11111111-0000-4000-8000-0000000000a1";
 
-/// A template on the real stack: the fake Glance's kube image, the fake Nova's flavors, the
-/// external network whose floating IPs are on loopback (the node agent serves the API there).
-async fn realstack_template(served: &Production, token: &str, name: &str) -> String {
+/// A template on the real stack booting `image` with the control plane on `master_flavor`:
+/// the fake Glance's and Nova's, and the external network whose floating IPs are on loopback
+/// (the node agent serves the API there); its uuid.
+async fn realstack_template(
+    served: &Production,
+    token: &str,
+    name: &str,
+    image: &str,
+    master_flavor: &str,
+) -> String {
     let (st, t) = served
         .call(
             token,
             Method::POST,
             "/v1/clustertemplates",
             Some(json!({
-                "name": name, "coe": "kubernetes", "image_id": "ubuntu-2204-kube-v1.30.4",
+                "name": name, "coe": "kubernetes", "image_id": image,
                 "external_network_id": "public", "flavor_id": "m1.medium",
-                "master_flavor_id": "m1.large", "network_driver": "calico",
+                "master_flavor_id": master_flavor, "network_driver": "calico",
                 "master_lb_enabled": true,
             })),
         )
@@ -439,7 +437,7 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
     let kubeconfig = chart_identity(s).await;
     let served = Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "").await;
     let token = ks.token("bob", "beta").await;
-    let t = realstack_template(&served, &token, "life").await;
+    let t = realstack_template(&served, &token, "life", KUBE_IMAGE, "m1.large").await;
     let (st, c) = served
         .call(
             &token,
@@ -556,32 +554,19 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
         "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.31.6",
         "created_at": "2024-09-01T12:00:00Z"}),
     );
-    let (st, t2) = served
-        .call(
-            &token,
-            Method::POST,
-            "/v1/clustertemplates",
-            Some(json!({
-                "name": "life-v1.31", "coe": "kubernetes", "image_id": UPGRADE_IMAGE,
-                "external_network_id": "public", "flavor_id": "m1.medium",
-                "master_flavor_id": "m1.large", "network_driver": "calico",
-                "master_lb_enabled": true,
-            })),
-        )
-        .await;
-    assert_eq!(st, 201, "{t2}");
+    let t2 = realstack_template(&served, &token, "life-v1.31", UPGRADE_IMAGE, "m1.large").await;
     let (st, b) = served
         .call(
             &token,
             Method::POST,
             &format!("{path}/actions/upgrade"),
-            Some(json!({"cluster_template": t2["uuid"]})),
+            Some(json!({"cluster_template": t2})),
         )
         .await;
     assert_eq!(st, 202, "{b}");
     let body = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
     assert_eq!(body["coe_version"], "v1.31.6", "{body}");
-    assert_eq!(body["cluster_template_id"], t2["uuid"], "{body}");
+    assert_eq!(body["cluster_template_id"], t2, "{body}");
 
     let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
     assert_eq!(st, 204, "{b}");
@@ -640,26 +625,13 @@ async fn a_control_plane_that_never_joins_fails_the_create_at_its_timeout() {
         "disk": 80, "vcpus": 4}),
     );
     let token = ks.token("alice", "alpha").await;
-    let (st, t) = served
-        .call(
-            &token,
-            Method::POST,
-            "/v1/clustertemplates",
-            Some(json!({
-                "name": "never", "coe": "kubernetes", "image_id": "ubuntu-2204-kube-v1.30.4",
-                "external_network_id": "public", "flavor_id": "m1.medium",
-                "master_flavor_id": "m1.never-joins", "network_driver": "calico",
-                "master_lb_enabled": true,
-            })),
-        )
-        .await;
-    assert_eq!(st, 201, "{t}");
+    let t = realstack_template(&served, &token, "never", KUBE_IMAGE, "m1.never-joins").await;
     let (st, c) = served
         .call(
             &token,
             Method::POST,
             "/v1/clusters",
-            Some(json!({"name": "never", "cluster_template_id": t["uuid"],
+            Some(json!({"name": "never", "cluster_template_id": t,
                 "master_count": 1, "node_count": 1, "create_timeout": 1})),
         )
         .await;
