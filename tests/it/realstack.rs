@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use reqwest::Method;
 
-use crate::common::realstack::{Production, chart_identity, server_side_apply, stack};
+use crate::common::realstack::{
+    Production, chart_identity, client_of, config_of, request_token, server_side_apply, stack,
+};
 use crate::common::served::run_command;
 use crate::common::wait::until;
 use magnum_capi::config::CapiConfig;
@@ -168,17 +170,7 @@ async fn magnum_capi_runs_with_exactly_the_charts_rbac() {
 
     let token = ks.token("alice", "alpha").await;
     let t = realstack_template(&served, &token, "rbac", KUBE_IMAGE, "m1.large").await;
-    let (st, c) = served
-        .call(
-            &token,
-            Method::POST,
-            "/v1/clusters",
-            Some(json!({"name": "rbac", "cluster_template_id": t,
-                "master_count": 1, "node_count": 1})),
-        )
-        .await;
-    assert_eq!(st, 202, "{c}");
-    let uuid = c["uuid"].as_str().unwrap().to_string();
+    let uuid = create_cluster(&served, &token, "rbac", &t, json!({})).await;
     let path = format!("/v1/clusters/{uuid}");
     // Applied under the chart's identity and judged by the real webhooks: every kind is on the
     // management cluster, and the service reports no refusal.
@@ -227,11 +219,7 @@ async fn magnum_capi_runs_with_exactly_the_charts_rbac() {
 async fn the_charts_identity_cannot_escalate() {
     let s = stack().await;
     let kubeconfig = chart_identity(s).await;
-    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(cfg).unwrap();
+    let client = client_of(config_of(&kubeconfig).await);
     s.namespace("magnum-escalation").await;
     let attempts = [
         json!({"apiVersion": "v1", "kind": "Pod",
@@ -265,36 +253,16 @@ async fn the_charts_identity_cannot_escalate() {
         );
     }
     // TokenRequest for another account, and impersonation, are refused.
-    let ar = kube::api::ApiResource {
-        group: String::new(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "TokenRequest".into(),
-        plural: "serviceaccounts".into(),
-    };
-    let api: kube::Api<kube::api::DynamicObject> =
-        kube::Api::namespaced_with(client.clone(), "kube-system", &ar);
-    let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 600}});
-    let err = api
-        .create_subresource::<_, kube::api::DynamicObject>(
-            "token",
-            "default",
-            &Default::default(),
-            &req,
-        )
+    let err = request_token(&client, "kube-system", "default")
         .await
         .expect_err("a token for kube-system/default was minted");
     assert!(
         matches!(&err, kube::Error::Api(s) if s.code == 403),
         "{err}"
     );
-    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
+    let mut cfg = config_of(&kubeconfig).await;
     cfg.auth_info.impersonate = Some("system:admin".into());
-    let impersonating = kube::Client::try_from(cfg).unwrap();
+    let impersonating = client_of(cfg);
     let nodes: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(impersonating);
     let err = nodes.list(&Default::default()).await.unwrap_err();
     assert!(
@@ -402,6 +370,27 @@ async fn realstack_template(
     t["uuid"].as_str().unwrap().to_string()
 }
 
+/// Creates cluster `name` of template `template` as `token`: one master, one node, and the
+/// fields of `extra`; its uuid.
+async fn create_cluster(
+    served: &Production,
+    token: &str,
+    name: &str,
+    template: &str,
+    extra: Value,
+) -> String {
+    let mut body = json!({"name": name, "cluster_template_id": template,
+        "master_count": 1, "node_count": 1});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    let (st, c) = served
+        .call(token, Method::POST, "/v1/clusters", Some(body))
+        .await;
+    assert_eq!(st, 202, "{c}");
+    c["uuid"].as_str().unwrap().to_string()
+}
+
 /// Waits until cluster `path` has `want` (panicking early, with its reason and the controllers'
 /// logs, when it lands on a failure instead); its body.
 async fn wait_for_status(served: &Production, token: &str, path: &str, want: &str) -> Value {
@@ -438,17 +427,7 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
     let served = Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "").await;
     let token = ks.token("bob", "beta").await;
     let t = realstack_template(&served, &token, "life", KUBE_IMAGE, "m1.large").await;
-    let (st, c) = served
-        .call(
-            &token,
-            Method::POST,
-            "/v1/clusters",
-            Some(json!({"name": "life", "cluster_template_id": t,
-                "master_count": 1, "node_count": 1})),
-        )
-        .await;
-    assert_eq!(st, 202, "{c}");
-    let uuid = c["uuid"].as_str().unwrap().to_string();
+    let uuid = create_cluster(&served, &token, "life", &t, json!({})).await;
     let path = format!("/v1/clusters/{uuid}");
     let body = wait_for_status(&served, &token, &path, "CREATE_COMPLETE").await;
     let api = body["api_address"].as_str().unwrap().to_string();
@@ -626,17 +605,10 @@ async fn a_control_plane_that_never_joins_fails_the_create_at_its_timeout() {
     );
     let token = ks.token("alice", "alpha").await;
     let t = realstack_template(&served, &token, "never", KUBE_IMAGE, "m1.never-joins").await;
-    let (st, c) = served
-        .call(
-            &token,
-            Method::POST,
-            "/v1/clusters",
-            Some(json!({"name": "never", "cluster_template_id": t,
-                "master_count": 1, "node_count": 1, "create_timeout": 1})),
-        )
-        .await;
-    assert_eq!(st, 202, "{c}");
-    let path = format!("/v1/clusters/{}", c["uuid"].as_str().unwrap());
+    let path = format!(
+        "/v1/clusters/{}",
+        create_cluster(&served, &token, "never", &t, json!({"create_timeout": 1})).await
+    );
     let body = wait_for_status(&served, &token, &path, "CREATE_FAILED").await;
     let reason = body["status_reason"].as_str().unwrap();
     assert!(

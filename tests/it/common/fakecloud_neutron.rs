@@ -259,16 +259,19 @@ fn bad_request(msg: &str) -> Answer {
     neutron_fault(400, "HTTPBadRequest", msg)
 }
 
-/// The request's `{key: {...}}` body, or Neutron's 400.
-fn body_of(r: &Req, key: &str) -> Result<Map<String, Value>, Answer> {
-    r.body
+/// The request's `{key: {...}}` body with only the attributes in `allowed`, or Neutron's 400.
+fn body_of(r: &Req, key: &str, allowed: &str) -> Result<Map<String, Value>, Answer> {
+    let body = r
+        .body
         .get(key)
         .and_then(Value::as_object)
         .cloned()
-        .ok_or_else(|| bad_request(&format!("Unable to find '{key}' in request body")))
+        .ok_or_else(|| bad_request(&format!("Unable to find '{key}' in request body")))?;
+    check_attrs(&body, allowed)?;
+    Ok(body)
 }
 
-/// A create's body under `key`, checked against `allowed`, and the network its required
+/// A create's body ([`body_of`]) and the network its required
 /// `field` names (Neutron's 400 without it, 404 for an unknown network).
 fn create_on_network(
     st: &Inner,
@@ -277,8 +280,7 @@ fn create_on_network(
     allowed: &str,
     field: &str,
 ) -> Result<(Map<String, Value>, Value), Answer> {
-    let body = body_of(r, key)?;
-    check_attrs(&body, allowed)?;
+    let body = body_of(r, key, allowed)?;
     let Some(network) = body.get(field).and_then(Value::as_str).map(str::to_string) else {
         return Err(bad_request(&format!(
             "Failed to parse request. Required attribute '{field}' not specified"
@@ -418,13 +420,10 @@ fn show(st: &mut Inner, kind: &str, id: &str) -> Answer {
 /// PUT of the attributes in `allowed` (400 for others).
 fn update_item(st: &mut Inner, r: &Req, kind: &str, id: &str, allowed: &str) -> Answer {
     let key = singular(kind);
-    let body = match body_of(r, key) {
+    let body = match body_of(r, key, allowed) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(&body, allowed) {
-        return e;
-    }
     if kind == "ports"
         && let Some(Value::Array(groups)) = body.get("security_groups")
         && let Some(missing) = groups
@@ -672,13 +671,10 @@ pub(super) fn new_port(
 // ---------------------------------------------------------------------- networks and subnets
 
 fn create_network(st: &mut Inner, r: &Req) -> Answer {
-    let body = match body_of(r, "network") {
+    let body = match body_of(r, "network", NETWORK_ATTRS) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(&body, NETWORK_ATTRS) {
-        return e;
-    }
     if let Err(e) = quota(
         st,
         &r.project,
@@ -1015,13 +1011,10 @@ fn gateway(st: &mut Inner, router: &str, info: &Value) -> Result<Value, Answer> 
 }
 
 fn create_router(st: &mut Inner, r: &Req) -> Answer {
-    let body = match body_of(r, "router") {
+    let body = match body_of(r, "router", ROUTER_ATTRS) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(&body, ROUTER_ATTRS) {
-        return e;
-    }
     if let Err(e) = quota(
         st,
         &r.project,
@@ -1057,16 +1050,14 @@ fn create_router(st: &mut Inner, r: &Req) -> Answer {
 }
 
 fn update_router(st: &mut Inner, r: &Req, id: &str) -> Answer {
-    let mut body = match body_of(r, "router") {
+    let mut body = match body_of(
+        r,
+        "router",
+        "name admin_state_up description external_gateway_info",
+    ) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(
-        &body,
-        "name admin_state_up description external_gateway_info",
-    ) {
-        return e;
-    }
     let Some(router) = find(st, "routers", id) else {
         return not_found("routers", id);
     };
@@ -1336,13 +1327,10 @@ fn egress(group: &str, project: &str, ethertype: &str) -> Value {
 }
 
 fn create_security_group(st: &mut Inner, r: &Req) -> Answer {
-    let body = match body_of(r, "security_group") {
+    let body = match body_of(r, "security_group", SG_ATTRS) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(&body, SG_ATTRS) {
-        return e;
-    }
     if let Err(e) = quota(
         st,
         &r.project,
@@ -1404,13 +1392,10 @@ const RULE_KEY: [&str; 8] = [
 ];
 
 fn create_rule(st: &mut Inner, r: &Req) -> Answer {
-    let body = match body_of(r, "security_group_rule") {
+    let body = match body_of(r, "security_group_rule", RULE_ATTRS) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(&body, RULE_ATTRS) {
-        return e;
-    }
     let field = |k: &str| body.get(k).cloned().unwrap_or(Value::Null);
     let group = field("security_group_id");
     let Some(group_id) = group.as_str() else {
@@ -1670,13 +1655,14 @@ fn create_floating_ip(st: &mut Inner, r: &Req) -> Answer {
 }
 
 fn update_floating_ip(st: &mut Inner, r: &Req, id: &str) -> Answer {
-    let body = match body_of(r, "floatingip") {
+    let body = match body_of(
+        r,
+        "floatingip",
+        "port_id fixed_ip_address description qos_policy_id",
+    ) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(&body, "port_id fixed_ip_address description qos_policy_id") {
-        return e;
-    }
     if find(st, "floatingips", id).is_none() {
         return not_found("floatingips", id);
     }
@@ -1722,13 +1708,10 @@ fn delete_floating_ip(st: &mut Inner, id: &str) -> Answer {
 // ----------------------------------------------------------------------------------- trunks
 
 fn create_trunk(st: &mut Inner, r: &Req) -> Answer {
-    let body = match body_of(r, "trunk") {
+    let body = match body_of(r, "trunk", TRUNK_ATTRS) {
         Ok(b) => b,
         Err(e) => return e,
     };
-    if let Err(e) = check_attrs(&body, TRUNK_ATTRS) {
-        return e;
-    }
     let Some(port_id) = body.get("port_id").and_then(Value::as_str) else {
         return bad_request("Failed to parse request. Required attribute 'port_id' not specified");
     };

@@ -1522,7 +1522,8 @@ fn log_since(log: &Path, offset: u64) -> String {
     tail(&read().unwrap_or_default(), 40)
 }
 
-fn tail(s: &str, lines: usize) -> String {
+/// The last `lines` lines of `s`.
+pub fn tail(s: &str, lines: usize) -> String {
     let all: Vec<&str> = s.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }

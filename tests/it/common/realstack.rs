@@ -161,21 +161,7 @@ impl RealStack {
 
     /// A client as the admin (system:masters).
     pub async fn admin(&self) -> kube::Client {
-        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("admin kubeconfig");
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .expect("admin config");
-        kube::Client::try_from(cfg).expect("admin client")
-    }
-
-    /// A client that presents `token` (a ServiceAccount's), trusting the stack's CA.
-    pub async fn client_with_token(&self, token: &str) -> kube::Client {
-        let path = self.kubeconfig_with_token(token, "token");
-        let kc = Kubeconfig::read_from(&path).expect("token kubeconfig");
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .expect("token config");
-        kube::Client::try_from(cfg).expect("token client")
+        client_of(config_of(&self.kubeconfig).await)
     }
 
     /// Writes a kubeconfig of the stack's apiserver that presents `token`; its path.
@@ -216,31 +202,53 @@ impl RealStack {
         }
     }
 
-    /// A token of ServiceAccount `namespace/name` (TokenRequest), valid for an hour.
+    /// A token of ServiceAccount `namespace/name`, minted by the admin, valid for an hour.
     pub async fn service_account_token(&self, namespace: &str, name: &str) -> String {
-        let client = self.admin().await;
-        let ar = ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "TokenRequest".into(),
-            plural: "serviceaccounts".into(),
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &ar);
-        let req = json!({
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600}
-        });
-        let resp: Value = api
-            .create_subresource::<_, DynamicObject>("token", name, &PostParams::default(), &req)
+        request_token(&self.admin().await, namespace, name)
             .await
-            .map(|o| serde_json::to_value(o).expect("json"))
-            .unwrap_or_else(|e| panic!("token of {namespace}/{name}: {e}"));
-        resp["status"]["token"]
-            .as_str()
-            .expect("status.token")
-            .to_string()
+            .unwrap_or_else(|e| panic!("token of {namespace}/{name}: {e}"))
     }
+}
+
+/// The kube configuration of the kubeconfig at `path`.
+pub async fn config_of(path: &Path) -> kube::Config {
+    let kc = Kubeconfig::read_from(path)
+        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+    kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()))
+}
+
+/// A client of `config`.
+pub fn client_of(config: kube::Config) -> kube::Client {
+    kube::Client::try_from(config).expect("kube client")
+}
+
+/// Asks, as `client`, for a token of ServiceAccount `namespace/name` (TokenRequest, one hour).
+pub async fn request_token(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<String, kube::Error> {
+    let ar = ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "TokenRequest".into(),
+        plural: "serviceaccounts".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+    let req = json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}
+    });
+    let resp = api
+        .create_subresource::<_, DynamicObject>("token", name, &PostParams::default(), &req)
+        .await?;
+    Ok(serde_json::to_value(resp).expect("json")["status"]["token"]
+        .as_str()
+        .expect("status.token")
+        .to_string())
 }
 
 /// Server-side apply of `obj` as `field_manager`; with `dry_run`, judged and not stored.
@@ -263,10 +271,9 @@ pub async fn server_side_apply(
         .map(|_| ())
 }
 
+/// The last `lines` lines of the file at `path` (empty when unreadable).
 fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
+    super::keystone::tail(&std::fs::read_to_string(path).unwrap_or_default(), lines)
 }
 
 /// Every `[capi]` chart repository setting: on the real stack each points at `charts` (a
