@@ -27,7 +27,7 @@ const IN_FLIGHT: usize = 8;
 /// (`Mgmt::remove`) deletes and patches away the finalizers of every kind a cluster has objects
 /// of (the namespace excepted). `deploy/kubernetes/clusterrole.yaml` grants exactly these
 /// (`tests/it/deploy.rs`).
-pub const DRIVER_VERBS: [(Gvk, &[&str]); 19] = [
+pub const DRIVER_VERBS: [(Gvk, &[&str]); 20] = [
     // templates/namespace.yaml.hbs, applied with every cluster.
     (kinds::NAMESPACE, &["create", "patch"]),
     // CA, credential and rotation Secrets (read, applied, deleted); CAPI's kubeconfig (read,
@@ -72,6 +72,11 @@ pub const DRIVER_VERBS: [(Gvk, &[&str]); 19] = [
     (
         kinds::OPENSTACK_MACHINE_TEMPLATE,
         &["list", "create", "patch", "delete"],
+    ),
+    // Watched: Nova's refusal of a machine's server (CAPO creates them); removed by forget.
+    (
+        kinds::OPENSTACK_SERVER,
+        &["list", "watch", "patch", "delete"],
     ),
     (
         kinds::HELM_CHART_PROXY,

@@ -81,6 +81,12 @@ pub mod kinds {
         "infrastructure.cluster.x-k8s.io/v1beta1",
         "OpenStackMachineTemplate",
     );
+    /// CAPO's server of one OpenStackMachine (named after it), where Nova's refusal of the
+    /// create lands (`InstanceReady` `False`, `instanceState: ERROR`): watched for failures.
+    pub const OPENSTACK_SERVER: Gvk = (
+        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "OpenStackServer",
+    );
     pub const HELM_CHART_PROXY: Gvk = ("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy");
     pub const CLUSTER_RESOURCE_SET: Gvk = ("addons.cluster.x-k8s.io/v1beta2", "ClusterResourceSet");
     /// CAAPH's per-cluster release of a HelmChartProxy: watched for add-on health.
@@ -100,7 +106,7 @@ pub mod kinds {
     /// Every kind above, once: what the service account's RBAC on the management cluster must
     /// cover (`deploy/kubernetes/clusterrole.yaml`, checked against this list by
     /// `tests/deploy.rs`).
-    pub const ALL: [Gvk; 19] = [
+    pub const ALL: [Gvk; 20] = [
         NAMESPACE,
         SECRET,
         CLUSTER,
@@ -112,6 +118,7 @@ pub mod kinds {
         KUBEADM_CONFIG_TEMPLATE,
         OPENSTACK_CLUSTER,
         OPENSTACK_MACHINE_TEMPLATE,
+        OPENSTACK_SERVER,
         HELM_CHART_PROXY,
         CLUSTER_RESOURCE_SET,
         HELM_RELEASE_PROXY,

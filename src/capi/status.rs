@@ -22,6 +22,11 @@ pub struct Observed {
     /// CAAPH's HelmReleaseProxies of the cluster (add-on health; not part of `is_empty`: CAAPH
     /// removes them with their proxies, after the cluster).
     pub addons: Vec<Shared>,
+    /// CAPO's OpenStackServers of the cluster's machines (each named after its
+    /// OpenStackMachine): Nova's refusal of a create is reported there only — CAPO v0.14 leaves
+    /// the OpenStackMachine and the Machine waiting. Not part of `is_empty`: they go with their
+    /// OpenStackMachines.
+    pub servers: Vec<Shared>,
 }
 
 /// An object as the watchers keep it: shared, so a status evaluation reads the index's copy
@@ -57,6 +62,20 @@ impl Observed {
                 .map(|md| &**md)
         };
         label(owner?, LABEL_NODEGROUP_UUID)
+    }
+
+    /// Why the server of Machine `m` failed (a create Nova refused, an instance in `ERROR`):
+    /// the OpenStackServer named after its OpenStackMachine, which CAPO never retries.
+    fn server_failure(&self, m: &Value) -> Option<String> {
+        if s(m, "/spec/infrastructureRef/kind") != Some("OpenStackMachine") {
+            return None;
+        }
+        let osm = s(m, "/spec/infrastructureRef/name")?;
+        let server = self.servers.iter().find(|v| name(v) == osm)?;
+        if server.pointer("/metadata/deletionTimestamp").is_some() {
+            return None;
+        }
+        failure_of(server).map(|f| format!("OpenStackServer {osm}: {f}"))
     }
 }
 
@@ -430,7 +449,11 @@ fn nodegroup_verdict(obs: &Observed, ng: &NodegroupState, operation_open: bool) 
     let ready = !operation_open && owner.is_some_and(|o| replicas_ready(o, want));
     let failure = machines
         .iter()
-        .find_map(|m| failure_of(m).map(|f| format!("Machine {}: {f}", name(m))))
+        .find_map(|m| {
+            failure_of(m)
+                .or_else(|| obs.server_failure(m))
+                .map(|f| format!("Machine {}: {f}", name(m)))
+        })
         .or_else(|| owner.and_then(failure_of));
     let what = if ng.is_master {
         "control plane"
@@ -627,7 +650,62 @@ mod tests {
                 Shared::new(machine(worker.uuid, "10.0.0.9", true)),
             ],
             addons: Vec::new(),
+            servers: Vec::new(),
         }
+    }
+
+    /// CAPO v0.14 reports Nova's refusal on the machine's OpenStackServer only (the Machine and
+    /// its OpenStackMachine keep waiting, and CAPO never retries the server): the nodegroup and
+    /// the create fail with Nova's words; a server of another machine, or one going away, does
+    /// not count.
+    #[test]
+    fn a_server_nova_refused_fails_its_machines_nodegroup_with_novas_reason() {
+        let (m, w) = (
+            ng(true, 1, Status::CreateInProgress),
+            ng(false, 2, Status::CreateInProgress),
+        );
+        let db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
+        let mut obs = observed(&m, &w);
+        let mut waiting = machine(w.uuid, "10.0.0.10", false);
+        waiting["spec"] = json!({"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+            "kind": "OpenStackMachine", "name": "k-md-x7"}});
+        obs.machines.push(Shared::new(waiting));
+        std::sync::Arc::make_mut(&mut obs.machine_deployments[0])["status"]["readyReplicas"] =
+            json!(1);
+        let refused = |name: &str| {
+            json!({"metadata": {"name": name}, "status": {"instanceState": "ERROR", "conditions": [
+                {"type": "InstanceReady", "status": "False", "severity": "Error",
+                 "reason": "InstanceCreateFailed",
+                 "message": "create OpenStack instance: Quota exceeded for cores: Requested 4, but already used 0 of 3 cores"}]}})
+        };
+        obs.servers = vec![Shared::new(refused("k-md-other"))];
+        assert_eq!(
+            evaluate(&obs, &db, Utc::now()).status,
+            None,
+            "not its server"
+        );
+        let mut going = refused("k-md-x7");
+        going["metadata"]["deletionTimestamp"] = json!("set");
+        obs.servers = vec![Shared::new(going)];
+        assert_eq!(
+            evaluate(&obs, &db, Utc::now()).status,
+            None,
+            "being deleted"
+        );
+        obs.servers = vec![Shared::new(refused("k-md-x7"))];
+        let ev = evaluate(&obs, &db, Utc::now());
+        let (st, reason) = ev.status.unwrap();
+        assert_eq!(st, Status::CreateFailed);
+        assert_eq!(
+            reason.as_deref(),
+            Some(
+                "Machine m-10.0.0.10: OpenStackServer k-md-x7: InstanceCreateFailed: create \
+                 OpenStack instance: Quota exceeded for cores: Requested 4, but already used 0 \
+                 of 3 cores"
+            )
+        );
+        let ngc = ev.nodegroups.iter().find(|c| c.uuid == w.uuid).unwrap();
+        assert_eq!(ngc.status.as_ref().unwrap().0, Status::CreateFailed);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Watching the management cluster: one `kube::runtime` watcher per kind (Cluster,
 //! KubeadmControlPlane, MachineDeployment, Machine, OpenStackCluster) across namespaces,
 //! selected by our cluster-uuid label, feeding an in-memory index per Magnum cluster (plus
-//! CAAPH's HelmReleaseProxies, which carry only the CAPI cluster name: indexed by namespace and
-//! cluster name, joined to the Magnum cluster through its `Cluster`). What changed goes out on a
+//! CAAPH's HelmReleaseProxies and CAPO's OpenStackServers, which carry only the CAPI cluster
+//! name: indexed by namespace and cluster name, joined to the Magnum cluster through its
+//! `Cluster`). What changed goes out on a
 //! feed of cluster uuids; the status writer (`crate::status_writer`) turns it into statuses.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -34,10 +35,12 @@ pub enum Kind {
     /// Machines without our label (those of clusters adopted from a Magnum driver, which made
     /// their templates): joined to their cluster by namespace and CAPI cluster name.
     AdoptedMachine,
+    /// CAPO's server of each OpenStackMachine: where Nova's refusal of a create is reported.
+    OpenStackServer,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Cluster,
         Kind::OpenStackCluster,
         Kind::ControlPlane,
@@ -45,6 +48,7 @@ impl Kind {
         Kind::Machine,
         Kind::HelmReleaseProxy,
         Kind::AdoptedMachine,
+        Kind::OpenStackServer,
     ];
 
     /// The labels the watcher selects by: ours, CAAPH's for its release proxies, CAPI's cluster
@@ -53,13 +57,17 @@ impl Kind {
         match self {
             Kind::HelmReleaseProxy => LABEL_HELM_CHART_PROXY,
             Kind::AdoptedMachine => ADOPTED_MACHINES,
+            Kind::OpenStackServer => LABEL_CAPI_CLUSTER_NAME,
             _ => LABEL_CLUSTER_UUID,
         }
     }
 
     /// Indexed by namespace and CAPI cluster name (not carrying our cluster-uuid label).
     fn joined(self) -> bool {
-        matches!(self, Kind::HelmReleaseProxy | Kind::AdoptedMachine)
+        matches!(
+            self,
+            Kind::HelmReleaseProxy | Kind::AdoptedMachine | Kind::OpenStackServer
+        )
     }
 
     pub fn gvk(self) -> kinds::Gvk {
@@ -70,6 +78,7 @@ impl Kind {
             Kind::MachineDeployment => kinds::MACHINE_DEPLOYMENT,
             Kind::Machine | Kind::AdoptedMachine => kinds::MACHINE,
             Kind::HelmReleaseProxy => kinds::HELM_RELEASE_PROXY,
+            Kind::OpenStackServer => kinds::OPENSTACK_SERVER,
         }
     }
 }
@@ -122,13 +131,15 @@ fn prune(obj: &DynamicObject) -> Shared {
     let mut spec = Map::new();
     if let Some(s) = obj.data.get("spec").and_then(Value::as_object) {
         // `disableAPIServerFloatingIP`: whether an OpenStackCluster is private
-        // (`capi::private::PrivateApi`, read by the kubeconfig keeper).
+        // (`capi::private::PrivateApi`, read by the kubeconfig keeper); a Machine's
+        // `infrastructureRef`: the name of its OpenStackMachine, and so of its OpenStackServer.
         for k in [
             "replicas",
             "version",
             "controlPlaneEndpoint",
             "providerID",
             "disableAPIServerFloatingIP",
+            "infrastructureRef",
         ] {
             if let Some(v) = s.get(k) {
                 spec.insert(k.into(), v.clone());
@@ -453,7 +464,7 @@ impl Observer {
                         Kind::ControlPlane => o.control_plane = Some(v.clone()),
                         Kind::MachineDeployment => o.machine_deployments.push(v.clone()),
                         Kind::Machine => o.machines.push(v.clone()),
-                        Kind::HelmReleaseProxy | Kind::AdoptedMachine => {}
+                        Kind::HelmReleaseProxy | Kind::AdoptedMachine | Kind::OpenStackServer => {}
                     }
                 }
             }
@@ -469,6 +480,9 @@ impl Observer {
                 // As indexed: their nodegroup is read through `Observed::nodegroup_of`.
                 if let Some(machines) = joined(Kind::AdoptedMachine) {
                     o.machines.extend(machines.values().cloned());
+                }
+                if let Some(servers) = joined(Kind::OpenStackServer) {
+                    o.servers = servers.values().cloned().collect();
                 }
             }
             o

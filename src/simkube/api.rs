@@ -167,6 +167,7 @@ fn kind_for(store: &Store, res: &Resource) -> String {
         "openstackclusters" => "OpenStackCluster",
         "openstackmachines" => "OpenStackMachine",
         "openstackmachinetemplates" => "OpenStackMachineTemplate",
+        "openstackservers" => "OpenStackServer",
         other => {
             let singular = other.strip_suffix('s').unwrap_or(other);
             let mut chars = singular.chars();
@@ -601,7 +602,7 @@ const VERBS: [&str; 8] = [
 /// The custom resources a management cluster with CAPI v1.14, CAPO v0.14 and CAAPH v0.6
 /// installed serves, as the simulator plays it: (apiVersion, kind, plural). The simulator's own
 /// list, not the driver's: the driver's readiness check is tested against it.
-const INSTALLED_CRDS: [(&str, &str, &str); 12] = [
+const INSTALLED_CRDS: [(&str, &str, &str); 13] = [
     ("cluster.x-k8s.io/v1beta2", "Cluster", "clusters"),
     (
         "cluster.x-k8s.io/v1beta2",
@@ -634,6 +635,11 @@ const INSTALLED_CRDS: [(&str, &str, &str); 12] = [
         "infrastructure.cluster.x-k8s.io/v1beta1",
         "OpenStackMachineTemplate",
         "openstackmachinetemplates",
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "OpenStackServer",
+        "openstackservers",
     ),
     (
         "addons.cluster.x-k8s.io/v1alpha1",

@@ -313,7 +313,7 @@ async fn up() {
 
 /// Chart repositories on the real stack: a loopback port nothing listens on, so CAAPH's chart
 /// fetches fail on this machine (its real failure condition) and never leave it.
-const LOOPBACK_CHARTS: &str = "http://127.0.0.1:9/charts";
+pub(crate) const LOOPBACK_CHARTS: &str = "http://127.0.0.1:9/charts";
 
 /// What the two other drivers leave on their management clusters (the fixtures the import and
 /// adoption tests load into the simulator) is what real Cluster API accepts: each object passes
@@ -338,15 +338,15 @@ async fn the_other_drivers_fixtures_pass_the_real_apiserver_and_webhooks() {
 }
 
 /// The fake Glance's Kubernetes image (v1.30.4).
-const KUBE_IMAGE: &str = "ubuntu-2204-kube-v1.30.4";
+pub(crate) const KUBE_IMAGE: &str = "ubuntu-2204-kube-v1.30.4";
 
 /// The image of the lifecycle test's upgrade (the next Kubernetes minor).
-const UPGRADE_IMAGE: &str = "11111111-0000-4000-8000-0000000000a1";
+pub(crate) const UPGRADE_IMAGE: &str = "11111111-0000-4000-8000-0000000000a1";
 
 /// A template on the real stack booting `image` with the control plane on `master_flavor`:
 /// the fake Glance's and Nova's, and the external network whose floating IPs are on loopback
 /// (the node agent serves the API there); its uuid.
-async fn realstack_template(
+pub(crate) async fn realstack_template(
     served: &Production,
     token: &str,
     name: &str,
@@ -372,7 +372,7 @@ async fn realstack_template(
 
 /// Creates cluster `name` of template `template` as `token`: one master, one node, and the
 /// fields of `extra`; its uuid.
-async fn create_cluster(
+pub(crate) async fn create_cluster(
     served: &Production,
     token: &str,
     name: &str,
@@ -393,11 +393,23 @@ async fn create_cluster(
 
 /// Waits until cluster `path` has `want` (panicking early, with its reason and the controllers'
 /// logs, when it lands on a failure instead); its body.
-async fn wait_for_status(served: &Production, token: &str, path: &str, want: &str) -> Value {
+pub(crate) async fn wait_for_status(
+    served: &Production,
+    token: &str,
+    path: &str,
+    want: &str,
+) -> Value {
     let s = stack().await;
+    let seen = std::sync::Mutex::new(String::new());
     until(&format!("{path} to be {want}"), || async {
         let (code, b) = served.call(token, Method::GET, path, None).await;
         let status = b["status"].as_str().unwrap_or_default().to_string();
+        // Each change, so a wait that times out shows where the cluster stayed.
+        let now = format!("{status}: {}", b["status_reason"]);
+        if *seen.lock().unwrap() != now {
+            eprintln!("{path}: {now}");
+            *seen.lock().unwrap() = now;
+        }
         if want == "DELETE_COMPLETE" && code == 404 {
             return Some(b);
         }
@@ -623,3 +635,108 @@ async fn a_control_plane_that_never_joins_fails_the_create_at_its_timeout() {
 
 /// The flavor of servers the node agent never joins.
 const NEVER_JOINS_FLAVOR: &str = "never-joins";
+
+/// What the cloud refuses fails the cluster with the cloud's own words, a reason the tenant can
+/// act on, each in a project of its own:
+/// - a control-plane flavor Nova refuses (its quota of cores): CAPO v0.14 reports Nova's 403 on
+///   the machine's OpenStackServer only (the Machine keeps waiting) → `CREATE_FAILED` naming
+///   the server and Nova's message;
+/// - a project whose Neutron quota allows no network: CAPO retries the OpenStackCluster →
+///   `CREATE_FAILED` with Neutron's `OverQuota` once `[capi] openstack_retry_grace_secs` passed;
+/// - an image deleted from Glance after the cluster was made: the resize's new machine is
+///   refused by Nova → `UPDATE_FAILED` with Nova's 400;
+///
+/// and each of them still deletes to `DELETE_COMPLETE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_cloud_refuses_fails_the_cluster_with_the_clouds_reason() {
+    let s = stack().await;
+    let (ks, cloud) = crate::common::stack::parts().await;
+    // What CAPO makes belongs to the project of its application credential's token.
+    cloud.set_identity(&ks.url);
+    let kubeconfig = chart_identity(s).await;
+    let served = Production::start(
+        0,
+        &kubeconfig,
+        LOOPBACK_CHARTS,
+        "openstack_retry_grace_secs = 5\n",
+    )
+    .await;
+    let served = &served;
+
+    let refused_flavor = async {
+        cloud.add_flavor(
+            json!({"id": "refused-cp", "name": "m1.refused-cp", "ram": 8192, "disk": 40,
+            "vcpus": 4}),
+        );
+        cloud.workload(|w| w.refused_flavors.insert("refused-cp".into()));
+        let (_, _, token) = ks.new_project("refused").await;
+        let t = realstack_template(served, &token, "refused", KUBE_IMAGE, "m1.refused-cp").await;
+        let path = format!(
+            "/v1/clusters/{}",
+            create_cluster(served, &token, "refused", &t, json!({})).await
+        );
+        let body = wait_for_status(served, &token, &path, "CREATE_FAILED").await;
+        let reason = body["status_reason"].as_str().unwrap();
+        assert!(
+            reason.contains(": OpenStackServer ")
+                && reason.contains("InstanceCreateFailed")
+                && reason.contains("Quota exceeded for cores: Requested 4"),
+            "{reason}"
+        );
+        (token, path)
+    };
+
+    let over_quota = async {
+        let (_, project, token) = ks.new_project("overquota").await;
+        cloud.workload(|w| w.quotas.insert((project.clone(), "network".into()), 0));
+        let t = realstack_template(served, &token, "overquota", KUBE_IMAGE, "m1.large").await;
+        let path = format!(
+            "/v1/clusters/{}",
+            create_cluster(served, &token, "overquota", &t, json!({})).await
+        );
+        let body = wait_for_status(served, &token, &path, "CREATE_FAILED").await;
+        let reason = body["status_reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("OpenStackCluster: ")
+                && reason.contains("Quota exceeded for resources: ['network']"),
+            "{reason}"
+        );
+        (token, path)
+    };
+
+    let image_gone = async {
+        let image = cloud.add_image(json!({"name": "ubuntu-2204-kube-v1.30.4-gone",
+            "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.30.4"}));
+        let (_, _, token) = ks.new_project("imagegone").await;
+        let t = realstack_template(served, &token, "imagegone", &image, "m1.large").await;
+        let uuid = create_cluster(served, &token, "imagegone", &t, json!({})).await;
+        let path = format!("/v1/clusters/{uuid}");
+        wait_for_status(served, &token, &path, "CREATE_COMPLETE").await;
+        assert!(cloud.remove(&image), "the image was there");
+        let (st, b) = served
+            .call(
+                &token,
+                Method::POST,
+                &format!("/v1/clusters/{uuid}/actions/resize"),
+                Some(json!({"node_count": 2})),
+            )
+            .await;
+        assert_eq!(st, 202, "{b}");
+        let body = wait_for_status(served, &token, &path, "UPDATE_FAILED").await;
+        let reason = body["status_reason"].as_str().unwrap();
+        assert!(
+            reason.contains(": OpenStackServer ")
+                && reason.contains(&format!("Image {image} could not be found.")),
+            "{reason}"
+        );
+        (token, path)
+    };
+
+    let done = tokio::join!(refused_flavor, over_quota, image_gone);
+    for (token, path) in [done.0, done.1, done.2] {
+        let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
+        assert_eq!(st, 204, "{b}");
+        wait_for_status(served, &token, &path, "DELETE_COMPLETE").await;
+    }
+    cloud.workload(|w| w.refused_flavors.remove("refused-cp"));
+}

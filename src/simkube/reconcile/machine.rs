@@ -1,6 +1,6 @@
 //! The Machine and OpenStackMachine controllers: waits for bootstrap data, provisions the
-//! instance (or injects `InstanceCreateFailed`), runs kubeadm (see `kubeadm`) and reports the
-//! Machine Running or Failed.
+//! instance (or injects `InstanceCreateFailed` on its OpenStackServer, as CAPO v0.14 reports
+//! Nova's refusal), runs kubeadm (see `kubeadm`) and reports the Machine Running or Failed.
 
 use serde_json::{Value, json};
 
@@ -9,7 +9,7 @@ use super::kubeadm::{
     KUBEADM_INIT_FAILED, KUBEADM_JOIN_FAILED, Kubeadm, capture_bootstrap, kubeadm, kubeadm_failure,
 };
 use crate::simkube::objects::*;
-use crate::simkube::store::{ObjectKey, StoreError, now_rfc3339};
+use crate::simkube::store::{ObjectKey, Resource, StoreError, Target, now_rfc3339};
 use crate::simkube::{kubeconfig, workload};
 
 /// The injected failure of an OpenStackMachine whose image or flavor carries a marker.
@@ -27,6 +27,56 @@ fn instance_failure(cx: &Ctx<'_>, osm: &Value) -> Option<String> {
              available. (image {image}, flavor {flavor})"
         )
     })
+}
+
+/// CAPO's OpenStackServers (`infrastructure.cluster.x-k8s.io/v1alpha1`): one per
+/// OpenStackMachine, named after it.
+fn servers() -> Resource {
+    Resource::new(INFRA_GROUP, "openstackservers")
+}
+
+/// What CAPO v0.14 leaves when Nova refuses a machine's server: the OpenStackServer (named
+/// after the OpenStackMachine, owned by it, labelled with the cluster's name) in `ERROR` with
+/// `InstanceReady` False `InstanceCreateFailed` and Nova's message. CAPO never retries it; the
+/// OpenStackMachine and the Machine only keep waiting for it.
+fn refuse_server(
+    cx: &Ctx<'_>,
+    osm: &Value,
+    cluster: &str,
+    message: &str,
+    now: &str,
+) -> Result<(), StoreError> {
+    let (res, ns) = (servers(), namespace(osm));
+    if cx.store.get(&res, ns, name(osm)).is_none() {
+        let obj = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "OpenStackServer",
+            "metadata": {"name": name(osm), "namespace": ns,
+                "labels": {LABEL_CLUSTER_NAME: cluster},
+                "ownerReferences": [owner_ref(INFRA_VERSION, "OpenStackMachine", osm, true)]},
+            "spec": {},
+        });
+        match cx.store.create(&res, ns, obj) {
+            Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let failed = Cond::new(
+        "InstanceReady",
+        CondStatus::False,
+        "InstanceCreateFailed",
+        format!("create OpenStack instance: {message}"),
+    );
+    cx.store
+        .update(&res, ns, name(osm), Target::Status, |o| {
+            let prev = o.get("status").cloned();
+            o["status"] = json!({
+                "ready": false,
+                "instanceState": "ERROR",
+                "conditions": conditions_v1beta1(prev.as_ref(), &[failed], now),
+            });
+        })
+        .map(|_| ())
 }
 
 pub(super) fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
@@ -140,27 +190,12 @@ pub(super) fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
     }
 
     if let Some(message) = instance_failure(cx, &osm) {
-        let failed = |k: &'static str| {
-            Cond::new(
-                k,
-                CondStatus::False,
-                "InstanceCreateFailed",
-                message.clone(),
-            )
-        };
-        cx.set_status(Kind::InfraMachine, &osm, json!({
-            "ready": false,
-            "instanceState": "ERROR",
-            "failureReason": "CreateError",
-            "failureMessage": message,
-            "conditions": conditions_v1beta1(osm.get("status"), &[failed("Ready"), failed("InstanceReady")], &now),
-        }))?;
-        let mut status = pending(bootstrap_ok, failed("InfrastructureReady"), "Failed", true);
-        status["deprecated"] =
-            json!({"v1beta1": {"failureReason": "CreateError", "failureMessage": message}});
-        cx.set_status(Kind::Machine, m, status)?;
-        return Ok(());
+        // The Machine stays as provisioning left it: waiting for the instance.
+        return refuse_server(cx, &osm, cluster_name, &message, &now);
     }
+    // The marker was lifted: the simulator retries the server (CAPO would not; see the README's
+    // "What the simulator does not do").
+    cx.delete(&ObjectKey::new(&servers(), ns, name(&osm)))?;
 
     let Some(Kubeadm { init, result }) = kubeadm(cx, &key, cluster_name, is_control_plane) else {
         cx.sim.mark(key);

@@ -5,7 +5,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
-use super::ctx::{Ctx, failure_message};
+use super::ctx::Ctx;
 use super::kubeadm::kubeadm_failure;
 use crate::simkube::objects::*;
 use crate::simkube::store::{ObjectKey, StoreError, random_suffix};
@@ -17,7 +17,8 @@ pub(super) struct MachineView {
     created: String,
     pub(super) deleting: bool,
     pub(super) ready: bool,
-    /// Why provisioning (InfrastructureReady `InstanceCreateFailed`) or kubeadm failed.
+    /// Why kubeadm failed (a server Nova refused is on its OpenStackServer only: the Machine
+    /// keeps waiting, as with CAPO v0.14).
     pub(super) failure: Option<String>,
     pub(super) up_to_date: bool,
     delete_first: bool,
@@ -41,8 +42,7 @@ pub(super) fn machines_of(
                 .to_string(),
             deleting: is_deleting(&m),
             ready: condition_true(&m, "Ready"),
-            failure: failure_message(&m, "InfrastructureReady", &["InstanceCreateFailed"])
-                .or_else(|| kubeadm_failure(&m)),
+            failure: kubeadm_failure(&m),
             up_to_date: up_to_date(&m),
             delete_first: annotation(&m, ANNOTATION_DELETE_MACHINE).is_some(),
             version: str_at(&m, &["spec", "version"]).map(str::to_string),

@@ -324,6 +324,12 @@ impl Keystone {
     /// A new user `<prefix>-<random>` (password as the seeded users') with `role` on `project`
     /// (a seeded one): (name, id).
     pub async fn new_user(&self, prefix: &str, role: &str, project: &str) -> (String, String) {
+        self.new_user_on(prefix, role, self.project_id(project))
+            .await
+    }
+
+    /// A new user with `role` on the project of id `project`: (name, id).
+    async fn new_user_on(&self, prefix: &str, role: &str, project: &str) -> (String, String) {
         let name = format!(
             "{prefix}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -341,8 +347,7 @@ impl Keystone {
             .unwrap_or_else(|| panic!("no user id: {u}"))
             .to_string();
         let path = format!(
-            "/projects/{}/users/{id}/roles/{}",
-            self.project_id(project),
+            "/projects/{project}/users/{id}/roles/{}",
             self.role_id(role)
         );
         self.admin("PUT", &path, None).await;
@@ -359,6 +364,30 @@ impl Keystone {
         let (name, id) = self.new_user(prefix, role, project).await;
         let token = self.token(&name, project).await;
         (id, token)
+    }
+
+    /// A new project `<prefix>-<random>` with a new member of it: (project name, project id,
+    /// the member's token there). For tests that change what the cloud allows one project
+    /// (its quotas) without touching the seeded projects other tests share.
+    pub async fn new_project(&self, prefix: &str) -> (String, String, String) {
+        let name = format!(
+            "{prefix}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let p = self
+            .admin(
+                "POST",
+                "/projects",
+                Some(json!({"project": {"name": name, "domain_id": DOMAIN}})),
+            )
+            .await;
+        let project = p["project"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no project id: {p}"))
+            .to_string();
+        let (user, _) = self.new_user_on(prefix, "member", &project).await;
+        let token = self.token(&user, &name).await;
+        (name, project, token)
     }
 
     pub async fn try_token(&self, user: &str, project: &str) -> Result<String> {

@@ -195,12 +195,22 @@ func (s *Stack) up(ctx context.Context) error {
 	}
 	// CRDs first (every provider's: the managers' informers need each other's kinds), then the
 	// managers, then each one's webhook configurations once its webhook server answers.
+	// Each webhook port is held (listened on) from the moment it is written into the CRDs'
+	// conversion configuration until just before its manager starts: another process picking
+	// a free port meanwhile (the test harness starts many) cannot take it.
 	webhookPorts := map[string]int{}
+	held := map[string]net.Listener{}
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
 	for _, p := range providers {
 		if !s.wanted(p) && !s.crdsOnly[p.name] {
 			continue
 		}
-		webhookPorts[p.name] = freePort()
+		port, l := holdPort()
+		webhookPorts[p.name], held[p.name] = port, l
 		if err := s.applyCRDs(ctx, dyn, mapper, p, webhookPorts[p.name], s.wanted(p)); err != nil {
 			return fmt.Errorf("%s CRDs: %w", p.name, err)
 		}
@@ -210,6 +220,8 @@ func (s *Stack) up(ctx context.Context) error {
 		if !s.wanted(p) {
 			continue
 		}
+		_ = held[p.name].Close()
+		delete(held, p.name)
 		if err := s.startManager(p, webhookPorts[p.name]); err != nil {
 			return err
 		}
@@ -687,12 +699,18 @@ func waitTLS(ctx context.Context, port int, p *Part, timeout time.Duration) erro
 }
 
 func freePort() int {
+	port, l := holdPort()
+	_ = l.Close()
+	return port
+}
+
+// holdPort is a free loopback port and the listener that holds it until closed.
+func holdPort() (int, net.Listener) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, l
 }
 
 // ---- PKI --------------------------------------------------------------------------------------
