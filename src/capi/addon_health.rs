@@ -7,11 +7,21 @@
 //! CAAPH v0.6 writes `metav1.Condition`s (no severity): `HelmReleaseReady` (reasons
 //! `PreparingToHelmInstall` and `HelmReleasePending` while Helm works, `HelmInstallOrUpgradeFailed`,
 //! `HelmReleaseGetFailed`, `HelmReleaseDeletionFailed` when it failed, `HelmReleaseDeleted`),
-//! `ClusterAvailable` (`NotAvailable` until the control plane is initialised; `GetClusterFailed`,
-//! `GetKubeconfigFailed`, `GetCredentialsFailed`, `GetCACertificateFailed`), and `Ready`, their
-//! summary (`IssuesReported` as soon as either is `False`, in progress or not, which is why
-//! `Ready=False` alone says nothing). Conditions in CAPI's v1beta1 shape carry a `severity`:
-//! `Info` is in progress, `Warning`/`Error` a failure; that is honoured when present.
+//! `ClusterAvailable` (`NotAvailable` while the Cluster says its control plane is not initialised;
+//! `GetClusterFailed`, `GetKubeconfigFailed`, `GetCredentialsFailed`, `GetCACertificateFailed`),
+//! and `Ready`, their summary (`IssuesReported` as soon as either is `False`, in progress or not,
+//! which is why `Ready=False` alone says nothing). Conditions in CAPI's v1beta1 shape carry a
+//! `severity`: `Info` is in progress, `Warning`/`Error` a failure; that is honoured when present.
+//!
+//! What the real CAAPH does while a cluster is created (`tests/it/realstack_addons.rs`): it makes
+//! the release proxies as soon as the Cluster exists, says `PreparingToHelmInstall`, and, until
+//! KCP has written the `<cluster>-kubeconfig` Secret, `ClusterAvailable=False` with
+//! `GetKubeconfigFailed` ("… Secret "<cluster>-kubeconfig" not found"), not `NotAvailable`; once
+//! the Secret is there it runs Helm at once, and until the workload API answers Helm fails with
+//! `HelmInstallOrUpgradeFailed` "Kubernetes cluster unreachable: …" (CAAPH retries). Both are the
+//! cluster still coming up, not a broken add-on: in progress, "waiting for the cluster", bounded by
+//! the timeout (and the API's own state is the reason's `api`). A kubeconfig that is there and
+//! cannot be used, or any other Helm error, is a failure.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -68,8 +78,22 @@ fn text(c: &Value) -> String {
         .to_string()
 }
 
+/// CAAPH cannot reach the workload cluster yet: its `GetKubeconfigFailed` for a kubeconfig Secret
+/// that does not exist yet, or Helm's "Kubernetes cluster unreachable" (its check of the API
+/// before it installs or upgrades) — what it says of every add-on of a cluster coming up.
+fn cluster_not_reachable_yet(c: &Value) -> bool {
+    let message = s(c, "/message").unwrap_or_default();
+    match s(c, "/reason") {
+        Some("GetKubeconfigFailed") => {
+            message.contains("kubeconfig") && message.contains("not found")
+        }
+        Some("HelmInstallOrUpgradeFailed") => message.starts_with("Kubernetes cluster unreachable"),
+        _ => false,
+    }
+}
+
 /// A `False` condition that reports a failure: by severity where the condition has one (CAPI's
-/// v1beta1 shape), else by CAAPH's failure reasons.
+/// v1beta1 shape), else by CAAPH's failure reasons (but for a cluster not reachable yet).
 fn is_failure(c: &Value) -> bool {
     if s(c, "/status") != Some("False") {
         return false;
@@ -77,7 +101,10 @@ fn is_failure(c: &Value) -> bool {
     match s(c, "/severity") {
         Some("Info") => false,
         Some("Warning" | "Error") => true,
-        _ => s(c, "/reason").is_some_and(|r| FAILED_REASONS.contains(&r)),
+        _ => {
+            s(c, "/reason").is_some_and(|r| FAILED_REASONS.contains(&r))
+                && !cluster_not_reachable_yet(c)
+        }
     }
 }
 
@@ -93,7 +120,9 @@ fn activity(hrp: &Value, c: Option<&Value>) -> String {
         "rolling back"
     } else if says("uninstalling") || reason == "HelmReleaseDeleted" {
         "uninstalling"
-    } else if s(c.unwrap_or(&Value::Null), "/type") == Some("ClusterAvailable") {
+    } else if s(c.unwrap_or(&Value::Null), "/type") == Some("ClusterAvailable")
+        || c.is_some_and(cluster_not_reachable_yet)
+    {
         "waiting for the cluster"
     } else {
         "installing"
@@ -351,19 +380,144 @@ mod tests {
             assess(&failed),
             AddonState::Failed("error installing metrics-server: context deadline exceeded".into())
         );
-        let no_kubeconfig = hrp(
+        let bad_kubeconfig = hrp(
             "",
             json!([cond(
                 "ClusterAvailable",
                 "False",
                 "GetKubeconfigFailed",
-                "failed to get kubeconfig for cluster: secret not found",
+                "failed to get kubeconfig for cluster: couldn't get version/kind; json parse error",
                 T0
             )]),
         );
         assert!(
-            matches!(assess(&no_kubeconfig), AddonState::Failed(m) if m.contains("kubeconfig"))
+            matches!(assess(&bad_kubeconfig), AddonState::Failed(m) if m.contains("kubeconfig"))
         );
+        // What the real CAAPH (v0.6.4) said for a chart version its repository lacks
+        // (tests/it/realstack_addons.rs): no release, so no release status either.
+        let message = "chart \"tigera-operator\" version \"v3.99.0\" not found in \
+                       http://127.0.0.1:35321/charts repository";
+        let missing = json!({"metadata": {"name": "tigera-operator-k-kp6pm",
+            "labels": {crate::capi::LABEL_HELM_CHART_PROXY: "k-cni"}},
+        "status": {"observedGeneration": 1, "conditions": [
+            cond("Ready", "False", "IssuesReported",
+                 &format!("* HelmReleaseReady: {message}"), T0),
+            cond("ClusterAvailable", "True", "Available", "", T0),
+            cond("HelmReleaseReady", "False", "HelmInstallOrUpgradeFailed", message, T0),
+        ]}});
+        assert_eq!(assess(&missing), AddonState::Failed(message.into()));
+        let h = of_cluster("k", [&missing], at(T0), chrono::Duration::minutes(30));
+        assert!(!h.healthy);
+        assert_eq!(
+            h.entries,
+            vec![("addon.cni".to_string(), format!("Failed: {message}"))]
+        );
+    }
+
+    /// The real CAAPH (v0.6.4) on a cluster whose control plane is coming up
+    /// (tests/it/realstack_addons.rs): the release proxy exists before KCP has written the
+    /// kubeconfig Secret, and says so with `GetKubeconfigFailed`; then Helm runs before the API
+    /// answers, "Kubernetes cluster unreachable". The cluster is on its way, not broken; past the
+    /// timeout it is.
+    #[test]
+    fn a_kubeconfig_not_written_yet_is_the_cluster_coming_up() {
+        let missing = "failed to get kubeconfig for cluster: failed to retrieve kubeconfig secret \
+                       for Cluster magnum-p/k: Secret \"k-kubeconfig\" not found";
+        let preparing = "Preparing to to install Helm chart";
+        let coming_up = hrp(
+            "",
+            json!([
+                cond(
+                    "Ready",
+                    "False",
+                    "IssuesReported",
+                    &format!("* ClusterAvailable: {missing}\n* HelmReleaseReady: {preparing}"),
+                    T0
+                ),
+                cond(
+                    "ClusterAvailable",
+                    "False",
+                    "GetKubeconfigFailed",
+                    missing,
+                    T0
+                ),
+                cond(
+                    "HelmReleaseReady",
+                    "False",
+                    "PreparingToHelmInstall",
+                    preparing,
+                    T0
+                ),
+            ]),
+        );
+        assert_eq!(
+            assess(&coming_up),
+            AddonState::InProgress {
+                what: "waiting for the cluster".into(),
+                message: Some(missing.into()),
+                since: Some(at(T0)),
+            }
+        );
+        let timeout = chrono::Duration::minutes(30);
+        let h = of_cluster("k", [&coming_up], at("2026-11-27T01:01:00Z"), timeout);
+        assert!(h.healthy);
+        assert_eq!(
+            h.entries[0].1,
+            format!("Progressing: waiting for the cluster ({missing})")
+        );
+        let h = of_cluster("k", [&coming_up], at("2026-11-27T01:40:05Z"), timeout);
+        assert!(!h.healthy);
+        assert!(
+            h.entries[0]
+                .1
+                .starts_with("Failed: still waiting for the cluster after 40 minutes"),
+            "{:?}",
+            h.entries
+        );
+        // The Secret is there, the API does not answer yet: Helm's check fails, CAAPH retries.
+        // `HelmReleaseReady` has been False since CAAPH first reported: the wait counts from then.
+        let unreachable = "Kubernetes cluster unreachable: Get \"https://127.100.0.5:6443/version?\
+                           timeout=10s\": dial tcp 127.100.0.5:6443: connect: connection refused";
+        let helm_cannot_reach = hrp(
+            "",
+            json!([
+                cond(
+                    "Ready",
+                    "False",
+                    "IssuesReported",
+                    &format!("* HelmReleaseReady: {unreachable}"),
+                    T0
+                ),
+                cond("ClusterAvailable", "True", "Available", "", T0),
+                cond(
+                    "HelmReleaseReady",
+                    "False",
+                    "HelmInstallOrUpgradeFailed",
+                    unreachable,
+                    T0
+                ),
+            ]),
+        );
+        assert_eq!(
+            assess(&helm_cannot_reach),
+            AddonState::InProgress {
+                what: "waiting for the cluster".into(),
+                message: Some(unreachable.into()),
+                since: Some(at(T0)),
+            }
+        );
+        let h = of_cluster(
+            "k",
+            [&helm_cannot_reach],
+            at("2026-11-27T01:40:05Z"),
+            timeout,
+        );
+        assert!(!h.healthy);
+        // Any other Helm error is the add-on's own failure at once.
+        let mut broken = helm_cannot_reach.clone();
+        broken["status"]["conditions"][2]["message"] =
+            json!("execution error at (metrics-server/templates/x.yaml:1:4): bad values");
+        assert!(matches!(assess(&broken), AddonState::Failed(m) if m.starts_with("execution")));
     }
 
     #[test]

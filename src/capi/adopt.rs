@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::apply::ObjectRef;
+use kube::api::{Api, DynamicObject, ListParams};
+
+use super::apply::{KubeError, ObjectRef};
 use super::driver::{Capi, CapiError};
 use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_ROLE, kinds};
 use crate::domain::imported::{DriverFamily, capi_helm_sanitized};
@@ -67,13 +69,40 @@ fn ref_name<'a>(cluster: &'a Value, field: &str) -> Option<&'a str> {
 }
 
 impl Capi {
+    /// One object of an adopted cluster, read by listing its namespace for its name (`None`
+    /// when it is not there). The service's RBAC grants `list`, not `get`, on the Cluster API
+    /// kinds (`capi::access::DRIVER_VERBS`, the chart's ClusterRole), and adoption runs under
+    /// that identity: in `serve`, and in `magnum-capi import` with the service's configuration
+    /// (a `get` was refused there on the real apiserver: `tests/it/realstack_adopt.rs`).
+    pub(super) async fn read(&self, r: &ObjectRef) -> Result<Option<Value>, CapiError> {
+        let ar = super::apply::resource(&r.api_version, &r.kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.mgmt.client().clone(),
+            r.namespace.as_deref().unwrap_or_default(),
+            &ar,
+        );
+        let params = ListParams::default().fields(&format!("metadata.name={}", r.name));
+        let list = api.list(&params).await.map_err(|e| match e {
+            kube::Error::Api(s) if matches!(s.code, 400 | 403 | 404 | 405 | 415 | 422) => {
+                KubeError::Refused {
+                    what: r.to_string(),
+                    message: s.message,
+                }
+            }
+            other => KubeError::Unavailable(format!("{r}: {other}")),
+        })?;
+        list.items
+            .into_iter()
+            .find(|o| o.metadata.name.as_deref() == Some(r.name.as_str()))
+            .map(|o| serde_json::to_value(o).map_err(|e| CapiError::Invalid(e.to_string())))
+            .transpose()
+    }
+
     /// The driver's CAPI `Cluster` at `at` on this management cluster, if it is there (what
     /// [`Capi::adopt`] labels).
     pub async fn find_adoptable(&self, at: &ObjectsAt) -> Result<Option<Value>, CapiError> {
-        Ok(self
-            .mgmt
-            .get_value(&ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name))
-            .await?)
+        self.read(&ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name))
+            .await
     }
 
     /// Labels the driver's objects of cluster `uuid` at `at` (its `cluster`, as
@@ -229,7 +258,7 @@ impl Capi {
         at: &ObjectsAt,
     ) -> Result<(ObjectRef, Value), CapiError> {
         let r = ObjectRef::new(kinds::CLUSTER, &at.namespace, &at.name);
-        match self.mgmt.get_value(&r).await? {
+        match self.read(&r).await? {
             Some(v) => Ok((r, v)),
             None => Err(CapiError::Stuck(format!(
                 "the Cluster {}/{} is gone from the management cluster",

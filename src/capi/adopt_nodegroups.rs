@@ -398,8 +398,7 @@ impl Capi {
                 .unwrap_or_default()
                 .to_string();
             async move {
-                self.mgmt
-                    .get_value(&ObjectRef::new(gvk, ns, &name))
+                self.read(&ObjectRef::new(gvk, ns, &name))
                     .await?
                     .ok_or_else(|| {
                         CapiError::Stuck(format!(
@@ -473,8 +472,7 @@ impl Capi {
             .pointer("/spec/controlPlaneRef/name")
             .and_then(Value::as_str)
             && let Some(v) = self
-                .mgmt
-                .get_value(&ObjectRef::new(kinds::CONTROL_PLANE, &at.namespace, kcp))
+                .read(&ObjectRef::new(kinds::CONTROL_PLANE, &at.namespace, kcp))
                 .await?
         {
             live.push(with_kind(v, kinds::CONTROL_PLANE));

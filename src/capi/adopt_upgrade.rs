@@ -195,7 +195,7 @@ impl Capi {
         let to = UpgradeTo::of(to)?;
         let ns = at.namespace.as_str();
         let cluster_ref = ObjectRef::new(kinds::CLUSTER, ns, &at.name);
-        let cluster = self.mgmt.get_value(&cluster_ref).await?.ok_or_else(|| {
+        let cluster = self.read(&cluster_ref).await?.ok_or_else(|| {
             CapiError::Stuck(format!(
                 "the Cluster {ns}/{} is gone from the management cluster",
                 at.name
@@ -207,8 +207,7 @@ impl Capi {
             .ok_or_else(|| CapiError::Stuck("the Cluster has no control plane".into()))?;
         let kcp_ref = ObjectRef::new(kinds::CONTROL_PLANE, ns, kcp_name);
         let kcp = self
-            .mgmt
-            .get_value(&kcp_ref)
+            .read(&kcp_ref)
             .await?
             .ok_or_else(|| CapiError::Stuck(format!("the control plane {kcp_name} is gone")))?;
         // The bootstrap the driver made stays: it must boot the new image.
@@ -233,6 +232,7 @@ impl Capi {
                         .json_patch(&cluster_ref, &Value::Array(ops))
                         .await?;
                 }
+                self.topology_taken_up(&kcp_ref, &to.version).await?;
             }
             DriverFamily::CapiHelm => {
                 let ref_path = KCP_INFRA_REFS
@@ -268,6 +268,36 @@ impl Capi {
         Ok(())
     }
 
+    /// Waits (a bounded while, then [`CapiError::Waiting`]: the upgrade is run again) until
+    /// CAPI's topology controller has taken a magnum-cluster-api Cluster's new version up: its
+    /// control plane `kcp` asks for `version`. Until then the control plane and the
+    /// MachineDeployments look ready at the old version, and an upgrade reported done at once
+    /// was completed on that old view (found on the real topology controller:
+    /// `tests/it/realstack_adopt.rs`); from then on the control plane's own rollout is what the
+    /// cluster's status waits for.
+    async fn topology_taken_up(&self, kcp: &ObjectRef, version: &str) -> Result<(), CapiError> {
+        const POLL: std::time::Duration = std::time::Duration::from_millis(500);
+        const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let asked = self.read(kcp).await?.and_then(|v| {
+                v.pointer("/spec/version")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            });
+            if asked.as_deref() == Some(version) {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(CapiError::Waiting(format!(
+                    "CAPI's topology controller has not yet asked the control plane {} for {version}",
+                    kcp.name
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// Writes the replacement of the machine template `obj` refers to at `ref_path` and points
     /// `obj` at it and at the new version.
     async fn roll_to(
@@ -285,8 +315,7 @@ impl Capi {
             .and_then(Value::as_str)
             .ok_or_else(|| CapiError::Stuck(format!("{r} names no machine template")))?;
         let live = self
-            .mgmt
-            .get_value(&ObjectRef::new(
+            .read(&ObjectRef::new(
                 kinds::OPENSTACK_MACHINE_TEMPLATE,
                 ns,
                 current,

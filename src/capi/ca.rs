@@ -32,6 +32,18 @@ pub fn suffix(kind: CaKind) -> &'static str {
     }
 }
 
+/// Whether a rotation replaces CA `kind`. The etcd CA is kept: KCP caches the etcd client
+/// certificate it signs with it for a day per cluster, "assuming the etcd CA is not rotated
+/// during the lifetime of a Cluster" (cluster-api v1.14 `controlplane/kubeadm/pkg/cluster.go`),
+/// so once the last phase left the members trusting only a new etcd CA, KCP could no longer
+/// reach etcd — no health check, no rollout, no remediation — until its cache expired (seen on
+/// the real stack: `a_clusters_ca_and_credential_rotate_on_real_cluster_api`). Old kubeconfigs
+/// still stop working; a certificate a tenant had the etcd CA sign (`ca sign` with
+/// `ca_cert_type: etcd`) keeps working — the README says so.
+pub fn rotated(kind: CaKind) -> bool {
+    kind != CaKind::Etcd
+}
+
 /// `<cluster>-ca-rotation`: the old and new CAs of a rotation under way.
 fn rotation_secret(cluster: &str) -> String {
     format!("{cluster}-ca-rotation")
@@ -190,7 +202,12 @@ impl Capi {
                 key_pem: cur.key_pem,
             });
         }
-        let new = vec![fresh.ca, fresh.etcd, fresh.front_proxy];
+        let mut new = vec![fresh.ca, fresh.etcd, fresh.front_proxy];
+        for (i, k) in CaKind::ALL.into_iter().enumerate() {
+            if !rotated(k) {
+                new[i] = old[i].clone();
+            }
+        }
         let mut data = serde_json::Map::new();
         for (i, k) in CaKind::ALL.into_iter().enumerate() {
             for (f, text) in [
@@ -341,7 +358,9 @@ impl Capi {
         let (ns, name) = (namespace_of(&self.config, c), name_of(c));
         let mut objs = Vec::new();
         for (i, k) in CaKind::ALL.into_iter().enumerate() {
-            objs.push(self.ca_secret(c, k, &phase_pair(ph, &old[i], &new[i]), &labels));
+            if rotated(k) {
+                objs.push(self.ca_secret(c, k, &phase_pair(ph, &old[i], &new[i]), &labels));
+            }
         }
         self.mgmt.apply_all(&objs).await?;
         match ph {

@@ -791,9 +791,11 @@ impl Capi {
     }
 }
 
-/// The cluster as an upgrade makes it — on the new template (`to`), its version label following
-/// that template's `kube_tag`, the default nodegroups (and the one the operation names) on the
-/// payload's image — and those changes as facts for the worker to record once it is applied.
+/// The cluster as an upgrade makes it — on the new template (`to`), its and every nodegroup's
+/// version label following that template's `kube_tag` (the version is the cluster's: every
+/// MachineDeployment runs it; as magnum-cluster-api's `upgrade_cluster` labels them), the
+/// default nodegroups (and the one the operation names) on the payload's image — and those
+/// changes as facts for the worker to record once it is applied.
 fn upgraded(spec: &ClusterSpec, op: &Operation, to: Option<&Template>) -> (ClusterSpec, Vec<Fact>) {
     let mut out = spec.clone();
     let mut facts = Vec::new();
@@ -802,7 +804,7 @@ fn upgraded(spec: &ClusterSpec, op: &Operation, to: Option<&Template>) -> (Clust
         out.cluster.cluster_template_id = t.uuid;
         facts.push(Fact::Template(t.uuid));
         let kube_tag = t.labels.get("kube_tag").cloned();
-        // As `db::clusters::set_label`: the cluster's and its default nodegroups' labels.
+        // As `db::clusters::set_label`: the cluster's and all its nodegroups' labels.
         let set = |labels: &mut crate::domain::labels::Labels| match &kube_tag {
             Some(v) => {
                 labels.insert("kube_tag".into(), v.clone());
@@ -812,7 +814,7 @@ fn upgraded(spec: &ClusterSpec, op: &Operation, to: Option<&Template>) -> (Clust
             }
         };
         set(&mut out.cluster.labels);
-        for ng in out.nodegroups.iter_mut().filter(|n| n.is_default) {
+        for ng in &mut out.nodegroups {
             set(&mut ng.labels);
         }
         facts.push(Fact::Label {

@@ -447,8 +447,12 @@ fn nodegroup_verdict(obs: &Observed, ng: &NodegroupState, operation_open: bool) 
         .flatten();
     let want = autoscaled.unwrap_or(ng.node_count);
     let ready = !operation_open && owner.is_some_and(|o| replicas_ready(o, want));
+    // A machine being deleted is on its way out: CAPO may report a delete it retries
+    // (`InstanceDeleteFailed` while its OpenStackServer goes first), which is no failure of the
+    // nodegroup; a delete that cannot finish is the delete's to report.
     let failure = machines
         .iter()
+        .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
         .find_map(|m| {
             failure_of(m)
                 .or_else(|| obs.server_failure(m))
@@ -706,6 +710,25 @@ mod tests {
         );
         let ngc = ev.nodegroups.iter().find(|c| c.uuid == w.uuid).unwrap();
         assert_eq!(ngc.status.as_ref().unwrap().0, Status::CreateFailed);
+    }
+
+    /// A rollout's machine being deleted while CAPO retries its server's delete is no failure.
+    #[test]
+    fn a_machine_being_deleted_fails_nothing() {
+        let (m, w) = (
+            ng(true, 1, Status::UpdateInProgress),
+            ng(false, 1, Status::UpdateInProgress),
+        );
+        let db = state(Status::UpdateInProgress, vec![m.clone(), w.clone()]);
+        let mut obs = observed(&m, &w);
+        let mut going = machine(w.uuid, "10.0.0.7", false);
+        going["metadata"]["deletionTimestamp"] = json!("set");
+        going["status"]["conditions"] = json!([{"type": "InfrastructureReady", "status": "False",
+            "severity": "Error", "reason": "InstanceDeleteFailed",
+            "message": "openstackservers \"k-md-x\" not found"}]);
+        obs.machines.push(Shared::new(going));
+        let ev = evaluate(&obs, &db, Utc::now());
+        assert_eq!(ev.status, Some((Status::UpdateComplete, None)));
     }
 
     #[test]

@@ -544,7 +544,7 @@ pub async fn leftover_cred_result(
     Ok(())
 }
 
-/// Sets (or, with `None`, removes) one label of the cluster and of its default nodegroups.
+/// Sets (or, with `None`, removes) one label of the cluster and of all its nodegroups.
 pub async fn set_label(
     ex: &mut sqlx::PgConnection,
     uuid: Uuid,
@@ -555,7 +555,7 @@ pub async fn set_label(
         let filter = if table == "cluster" {
             "uuid = $1"
         } else {
-            "cluster_id = $1 AND is_default"
+            "cluster_id = $1"
         };
         let sql = format!(
             "UPDATE {table} SET labels = CASE WHEN $3::text IS NULL THEN labels - $2

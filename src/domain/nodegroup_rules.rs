@@ -8,7 +8,8 @@ fn invalid(attr: &str, ng: &str, why: &str) -> DomainError {
     DomainError::Conflict(format!("{attr} for {ng} is invalid ({why})."))
 }
 
-/// `min <= node_count <= max` (max optional) and `min <= max`.
+/// `min <= node_count <= max` (max optional) and `min <= max`, with Magnum's texts
+/// (`_validate_node_count`, the values included).
 pub fn check_counts(
     ng: &str,
     node_count: i64,
@@ -20,14 +21,18 @@ pub fn check_counts(
             return Err(invalid(
                 "max_node_count",
                 ng,
-                "max_node_count should be greater or equal to min_node_count",
+                &format!(
+                    "min_node_count ({min}) should be less or equal to max_node_count ({max})"
+                ),
             ));
         }
         if node_count > max {
             return Err(invalid(
                 "max_node_count",
                 ng,
-                "max_node_count should be greater or equal to node_count",
+                &format!(
+                    "node_count ({node_count}) should be less or equal to max_node_count ({max})"
+                ),
             ));
         }
     }
@@ -35,7 +40,7 @@ pub fn check_counts(
         return Err(invalid(
             "min_node_count",
             ng,
-            "min_node_count should be less or equal to node_count",
+            &format!("min_node_count ({min}) should be less or equal to node_count ({node_count})"),
         ));
     }
     Ok(())
@@ -152,6 +157,29 @@ mod tests {
             check_counts("ng", 2, 3, Some(1)),
             Err(DomainError::Conflict(_))
         ));
+    }
+
+    #[test]
+    fn count_bounds_say_what_magnum_says() {
+        let text = |r: Result<(), DomainError>| match r {
+            Err(DomainError::Conflict(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            text(check_counts("ng", 1, 4, None)),
+            "min_node_count for ng is invalid (min_node_count (4) should be less or equal to \
+             node_count (1))."
+        );
+        assert_eq!(
+            text(check_counts("ng", 5, 0, Some(3))),
+            "max_node_count for ng is invalid (node_count (5) should be less or equal to \
+             max_node_count (3))."
+        );
+        assert_eq!(
+            text(check_counts("ng", 2, 3, Some(1))),
+            "max_node_count for ng is invalid (min_node_count (3) should be less or equal to \
+             max_node_count (1))."
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::common::realstack::{
     Production, chart_identity, client_of, config_of, request_token, server_side_apply, stack,
 };
 use crate::common::served::run_command;
-use crate::common::wait::until;
+use crate::common::wait::{until, until_within};
 use magnum_capi::config::CapiConfig;
 
 use crate::render::{build_values, keystone_config, renderer, rows, with_labels};
@@ -391,6 +391,11 @@ pub(crate) async fn create_cluster(
     c["uuid"].as_str().unwrap().to_string()
 }
 
+/// How long a cluster on the real stack may take to reach a status: real KCP and MachineSets
+/// roll machines one by one, each joining through the node agent (a CA rotation rolls every
+/// machine three times); on a loaded 2-core machine that is minutes.
+const REAL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(480);
+
 /// Waits until cluster `path` has `want` (panicking early, with its reason and the controllers'
 /// logs, when it lands on a failure instead); its body.
 pub(crate) async fn wait_for_status(
@@ -401,7 +406,7 @@ pub(crate) async fn wait_for_status(
 ) -> Value {
     let s = stack().await;
     let seen = std::sync::Mutex::new(String::new());
-    until(&format!("{path} to be {want}"), || async {
+    until_within(REAL_DEADLINE, &format!("{path} to be {want}"), || async {
         let (code, b) = served.call(token, Method::GET, path, None).await;
         let status = b["status"].as_str().unwrap_or_default().to_string();
         // Each change, so a wait that times out shows where the cluster stayed.
@@ -423,6 +428,65 @@ pub(crate) async fn wait_for_status(
         (status == want).then_some(b)
     })
     .await
+}
+
+/// A client of cluster `uuid`'s workload API as `coe cluster config` makes one: the cluster's
+/// CA (`ca show`) trusted, an admin client certificate it signs (`ca sign`) presented.
+async fn workload_client(served: &Production, token: &str, uuid: &str) -> reqwest::Client {
+    let (st, ca) = served
+        .call(
+            token,
+            Method::GET,
+            &format!("/v1/certificates/{uuid}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{ca}");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:masters");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "admin");
+    let csr = params.serialize_request(&key).unwrap().pem().unwrap();
+    let (st, signed) = served
+        .call(
+            token,
+            Method::POST,
+            "/v1/certificates",
+            Some(json!({"cluster_uuid": uuid, "csr": csr})),
+        )
+        .await;
+    assert_eq!(st, 201, "{signed}");
+    let identity = format!("{}{}", signed["pem"].as_str().unwrap(), key.serialize_pem());
+    // Every CA of the bundle `ca show` gives (two while a rotation is under way).
+    let roots: Vec<_> = magnum_capi::capi::pki::pem_certs(ca["pem"].as_str().unwrap())
+        .iter()
+        .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
+        .collect();
+    reqwest::Client::builder()
+        .tls_certs_only(roots)
+        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// How many nodes the workload API at `api` lists for `client`; why, when it refuses it (or
+/// the client refuses the API's certificate).
+async fn nodes_of(client: &reqwest::Client, api: &str) -> Result<usize, String> {
+    let answer = client
+        .get(format!("{api}/api/v1/nodes"))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .map_err(|e| format!("{e:?}"))?;
+    let nodes: Value = answer.json().await.map_err(|e| e.to_string())?;
+    nodes["items"]
+        .as_array()
+        .map(Vec::len)
+        .ok_or_else(|| nodes.to_string())
 }
 
 /// The whole life of a cluster on real Cluster API, through the API with Keystone tokens and
@@ -452,50 +516,8 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
 
     // `coe cluster config`: the cluster's CA and a client certificate it signs reach the
     // workload API the machines joined.
-    let (st, ca) = served
-        .call(
-            &token,
-            Method::GET,
-            &format!("/v1/certificates/{uuid}"),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{ca}");
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:masters");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "admin");
-    let csr = params.serialize_request(&key).unwrap().pem().unwrap();
-    let (st, signed) = served
-        .call(
-            &token,
-            Method::POST,
-            "/v1/certificates",
-            Some(json!({"cluster_uuid": uuid, "csr": csr})),
-        )
-        .await;
-    assert_eq!(st, 201, "{signed}");
-    let identity = format!("{}{}", signed["pem"].as_str().unwrap(), key.serialize_pem());
-    let workload = reqwest::Client::builder()
-        .tls_certs_only([
-            reqwest::Certificate::from_pem(ca["pem"].as_str().unwrap().as_bytes()).unwrap(),
-        ])
-        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
-        .build()
-        .unwrap();
-    let nodes: Value = workload
-        .get(format!("{api}/api/v1/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(nodes["items"].as_array().map(Vec::len), Some(2), "{nodes}");
+    let workload = workload_client(&served, &token, &uuid).await;
+    assert_eq!(nodes_of(&workload, &api).await, Ok(2));
 
     // Resize up, then down.
     for count in [2, 1] {
@@ -739,4 +761,139 @@ async fn what_the_cloud_refuses_fails_the_cluster_with_the_clouds_reason() {
         wait_for_status(served, &token, &path, "DELETE_COMPLETE").await;
     }
     cloud.workload(|w| w.refused_flavors.remove("refused-cp"));
+}
+
+/// The machines of cluster `uuid` of project `project` on the management cluster, by name.
+async fn machine_names(project: &str, uuid: &str) -> std::collections::BTreeSet<String> {
+    let admin = stack().await.admin().await;
+    let ar = magnum_capi::capi::apply::resource("cluster.x-k8s.io/v1beta2", "Machine");
+    let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        admin,
+        &format!("magnum-{project}"),
+        &ar,
+    );
+    let name = magnum_capi::capi::capi_name(uuid.parse().unwrap());
+    api.list(
+        &kube::api::ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={name}")),
+    )
+    .await
+    .unwrap()
+    .items
+    .into_iter()
+    .filter_map(|m| m.metadata.name)
+    .collect()
+}
+
+/// The application credential in cluster `uuid`'s `clouds.yaml` Secret, the one CAPO and the
+/// cloud provider log in with: its id.
+async fn credential_in_secret(project: &str, uuid: &str) -> String {
+    let admin = stack().await.admin().await;
+    let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        admin,
+        &format!("magnum-{project}"),
+    );
+    let name = magnum_capi::capi::credentials_secret_name(&magnum_capi::capi::capi_name(
+        uuid.parse().unwrap(),
+    ));
+    let secret = serde_json::to_value(secrets.get(&name).await.unwrap()).unwrap();
+    magnum_capi::capi::credentials::clouds_yaml_credential(&secret)
+        .unwrap()
+        .0
+}
+
+/// A cluster's CA and its application credential rotate on real Cluster API:
+/// - `PATCH /v1/certificates/{uuid}` → `UPDATE_COMPLETE` once real KCP and the MachineSet have
+///   rolled every machine through the three phases (each joining through the node agent with
+///   the CA of its phase): new machines only, a new CA, the workload API reached with a
+///   certificate the new CA signs and no longer with the old CA's;
+/// - `PATCH /v1/credentials/{uuid}` → `UPDATE_COMPLETE` with a new application credential in the
+///   Secret CAPO reads and the old one gone from Keystone; a resize after it is built by CAPO
+///   logging in with the new credential (the old one no longer authenticates);
+///
+/// then it deletes to `DELETE_COMPLETE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_ca_and_credential_rotate_on_real_cluster_api() {
+    let s = stack().await;
+    let (ks, cloud) = crate::common::stack::parts().await;
+    cloud.set_identity(&ks.url);
+    let kubeconfig = chart_identity(s).await;
+    let served = Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "").await;
+    let (_, project, token) = ks.new_project("rotate").await;
+    let t = realstack_template(&served, &token, "rotate", KUBE_IMAGE, "m1.large").await;
+    let uuid = create_cluster(&served, &token, "rotate", &t, json!({})).await;
+    let path = format!("/v1/clusters/{uuid}");
+    let body = wait_for_status(&served, &token, &path, "CREATE_COMPLETE").await;
+    let api = body["api_address"].as_str().unwrap().to_string();
+    let old_client = workload_client(&served, &token, &uuid).await;
+    assert_eq!(nodes_of(&old_client, &api).await, Ok(2));
+    let before = machine_names(&project, &uuid).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    let certificates = format!("/v1/certificates/{uuid}");
+    let (st, b) = served
+        .call(&token, Method::PATCH, &certificates, None)
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let body = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
+    // The API and every node healthy (the add-ons fail: their charts are not reachable here).
+    let health = body["health_status_reason"].as_object().unwrap();
+    assert_eq!(health["api"], "ok", "{body}");
+    let nodes: Vec<_> = health
+        .iter()
+        .filter(|(k, _)| k.ends_with(".Ready"))
+        .collect();
+    assert_eq!(nodes.len(), 2, "{body}");
+    assert!(nodes.iter().all(|(_, v)| *v == "True"), "{body}");
+    let after = machine_names(&project, &uuid).await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(before.is_disjoint(&after), "{before:?} → {after:?}");
+    let new_client = workload_client(&served, &token, &uuid).await;
+    assert_eq!(nodes_of(&new_client, &api).await, Ok(2));
+    let refused = nodes_of(&old_client, &api).await;
+    assert!(
+        refused.is_err(),
+        "the old CA's client still reaches the API: {refused:?}"
+    );
+
+    let old_credential = credential_in_secret(&project, &uuid).await;
+    let (st, b) = served
+        .call(
+            &token,
+            Method::PATCH,
+            &format!("/v1/credentials/{uuid}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let body = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
+    let new_credential = credential_in_secret(&project, &uuid).await;
+    assert_ne!(new_credential, old_credential);
+    let user = body["user_id"].as_str().unwrap();
+    let held: Vec<String> = ks
+        .app_credentials_of(user)
+        .await
+        .iter()
+        .filter_map(|a| a["id"].as_str().map(str::to_string))
+        .collect();
+    assert!(held.contains(&new_credential), "{held:?}");
+    assert!(!held.contains(&old_credential), "{held:?}");
+    let (st, b) = served
+        .call(
+            &token,
+            Method::PATCH,
+            &path,
+            Some(json!([{"op": "replace", "path": "/node_count", "value": 2}])),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let body = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
+    assert_eq!(
+        body["node_addresses"].as_array().map(Vec::len),
+        Some(2),
+        "{body}"
+    );
+
+    let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
+    assert_eq!(st, 204, "{b}");
+    wait_for_status(&served, &token, &path, "DELETE_COMPLETE").await;
 }

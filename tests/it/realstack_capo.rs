@@ -541,30 +541,7 @@ fn leftovers(cloud: &FakeCloud, ids: &[Value], words: &[&str]) -> Vec<Value> {
                     .is_some_and(|s| words.iter().any(|w| s.contains(w)))
             })
     };
-    let mut left: Vec<Value> = Vec::new();
-    for kind in ["network", "subnet"] {
-        left.extend(cloud.items(kind).into_iter().filter(|v| mentions(v)));
-    }
-    cloud.workload(|w| {
-        for list in [
-            &w.ports,
-            &w.routers,
-            &w.security_groups,
-            &w.security_group_rules,
-            &w.floating_ips,
-            &w.trunks,
-            &w.load_balancers,
-            &w.listeners,
-            &w.pools,
-            &w.members,
-            &w.health_monitors,
-            &w.servers,
-            &w.volumes,
-        ] {
-            left.extend(list.iter().filter(|v| mentions(v)).cloned());
-        }
-    });
-    left
+    cloud.resources_where(mentions)
 }
 
 /// A flavor Nova refuses (its quota of cores): CAPO's real create fails with Nova's 403 and its

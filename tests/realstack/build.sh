@@ -122,8 +122,7 @@ log "built in $(($(date +%s) - total_start)) s"
 rm -rf "$out"
 mv "$tmp" "$out"
 trap - EXIT
-# Builds of earlier pins are ~600 MiB each: keep only this one.
-for old in "$cache"/realstack-*; do
-  [ "$old" = "$out" ] || rm -rf "$old"
-done
+# Builds of earlier pins are ~600 MiB each: keep only this one, and those built in the last hour
+# (a stack another test run or up.sh started from one may still be running its binaries).
+find "$cache" -maxdepth 1 -name 'realstack-*' ! -path "$out" -mmin +60 -exec rm -rf {} +
 echo "$out"

@@ -1,7 +1,13 @@
 //! The Cluster API Addon Provider Helm (CAAPH) controller: each HelmChartProxy gets one
-//! HelmReleaseProxy per selected Cluster once that cluster's control plane is initialised,
-//! owned by the proxy (deleted with it), labelled as CAAPH labels them, with CAAPH v0.6's
-//! conditions (`ClusterAvailable`, `HelmReleaseReady` and their summary `Ready`): deployed — or,
+//! HelmReleaseProxy per selected Cluster as soon as the Cluster exists, named as CAAPH names it
+//! (`<chart>-<cluster>-<5 characters>`, from a generateName), owned by the proxy (deleted with
+//! it), labelled as CAAPH labels them, its spec carrying the proxy's values and options, with
+//! CAAPH v0.6's conditions (`ClusterAvailable`, `HelmReleaseReady` and their summary `Ready`).
+//! As the real CAAPH v0.6.4 does on the real stack (`tests/it/realstack_addons.rs`), a proxy
+//! first says `PreparingToHelmInstall`, then waits for the cluster: `NotAvailable` when the
+//! Cluster says its control plane is not initialised, `GetKubeconfigFailed` while the
+//! `<cluster>-kubeconfig` Secret does not exist (real CAPI leaves `controlPlaneInitialized` unset
+//! until it is true, so that is what a real create shows). Then the release is deployed — or,
 //! when a failure marker names the chart or the proxy, `HelmInstallOrUpgradeFailed` (an add-on
 //! that does not install), or, when a marker `pending:<chart>` names it, `HelmReleasePending`
 //! with the release `pending-install` for as long as the marker stays (an install Helm is still
@@ -35,16 +41,8 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
     let spec = |k: &str| str_at(hcp, &["spec", k]).unwrap_or_default().to_string();
     let chart = spec("chartName");
     for cluster in clusters.iter().filter(|c| !is_deleting(c)) {
-        let initialised = bool_at(
-            cluster,
-            &["status", "initialization", "controlPlaneInitialized"],
-        ) || condition_true(cluster, "ControlPlaneInitialized");
-        if !initialised {
-            continue;
-        }
         let cluster_name = name(cluster);
-        let hrp_name = format!("{}-{cluster_name}", name(hcp));
-        let hrp = match cx.get(Kind::HelmReleaseProxy, ns, &hrp_name) {
+        let hrp = match release_proxy(cx, ns, cluster_name, name(hcp))? {
             Some(h) => h,
             None => cx.store.create(
                 &Kind::HelmReleaseProxy.resource(),
@@ -53,7 +51,9 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
                     "apiVersion": ADDONS_VERSION,
                     "kind": "HelmReleaseProxy",
                     "metadata": {
-                        "name": hrp_name,
+                        "name": generated_name(&format!("{chart}-{cluster_name}-"),
+                                               &format!("{ns}/{}/{cluster_name}", name(hcp))),
+                        "generateName": format!("{chart}-{cluster_name}-"),
                         "namespace": ns,
                         "labels": {
                             LABEL_CLUSTER_NAME: cluster_name,
@@ -69,10 +69,27 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
                         "version": spec("version"),
                         "releaseName": spec("releaseName"),
                         "namespace": spec("namespace"),
+                        "values": spec("valuesTemplate"),
+                        "options": at(hcp, &["spec", "options"]).cloned().unwrap_or_else(|| json!({})),
                     },
                 }),
             )?,
         };
+        if let Some(waiting) = waiting_for_cluster(cx, cluster) {
+            let preparing = "Preparing to to install Helm chart";
+            let (reason, message) = waiting;
+            let conds = json!([
+                {"type": "ClusterAvailable", "status": "False", "reason": reason,
+                 "message": message},
+                {"type": "HelmReleaseReady", "status": "False",
+                 "reason": "PreparingToHelmInstall", "message": preparing},
+                {"type": "Ready", "status": "False", "reason": "IssuesReported",
+                 "message": format!("* ClusterAvailable: {}\n* HelmReleaseReady: {preparing}",
+                                    if message.is_empty() { reason } else { &message })},
+            ]);
+            set_conditions(cx, &hrp, conds, None)?;
+            continue;
+        }
         let pending = cx.markers.iter().any(|m| {
             m.strip_prefix("pending:")
                 .is_some_and(|p| !p.is_empty() && (chart.contains(p) || name(hcp).contains(p)))
@@ -95,44 +112,118 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
         } else {
             ("True", "Ready", String::new(), "deployed")
         };
-        let current = condition(&hrp, "HelmReleaseReady");
-        let unchanged = current.is_some_and(|c| {
-            c.get("status").and_then(Value::as_str) == Some(ready)
-                && c.get("message").and_then(Value::as_str) == Some(message.as_str())
-        });
-        if unchanged {
-            continue;
-        }
-        let now = now_rfc3339();
-        // lastTransitionTime moves only when the status does (metav1 conditions).
-        let since = |t: &str, status: &str| {
-            condition(&hrp, t)
-                .filter(|c| c.get("status").and_then(Value::as_str) == Some(status))
-                .and_then(|c| c.get("lastTransitionTime").cloned())
-                .unwrap_or_else(|| json!(now))
-        };
         let (summary_reason, summary_message) = if ready == "True" {
             ("InfoReported", String::new())
         } else {
             ("IssuesReported", format!("* HelmReleaseReady: {message}"))
         };
-        cx.set_status(
-            Kind::HelmReleaseProxy,
-            &hrp,
-            json!({
-                "conditions": [
-                    {"type": "ClusterAvailable", "status": "True", "reason": "Available",
-                     "message": "", "lastTransitionTime": since("ClusterAvailable", "True")},
-                    {"type": "HelmReleaseReady", "status": ready, "reason": reason,
-                     "message": message, "lastTransitionTime": since("HelmReleaseReady", ready)},
-                    {"type": "Ready", "status": ready, "reason": summary_reason,
-                     "message": summary_message, "lastTransitionTime": since("Ready", ready)},
-                ],
-                "status": release,
-                "revision": 1,
-                "observedGeneration": generation(&hrp),
-            }),
-        )?;
+        let conds = json!([
+            {"type": "ClusterAvailable", "status": "True", "reason": "Available", "message": ""},
+            {"type": "HelmReleaseReady", "status": ready, "reason": reason, "message": message},
+            {"type": "Ready", "status": ready, "reason": summary_reason,
+             "message": summary_message},
+        ]);
+        set_conditions(cx, &hrp, conds, Some(release))?;
     }
+    Ok(())
+}
+
+/// The release proxy of HelmChartProxy `proxy` for cluster `cluster`, found by CAAPH's labels.
+fn release_proxy(
+    cx: &Ctx<'_>,
+    ns: &str,
+    cluster: &str,
+    proxy: &str,
+) -> Result<Option<std::sync::Arc<Value>>, StoreError> {
+    let selector = format!("{LABEL_CLUSTER_NAME}={cluster},{LABEL_HELM_CHART_PROXY}={proxy}");
+    Ok(cx
+        .store
+        .list(&Kind::HelmReleaseProxy.resource(), Some(ns), &selector)?
+        .into_iter()
+        .next())
+}
+
+/// A name from `generate_name` as the kube-apiserver makes one (the prefix cut to 58
+/// characters, then 5 of its random characters), the characters drawn from `seed` so that the
+/// simulation repeats itself.
+fn generated_name(generate_name: &str, seed: &str) -> String {
+    use sha2::Digest;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let prefix: String = generate_name.chars().take(58).collect();
+    let digest = sha2::Sha256::digest(seed.as_bytes());
+    let suffix: String = digest
+        .iter()
+        .take(5)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect();
+    format!("{prefix}{suffix}")
+}
+
+/// Why CAAPH cannot reach `cluster` yet (`ClusterAvailable`'s reason and message), as its
+/// HelmReleaseProxy controller decides: the Cluster says its control plane is not initialised
+/// (`controlPlaneInitialized: false`), or the kubeconfig Secret is not there.
+fn waiting_for_cluster(cx: &Ctx<'_>, cluster: &Value) -> Option<(&'static str, String)> {
+    let explicitly_not_initialised = at(
+        cluster,
+        &["status", "initialization", "controlPlaneInitialized"],
+    )
+    .and_then(Value::as_bool)
+        == Some(false);
+    if explicitly_not_initialised {
+        return Some(("NotAvailable", String::new()));
+    }
+    let (ns, cname) = (namespace(cluster), name(cluster));
+    let secret = crate::simkube::kubeconfig::secret_name(cname);
+    cx.get(Kind::Secret, ns, &secret).is_none().then(|| {
+        (
+            "GetKubeconfigFailed",
+            format!(
+                "failed to get kubeconfig for cluster: failed to retrieve kubeconfig secret for \
+                 Cluster {ns}/{cname}: Secret \"{secret}\" not found"
+            ),
+        )
+    })
+}
+
+/// Sets the proxy's conditions (and, with `release`, the release's status and revision, which a
+/// proxy has only once Helm made a release; without, they stay as they are) unless they already
+/// say the same; `lastTransitionTime` moves only when a condition's status does (metav1
+/// conditions).
+fn set_conditions(
+    cx: &Ctx<'_>,
+    hrp: &Value,
+    mut conds: Value,
+    release: Option<&str>,
+) -> Result<(), StoreError> {
+    let release = release.or_else(|| str_at(hrp, &["status", "status"]));
+    let same = |c: &Value| {
+        condition(hrp, c["type"].as_str().unwrap_or_default()).is_some_and(|old| {
+            ["status", "reason", "message"]
+                .iter()
+                .all(|k| old.get(*k) == c.get(*k))
+        })
+    };
+    let unchanged = conds.as_array().is_some_and(|cs| cs.iter().all(same))
+        && str_at(hrp, &["status", "status"]) == release;
+    if unchanged {
+        return Ok(());
+    }
+    let now = now_rfc3339();
+    for c in conds.as_array_mut().into_iter().flatten() {
+        let t = c["type"].as_str().unwrap_or_default().to_string();
+        let status = c["status"].clone();
+        let since = condition(hrp, &t)
+            .filter(|old| old.get("status") == Some(&status))
+            .and_then(|old| old.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(now));
+        c["lastTransitionTime"] = since;
+        c["observedGeneration"] = json!(generation(hrp));
+    }
+    let mut status = json!({"conditions": conds, "observedGeneration": generation(hrp)});
+    if let Some(r) = release {
+        status["status"] = json!(r);
+        status["revision"] = json!(1);
+    }
+    cx.set_status(Kind::HelmReleaseProxy, hrp, status)?;
     Ok(())
 }

@@ -130,10 +130,22 @@ pub async fn import_with(
     stack: &str,
     who: &As,
 ) -> (String, magnum_capi::import::Found) {
+    import_into(&t.state.pool, fleet, n, driver, stack, who).await
+}
+
+/// [`import_with`] into the magnum-capi database `pool` (another process's, say).
+pub async fn import_into(
+    pool: &sqlx::PgPool,
+    fleet: &[std::sync::Arc<magnum_capi::capi::driver::Capi>],
+    n: u32,
+    driver: Driver,
+    stack: &str,
+    who: &As,
+) -> (String, magnum_capi::import::Found) {
     let (tables, c) = magnum_rows(n, driver, stack, who);
     let mut plan =
         magnum_capi::domain::imported::plan(&tables, chrono::Utc::now()).expect("importable rows");
-    let mut tx = t.state.pool.begin().await.expect("begin");
+    let mut tx = pool.begin().await.expect("begin");
     let (_, found) = magnum_capi::import::write(&mut tx, &mut plan, fleet, false)
         .await
         .expect("import");
@@ -169,6 +181,30 @@ pub fn load_driver_objects(
     let ns = driver.namespace(project);
     let store = sim.store();
     store.ensure_namespace(&ns).expect("namespace");
+    let secrets = Resource::core("secrets");
+    for s in driver_secrets(driver, uuid, stack, project, ca) {
+        store.put(&secrets, s).expect("a driver's Secret");
+    }
+    for (gvk, obj) in capi_objects(driver, &ns, stack, uuid) {
+        store
+            .put(&Resource::of(gvk.0, gvk.1), obj)
+            .expect("a driver's Cluster API object");
+    }
+}
+
+/// The Secrets `driver` leaves for cluster `uuid` (`stack`) of `project` (see
+/// [`load_driver_objects`]): the four CAs (`<stack>-{ca,etcd,proxy,sa}`, the Kubernetes one
+/// `ca`) and the application credential's `clouds.yaml` (Keystone at
+/// `https://keystone.example.com/v3`, credential `ac-id`/`ac-secret`: placeholders a test
+/// replaces with a real one).
+pub fn driver_secrets(
+    driver: Driver,
+    uuid: &str,
+    stack: &str,
+    project: &str,
+    ca: &KeyPairPem,
+) -> Vec<Value> {
+    let ns = driver.namespace(project);
     let capi_name = json!({"cluster.x-k8s.io/cluster-name": stack});
     // magnum-capi-helm labels what its driver applies with the Magnum owner and uuid, and
     // CAPI's cluster name; magnum-cluster-api labels its CA Secrets with the cluster name only.
@@ -178,25 +214,20 @@ pub fn load_driver_objects(
             "cluster.x-k8s.io/cluster-name": stack}),
         _ => capi_name.clone(),
     };
-    let secrets = Resource::core("secrets");
+    let mut out = Vec::new();
     for suffix in ["ca", "etcd", "proxy", "sa"] {
         let pair = if suffix == "ca" {
             ca.clone()
         } else {
             magnum_capi::capi::pki::generate_ca(suffix).expect("a CA")
         };
-        store
-            .put(
-                &secrets,
-                secret(
-                    &ns,
-                    &format!("{stack}-{suffix}"),
-                    &driver_labels,
-                    Some("cluster.x-k8s.io/secret"),
-                    json!({"tls.crt": b64(&pair.cert_pem), "tls.key": b64(&pair.key_pem)}),
-                ),
-            )
-            .expect("CA Secret");
+        out.push(secret(
+            &ns,
+            &format!("{stack}-{suffix}"),
+            &driver_labels,
+            Some("cluster.x-k8s.io/secret"),
+            json!({"tls.crt": b64(&pair.cert_pem), "tls.key": b64(&pair.key_pem)}),
+        ));
     }
     let (cred_name, cred_labels, clouds) = match driver {
         Driver::ClusterApi => (
@@ -218,23 +249,14 @@ pub fn load_driver_objects(
                 .to_string(),
         ),
     };
-    store
-        .put(
-            &secrets,
-            secret(
-                &ns,
-                &cred_name,
-                &cred_labels,
-                None,
-                json!({"clouds.yaml": b64(&clouds), "cacert": b64("")}),
-            ),
-        )
-        .expect("credential Secret");
-    for (gvk, obj) in capi_objects(driver, &ns, stack, uuid) {
-        store
-            .put(&Resource::of(gvk.0, gvk.1), obj)
-            .expect("a driver's Cluster API object");
-    }
+    out.push(secret(
+        &ns,
+        &cred_name,
+        &cred_labels,
+        None,
+        json!({"clouds.yaml": b64(&clouds), "cacert": b64("")}),
+    ));
+    out
 }
 
 /// The Glance id of the image the fixture clusters' machines boot.
@@ -359,13 +381,20 @@ pub fn capi_objects(
             "controlPlaneRef": r("controlplane.cluster.x-k8s.io", "KubeadmControlPlane", &kcp),
             "infrastructureRef": r("infrastructure.cluster.x-k8s.io", "OpenStackCluster", &osc)}});
     if !helm {
-        // The image variable and each entry's override as `resources.py` writes them.
-        cluster["spec"]["topology"] = json!({"classRef": {"name": "magnum-v0.38.1"},
+        // The variables of the objects it makes (the others `resources.py` writes have
+        // defaults in the class) and each entry's override, as `resources.py` writes them.
+        cluster["spec"]["topology"] = json!({"classRef": {"name": MCAPI_CLASS},
             "version": "v1.31.4",
             "controlPlane": {"replicas": 1},
             "variables": [
                 {"name": "apiServerLoadBalancer", "value": {"enabled": true}},
-                {"name": "imageUUID", "value": DRIVER_IMAGE}],
+                {"name": "imageUUID", "value": DRIVER_IMAGE},
+                {"name": "clusterIdentityRefName", "value": format!("{stack}-cloud-config")},
+                {"name": "controlPlaneFlavor", "value": "m1.medium"},
+                {"name": "externalNetworkId", "value": super::fakecloud::NETWORK_PUBLIC},
+                {"name": "flavor", "value": "m1.small"},
+                {"name": "nodeCidr", "value": "10.0.0.0/24"},
+                {"name": "sshKeyName", "value": "ops-key"}],
             "workers": {"machineDeployments": [mcapi_worker_entry()]}});
     }
     vec![
@@ -439,5 +468,166 @@ pub fn capi_objects(
                         "infrastructureRef": r("infrastructure.cluster.x-k8s.io", "OpenStackMachineTemplate", &md_template)}}}}),
         ),
         (("cluster.x-k8s.io/v1beta2", "Cluster"), cluster),
+    ]
+}
+
+/// The name of magnum-cluster-api 0.38.1's ClusterClass, and of each of its templates
+/// (`src/resources.rs` names them all after the class).
+pub const MCAPI_CLASS: &str = "magnum-v0.38.1";
+
+/// magnum-cluster-api's ClusterClass in `ns` and its templates, as its `src/resources.rs` and
+/// `src/features/*.rs` write them, reduced to the variables the fixture's Cluster sets and the
+/// patches that make its OpenStack objects from them (the flavors, the image, the identity, the
+/// external network, the API load balancer, the node CIDR, the SSH key); its other variables
+/// (boot volume, server group, disk bus, image repository) are declared, and patch nothing
+/// here. What CAPI's topology controller builds a fixture Cluster's control plane, infrastructure
+/// and MachineDeployments from on a real management cluster.
+pub fn mcapi_cluster_class(ns: &str) -> Vec<Value> {
+    let template_ref = |api_version: &str, kind: &str| json!({"templateRef": {"apiVersion": api_version, "kind": kind, "name": MCAPI_CLASS}});
+    let meta = json!({"name": MCAPI_CLASS, "namespace": ns});
+    // Magnum's machine health check of the class: Ready False or Unknown for five minutes.
+    let health_check = json!({
+        "checks": {"unhealthyNodeConditions": [
+            {"type": "Ready", "status": "False", "timeoutSeconds": 300},
+            {"type": "Ready", "status": "Unknown", "timeoutSeconds": 300}]},
+        "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": "80%"}}});
+    let string = json!({"openAPIV3Schema": {"type": "string"}});
+    let variable = |name: &str, required: bool, schema: &Value| json!({"name": name, "required": required, "schema": schema});
+    let mut variables = vec![variable(
+        "apiServerLoadBalancer",
+        true,
+        &json!({"openAPIV3Schema": {"type": "object", "required": ["enabled"],
+            "properties": {"enabled": {"type": "boolean"},
+                           "provider": {"type": "string"}}}}),
+    )];
+    for name in [
+        "clusterIdentityRefName",
+        "controlPlaneFlavor",
+        "externalNetworkId",
+        "flavor",
+        "imageUUID",
+        "nodeCidr",
+        "sshKeyName",
+    ] {
+        variables.push(variable(name, true, &string));
+    }
+    for name in ["hardwareDiskBus", "imageRepository", "serverGroupId"] {
+        variables.push(variable(name, false, &string));
+    }
+    variables.push(variable(
+        "isServerGroupDiffFailureDomain",
+        false,
+        &json!({"openAPIV3Schema": {"type": "boolean"}}),
+    ));
+    variables.push(variable(
+        "bootVolume",
+        false,
+        &json!({"openAPIV3Schema": {"type": "object",
+            "properties": {"size": {"type": "integer"}, "type": {"type": "string"}}}}),
+    ));
+    let select = |kind: &str, matching: Value| json!({"apiVersion": INFRA, "kind": kind, "matchResources": matching});
+    let cluster = json!({"infrastructureCluster": true});
+    let control_plane = json!({"controlPlane": true});
+    let workers = json!({"machineDeploymentClass": {"names": ["default-worker"]}});
+    let machines = json!({"controlPlane": true,
+        "machineDeploymentClass": {"names": ["default-worker"]}});
+    let from = |op: &str, path: &str, variable: &str| json!({"op": op, "path": path, "valueFrom": {"variable": variable}});
+    let patch =
+        |name: &str, definitions: Vec<Value>| json!({"name": name, "definitions": definitions});
+    let patches = vec![
+        patch(
+            "apiServerLoadBalancer",
+            vec![
+                json!({"selector": select("OpenStackClusterTemplate", cluster.clone()),
+                "jsonPatches": [from("add", "/spec/template/spec/apiServerLoadBalancer",
+                                     "apiServerLoadBalancer")]}),
+            ],
+        ),
+        patch(
+            "clusterIdentityRefName",
+            vec![
+                json!({"selector": select("OpenStackMachineTemplate", machines.clone()),
+                    "jsonPatches": [from("replace", "/spec/template/spec/identityRef/name",
+                                         "clusterIdentityRefName")]}),
+                json!({"selector": select("OpenStackClusterTemplate", cluster.clone()),
+                    "jsonPatches": [from("add", "/spec/template/spec/identityRef/name",
+                                         "clusterIdentityRefName")]}),
+            ],
+        ),
+        patch(
+            "externalNetworkId",
+            vec![
+                json!({"selector": select("OpenStackClusterTemplate", cluster.clone()),
+                "jsonPatches": [{"op": "add", "path": "/spec/template/spec/externalNetwork",
+                    "valueFrom": {"template": "id: {{ .externalNetworkId }}\n"}}]}),
+            ],
+        ),
+        patch(
+            "nodeCidr",
+            vec![
+                json!({"selector": select("OpenStackClusterTemplate", cluster),
+                "jsonPatches": [{"op": "add", "path": "/spec/template/spec/managedSubnets",
+                    "valueFrom": {"template": "- cidr: {{ .nodeCidr }}\n"}}]}),
+            ],
+        ),
+        patch(
+            "flavors",
+            vec![
+                json!({"selector": select("OpenStackMachineTemplate", control_plane),
+                    "jsonPatches": [from("add", "/spec/template/spec/flavor",
+                                         "controlPlaneFlavor")]}),
+                json!({"selector": select("OpenStackMachineTemplate", workers),
+                    "jsonPatches": [from("add", "/spec/template/spec/flavor", "flavor")]}),
+            ],
+        ),
+        patch(
+            "images",
+            vec![
+                json!({"selector": select("OpenStackMachineTemplate", machines.clone()),
+                "jsonPatches": [from("add", "/spec/template/spec/image/id", "imageUUID")]}),
+            ],
+        ),
+        json!({"name": "sshKeyName",
+            "enabledIf": "{{ if ne .sshKeyName \"\" }}true{{ end }}",
+            "definitions": [{"selector": select("OpenStackMachineTemplate", machines),
+                "jsonPatches": [from("add", "/spec/template/spec/sshKeyName", "sshKeyName")]}]}),
+    ];
+    let node_registration = json!({"name": "{{ local_hostname }}", "kubeletExtraArgs": [
+        {"name": "cloud-provider", "value": "external"},
+        {"name": "provider-id", "value": "openstack:///'{{ instance_id }}'"}]});
+    // Placeholders the patches replace: CAPO's schema needs an image, a flavor and an identity
+    // on every machine template.
+    let identity = json!({"cloudName": "default", "name": "set-by-the-cluster"});
+    vec![
+        json!({"apiVersion": INFRA, "kind": "OpenStackClusterTemplate", "metadata": meta,
+            "spec": {"template": {"spec": {"identityRef": identity,
+                "managedSecurityGroups": {"allowAllInClusterTraffic": true}}}}}),
+        json!({"apiVersion": KCP, "kind": "KubeadmControlPlaneTemplate", "metadata": meta,
+            "spec": {"template": {"spec": {"kubeadmConfigSpec": {
+                "clusterConfiguration": {"controllerManager": {"extraArgs": [
+                    {"name": "cloud-provider", "value": "external"}]}},
+                "initConfiguration": {"nodeRegistration": node_registration},
+                "joinConfiguration": {"nodeRegistration": node_registration}}}}}}),
+        json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": meta,
+            "spec": {"template": {"spec": {"identityRef": identity, "flavor": "set-by-the-cluster",
+                "image": {"id": "00000000-0000-0000-0000-000000000000"}}}}}),
+        json!({"apiVersion": KCT, "kind": "KubeadmConfigTemplate", "metadata": meta,
+            "spec": {"template": {"spec": {"joinConfiguration": {
+                "nodeRegistration": node_registration}}}}}),
+        json!({"apiVersion": CAPI, "kind": "ClusterClass", "metadata": meta,
+            "spec": {
+                "controlPlane": {
+                    "templateRef": template_ref(KCP, "KubeadmControlPlaneTemplate")["templateRef"],
+                    "machineInfrastructure": template_ref(INFRA, "OpenStackMachineTemplate"),
+                    "healthCheck": health_check,
+                    "deletion": {"nodeVolumeDetachTimeoutSeconds": 300}},
+                "infrastructure": template_ref(INFRA, "OpenStackClusterTemplate"),
+                "workers": {"machineDeployments": [{"class": "default-worker",
+                    "bootstrap": template_ref(KCT, "KubeadmConfigTemplate"),
+                    "infrastructure": template_ref(INFRA, "OpenStackMachineTemplate"),
+                    "healthCheck": health_check,
+                    "deletion": {"nodeVolumeDetachTimeoutSeconds": 300}}]},
+                "variables": variables,
+                "patches": patches}}),
     ]
 }

@@ -325,6 +325,36 @@ impl FakeCloud {
     }
     /// Adds an image (replacing one with the same `id`; a missing `id` gets a random UUID) on
     /// top of realistic defaults; custom properties go at top level. Returns the id.
+    /// Every resource the fake cloud holds (networks, subnets, ports, routers, security groups
+    /// and their rules, floating IPs, trunks, Octavia's objects, servers, volumes) that `pick`
+    /// picks: what a delete left behind.
+    pub fn resources_where(&self, pick: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut out: Vec<Value> = Vec::new();
+        for kind in ["network", "subnet"] {
+            out.extend(self.items(kind).into_iter().filter(|v| pick(v)));
+        }
+        self.workload(|w| {
+            for list in [
+                &w.ports,
+                &w.routers,
+                &w.security_groups,
+                &w.security_group_rules,
+                &w.floating_ips,
+                &w.trunks,
+                &w.load_balancers,
+                &w.listeners,
+                &w.pools,
+                &w.members,
+                &w.health_monitors,
+                &w.servers,
+                &w.volumes,
+            ] {
+                out.extend(list.iter().filter(|v| pick(v)).cloned());
+            }
+        });
+        out
+    }
+
     pub fn add_image(&self, v: Value) -> String {
         self.lock().add("image", v)
     }

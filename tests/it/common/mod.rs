@@ -6,6 +6,7 @@
 pub mod capi;
 pub mod capi_drivers;
 pub mod chart;
+pub mod clients;
 pub mod fakecloud;
 pub mod keystone;
 pub mod magnum;

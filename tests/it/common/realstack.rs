@@ -49,17 +49,24 @@ pub fn realstack_dir() -> PathBuf {
 
 /// Builds the pinned stack (or finds it in the cache); the build directory.
 pub fn build() -> PathBuf {
+    go_build(&realstack_dir().join("build.sh"), "real stack")
+}
+
+/// Runs one of the Go test tier's build scripts (`tests/realstack/build.sh`,
+/// `tests/clients/build.sh`: they build into `~/.cache/magnum-capi`, or find the build there,
+/// and print its directory last); that directory.
+pub fn go_build(script: &Path, what: &str) -> PathBuf {
     let t0 = Instant::now();
     let out = Command::new("bash")
-        .arg(realstack_dir().join("build.sh"))
+        .arg(script)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .expect("running tests/realstack/build.sh (is bash installed?)");
+        .unwrap_or_else(|e| panic!("running {} (is bash installed?): {e}", script.display()));
     assert!(
         out.status.success(),
-        "tests/realstack/build.sh failed ({}): the real-stack tests need Go and the Go module \
-         proxy",
+        "{} failed ({}): the {what} needs Go 1.26 and the Go module proxy",
+        script.display(),
         out.status
     );
     let dir = String::from_utf8_lossy(&out.stdout)
@@ -67,12 +74,8 @@ pub fn build() -> PathBuf {
         .last()
         .map(str::trim)
         .map(PathBuf::from)
-        .expect("build.sh printed its directory");
-    eprintln!(
-        "real stack binaries: {} ({:.1?})",
-        dir.display(),
-        t0.elapsed()
-    );
+        .expect("the build script printed its directory");
+    eprintln!("{what} binaries: {} ({:.1?})", dir.display(), t0.elapsed());
     dir
 }
 

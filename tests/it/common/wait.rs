@@ -22,12 +22,22 @@ pub fn deadline() -> Duration {
 }
 
 /// Runs `probe` until it returns `Some`, and returns that; panics naming `what` at the deadline.
-pub async fn until<T, F, Fut>(what: &str, mut probe: F) -> T
+pub async fn until<T, F, Fut>(what: &str, probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let limit = deadline();
+    until_within(deadline(), what, probe).await
+}
+
+/// [`until`] with its own bound: for what real controllers take minutes to do (the real
+/// stack's rollouts: a CA rotation rolls every machine three times), where [`deadline`] is
+/// sized for the simulator.
+pub async fn until_within<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
     let end = tokio::time::Instant::now() + limit;
     loop {
         if let Some(v) = probe().await {

@@ -192,10 +192,12 @@ func (wl *Workload) setCAs(clusterCA, etcdCA *ca, serviceIP net.IP, dnsDomain st
 	if err != nil {
 		return err
 	}
+	// Every certificate of each Secret's tls.crt is trusted, as kubeadm installs the bundle as a
+	// machine's CA file: during a CA rotation clients signed by the old or the new CA both pass.
 	pool := x509.NewCertPool()
-	pool.AddCert(clusterCA.cert)
+	pool.AppendCertsFromPEM(clusterCA.pem)
 	if etcdCA != nil {
-		pool.AddCert(etcdCA.cert)
+		pool.AppendCertsFromPEM(etcdCA.pem)
 	}
 	wl.clusterCA, wl.etcdCA, wl.apiCert = clusterCA, etcdCA, apiCert
 	if !sameEtcd {
@@ -294,6 +296,9 @@ func (w *Workloads) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case "/healthz", "/readyz", "/livez":
 		rw.Header().Set("Content-Type", "text/plain")
 		_, _ = rw.Write([]byte("ok"))
+		return
+	case "/openapi/v2", "/openapi/v3":
+		serveOpenAPI(rw, r, wl.getVersion())
 		return
 	}
 	p := parsePath(r.URL.Path)

@@ -73,10 +73,12 @@ type provider struct {
 	args      []string // its own flags
 }
 
-// ignition is the feature gate Flatcar clusters need on the kubeadm bootstrap and control-plane
-// managers (clusterctl's EXP_KUBEADM_BOOTSTRAP_FORMAT_IGNITION=true): the management cluster is
-// set up as the README, the devstack plugin and deploy/capi-operator tell an operator to.
-var ignition = []string{"--feature-gates=KubeadmBootstrapFormatIgnition=true"}
+// ignition holds the feature gates of the kubeadm bootstrap and control-plane managers: the one
+// Flatcar clusters need (clusterctl's EXP_KUBEADM_BOOTSTRAP_FORMAT_IGNITION=true), as the README,
+// the devstack plugin and deploy/capi-operator tell an operator to set, and ClusterTopology, which
+// clusterctl's CLUSTER_TOPOLOGY=true turns on for them too (their webhooks refuse the
+// KubeadmControlPlaneTemplate of a ClusterClass without it).
+var ignition = []string{"--feature-gates=KubeadmBootstrapFormatIgnition=true,ClusterTopology=true"}
 
 // topology is the feature gate of ClusterClass clusters (clusterctl's CLUSTER_TOPOLOGY=true),
 // which magnum-cluster-api requires on its management cluster: the clusters magnum-capi adopts
@@ -418,7 +420,10 @@ func (s *Stack) startManager(p provider, webhookPort int) error {
 		"--v=2",
 	}, p.args...)
 	part, err := s.start(p.name, p.binary,
-		[]string{"KUBECONFIG=" + filepath.Join(s.dir, "admin.kubeconfig"), "POD_NAMESPACE=" + p.name + "-system"},
+		// HOME in the stack's directory: CAAPH's Helm keeps its cache and repositories, and
+		// client-go its discovery cache, under it, not in the user's home.
+		[]string{"KUBECONFIG=" + filepath.Join(s.dir, "admin.kubeconfig"), "POD_NAMESPACE=" + p.name + "-system",
+			"HOME=" + filepath.Join(s.dir, "home", p.name)},
 		args...)
 	if err != nil {
 		return err
