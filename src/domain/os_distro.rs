@@ -15,14 +15,16 @@ pub enum OsDistro {
     Flatcar,
 }
 
-/// The `os_distro` values accepted, as the refusal names them.
-pub const SUPPORTED: &str = "ubuntu, debian, rocky (or rockylinux), flatcar";
+/// The cluster types accepted (every `os_distro` this service boots), as Magnum's refusal lists
+/// the loaded drivers' (sorted, `(server_type, os, coe)`).
+pub const SUPPORTED: &str = "(vm, debian, kubernetes), (vm, flatcar, kubernetes), (vm, rocky, kubernetes), (vm, rockylinux, kubernetes), (vm, ubuntu, kubernetes), (vm, ubuntu-focal, kubernetes)";
 
 /// An image whose `os_distro` this service does not boot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Magnum 23's `ClusterTypeNotSupported`, word for word, with a hint for Fedora CoreOS after it.
 #[error(
-    "Cluster type (vm, {os_distro}, kubernetes) not supported. The Cluster API driver boots \
-     images whose os_distro is one of: {SUPPORTED}{hint}"
+    "Cluster type (vm, {os_distro}, kubernetes) is not supported by any loaded cluster driver. \
+     Loaded drivers support: {SUPPORTED}.{hint}"
 )]
 pub struct UnsupportedDistro {
     pub os_distro: String,
@@ -45,10 +47,10 @@ impl OsDistro {
                 os_distro: raw.to_owned(),
                 // Ignition spec 3 is all Fedora CoreOS boots; CABPK writes spec 2.3.
                 hint: if other.starts_with("fedora-coreos") || other == "fcos" {
-                    " (Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's kubeadm \
-                     bootstrap writes spec 2.3: use a Flatcar image)."
+                    " Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's kubeadm \
+                     bootstrap writes spec 2.3: use a Flatcar image."
                 } else {
-                    "."
+                    ""
                 },
             }),
         }
@@ -92,7 +94,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("Cluster type (vm, fedora-coreos, kubernetes) not supported."),
+            e.starts_with(
+                "Cluster type (vm, fedora-coreos, kubernetes) is not supported by any loaded \
+                 cluster driver. Loaded drivers support: (vm, debian, kubernetes), "
+            ),
             "{e}"
         );
         assert!(

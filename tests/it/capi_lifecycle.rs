@@ -982,7 +982,8 @@ async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
     assert_magnum_error(
         &r,
         400,
-        "Cluster type (vm, fedora-coreos, kubernetes) not supported.",
+        "Cluster type (vm, fedora-coreos, kubernetes) is not supported by any loaded cluster \
+         driver.",
     );
 }
 

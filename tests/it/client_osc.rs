@@ -410,7 +410,22 @@ async fn openstack_coe_commands_work_against_the_service() {
             out.dump()
         );
 
-        // --- cluster update ---
+        // --- cluster update: python-magnumclient 5.0.0's options. As in Magnum 23, only
+        // node_count may change (`validation.validate_cluster_properties`): a new master count
+        // or labels are a 400 naming the property, and nothing changes.
+        for (args, property) in [
+            (&["--master-count", "3"][..], "master_count"),
+            (&["--label", "auto_healing_enabled=true"][..], "labels"),
+            (&["--no-label", "kube_tag"][..], "labels"),
+        ] {
+            let mut cmd = vec!["coe", "cluster", "update", "c1"];
+            cmd.extend_from_slice(args);
+            let out = osc.fails("alice", "alpha", &cmd).await;
+            // The client drops the message's final period.
+            out.stderr_has(&format!(
+                "cannot change cluster property(ies) {property} (HTTP 400)"
+            ));
+        }
         let out = osc
             .ok(
                 "alice",

@@ -463,8 +463,9 @@ fn an_os_distro_the_driver_cannot_boot_is_refused_naming_the_supported_ones() {
         let err = build_values(&r, &config()).unwrap_err().to_string();
         assert!(
             err.starts_with(&format!(
-                "Cluster type (vm, {distro}, kubernetes) not supported."
-            )) && err.contains("ubuntu, debian, rocky (or rockylinux), flatcar"),
+                "Cluster type (vm, {distro}, kubernetes) is not supported by any loaded cluster \
+                 driver. Loaded drivers support: "
+            )) && err.contains("(vm, rockylinux, kubernetes), (vm, ubuntu, kubernetes)"),
             "{err}"
         );
     }

@@ -275,10 +275,11 @@ pub struct As {
 
 /// The 400 of a template on a Fedora CoreOS image (`domain::os_distro`), asserted whole by the
 /// tests that create one through `--dev` headers and through Keystone.
-pub const FCOS_REFUSAL: &str = "Cluster type (vm, fedora-coreos, kubernetes) not supported. The \
-     Cluster API driver boots images whose os_distro is one of: ubuntu, debian, rocky (or \
-     rockylinux), flatcar (Fedora CoreOS boots only Ignition spec 3 configs, and Cluster API's \
-     kubeadm bootstrap writes spec 2.3: use a Flatcar image).";
+pub const FCOS_REFUSAL: &str = "Cluster type (vm, fedora-coreos, kubernetes) is not supported \
+     by any loaded cluster driver. Loaded drivers support: (vm, debian, kubernetes), (vm, flatcar, \
+     kubernetes), (vm, rocky, kubernetes), (vm, rockylinux, kubernetes), (vm, ubuntu, kubernetes), \
+     (vm, ubuntu-focal, kubernetes). Fedora CoreOS boots only Ignition spec 3 configs, and Cluster \
+     API's kubeadm bootstrap writes spec 2.3: use a Flatcar image.";
 
 pub const ADMIN: As = As {
     user: "admin-user",
