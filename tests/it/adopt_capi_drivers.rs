@@ -1025,28 +1025,6 @@ async fn an_adopted_magnum_cluster_api_cluster_upgrades_through_its_topology() {
     upgrade_of(Driver::ClusterApi, "kube-x7k2p").await;
 }
 
-/// A real application credential of `user` (with their `token`) named `name`: (id, secret).
-async fn app_credential(user: &str, token: &str, name: &str) -> (String, String) {
-    let (status, body) = keystone()
-        .request(
-            "POST",
-            &format!("/users/{user}/application_credentials"),
-            Some(token),
-            None,
-            Some(json!({"application_credential": {"name": name}})),
-        )
-        .await
-        .expect("POST application_credentials");
-    assert_eq!(status, 201, "{body}");
-    let field = |k: &str| {
-        body["application_credential"][k]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    (field("id"), field("secret"))
-}
-
 async fn creds_of(user_id: &str) -> Vec<String> {
     keystone()
         .app_credentials_of(user_id)
@@ -1158,7 +1136,9 @@ async fn rotating(app: &CapiApp, driver: Driver, stack: &str) -> Rotating {
     };
     let Adopted { c, ns, .. } = adopted_on(app, driver, 1, stack, &who).await;
     let (secret_name, cred_name) = drivers_names(driver, stack, &c);
-    let (old_id, old_secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
+    let (old_id, old_secret) = keystone()
+        .app_credential(&owner_id, &owner_token, &cred_name)
+        .await;
     with_credential(&app.sim, &ns, &secret_name, (&old_id, &old_secret));
     Rotating {
         c,
@@ -1358,8 +1338,12 @@ async fn rotation_of(driver: Driver, stacks: [&str; 2]) {
     let stack = stacks[1];
     let Adopted { c: c2, .. } = adopted_on(&app, driver, 2, stack, &who).await;
     let (secret_name, cred_name) = drivers_names(driver, stack, &c2);
-    let (id, secret) = app_credential(&owner_id, &owner_token, &cred_name).await;
-    let (other, _) = app_credential(&owner_id, &owner_token, "the-owners-own").await;
+    let (id, secret) = keystone()
+        .app_credential(&owner_id, &owner_token, &cred_name)
+        .await;
+    let (other, _) = keystone()
+        .app_credential(&owner_id, &owner_token, "the-owners-own")
+        .await;
     with_credential(sim, &ns, &secret_name, (&id, &secret));
     let r = t
         .call_token(

@@ -673,8 +673,6 @@ const NEVER_JOINS_FLAVOR: &str = "never-joins";
 async fn what_the_cloud_refuses_fails_the_cluster_with_the_clouds_reason() {
     let s = stack().await;
     let (ks, cloud) = crate::common::stack::parts().await;
-    // What CAPO makes belongs to the project of its application credential's token.
-    cloud.set_identity(&ks.url);
     let kubeconfig = chart_identity(s).await;
     let served = Production::start(
         0,
@@ -691,7 +689,7 @@ async fn what_the_cloud_refuses_fails_the_cluster_with_the_clouds_reason() {
             "vcpus": 4}),
         );
         cloud.workload(|w| w.refused_flavors.insert("refused-cp".into()));
-        let (_, _, token) = ks.new_project("refused").await;
+        let token = ks.new_project("refused").await.token;
         let t = realstack_template(served, &token, "refused", KUBE_IMAGE, "m1.refused-cp").await;
         let path = format!(
             "/v1/clusters/{}",
@@ -709,7 +707,8 @@ async fn what_the_cloud_refuses_fails_the_cluster_with_the_clouds_reason() {
     };
 
     let over_quota = async {
-        let (_, project, token) = ks.new_project("overquota").await;
+        let crate::common::keystone::ProjectMember { project, token, .. } =
+            ks.new_project("overquota").await;
         cloud.workload(|w| w.quotas.insert((project.clone(), "network".into()), 0));
         let t = realstack_template(served, &token, "overquota", KUBE_IMAGE, "m1.large").await;
         let path = format!(
@@ -729,7 +728,7 @@ async fn what_the_cloud_refuses_fails_the_cluster_with_the_clouds_reason() {
     let image_gone = async {
         let image = cloud.add_image(json!({"name": "ubuntu-2204-kube-v1.30.4-gone",
             "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.30.4"}));
-        let (_, _, token) = ks.new_project("imagegone").await;
+        let token = ks.new_project("imagegone").await.token;
         let t = realstack_template(served, &token, "imagegone", &image, "m1.large").await;
         let uuid = create_cluster(served, &token, "imagegone", &t, json!({})).await;
         let path = format!("/v1/clusters/{uuid}");
@@ -814,11 +813,11 @@ async fn credential_in_secret(project: &str, uuid: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clusters_ca_and_credential_rotate_on_real_cluster_api() {
     let s = stack().await;
-    let (ks, cloud) = crate::common::stack::parts().await;
-    cloud.set_identity(&ks.url);
+    let (ks, _) = crate::common::stack::parts().await;
     let kubeconfig = chart_identity(s).await;
     let served = Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "").await;
-    let (_, project, token) = ks.new_project("rotate").await;
+    let crate::common::keystone::ProjectMember { project, token, .. } =
+        ks.new_project("rotate").await;
     let t = realstack_template(&served, &token, "rotate", KUBE_IMAGE, "m1.large").await;
     let uuid = create_cluster(&served, &token, "rotate", &t, json!({})).await;
     let path = format!("/v1/clusters/{uuid}");

@@ -25,7 +25,7 @@ use crate::common::capi_drivers::{
     mcapi_cluster_class,
 };
 use crate::common::fakecloud::{FakeCloud, IMAGE_UBUNTU_KUBE, KEYPAIR_DEFAULT};
-use crate::common::keystone::Keystone;
+use crate::common::keystone::ProjectMember;
 use crate::common::realstack::{
     Production, RealStack, chart_identity, client_of, config_of, server_side_apply, stack,
 };
@@ -46,52 +46,6 @@ const KUBE_VERSION: &str = "v1.30.4";
 /// The version of [`UPGRADE_IMAGE`], the next minor.
 const UPGRADE_VERSION: &str = "v1.31.6";
 
-/// A project of its own (so a namespace of its own for magnum-capi-helm's objects, and its own
-/// resources in the fake cloud) with a member: the cluster's owner in Magnum.
-struct Owner {
-    project: String,
-    user: String,
-    token: String,
-}
-
-async fn own_project(ks: &Keystone, prefix: &str) -> Owner {
-    let (_, project, token) = ks.new_project(prefix).await;
-    let (status, validated) = ks.validate(&token).await;
-    assert_eq!(status, 200, "{validated}");
-    let user = validated["token"]["user"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    Owner {
-        project,
-        user,
-        token,
-    }
-}
-
-/// An application credential of `owner` named `name`, as the driver made for its cluster:
-/// (id, secret).
-async fn app_credential(ks: &Keystone, owner: &Owner, name: &str) -> (String, String) {
-    let (status, body) = ks
-        .request(
-            "POST",
-            &format!("/users/{}/application_credentials", owner.user),
-            Some(&owner.token),
-            None,
-            Some(json!({"application_credential": {"name": name}})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(status, 201, "{body}");
-    let field = |k: &str| {
-        body["application_credential"][k]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    (field("id"), field("secret"))
-}
-
 /// What `driver` leaves for cluster `uuid` (`stack`) of `owner`, made buildable on the real stack
 /// and the fake cloud: the image the fake Glance has ([`KUBE_IMAGE`], so [`KUBE_VERSION`]), its
 /// keypair, the real Keystone and application credential `(id, secret)` in the credential
@@ -103,7 +57,7 @@ fn objects_for_real(
     driver: Driver,
     stack: &str,
     uuid: &str,
-    owner: &Owner,
+    owner: &ProjectMember,
     keystone: &str,
     (id, secret): (&str, &str),
     ca: &magnum_capi::capi::pki::KeyPairPem,
@@ -313,10 +267,11 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
     let s = stack().await;
     let _logs = LogsOnFailure(s);
     let (ks, cloud) = crate::common::stack::parts().await;
-    cloud.set_identity(&ks.url);
     let kubeconfig = chart_identity(s).await;
     let served = Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "").await;
-    let owner = own_project(ks, "adopt").await;
+    // A project of its own: a namespace of its own for magnum-capi-helm's objects, and its
+    // own resources in the fake cloud.
+    let owner = ks.new_project("adopt").await;
     let stack_name = stack_of(&owner.project);
     let stack = stack_name.as_str();
     let ns = driver.namespace(&owner.project);
@@ -326,7 +281,9 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
         Driver::ClusterApi => uuid.clone(),
         _ => format!("magnum-{uuid}"),
     };
-    let (ac_id, ac_secret) = app_credential(ks, &owner, &credential_name).await;
+    let (ac_id, ac_secret) = ks
+        .app_credential(&owner.user, &owner.token, &credential_name)
+        .await;
     let ca = magnum_capi::capi::pki::generate_ca("kubernetes").unwrap();
     let admin = s.admin().await;
     let field_manager = match driver {

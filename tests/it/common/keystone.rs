@@ -91,6 +91,13 @@ pub const ASSIGNMENTS: &[(&str, &str, &[&str])] = &[
     (SERVICE_USER, SERVICE_PROJECT, &["admin", "service"]),
 ];
 
+/// A project made by [`Keystone::new_project`] and its member: ids and the member's token.
+pub struct ProjectMember {
+    pub project: String,
+    pub user: String,
+    pub token: String,
+}
+
 /// The password of a seeded user (also of `admin`).
 pub fn password(user: &str) -> String {
     format!("{user}-Secret-1")
@@ -366,10 +373,10 @@ impl Keystone {
         (id, token)
     }
 
-    /// A new project `<prefix>-<random>` with a new member of it: (project name, project id,
-    /// the member's token there). For tests that change what the cloud allows one project
-    /// (its quotas) without touching the seeded projects other tests share.
-    pub async fn new_project(&self, prefix: &str) -> (String, String, String) {
+    /// A new project `<prefix>-<random>` with a new member of it, and the member's token there.
+    /// For tests that change what the cloud allows one project (its quotas), or want a namespace
+    /// of their own, without touching the seeded projects other tests share.
+    pub async fn new_project(&self, prefix: &str) -> ProjectMember {
         let name = format!(
             "{prefix}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -385,9 +392,36 @@ impl Keystone {
             .as_str()
             .unwrap_or_else(|| panic!("no project id: {p}"))
             .to_string();
-        let (user, _) = self.new_user_on(prefix, "member", &project).await;
-        let token = self.token(&user, &name).await;
-        (name, project, token)
+        let (user_name, user) = self.new_user_on(prefix, "member", &project).await;
+        let token = self.token(&user_name, &name).await;
+        ProjectMember {
+            project,
+            user,
+            token,
+        }
+    }
+
+    /// A real application credential of user `user` (made with their `token`) named `name`:
+    /// (id, secret).
+    pub async fn app_credential(&self, user: &str, token: &str, name: &str) -> (String, String) {
+        let (status, body) = self
+            .request(
+                "POST",
+                &format!("/users/{user}/application_credentials"),
+                Some(token),
+                None,
+                Some(json!({"application_credential": {"name": name}})),
+            )
+            .await
+            .expect("POST application_credentials");
+        assert_eq!(status, 201, "{body}");
+        let field = |k: &str| {
+            body["application_credential"][k]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {k}: {body}"))
+                .to_string()
+        };
+        (field("id"), field("secret"))
     }
 
     pub async fn try_token(&self, user: &str, project: &str) -> Result<String> {

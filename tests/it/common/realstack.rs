@@ -316,7 +316,10 @@ impl Production {
     /// Starts it on `port` (0: any free port) with `kubeconfig` and `charts` as every chart
     /// repository; `extra` is appended to its `[capi]` section.
     pub async fn start(port: u16, kubeconfig: &Path, charts: &str, extra: &str) -> Production {
-        let (ks, _cloud) = super::stack::parts().await;
+        let (ks, cloud) = super::stack::parts().await;
+        // What CAPO makes belongs to the project of the token of its application credential
+        // (per-project quotas, leftovers by project): the fake cloud asks this Keystone.
+        cloud.set_identity(&ks.url);
         let port = if port == 0 {
             super::served::free_port()
         } else {
