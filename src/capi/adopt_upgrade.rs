@@ -268,34 +268,25 @@ impl Capi {
         Ok(())
     }
 
-    /// Waits (a bounded while, then [`CapiError::Waiting`]: the upgrade is run again) until
-    /// CAPI's topology controller has taken a magnum-cluster-api Cluster's new version up: its
-    /// control plane `kcp` asks for `version`. Until then the control plane and the
+    /// Whether CAPI's topology controller has taken a magnum-cluster-api Cluster's new version
+    /// up: its control plane `kcp` asks for `version`. Until then the control plane and the
     /// MachineDeployments look ready at the old version, and an upgrade reported done at once
     /// was completed on that old view (found on the real topology controller:
-    /// `tests/it/realstack_adopt.rs`); from then on the control plane's own rollout is what the
-    /// cluster's status waits for.
+    /// `tests/it/realstack_adopt.rs`). Not yet: [`CapiError::Waiting`], so the worker runs the
+    /// (idempotent) step again later instead of holding itself while the controller catches up.
     async fn topology_taken_up(&self, kcp: &ObjectRef, version: &str) -> Result<(), CapiError> {
-        const POLL: std::time::Duration = std::time::Duration::from_millis(500);
-        const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            let asked = self.read(kcp).await?.and_then(|v| {
-                v.pointer("/spec/version")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            });
-            if asked.as_deref() == Some(version) {
-                return Ok(());
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(CapiError::Waiting(format!(
-                    "CAPI's topology controller has not yet asked the control plane {} for {version}",
-                    kcp.name
-                )));
-            }
-            tokio::time::sleep(POLL).await;
+        let asked = self.read(kcp).await?.and_then(|v| {
+            v.pointer("/spec/version")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        if asked.as_deref() == Some(version) {
+            return Ok(());
         }
+        Err(CapiError::Waiting(format!(
+            "CAPI's topology controller has not yet asked the control plane {} for {version}",
+            kcp.name
+        )))
     }
 
     /// Writes the replacement of the machine template `obj` refers to at `ref_path` and points
