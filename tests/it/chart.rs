@@ -8,6 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
@@ -107,6 +110,12 @@ fn check_every_object(objects: &[Value]) -> BTreeSet<String> {
             ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
                 strictly::<ClusterRoleBinding>(o)
             }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+                strictly::<ValidatingAdmissionPolicy>(o)
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+                strictly::<ValidatingAdmissionPolicyBinding>(o)
+            }
             ("monitoring.coreos.com/v1", "ServiceMonitor") => strictly::<ServiceMonitor>(o),
             (v, k) => Err(format!("{v} {k}: a kind this test does not know")),
         };
@@ -114,8 +123,7 @@ fn check_every_object(objects: &[Value]) -> BTreeSet<String> {
         if let Err(e) = result {
             panic!("{kind} {name}: {e}");
         }
-        let namespaced = !matches!(kind, "Namespace" | "ClusterRole" | "ClusterRoleBinding");
-        if namespaced {
+        if !chart::CLUSTER_SCOPED.contains(&kind) {
             assert_eq!(o["metadata"]["namespace"], chart::RELEASE, "{kind} {name}");
         }
         kinds.insert(kind.to_string());
@@ -178,6 +186,8 @@ fn every_object_of_the_default_render_passes_its_kinds_schema() {
         "PodDisruptionBudget",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     .map(String::from)
     .into();

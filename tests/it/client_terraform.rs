@@ -26,7 +26,10 @@
 //!   the first apply waits), then `plan` with no changes;
 //! - `destroy` of both, waiting for the deletes; nothing is left.
 //!
-//! The real-stack run of the same flow is not here (see the README, "Client compatibility").
+//! The flow runs twice: on the simulated management cluster (alice in alpha, the catalog's
+//! RegionOne endpoint) and on the real stack (real kube-apiserver, CAPI, KCP, CAPO and CAAPH;
+//! `magnum-capi serve` as production runs it, named in the catalog as region `RegionReal`, a
+//! project of its own; the kubeconfig checked on the workload API the node agent serves).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -126,8 +129,16 @@ fn report(dir: &Path, args: &[&str], out: &Output) -> String {
     )
 }
 
-/// The provider block and its requirement: alice in alpha, through the catalog.
-fn provider_tf(version: &str) -> String {
+/// Who the provider logs in as, and where the catalog's service is: a user of a project (password
+/// auth) and the region of the `container-infra` endpoint under test.
+struct Login {
+    user: String,
+    project: String,
+    region: String,
+}
+
+/// The provider block and its requirement: `login`, through the catalog.
+fn provider_tf(version: &str, login: &Login) -> String {
     let ks = keystone();
     format!(
         r#"terraform {{
@@ -141,16 +152,19 @@ fn provider_tf(version: &str) -> String {
 
 provider "openstack" {{
   auth_url          = "{auth}"
-  region            = "{REGION}"
-  user_name         = "alice"
+  region            = "{region}"
+  user_name         = "{user}"
   password          = "{password}"
-  tenant_name       = "alpha"
+  tenant_name       = "{project}"
   user_domain_id    = "{DOMAIN}"
   project_domain_id = "{DOMAIN}"
 }}
 "#,
         auth = ks.url,
-        password = password("alice"),
+        region = login.region,
+        user = login.user,
+        project = login.project,
+        password = password(&login.user),
     )
 }
 
@@ -315,7 +329,7 @@ resource "openstack_containerinfra_nodegroup_v1" "imp" {{
     )
 }
 
-/// alice's requests to the service, with a Keystone token.
+/// Requests to the service under test, with the Terraform user's Keystone token.
 struct Api {
     http: reqwest::Client,
     base: String,
@@ -401,22 +415,142 @@ fn s<'a>(v: &'a Value, k: &str) -> &'a str {
     v[k].as_str().unwrap_or_else(|| panic!("{k} in {v}"))
 }
 
+/// Where the flow runs: the service the catalog names in `login.region`, and the workload API
+/// behind a cluster's kubeconfig.
+struct Target<'a> {
+    login: Login,
+    api: Api,
+    /// The Glance image of the upgrade's template (Kubernetes v1.31.2).
+    next_image: String,
+    workload: Workload<'a>,
+}
+
+/// The management cluster behind the service.
+enum Workload<'a> {
+    /// The simulated one: it answers whether a workload API accepts a client certificate.
+    Simulated(&'a crate::common::capi::CapiApp),
+    /// The real stack: the workload API at the cluster's address (the node agent's) is asked.
+    Real,
+}
+
+impl Workload<'_> {
+    /// Whether cluster `id`'s workload API (at `kubeconfig.host`) accepts `kubeconfig`'s client
+    /// certificate, trusting its CA.
+    async fn accepts(&self, project_id: &str, id: &str, kubeconfig: &Value) -> bool {
+        match self {
+            Workload::Simulated(app) => {
+                let ns = magnum_capi::capi::namespace("magnum", project_id);
+                let capi_name = magnum_capi::capi::capi_name(uuid::Uuid::parse_str(id).unwrap());
+                app.sim.simulator().unwrap().workload_accepts(
+                    &ns,
+                    &capi_name,
+                    s(kubeconfig, "client_certificate"),
+                )
+            }
+            Workload::Real => {
+                let identity = format!(
+                    "{}{}",
+                    s(kubeconfig, "client_certificate"),
+                    s(kubeconfig, "client_key")
+                );
+                let roots = pki::pem_certs(s(kubeconfig, "cluster_ca_certificate"))
+                    .iter()
+                    .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
+                    .collect::<Vec<_>>();
+                let client = reqwest::Client::builder()
+                    .tls_certs_only(roots)
+                    .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
+                    .build()
+                    .unwrap();
+                client
+                    .get(format!("{}/api/v1/nodes", s(kubeconfig, "host")))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            }
+        }
+    }
+}
+
+/// The flow on the simulated management cluster: alice in alpha, the catalog's RegionOne
+/// endpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
-    let build = built().await;
-    let tf_bin = terraform();
     let _env = env_exclusive().await;
-    let t0 = Instant::now();
     let app = capi_app_on(None, None, true, |_| {}).await;
     let server = serve_as_endpoint(&app.t.state).await;
-    let next_image = cloud().add_image(json!({"name": "ubuntu-2204-kube-v1.31.2-tf",
-        "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.31.2"}));
     let ks = keystone();
-    let api = Api {
-        http: reqwest::Client::new(),
-        base: ks.endpoint_url().expect("the service in the catalog"),
-        token: ks.token("alice", "alpha").await,
+    let target = Target {
+        login: Login {
+            user: "alice".into(),
+            project: "alpha".into(),
+            region: REGION.into(),
+        },
+        api: Api {
+            http: reqwest::Client::new(),
+            base: ks.endpoint_url().expect("the service in the catalog"),
+            token: ks.token("alice", "alpha").await,
+        },
+        next_image: next_image(),
+        workload: Workload::Simulated(&app),
     };
+    flow(&target).await;
+    server.abort();
+}
+
+/// The flow on the real stack (real kube-apiserver, CAPI, KCP, CAPO, CAAPH): `magnum-capi serve`
+/// as production runs it under the chart's identity, named in the catalog as region
+/// `RegionReal` (beside RegionOne's, so no other test's client is sent there), a project of
+/// its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terraform_on_the_realstack_applies_imports_and_destroys_containerinfra_resources() {
+    let s = crate::common::realstack::stack().await;
+    let (ks, _) = crate::common::stack::parts().await;
+    // Clients that name no region must not meet the second endpoint: held shared, they wait.
+    let _env = crate::common::stack::env_shared().await;
+    let kubeconfig = crate::common::realstack::chart_identity(s).await;
+    let served = crate::common::realstack::Production::start(
+        0,
+        &kubeconfig,
+        crate::realstack::LOOPBACK_CHARTS,
+        "",
+    )
+    .await;
+    let _endpoint = ks
+        .endpoint_in_region("RegionReal", &served.url("/v1"))
+        .await;
+    let member = ks.new_project("terraform").await;
+    let target = Target {
+        login: Login {
+            user: member.user_name.clone(),
+            project: member.project_name.clone(),
+            region: "RegionReal".into(),
+        },
+        api: Api {
+            http: reqwest::Client::new(),
+            base: served.url("/v1"),
+            token: member.token.clone(),
+        },
+        next_image: next_image(),
+        workload: Workload::Real,
+    };
+    flow(&target).await;
+}
+
+/// The upgrade's image: Kubernetes v1.31.2 in the fake Glance.
+fn next_image() -> String {
+    cloud().add_image(json!({"name": "ubuntu-2204-kube-v1.31.2-tf",
+        "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.31.2"}))
+}
+
+/// Apply → plan → update, imports → plan → nodegroup resize → a forbidden change → destroy, on
+/// `target`.
+async fn flow(target: &Target<'_>) {
+    let build = built().await;
+    let tf_bin = terraform();
+    let t0 = Instant::now();
+    let api = &target.api;
+    let next_image = &target.next_image;
 
     // The provider from the mirror, and nothing else: no `direct` installation method.
     let (home, _owner) = private_dir("magnum-capi-terraform-").unwrap();
@@ -453,11 +587,15 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
     let main = home.join("main");
     let imported = home.join("imported");
     for (dir, body) in [
-        (&main, main_tf(&next_image, STAGE_CREATE)),
+        (&main, main_tf(next_image, STAGE_CREATE)),
         (&imported, import_tf()),
     ] {
         std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("provider.tf"), provider_tf(&version)).unwrap();
+        std::fs::write(
+            dir.join("provider.tf"),
+            provider_tf(&version, &target.login),
+        )
+        .unwrap();
         std::fs::write(dir.join("main.tf"), body).unwrap();
     }
     eprintln!("setup done in {:.1?}", t0.elapsed());
@@ -474,7 +612,7 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
             );
             tf.ok(&main, &["apply", "-auto-approve", "-no-color"]).await;
         },
-        made_through_the_api(&api)
+        made_through_the_api(api)
     );
     eprintln!("first apply done in {:.1?}", t0.elapsed());
     let st = tf.state(&main).await;
@@ -507,20 +645,16 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
     // workload API accepts.
     let kc = &cluster["kubeconfig"];
     let api_address = s(cluster, "api_address");
-    assert!(api_address.starts_with("https://127.0.0.1:"), "{cluster}");
+    // On loopback: the simulator's 127.0.0.1, the real stack's floating IPs in 127.100.0.0/16.
+    assert!(api_address.starts_with("https://127."), "{api_address}");
     assert_eq!(s(kc, "host"), api_address);
     assert!(pki::verifies(
         s(kc, "client_certificate"),
         s(kc, "cluster_ca_certificate")
     ));
     assert!(s(kc, "raw_config").contains(&format!("server: {api_address}")));
-    let ns = magnum_capi::capi::namespace("magnum", ks.project_id("alpha"));
-    let capi_name = magnum_capi::capi::capi_name(uuid::Uuid::parse_str(&id).unwrap());
     assert!(
-        app.sim
-            .simulator()
-            .unwrap()
-            .workload_accepts(&ns, &capi_name, s(kc, "client_certificate")),
+        target.workload.accepts(s(&c, "project_id"), &id, kc).await,
         "the workload API refuses the kubeconfig's certificate"
     );
     let ng = &st["openstack_containerinfra_nodegroup_v1.ng"];
@@ -560,7 +694,7 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
         next_updated: true,
         ..STAGE_CREATE
     };
-    std::fs::write(main.join("main.tf"), main_tf(&next_image, stage)).unwrap();
+    std::fs::write(main.join("main.tf"), main_tf(next_image, stage)).unwrap();
     tokio::join!(
         tf.ok(&main, &["apply", "-auto-approve", "-no-color"]),
         async {
@@ -622,7 +756,7 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
         ng: (2, 0, 5),
         ..stage
     };
-    std::fs::write(main.join("main.tf"), main_tf(&next_image, stage)).unwrap();
+    std::fs::write(main.join("main.tf"), main_tf(next_image, stage)).unwrap();
     tf.ok(&main, &["apply", "-auto-approve", "-no-color"]).await;
     let (_, n) = api
         .get(&format!("/clusters/{id}/nodegroups/{ng_uuid}"))
@@ -639,7 +773,7 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
     std::fs::write(
         main.join("main.tf"),
         main_tf(
-            &next_image,
+            next_image,
             Stage {
                 forbidden: true,
                 ..stage
@@ -656,7 +790,7 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
             && stderr.contains("is referenced by one or multiple clusters"),
         "{stderr}"
     );
-    std::fs::write(main.join("main.tf"), main_tf(&next_image, stage)).unwrap();
+    std::fs::write(main.join("main.tf"), main_tf(next_image, stage)).unwrap();
     tf.no_changes(&main).await;
     eprintln!("updates done in {:.1?}", t0.elapsed());
 
@@ -672,7 +806,6 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
         assert_eq!(v[key], json!([]), "{path} after destroy");
     }
     eprintln!("all done in {:.1?}", t0.elapsed());
-    server.abort();
 }
 
 const STAGE_CREATE: Stage = Stage {

@@ -135,11 +135,7 @@ fn the_kustomization_lists_every_manifest_and_each_names_the_namespace() {
     assert_eq!(sa.metadata.namespace.as_deref(), Some(NAMESPACE));
     for file in &files {
         let v: Value = k8s(file);
-        let cluster_scoped = matches!(
-            v["kind"].as_str(),
-            Some("Namespace" | "ClusterRole" | "ClusterRoleBinding")
-        );
-        if !cluster_scoped {
+        if !crate::common::chart::CLUSTER_SCOPED.contains(&v["kind"].as_str().unwrap_or_default()) {
             assert_eq!(v["metadata"]["namespace"], NAMESPACE, "{file}");
         }
     }

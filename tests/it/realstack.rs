@@ -8,10 +8,11 @@ use serde_json::{Value, json};
 use reqwest::Method;
 
 use crate::common::realstack::{
-    Production, chart_identity, client_of, config_of, request_token, server_side_apply, stack,
+    Production, REAL_DEADLINE, chart_identity, client_of, config_of, request_token,
+    server_side_apply, stack,
 };
 use crate::common::served::run_command;
-use crate::common::wait::{until, until_within};
+use crate::common::wait::until_within;
 use magnum_capi::config::CapiConfig;
 
 use crate::render::{build_values, keystone_config, renderer, rows, with_labels};
@@ -191,7 +192,7 @@ async fn magnum_capi_runs_with_exactly_the_charts_rbac() {
     ] {
         let ar = magnum_capi::capi::apply::resource(api_version, kind);
         let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(admin.clone(), &ns, &ar);
-        until(&format!("a {kind} in {ns}"), || async {
+        until_within(REAL_DEADLINE, &format!("a {kind} in {ns}"), || async {
             let list = api.list(&Default::default()).await.ok()?;
             (!list.items.is_empty()).then_some(())
         })
@@ -213,8 +214,10 @@ async fn magnum_capi_runs_with_exactly_the_charts_rbac() {
 }
 
 /// The chart's identity cannot make itself more than it is: it cannot mint a token for another
-/// ServiceAccount, run a pod (as any account), bind cluster-admin or any ClusterRole but the
-/// autoscaler's, write RBAC roles, or impersonate.
+/// ServiceAccount (by TokenRequest or a service-account token Secret, anywhere), run a pod (as
+/// any account; a Deployment outside the project namespaces), write anything outside the
+/// project namespaces (`magnum-…`: the chart's admission policy), bind cluster-admin or any
+/// ClusterRole but the autoscaler's, write RBAC roles, or impersonate.
 #[tokio::test]
 async fn the_charts_identity_cannot_escalate() {
     let s = stack().await;
@@ -241,6 +244,32 @@ async fn the_charts_identity_cannot_escalate() {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "everything", "namespace": "magnum-escalation"},
             "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        // A token of any ServiceAccount through a Secret the API server fills in: in the
+        // account's own namespaces, and outside them.
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "borrowed", "namespace": "magnum-escalation",
+                "annotations": {"kubernetes.io/service-account.name": "default"}}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "borrowed", "namespace": "kube-system",
+                "annotations": {"kubernetes.io/service-account.name": "clusterrole-aggregation-controller"}}}),
+        // Any write outside the project namespaces: a plain Secret, a Deployment running as
+        // kube-system's accounts, a RoleBinding of the autoscaler's role, a namespace.
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "planted", "namespace": "kube-system"},
+            "stringData": {"k": "v"}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "as-kube-system", "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}},
+                    "spec": {"serviceAccountName": "clusterrole-aggregation-controller",
+                        "containers": [{"name": "c", "image": "busybox"}]}}}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "autoscaler-for-me", "namespace": "kube-system"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "magnum-capi-cluster-autoscaler"},
+            "subjects": [{"kind": "ServiceAccount", "name": "magnum-capi",
+                "namespace": "magnum-capi"}]}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}}),
     ];
     for obj in &attempts {
         let err = server_side_apply(&client, obj, "magnum-capi", false)
@@ -252,6 +281,13 @@ async fn the_charts_identity_cannot_escalate() {
             obj["kind"]
         );
     }
+    // What the service does write, it may: a Secret in a project namespace.
+    let allowed = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "allowed", "namespace": "magnum-escalation"},
+        "stringData": {"k": "v"}});
+    server_side_apply(&client, &allowed, "magnum-capi", true)
+        .await
+        .expect("a Secret in a project namespace");
     // TokenRequest for another account, and impersonation, are refused.
     let err = request_token(&client, "kube-system", "default")
         .await
@@ -391,11 +427,6 @@ pub(crate) async fn create_cluster(
     c["uuid"].as_str().unwrap().to_string()
 }
 
-/// How long a cluster on the real stack may take to reach a status: real KCP and MachineSets
-/// roll machines one by one, each joining through the node agent (a CA rotation rolls every
-/// machine three times); on a loaded 2-core machine that is minutes.
-const REAL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(480);
-
 /// Waits until cluster `path` has `want` (panicking early, with its reason and the controllers'
 /// logs, when it lands on a failure instead); its body.
 pub(crate) async fn wait_for_status(
@@ -406,13 +437,14 @@ pub(crate) async fn wait_for_status(
 ) -> Value {
     let s = stack().await;
     let seen = std::sync::Mutex::new(String::new());
+    let t0 = std::time::Instant::now();
     until_within(REAL_DEADLINE, &format!("{path} to be {want}"), || async {
         let (code, b) = served.call(token, Method::GET, path, None).await;
         let status = b["status"].as_str().unwrap_or_default().to_string();
         // Each change, so a wait that times out shows where the cluster stayed.
         let now = format!("{status}: {}", b["status_reason"]);
         if *seen.lock().unwrap() != now {
-            eprintln!("{path}: {now}");
+            eprintln!("{path}: {now} (+{:.1?})", t0.elapsed());
             *seen.lock().unwrap() = now;
         }
         if want == "DELETE_COMPLETE" && code == 404 {

@@ -23,8 +23,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::Digest;
 
-use crate::common::realstack::{Production, RealStack, chart_identity, stack};
-use crate::common::wait::until;
+use crate::common::realstack::{Production, REAL_DEADLINE, RealStack, chart_identity, stack};
+use crate::common::wait::until_within;
 use crate::realstack::{KUBE_IMAGE, create_cluster, realstack_template, wait_for_status};
 use magnum_capi::config::CapiConfig;
 
@@ -353,15 +353,19 @@ async fn caaph_installs_the_addons_into_the_workload_cluster_and_its_failures_re
     wait_for_status(&served, &token, &bad_path, "CREATE_COMPLETE").await;
 
     // Every release proxy of the good cluster: installed, Ready, its release deployed.
-    let proxies = until("the add-ons' releases to be deployed", || async {
-        let hrps = release_proxies(&admin, &ns, &good_name).await;
-        let ready = hrps.len() == DEFAULT_ADDONS.len()
-            && hrps.iter().all(|h| {
-                condition(h, "Ready").is_some_and(|c| c["status"] == "True")
-                    && h["status"]["status"] == "deployed"
-            });
-        ready.then_some(hrps)
-    })
+    let proxies = until_within(
+        REAL_DEADLINE,
+        "the add-ons' releases to be deployed",
+        || async {
+            let hrps = release_proxies(&admin, &ns, &good_name).await;
+            let ready = hrps.len() == DEFAULT_ADDONS.len()
+                && hrps.iter().all(|h| {
+                    condition(h, "Ready").is_some_and(|c| c["status"] == "True")
+                        && h["status"]["status"] == "deployed"
+                });
+            ready.then_some(hrps)
+        },
+    )
     .await;
     let mut addons: Vec<String> = proxies.iter().map(|h| addon_of(h, &good_name)).collect();
     addons.sort();
@@ -426,14 +430,18 @@ async fn caaph_installs_the_addons_into_the_workload_cluster_and_its_failures_re
     assert!(requested.iter().any(|f| f == "index.yaml"), "{requested:?}");
 
     // magnum-capi reads the same: every add-on Ready.
-    let body = until("magnum-capi to report the add-ons ready", || async {
-        let (_, b) = served.call(&token, Method::GET, &good_path, None).await;
-        let reason = &b["health_status_reason"];
-        DEFAULT_ADDONS
-            .iter()
-            .all(|a| reason[format!("addon.{a}")] == "Ready")
-            .then_some(b)
-    })
+    let body = until_within(
+        REAL_DEADLINE,
+        "magnum-capi to report the add-ons ready",
+        || async {
+            let (_, b) = served.call(&token, Method::GET, &good_path, None).await;
+            let reason = &b["health_status_reason"];
+            DEFAULT_ADDONS
+                .iter()
+                .all(|a| reason[format!("addon.{a}")] == "Ready")
+                .then_some(b)
+        },
+    )
     .await;
     assert_eq!(body["health_status"], "HEALTHY", "{body}");
     // On the way there, CAAPH said what it says of every cluster coming up (the kubeconfig
@@ -447,12 +455,16 @@ async fn caaph_installs_the_addons_into_the_workload_cluster_and_its_failures_re
     );
 
     // The cluster whose CNI chart version is missing: CAAPH's real failure, word for word.
-    let failed = until("CAAPH to fail the missing CNI chart", || async {
-        let hrps = release_proxies(&admin, &ns, &bad_name).await;
-        let cni = hrps.into_iter().find(|h| addon_of(h, &bad_name) == "cni")?;
-        let c = condition(&cni, "HelmReleaseReady")?;
-        (c["status"] == "False" && c["reason"] == "HelmInstallOrUpgradeFailed").then_some(cni)
-    })
+    let failed = until_within(
+        REAL_DEADLINE,
+        "CAAPH to fail the missing CNI chart",
+        || async {
+            let hrps = release_proxies(&admin, &ns, &bad_name).await;
+            let cni = hrps.into_iter().find(|h| addon_of(h, &bad_name) == "cni")?;
+            let c = condition(&cni, "HelmReleaseReady")?;
+            (c["status"] == "False" && c["reason"] == "HelmInstallOrUpgradeFailed").then_some(cni)
+        },
+    )
     .await;
     // Helm never got as far as a release: no release status, no revision.
     assert!(failed["status"]["status"].is_null(), "{failed:#}");
@@ -468,21 +480,29 @@ async fn caaph_installs_the_addons_into_the_workload_cluster_and_its_failures_re
         )),
         "{failed:#}"
     );
-    let body = until("magnum-capi to report the CNI failed", || async {
-        let (_, b) = served.call(&token, Method::GET, &bad_path, None).await;
-        (b["health_status_reason"]["addon.cni"] == format!("Failed: {message}")).then_some(b)
-    })
+    let body = until_within(
+        REAL_DEADLINE,
+        "magnum-capi to report the CNI failed",
+        || async {
+            let (_, b) = served.call(&token, Method::GET, &bad_path, None).await;
+            (b["health_status_reason"]["addon.cni"] == format!("Failed: {message}")).then_some(b)
+        },
+    )
     .await;
     assert_eq!(body["health_status"], "UNHEALTHY", "{body}");
-    let others = until("the other add-ons of that cluster to be ready", || async {
-        let (_, b) = served.call(&token, Method::GET, &bad_path, None).await;
-        let reason = b["health_status_reason"].clone();
-        DEFAULT_ADDONS
-            .iter()
-            .filter(|a| **a != "cni")
-            .all(|a| reason[format!("addon.{a}")] == "Ready")
-            .then_some(reason)
-    })
+    let others = until_within(
+        REAL_DEADLINE,
+        "the other add-ons of that cluster to be ready",
+        || async {
+            let (_, b) = served.call(&token, Method::GET, &bad_path, None).await;
+            let reason = b["health_status_reason"].clone();
+            DEFAULT_ADDONS
+                .iter()
+                .filter(|a| **a != "cni")
+                .all(|a| reason[format!("addon.{a}")] == "Ready")
+                .then_some(reason)
+        },
+    )
     .await;
     eprintln!("failing cluster: {others}");
 
@@ -496,12 +516,16 @@ async fn caaph_installs_the_addons_into_the_workload_cluster_and_its_failures_re
     recorder.abort();
     // CAAPH let its release proxies go (its finalizer uninstalls the release first).
     for name in [&good_name, &bad_name] {
-        until(&format!("{name}'s release proxies to be gone"), || async {
-            release_proxies(&admin, &ns, name)
-                .await
-                .is_empty()
-                .then_some(())
-        })
+        until_within(
+            REAL_DEADLINE,
+            &format!("{name}'s release proxies to be gone"),
+            || async {
+                release_proxies(&admin, &ns, name)
+                    .await
+                    .is_empty()
+                    .then_some(())
+            },
+        )
         .await;
     }
 }
@@ -554,24 +578,28 @@ async fn the_simulated_caaph_goes_the_real_ones_way() {
     let res = magnum_capi::simkube::Resource::of(ADDONS, "HelmReleaseProxy");
     let selector = format!("cluster.x-k8s.io/cluster-name={cluster}");
     let seen = Mutex::new(Seen::default());
-    let hrps = until("every add-on deployed and reported ready", || async {
-        let hrps: Vec<Value> = app
-            .sim
-            .store()
-            .list(&res, None, &selector)
-            .unwrap()
-            .iter()
-            .map(|o| (**o).clone())
-            .collect();
-        let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
-        let reason = &b["health_status_reason"];
-        seen.lock().unwrap().record(&[], &cluster, reason);
-        let done = DEFAULT_ADDONS
-            .iter()
-            .all(|a| reason[format!("addon.{a}")] == "Ready")
-            && hrps.iter().all(|h| h["status"]["status"] == "deployed");
-        done.then_some(hrps)
-    })
+    let hrps = until_within(
+        REAL_DEADLINE,
+        "every add-on deployed and reported ready",
+        || async {
+            let hrps: Vec<Value> = app
+                .sim
+                .store()
+                .list(&res, None, &selector)
+                .unwrap()
+                .iter()
+                .map(|o| (**o).clone())
+                .collect();
+            let b = t.get(&ALICE, &format!("/v1/clusters/{c}")).await.body;
+            let reason = &b["health_status_reason"];
+            seen.lock().unwrap().record(&[], &cluster, reason);
+            let done = DEFAULT_ADDONS
+                .iter()
+                .all(|a| reason[format!("addon.{a}")] == "Ready")
+                && hrps.iter().all(|h| h["status"]["status"] == "deployed");
+            done.then_some(hrps)
+        },
+    )
     .await;
     watching.abort();
     let versions = std::mem::take(&mut *versions.lock().unwrap());

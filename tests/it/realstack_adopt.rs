@@ -27,9 +27,10 @@ use crate::common::capi_drivers::{
 use crate::common::fakecloud::{FakeCloud, IMAGE_UBUNTU_KUBE, KEYPAIR_DEFAULT};
 use crate::common::keystone::ProjectMember;
 use crate::common::realstack::{
-    Production, RealStack, chart_identity, client_of, config_of, server_side_apply, stack,
+    Production, REAL_DEADLINE, RealStack, chart_identity, client_of, config_of, server_side_apply,
+    stack,
 };
-use crate::common::wait::until;
+use crate::common::wait::until_within;
 use crate::realstack::{
     KUBE_IMAGE, LOOPBACK_CHARTS, UPGRADE_IMAGE, realstack_template, wait_for_status,
 };
@@ -227,25 +228,6 @@ fn left_in_the_cloud(cloud: &FakeCloud, project: &str, words: &[&str]) -> Vec<Va
     cloud.resources_where(of)
 }
 
-/// Polls gently (the real stack shares two cores): `probe` every quarter second.
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    until(what, || {
-        let f = probe();
-        async move {
-            let got = f.await;
-            if got.is_none() {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            got
-        }
-    })
-    .await
-}
-
 /// The controllers' logs when a test fails (what they were waiting for).
 struct LogsOnFailure(&'static RealStack);
 
@@ -322,7 +304,8 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
     }
 
     // The real controllers build it: two Machines Running, the control plane ready.
-    eventually(
+    until_within(
+        REAL_DEADLINE,
         "the driver's cluster to run on real Cluster API",
         || async {
             let m = k.machines(stack).await;
@@ -390,7 +373,8 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
     // Its status, version, health and addresses from what the real controllers report.
     let path = format!("/v1/clusters/{c}");
     let token = &owner.token;
-    let shown = eventually(
+    let shown = until_within(
+        REAL_DEADLINE,
         "the adopted cluster's health from the real objects",
         || async {
             let (_, b) = served.call(token, Method::GET, &path, None).await;
@@ -429,7 +413,7 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
     assert_eq!(st, 202, "{b}");
     let body = wait_for_status(&served, token, &path, "UPDATE_COMPLETE").await;
     assert_eq!(body["node_count"], 2, "{body}");
-    let after = eventually("three machines running", || async {
+    let after = until_within(REAL_DEADLINE, "three machines running", || async {
         let m = k.machines(stack).await;
         (m.len() == 3 && m.values().all(|(_, p)| p == "Running")).then_some(m)
     })
@@ -445,7 +429,7 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
         sets_before,
         "a resize rolls nothing"
     );
-    eventually("both workers' addresses", || async {
+    until_within(REAL_DEADLINE, "both workers' addresses", || async {
         let (_, b) = served.call(token, Method::GET, &path, None).await;
         (b["node_addresses"].as_array().map(Vec::len) == Some(2)).then_some(())
     })
@@ -471,13 +455,17 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
     let body = wait_for_status(&served, token, &path, "UPDATE_COMPLETE").await;
     assert_eq!(body["coe_version"], UPGRADE_VERSION, "{body}");
     assert_eq!(body["cluster_template_id"], next.as_str(), "{body}");
-    let upgraded = eventually("every machine replaced and running", || async {
-        let m = k.machines(stack).await;
-        (m.len() == 3
-            && m.values().all(|(_, p)| p == "Running")
-            && m.keys().all(|n| !after.contains_key(n)))
-        .then_some(m)
-    })
+    let upgraded = until_within(
+        REAL_DEADLINE,
+        "every machine replaced and running",
+        || async {
+            let m = k.machines(stack).await;
+            (m.len() == 3
+                && m.values().all(|(_, p)| p == "Running")
+                && m.keys().all(|n| !after.contains_key(n)))
+            .then_some(m)
+        },
+    )
     .await;
     assert_eq!(upgraded.len(), 3);
     eprintln!("{driver:?}: upgraded after {:.1?}", t0.elapsed());
@@ -516,10 +504,14 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
         .collect();
     assert!(secrets.is_empty(), "{driver:?}: Secrets left: {secrets:?}");
     let capo_name = format!("k8s-clusterapi-cluster-{ns}-{stack}");
-    let left = eventually("the fake cloud emptied of the cluster", || async {
-        let left = left_in_the_cloud(cloud, &owner.project, &[&capo_name]);
-        left.is_empty().then_some(left)
-    })
+    let left = until_within(
+        REAL_DEADLINE,
+        "the fake cloud emptied of the cluster",
+        || async {
+            let left = left_in_the_cloud(cloud, &owner.project, &[&capo_name]);
+            left.is_empty().then_some(left)
+        },
+    )
     .await;
     assert!(left.is_empty());
     eprintln!("{driver:?}: the whole test took {:.1?}", t0.elapsed());

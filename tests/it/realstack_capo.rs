@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 
 use crate::common::fakecloud::{FakeCloud, IMAGE_UBUNTU_KUBE, NETWORK_PUBLIC, settled};
 use crate::common::keystone::Keystone;
-use crate::common::realstack::{RealStack, server_side_apply, stack};
+use crate::common::realstack::{REAL_DEADLINE, RealStack, server_side_apply, stack};
 use crate::common::stack::{env_shared, parts};
-use crate::common::wait::until;
+use crate::common::wait::until_within;
 use crate::render::{build_values, renderer, rows, with_labels};
 
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
@@ -124,12 +124,16 @@ impl Tenant {
     /// Waits until every named object is gone (their finalizers removed).
     async fn wait_gone(&self, objects: &[(&str, &str, &str)]) {
         for (api_version, kind, name) in objects {
-            until(&format!("{kind} {name} to be gone"), || async {
-                self.get(api_version, kind, name)
-                    .await
-                    .is_none()
-                    .then_some(())
-            })
+            until_within(
+                REAL_DEADLINE,
+                &format!("{kind} {name} to be gone"),
+                || async {
+                    self.get(api_version, kind, name)
+                        .await
+                        .is_none()
+                        .then_some(())
+                },
+            )
             .await;
         }
     }
@@ -175,7 +179,8 @@ impl Tenant {
 
     /// Waits for CAPO to mark OpenStackCluster `name` ready; its last state.
     async fn ready_cluster(&self, name: &str) -> Value {
-        until(
+        until_within(
+            REAL_DEADLINE,
             &format!("CAPO to make OpenStackCluster {name} ready"),
             || async {
                 let osc = self.get(INFRA, "OpenStackCluster", name).await?;
@@ -410,10 +415,14 @@ async fn capo_builds_a_cluster_and_a_machine_on_the_fake_cloud_and_removes_them(
     let t1 = Instant::now();
     let machine = format!("{}-cp-0", t.ns);
     t.machine(&name, &machine, cp_spec, true).await;
-    let osm = until("CAPO to make the OpenStackMachine ready", || async {
-        let osm = t.get(INFRA, "OpenStackMachine", &machine).await?;
-        (osm["status"]["ready"] == true).then_some(osm)
-    })
+    let osm = until_within(
+        REAL_DEADLINE,
+        "CAPO to make the OpenStackMachine ready",
+        || async {
+            let osm = t.get(INFRA, "OpenStackMachine", &machine).await?;
+            (osm["status"]["ready"] == true).then_some(osm)
+        },
+    )
     .await;
     eprintln!("OpenStackMachine ready after {:.1?}", t1.elapsed());
     let server_id = str_of(&osm, "/status/instanceID").to_string();
@@ -577,7 +586,8 @@ async fn a_flavor_nova_refuses_surfaces_novas_error_on_the_machines_server() {
     let spec = json!({"flavor": "m1.refused",
         "image": {"filter": {"name": "ubuntu-2204-kube-v1.30.4"}}, "sshKeyName": "default"});
     t.machine(name, &machine, spec, false).await;
-    let message = until(
+    let message = until_within(
+        REAL_DEADLINE,
         "Nova's refusal on the machine's OpenStackServer",
         || async {
             let server = t.get(INFRA_ALPHA, "OpenStackServer", &machine).await?;

@@ -177,7 +177,7 @@ impl Replica {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut req = reqwest::Client::new()
+        let mut req = crate::common::http()
             .request(method.parse().unwrap(), self.url(path))
             .header("OpenStack-API-Version", "container-infra latest");
         if let Some(t) = token {

@@ -42,7 +42,7 @@ async fn apply_raw(sim: &SimCluster, manager: &str, force: bool, obj: &Value) ->
         "{}/apis/{av}/namespaces/{NS}/{plural}/{name}?fieldManager={manager}&force={force}",
         sim.url()
     );
-    let resp = reqwest::Client::new()
+    let resp = crate::common::http()
         .patch(url)
         .header("content-type", "application/apply-patch+yaml")
         .body(serde_json::to_vec(obj).unwrap())

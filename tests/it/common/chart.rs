@@ -16,6 +16,15 @@ pub const CHART: &str = "deploy/helm/magnum-capi";
 /// The release and namespace every render uses (the plain manifests' too).
 pub const RELEASE: &str = "magnum-capi";
 
+/// The kinds the chart renders that have no namespace.
+pub const CLUSTER_SCOPED: &[&str] = &[
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

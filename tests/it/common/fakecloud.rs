@@ -567,13 +567,19 @@ async fn project_of(shared: &Shared, token: &str) -> String {
     let Some(url) = identity else {
         return PROJECT_ID.to_string();
     };
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build();
+    // One client for every look-up (building one loads the TLS roots: slow in a debug build); no
+    // kept connections (the fake cloud's runtime outlives the tests').
+    static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let http = HTTP.get_or_init(|| {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("the fake cloud's HTTP client")
+    });
     let lookup = async {
-        let resp = client
-            .ok()?
+        let resp = http
             .get(format!("{url}/auth/tokens"))
+            .timeout(Duration::from_secs(30))
             .header("X-Auth-Token", token)
             .header("X-Subject-Token", token)
             .send()

@@ -96,6 +96,9 @@ pub struct ProjectMember {
     pub project: String,
     pub user: String,
     pub token: String,
+    /// The names a client logs in with (the password is [`password`] of `user_name`).
+    pub project_name: String,
+    pub user_name: String,
 }
 
 /// The password of a seeded user (also of `admin`).
@@ -398,6 +401,8 @@ impl Keystone {
             project,
             user,
             token,
+            project_name: name,
+            user_name,
         }
     }
 
@@ -632,6 +637,32 @@ impl Keystone {
         Ok(())
     }
 
+    /// A public `container-infra` endpoint at `url` in region `region` (made when missing), beside
+    /// RegionOne's: a client told that region reaches `url` while every other test's client
+    /// keeps RegionOne's. Removed when the returned guard is dropped.
+    pub async fn endpoint_in_region(&'static self, region: &str, url: &str) -> RegionEndpoint {
+        let regions = self.admin("GET", "/regions", None).await;
+        let known = regions["regions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["id"] == region);
+        if !known {
+            self.admin("POST", "/regions", Some(json!({"region": {"id": region}})))
+                .await;
+        }
+        let body = json!({"endpoint": {"service_id": self.service_id, "interface": "public",
+            "region_id": region, "url": url}});
+        let v = self.admin("POST", "/endpoints", Some(body)).await;
+        let id = v["endpoint"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no endpoint id: {v}"))
+            .to_string();
+        // Tokens issued before carry the old catalog.
+        self.lock_tokens().clear();
+        RegionEndpoint { ks: self, id }
+    }
+
     /// The URL last given to [`Keystone::register_endpoint`].
     pub fn endpoint_url(&self) -> Option<String> {
         self.lock_endpoint().as_ref().map(|(_, u)| u.clone())
@@ -848,6 +879,24 @@ impl Keystone {
     }
     fn lock_endpoint(&self) -> std::sync::MutexGuard<'_, Option<(String, String)>> {
         self.endpoint.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An endpoint [`Keystone::endpoint_in_region`] made; deleted on drop (a failing test's too).
+pub struct RegionEndpoint {
+    ks: &'static Keystone,
+    id: String,
+}
+
+impl Drop for RegionEndpoint {
+    fn drop(&mut self) {
+        let (ks, path) = (self.ks, format!("/endpoints/{}", self.id));
+        let _ = block_on(async move {
+            let admin = ks.try_token(ADMIN_USER, ADMIN_PROJECT).await?;
+            expect(204, ks.request("DELETE", &path, Some(&admin), None, None)).await?;
+            ks.lock_tokens().clear();
+            Ok::<_, anyhow::Error>(())
+        });
     }
 }
 

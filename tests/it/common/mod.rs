@@ -36,6 +36,20 @@ static TEMPLATE: OnceCell<()> = OnceCell::const_new();
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 const TEMPLATE_DB: &str = "magnum_template";
 
+/// The tests' HTTP client: built once (a client's TLS roots take tens of milliseconds to load in
+/// a debug build, and the real-stack waits poll for minutes), never reusing a connection (each
+/// test has its own runtime: a connection made on another one may be gone).
+pub fn http() -> reqwest::Client {
+    static HTTP: OnceLock<reqwest::Client> = OnceLock::new();
+    HTTP.get_or_init(|| {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("the tests' HTTP client")
+    })
+    .clone()
+}
+
 pub fn pg() -> &'static EmbeddedPostgres {
     PG.get_or_init(|| {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

@@ -17,6 +17,11 @@ use super::keystone::private_dir;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long anything on the real stack may take ([`super::wait::until_within`]'s bound there):
+/// real KCP and MachineSets roll machines one by one, each joining through the node agent (a CA
+/// rotation rolls every machine three times); on a loaded 2-core machine that is minutes.
+pub const REAL_DEADLINE: Duration = Duration::from_secs(480);
+
 /// The running stack of this test process.
 pub struct RealStack {
     /// The state directory: PKI, logs/, admin.kubeconfig, ready.json.
@@ -388,7 +393,7 @@ impl Production {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let req = reqwest::Client::new()
+        let req = super::http()
             .request(method, self.url(path))
             .header("x-auth-token", token)
             .header("openstack-api-version", "container-infra latest")
@@ -397,9 +402,10 @@ impl Production {
     }
 }
 
-/// The chart's identity on the real stack: its ServiceAccount, ClusterRoles and bindings as
-/// `deploy/helm` renders them with its default values, applied for real; a kubeconfig that
-/// presents a token of that ServiceAccount.
+/// The chart's identity on the real stack: its ServiceAccount, ClusterRoles and bindings, and
+/// the admission policy that confines its writes to the project namespaces, as `deploy/helm`
+/// renders them with its default values, applied for real; a kubeconfig that presents a token
+/// of that ServiceAccount.
 pub async fn chart_identity(stack: &RealStack) -> PathBuf {
     const RBAC_KINDS: &[&str] = &[
         "Namespace",
@@ -408,6 +414,8 @@ pub async fn chart_identity(stack: &RealStack) -> PathBuf {
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ];
     let objects =
         tokio::task::spawn_blocking(|| super::chart::objects(&super::chart::render(&json!({}))))
@@ -438,5 +446,26 @@ pub async fn chart_identity(stack: &RealStack) -> PathBuf {
     }
     let (ns, name) = account.expect("the chart renders a ServiceAccount");
     let token = stack.service_account_token(&ns, &name).await;
-    stack.kubeconfig_with_token(&token, &format!("{ns}-{name}"))
+    let kubeconfig = stack.kubeconfig_with_token(&token, &format!("{ns}-{name}"));
+    // The API server takes up a new admission policy a moment after it is written: wait until a
+    // write outside the project namespaces (judged, not stored) is refused.
+    let client = client_of(config_of(&kubeconfig).await);
+    let probe = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "confinement-probe", "namespace": "default"}});
+    super::wait::until_within(
+        REAL_DEADLINE,
+        "the chart's admission policy in force",
+        || {
+            let client = client.clone();
+            let probe = probe.clone();
+            async move {
+                match server_side_apply(&client, &probe, "realstack-harness", true).await {
+                    Err(kube::Error::Api(s)) if s.code == 403 => Some(()),
+                    _ => None,
+                }
+            }
+        },
+    )
+    .await;
+    kubeconfig
 }

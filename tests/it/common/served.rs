@@ -104,8 +104,7 @@ impl Server {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let client = reqwest::Client::new();
-        let req = client
+        let req = super::http()
             .request(method, self.url(path))
             .header("accept", "application/json")
             .header("x-user-id", who.user)
@@ -193,7 +192,7 @@ pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
 
 /// Waits until `url` answers 2xx; panics with the log in `log` if `child` exits first.
 pub async fn wait_answering(child: &mut Child, log: &std::path::Path, url: &str) {
-    let client = reqwest::Client::new();
+    let client = super::http();
     until(&format!("magnum-capi to answer {url}"), || {
         let exited = child.try_wait().ok().flatten();
         let probe = client.get(url).send();

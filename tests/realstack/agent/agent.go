@@ -52,6 +52,7 @@ type Agent struct {
 	clusters  map[types.NamespacedName]*Workload
 	bootstrap sync.Map // "<namespace>/<secret>" of bootstrap data seen to exist
 	skipped   sync.Map // never-joins servers already logged
+	nudged    sync.Map // UIDs of deleting Clusters whose control plane was told the workers are gone
 }
 
 func newAgent(c client.Client, reader client.Reader, mapper meta.RESTMapper, w *Workloads) *Agent {
@@ -91,6 +92,9 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			a.teardown(log, req.NamespacedName, "the Cluster is gone")
 			return ctrl.Result{}, nil
 		}
+		return ctrl.Result{}, err
+	}
+	if err := a.nudgeControlPlane(ctx, cluster); err != nil {
 		return ctrl.Result{}, err
 	}
 	ep := cluster.Spec.ControlPlaneEndpoint
@@ -155,6 +159,49 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		return ctrl.Result{RequeueAfter: requeuePending}, nil
 	}
 	return ctrl.Result{RequeueAfter: requeueSteady}, nil
+}
+
+// workersGone is the annotation nudgeControlPlane sets on a deleting Cluster's control plane.
+const workersGone = "realstack.magnum-capi.test/workers-gone"
+
+// nudgeControlPlane: KCP deletes the machines of a deleting Cluster only once no worker Machine is
+// left, and it looks again only on its fixed 30 s requeue (it does not watch the workers). The
+// agent watches every Machine: the moment the last worker of a deleting Cluster is gone it
+// annotates the control plane, so that KCP looks then. KCP decides as it would at its next look;
+// a delete on the real stack takes what the controllers need, not KCP's timer.
+func (a *Agent) nudgeControlPlane(ctx context.Context, cluster *clusterv1.Cluster) error {
+	ref := cluster.Spec.ControlPlaneRef
+	if cluster.DeletionTimestamp.IsZero() || !ref.IsDefined() {
+		return nil
+	}
+	if _, done := a.nudged.Load(cluster.UID); done {
+		return nil
+	}
+	machines := &clusterv1.MachineList{}
+	if err := a.List(ctx, machines, client.InNamespace(cluster.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
+		return err
+	}
+	for i := range machines.Items {
+		if !isControlPlane(&machines.Items[i]) {
+			return nil // workers left: the Machine watch brings the agent back when they go
+		}
+	}
+	mapping, err := a.mapper.RESTMapping(schema.GroupKind{Group: ref.APIGroup, Kind: ref.Kind})
+	if err != nil {
+		return err
+	}
+	cp := &unstructured.Unstructured{}
+	cp.SetGroupVersionKind(mapping.GroupVersionKind)
+	cp.SetNamespace(cluster.Namespace)
+	cp.SetName(ref.Name)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, workersGone, time.Now().UTC().Format(time.RFC3339))
+	if err := a.Patch(ctx, cp, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	a.nudged.Store(cluster.UID, true)
+	ctrl.LoggerFrom(ctx).Info("Told the control plane the workers are gone", "controlPlane", ref.Name)
+	return nil
 }
 
 func (a *Agent) teardown(log logr.Logger, key types.NamespacedName, why string) {
