@@ -363,8 +363,12 @@ pub struct CapiConfig {
     pub probe_interval_secs: u64,
     /// `http://host:port` of `magnum-capi api-proxy` (README "Private clusters"): written as
     /// `proxy-url` into the `<cluster>-kubeconfig` Secret of every cluster whose API has no
-    /// floating IP, so CAPI and the service's own workload reads go through it. Unset: none.
+    /// floating IP, with that cluster's credential (from `api_proxy_key`), so CAPI and the
+    /// service's own workload reads go through it. Unset: none.
     pub api_proxy_url: Option<String>,
+    /// The proxy key (base64 of 32 bytes), the proxies' `[api_proxy] key`: each private
+    /// cluster's proxy credential is derived from it. Required with `api_proxy_url`.
+    pub api_proxy_key: Option<secrecy::SecretString>,
 }
 
 /// `[[capi.management_clusters]]`: one Cluster API installation clusters can be placed on.
@@ -527,6 +531,7 @@ impl Default for CapiConfig {
             management_clusters: Vec::new(),
             probe_interval_secs: 10,
             api_proxy_url: None,
+            api_proxy_key: None,
         }
     }
 }
@@ -551,6 +556,27 @@ pub struct ApiProxyConfig {
     pub dial_from_host: bool,
     /// Seconds a connection to an API endpoint may take to open.
     pub connect_timeout_secs: u64,
+    /// The proxy key (base64 of 32 bytes), the service's `[capi] api_proxy_key`: a client must
+    /// present the credential derived from it for the cluster it connects to. Required.
+    pub key: Option<secrecy::SecretString>,
+    /// Connections being opened at once (each namespaced one on a thread of its own); a CONNECT
+    /// beyond them is refused with 503.
+    pub max_dials: usize,
+}
+
+impl ApiProxyConfig {
+    /// `key`, which `magnum-capi api-proxy` needs: it opens nothing without authenticating.
+    pub fn proxy_key(&self) -> Result<crate::proxy_auth::ProxyKey, ConfigError> {
+        let key = self.key.as_ref().ok_or_else(|| {
+            ConfigError::Invalid(
+                "[api_proxy] key is required (the service's [capi] api_proxy_key; e.g. \
+                 `head -c 32 /dev/urandom | base64`)"
+                    .into(),
+            )
+        })?;
+        crate::proxy_auth::ProxyKey::from_base64(key)
+            .map_err(|e| ConfigError::Invalid(format!("[api_proxy] key: {e}")))
+    }
 }
 
 impl Default for ApiProxyConfig {
@@ -568,6 +594,8 @@ impl Default for ApiProxyConfig {
             ],
             dial_from_host: false,
             connect_timeout_secs: 10,
+            key: None,
+            max_dials: 32,
         }
     }
 }
@@ -663,6 +691,28 @@ impl TryFrom<String> for NetnsPattern {
 }
 
 impl CapiConfig {
+    /// `api_proxy_url` with `api_proxy_key` (README "Private clusters"): what each private
+    /// cluster's kubeconfig gets as `proxy-url`; `None` without a proxy.
+    pub fn api_proxy(&self) -> Result<Option<crate::proxy_auth::ProxyUrls>, ConfigError> {
+        let Some(url) = &self.api_proxy_url else {
+            return Ok(None);
+        };
+        let invalid = |e: crate::proxy_auth::ProxyAuthError| {
+            ConfigError::Invalid(format!("[capi] api_proxy_url/api_proxy_key: {e}"))
+        };
+        let key = self.api_proxy_key.as_ref().ok_or_else(|| {
+            ConfigError::Invalid(
+                "[capi] api_proxy_key is required with api_proxy_url (the proxies' [api_proxy] \
+                 key; e.g. `head -c 32 /dev/urandom | base64`)"
+                    .into(),
+            )
+        })?;
+        let key = crate::proxy_auth::ProxyKey::from_base64(key).map_err(invalid)?;
+        crate::proxy_auth::ProxyUrls::new(url, key)
+            .map(Some)
+            .map_err(invalid)
+    }
+
     fn validate_management_clusters(&self) -> Result<(), ConfigError> {
         let mut seen = std::collections::HashSet::new();
         for m in &self.management_clusters {
@@ -1142,6 +1192,7 @@ impl Config {
     pub fn validate_for_serve(&self, dev: bool) -> Result<(), ConfigError> {
         self.refuse_development_only(dev)?;
         self.keystone.validate(dev)?;
+        self.capi.api_proxy()?;
         // Every replica must open what any other sealed: a key generated per process would fail
         // creates claimed by another replica.
         // The key itself was read and checked by `Config::load` (`validate`).
@@ -1217,16 +1268,23 @@ impl Config {
             ));
         }
         self.http.validate()?;
+        // The keys come from Secrets (the environment) and are required where used: `serve`
+        // (`validate_for_serve`) and `api-proxy`; what is given is checked here.
         if let Some(url) = &self.capi.api_proxy_url {
-            let ok = url
-                .parse::<http::Uri>()
-                .is_ok_and(|u| u.scheme_str() == Some("http") && u.host().is_some());
-            if !ok {
-                return Err(ConfigError::Invalid(format!(
-                    "[capi] api_proxy_url {url:?} must be http://host:port (magnum-capi \
-                     api-proxy speaks plain HTTP CONNECT; the tunnelled API stays TLS)"
-                )));
-            }
+            crate::proxy_auth::check_url(url)
+                .map_err(|e| ConfigError::Invalid(format!("[capi] api_proxy_url: {e}")))?;
+        }
+        if let Some(key) = &self.capi.api_proxy_key {
+            crate::proxy_auth::ProxyKey::from_base64(key)
+                .map_err(|e| ConfigError::Invalid(format!("[capi] api_proxy_key: {e}")))?;
+        }
+        if self.api_proxy.key.is_some() {
+            self.api_proxy.proxy_key()?;
+        }
+        if self.api_proxy.max_dials == 0 {
+            return Err(ConfigError::Invalid(
+                "[api_proxy] max_dials must be >= 1".into(),
+            ));
         }
         self.validate_management_clusters()?;
         self.operations.sealer()?;
@@ -1330,6 +1388,35 @@ mod tests {
         assert_eq!(refusal(&cfg, true), "");
         assert!(refusal(&cfg, false).contains("auth_url"));
         assert_eq!(refusal(&parsed(KEYSTONE), false), "");
+    }
+
+    /// The proxy key is required where it is used (`serve` with `api_proxy_url`, `api-proxy`),
+    /// and whatever is given is checked at load.
+    #[cfg(feature = "dev")]
+    #[test]
+    fn the_api_proxy_key_is_required_where_used_and_checked_where_given() {
+        let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        let url = "[capi]\napi_proxy_url = \"http://proxy:3128\"\n";
+        let e = refusal(&parsed(url), true);
+        assert!(e.contains("api_proxy_key is required"), "{e}");
+        let with_key = parsed(&format!("{url}api_proxy_key = \"{key}\"\n"));
+        assert_eq!(refusal(&with_key, true), "");
+        assert!(with_key.validate().is_ok());
+        let e = ApiProxyConfig::default()
+            .proxy_key()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[api_proxy] key is required"), "{e}");
+        for bad in [
+            "[api_proxy]\nkey = \"short\"\n".to_string(),
+            format!("[capi]\napi_proxy_key = \"{}\"\n", &key[..20]),
+            "[capi]\napi_proxy_url = \"http://u:p@proxy:3128\"\n".into(),
+            "[api_proxy]\nmax_dials = 0\n".into(),
+        ] {
+            assert!(parsed(&bad).validate().is_err(), "{bad}");
+        }
+        let debug = format!("{with_key:?}");
+        assert!(!debug.contains(key), "the key in Debug output");
     }
 
     /// Run by `.ci/run` as `cargo test --no-default-features --lib production_build`.

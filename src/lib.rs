@@ -18,6 +18,7 @@ pub mod k8s;
 pub mod listener;
 pub mod maintenance;
 pub mod openstack;
+pub mod proxy_auth;
 pub mod seal;
 pub mod server;
 pub mod service;

@@ -280,18 +280,27 @@ async fn check(config: Option<&std::path::Path>, cfg: Config) -> anyhow::Result<
     for c in &r.checks {
         line(c.ok, &c.name, &c.detail);
     }
-    if let Some(proxy) = &app.config.capi.api_proxy_url {
-        match magnum_capi::api_proxy::probe(proxy).await {
-            Ok(()) => line(
-                true,
-                "api_proxy",
-                &format!("{proxy} answers (private clusters)"),
-            ),
-            Err(e) => {
-                line(false, "api_proxy", &e);
-                failed = true;
-            }
+    let probed = match app.config.capi.api_proxy() {
+        Ok(None) => None,
+        Ok(Some(p)) => Some(
+            magnum_capi::api_proxy::probe(p.base(), p.key())
+                .await
+                .map(|()| {
+                    format!(
+                        "{} answers and admits the service's credentials (private clusters)",
+                        p.base()
+                    )
+                }),
+        ),
+        Err(e) => Some(Err(e.to_string())),
+    };
+    match probed {
+        Some(Ok(detail)) => line(true, "api_proxy", &detail),
+        Some(Err(e)) => {
+            line(false, "api_proxy", &e);
+            failed = true;
         }
+        None => {}
     }
     if failed || !r.all_ok() {
         println!("check failed");
@@ -642,6 +651,7 @@ async fn simulate(
 /// `KUBECONFIG`'s, else the in-cluster) management cluster, until SIGINT/SIGTERM.
 async fn api_proxy(config: Config) -> anyhow::Result<()> {
     let cfg = config.api_proxy;
+    let key = cfg.proxy_key()?;
     let client = match &cfg.kubeconfig {
         Some(path) => server::client_from_kubeconfig(path)
             .await
@@ -654,8 +664,8 @@ async fn api_proxy(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.bind)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.bind))?;
-    let proxy = magnum_capi::api_proxy::ApiProxy::start(&cfg, client, listener)?;
-    tracing::info!(listen = %proxy.addr(), netns_dir = %cfg.netns_dir.display(), "api-proxy serving");
+    let proxy = magnum_capi::api_proxy::ApiProxy::start(&cfg, key, client, listener)?;
+    tracing::info!(listen = %proxy.addr(), netns_dir = %cfg.netns_dir.display(), max_dials = cfg.max_dials, "api-proxy serving");
     server::shutdown_signal().await;
     drop(proxy);
     Ok(())

@@ -380,12 +380,17 @@ pub fn spawn_capi(
             stop.clone(),
         )));
     }
-    if let Some(url) = capi.config().api_proxy_url.clone() {
-        tasks.push(tokio::spawn(crate::capi::private::keep_proxy_urls(
+    match capi.config().api_proxy() {
+        Ok(Some(urls)) => tasks.push(tokio::spawn(crate::capi::private::keep_proxy_urls(
             capi.clone(),
-            url,
+            urls,
             stop.clone(),
-        )));
+        ))),
+        Ok(None) => {}
+        // Refused at load; a configuration built in code may still carry it.
+        Err(e) => {
+            tracing::error!(error = %e, "private clusters' kubeconfigs are not given the proxy")
+        }
     }
     tasks.push(tokio::spawn(crate::capi::fleet::watch_reachability(
         capi.clone(),

@@ -1,7 +1,9 @@
-//! What `magnum-capi api-proxy` lets through: the API endpoints (`ip:port`) of the private
-//! clusters the service placed on the management cluster (`capi::private::PrivateApi`, from
-//! their OpenStackClusters), each with the network namespaces it may be dialled from; kept
-//! current by a watch of the OpenStackClusters.
+//! What `magnum-capi api-proxy` lets through: for each private cluster the service placed on the
+//! management cluster (`capi::private::PrivateApi`, from their OpenStackClusters), its API
+//! endpoint (`ip:port`) and the network namespaces it may be dialled from, by cluster — never
+//! by address: every cluster's default network is the same `10.0.0.0/24`, so two tenants'
+//! clusters may have the same API address, each behind its own router. Kept current by a watch
+//! of the OpenStackClusters.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -29,13 +31,11 @@ pub struct Target {
     pub namespaces: Vec<String>,
 }
 
-/// The allowed endpoints, by address, with the address each cluster holds (so one cluster's
-/// change updates its entry alone).
+/// The allowed endpoints, by cluster (`<namespace>/<name>`, the identity a client's proxy
+/// credential proves).
 #[derive(Debug, Clone, Default)]
 pub struct Allowlist {
-    by_addr: HashMap<SocketAddr, Target>,
-    /// `<namespace>/<name>` of each private cluster → its entry's address.
-    by_cluster: HashMap<String, SocketAddr>,
+    by_cluster: HashMap<String, Target>,
 }
 
 impl Allowlist {
@@ -59,12 +59,7 @@ impl Allowlist {
 
     /// Whether cluster `key`'s entry is `target` already (`None`: it has none).
     fn holds(&self, key: &str, target: Option<&Target>) -> bool {
-        let current = self
-            .by_cluster
-            .get(key)
-            .and_then(|a| self.by_addr.get(a))
-            .filter(|t| t.cluster == key);
-        current == target
+        self.by_cluster.get(key) == target
     }
 
     /// Sets cluster `key`'s entry to `target` (`None`: removes it), leaving every other
@@ -73,29 +68,24 @@ impl Allowlist {
         if self.holds(key, target.as_ref()) {
             return false;
         }
-        if let Some(addr) = self.by_cluster.remove(key)
-            && self.by_addr.get(&addr).is_some_and(|t| t.cluster == key)
-        {
-            self.by_addr.remove(&addr);
-        }
-        if let Some(t) = target {
-            self.by_cluster.insert(key.to_string(), t.addr);
-            self.by_addr.insert(t.addr, t);
-        }
+        match target {
+            Some(t) => self.by_cluster.insert(key.to_string(), t),
+            None => self.by_cluster.remove(key),
+        };
         true
     }
 
-    /// The target a CONNECT authority (`ip:port`, `[v6]:port`) names, when allowed.
-    pub fn get(&self, authority: &str) -> Option<&Target> {
-        self.by_addr.get(&authority.parse::<SocketAddr>().ok()?)
+    /// Cluster `cluster`'s entry (`<namespace>/<name>`), when it is an allowed private cluster.
+    pub fn get(&self, cluster: &str) -> Option<&Target> {
+        self.by_cluster.get(cluster)
     }
 
     pub fn len(&self) -> usize {
-        self.by_addr.len()
+        self.by_cluster.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_addr.is_empty()
+        self.by_cluster.is_empty()
     }
 }
 
@@ -175,7 +165,7 @@ impl<F: Fn(&DynamicObject) -> Option<Target>> Follow<F> {
             Event::InitDone => {
                 let list = self.relist.take().unwrap_or_default();
                 tx.send_if_modified(|old| {
-                    let same = old.by_addr == list.by_addr;
+                    let same = old.by_cluster == list.by_cluster;
                     if !same {
                         *old = Arc::new(list);
                     }
@@ -201,12 +191,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn osc(name: &str, host: &str, disable_fip: bool, router: Option<&str>) -> Value {
-        json!({"metadata": {"name": name, "namespace": "magnum-p",
+    fn osc_in(ns: &str, name: &str, host: &str, disable_fip: bool, router: Option<&str>) -> Value {
+        json!({"metadata": {"name": name, "namespace": ns,
                             "labels": {LABEL_CLUSTER_UUID: "u"}},
                "spec": {"disableAPIServerFloatingIP": disable_fip,
                         "controlPlaneEndpoint": {"host": host, "port": 6443}},
                "status": {"router": router.map(|r| json!({"id": r})), "network": {"id": "n1"}}})
+    }
+
+    fn osc(name: &str, host: &str, disable_fip: bool, router: Option<&str>) -> Value {
+        osc_in("magnum-p", name, host, disable_fip, router)
     }
 
     fn patterns(p: &[&str]) -> Vec<NetnsPattern> {
@@ -227,26 +221,41 @@ mod tests {
             !list.set(a, target(&osc("a", "10.6.0.250", true, Some("r1")))),
             "the same entry again changes nothing"
         );
-        // a's endpoint moves: its old address is no longer allowed, b's entry stays.
+        // a's endpoint moves: its entry follows, b's entry stays.
         assert!(list.set(a, target(&osc("a", "10.6.0.251", true, Some("r1")))));
-        assert!(list.get("10.6.0.250:6443").is_none());
-        assert_eq!(list.get("10.6.0.251:6443").unwrap().cluster, a);
-        assert_eq!(
-            list.get("10.7.0.250:6443").unwrap().namespaces,
-            ["qrouter-r2"]
-        );
+        assert_eq!(list.get(a).unwrap().addr.to_string(), "10.6.0.251:6443");
+        assert_eq!(list.get(b).unwrap().namespaces, ["qrouter-r2"]);
         // b's router changes in its status: its namespaces follow.
         assert!(list.set(b, target(&osc("b", "10.7.0.250", true, Some("r3")))));
-        assert_eq!(
-            list.get("10.7.0.250:6443").unwrap().namespaces,
-            ["qrouter-r3"]
-        );
+        assert_eq!(list.get(b).unwrap().namespaces, ["qrouter-r3"]);
         // a becomes public, then b is deleted: nothing is left.
         assert!(list.set(a, target(&osc("a", "10.6.0.251", false, Some("r1")))));
         assert!(list.set(b, None));
         assert!(!list.set(b, None));
         assert!(list.is_empty());
-        assert!(list.by_cluster.is_empty());
+    }
+
+    /// Every cluster's default network is the same `10.0.0.0/24`: two tenants' clusters with
+    /// the same API address each keep their own router, and one's delete leaves the other's.
+    #[test]
+    fn clusters_with_the_same_api_address_keep_their_own_entries() {
+        let patterns = patterns(&["qrouter-{router_id}"]);
+        let target = |v: &Value| Allowlist::target(v, &patterns);
+        let (a, b) = ("magnum-p1/c", "magnum-p2/c");
+        let mut list = Allowlist::default();
+        list.set(
+            a,
+            target(&osc_in("magnum-p1", "c", "10.0.0.5", true, Some("r1"))),
+        );
+        list.set(
+            b,
+            target(&osc_in("magnum-p2", "c", "10.0.0.5", true, Some("r2"))),
+        );
+        assert_eq!(list.get(a).unwrap().namespaces, ["qrouter-r1"]);
+        assert_eq!(list.get(b).unwrap().namespaces, ["qrouter-r2"]);
+        assert!(list.set(a, None));
+        assert_eq!(list.get(b).unwrap().namespaces, ["qrouter-r2"]);
+        assert_eq!(list.get(b).unwrap().addr.to_string(), "10.0.0.5:6443");
     }
 
     #[test]
@@ -266,6 +275,10 @@ mod tests {
             v["kind"] = json!("OpenStackCluster");
             serde_json::from_value(v).unwrap()
         };
+        let addr = |list: &Allowlist, i: usize| {
+            list.get(&format!("magnum-p/c{i}"))
+                .map(|t| t.addr.to_string())
+        };
         let (tx, _rx) = watch::channel(Arc::new(Allowlist::default()));
         assert!(!follow.event(Event::Init, &tx));
         for i in 0..10 {
@@ -282,9 +295,10 @@ mod tests {
         assert!(Arc::ptr_eq(&held, &tx.borrow()), "not copied for no change");
         assert!(follow.event(Event::Apply(obj(3, "10.6.1.3")), &tx));
         assert_eq!(derived.get(), 12, "one derivation for one event");
-        assert!(tx.borrow().get("10.6.1.3:6443").is_some());
-        assert!(
-            held.get("10.6.0.3:6443").is_some(),
+        assert_eq!(addr(&tx.borrow(), 3).as_deref(), Some("10.6.1.3:6443"));
+        assert_eq!(
+            addr(&held, 3).as_deref(),
+            Some("10.6.0.3:6443"),
             "the held list is not changed"
         );
         assert!(follow.event(Event::Delete(obj(4, "10.6.0.4")), &tx));
@@ -306,16 +320,15 @@ mod tests {
             list.set(&key, Allowlist::target(&osc, &patterns));
         }
         assert_eq!(list.len(), 2);
-        let t = list.get("10.6.0.250:6443").unwrap();
+        let t = list.get("magnum-p/private").unwrap();
         assert_eq!(t.cluster, "magnum-p/private");
+        assert_eq!(t.addr.to_string(), "10.6.0.250:6443");
         assert_eq!(t.namespaces, ["qrouter-r1", "qdhcp-n1", "fixed"]);
         assert_eq!(
-            list.get("10.7.0.250:6443").unwrap().namespaces,
+            list.get("magnum-p/no-router").unwrap().namespaces,
             ["qdhcp-n1", "fixed"]
         );
-        assert!(list.get("10.6.0.250:22").is_none(), "another port");
-        assert!(list.get("203.0.113.5:6443").is_none(), "a public API");
-        assert!(list.get("api.example.com:6443").is_none());
-        assert!(list.get("garbage").is_none());
+        assert!(list.get("magnum-p/public").is_none(), "a public API");
+        assert!(list.get("magnum-p/named").is_none(), "not an IP address");
     }
 }

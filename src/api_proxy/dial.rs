@@ -5,6 +5,8 @@
 //! `setns(2)` moves the calling thread only, so each namespaced dial runs on a thread of its
 //! own that exits afterwards (a pooled thread would stay in the tenant's namespace); a socket
 //! keeps the namespace it was created in, so the connection is then driven by tokio as usual.
+//! Every dial holds a permit of `[api_proxy] max_dials` until it is done — a namespaced one until
+//! its thread ends, even when the client has gone — so the threads are bounded.
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -12,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// Why no connection was opened.
 #[derive(Debug, thiserror::Error)]
@@ -46,15 +49,18 @@ pub fn choose(dir: &Path, names: &[String], from_host: bool) -> Result<Option<Pa
 }
 
 /// A TCP connection to `addr` opened in network namespace `netns` (a file of `ip netns`), or in
-/// the current one when `None`, within `timeout`.
+/// the current one when `None`, within `timeout`; `permit` is released when the dial is done.
 pub async fn connect(
     addr: SocketAddr,
     netns: Option<PathBuf>,
     timeout: Duration,
+    permit: OwnedSemaphorePermit,
 ) -> Result<TcpStream, DialError> {
     let failed = |source| DialError::Connect { addr, source };
     let Some(path) = netns else {
-        return match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        let dialled = tokio::time::timeout(timeout, TcpStream::connect(addr)).await;
+        drop(permit);
+        return match dialled {
             Ok(r) => r.map_err(failed),
             Err(_) => Err(failed(std::io::ErrorKind::TimedOut.into())),
         };
@@ -64,6 +70,7 @@ pub async fn connect(
         .name("api-proxy-dial".into())
         .spawn(move || {
             let _ = tx.send(connect_in(&path, addr, timeout));
+            drop(permit);
         })
         .map_err(failed)?;
     let stream = rx

@@ -1,6 +1,8 @@
 //! The proxy's HTTP side: `CONNECT ip:port` (what client-go and kube-rs send for a kubeconfig's
-//! `proxy-url`) to an allowlisted private API endpoint opens a tunnel to it; anything else is
-//! refused with a status that says why. TLS stays end to end between the client and the API.
+//! `proxy-url`) with the credential of a private cluster (`Proxy-Authorization: Basic`, from the
+//! `proxy-url`'s userinfo; `proxy_auth`) to that cluster's API endpoint opens a tunnel to it,
+//! dialled from that cluster's namespaces; anything else is refused with a status that says why.
+//! TLS stays end to end between the client and the API. Credentials are never logged.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -10,22 +12,32 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hyper::body::Incoming;
+use hyper::header::{PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::allowlist::Allowlist;
 use super::dial;
+use crate::proxy_auth::ProxyKey;
 
-/// The proxy's state: the allowlist it follows, how it dials, what it tunnelled.
+/// The realm of the `Proxy-Authenticate` challenge.
+const CHALLENGE: &str = "Basic realm=\"magnum-capi api-proxy\"";
+
+/// The proxy's state: the allowlist it follows, the key credentials are checked with, how it
+/// dials, what it tunnelled.
 pub struct Proxy {
     pub allowlist: watch::Receiver<Arc<Allowlist>>,
+    pub key: ProxyKey,
     pub netns_dir: PathBuf,
     pub dial_from_host: bool,
     pub connect_timeout: Duration,
+    /// `[api_proxy] max_dials` permits: one per connection being opened.
+    pub dials: Arc<Semaphore>,
+    pub max_dials: usize,
     /// Tunnels opened, by cluster (`<namespace>/<name>`).
     pub tunnels: Mutex<HashMap<String, u64>>,
 }
@@ -35,6 +47,12 @@ impl Proxy {
     pub fn tunnels_to(&self, cluster: &str) -> u64 {
         let t = self.tunnels.lock().unwrap_or_else(PoisonError::into_inner);
         t.get(cluster).copied().unwrap_or(0)
+    }
+
+    /// Connections being opened now.
+    pub fn dialling(&self) -> usize {
+        self.max_dials
+            .saturating_sub(self.dials.available_permits())
     }
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<String> {
@@ -47,17 +65,52 @@ impl Proxy {
         let Some(authority) = req.uri().authority().map(|a| a.to_string()) else {
             return reply(StatusCode::BAD_REQUEST, "CONNECT needs host:port");
         };
-        let target = self.allowlist.borrow().get(&authority).cloned();
+        let cluster = req
+            .headers()
+            .get(PROXY_AUTHORIZATION)
+            .and_then(|h| self.key.authenticate(h.as_bytes()));
+        let Some(cluster) = cluster else {
+            tracing::warn!(client = %peer, target = %authority, "refused: no valid proxy credential");
+            let mut r = reply(
+                StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+                "the proxy-url of a private cluster's kubeconfig carries its credential",
+            );
+            r.headers_mut().insert(
+                PROXY_AUTHENTICATE,
+                http::HeaderValue::from_static(CHALLENGE),
+            );
+            return r;
+        };
+        // The cluster the credential names decides where to dial: its own endpoint, from its
+        // own namespaces, whatever other cluster has the same address.
+        let target = self.allowlist.borrow().get(&cluster).cloned();
         let Some(target) = target else {
-            tracing::warn!(client = %peer, target = %authority, "refused: not the API endpoint of a private cluster");
+            tracing::warn!(client = %peer, cluster = %cluster, target = %authority, "refused: not a private cluster");
+            return reply(StatusCode::FORBIDDEN, "not a private cluster");
+        };
+        if authority.parse::<SocketAddr>().ok() != Some(target.addr) {
+            tracing::warn!(client = %peer, cluster = %cluster, target = %authority, "refused: not the cluster's API endpoint");
             return reply(
                 StatusCode::FORBIDDEN,
-                "not the API endpoint of a private cluster",
+                "not the API endpoint of this private cluster",
             );
+        }
+        let Ok(permit) = self.dials.clone().try_acquire_owned() else {
+            tracing::warn!(client = %peer, cluster = %cluster, limit = self.max_dials, "refused: too many connections being opened");
+            let mut r = reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "too many connections being opened at once (max_dials = {}); retry",
+                    self.max_dials
+                ),
+            );
+            r.headers_mut()
+                .insert(RETRY_AFTER, http::HeaderValue::from_static("1"));
+            return r;
         };
         let upstream = match dial::choose(&self.netns_dir, &target.namespaces, self.dial_from_host)
         {
-            Ok(netns) => dial::connect(target.addr, netns, self.connect_timeout).await,
+            Ok(netns) => dial::connect(target.addr, netns, self.connect_timeout, permit).await,
             Err(e) => Err(e),
         };
         let mut upstream = match upstream {

@@ -1,8 +1,10 @@
 //! Private clusters — an API load balancer without a floating IP — as the management cluster
 //! shows them: which OpenStackClusters are private and where their API is (the one rule
 //! `magnum-capi api-proxy`'s allowlist and the kubeconfig keeper share), and the keeper that
-//! writes `[capi] api_proxy_url` as `proxy-url` into their `<cluster>-kubeconfig` Secret each
-//! time CAPI creates or regenerates it (CAPI's regeneration keeps the server and drops the rest).
+//! writes `[capi] api_proxy_url` with the cluster's own proxy credential (`crate::proxy_auth`)
+//! as `proxy-url` into their `<cluster>-kubeconfig` Secret each time CAPI creates or regenerates
+//! it (CAPI's regeneration keeps the server and drops the rest). That Secret is the only place
+//! the credential is kept.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use tokio::sync::watch;
 use super::apply::{ObjectRef, resource};
 use super::driver::Capi;
 use super::{LABEL_CAPI_CLUSTER_NAME, LABEL_CLUSTER_UUID, kinds, secret_data};
+use crate::proxy_auth::ProxyUrls;
 
 /// The API endpoint of a private cluster and the Neutron resources behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,14 +99,14 @@ pub fn with_proxy_url(kubeconfig: &str, url: &str) -> Result<Option<String>, Str
 /// Suffix of CAPI's admin kubeconfig Secret, `<cluster>-kubeconfig`.
 const KUBECONFIG_SUFFIX: &str = "-kubeconfig";
 
-/// Keeps `proxy-url = url` in the kubeconfig Secret of every private cluster of `capi`'s
-/// management cluster, until `stop`: watches the Secrets CAPI labels with a cluster name and
-/// patches (conditionally on the version read, so a regeneration racing it is never undone)
-/// each kubeconfig of a private cluster that lacks it. Whether a cluster is private is read from
+/// Keeps the cluster's `proxy-url` of `urls` in the kubeconfig Secret of every private cluster
+/// of `capi`'s management cluster, until `stop`: watches the Secrets CAPI labels with a cluster
+/// name and patches (conditionally on the version read, so a regeneration racing it is never
+/// undone) each kubeconfig of a private cluster that lacks it. Whether a cluster is private is read from
 /// the watchers' index of OpenStackClusters (no request per Secret event); a kubeconfig whose
 /// OpenStackCluster the index does not hold yet (its watch lags the Secrets') is looked at again
 /// when that cluster's objects next change. Every replica may run it: the write is idempotent.
-pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Receiver<bool>) {
+pub async fn keep_proxy_urls(capi: Arc<Capi>, urls: ProxyUrls, mut stop: watch::Receiver<bool>) {
     let (av, k) = kinds::SECRET;
     let api: Api<DynamicObject> = Api::all_with(capi.mgmt().client().clone(), &resource(av, k));
     let cfg = watcher::Config::default().labels(LABEL_CAPI_CLUSTER_NAME);
@@ -148,7 +151,7 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
                 for key in retry {
                     let secret = ObjectRef::new(kinds::SECRET, &key.0, &format!("{}{KUBECONFIG_SUFFIX}", key.1));
                     match capi.mgmt().get_value(&secret).await {
-                        Ok(Some(s)) => keep(&capi, key, &s, &url, &mut unresolved).await,
+                        Ok(Some(s)) => keep(&capi, key, &s, &urls, &mut unresolved).await,
                         Ok(None) => {
                             unresolved.remove(&key);
                         }
@@ -167,7 +170,7 @@ pub async fn keep_proxy_urls(capi: Arc<Capi>, url: String, mut stop: watch::Rece
         let Ok(secret) = serde_json::to_value(&secret) else {
             continue;
         };
-        keep(&capi, key, &secret, &url, &mut unresolved).await;
+        keep(&capi, key, &secret, &urls, &mut unresolved).await;
     }
 }
 
@@ -185,10 +188,10 @@ async fn keep(
     capi: &Capi,
     key: (String, String),
     secret: &Value,
-    url: &str,
+    urls: &ProxyUrls,
     unresolved: &mut HashSet<(String, String)>,
 ) {
-    if let Err(e) = keep_one(capi, key, secret, url, unresolved).await {
+    if let Err(e) = keep_one(capi, key, secret, urls, unresolved).await {
         tracing::warn!(
             secret = %ObjectRef::of(secret).map(|r| r.to_string()).unwrap_or_default(),
             error = %e,
@@ -198,13 +201,14 @@ async fn keep(
 }
 
 /// The kubeconfig Secret of CAPI cluster `key` ([`kubeconfig_of`]'s namespace and name): patched
-/// when its cluster is private and it lacks `proxy-url = url`; noted in `unresolved` while the
-/// index holds no OpenStackCluster with an endpoint for it.
+/// when its cluster is private and it lacks the cluster's `proxy-url` of `urls` (the identity is
+/// the OpenStackCluster's, named after its `Cluster`); noted in `unresolved` while the index
+/// holds no OpenStackCluster with an endpoint for it.
 async fn keep_one(
     capi: &Capi,
     key: (String, String),
     secret: &Value,
-    url: &str,
+    urls: &ProxyUrls,
     unresolved: &mut HashSet<(String, String)>,
 ) -> Result<(), String> {
     unresolved.remove(&key);
@@ -212,7 +216,8 @@ async fn keep_one(
     let Some(text) = secret_data(secret, "value") else {
         return Ok(());
     };
-    let Some(patched) = with_proxy_url(&text, url)? else {
+    let Some(patched) = with_proxy_url(&text, &urls.for_cluster(&format!("{ns}/{cluster}")))?
+    else {
         return Ok(());
     };
     let osc = capi.observer().openstack_cluster(ns, cluster);
@@ -240,10 +245,11 @@ async fn keep_one(
         )
         .await
         .map_err(|e| e.to_string())?;
+    // The URL without the credential: secrets are never logged.
     tracing::info!(
         cluster,
         namespace = ns,
-        proxy_url = url,
+        proxy = urls.base(),
         "proxy-url written into the private cluster's kubeconfig"
     );
     Ok(())

@@ -14,6 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -106,6 +107,7 @@ fn check_every_object(objects: &[Value]) -> BTreeSet<String> {
             ("apps/v1", "DaemonSet") => strictly::<DaemonSet>(o),
             ("batch/v1", "Job") => strictly::<Job>(o),
             ("policy/v1", "PodDisruptionBudget") => strictly::<PodDisruptionBudget>(o),
+            ("networking.k8s.io/v1", "NetworkPolicy") => strictly::<NetworkPolicy>(o),
             ("rbac.authorization.k8s.io/v1", "ClusterRole") => strictly::<ClusterRole>(o),
             ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
                 strictly::<ClusterRoleBinding>(o)
@@ -133,6 +135,8 @@ fn check_every_object(objects: &[Value]) -> BTreeSet<String> {
 
 const KEY_A: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const KEY_B: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+/// `apiProxy.key`.
+const PROXY_KEY: &str = "QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8=";
 
 /// Every option of values.yaml away from its default.
 fn every_option() -> Value {
@@ -166,8 +170,10 @@ fn every_option() -> Value {
         "extraEnv": [{"name": "RUST_LOG", "value": "debug"}],
         "extraVolumes": [{"name": "ca", "secret": {"secretName": "openstack-ca"}}],
         "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/openstack", "readOnly": true}],
-        "apiProxy": {"enabled": true, "port": 3129, "dialFromHost": true,
-            "namespaces": ["qdhcp-{network_id}"],
+        "apiProxy": {"enabled": true, "port": 3129, "dialFromHost": true, "key": PROXY_KEY,
+            "maxDials": 8, "namespaces": ["qdhcp-{network_id}"],
+            "networkPolicy": {"controllerNamespaces": ["capi-system", "caaph-system"],
+                "extraFrom": [{"ipBlock": {"cidr": "192.0.2.0/24"}}]},
             "nodeSelector": {"openstack-network-node": "enabled"},
             "tolerations": [{"key": "network", "effect": "NoSchedule"}]},
     })
@@ -200,7 +206,13 @@ fn every_object_with_every_option_set_passes_its_kinds_schema() {
     let values = every_option();
     let objects = objects(&render(&values));
     let kinds = check_every_object(&objects);
-    for kind in ["Namespace", "Secret", "ServiceMonitor", "DaemonSet"] {
+    for kind in [
+        "Namespace",
+        "Secret",
+        "ServiceMonitor",
+        "DaemonSet",
+        "NetworkPolicy",
+    ] {
         assert!(kinds.contains(kind), "{kind} not rendered: {kinds:?}");
     }
     let jobs: Vec<&str> = objects
@@ -271,8 +283,9 @@ fn the_rendered_configuration_is_one_serve_accepts_without_migrating() {
         Some("postgres://magnum:secret@db.example.com/magnum")
     );
     assert_eq!(p.env("MAGNUM_CAPI__KEYSTONE__PASSWORD"), Some("s3cret"));
+    assert_eq!(p.env("MAGNUM_CAPI__CAPI__API_PROXY_KEY"), Some(PROXY_KEY));
     let cm = serde_json::to_string(find(&objects, "ConfigMap", None)).unwrap();
-    for secret in ["s3cret", "magnum:secret", KEY_A, KEY_B] {
+    for secret in ["s3cret", "magnum:secret", KEY_A, KEY_B, PROXY_KEY] {
         assert!(!cm.contains(secret), "{secret} in the ConfigMap");
     }
     assert_eq!(
@@ -290,9 +303,12 @@ fn the_rendered_configuration_is_one_serve_accepts_without_migrating() {
 }
 
 /// `apiProxy.enabled` (README "Private clusters"): `magnum-capi api-proxy` as a DaemonSet on the
-/// selected nodes with CAP_SYS_ADMIN alone and the host's /run/netns (propagated, so namespaces
-/// made later appear), reading nothing but OpenStackClusters, behind the Service the service's
-/// configuration names (the previous test); its namespace no longer `restricted`.
+/// selected nodes, root with CAP_SYS_ADMIN alone (every other capability dropped, not privileged,
+/// no privilege escalation, read-only root, RuntimeDefault seccomp, nothing of the host's but
+/// /run/netns, propagated so namespaces made later appear), reading nothing but
+/// OpenStackClusters, holding the proxy key the replicas hold (from the one Secret), behind the
+/// Service the service's configuration names (the previous test); its namespace no longer
+/// `restricted`.
 #[test]
 fn the_api_proxy_is_a_daemonset_with_only_what_it_needs() {
     let objects = objects(&render(&every_option()));
@@ -303,32 +319,55 @@ fn the_api_proxy_is_a_daemonset_with_only_what_it_needs() {
         json!({"openstack-network-node": "enabled"})
     );
     assert_eq!(spec["serviceAccountName"], "magnum-capi-api-proxy");
-    assert!(spec.get("hostNetwork").is_none(), "{spec}");
+    for host in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert!(spec.get(host).is_none(), "{host}: {spec}");
+    }
+    assert_eq!(spec["enableServiceLinks"], false);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     let c = &spec["containers"][0];
     assert_eq!(c["args"], json!(["api-proxy"]));
     assert_eq!(
-        c["securityContext"]["capabilities"],
-        json!({"drop": ["ALL"], "add": ["SYS_ADMIN"]})
+        c["securityContext"],
+        json!({"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": false, "privileged": false,
+               "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+               "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]},
+               "seccompProfile": {"type": "RuntimeDefault"}})
     );
-    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(
         c["volumeMounts"],
         json!([{"name": "netns", "mountPath": "/run/netns", "readOnly": true,
                 "mountPropagation": "HostToContainer"}])
     );
+    assert_eq!(spec["volumes"].as_array().unwrap().len(), 1);
     assert_eq!(spec["volumes"][0]["hostPath"]["path"], "/run/netns");
-    let env: BTreeMap<&str, &str> = c["env"]
+    let env: BTreeMap<&str, &Value> = c["env"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+        .map(|e| (e["name"].as_str().unwrap(), e))
         .collect();
-    assert_eq!(env["MAGNUM_CAPI__API_PROXY__BIND"], "0.0.0.0:3129");
+    let value = |name: &str| env[name]["value"].as_str().unwrap();
+    assert_eq!(value("MAGNUM_CAPI__API_PROXY__BIND"), "0.0.0.0:3129");
     assert_eq!(
-        env["MAGNUM_CAPI__API_PROXY__NAMESPACES"],
+        value("MAGNUM_CAPI__API_PROXY__NAMESPACES"),
         "qdhcp-{network_id}"
     );
-    assert_eq!(env["MAGNUM_CAPI__API_PROXY__DIAL_FROM_HOST"], "true");
+    assert_eq!(value("MAGNUM_CAPI__API_PROXY__DIAL_FROM_HOST"), "true");
+    assert_eq!(value("MAGNUM_CAPI__API_PROXY__MAX_DIALS"), "8");
+    // The key comes from the Secret the replicas read it from, never from the values inline.
+    let key_ref = &env["MAGNUM_CAPI__API_PROXY__KEY"]["valueFrom"]["secretKeyRef"];
+    assert_eq!(key_ref["name"], "magnum-capi-api-proxy-key");
+    let secret = chart::secret_data(find(&objects, "Secret", Some("magnum-capi-api-proxy-key")));
+    assert_eq!(secret[key_ref["key"].as_str().unwrap()], PROXY_KEY);
+    assert!(!ds.to_string().contains(PROXY_KEY));
+    // A new key rolls the proxies.
+    assert!(
+        ds["spec"]["template"]["metadata"]["annotations"]["checksum/secrets"].is_string(),
+        "{ds}"
+    );
     let role = find(&objects, "ClusterRole", Some("magnum-capi-api-proxy"));
     assert_eq!(
         role["rules"],
@@ -358,6 +397,57 @@ fn the_api_proxy_is_a_daemonset_with_only_what_it_needs() {
         default["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
         "restricted"
     );
+}
+
+/// The proxy port admits only the controllers that read workload clusters through their
+/// kubeconfig (the namespaces of `apiProxy.networkPolicy.controllerNamespaces`), the service's
+/// own replicas, each cluster's autoscaler in the namespaces the service manages, and the
+/// configured extra peers; nothing else reaches the proxy's pods.
+#[test]
+fn a_network_policy_admits_only_the_controllers_to_the_proxy() {
+    let objects = objects(&render(&every_option()));
+    let ds = find(&objects, "DaemonSet", Some("magnum-capi-api-proxy"));
+    let np = find(&objects, "NetworkPolicy", Some("magnum-capi-api-proxy"));
+    let spec = &np["spec"];
+    assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+    for (k, v) in spec["podSelector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&ds["spec"]["template"]["metadata"]["labels"][k], v, "{k}");
+    }
+    let rules = spec["ingress"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{spec}");
+    assert_eq!(
+        rules[0]["ports"],
+        json!([{"port": "proxy", "protocol": "TCP"}])
+    );
+    let port_name = &ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"];
+    assert_eq!(port_name, "proxy");
+    let api = find(&objects, "Deployment", None);
+    assert_eq!(
+        rules[0]["from"],
+        json!([
+            {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                "operator": "In", "values": ["capi-system", "caaph-system"]}]}},
+            {"podSelector": {"matchLabels": api["spec"]["selector"]["matchLabels"]}},
+            {"namespaceSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "magnum-capi"}},
+             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "cluster-autoscaler"}}},
+            {"ipBlock": {"cidr": "192.0.2.0/24"}},
+        ])
+    );
+    // By default: the Cluster API Operator's namespaces of the providers that read workload
+    // clusters (not CAPO's: it never does).
+    let default = chart::objects(&render(&json!({"apiProxy": {"enabled": true}})));
+    let np = find(&default, "NetworkPolicy", Some("magnum-capi-api-proxy"));
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!([
+            "capi-system",
+            "capi-kubeadm-bootstrap-system",
+            "capi-kubeadm-control-plane-system",
+            "caaph-system"
+        ])
+    );
+    // (The service's namespaces carry `app.kubernetes.io/managed-by: magnum-capi`: the render
+    // snapshots pin it, e.g. snapshots/it__render__autoscaling.snap.)
 }
 
 fn objects_of_default_namespace() -> Value {
@@ -448,20 +538,26 @@ fn values_that_cannot_work_are_refused_by_the_render_naming_them() {
     }
 }
 
-/// deploy/kubernetes is the chart rendered with deploy/kubernetes/values.yaml (regenerate with
-/// deploy/kubernetes/generate.sh), and its kustomization lists exactly those files.
-#[test]
-fn the_plain_manifests_are_the_charts_render() {
-    let dir = chart::root().join("deploy/kubernetes");
-    let want = chart::plain_manifests("deploy/kubernetes/values.yaml");
+/// The generated files of a plain-manifest directory (not its values or kustomization).
+fn generated_files(dir: &std::path::Path) -> BTreeMap<String, String> {
     let mut have = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if name.ends_with(".yaml") && name != "values.yaml" && name != "kustomization.yaml" {
             let text = std::fs::read_to_string(dir.join(&name)).unwrap();
             have.insert(name, text);
         }
     }
+    have
+}
+
+/// deploy/kubernetes is the chart rendered with deploy/kubernetes/values.yaml (regenerate with
+/// deploy/kubernetes/generate.sh), and its kustomization lists exactly those files.
+#[test]
+fn the_plain_manifests_are_the_charts_render() {
+    let dir = chart::root().join("deploy/kubernetes");
+    let want = chart::plain_manifests("deploy/kubernetes/values.yaml");
+    let have = generated_files(&dir);
     assert_eq!(
         have.keys().collect::<Vec<_>>(),
         want.keys().collect::<Vec<_>>(),
@@ -483,6 +579,49 @@ fn the_plain_manifests_are_the_charts_render() {
         .map(|r| r.as_str().unwrap())
         .collect();
     assert_eq!(listed, want.keys().map(String::as_str).collect::<Vec<_>>());
+}
+
+/// deploy/kubernetes-api-proxy is deploy/kubernetes with `magnum-capi api-proxy` (its
+/// NetworkPolicy included): the chart's templates that the overlay's values add as resources,
+/// those they change as patches, and nothing else (regenerate with
+/// deploy/kubernetes/generate.sh).
+#[test]
+fn the_api_proxy_overlay_is_the_charts_render() {
+    let dir = chart::root().join("deploy/kubernetes-api-proxy");
+    let want = chart::overlay_manifests(
+        "deploy/kubernetes/values.yaml",
+        "deploy/kubernetes-api-proxy/values.yaml",
+    );
+    let files: BTreeMap<String, String> = serde_json::from_value(want["files"].clone()).unwrap();
+    assert_eq!(
+        generated_files(&dir),
+        files,
+        "run deploy/kubernetes/generate.sh"
+    );
+    let proxy = objects(&BTreeMap::from([(
+        "api-proxy.yaml".to_string(),
+        files["api-proxy.yaml"].clone(),
+    )]));
+    for kind in ["DaemonSet", "Service", "NetworkPolicy"] {
+        find(&proxy, kind, Some("magnum-capi-api-proxy"));
+    }
+    let k: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let mut resources = vec![json!("../kubernetes")];
+    resources.extend(want["resources"].as_array().unwrap().iter().cloned());
+    assert_eq!(k["resources"], json!(resources));
+    assert_eq!(
+        want["patches"],
+        json!(["configmap.yaml", "deployment.yaml", "namespace.yaml"])
+    );
+    let patches: Vec<Value> = want["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| json!({"path": p}))
+        .collect();
+    assert_eq!(k["patches"], json!(patches));
 }
 
 #[test]

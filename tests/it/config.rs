@@ -335,6 +335,7 @@ fn the_binary_loads_the_commands_configuration_once() {
 /// `serve` does.
 #[tokio::test]
 async fn the_api_proxy_logs_in_the_configured_format() {
+    const PROXY_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
     use std::io::BufRead;
     use std::process::{Command, Stdio};
     let sim =
@@ -358,6 +359,8 @@ async fn the_api_proxy_logs_in_the_configured_format() {
         .arg(&config)
         .env_remove("MAGNUM_CAPI_CONFIG")
         .env("RUST_LOG", "info")
+        // The proxy key, which it refuses to start without, from the environment (a Secret).
+        .env("MAGNUM_CAPI__API_PROXY__KEY", PROXY_KEY)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -376,6 +379,7 @@ async fn the_api_proxy_logs_in_the_configured_format() {
     });
     let serving = loop {
         match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(line) if line.contains(PROXY_KEY) => panic!("the key is logged: {line}"),
             Ok(line) if line.contains("api-proxy serving") => break line,
             Ok(_) => continue,
             Err(e) => panic!("no `api-proxy serving` line on stderr: {e}"),

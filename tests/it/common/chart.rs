@@ -85,12 +85,12 @@ pub fn render(values: &Value) -> BTreeMap<String, String> {
     try_render(values).unwrap_or_else(|e| panic!("the chart does not render: {e}"))
 }
 
-/// What `--manifests` makes of the chart with the values file `values` (a path under the
-/// repository): file name → text, as deploy/kubernetes/generate.sh writes them.
-pub fn plain_manifests(values: &str) -> BTreeMap<String, String> {
+/// helm-render.py's JSON answer to `args` (values files as paths under the repository), which
+/// must succeed.
+fn render_files<T: serde::de::DeserializeOwned>(args: &[&str]) -> T {
     let out = Command::new(python())
         .arg(root().join(".ci/helm-render.py"))
-        .args(["--manifests", CHART, values, RELEASE, RELEASE])
+        .args(args)
         .current_dir(root())
         .output()
         .expect("run helm-render.py");
@@ -100,6 +100,18 @@ pub fn plain_manifests(values: &str) -> BTreeMap<String, String> {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// What `--manifests` makes of the chart with the values file `values` (a path under the
+/// repository): file name → text, as deploy/kubernetes/generate.sh writes them.
+pub fn plain_manifests(values: &str) -> BTreeMap<String, String> {
+    render_files(&["--manifests", CHART, values, RELEASE, RELEASE])
+}
+
+/// What `--overlay` makes of the values files `base` and `overlay` (paths under the repository):
+/// `{files: {name: YAML}, resources: [name], patches: [name]}`, as generate.sh writes the overlay.
+pub fn overlay_manifests(base: &str, overlay: &str) -> Value {
+    render_files(&["--overlay", CHART, base, overlay, RELEASE, RELEASE])
 }
 
 /// `helm lint --strict` with `values`: its error messages (none: it passed).
