@@ -246,8 +246,9 @@ pub struct CapiConfig {
     /// cleanup"): `fail` (`DELETE_FAILED` naming it) or `service` (clean up with the service's
     /// own user, scoped to the cluster's project).
     pub cleanup_without_credential: CleanupWithoutCredential,
-    /// What a delete does with the cluster's CSI volumes when its PersistentVolumes could not be
-    /// read (the workload cluster unreachable): `keep` them all or `delete` them.
+    /// What a delete does with the cluster's CSI volumes and the floating IPs OCCM allocated for
+    /// it when its workload cluster (PersistentVolumes, Services) could not be read: `keep` them
+    /// all or `delete` them.
     pub unread_volumes: UnreadVolumes,
     /// CA bundle written as `cacert` into each cluster's cloud-credentials Secret (the CA of the
     /// OpenStack endpoints); unset: `[keystone] cafile`, else none.
@@ -1112,12 +1113,12 @@ pub enum CleanupWithoutCredential {
     Service,
 }
 
-/// `[capi] unread_volumes`: the CSI volumes of a cluster whose PersistentVolumes could not be
-/// read before its machines went.
+/// `[capi] unread_volumes`: the CSI volumes (and OCCM's floating IPs) of a cluster whose
+/// PersistentVolumes and Services could not be read before its machines went.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum UnreadVolumes {
-    /// Kept, and reported (a `Retain` cannot be ruled out).
+    /// Kept, and reported (a `Retain` or a `keep-floatingip` cannot be ruled out).
     Keep,
     /// Deleted like those of a `Delete` PersistentVolume.
     Delete,

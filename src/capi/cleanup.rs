@@ -1,17 +1,25 @@
 //! What a delete removes besides what CAPI owns, and the credentials janitor.
 //!
-//! The workload's cloud-controller-manager and Cinder CSI run with the cluster's CAPI name as
-//! their cluster name (rendered in `templates/addons.yaml.hbs`: OCCM `cluster.name` →
-//! `--cluster-name`, CSI `clusterID` → `--cluster`), so what they created in the tenant project
-//! is recognisable:
-//! * load balancers named (or tagged) `kube_service_<capi name>_<namespace>_<service>`;
-//! * volumes with metadata `cinder.csi.openstack.org/cluster=<capi name>`.
+//! The workload's cloud-controller-manager (OCCM) and Cinder CSI run with the cluster's CAPI
+//! name as their cluster name (rendered in `templates/addons.yaml.hbs`: OCCM `cluster.name` →
+//! `--cluster-name`, CSI `clusterID` → `--cluster`), so what they did in the tenant project is
+//! recognisable, and the delete follows OCCM's own ownership rules (cloud-provider-openstack's
+//! `ensureLoadBalancerDeleted`):
+//! * a load balancer named `kube_service_<capi name>_<namespace>_<service>` that no other
+//!   cluster's Service shares was created by the cluster: deleted with everything under it;
+//! * one only tagged `kube_service_<capi name>_…` (the tenant's, given to a Service with
+//!   `loadbalancer.openstack.org/load-balancer-id`), or shared with another cluster's Services,
+//!   is not: only the listeners and pools OCCM made for the cluster's Services and their tags
+//!   go; it and the floating IP on its VIP stay;
+//! * a floating IP OCCM allocated goes unless its Service says
+//!   `loadbalancer.openstack.org/keep-floatingip: "true"`;
+//! * a volume with metadata `cinder.csi.openstack.org/cluster=<capi name>` goes only when a
+//!   PersistentVolume read before the machines went says `Delete` for it.
 //!
-//! Once the cluster's machines are gone (no live CCM can recreate anything), the delete removes
-//! exactly those with the cluster's own application credential — load balancers first (cascade,
-//! with the floating IPs on their VIP ports), then detached volumes; attached ones once Nova has
-//! let go of them. A CAPI name is `c` + 32 hex digits, so one cluster's prefix never matches
-//! another's.
+//! Once the cluster's machines are gone (no live CCM can recreate anything), the delete acts
+//! with the cluster's own application credential — floating IPs, then load balancers, then
+//! security groups and detached volumes; attached ones once Nova has let go of them. A CAPI name
+//! is `c` + 32 hex digits, so one cluster's prefix never matches another's.
 //!
 //! The janitor deletes application credentials named `magnum-<uuid>-…` whose cluster does not
 //! exist (a crash between creating a credential and committing its cluster), following the
@@ -23,26 +31,94 @@ use super::driver::{Capi, CapiError, name_of};
 use super::values::ServerGroup;
 use crate::config::{CleanupWithoutCredential, UnreadVolumes};
 use crate::domain::spec::{Cluster, ClusterSpec};
-use crate::openstack::workload::{self, Deleted, LoadBalancer, Volume};
+use crate::openstack::workload::{
+    self, Deleted, FloatingIp, LbChild, LbChildKind, LoadBalancer, Volume,
+};
 use crate::openstack::{OpenStackError, UserSession};
 
 /// Cinder CSI's metadata key naming the cluster of a volume it created.
 pub const CSI_CLUSTER_KEY: &str = "cinder.csi.openstack.org/cluster";
 
+/// The prefix of OCCM's names and tags of everything it makes for a Service.
+const OCCM_PREFIX: &str = "kube_service_";
+
 /// The name prefix of the cluster's Service load balancers.
 pub fn load_balancer_prefix(capi_name: &str) -> String {
-    format!("kube_service_{capi_name}_")
+    format!("{OCCM_PREFIX}{capi_name}_")
 }
 
-/// Whether the load balancer was created by this cluster's cloud-controller-manager.
-pub fn owns_load_balancer(capi_name: &str, lb: &LoadBalancer) -> bool {
+/// OCCM's name for the load balancer of Service `namespace/service` of cluster `capi_name`
+/// (`kube_service_<cluster>_<namespace>_<service>`, cut to 255 bytes as OCCM cuts it); also the
+/// tag it puts on each load balancer and listener the Service uses.
+pub fn occm_load_balancer_name(capi_name: &str, namespace: &str, service: &str) -> String {
+    let mut name = format!("{OCCM_PREFIX}{capi_name}_{namespace}_{service}");
+    let mut end = name.len().min(255);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name.truncate(end);
+    name
+}
+
+/// What the delete does with a load balancer of the cluster's Services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LbOwnership {
+    /// OCCM created it for one of them (its name) and no other cluster's Service shares it:
+    /// deleted with everything under it.
+    Owned,
+    /// They only attached to it (tagged for the cluster, named otherwise), or another cluster's
+    /// Services share it: their listeners, pools and tags go, it stays.
+    Attached,
+}
+
+/// Whether load balancer `lb` is one of the cluster's Services', and how (OCCM's rule: it
+/// deletes a load balancer it named and no other Service's tag is on).
+pub fn load_balancer_ownership(capi_name: &str, lb: &LoadBalancer) -> Option<LbOwnership> {
     let prefix = load_balancer_prefix(capi_name);
-    lb.name.starts_with(&prefix) || lb.tags.iter().any(|t| t.starts_with(&prefix))
+    let named = lb.name.starts_with(&prefix);
+    let tagged = lb.tags.iter().any(|t| t.starts_with(&prefix));
+    let shared = lb
+        .tags
+        .iter()
+        .any(|t| t.starts_with(OCCM_PREFIX) && !t.starts_with(&prefix));
+    match (named, tagged) {
+        (true, _) if !shared => Some(LbOwnership::Owned),
+        (true, _) | (false, true) => Some(LbOwnership::Attached),
+        (false, false) => None,
+    }
+}
+
+/// Whether listener or pool `child` of a load balancer the cluster's Services are attached to
+/// is one OCCM made for them: tagged with one of their load balancer names, or named
+/// `listener_<port index>_kube_service_<capi name>_…` (`pool_…`).
+pub fn occm_child(capi_name: &str, kind: LbChildKind, child: &LbChild) -> bool {
+    let prefix = load_balancer_prefix(capi_name);
+    let head = match kind {
+        LbChildKind::Listener => "listener_",
+        LbChildKind::Pool => "pool_",
+    };
+    let named = child
+        .name
+        .strip_prefix(head)
+        .and_then(|rest| rest.split_once('_'))
+        .is_some_and(|(index, lb)| {
+            !index.is_empty()
+                && index.bytes().all(|b| b.is_ascii_digit())
+                && lb.starts_with(&prefix)
+        });
+    named || child.tags.iter().any(|t| t.starts_with(&prefix))
 }
 
 /// Whether the volume was created by this cluster's Cinder CSI.
 pub fn owns_volume(capi_name: &str, v: &Volume) -> bool {
     v.metadata.get(CSI_CLUSTER_KEY).and_then(|x| x.as_str()) == Some(capi_name)
+}
+
+/// Whether the cluster's workload ever ran with a credential of its project: ours
+/// (`app_cred_id`) or, for a cluster adopted from another driver, that driver's (an adoption
+/// never sets ours). Without one, nothing of the workload can be in the project.
+pub fn had_credential(spec: &ClusterSpec) -> bool {
+    spec.day2.app_cred_id.is_some() || spec.cluster.objects_at.is_some()
 }
 
 /// The cluster from a credential name `magnum-<uuid>-<nonce>`.
@@ -72,33 +148,104 @@ pub fn occm_security_group(capi_name: &str, description: &str) -> bool {
         && description.ends_with(&format!(" Service LoadBalancer in cluster {capi_name}"))
 }
 
-/// Why volume `v` stays, if it does: its keep marker, its `Retain` PersistentVolume, or
-/// PersistentVolumes that could not be read under `[capi] unread_volumes = "keep"`.
-pub fn keeps_volume(v: &Volume, pvs: &PvRead, unread: UnreadVolumes) -> Option<String> {
-    if v.metadata.get(KEEP_KEY).and_then(|x| x.as_str()) == Some("true") {
-        return Some(format!("metadata {KEEP_KEY}=true"));
-    }
-    if pvs.retained.contains(&v.id) {
-        return Some("its PersistentVolume's reclaimPolicy is Retain".into());
-    }
-    match (&pvs.unreadable, unread) {
+/// OCCM's Service annotation by which a tenant keeps the floating IP OCCM allocated.
+pub const KEEP_FLOATING_IP: &str = "loadbalancer.openstack.org/keep-floatingip";
+
+/// Why what the workload cluster would have told stays when it could not be read, under
+/// `[capi] unread_volumes = "keep"`.
+fn unread(read: &WorkloadRead, what: &str, setting: UnreadVolumes) -> Option<String> {
+    match (&read.unreadable, setting) {
         (Some(why), UnreadVolumes::Keep) => Some(format!(
-            "the cluster's PersistentVolumes could not be read: {why}; [capi] unread_volumes = \
-             \"keep\""
+            "the cluster's {what} could not be read: {why}; [capi] unread_volumes = \"keep\""
         )),
         _ => None,
     }
 }
 
-/// What the cluster's PersistentVolumes said, read before its machines went.
+/// Why volume `v` stays, if it does: its keep marker, its `Retain` PersistentVolume, no
+/// PersistentVolume saying `Delete` for it (one deleted with `Retain` leaves the volume to the
+/// tenant), or PersistentVolumes that could not be read under `[capi] unread_volumes = "keep"`.
+pub fn keeps_volume(v: &Volume, read: &WorkloadRead, setting: UnreadVolumes) -> Option<String> {
+    if v.metadata.get(KEEP_KEY).and_then(|x| x.as_str()) == Some("true") {
+        return Some(format!("metadata {KEEP_KEY}=true"));
+    }
+    if read.retained.contains(&v.id) {
+        return Some("its PersistentVolume's reclaimPolicy is Retain".into());
+    }
+    if read.unreadable.is_some() {
+        return unread(read, "PersistentVolumes", setting);
+    }
+    (!read.deletable.contains(&v.id))
+        .then(|| "no PersistentVolume of the cluster names it".to_string())
+}
+
+/// Why OCCM's floating IP `f` (on the VIP of the cluster's load balancer `on_vip`, if any)
+/// stays: its Service says `keep-floatingip: "true"`, or the Services could not be read under
+/// `[capi] unread_volumes = "keep"`. The Service is recognised by OCCM's description of the
+/// floating IP, its address in the Service's status, or the load balancer it is on.
+pub fn keeps_floating_ip(
+    capi_name: &str,
+    f: &FloatingIp,
+    on_vip: Option<&LoadBalancer>,
+    read: &WorkloadRead,
+    setting: UnreadVolumes,
+) -> Option<String> {
+    if read.unreadable.is_some() {
+        return unread(read, "Services", setting);
+    }
+    let described = |svc: &KeptService| {
+        format!(
+            "Floating IP for Kubernetes external service {}/{} from cluster {capi_name}",
+            svc.namespace, svc.name
+        )
+    };
+    read.keep_floating_ips
+        .iter()
+        .find(|svc| {
+            f.description == described(svc)
+                || svc.addresses.contains(&f.address)
+                || on_vip.is_some_and(|lb| {
+                    svc.load_balancer_id.as_deref() == Some(lb.id.as_str())
+                        || lb.name == occm_load_balancer_name(capi_name, &svc.namespace, &svc.name)
+                })
+        })
+        .map(|svc| {
+            format!(
+                "its Service {}/{} has {KEEP_FLOATING_IP}: \"true\"",
+                svc.namespace, svc.name
+            )
+        })
+}
+
+/// What the workload cluster said before its machines went: which Cinder volumes its
+/// PersistentVolumes keep or give up, and which Services keep their floating IPs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PvRead {
+pub struct WorkloadRead {
     /// Cinder volumes of `Retain` PersistentVolumes.
     #[serde(default)]
     pub retained: Vec<String>,
-    /// Why they could not be read (`[capi] unread_volumes` decides).
+    /// Cinder volumes of `Delete` PersistentVolumes: the only ones a delete removes.
+    #[serde(default)]
+    pub deletable: Vec<String>,
+    /// The Services with `loadbalancer.openstack.org/keep-floatingip: "true"`.
+    #[serde(default)]
+    pub keep_floating_ips: Vec<KeptService>,
+    /// Why the workload cluster could not be read (`[capi] unread_volumes` decides).
     #[serde(default)]
     pub unreadable: Option<String>,
+}
+
+/// A Service whose floating IP the tenant keeps, with what tells its floating IP.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeptService {
+    pub namespace: String,
+    pub name: String,
+    /// Its `loadbalancer.openstack.org/load-balancer-id` (OCCM writes it).
+    #[serde(default)]
+    pub load_balancer_id: Option<String>,
+    /// Its `status.loadBalancer.ingress` IPs (OCCM shows the floating IP there).
+    #[serde(default)]
+    pub addresses: Vec<String>,
 }
 
 /// What a delete left in the tenant project on purpose, and what it could not look at: kept in
@@ -110,6 +257,10 @@ pub struct Report {
     pub kept: Vec<String>,
     #[serde(default)]
     pub not_checked: Vec<String>,
+    /// The floating IPs kept so far, by id: a later pass keeps them when what told them (the
+    /// load balancer they were on) is gone.
+    #[serde(default)]
+    pub kept_floating_ips: Vec<String>,
 }
 
 impl Report {
@@ -146,6 +297,9 @@ impl Report {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Remaining {
     pub load_balancers: usize,
+    /// Load balancers the cluster's Services only attached to or share, whose listeners and
+    /// pools of the cluster are being removed.
+    pub shared_load_balancers: usize,
     pub volumes: usize,
     pub security_groups: usize,
     /// Why something could not go yet (e.g. a volume still attached to a live server).
@@ -154,7 +308,10 @@ pub struct Remaining {
 
 impl Remaining {
     pub fn is_done(&self) -> bool {
-        self.load_balancers == 0 && self.volumes == 0 && self.security_groups == 0
+        self.load_balancers == 0
+            && self.shared_load_balancers == 0
+            && self.volumes == 0
+            && self.security_groups == 0
     }
 
     /// `deleting 2 load balancers, 3 volumes (volume v attached to server s)`.
@@ -167,6 +324,13 @@ impl Remaining {
                 self.load_balancers,
                 "load balancer",
                 "load balancers",
+            ));
+        }
+        if self.shared_load_balancers > 0 {
+            parts.push(plural(
+                self.shared_load_balancers,
+                "shared load balancer's listeners",
+                "shared load balancers' listeners",
             ));
         }
         if self.volumes > 0 {
@@ -185,6 +349,11 @@ impl Remaining {
         }
         out
     }
+}
+
+/// Whether floating IP `f` is on `lb`'s VIP port.
+fn on_vip(f: &FloatingIp, lb: &LoadBalancer) -> bool {
+    lb.vip_port_id.is_some() && lb.vip_port_id == f.port_id
 }
 
 /// Why a kind was not checked, as the report says it.
@@ -222,20 +391,19 @@ impl Capi {
     /// The session a delete cleans up with: the cluster's credential; once its Secret is gone,
     /// `[capi] cleanup_without_credential` decides — the service's own user scoped to the
     /// project, or a failure naming what is left. `None` only without Keystone (nothing can
-    /// act) or for a cluster that never had a credential (no workload ever ran with one, so
-    /// nothing of it is in the project).
+    /// act) or for a cluster that never had a credential ([`had_credential`]).
     pub(super) async fn cleanup_session(
         &self,
-        c: &Cluster,
-        had_credential: bool,
+        spec: &ClusterSpec,
     ) -> Result<Option<UserSession>, CapiError> {
+        let c = &spec.cluster;
         let Some(k) = &self.keystone else {
             return Ok(None);
         };
         if let Some(s) = self.cluster_session(c).await? {
             return Ok(Some(s));
         }
-        if !had_credential {
+        if !had_credential(spec) {
             tracing::info!(cluster = %c.uuid, "the cluster never had a credential: nothing of its workload to clean up");
             return Ok(None);
         }
@@ -264,14 +432,15 @@ impl Capi {
     }
 
     /// One cleanup pass with `s`: deletes what can go now of the cluster's load balancers,
-    /// floating IPs, security groups and volumes, records in `report` what it keeps or cannot
-    /// check, and says what is left. Idempotent: a later pass (a retry, another replica after a
-    /// restart) continues where this one stopped.
+    /// floating IPs, security groups and volumes, releases the load balancers its Services only
+    /// attached to, records in `report` what it keeps or cannot check, and says what is left.
+    /// `read` is what the workload cluster said before its machines went. Idempotent: a later
+    /// pass (a retry, another replica after a restart) continues where this one stopped.
     pub(super) async fn cleanup_cloud(
         &self,
         c: &Cluster,
         s: &UserSession,
-        pvs: &PvRead,
+        read: &WorkloadRead,
         report: &mut Report,
     ) -> Result<Remaining, CapiError> {
         let name = name_of(c);
@@ -279,53 +448,90 @@ impl Capi {
         let mut left = Remaining::default();
         // Done only when a listing shows nothing of the cluster's: deletes are asynchronous in
         // Octavia and Cinder, so what was deleted in this pass counts until it is gone.
-        let lbs: Vec<LoadBalancer> = if workload::has_service(s, workload::LOAD_BALANCER) {
-            workload::load_balancers(s, project)
-                .await?
-                .into_iter()
-                .filter(|lb| owns_load_balancer(&name, lb))
-                .collect()
+        let (mut owned, mut attached) = (Vec::new(), Vec::new());
+        if workload::has_service(s, workload::LOAD_BALANCER) {
+            for lb in workload::load_balancers(s, project).await? {
+                match load_balancer_ownership(&name, &lb) {
+                    Some(LbOwnership::Owned) => owned.push(lb),
+                    Some(LbOwnership::Attached) => attached.push(lb),
+                    None => {}
+                }
+            }
         } else {
             report.skip(NO_OCTAVIA);
-            Vec::new()
-        };
+        }
         let network = workload::has_service(s, workload::NETWORK);
         if !network {
             report.skip(NO_NEUTRON);
         }
-        // Floating IPs before their load balancers: OCCM's go, the tenant's are let go of.
-        if network {
+        // Floating IPs before their load balancers.
+        let fips = if network {
             match workload::floating_ips(s, project).await? {
-                None => report.skip(NO_L3),
-                Some(fips) => {
-                    for f in &fips {
-                        let on_vip = lbs
-                            .iter()
-                            .find(|lb| lb.vip_port_id.is_some() && lb.vip_port_id == f.port_id);
-                        if occm_floating_ip(&name, &f.description) {
-                            workload::delete_floating_ip(s, &f.id).await?;
-                            tracing::info!(cluster = %c.uuid, floating_ip = %f.id, address = %f.address, "floating IP deleted");
-                        } else if let Some(lb) = on_vip {
-                            workload::disassociate_floating_ip(s, &f.id).await?;
-                            tracing::info!(cluster = %c.uuid, floating_ip = %f.id, address = %f.address, load_balancer = %lb.id, "floating IP disassociated and kept");
-                            report.keep(format!(
-                                "floating IP {} ({}; not allocated by the cluster, disassociated \
-                                 from load balancer {})",
-                                f.address, f.id, lb.name
-                            ));
-                        }
+                None => {
+                    report.skip(NO_L3);
+                    Vec::new()
+                }
+                Some(fips) => fips,
+            }
+        } else {
+            Vec::new()
+        };
+        for f in &fips {
+            if report.kept_floating_ips.contains(&f.id) || attached.iter().any(|lb| on_vip(f, lb)) {
+                // Kept by an earlier pass; or on the VIP of a load balancer that stays, which
+                // keeps its address (reported with it below).
+                continue;
+            }
+            let lb = owned.iter().find(|lb| on_vip(f, lb));
+            let why = if occm_floating_ip(&name, &f.description) {
+                match keeps_floating_ip(&name, f, lb, read, self.config.unread_volumes) {
+                    Some(why) => why,
+                    None => {
+                        workload::delete_floating_ip(s, &f.id).await?;
+                        tracing::info!(cluster = %c.uuid, floating_ip = %f.id, address = %f.address, "floating IP deleted");
+                        continue;
                     }
                 }
+            } else if let Some(lb) = lb {
+                format!(
+                    "not allocated by the cluster, disassociated from load balancer {}",
+                    lb.name
+                )
+            } else {
+                continue;
+            };
+            if f.port_id.is_some() {
+                workload::disassociate_floating_ip(s, &f.id).await?;
+                tracing::info!(cluster = %c.uuid, floating_ip = %f.id, address = %f.address, "floating IP disassociated and kept");
             }
+            report.keep(format!("floating IP {} ({}; {why})", f.address, f.id));
+            report.kept_floating_ips.push(f.id.clone());
         }
-        for lb in &lbs {
+        for lb in &owned {
             if workload::delete_load_balancer(s, lb).await? == Deleted::Done
                 && !lb.provisioning_status.starts_with("PENDING_")
             {
                 tracing::info!(cluster = %c.uuid, load_balancer = %lb.id, name = %lb.name, "load balancer deleted");
             }
         }
-        left.load_balancers = lbs.len();
+        left.load_balancers = owned.len();
+        for lb in &attached {
+            match self.release_load_balancer(c, s, lb).await? {
+                Deleted::Done => {
+                    let address = fips
+                        .iter()
+                        .find(|f| on_vip(f, lb))
+                        .map(|f| format!(" and the floating IP {} on its VIP", f.address))
+                        .unwrap_or_default();
+                    report.keep(format!(
+                        "load balancer {} ({}; not the cluster's alone: only the cluster's \
+                         listeners, pools and tags removed, it{address} kept)",
+                        lb.name, lb.id
+                    ));
+                }
+                Deleted::NotYet => left.shared_load_balancers += 1,
+            }
+        }
         let volumes: Vec<Volume> = if workload::has_service(s, workload::BLOCK_STORAGE) {
             workload::volumes_with_metadata(s, CSI_CLUSTER_KEY, &name)
                 .await?
@@ -338,12 +544,12 @@ impl Capi {
         };
         let mut doomed = Vec::new();
         for v in volumes {
-            match keeps_volume(&v, pvs, self.config.unread_volumes) {
+            match keeps_volume(&v, read, self.config.unread_volumes) {
                 Some(why) => report.keep(format!("volume {} ({why})", v.id)),
                 None => doomed.push(v),
             }
         }
-        if !lbs.is_empty() {
+        if left.load_balancers > 0 || left.shared_load_balancers > 0 {
             // Security groups and volumes after the load balancers.
             left.volumes = doomed.len();
             return Ok(left);
@@ -376,6 +582,64 @@ impl Capi {
             }
         }
         Ok(left)
+    }
+
+    /// One step of releasing a load balancer the cluster's Services only attached to or share,
+    /// as OCCM releases one at a Service's delete: the pools OCCM made for them (with their
+    /// members and health monitors), then their listeners, one change a pass (Octavia refuses
+    /// the next while the load balancer is busy), then their tags. `Done` once nothing of the
+    /// cluster's is left on it; the load balancer and its floating IP stay.
+    async fn release_load_balancer(
+        &self,
+        c: &Cluster,
+        s: &UserSession,
+        lb: &LoadBalancer,
+    ) -> Result<Deleted, CapiError> {
+        if lb.provisioning_status.starts_with("PENDING_") {
+            return Ok(Deleted::NotYet);
+        }
+        let name = name_of(c);
+        let mut listeners = Vec::new();
+        for id in &lb.listeners {
+            if let Some(l) = workload::lb_child(s, LbChildKind::Listener, id).await?
+                && occm_child(&name, LbChildKind::Listener, &l)
+            {
+                listeners.push(l);
+            }
+        }
+        let mut doomed = Vec::new();
+        for id in &lb.pools {
+            if let Some(p) = workload::lb_child(s, LbChildKind::Pool, id).await?
+                && (occm_child(&name, LbChildKind::Pool, &p)
+                    || listeners
+                        .iter()
+                        .any(|l| l.default_pool_id.as_deref() == Some(p.id.as_str())))
+            {
+                doomed.push((LbChildKind::Pool, p));
+            }
+        }
+        doomed.extend(listeners.into_iter().map(|l| (LbChildKind::Listener, l)));
+        if let Some((kind, child)) = doomed.first() {
+            if workload::delete_lb_child(s, *kind, &child.id).await? == Deleted::Done {
+                tracing::info!(cluster = %c.uuid, load_balancer = %lb.id, kind = ?kind, id = %child.id, name = %child.name, "the cluster's listener or pool deleted from a load balancer it does not own");
+            }
+            return Ok(Deleted::NotYet);
+        }
+        let prefix = load_balancer_prefix(&name);
+        let rest: Vec<String> = lb
+            .tags
+            .iter()
+            .filter(|t| !t.starts_with(&prefix))
+            .cloned()
+            .collect();
+        if rest.len() == lb.tags.len() {
+            return Ok(Deleted::Done);
+        }
+        let done = workload::set_load_balancer_tags(s, &lb.id, &rest).await?;
+        if done == Deleted::Done {
+            tracing::info!(cluster = %c.uuid, load_balancer = %lb.id, name = %lb.name, "the cluster's tags removed from a load balancer it does not own; kept");
+        }
+        Ok(done)
     }
 
     /// Deletes one volume of the cluster: its CSI snapshots first (one made otherwise keeps
@@ -490,10 +754,7 @@ impl Capi {
         matches: impl Fn(&str) -> bool,
     ) -> Result<(), CapiError> {
         let c = &spec.cluster;
-        let Some(s) = self
-            .cleanup_session(c, spec.day2.app_cred_id.is_some())
-            .await?
-        else {
+        let Some(s) = self.cleanup_session(spec).await? else {
             return Ok(());
         };
         let prefix = format!("{}-", name_of(c));
@@ -518,6 +779,8 @@ mod tests {
             tags: tags.iter().map(|t| t.to_string()).collect(),
             provisioning_status: "ACTIVE".into(),
             vip_port_id: None,
+            listeners: vec![],
+            pools: vec![],
         }
     }
 
@@ -525,28 +788,65 @@ mod tests {
     const B: &str = "c0000000000004000800000000000000b";
 
     #[test]
-    fn load_balancers_are_the_clusters_by_name_or_tag_only() {
-        assert!(owns_load_balancer(
+    fn load_balancers_are_deleted_only_when_occm_named_them_for_the_cluster_alone() {
+        let own = |name: &str, tags: &[&str]| load_balancer_ownership(A, &lb(name, tags));
+        let web = format!("kube_service_{A}_default_web");
+        let api = format!("kube_service_{A}_default_api");
+        let theirs = format!("kube_service_{B}_default_web");
+        // OCCM named it for one of the cluster's Services (and tagged it for them).
+        assert_eq!(own(&web, &[]), Some(LbOwnership::Owned));
+        assert_eq!(
+            own(&web, &[&web, &api, "env=prod"]),
+            Some(LbOwnership::Owned)
+        );
+        // The tenant's, given to a Service with `load-balancer-id`: tagged only.
+        assert_eq!(own("shop", &[&web]), Some(LbOwnership::Attached));
+        // Named for the cluster, but another cluster's Service shares it.
+        assert_eq!(own(&web, &[&web, &theirs]), Some(LbOwnership::Attached));
+        // Another cluster's, CAPO's API load balancer, anything named differently.
+        assert_eq!(own(&theirs, &[&theirs]), None);
+        assert_eq!(
+            own(&format!("k8s-clusterapi-cluster-magnum-p-{A}-kubeapi"), &[]),
+            None
+        );
+        assert_eq!(own(&format!("x_kube_service_{A}_default_web"), &[]), None);
+        assert_eq!(own("shop", &[&format!("x_kube_service_{A}_ns_svc")]), None);
+    }
+
+    #[test]
+    fn occms_names_are_cut_to_255_bytes_as_occm_cuts_them() {
+        assert_eq!(
+            occm_load_balancer_name(A, "default", "web"),
+            format!("kube_service_{A}_default_web")
+        );
+        let long = occm_load_balancer_name(A, &"n".repeat(63), &"s".repeat(253));
+        assert_eq!(long.len(), 255);
+        assert!(long.starts_with(&load_balancer_prefix(A)));
+    }
+
+    #[test]
+    fn the_clusters_listeners_and_pools_are_occms_by_tag_or_name() {
+        let child = |name: &str, tags: &[&str]| LbChild {
+            id: "c".into(),
+            name: name.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            default_pool_id: None,
+        };
+        let web = format!("kube_service_{A}_default_web");
+        let (l, p) = (LbChildKind::Listener, LbChildKind::Pool);
+        assert!(occm_child(A, l, &child(&format!("listener_0_{web}"), &[])));
+        assert!(occm_child(A, l, &child("renamed", &[&web])));
+        assert!(occm_child(A, p, &child(&format!("pool_12_{web}"), &[])));
+        // The tenant's own, another cluster's, and names that only look like OCCM's.
+        assert!(!occm_child(A, l, &child("https", &[])));
+        assert!(!occm_child(
             A,
-            &lb(&format!("kube_service_{A}_default_web"), &[])
+            l,
+            &child(&format!("listener_0_kube_service_{B}_default_web"), &[])
         ));
-        assert!(owns_load_balancer(
-            A,
-            &lb("renamed", &[&format!("kube_service_{A}_ns_svc")])
-        ));
-        assert!(!owns_load_balancer(
-            A,
-            &lb(&format!("kube_service_{B}_default_web"), &[])
-        ));
-        // The API load balancer CAPO creates, and anything named differently, is not ours.
-        assert!(!owns_load_balancer(
-            A,
-            &lb(&format!("k8s-clusterapi-cluster-magnum-p-{A}-kubeapi"), &[])
-        ));
-        assert!(!owns_load_balancer(
-            A,
-            &lb(&format!("x_kube_service_{A}_default_web"), &[])
-        ));
+        assert!(!occm_child(A, l, &child(&format!("pool_0_{web}"), &[])));
+        assert!(!occm_child(A, p, &child(&format!("pool_x_{web}"), &[])));
+        assert!(!occm_child(A, p, &child(&format!("pool__{web}"), &[])));
     }
 
     #[test]
@@ -563,37 +863,104 @@ mod tests {
     }
 
     #[test]
-    fn volumes_are_kept_by_marker_retain_or_unread_persistent_volumes_only() {
+    fn volumes_are_deleted_only_when_a_live_persistent_volume_says_delete() {
         let v = |id: &str, meta: serde_json::Value| Volume {
             id: id.into(),
             status: "available".into(),
             metadata: meta.as_object().cloned().unwrap_or_default(),
             attached_to: vec![],
         };
-        let read = PvRead {
+        let read = WorkloadRead {
             retained: vec!["r".into()],
-            unreadable: None,
+            deletable: vec!["d".into(), "m".into()],
+            ..WorkloadRead::default()
         };
         let keep = UnreadVolumes::Keep;
-        let plain = v("p", serde_json::json!({CSI_CLUSTER_KEY: A}));
-        assert_eq!(keeps_volume(&plain, &read, keep), None);
+        let deleted = v("d", serde_json::json!({CSI_CLUSTER_KEY: A}));
+        assert_eq!(keeps_volume(&deleted, &read, keep), None);
         assert!(
             keeps_volume(&v("r", serde_json::json!({})), &read, keep)
                 .is_some_and(|w| w.contains("Retain"))
+        );
+        // Its PersistentVolume is gone (deleted with Retain, the tenant keeping the data).
+        let orphan = v("o", serde_json::json!({CSI_CLUSTER_KEY: A}));
+        assert_eq!(
+            keeps_volume(&orphan, &read, keep).as_deref(),
+            Some("no PersistentVolume of the cluster names it")
+        );
+        assert!(
+            keeps_volume(&orphan, &read, UnreadVolumes::Delete).is_some(),
+            "read: unread_volumes does not apply"
         );
         let marked = v("m", serde_json::json!({KEEP_KEY: "true"}));
         assert!(keeps_volume(&marked, &read, keep).is_some_and(|w| w.contains(KEEP_KEY)));
         let unmarked = v("m", serde_json::json!({KEEP_KEY: "false"}));
         assert_eq!(keeps_volume(&unmarked, &read, keep), None);
-        let unread = PvRead {
-            retained: vec![],
+        let unread = WorkloadRead {
             unreadable: Some("no kubeconfig Secret yet".into()),
+            ..WorkloadRead::default()
         };
         assert!(
-            keeps_volume(&plain, &unread, keep)
+            keeps_volume(&deleted, &unread, keep)
                 .is_some_and(|w| w.contains("no kubeconfig Secret yet"))
         );
-        assert_eq!(keeps_volume(&plain, &unread, UnreadVolumes::Delete), None);
+        assert_eq!(keeps_volume(&deleted, &unread, UnreadVolumes::Delete), None);
+    }
+
+    #[test]
+    fn occms_floating_ips_are_kept_when_their_service_says_keep_floatingip() {
+        let fip = |description: &str, address: &str| FloatingIp {
+            id: "f".into(),
+            address: address.into(),
+            port_id: Some("vip".into()),
+            description: description.into(),
+        };
+        let occm = |svc: &str| {
+            format!("Floating IP for Kubernetes external service shop/{svc} from cluster {A}")
+        };
+        let read = WorkloadRead {
+            keep_floating_ips: vec![KeptService {
+                namespace: "shop".into(),
+                name: "web".into(),
+                load_balancer_id: Some("lb-web".into()),
+                addresses: vec!["172.24.4.9".into()],
+            }],
+            ..WorkloadRead::default()
+        };
+        let keep = UnreadVolumes::Keep;
+        let why = "its Service shop/web has loadbalancer.openstack.org/keep-floatingip: \"true\"";
+        // By OCCM's description, by the Service's address, by the load balancer it is on.
+        let by_description = fip(&occm("web"), "172.24.4.1");
+        assert_eq!(
+            keeps_floating_ip(A, &by_description, None, &read, keep).as_deref(),
+            Some(why)
+        );
+        let old_occm = format!("Floating IP for Kubernetes external service from cluster {A}");
+        let by_address = fip(&old_occm, "172.24.4.9");
+        assert!(keeps_floating_ip(A, &by_address, None, &read, keep).is_some());
+        let mut on = lb(&format!("kube_service_{A}_shop_web"), &[]);
+        let by_lb_name = fip(&old_occm, "172.24.4.2");
+        assert!(keeps_floating_ip(A, &by_lb_name, Some(&on), &read, keep).is_some());
+        on.name = "renamed".into();
+        assert!(keeps_floating_ip(A, &by_lb_name, Some(&on), &read, keep).is_none());
+        on.id = "lb-web".into();
+        assert!(keeps_floating_ip(A, &by_lb_name, Some(&on), &read, keep).is_some());
+        // Another Service's goes.
+        let other = fip(&occm("api"), "172.24.4.3");
+        assert_eq!(keeps_floating_ip(A, &other, None, &read, keep), None);
+        // Services that could not be read: kept unless unread_volumes = "delete".
+        let unread = WorkloadRead {
+            unreadable: Some("no kubeconfig Secret yet".into()),
+            ..WorkloadRead::default()
+        };
+        assert!(
+            keeps_floating_ip(A, &other, None, &unread, keep)
+                .is_some_and(|w| w.contains("Services could not be read"))
+        );
+        assert_eq!(
+            keeps_floating_ip(A, &other, None, &unread, UnreadVolumes::Delete),
+            None
+        );
     }
 
     #[test]
@@ -630,15 +997,19 @@ mod tests {
         let r = Remaining {
             load_balancers: 2,
             volumes: 3,
-            security_groups: 0,
-            waiting_for: vec![],
+            ..Remaining::default()
         };
         assert_eq!(r.describe(), "deleting 2 load balancers, 3 volumes");
         let r = Remaining {
-            load_balancers: 0,
+            shared_load_balancers: 1,
+            ..Remaining::default()
+        };
+        assert!(!r.is_done());
+        assert_eq!(r.describe(), "deleting 1 shared load balancer's listeners");
+        let r = Remaining {
             volumes: 1,
-            security_groups: 0,
             waiting_for: vec!["volume v is attached to server s".into()],
+            ..Remaining::default()
         };
         assert_eq!(
             r.describe(),

@@ -9,7 +9,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::apply::ObjectRef;
-use super::cleanup::{PvRead, Remaining, Report};
+use super::cleanup::{Remaining, Report, WorkloadRead};
 use super::driver::{Capi, CapiError, name_of, namespace_of};
 use super::status::Observed;
 use super::{LABEL_CLUSTER_UUID, LABEL_NODEGROUP_UUID, LABEL_PROJECT_ID, kinds};
@@ -51,19 +51,20 @@ impl Capi {
         if !self.observer.synced() {
             return Ok(step.requeue(Duration::from_secs(1), None));
         }
-        // Before the machines go, while the workload cluster answers: which volumes its
-        // PersistentVolumes retain. Recorded (and the step requeued) before the deletion is
-        // asked for, so a crash or a retry never reads a half torn-down cluster instead; a
-        // delete asked again after one that failed keeps what that one read.
-        if step.pvs.is_none() && self.config.delete_cleanup && self.keystone.is_some() {
+        // Before the machines go, while the workload cluster answers: what its
+        // PersistentVolumes say of their volumes and which Services keep their floating IPs.
+        // Recorded (and the step requeued) before the deletion is asked for, so a crash or a
+        // retry never reads a half torn-down cluster instead; a delete asked again after one
+        // that failed keeps what that one read.
+        if step.workload.is_none() && self.config.delete_cleanup && self.keystone.is_some() {
             let earlier = op.earlier_steps.iter().find_map(|s| {
                 serde_json::from_value::<DeleteStep>(s.clone())
                     .ok()
-                    .and_then(|s| s.pvs)
+                    .and_then(|s| s.workload)
             });
-            step.pvs = Some(match earlier {
+            step.workload = Some(match earlier {
                 Some(read) => read,
-                None => self.read_persistent_volumes(c).await,
+                None => self.read_workload_or_why(c).await,
             });
             return Ok(step.requeue(Duration::from_millis(1), None));
         }
@@ -84,10 +85,9 @@ impl Capi {
         // Never before the machines are gone: a live cloud-controller-manager would recreate
         // what we delete.
         if !step.cleaned && observed.machines.is_empty() {
-            let pvs = step.pvs.clone().unwrap_or_default();
-            let had_credential = spec.day2.app_cred_id.is_some();
-            let pass = match self.cleanup_session(c, had_credential).await {
-                Ok(Some(s)) => self.cleanup_cloud(c, &s, &pvs, &mut step.report).await,
+            let read = step.workload.clone().unwrap_or_default();
+            let pass = match self.cleanup_session(spec).await {
+                Ok(Some(s)) => self.cleanup_cloud(c, &s, &read, &mut step.report).await,
                 Ok(None) => Ok(Remaining::default()),
                 Err(e) => Err(e),
             };
@@ -107,6 +107,13 @@ impl Capi {
         }
         let capi_gone = observed.is_empty();
         if capi_gone && step.cleaned {
+            // What it kept or could not check is the cluster's last status reason before it
+            // goes (one more run when no progress showed it yet).
+            let report = step.report.describe();
+            if !step.report.is_empty() && !step.reported.contains(&report) {
+                step.reported.clone_from(&report);
+                return Ok(step.requeue(Duration::from_millis(1), Some(report)));
+            }
             self.delete_remains(journal, spec, &ns).await?;
             self.write_delete_report(c, &ns, &step.report).await?;
             return Ok(Outcome::ClusterDeleted);
@@ -210,18 +217,16 @@ impl Capi {
         Ok(())
     }
 
-    /// What the workload's PersistentVolumes retain, or why they could not be read.
-    async fn read_persistent_volumes(&self, c: &Cluster) -> PvRead {
-        match self.retained_volumes(c).await {
-            Ok(retained) => PvRead {
-                retained,
-                unreadable: None,
-            },
+    /// What the workload cluster says of its volumes and floating IPs, or why it could not be
+    /// read.
+    async fn read_workload_or_why(&self, c: &Cluster) -> WorkloadRead {
+        match self.read_workload(c).await {
+            Ok(read) => read,
             Err(why) => {
-                tracing::warn!(cluster = %c.uuid, reason = %why, "the workload cluster's PersistentVolumes could not be read");
-                PvRead {
-                    retained: Vec::new(),
+                tracing::warn!(cluster = %c.uuid, reason = %why, "the workload cluster's PersistentVolumes and Services could not be read");
+                WorkloadRead {
                     unreadable: Some(why),
+                    ..WorkloadRead::default()
                 }
             }
         }
@@ -409,9 +414,11 @@ struct DeleteStep {
     /// The progress last shown, so an unchanged one is not written again.
     #[serde(default)]
     reported: String,
-    /// What the workload's PersistentVolumes said, read before the machines went.
-    #[serde(default)]
-    pvs: Option<PvRead>,
+    /// What the workload cluster said, read before the machines went (`pvs` in steps of
+    /// releases that read only PersistentVolumes: no volume is then known `Delete`, so all are
+    /// kept).
+    #[serde(default, alias = "pvs")]
+    workload: Option<WorkloadRead>,
     /// What the cleanup kept or could not check so far.
     #[serde(default)]
     report: Report,

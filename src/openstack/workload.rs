@@ -26,6 +26,43 @@ pub struct LoadBalancer {
     pub tags: Vec<String>,
     pub provisioning_status: String,
     pub vip_port_id: Option<String>,
+    /// Its listeners' ids.
+    pub listeners: Vec<String>,
+    /// Its pools' ids.
+    pub pools: Vec<String>,
+}
+
+/// A listener or a pool of a load balancer as Octavia shows it (the fields the cleanup reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbChild {
+    pub id: String,
+    pub name: String,
+    pub tags: Vec<String>,
+    /// A listener's default pool.
+    pub default_pool_id: Option<String>,
+}
+
+/// Octavia's collections under a load balancer that the cleanup reads and deletes one by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LbChildKind {
+    Listener,
+    Pool,
+}
+
+impl LbChildKind {
+    fn segment(self) -> &'static str {
+        match self {
+            Self::Listener => "listeners",
+            Self::Pool => "pools",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Self::Listener => "listener",
+            Self::Pool => "pool",
+        }
+    }
 }
 
 /// A volume as Cinder lists it (the fields the cleanup reads).
@@ -38,10 +75,11 @@ pub struct Volume {
     pub attached_to: Vec<String>,
 }
 
-/// How a delete ended when it did not fail.
+/// How a delete (or a tag update, which Octavia refuses the same way while busy) ended when it
+/// did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
-    /// Deleted now, or already gone.
+    /// Deleted (updated) now, or already gone.
     Done,
     /// Refused for now (a load balancer in a `PENDING_*` state, an attached volume): try again.
     NotYet,
@@ -216,8 +254,98 @@ pub async fn load_balancers(
                 .get("vip_port_id")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            listeners: ids(lb, "listeners"),
+            pools: ids(lb, "pools"),
         })
         .collect())
+}
+
+/// The ids of a load balancer's `key` (`[{"id": …}]`).
+fn ids(v: &Value, key: &str) -> Vec<String> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|x| text(x, "id"))
+        .filter(|id| !id.is_empty())
+        .collect()
+}
+
+/// Listener or pool `id` (`None` once it is gone).
+pub async fn lb_child(
+    s: &UserSession,
+    kind: LbChildKind,
+    id: &str,
+) -> Result<Option<LbChild>, OpenStackError> {
+    let url = format!("{}/lbaas/{}/{id}", octavia(s)?, kind.segment());
+    let (status, body) = s.send_json(OCTAVIA, Method::GET, &url).await?;
+    match status {
+        200 => {
+            let v = body.get(kind.key()).cloned().unwrap_or_default();
+            Ok(Some(LbChild {
+                id: text(&v, "id"),
+                name: text(&v, "name"),
+                tags: strings(&v, "tags"),
+                default_pool_id: v
+                    .get("default_pool_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            }))
+        }
+        404 => Ok(None),
+        _ => Err(failed(OCTAVIA, "reading a listener or pool", status, &body)),
+    }
+}
+
+/// Deletes a listener or a pool (a pool with its members and health monitor); while its load
+/// balancer is immutable (409), [`Deleted::NotYet`].
+pub async fn delete_lb_child(
+    s: &UserSession,
+    kind: LbChildKind,
+    id: &str,
+) -> Result<Deleted, OpenStackError> {
+    let url = format!("{}/lbaas/{}/{id}", octavia(s)?, kind.segment());
+    delete_unless_busy(s, OCTAVIA, &url, "deleting a listener or pool").await
+}
+
+/// A DELETE the service refuses with 409 while the resource is busy or in use
+/// ([`Deleted::NotYet`]); gone already counts as deleted.
+async fn delete_unless_busy(
+    s: &UserSession,
+    service: &str,
+    url: &str,
+    what: &str,
+) -> Result<Deleted, OpenStackError> {
+    let (status, body) = s.send_json(service, Method::DELETE, url).await?;
+    match status {
+        200..=299 | 404 => Ok(Deleted::Done),
+        409 => Ok(Deleted::NotYet),
+        _ => Err(failed(service, what, status, &body)),
+    }
+}
+
+/// Replaces the load balancer's tags with `tags`; while it is immutable (409),
+/// [`Deleted::NotYet`].
+pub async fn set_load_balancer_tags(
+    s: &UserSession,
+    id: &str,
+    tags: &[String],
+) -> Result<Deleted, OpenStackError> {
+    let url = format!("{}/lbaas/loadbalancers/{id}", octavia(s)?);
+    let body = serde_json::json!({"loadbalancer": {"tags": tags}});
+    let (status, answer) = s
+        .send_json_with(OCTAVIA, Method::PUT, &url, &[], Some(&body))
+        .await?;
+    match status {
+        200..=299 => Ok(Deleted::Done),
+        409 => Ok(Deleted::NotYet),
+        _ => Err(failed(
+            OCTAVIA,
+            "updating a load balancer's tags",
+            status,
+            &answer,
+        )),
+    }
 }
 
 /// Deletes the load balancer with everything under it (`cascade=true`: listeners, pools,
@@ -231,13 +359,8 @@ pub async fn delete_load_balancer(
         return Ok(Deleted::NotYet);
     }
     let url = format!("{}/lbaas/loadbalancers/{}?cascade=true", octavia(s)?, lb.id);
-    let (status, body) = s.send_json(OCTAVIA, Method::DELETE, &url).await?;
-    match status {
-        200..=299 | 404 => Ok(Deleted::Done),
-        // Immutable while another change is under way.
-        409 => Ok(Deleted::NotYet),
-        _ => Err(failed(OCTAVIA, "deleting a load balancer", status, &body)),
-    }
+    // 409: immutable while another change is under way.
+    delete_unless_busy(s, OCTAVIA, &url, "deleting a load balancer").await
 }
 
 /// A floating IP as Neutron lists it (the fields the cleanup reads).
@@ -361,12 +484,7 @@ pub async fn security_groups(
 /// Deletes a security group; one still used by a port (409) is [`Deleted::NotYet`].
 pub async fn delete_security_group(s: &UserSession, id: &str) -> Result<Deleted, OpenStackError> {
     let url = format!("{}/security-groups/{id}", neutron(s)?);
-    let (status, body) = s.send_json(NEUTRON, Method::DELETE, &url).await?;
-    match status {
-        200..=299 | 404 => Ok(Deleted::Done),
-        409 => Ok(Deleted::NotYet),
-        _ => Err(failed(NEUTRON, "deleting a security group", status, &body)),
-    }
+    delete_unless_busy(s, NEUTRON, &url, "deleting a security group").await
 }
 
 /// The volumes whose metadata has `key` = `value` (Cinder filters; the caller checks again),

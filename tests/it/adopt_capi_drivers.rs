@@ -1398,6 +1398,56 @@ impl magnum_capi::simkube::store::Admission for RefusesDelivery {
     }
 }
 
+/// An adoption never sets this service's own credential (`app_cred_id`); the driver's
+/// credential Secret is the cluster's. Gone, the delete cannot clean up what the workload left
+/// in the project and says so, as for a cluster this service made (`[capi]
+/// cleanup_without_credential = "fail"`), instead of deleting the cluster with no cleanup.
+#[tokio::test]
+async fn an_adopted_cluster_without_its_drivers_credential_secret_fails_its_delete_naming_what_it_could_not_clean()
+ {
+    let _env = env_shared().await;
+    let app = capi_app_on(None, None, true, |_| {}).await;
+    let ks = keystone();
+    let (owner_id, token) = ks.new_user_token("adopter", "member", "alpha").await;
+    let project = ks.project_id("alpha").to_string();
+    let who = As {
+        user: Box::leak(owner_id.into_boxed_str()),
+        project: Box::leak(project.clone().into_boxed_str()),
+        roles: "member",
+    };
+    let stack = "live-1-0a1b2c3d4e5f";
+    let Adopted { c, ns, .. } = adopted_on(&app, Driver::CapiHelm, 1, stack, &who).await;
+    let (secret_name, _) = drivers_names(Driver::CapiHelm, stack, &c);
+    app.sim
+        .store()
+        .delete(&Resource::core("secrets"), &ns, &secret_name)
+        .expect("the driver's credential Secret");
+
+    let r = app
+        .t
+        .call_token(
+            Some(&token),
+            "DELETE",
+            &format!("/v1/clusters/{c}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let failed = app
+        .t
+        .wait_cluster_token(&token, &c, "DELETE_FAILED")
+        .await
+        .body;
+    let reason = failed["status_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("its credential Secret is gone")
+            && reason.contains(&project)
+            && reason.contains("load balancers, floating IPs, security groups and volumes"),
+        "{reason}"
+    );
+}
+
 /// A rotation that fails after its credential was applied (the add-on refuses the annotation
 /// that delivers it, a permanent 422): the driver's Secret carries the new credential, so it
 /// stays the cluster's and works, the previous one is kept too (the workload was not given the

@@ -1,15 +1,18 @@
-//! A delete leaves nothing behind: the load balancers (with their floating IPs) and volumes the
-//! workload's cloud-controller-manager and Cinder CSI created are removed with the cluster's own
-//! credential — exactly those, never another cluster's — a cleanup that cannot finish fails the
+//! A delete leaves nothing behind and destroys nothing the tenant keeps: the load balancers
+//! (with their floating IPs) and volumes the workload's cloud-controller-manager and Cinder CSI
+//! created are removed with the cluster's own credential — exactly those, never another
+//! cluster's, never a load balancer they only attached to, a volume no PersistentVolume says
+//! `Delete` for, or a floating IP its Service keeps — a cleanup that cannot finish fails the
 //! delete naming why and resumes on the next delete, and the credentials janitor deletes
 //! credentials of clusters that do not exist. Real Keystone, the fake Octavia/Cinder/Neutron/Nova
-//! of `common/fakecloud_workload.rs` in its catalog, the simulated management cluster.
+//! of `common/fakecloud_workload.rs` in its catalog, the simulated management cluster and its
+//! workload clusters.
 
 use crate::common;
 
 use crate::common::TestApp;
 use crate::common::capi::{CapiApp, capi_app_on};
-use crate::common::fakecloud::workload::{floating_ip, load_balancer, volume};
+use crate::common::fakecloud::workload::{self, floating_ip, load_balancer, volume};
 use crate::common::fakecloud::*;
 use crate::common::keystone::keystone;
 use crate::common::stack::{env_exclusive, env_shared, parts};
@@ -70,7 +73,7 @@ async fn running_cluster_with(
 /// Alice's running cluster `name` with what its workload left (`lbs` load balancers, `vols`
 /// volumes, ids tagged `tag`): `(token, project, uuid, CAPI name)`.
 async fn alices_cluster(
-    t: &TestApp,
+    app: &CapiApp,
     name: &str,
     tag: &str,
     lbs: usize,
@@ -79,8 +82,8 @@ async fn alices_cluster(
     let (ks, _) = parts().await;
     let token = ks.token("alice", "alpha").await;
     let project = ks.project_id("alpha").to_string();
-    let (uuid, capi) = running_cluster(t, &token, name).await;
-    leave_workload(&capi, tag, lbs, vols, &project);
+    let (uuid, capi) = running_cluster(&app.t, &token, name).await;
+    leave_workload(app, &capi, tag, lbs, vols, &project);
     (token, project, uuid, capi)
 }
 
@@ -108,10 +111,11 @@ async fn delete(t: &TestApp, token: &str, uuid: &str) {
     assert_eq!(r.status, 204, "{}", r.body);
 }
 
-/// What a workload left in the tenant project: `lbs` Service load balancers (each with a
-/// floating IP on its VIP port) and `vols` CSI volumes of cluster `capi`, tagged with `tag` in
+/// What a workload left in the tenant project: `lbs` Service load balancers (`default/svc<i>`,
+/// each with OCCM's floating IP on its VIP port) and `vols` CSI volumes of cluster `capi`, each
+/// with its `Delete` PersistentVolume `pvc-<i>` in the workload cluster; tagged with `tag` in
 /// their ids so tests sharing the fake cloud never see each other's.
-fn leave_workload(capi: &str, tag: &str, lbs: usize, vols: usize, project: &str) {
+fn leave_workload(app: &CapiApp, capi: &str, tag: &str, lbs: usize, vols: usize, project: &str) {
     cloud_of().workload(|w| {
         for i in 0..lbs {
             let id = format!("{tag}-lb-{i}");
@@ -122,8 +126,13 @@ fn leave_workload(capi: &str, tag: &str, lbs: usize, vols: usize, project: &str)
                 &port,
                 project,
             ));
-            w.floating_ips
-                .push(floating_ip(&format!("{tag}-fip-{i}"), &port, project, capi));
+            w.floating_ips.push(floating_ip(
+                &format!("{tag}-fip-{i}"),
+                &port,
+                project,
+                capi,
+                &format!("default/svc{i}"),
+            ));
         }
         for i in 0..vols {
             w.volumes.push(volume(
@@ -132,6 +141,53 @@ fn leave_workload(capi: &str, tag: &str, lbs: usize, vols: usize, project: &str)
                 None,
                 project,
             ));
+        }
+    });
+    for i in 0..vols {
+        in_workload(
+            app,
+            project,
+            capi,
+            pv(&format!("pvc-{i}"), &format!("{tag}-vol-{i}"), "Delete"),
+        );
+    }
+}
+
+/// Writes `object` (a PersistentVolume, a Service) into cluster `capi`'s workload cluster.
+fn in_workload(app: &CapiApp, project: &str, capi: &str, object: Value) {
+    let store = app
+        .sim
+        .workload_store(&format!("magnum-{project}"), capi)
+        .expect("the workload cluster");
+    let resource = magnum_capi::simkube::Resource::of(
+        object["apiVersion"].as_str().unwrap_or("v1"),
+        object["kind"].as_str().unwrap_or_default(),
+    );
+    store.put(&resource, object).unwrap();
+}
+
+/// A CSI volume `<tag>-vol-held` of cluster `capi` (its PersistentVolume `pvc-held` says
+/// `Delete`) attached to server `<tag>-server`, which exists (a VM outside the cluster): it
+/// holds the delete open until [`let_go`].
+fn held_volume(app: &CapiApp, project: &str, capi: &str, tag: &str) {
+    let (server, id) = (format!("{tag}-server"), format!("{tag}-vol-held"));
+    cloud_of().workload(|w| {
+        w.servers
+            .push(json!({"id": server, "name": "vm", "status": "ACTIVE"}));
+        w.volumes
+            .push(volume(&id, json!({CSI_KEY: capi}), Some(&server), project));
+    });
+    in_workload(app, project, capi, pv("pvc-held", &id, "Delete"));
+}
+
+/// Server `<tag>-server` goes; Nova detaches its volume `<tag>-vol-held`.
+fn let_go(tag: &str) {
+    let (server, id) = (format!("{tag}-server"), format!("{tag}-vol-held"));
+    cloud_of().workload(|w| {
+        w.servers.retain(|s| s["id"] != server.as_str());
+        for v in w.volumes.iter_mut().filter(|v| v["id"] == id.as_str()) {
+            v["attachments"] = json!([]);
+            v["status"] = json!("available");
         }
     });
 }
@@ -252,9 +308,9 @@ async fn delete_removes_exactly_the_clusters_load_balancers_and_volumes() {
     let (uuid, capi) = running_cluster(t, &token, "cleaned").await;
     let (_other, other_capi) = running_cluster(t, &token, "neighbour").await;
 
-    leave_workload(&capi, "mine", 3, 5, &project);
+    leave_workload(&app, &capi, "mine", 3, 5, &project);
     // Another cluster of the same project, and things named like ours but not ours.
-    leave_workload(&other_capi, "theirs", 2, 2, &project);
+    leave_workload(&app, &other_capi, "theirs", 2, 2, &project);
     cloud_of().workload(|w| {
         w.load_balancers.push(load_balancer(
             "alien-lb-0",
@@ -340,7 +396,7 @@ async fn octavia_down_is_retried_naming_it_and_the_delete_finishes_when_it_is_ba
     let _env = env_exclusive().await;
     let app = app(|_| {}).await;
     let t = &app.t;
-    let (token, _, uuid, _) = alices_cluster(t, "octavia-down", "down", 1, 1).await;
+    let (token, _, uuid, _) = alices_cluster(&app, "octavia-down", "down", 1, 1).await;
 
     cloud_of().workload(|w| w.down.insert("load-balancer".into()));
     delete(t, &token, &uuid).await;
@@ -371,28 +427,18 @@ async fn octavia_down_is_retried_naming_it_and_the_delete_finishes_when_it_is_ba
 async fn the_cleanup_waits_for_attached_volumes_and_survives_a_restart() {
     let _env = env_shared().await;
     let app = app(|cfg| cfg.operations.lease_secs = 2).await;
-    let (token, project, uuid, capi) = alices_cluster(&app.t, "restarted", "restart", 0, 1).await;
-    // A volume still attached to a server that exists (say, a VM outside the cluster).
-    cloud_of().workload(|w| {
-        w.servers
-            .push(json!({"id": "restart-server", "name": "vm", "status": "ACTIVE"}));
-        w.volumes.push(volume(
-            "restart-vol-attached",
-            json!({CSI_KEY: capi}),
-            Some("restart-server"),
-            &project,
-        ));
-    });
+    let (token, project, uuid, capi) = alices_cluster(&app, "restarted", "restart", 0, 1).await;
+    held_volume(&app, &project, &capi, "restart");
     delete(&app.t, &token, &uuid).await;
     // The detached volume goes; the attached one waits for its server.
     wait_reason(
         &app.t,
         &token,
         &uuid,
-        "deleting 1 volume (volume restart-vol-attached is attached to server restart-server)",
+        "deleting 1 volume (volume restart-vol-held is attached to server restart-server)",
     )
     .await;
-    assert_eq!(remaining("restart").1, ["restart-vol-attached"]);
+    assert_eq!(remaining("restart").1, ["restart-vol-held"]);
 
     // The service dies mid-way; another one takes the operation over.
     let (url, sim) = app.kill().await;
@@ -401,18 +447,7 @@ async fn the_cleanup_waits_for_attached_volumes_and_survives_a_restart() {
         cfg.operations.lease_secs = 2;
     })
     .await;
-    // The server goes; Nova detaches its volume.
-    cloud_of().workload(|w| {
-        w.servers.retain(|s| s["id"] != "restart-server");
-        for v in w
-            .volumes
-            .iter_mut()
-            .filter(|v| v["id"] == "restart-vol-attached")
-        {
-            v["attachments"] = json!([]);
-            v["status"] = json!("available");
-        }
-    });
+    let_go("restart");
     app.t.wait_cluster_token(&token, &uuid, "GONE").await;
     assert_eq!(remaining("restart"), (vec![], vec![], vec![]));
 }
@@ -615,7 +650,7 @@ async fn delete_with_catalog_of(
 ) -> (Vec<String>, Vec<String>, Vec<String>) {
     let app = app_in_region(region, types).await;
     let t = &app.t;
-    let (token, _, uuid, _) = alices_cluster(t, name, tag, 1, 2).await;
+    let (token, _, uuid, _) = alices_cluster(&app, name, tag, 1, 2).await;
     delete(t, &token, &uuid).await;
     t.wait_cluster_token(&token, &uuid, "GONE").await;
     let (lbs, vols, fips) = remaining(tag);
@@ -658,7 +693,7 @@ async fn neutron_without_floating_ips_deletes_the_rest_and_says_what_it_did_not_
     let _env = env_exclusive().await;
     let app = app(|_| {}).await;
     let t = &app.t;
-    let (token, _, uuid, _) = alices_cluster(t, "no-l3", "nol3", 1, 1).await;
+    let (token, _, uuid, _) = alices_cluster(&app, "no-l3", "nol3", 1, 1).await;
 
     cloud_of().workload(|w| w.missing.insert("floatingips".into()));
     delete(t, &token, &uuid).await;
@@ -684,16 +719,9 @@ fn pv(name: &str, handle: &str, policy: &str) -> Value {
 /// Writes into cluster `capi`'s workload cluster the PersistentVolumes of volumes `<tag>-vol-0`
 /// (`Retain`) and `<tag>-vol-1` (`Delete`).
 fn retain_first_of_two(app: &CapiApp, project: &str, capi: &str, tag: &str) {
-    let store = app
-        .sim
-        .workload_store(&format!("magnum-{project}"), capi)
-        .expect("the workload cluster");
-    let pvs = magnum_capi::simkube::Resource::of("v1", "PersistentVolume");
     for (i, policy) in ["Retain", "Delete"].iter().enumerate() {
         let volume = format!("{tag}-vol-{i}");
-        store
-            .put(&pvs, pv(&format!("pvc-{i}"), &volume, policy))
-            .unwrap();
+        in_workload(app, project, capi, pv(&format!("pvc-{i}"), &volume, policy));
     }
 }
 
@@ -702,7 +730,7 @@ async fn retained_and_marked_volumes_survive_the_delete_and_are_reported() {
     let _env = env_shared().await;
     let app = app(|_| {}).await;
     let t = &app.t;
-    let (token, project, uuid, capi) = alices_cluster(t, "retained", "retain", 0, 3).await;
+    let (token, project, uuid, capi) = alices_cluster(&app, "retained", "retain", 0, 3).await;
     cloud_of().workload(|w| {
         if let Some(v) = w.volumes.iter_mut().find(|v| v["id"] == "retain-vol-2") {
             v["metadata"]["magnum-capi/keep"] = json!("true");
@@ -746,7 +774,7 @@ async fn a_volumes_csi_snapshots_go_first_and_a_hand_made_snapshot_keeps_it() {
     let _env = env_shared().await;
     let app = app(|_| {}).await;
     let t = &app.t;
-    let (token, project, uuid, capi) = alices_cluster(t, "snapshotted", "snap", 0, 2).await;
+    let (token, project, uuid, capi) = alices_cluster(&app, "snapshotted", "snap", 0, 2).await;
     cloud_of().workload(|w| {
         w.snapshots.push(snapshot(
             "snap-csi-0",
@@ -788,7 +816,7 @@ async fn a_volume_stuck_deleting_is_waited_for_and_the_delete_completes_when_it_
     let _env = env_shared().await;
     let app = app(|_| {}).await;
     let t = &app.t;
-    let (token, _, uuid, _) = alices_cluster(t, "stuck", "stuck", 0, 1).await;
+    let (token, _, uuid, _) = alices_cluster(&app, "stuck", "stuck", 0, 1).await;
     cloud_of().workload(|w| {
         w.stuck.insert("stuck-vol-0".into());
         if let Some(v) = w.volumes.iter_mut().find(|v| v["id"] == "stuck-vol-0") {
@@ -835,7 +863,7 @@ async fn the_clusters_load_balancers_on_a_later_page_are_found() {
         }
         w.page_size = Some(2);
     });
-    leave_workload(&capi, "paged", 2, 3, &project);
+    leave_workload(&app, &capi, "paged", 2, 3, &project);
     cloud_of().clear_requests();
 
     delete(t, &token, &uuid).await;
@@ -875,7 +903,7 @@ async fn a_tenants_floating_ip_is_disassociated_and_kept_occms_own_and_its_secur
     let (uuid, capi) = running_cluster(t, &token, "fips").await;
     // Two Services: OCCM allocated svc0's floating IP; svc1 was given one the tenant had
     // (`loadBalancerIP`), so OCCM only associated it.
-    leave_workload(&capi, "fips", 2, 0, &project);
+    leave_workload(&app, &capi, "fips", 2, 0, &project);
     cloud_of().workload(|w| {
         w.floating_ips.retain(|f| f["id"] != "fips-fip-1");
         w.floating_ips.push(floating_ip_described(
@@ -885,8 +913,13 @@ async fn a_tenants_floating_ip_is_disassociated_and_kept_occms_own_and_its_secur
             "reserved for the shop",
         ));
         // An OCCM floating IP whose load balancer is gone already.
-        w.floating_ips
-            .push(floating_ip("fips-orphan", "", &project, &capi));
+        w.floating_ips.push(floating_ip(
+            "fips-orphan",
+            "",
+            &project,
+            &capi,
+            "default/gone",
+        ));
         w.security_groups.push(security_group(
             "fips-sg-occm",
             "lb-sg-1234-default-svc0",
@@ -906,13 +939,7 @@ async fn a_tenants_floating_ip_is_disassociated_and_kept_occms_own_and_its_secur
     let (lbs, _, fips) = remaining("fips");
     assert_eq!(lbs, Vec::<String>::new());
     assert_eq!(fips, ["fips-tenant"]);
-    let tenant = cloud_of().workload(|w| {
-        w.floating_ips
-            .iter()
-            .find(|f| f["id"] == "fips-tenant")
-            .cloned()
-            .unwrap()
-    });
+    let tenant = stored(|w| &w.floating_ips, "fips-tenant");
     assert_eq!(tenant["port_id"], Value::Null, "disassociated");
     let groups: Vec<String> = cloud_of().workload(|w| {
         w.security_groups
@@ -956,7 +983,8 @@ async fn without_its_credential_secret_the_delete_fails_naming_what_it_could_not
     })
     .await;
     let t = &app.t;
-    let (token, project, uuid, capi) = alices_cluster(t, "no-cred-fail", "nocredfail", 1, 2).await;
+    let (token, project, uuid, capi) =
+        alices_cluster(&app, "no-cred-fail", "nocredfail", 1, 2).await;
     let ns = format!("magnum-{project}");
     retain_first_of_two(&app, &project, &capi, "nocredfail");
     let secret = remove_credential_secret(&app, &project, &capi);
@@ -1010,7 +1038,7 @@ async fn without_its_credential_secret_the_service_user_cleans_up_in_the_project
     })
     .await;
     let t = &app.t;
-    let (token, project, uuid, capi) = alices_cluster(t, "no-cred-svc", "nocredsvc", 1, 1).await;
+    let (token, project, uuid, capi) = alices_cluster(&app, "no-cred-svc", "nocredsvc", 1, 1).await;
     remove_credential_secret(&app, &project, &capi);
 
     delete(t, &token, &uuid).await;
@@ -1030,4 +1058,295 @@ async fn without_its_credential_secret_the_service_user_cleans_up_in_the_project
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["token"]["user"]["id"], svc_id.as_str());
     assert_eq!(body["token"]["project"]["id"], project.as_str());
+}
+
+// ---- issue 43: what the tenant keeps survives the delete ----
+
+/// The ids starting with `tag` of the fake Octavia's `kind` (`listeners`, `pools`, `members`,
+/// `healthmonitors`).
+fn octavia_ids(kind: &str, tag: &str) -> Vec<String> {
+    cloud_of().workload(|w| {
+        let items = match kind {
+            "listeners" => &w.listeners,
+            "pools" => &w.pools,
+            "members" => &w.members,
+            _ => &w.health_monitors,
+        };
+        items
+            .iter()
+            .filter_map(|v| v["id"].as_str())
+            .filter(|id| id.starts_with(tag))
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+/// The fake's item `id` of the list `of` picks, as a read shows it (`null`: none).
+fn stored(of: fn(&workload::Workload) -> &Vec<Value>, id: &str) -> Value {
+    cloud_of().workload(|w| {
+        of(w)
+            .iter()
+            .find(|v| v["id"] == id)
+            .map(settled)
+            .unwrap_or_default()
+    })
+}
+
+/// Load balancer `id` (named `name`, tagged `tags`, VIP port `vip`) with one listener and one
+/// pool for each of `services` (`(OCCM's load balancer name of the Service, port)`; the
+/// listener tagged with it, as OCCM tags them, the pool with a member and a health monitor) and
+/// one the tenant made by hand (`https`, pool `backends`).
+fn load_balancer_with_listeners(
+    (id, name, vip): (&str, &str, &str),
+    tags: &[&str],
+    services: &[(&str, u16)],
+    project: &str,
+) {
+    use crate::common::fakecloud::workload::{health_monitor, listener, member, pool};
+    cloud_of().workload(|w| {
+        let mut lb = load_balancer(id, name, vip, project);
+        lb["tags"] = json!(tags);
+        let (mut listeners, mut pools) = (Vec::new(), Vec::new());
+        for (i, (occm, port)) in services.iter().enumerate() {
+            let (l, p) = (format!("{id}-listener-{i}"), format!("{id}-pool-{i}"));
+            let (m, hm) = (format!("{id}-member-{i}"), format!("{id}-monitor-{i}"));
+            let name = |kind: &str| format!("{kind}_0_{occm}");
+            w.listeners.push(listener(
+                &l,
+                id,
+                (&name("listener"), &[occm]),
+                *port,
+                Some(&p),
+                project,
+            ));
+            w.pools.push(pool(
+                &p,
+                id,
+                Some(&l),
+                &name("pool"),
+                (&[&m], Some(&hm)),
+                project,
+            ));
+            w.members.push(member(&m, &p, "10.0.0.21", project));
+            w.health_monitors.push(health_monitor(&hm, &p, project));
+            listeners.push(l);
+            pools.push(p);
+        }
+        let (l, p) = (format!("{id}-listener-tenant"), format!("{id}-pool-tenant"));
+        w.listeners
+            .push(listener(&l, id, ("https", &[]), 443, Some(&p), project));
+        w.pools
+            .push(pool(&p, id, Some(&l), "backends", (&[], None), project));
+        listeners.push(l);
+        pools.push(p);
+        lb["listeners"] = json!(
+            listeners
+                .iter()
+                .map(|l| json!({"id": l}))
+                .collect::<Vec<_>>()
+        );
+        lb["pools"] = json!(pools.iter().map(|p| json!({"id": p})).collect::<Vec<_>>());
+        w.load_balancers.push(lb);
+    });
+}
+
+/// OCCM deletes only the load balancers it named for a Service; one it only attached a Service
+/// to (the tenant's, given by `loadbalancer.openstack.org/load-balancer-id`) or one another
+/// cluster's Services share keeps, with the floating IP on its VIP: only the listeners, pools
+/// (members, health monitors) and tags OCCM made for the cluster's Services go.
+#[tokio::test]
+async fn a_load_balancer_the_cluster_only_attached_to_or_shares_stays_with_its_floating_ip() {
+    use crate::common::fakecloud::workload::floating_ip_described;
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (token, project, uuid, capi) = alices_cluster(&app, "attached", "att", 1, 0).await;
+    let web = format!("kube_service_{capi}_shop_web");
+    let api = format!("kube_service_{capi}_shop_api");
+    let theirs = "kube_service_c0000000000004000800000000000000b_shop_api";
+    // The tenant's load balancer `shop`, which the cluster's Service shop/web was given.
+    load_balancer_with_listeners(
+        ("att-tenant", "shop", "att-vip-tenant"),
+        &[&web, "team=shop"],
+        &[(&web, 80)],
+        &project,
+    );
+    cloud_of().workload(|w| {
+        w.floating_ips.push(floating_ip_described(
+            "att-fip-tenant",
+            "att-vip-tenant",
+            &project,
+            "shop.example.com",
+        ));
+    });
+    // OCCM named this one for shop/api, but another cluster's Service shares it.
+    load_balancer_with_listeners(
+        ("att-shared", &api, "att-vip-shared"),
+        &[&api, theirs],
+        &[(&api, 8080), (theirs, 9090)],
+        &project,
+    );
+    cloud_of().clear_requests();
+
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    let (lbs, _, fips) = remaining("att");
+    assert_eq!(lbs, ["att-tenant", "att-shared"], "the owned att-lb-0 went");
+    assert_eq!(fips, ["att-fip-tenant"], "OCCM's att-fip-0 went");
+    let fip = stored(|w| &w.floating_ips, "att-fip-tenant");
+    assert_eq!(fip["port_id"], "att-vip-tenant", "still on the VIP");
+    assert_eq!(
+        stored(|w| &w.load_balancers, "att-tenant")["tags"],
+        json!(["team=shop"])
+    );
+    assert_eq!(
+        stored(|w| &w.load_balancers, "att-shared")["tags"],
+        json!([theirs])
+    );
+    let kept = |kind| {
+        let mut ids = octavia_ids(kind, "att-");
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        kept("listeners"),
+        [
+            "att-shared-listener-1",
+            "att-shared-listener-tenant",
+            "att-tenant-listener-tenant"
+        ]
+    );
+    assert_eq!(
+        kept("pools"),
+        [
+            "att-shared-pool-1",
+            "att-shared-pool-tenant",
+            "att-tenant-pool-tenant"
+        ]
+    );
+    assert_eq!(kept("members"), ["att-shared-member-1"]);
+    assert_eq!(kept("healthmonitors"), ["att-shared-monitor-1"]);
+    let load_balancer_deletes: Vec<String> = cloud_of()
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE" && r.path.contains("/loadbalancers/att-"))
+        .map(|r| r.path)
+        .collect();
+    assert!(
+        load_balancer_deletes
+            .iter()
+            .all(|p| p.ends_with("/att-lb-0")),
+        "{load_balancer_deletes:?}"
+    );
+    let (mut kept, _) = delete_report(&app, &uuid).expect("a delete report");
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            format!(
+                "load balancer {api} (att-shared; not the cluster's alone: only the cluster's \
+                 listeners, pools and tags removed, it kept)"
+            ),
+            "load balancer shop (att-tenant; not the cluster's alone: only the cluster's \
+             listeners, pools and tags removed, it and the floating IP 172.24.4.50 on its VIP \
+             kept)"
+                .to_string(),
+        ]
+    );
+}
+
+/// The Kubernetes Retain workflow: the PersistentVolume deleted, its volume kept for the tenant
+/// to reclaim. A CSI volume no live PersistentVolume says `Delete` for is kept and reported, in
+/// the status reason while the delete works and in the delete report.
+#[tokio::test]
+async fn a_volume_whose_persistent_volume_is_gone_is_kept_and_reported() {
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (token, project, uuid, capi) = alices_cluster(&app, "orphaned", "orphan", 0, 2).await;
+    // The tenant deleted vol-1's PersistentVolume (reclaimPolicy Retain) to keep its data.
+    let store = app
+        .sim
+        .workload_store(&format!("magnum-{project}"), &capi)
+        .expect("the workload cluster");
+    store
+        .delete(
+            &magnum_capi::simkube::Resource::of("v1", "PersistentVolume"),
+            "",
+            "pvc-1",
+        )
+        .expect("the PersistentVolume");
+    // A volume still attached to a server outside the cluster holds the delete open.
+    held_volume(&app, &project, &capi, "orphan");
+    delete(t, &token, &uuid).await;
+    let kept = "kept volume orphan-vol-1 (no PersistentVolume of the cluster names it)";
+    let path = format!("/v1/clusters/{uuid}");
+    until("the status reason to say what the delete keeps", || async {
+        let r = t.call_token(Some(&token), "GET", &path, None, None).await;
+        let reason = r.body["status_reason"].as_str().unwrap_or_default();
+        reason.contains(kept).then_some(())
+    })
+    .await;
+    let_go("orphan");
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    assert_eq!(remaining("orphan").1, ["orphan-vol-1"]);
+    let (kept, not_checked) = delete_report(&app, &uuid).expect("a delete report");
+    assert_eq!(
+        kept,
+        ["volume orphan-vol-1 (no PersistentVolume of the cluster names it)"]
+    );
+    assert_eq!(not_checked, Vec::<String>::new());
+}
+
+/// A Service of the workload cluster as OCCM leaves it: type LoadBalancer, its load balancer
+/// `lb` in `loadbalancer.openstack.org/load-balancer-id`, and `annotations`.
+fn service(namespace: &str, name: &str, lb: &str, annotations: Value) -> Value {
+    let mut all = json!({"loadbalancer.openstack.org/load-balancer-id": lb});
+    if let (Some(all), Some(more)) = (all.as_object_mut(), annotations.as_object()) {
+        all.extend(more.clone());
+    }
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "annotations": all},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "172.24.4.60"}]}}})
+}
+
+/// OCCM's `loadbalancer.openstack.org/keep-floatingip: "true"`: the floating IP OCCM allocated
+/// for the Service is disassociated and kept; another Service's goes.
+#[tokio::test]
+async fn a_floating_ip_its_service_keeps_is_disassociated_and_kept() {
+    let _env = env_shared().await;
+    let app = app(|_| {}).await;
+    let t = &app.t;
+    let (token, project, uuid, capi) = alices_cluster(&app, "keep-fip", "keepfip", 2, 0).await;
+    let keep = json!({"loadbalancer.openstack.org/keep-floatingip": "true"});
+    let release = json!({"loadbalancer.openstack.org/keep-floatingip": "false"});
+    in_workload(
+        &app,
+        &project,
+        &capi,
+        service("default", "svc0", "keepfip-lb-0", keep),
+    );
+    in_workload(
+        &app,
+        &project,
+        &capi,
+        service("default", "svc1", "keepfip-lb-1", release),
+    );
+
+    delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    let (lbs, _, fips) = remaining("keepfip");
+    assert_eq!(lbs, Vec::<String>::new());
+    assert_eq!(fips, ["keepfip-fip-0"]);
+    let fip = stored(|w| &w.floating_ips, "keepfip-fip-0");
+    assert_eq!(fip["port_id"], Value::Null, "disassociated");
+    let (kept, _) = delete_report(&app, &uuid).expect("a delete report");
+    assert_eq!(
+        kept,
+        [
+            "floating IP 172.24.4.50 (keepfip-fip-0; its Service default/svc0 has \
+          loadbalancer.openstack.org/keep-floatingip: \"true\")"
+        ]
+    );
 }

@@ -404,6 +404,42 @@ fn octavia_new(project: &str, body: &Map<String, Value>, fields: Value) -> Value
     v
 }
 
+/// What Octavia fills in for a listener of load balancer `lb` that a create does not give.
+fn listener_defaults(lb: &str) -> Value {
+    json!({"connection_limit": -1, "default_tls_container_ref": null,
+        "sni_container_refs": [], "default_pool_id": null, "l7policies": [],
+        "insert_headers": {}, "loadbalancers": [{"id": lb}],
+        "timeout_client_data": 50000, "timeout_member_connect": 5000,
+        "timeout_member_data": 50000, "timeout_tcp_inspect": 0,
+        "client_ca_tls_container_ref": null, "client_authentication": "NONE",
+        "client_crl_container_ref": null, "allowed_cidrs": null, "tls_ciphers": null,
+        "tls_versions": null, "alpn_protocols": null, "hsts_include_subdomains": false,
+        "hsts_max_age": null, "hsts_preload": false})
+}
+
+/// What Octavia fills in for a pool of load balancer `lb` (default pool of `listener`).
+fn pool_defaults(lb: &str, listener: Option<&str>) -> Value {
+    let listeners: Vec<Value> = listener.iter().map(|l| json!({"id": l})).collect();
+    json!({"session_persistence": null, "loadbalancers": [{"id": lb}],
+        "listeners": listeners, "members": [], "healthmonitor_id": null,
+        "tls_enabled": false, "tls_ciphers": null, "tls_versions": null,
+        "alpn_protocols": null, "ca_tls_container_ref": null, "crl_container_ref": null,
+        "tls_container_ref": null})
+}
+
+/// What Octavia fills in for a health monitor of pool `pool`.
+fn monitor_defaults(pool: &str) -> Value {
+    json!({"max_retries_down": 3, "http_method": null, "url_path": null,
+        "expected_codes": null, "pools": [{"id": pool}], "http_version": null,
+        "domain_name": null})
+}
+
+/// What Octavia fills in for a member of pool `pool`.
+fn member_defaults(pool: &str) -> Value {
+    json!({"pool_id": pool, "weight": 1, "subnet_id": null, "monitor_address": null,
+        "monitor_port": null, "backup": false, "vnic_type": "normal"})
+}
+
 fn octavia_body(r: &Req, key: &str) -> Result<Map<String, Value>, Answer> {
     r.body
         .get(key)
@@ -554,19 +590,7 @@ fn create_listener(st: &mut Inner, r: &Req) -> Answer {
     }
     let mut fields = body.clone();
     fields.remove("loadbalancer_id");
-    let v = octavia_new(
-        &r.project,
-        &fields,
-        json!({"connection_limit": -1, "default_tls_container_ref": null,
-            "sni_container_refs": [], "default_pool_id": null, "l7policies": [],
-            "insert_headers": {}, "loadbalancers": [{"id": lb_id}],
-            "timeout_client_data": 50000, "timeout_member_connect": 5000,
-            "timeout_member_data": 50000, "timeout_tcp_inspect": 0,
-            "client_ca_tls_container_ref": null, "client_authentication": "NONE",
-            "client_crl_container_ref": null, "allowed_cidrs": null, "tls_ciphers": null,
-            "tls_versions": null, "alpn_protocols": null, "hsts_include_subdomains": false,
-            "hsts_max_age": null, "hsts_preload": false}),
-    );
+    let v = octavia_new(&r.project, &fields, listener_defaults(&lb_id));
     if let Some(lb) = w.load_balancers.iter_mut().find(|l| l["id"] == lb_id)
         && let Some(list) = lb["listeners"].as_array_mut()
     {
@@ -622,15 +646,10 @@ fn create_pool(st: &mut Inner, r: &Req) -> Answer {
             ),
         );
     }
-    let listeners: Vec<Value> = listener.iter().map(|l| json!({"id": l})).collect();
     let v = octavia_new(
         &r.project,
         &body,
-        json!({"session_persistence": null, "loadbalancers": [{"id": lb_id}],
-            "listeners": listeners, "members": [], "healthmonitor_id": null,
-            "tls_enabled": false, "tls_ciphers": null, "tls_versions": null,
-            "alpn_protocols": null, "ca_tls_container_ref": null, "crl_container_ref": null,
-            "tls_container_ref": null}),
+        pool_defaults(&lb_id, listener.as_deref()),
     );
     if let Some(l) = &listener
         && let Some(x) = w.listeners.iter_mut().find(|x| x["id"] == l.as_str())
@@ -693,13 +712,7 @@ fn create_monitor(st: &mut Inner, r: &Req) -> Answer {
             return octavia_fault(400, &format!("Invalid input for field/attribute {k}."));
         }
     }
-    let v = octavia_new(
-        &r.project,
-        &body,
-        json!({"max_retries_down": 3, "http_method": null, "url_path": null,
-            "expected_codes": null, "pools": [{"id": pool_id}], "http_version": null,
-            "domain_name": null}),
-    );
+    let v = octavia_new(&r.project, &body, monitor_defaults(&pool_id));
     if let Some(p) = w.pools.iter_mut().find(|p| p["id"] == pool_id.as_str()) {
         p["healthmonitor_id"] = v["id"].clone();
     }
@@ -751,12 +764,7 @@ fn create_member(st: &mut Inner, r: &Req, pool_id: &str) -> Answer {
             ),
         );
     }
-    let v = octavia_new(
-        &r.project,
-        &body,
-        json!({"pool_id": pool_id, "weight": 1, "subnet_id": null, "monitor_address": null,
-            "monitor_port": null, "backup": false, "vnic_type": "normal"}),
-    );
+    let v = octavia_new(&r.project, &body, member_defaults(pool_id));
     if let Some(p) = w.pools.iter_mut().find(|p| p["id"] == pool_id)
         && let Some(list) = p["members"].as_array_mut()
     {
@@ -1916,6 +1924,68 @@ pub fn load_balancer(id: &str, name: &str, vip_port_id: &str, project: &str) -> 
     })
 }
 
+/// An Octavia object of `project` as reads show it once made: `fields` over Octavia's
+/// `defaults`, `ACTIVE`.
+fn made(project: &str, fields: Value, defaults: Value) -> Value {
+    let body = fields.as_object().cloned().unwrap_or_default();
+    super::settled(&octavia_new(project, &body, defaults))
+}
+
+/// A TCP listener on `port` of load balancer `lb` as Octavia shows it, named `name` with
+/// `tags`, its default pool `pool`.
+pub fn listener(
+    id: &str,
+    lb: &str,
+    (name, tags): (&str, &[&str]),
+    port: u16,
+    pool: Option<&str>,
+    project: &str,
+) -> Value {
+    made(
+        project,
+        json!({"id": id, "name": name, "tags": tags, "protocol": "TCP", "protocol_port": port,
+               "default_pool_id": pool}),
+        listener_defaults(lb),
+    )
+}
+
+/// A pool of load balancer `lb` as Octavia shows it (the default pool of `listener`), named
+/// `name`, with `members` and health monitor `monitor`.
+pub fn pool(
+    id: &str,
+    lb: &str,
+    listener: Option<&str>,
+    name: &str,
+    (members, monitor): (&[&str], Option<&str>),
+    project: &str,
+) -> Value {
+    let members: Vec<Value> = members.iter().map(|m| json!({"id": m})).collect();
+    made(
+        project,
+        json!({"id": id, "name": name, "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+               "members": members, "healthmonitor_id": monitor}),
+        pool_defaults(lb, listener),
+    )
+}
+
+/// A member `address`:30080 of pool `pool` as Octavia shows it.
+pub fn member(id: &str, pool: &str, address: &str, project: &str) -> Value {
+    made(
+        project,
+        json!({"id": id, "address": address, "protocol_port": 30080}),
+        member_defaults(pool),
+    )
+}
+
+/// A TCP health monitor of pool `pool` as Octavia shows it.
+pub fn health_monitor(id: &str, pool: &str, project: &str) -> Value {
+    made(
+        project,
+        json!({"id": id, "type": "TCP", "delay": 10, "timeout": 5, "max_retries": 3}),
+        monitor_defaults(pool),
+    )
+}
+
 /// A volume as Cinder shows it, with `metadata`, attached to `server` when given.
 pub fn volume(id: &str, metadata: Value, server: Option<&str>, project: &str) -> Value {
     let attachments: Vec<Value> = server
@@ -1938,14 +2008,15 @@ pub fn volume(id: &str, metadata: Value, server: Option<&str>, project: &str) ->
     })
 }
 
-/// A floating IP on `port`, described as OCCM describes the ones it allocates for cluster
-/// `capi`'s Service `default/svc`.
-pub fn floating_ip(id: &str, port: &str, project: &str, capi: &str) -> Value {
-    let mut f = floating_ip_described(id, port, project, "");
-    f["description"] = json!(format!(
-        "Floating IP for Kubernetes external service default/svc from cluster {capi}"
-    ));
-    f
+/// A floating IP on `port`, described as OCCM describes the one it allocates for cluster
+/// `capi`'s Service `service` (`namespace/name`).
+pub fn floating_ip(id: &str, port: &str, project: &str, capi: &str, service: &str) -> Value {
+    floating_ip_described(
+        id,
+        port,
+        project,
+        &format!("Floating IP for Kubernetes external service {service} from cluster {capi}"),
+    )
 }
 
 /// A floating IP on `port` with `description` (e.g. one the tenant allocated). Its address is
