@@ -10,7 +10,7 @@
 use aws_lc_rs::hmac;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
 const KEY_LEN: usize = 32;
 /// Keeps this use of the key apart from any other.
@@ -45,12 +45,7 @@ impl std::fmt::Debug for ProxyKey {
 impl ProxyKey {
     /// From base64 of 32 bytes.
     pub fn from_base64(text: &SecretString) -> Result<Self, ProxyAuthError> {
-        let bytes = STANDARD
-            .decode(text.expose_secret().trim())
-            .map_err(|_| ProxyAuthError::BadKey)?;
-        if bytes.len() != KEY_LEN {
-            return Err(ProxyAuthError::BadKey);
-        }
+        let bytes = crate::seal::key_bytes(text).ok_or(ProxyAuthError::BadKey)?;
         Ok(Self(hmac::Key::new(hmac::HMAC_SHA256, &bytes)))
     }
 

@@ -57,11 +57,17 @@ impl Key {
     }
 
     fn from_base64(text: &SecretString) -> Result<Self, SealError> {
-        let bytes = STANDARD
-            .decode(text.expose_secret().trim())
-            .map_err(|_| SealError::BadKey)?;
-        Self::from_bytes(&bytes)
+        Self::from_bytes(&key_bytes(text).ok_or(SealError::BadKey)?)
     }
+}
+
+/// The 32 bytes of a key given as base64 (a seal key, the api-proxy key); `None` when it is not
+/// base64 or not 32 bytes long.
+pub fn key_bytes(text: &SecretString) -> Option<Vec<u8>> {
+    STANDARD
+        .decode(text.expose_secret().trim())
+        .ok()
+        .filter(|b| b.len() == KEY_LEN)
 }
 
 /// The deployment's key ring: the current key seals, every key opens what it sealed.

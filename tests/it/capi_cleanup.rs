@@ -595,17 +595,9 @@ static REGIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 async fn region_with(region: &str, types: &[&str]) {
     let _serial = REGIONS.lock().await;
     let (ks, _) = parts().await;
-    let regions = ks.admin("GET", "/regions", None).await;
-    if regions["regions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|r| r["id"] == region)
-    {
+    if !ks.ensure_region(region).await {
         return;
     }
-    ks.admin("POST", "/regions", Some(json!({"region": {"id": region}})))
-        .await;
     let services = ks.admin("GET", "/services", None).await;
     let one = crate::common::keystone::REGION;
     let endpoints = ks

@@ -448,20 +448,11 @@ impl Workload<'_> {
                 )
             }
             Workload::Real => {
-                let identity = format!(
-                    "{}{}",
+                let client = crate::common::realstack::workload_https_client(
+                    s(kubeconfig, "cluster_ca_certificate"),
                     s(kubeconfig, "client_certificate"),
-                    s(kubeconfig, "client_key")
+                    s(kubeconfig, "client_key"),
                 );
-                let roots = pki::pem_certs(s(kubeconfig, "cluster_ca_certificate"))
-                    .iter()
-                    .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
-                    .collect::<Vec<_>>();
-                let client = reqwest::Client::builder()
-                    .tls_certs_only(roots)
-                    .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
-                    .build()
-                    .unwrap();
                 client
                     .get(format!("{}/api/v1/nodes", s(kubeconfig, "host")))
                     .send()
@@ -487,7 +478,7 @@ async fn terraform_applies_imports_and_destroys_containerinfra_resources() {
             region: REGION.into(),
         },
         api: Api {
-            http: reqwest::Client::new(),
+            http: crate::common::http(),
             base: ks.endpoint_url().expect("the service in the catalog"),
             token: ks.token("alice", "alpha").await,
         },
@@ -527,7 +518,7 @@ async fn terraform_on_the_realstack_applies_imports_and_destroys_containerinfra_
             region: "RegionReal".into(),
         },
         api: Api {
-            http: reqwest::Client::new(),
+            http: crate::common::http(),
             base: served.url("/v1"),
             token: member.token.clone(),
         },

@@ -492,17 +492,11 @@ async fn workload_client(served: &Production, token: &str, uuid: &str) -> reqwes
         )
         .await;
     assert_eq!(st, 201, "{signed}");
-    let identity = format!("{}{}", signed["pem"].as_str().unwrap(), key.serialize_pem());
-    // Every CA of the bundle `ca show` gives (two while a rotation is under way).
-    let roots: Vec<_> = magnum_capi::capi::pki::pem_certs(ca["pem"].as_str().unwrap())
-        .iter()
-        .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
-        .collect();
-    reqwest::Client::builder()
-        .tls_certs_only(roots)
-        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
-        .build()
-        .unwrap()
+    crate::common::realstack::workload_https_client(
+        ca["pem"].as_str().unwrap(),
+        signed["pem"].as_str().unwrap(),
+        &key.serialize_pem(),
+    )
 }
 
 /// How many nodes the workload API at `api` lists for `client`; why, when it refuses it (or

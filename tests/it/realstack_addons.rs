@@ -275,7 +275,7 @@ fn record_addons(
     let seen = Arc::new(Mutex::new(Seen::default()));
     let out = seen.clone();
     let task = tokio::spawn(async move {
-        let http = reqwest::Client::new();
+        let http = crate::common::http();
         loop {
             let hrps = release_proxies(&admin, &ns, &cluster).await;
             let body: Value = match http

@@ -637,10 +637,8 @@ impl Keystone {
         Ok(())
     }
 
-    /// A public `container-infra` endpoint at `url` in region `region` (made when missing), beside
-    /// RegionOne's: a client told that region reaches `url` while every other test's client
-    /// keeps RegionOne's. Removed when the returned guard is dropped.
-    pub async fn endpoint_in_region(&'static self, region: &str, url: &str) -> RegionEndpoint {
+    /// Makes region `region` unless it exists; whether it was made.
+    pub async fn ensure_region(&self, region: &str) -> bool {
         let regions = self.admin("GET", "/regions", None).await;
         let known = regions["regions"]
             .as_array()
@@ -651,6 +649,14 @@ impl Keystone {
             self.admin("POST", "/regions", Some(json!({"region": {"id": region}})))
                 .await;
         }
+        !known
+    }
+
+    /// A public `container-infra` endpoint at `url` in region `region` (made when missing), beside
+    /// RegionOne's: a client told that region reaches `url` while every other test's client
+    /// keeps RegionOne's. Removed when the returned guard is dropped.
+    pub async fn endpoint_in_region(&'static self, region: &str, url: &str) -> RegionEndpoint {
+        self.ensure_region(region).await;
         let body = json!({"endpoint": {"service_id": self.service_id, "interface": "public",
             "region_id": region, "url": url}});
         let v = self.admin("POST", "/endpoints", Some(body)).await;

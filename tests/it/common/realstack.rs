@@ -185,8 +185,14 @@ impl RealStack {
             "contexts": [{"name": "realstack", "context": {"cluster": "realstack", "user": name}}],
         });
         let path = self.dir.join(format!("{name}.kubeconfig"));
-        // JSON is YAML: kubeconfig readers take it as it is.
-        std::fs::write(&path, doc.to_string()).expect("kubeconfig");
+        // JSON is YAML: kubeconfig readers take it as it is. Written aside and renamed: tests
+        // running side by side write the same identity's file while others read it.
+        let aside = self.dir.join(format!(
+            "{name}.kubeconfig.{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::write(&aside, doc.to_string()).expect("kubeconfig");
+        std::fs::rename(&aside, &path).expect("kubeconfig in place");
         path
     }
 
@@ -216,6 +222,21 @@ impl RealStack {
             .await
             .unwrap_or_else(|e| panic!("token of {namespace}/{name}: {e}"))
     }
+}
+
+/// An HTTPS client of a workload API as a kubeconfig makes one: every CA of `ca_bundle` trusted
+/// (two while a CA rotation is under way), the PEM client certificate and key presented.
+pub fn workload_https_client(ca_bundle: &str, cert: &str, key: &str) -> reqwest::Client {
+    let roots: Vec<_> = magnum_capi::capi::pki::pem_certs(ca_bundle)
+        .iter()
+        .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()).expect("a CA certificate"))
+        .collect();
+    let identity = format!("{cert}{key}");
+    reqwest::Client::builder()
+        .tls_certs_only(roots)
+        .identity(reqwest::Identity::from_pem(identity.as_bytes()).expect("a client identity"))
+        .build()
+        .expect("the workload API's client")
 }
 
 /// The kube configuration of the kubeconfig at `path`.
