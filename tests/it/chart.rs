@@ -624,6 +624,8 @@ fn the_api_proxy_overlay_is_the_charts_render() {
     assert_eq!(k["patches"], json!(patches));
 }
 
+/// A release is one version everywhere: the crate's (`cargo pkgid`), the chart's `version` and
+/// `appVersion` (the image tag the chart deploys by default), and an entry of CHANGELOG.md.
 #[test]
 fn the_charts_version_is_the_services() {
     let chart: Value = yaml_serde::from_str(
@@ -633,4 +635,11 @@ fn the_charts_version_is_the_services() {
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(chart["appVersion"], version);
     assert_eq!(chart["version"], version);
+    let changelog = std::fs::read_to_string(chart::root().join("CHANGELOG.md")).unwrap();
+    assert!(
+        changelog
+            .lines()
+            .any(|l| l.starts_with(&format!("## [{version}] - "))),
+        "CHANGELOG.md has no entry for {version}"
+    );
 }

@@ -1,7 +1,7 @@
 //! Durability of recorded operations: the queue's claim/lease/retry semantics against the real
 //! database, the worker's retry policy, and — the point of the whole design — that an
 //! acknowledged operation survives a crash of the process and runs exactly once.
-use crate::common::served::Server;
+use crate::common::served::{Server, WORKER_OFF, WORKER_ON};
 use crate::common::wait::until;
 use crate::common::*;
 
@@ -428,16 +428,13 @@ async fn db(url: &str) -> PgPool {
         .expect("connect test database")
 }
 
-const NO_WORKER: (&str, &str) = ("MAGNUM_CAPI__OPERATIONS__WORKER_ENABLED", "false");
-const WORKER: (&str, &str) = ("MAGNUM_CAPI__OPERATIONS__WORKER_ENABLED", "true");
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_operation_survives_a_crash_and_runs_exactly_once() {
     let url = fresh_database().await;
     let pool = db(&url).await;
 
     // 1. An instance that records but does not execute.
-    let first = Server::start(&url, &[NO_WORKER]).await;
+    let first = Server::start(&url, &[WORKER_OFF]).await;
     let c = first.create_cluster().await;
     assert_eq!(first.cluster_status(c).await, "CREATE_IN_PROGRESS");
     let ops = odb::of_cluster(&pool, c).await.expect("ops");
@@ -454,7 +451,7 @@ async fn acknowledged_operation_survives_a_crash_and_runs_exactly_once() {
     first.kill();
 
     // 2. After the crash, a new instance with a worker finishes the acknowledged work.
-    let second = Server::start(&url, &[WORKER]).await;
+    let second = Server::start(&url, &[WORKER_ON]).await;
     second.wait_status(c, "CREATE_COMPLETE").await;
     let ops = odb::of_cluster(&pool, c).await.expect("ops");
     assert_eq!(ops.len(), 1, "{ops:?}");
@@ -465,7 +462,7 @@ async fn acknowledged_operation_survives_a_crash_and_runs_exactly_once() {
 
     // 3. Another restart does not run it again (a pause: what is checked is that nothing
     // happens).
-    let third = Server::start(&url, &[WORKER]).await;
+    let third = Server::start(&url, &[WORKER_ON]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(third.cluster_status(c).await, "CREATE_COMPLETE");
     let again = odb::of_cluster(&pool, c).await.expect("ops");
@@ -493,7 +490,7 @@ async fn operation_of_a_killed_replica_is_taken_over_after_its_lease() {
     let first = Server::start(
         &url,
         &[
-            WORKER,
+            WORKER_ON,
             ("MAGNUM_CAPI__DRIVER__SIMULATED_RUN_MS", "60000"),
             ("MAGNUM_CAPI__OPERATIONS__LEASE_SECS", "2"),
         ],
@@ -516,7 +513,7 @@ async fn operation_of_a_killed_replica_is_taken_over_after_its_lease() {
     // 2. The next replica takes it over once the lease has expired, and completes it.
     let second = Server::start(
         &url,
-        &[WORKER, ("MAGNUM_CAPI__OPERATIONS__LEASE_SECS", "2")],
+        &[WORKER_ON, ("MAGNUM_CAPI__OPERATIONS__LEASE_SECS", "2")],
     )
     .await;
     second.wait_status(c, "CREATE_COMPLETE").await;
@@ -538,7 +535,10 @@ async fn graceful_shutdown_hands_the_running_operation_back() {
     // A long lease: only an explicit hand-back lets the next replica start at once.
     let first = Server::start(
         &url,
-        &[WORKER, ("MAGNUM_CAPI__DRIVER__SIMULATED_RUN_MS", "60000")],
+        &[
+            WORKER_ON,
+            ("MAGNUM_CAPI__DRIVER__SIMULATED_RUN_MS", "60000"),
+        ],
     )
     .await;
     let c = first.create_cluster().await;
@@ -555,7 +555,7 @@ async fn graceful_shutdown_hands_the_running_operation_back() {
     assert_eq!(ops[0].attempts, 0, "the interrupted attempt is not counted");
     assert!(ops[0].locked_by.is_none() && ops[0].locked_until.is_none());
 
-    let second = Server::start(&url, &[WORKER]).await;
+    let second = Server::start(&url, &[WORKER_ON]).await;
     second.wait_status(c, "CREATE_COMPLETE").await;
     let ops = odb::of_cluster(&pool, c).await.expect("ops");
     assert_eq!((ops[0].state.as_str(), ops[0].attempts), ("done", 1));
@@ -655,7 +655,7 @@ async fn the_previous_release_starts_and_serves_on_the_next_releases_schema() {
             .await
             .expect(statement);
     }
-    let server = Server::start(&url, &[WORKER]).await;
+    let server = Server::start(&url, &[WORKER_ON]).await;
     let (status, ready) = server.call(reqwest::Method::GET, "/readyz", None).await;
     assert_eq!(status, 200, "{ready}");
     let c = server.create_cluster().await;

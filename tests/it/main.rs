@@ -48,6 +48,7 @@ mod management_clusters;
 mod mgmt_cost;
 mod openapi;
 mod policy;
+mod previous_release;
 mod realstack;
 mod realstack_addons;
 mod realstack_adopt;

@@ -58,9 +58,15 @@ pub fn build() -> PathBuf {
 }
 
 /// Runs one of the Go test tier's build scripts (`tests/realstack/build.sh`,
-/// `tests/clients/build.sh`: they build into `~/.cache/magnum-capi`, or find the build there,
-/// and print its directory last); that directory.
+/// `tests/clients/build.sh`); that directory.
 pub fn go_build(script: &Path, what: &str) -> PathBuf {
+    cached_build(script, what, "Go 1.26 and the Go module proxy")
+}
+
+/// Runs a build script of the test tiers (they build into `~/.cache/magnum-capi`, or find the
+/// build there, and print its directory last); that directory. `needs` says what a failed build
+/// lacks.
+pub fn cached_build(script: &Path, what: &str, needs: &str) -> PathBuf {
     let t0 = Instant::now();
     let out = Command::new("bash")
         .arg(script)
@@ -70,7 +76,7 @@ pub fn go_build(script: &Path, what: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("running {} (is bash installed?): {e}", script.display()));
     assert!(
         out.status.success(),
-        "{} failed ({}): the {what} needs Go 1.26 and the Go module proxy",
+        "{} failed ({}): the {what} needs {needs}",
         script.display(),
         out.status
     );

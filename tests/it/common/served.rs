@@ -1,7 +1,10 @@
 //! The real binary as tests run it: `magnum-capi serve --dev` on a test database, a loopback
-//! port, its log in a file; requests as Alice; SIGKILL, SIGTERM and readiness.
+//! port, its log in a file; requests as Alice; SIGKILL, SIGTERM and readiness. Also the previous
+//! release's binary, built from this repository's history by `.ci/previous-release.sh`.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -31,15 +34,42 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The operation worker on (`Server::start`'s environment).
+pub const WORKER_ON: (&str, &str) = ("MAGNUM_CAPI__OPERATIONS__WORKER_ENABLED", "true");
+/// The operation worker off: operations are recorded, not run.
+pub const WORKER_OFF: (&str, &str) = ("MAGNUM_CAPI__OPERATIONS__WORKER_ENABLED", "false");
+
+static PREVIOUS_RELEASE: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+/// The previous release's `magnum-capi` (the tag in `.ci/previous-release`), built by
+/// `.ci/previous-release.sh` into `~/.cache/magnum-capi` or found there (blocking: minutes on
+/// first use; call it off the runtime).
+pub fn previous_release() -> &'static Path {
+    PREVIOUS_RELEASE.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/previous-release.sh");
+        super::realstack::cached_build(
+            &script,
+            "previous release",
+            "the repository's history (its tag or commit) and the Rust toolchain",
+        )
+        .join("magnum-capi")
+    })
+}
+
 impl Server {
     pub async fn start(db_url: &str, env: &[(&str, &str)]) -> Server {
+        Server::start_binary(Path::new(env!("CARGO_BIN_EXE_magnum-capi")), db_url, env).await
+    }
+
+    /// [`Server::start`] with another build of magnum-capi (the previous release's).
+    pub async fn start_binary(binary: &Path, db_url: &str, env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let log = std::env::temp_dir().join(format!(
             "magnum-capi-durability-{}-{port}.log",
             std::process::id()
         ));
         let file = std::fs::File::create(&log).expect("log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_magnum-capi"));
+        let mut cmd = Command::new(binary);
         cmd.args(["serve", "--dev"])
             .env_remove("MAGNUM_CAPI_CONFIG")
             .env("MAGNUM_CAPI__DATABASE__URL", db_url)
@@ -96,7 +126,8 @@ impl Server {
         self.call_as(&ALICE, method, path, body).await
     }
 
-    /// A request as `who`: the status and the body (Null when not JSON).
+    /// A request as `who`, at the newest microversion (as Magnum's clients ask): the status and
+    /// the body (Null when not JSON).
     pub async fn call_as(
         &self,
         who: &As,
@@ -107,6 +138,7 @@ impl Server {
         let req = super::http()
             .request(method, self.url(path))
             .header("accept", "application/json")
+            .header("openstack-api-version", "container-infra latest")
             .header("x-user-id", who.user)
             .header("x-project-id", who.project)
             .header("x-roles", who.roles);
