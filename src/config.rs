@@ -779,6 +779,12 @@ pub struct HttpConfig {
     pub metrics_bind: Option<SocketAddr>,
     /// `/metrics` on the API port without a token; otherwise it needs an admin's token.
     pub metrics_public: bool,
+    /// `/metrics` also carries openstack-exporter's container-infra families
+    /// (`openstack_container_infra_cluster_status`, `…_cluster_masters`, `…_cluster_nodes`,
+    /// `…_total_clusters`, `…_up`) with its labels, a series of each per cluster, so its
+    /// dashboards and alerts work unchanged. Three series per cluster: turn off where a scrape
+    /// of every cluster is too much.
+    pub metrics_per_cluster: bool,
     /// PEM certificate chain (leaf first) served on `bind`: the API speaks HTTPS. Set with
     /// `tls_key_file`, or neither (plain HTTP). Replaced files are picked up at the next
     /// connection, without a restart; a pair that does not load keeps the previous one.
@@ -850,6 +856,7 @@ impl Default for HttpConfig {
             request_timeout_secs: 60,
             metrics_bind: None,
             metrics_public: false,
+            metrics_per_cluster: true,
             tls_cert_file: None,
             tls_key_file: None,
             trusted_proxies: Vec::new(),

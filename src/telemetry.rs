@@ -269,3 +269,190 @@ where
 pub fn ready(check: &str, ok: bool) {
     gauge!(READY, "check" => check.to_string()).set(if ok { 1.0 } else { 0.0 });
 }
+
+/// One cluster as [`container_infra`] exports it.
+#[derive(Debug, Clone, Copy)]
+pub struct InfraCluster<'a> {
+    pub uuid: &'a str,
+    pub name: &'a str,
+    pub stack_id: &'a str,
+    pub status: &'a str,
+    pub project_id: &'a str,
+    pub node_count: i64,
+    pub master_count: i64,
+}
+
+/// The number openstack-exporter's `openstack_container_infra_cluster_status` gives each Magnum
+/// status (its position in this list; -1 for a status not in it), so its dashboards' and alerts'
+/// thresholds mean the same here.
+const EXPORTER_STATUS_CODES: [&str; 18] = [
+    "CREATE_COMPLETE",
+    "CREATE_FAILED",
+    "CREATE_IN_PROGRESS",
+    "UPDATE_IN_PROGRESS",
+    "UPDATE_FAILED",
+    "UPDATE_COMPLETE",
+    "DELETE_IN_PROGRESS",
+    "DELETE_FAILED",
+    "DELETE_COMPLETE",
+    "RESUME_COMPLETE",
+    "RESUME_FAILED",
+    "RESTORE_COMPLETE",
+    "ROLLBACK_IN_PROGRESS",
+    "ROLLBACK_FAILED",
+    "ROLLBACK_COMPLETE",
+    "SNAPSHOT_COMPLETE",
+    "CHECK_COMPLETE",
+    "ADOPT_COMPLETE",
+];
+
+/// The status code of `status` under openstack-exporter's numbering.
+pub fn exporter_status_code(status: &str) -> i64 {
+    EXPORTER_STATUS_CODES
+        .iter()
+        .position(|s| *s == status)
+        .and_then(|i| i64::try_from(i).ok())
+        .unwrap_or(-1)
+}
+
+/// A label value in the text exposition format (backslash, double quote and newline escaped).
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The container-infra families of openstack-exporter, with its names, label sets and values, for
+/// every cluster (Prometheus text): `openstack_container_infra_up` (0 when the clusters could not
+/// be read), `…_total_clusters`, and per cluster `…_cluster_status` (the status code),
+/// `…_cluster_masters` and `…_cluster_nodes`. Dashboards and alerts written for openstack-exporter
+/// in front of Magnum work unchanged on magnum-capi's `/metrics`.
+pub fn container_infra(clusters: Option<&[InfraCluster<'_>]>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let family = |out: &mut String, name: &str, help: &str| {
+        let _ = writeln!(out, "# HELP openstack_container_infra_{name} {help}");
+        let _ = writeln!(out, "# TYPE openstack_container_infra_{name} gauge");
+    };
+    family(
+        &mut out,
+        "up",
+        "1 when the clusters were read for this scrape (openstack-exporter's name).",
+    );
+    let _ = writeln!(
+        out,
+        "openstack_container_infra_up {}",
+        u8::from(clusters.is_some())
+    );
+    let Some(clusters) = clusters else {
+        return out;
+    };
+    family(&mut out, "total_clusters", "Clusters, every project's.");
+    let _ = writeln!(
+        out,
+        "openstack_container_infra_total_clusters {}",
+        clusters.len()
+    );
+    let common = |c: &InfraCluster<'_>| {
+        format!(
+            "uuid=\"{}\",name=\"{}\",stack_id=\"{}\",status=\"{}\"",
+            label_value(c.uuid),
+            label_value(c.name),
+            label_value(c.stack_id),
+            label_value(c.status)
+        )
+    };
+    family(
+        &mut out,
+        "cluster_masters",
+        "A cluster's control-plane node count.",
+    );
+    for c in clusters {
+        let _ = writeln!(
+            out,
+            "openstack_container_infra_cluster_masters{{{},node_count=\"{}\",project_id=\"{}\"}} {}",
+            common(c),
+            c.node_count,
+            label_value(c.project_id),
+            c.master_count
+        );
+    }
+    family(&mut out, "cluster_nodes", "A cluster's worker node count.");
+    for c in clusters {
+        let _ = writeln!(
+            out,
+            "openstack_container_infra_cluster_nodes{{{},master_count=\"{}\",project_id=\"{}\"}} {}",
+            common(c),
+            c.master_count,
+            label_value(c.project_id),
+            c.node_count
+        );
+    }
+    family(
+        &mut out,
+        "cluster_status",
+        "A cluster's status as openstack-exporter numbers it (CREATE_COMPLETE 0, CREATE_FAILED 1, CREATE_IN_PROGRESS 2, UPDATE_IN_PROGRESS 3, UPDATE_FAILED 4, UPDATE_COMPLETE 5, DELETE_IN_PROGRESS 6, DELETE_FAILED 7, …; -1 for others); the status is also a label.",
+    );
+    for c in clusters {
+        let _ = writeln!(
+            out,
+            "openstack_container_infra_cluster_status{{{},node_count=\"{}\",master_count=\"{}\",project_id=\"{}\"}} {}",
+            common(c),
+            c.node_count,
+            c.master_count,
+            label_value(c.project_id),
+            exporter_status_code(c.status)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod container_infra_tests {
+    use super::*;
+
+    #[test]
+    fn exporter_families_labels_and_codes() {
+        let c = InfraCluster {
+            uuid: "273c39d5-fa17-4372-b6b1-93a572de2cef",
+            name: "k8s \"a\"\\b\nc",
+            stack_id: "31c1",
+            status: "CREATE_FAILED",
+            project_id: "p1",
+            node_count: 3,
+            master_count: 1,
+        };
+        let text = container_infra(Some(&[c]));
+        assert!(text.contains("openstack_container_infra_up 1\n"), "{text}");
+        assert!(
+            text.contains("openstack_container_infra_total_clusters 1\n"),
+            "{text}"
+        );
+        let labels = "uuid=\"273c39d5-fa17-4372-b6b1-93a572de2cef\",name=\"k8s \\\"a\\\"\\\\b\\nc\",stack_id=\"31c1\",status=\"CREATE_FAILED\"";
+        assert!(
+            text.contains(&format!(
+                "openstack_container_infra_cluster_status{{{labels},node_count=\"3\",master_count=\"1\",project_id=\"p1\"}} 1\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "openstack_container_infra_cluster_masters{{{labels},node_count=\"3\",project_id=\"p1\"}} 1\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "openstack_container_infra_cluster_nodes{{{labels},master_count=\"1\",project_id=\"p1\"}} 3\n"
+            )),
+            "{text}"
+        );
+        assert_eq!(exporter_status_code("CREATE_COMPLETE"), 0);
+        assert_eq!(exporter_status_code("ADOPT_COMPLETE"), 17);
+        assert_eq!(exporter_status_code("NOT_A_STATUS"), -1);
+        assert_eq!(
+            container_infra(None),
+            "# HELP openstack_container_infra_up 1 when the clusters were read for this scrape (openstack-exporter's name).\n# TYPE openstack_container_infra_up gauge\nopenstack_container_infra_up 0\n"
+        );
+    }
+}

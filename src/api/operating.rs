@@ -81,7 +81,8 @@ pub async fn render(app: &AppState) -> Response {
     if let Err(e) = operating::refresh_gauges(app).await {
         tracing::warn!(error = %e, "metrics: database gauges not refreshed");
     }
-    let text = handle.map(|h| h.render()).unwrap_or_default();
+    let mut text = handle.map(|h| h.render()).unwrap_or_default();
+    text.push_str(&operating::container_infra_metrics(app).await);
     (
         [(
             header::CONTENT_TYPE,

@@ -248,6 +248,34 @@ pub async fn with_nodes_by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<
     .await?)
 }
 
+/// A cluster as openstack-exporter's container-infra metrics label it: its nodegroups' node and
+/// master counts summed, as the API answers them.
+#[derive(Debug, Clone, FromRow)]
+pub struct ExportedCluster {
+    pub uuid: Uuid,
+    pub name: Option<String>,
+    pub stack_id: Option<String>,
+    pub status: String,
+    pub project_id: String,
+    pub node_count: i64,
+    pub master_count: i64,
+}
+
+/// Every cluster for the per-cluster metrics, in one statement (ordered by uuid: a scrape's series
+/// keep their order).
+pub async fn exported(pool: &PgPool) -> DbResult<Vec<ExportedCluster>> {
+    Ok(sqlx::query_as::<_, ExportedCluster>(
+        "SELECT c.uuid, c.name, c.stack_id, c.status, c.project_id,
+                COALESCE(sum(n.node_count) FILTER (WHERE n.role <> 'master'), 0)::bigint AS node_count,
+                COALESCE(sum(n.node_count) FILTER (WHERE n.role = 'master'), 0)::bigint AS master_count
+           FROM cluster c LEFT JOIN nodegroup n ON n.cluster_id = c.uuid
+          GROUP BY c.uuid, c.name, c.stack_id, c.status, c.project_id
+          ORDER BY c.uuid",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
 /// Clusters per management cluster (`""`: the unnamed one), for placement by weight.
 pub async fn count_by_management_cluster(pool: &PgPool) -> DbResult<Vec<(String, i64)>> {
     Ok(

@@ -203,6 +203,37 @@ async fn keystone_login(k: &Keystone) -> Vec<Check> {
     checks
 }
 
+/// openstack-exporter's container-infra families for every cluster (Prometheus text), or nothing
+/// when `[http] metrics_per_cluster` is off. A failed read answers `openstack_container_infra_up 0`.
+pub async fn container_infra_metrics(app: &App) -> String {
+    if !app.config.http.metrics_per_cluster {
+        return String::new();
+    }
+    match db::clusters::exported(&app.pool).await {
+        Ok(rows) => {
+            let uuids: Vec<String> = rows.iter().map(|r| r.uuid.to_string()).collect();
+            let clusters: Vec<telemetry::InfraCluster<'_>> = rows
+                .iter()
+                .zip(&uuids)
+                .map(|(r, uuid)| telemetry::InfraCluster {
+                    uuid,
+                    name: r.name.as_deref().unwrap_or_default(),
+                    stack_id: r.stack_id.as_deref().unwrap_or_default(),
+                    status: &r.status,
+                    project_id: &r.project_id,
+                    node_count: r.node_count,
+                    master_count: r.master_count,
+                })
+                .collect();
+            telemetry::container_infra(Some(&clusters))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: clusters not read for the per-cluster families");
+            telemetry::container_infra(None)
+        }
+    }
+}
+
 /// Sets the gauges `/metrics` reads from the database (queue, clusters by status and health,
 /// leftover credentials).
 pub async fn refresh_gauges(app: &App) -> Result<(), db::DbError> {

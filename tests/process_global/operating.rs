@@ -174,6 +174,69 @@ async fn metrics_move_through_a_cluster_lifecycle() {
     assert!(metric(&after, "magnum_capi_status_write_delay_seconds_count", &[]) > 0.0);
     assert_eq!(metric(&after, "magnum_capi_status_writer_leader", &[]), 1.0);
 
+    // openstack-exporter's container-infra families, its labels and status numbering, a series
+    // per cluster: its dashboards and alerts work unchanged.
+    let labels = [
+        ("uuid", uuid.as_str()),
+        ("name", "m"),
+        ("status", "CREATE_COMPLETE"),
+        ("project_id", "p-alice"),
+    ];
+    let exporter = |s: &str, name: &str, more: &[(&str, &str)]| {
+        let all: Vec<(&str, &str)> = labels.iter().chain(more).copied().collect();
+        metric(s, name, &all)
+    };
+    assert_eq!(metric(&after, "openstack_container_infra_up", &[]), 1.0);
+    assert_eq!(
+        metric(&after, "openstack_container_infra_total_clusters", &[]),
+        1.0
+    );
+    let counts = [("node_count", "1"), ("master_count", "1")];
+    assert_eq!(
+        exporter(&after, "openstack_container_infra_cluster_status", &counts),
+        0.0
+    );
+    assert!(
+        after.contains("openstack_container_infra_cluster_status{")
+            && after.contains("stack_id=\"")
+    );
+    assert_eq!(
+        exporter(
+            &after,
+            "openstack_container_infra_cluster_masters",
+            &counts[..1]
+        ),
+        1.0
+    );
+    assert_eq!(
+        exporter(
+            &after,
+            "openstack_container_infra_cluster_nodes",
+            &counts[1..]
+        ),
+        1.0
+    );
+    // Deleted, its series go with it.
+    let r = t
+        .call(
+            &ALICE,
+            "DELETE",
+            &format!("/v1/clusters/{uuid}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let gone = until("the deleted cluster's series to go", || async {
+        let text = scrape(t).await;
+        (!text.contains(&uuid)).then_some(text)
+    })
+    .await;
+    assert_eq!(
+        metric(&gone, "openstack_container_infra_total_clusters", &[]),
+        0.0
+    );
+
     // A member may not read them; an admin may.
     let r = t.call(&ALICE, "GET", "/metrics", None, None).await;
     assert_eq!(r.status, 403, "{}", r.body);
@@ -185,6 +248,7 @@ async fn metrics_bind_serves_them_without_a_token() {
     let mut cfg = common::test_config(&url);
     cfg.http.metrics_bind = Some("127.0.0.1:0".parse().unwrap());
     cfg.http.metrics_public = false;
+    cfg.http.metrics_per_cluster = false;
     let pool = magnum_capi::db::connect(&url, &cfg.database).await.unwrap();
     let state = magnum_capi::app::App::new(pool, cfg, magnum_capi::app::AuthMode::DevHeaders);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -201,6 +265,8 @@ async fn metrics_bind_serves_them_without_a_token() {
         text.contains("# TYPE magnum_capi_operation_queue_depth gauge"),
         "{text}"
     );
+    // `[http] metrics_per_cluster = false`: no per-cluster families.
+    assert!(!text.contains("openstack_container_infra"), "{text}");
     // Readiness there shows what it found (the monitoring network may see versions).
     let ready: Value = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
         .await
