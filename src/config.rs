@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Errors while reading or validating configuration.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +21,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration. Every section has defaults, so an empty file is valid.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub http: HttpConfig,
@@ -39,7 +40,7 @@ pub struct Config {
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines (the default).
@@ -50,36 +51,52 @@ pub enum LogFormat {
 }
 
 /// `[log]`: the log format (the level comes from `RUST_LOG`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
+    /// How each line is written.
     pub format: LogFormat,
 }
 
 /// `[keystone]`: how tokens are validated (what keystonemiddleware's `[keystone_authtoken]` is for
 /// Magnum). The service authenticates with its own password or application credential and checks
 /// every `X-Auth-Token` with `GET /v3/auth/tokens`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeystoneConfig {
     /// `false` is accepted only with `serve --dev` (identity then comes from development headers).
     pub enabled: bool,
     /// Keystone's URL, e.g. `http://keystone:5000/v3` (`/v3` optional).
+    #[schemars(example = &"http://keystone.example.com:5000/v3")]
     pub auth_url: Option<String>,
-    /// Password authentication of the service user.
+    /// Password authentication of the service user: its name (it needs the `service` or
+    /// `admin` role, which Keystone demands of whoever validates tokens).
+    #[schemars(example = &"magnum")]
     pub username: Option<String>,
+    /// Its password.
+    #[schemars(with = "Option<String>", example = &"secret")]
     pub password: Option<secrecy::SecretString>,
+    /// The project the service user's token is scoped to.
+    #[schemars(example = &"service")]
     pub project_name: Option<String>,
+    /// The service user's domain.
     pub user_domain_name: String,
+    /// `project_name`'s domain.
     pub project_domain_name: String,
-    /// Application-credential authentication (instead of username/password).
+    /// Application-credential authentication of the service user (instead of
+    /// username/password): the credential's id.
+    #[schemars(example = &"0123456789abcdef0123456789abcdef")]
     pub application_credential_id: Option<String>,
+    /// Its secret.
+    #[schemars(with = "Option<String>", example = &"secret")]
     pub application_credential_secret: Option<secrecy::SecretString>,
     /// Region whose endpoints are used (catalog look-ups); any region when unset.
+    #[schemars(example = &"RegionOne")]
     pub region_name: Option<String>,
     /// Endpoint interface used from the catalog: `public`, `internal` or `admin`.
     pub interface: String,
     /// CA bundle (PEM) for Keystone and the services found in the catalog.
+    #[schemars(example = &"/etc/ssl/certs/openstack-ca.pem")]
     pub cafile: Option<std::path::PathBuf>,
     /// Skip TLS verification (testing only).
     pub insecure: bool,
@@ -90,6 +107,7 @@ pub struct KeystoneConfig {
     /// Seconds each call to Keystone may take.
     pub timeout_secs: u64,
     /// URI announced in `WWW-Authenticate: Keystone uri="…"` on 401 (default: `auth_url`).
+    #[schemars(example = &"https://keystone.example.com/v3")]
     pub www_authenticate_uri: Option<String>,
 }
 
@@ -177,7 +195,7 @@ impl KeystoneConfig {
 }
 
 /// `[openstack]`: calls to Glance, Nova and Neutron made with the caller's token.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OpenStackConfig {
     /// Seconds each call may take before the request fails with 503.
@@ -198,15 +216,17 @@ impl Default for OpenStackConfig {
 
 /// `[capi]`: the management cluster and what is rendered onto it. The first four key names are
 /// fixed for deployment tooling (devstack writes them).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CapiConfig {
     /// Kubeconfig of the management cluster; unset: `KUBECONFIG`, then in-cluster. With
     /// `serve --dev` and neither, an in-process simulated management cluster is started.
+    #[schemars(example = &"/etc/magnum-capi/management-cluster.kubeconfig")]
     pub kubeconfig: Option<std::path::PathBuf>,
     /// Namespaces are `<prefix>-<project_id>`.
     pub namespace_prefix: String,
     /// Operator overrides: a file here replaces the built-in template of the same name.
+    #[schemars(example = &"/etc/magnum-capi/templates")]
     pub templates_dir: Option<std::path::PathBuf>,
     /// Server-side-apply field manager.
     pub field_manager: String,
@@ -223,7 +243,7 @@ pub struct CapiConfig {
     /// Minutes an update (resize, upgrade, nodegroup change) may take before `UPDATE_FAILED`.
     pub update_timeout_mins: u64,
     /// Seconds an add-on (a CAAPH release) may stay installing or upgrading before the cluster's
-    /// health counts it as failed (README "Add-on health").
+    /// health counts it as failed (docs/templates-and-labels.md, "Add-on health").
     pub addon_install_timeout_secs: u64,
     /// Seconds CAPO may keep retrying an OpenStack error (its OpenStackCluster `Ready=False`
     /// with severity `Warning`, no `failureReason`: a Neutron or Octavia call it will try again)
@@ -234,7 +254,7 @@ pub struct CapiConfig {
     /// request) before the operation reports `DELETE_FAILED` with what is left.
     pub delete_timeout_mins: u64,
     /// On delete, remove the load balancers and volumes the workload's cloud-controller-manager
-    /// and Cinder CSI created in the tenant project (README "Delete cleanup").
+    /// and Cinder CSI created in the tenant project (docs/delete-cleanup.md).
     pub delete_cleanup: bool,
     /// Days a delete report (`<cluster>-delete-report`: what a finished delete kept or could not
     /// check) stays on the management cluster; the maintenance pass removes older ones. 0 keeps
@@ -242,8 +262,7 @@ pub struct CapiConfig {
     pub delete_report_retention_days: u32,
     /// Seconds between passes of the delete cleanup while something is left.
     pub cleanup_poll_secs: u64,
-    /// What a delete does when the cluster's credential Secret is gone (README "Delete
-    /// cleanup"): `fail` (`DELETE_FAILED` naming it) or `service` (clean up with the service's
+    /// What a delete does when the cluster's credential Secret is gone (docs/delete-cleanup.md): `fail` (`DELETE_FAILED` naming it) or `service` (clean up with the service's
     /// own user, scoped to the cluster's project).
     pub cleanup_without_credential: CleanupWithoutCredential,
     /// What a delete does with the cluster's CSI volumes and the floating IPs OCCM allocated for
@@ -252,11 +271,13 @@ pub struct CapiConfig {
     pub unread_volumes: UnreadVolumes,
     /// CA bundle written as `cacert` into each cluster's cloud-credentials Secret (the CA of the
     /// OpenStack endpoints); unset: `[keystone] cafile`, else none.
+    #[schemars(example = &"/etc/ssl/certs/openstack-ca.pem")]
     pub cloud_ca_file: Option<std::path::PathBuf>,
     /// Interface the workload cluster's OpenStack clients use (`public` or `internal`).
     pub app_cred_interface: String,
     /// Directory of CAPI/CAPO CRD files; when set, the simulated management cluster validates
     /// every write against them.
+    #[schemars(example = &"/var/lib/magnum-capi/crds")]
     pub crd_dir: Option<std::path::PathBuf>,
     /// Simulated management cluster (`serve --dev` / tests only): milliseconds each step takes.
     pub sim_step_ms: u64,
@@ -265,6 +286,7 @@ pub struct CapiConfig {
     /// which decides whether diskless flavors pass validation.
     pub default_boot_volume_size: u32,
     /// Cinder type of those root volumes when `boot_volume_type` is absent (unset: Cinder's default).
+    #[schemars(example = &"ssd")]
     pub default_boot_volume_type: Option<String>,
     /// Helm repository of the Calico `tigera-operator` chart.
     pub calico_chart_repo: String,
@@ -280,6 +302,7 @@ pub struct CapiConfig {
     pub flannel_chart_version: String,
     /// PEM CA bundle of the private registries every node trusts (containerd `hosts.toml`
     /// `ca`), unless the template gives its own (`containerd_registry_ca` label, base64 PEM).
+    #[schemars(example = &"-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n")]
     pub registry_ca: Option<String>,
     /// Helm repository of the cloud-provider-openstack charts (CCM and Cinder CSI).
     pub openstack_chart_repo: String,
@@ -289,11 +312,13 @@ pub struct CapiConfig {
     /// `openstack-cinder-csi` chart version (same rule).
     pub cinder_csi_chart_version: String,
     /// Chart versions by Kubernetes minor (`"1.33" = "2.33.1"`): the cluster's minor picks the
-    /// CCM, Cinder CSI and Manila CSI charts at create and at each upgrade (README "Add-ons");
+    /// CCM, Cinder CSI and Manila CSI charts at create and at each upgrade (docs/templates-and-labels.md, "Add-ons");
     /// a minor not listed gets `ccm_chart_version` / `cinder_csi_chart_version` /
     /// `manila_csi_chart_version`. Setting a table replaces the built-in one.
     pub ccm_chart_versions: MinorTable,
+    /// `openstack-cinder-csi` chart versions by Kubernetes minor (as `ccm_chart_versions`).
     pub cinder_csi_chart_versions: MinorTable,
+    /// `openstack-manila-csi` chart versions by Kubernetes minor (as `ccm_chart_versions`).
     pub manila_csi_chart_versions: MinorTable,
     /// Helm repository of the `metrics-server` chart (add-on `metrics_server_enabled`).
     pub metrics_server_chart_repo: String,
@@ -325,7 +350,8 @@ pub struct CapiConfig {
     /// Image of the cluster autoscaler (run on the management cluster for clusters with an
     /// autoscaled nodegroup), without tag.
     pub autoscaler_image: String,
-    /// Its tag; unset: the tag for the cluster's Kubernetes minor (README "Add-ons").
+    /// Its tag; unset: the tag for the cluster's Kubernetes minor (docs/templates-and-labels.md, "Add-ons").
+    #[schemars(example = &"v1.33.0")]
     pub autoscaler_image_tag: Option<String>,
     /// Autoscaler tags by Kubernetes minor; a minor not listed gets `v1.<minor>.0`.
     pub autoscaler_image_tags: MinorTable,
@@ -339,6 +365,7 @@ pub struct CapiConfig {
     pub keystone_auth_image_tags: MinorTable,
     /// Keystone URL the workload clusters' k8s-keystone-auth validates tokens with (the public
     /// identity endpoint); unset: `[keystone] www_authenticate_uri`, else `[keystone] auth_url`.
+    #[schemars(example = &"https://keystone.example.com/v3")]
     pub keystone_auth_url: Option<String>,
     /// The CA bundle (PEM) k8s-keystone-auth trusts for that URL: the one of `cloud_ca_file`
     /// (else `[keystone] cafile`), read at start-up; not a configuration key.
@@ -351,38 +378,43 @@ pub struct CapiConfig {
     /// (0 = never check).
     pub credential_check_interval_secs: u64,
     /// Days an application credential created for a cluster lives (0 = no expiry). With an
-    /// expiry the credential is created `unrestricted` so that it can renew itself (README).
+    /// expiry the credential is created `unrestricted` so that it can renew itself (docs/clients.md).
     pub app_cred_expiry_days: u32,
     /// A credential with an expiry is renewed this many days before it.
     pub app_cred_renew_before_days: u32,
-    /// Several management clusters (README "Many management clusters"): each cluster is placed
+    /// Several management clusters (docs/install.md, "Many management clusters"): each cluster is placed
     /// on one at create. `kubeconfig` above, when also set, stays the unnamed one that holds
     /// the clusters recorded before (it takes no new ones while named ones exist).
     pub management_clusters: Vec<ManagementClusterConfig>,
     /// Seconds between reachability probes of each management cluster (an unreachable one
     /// defers its clusters' operations and says so in their health).
     pub probe_interval_secs: u64,
-    /// `http://host:port` of `magnum-capi api-proxy` (README "Private clusters"): written as
+    /// `http://host:port` of `magnum-capi api-proxy` (docs/private-clusters.md): written as
     /// `proxy-url` into the `<cluster>-kubeconfig` Secret of every cluster whose API has no
     /// floating IP, with that cluster's credential (from `api_proxy_key`), so CAPI and the
     /// service's own workload reads go through it. Unset: none.
+    #[schemars(example = &"http://192.0.2.10:3128")]
     pub api_proxy_url: Option<String>,
     /// The proxy key (base64 of 32 bytes), the proxies' `[api_proxy] key`: each private
     /// cluster's proxy credential is derived from it. Required with `api_proxy_url`.
+    #[schemars(with = "Option<String>", example = &"base64 of 32 random bytes: head -c 32 /dev/urandom | base64")]
     pub api_proxy_key: Option<secrecy::SecretString>,
 }
 
 /// `[[capi.management_clusters]]`: one Cluster API installation clusters can be placed on.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ManagementClusterConfig {
-    /// Recorded on each cluster placed here (lowercase letters, digits, `-`, `_`).
+    /// Recorded on each cluster placed here (lowercase letters, digits, `-`, `_`). Required.
+    #[schemars(example = &"east")]
     pub name: String,
     /// Its kubeconfig; unset: the in-cluster service account.
     #[serde(default)]
+    #[schemars(example = &"/etc/magnum-capi/east.kubeconfig")]
     pub kubeconfig: Option<std::path::PathBuf>,
     /// The region it serves: clusters created in that region go here.
     #[serde(default)]
+    #[schemars(example = &"RegionOne")]
     pub region: Option<String>,
     /// The availability zones it serves: clusters whose `availability_zone` label names one go
     /// here.
@@ -538,19 +570,21 @@ impl Default for CapiConfig {
 }
 
 /// `[api_proxy]`: `magnum-capi api-proxy`, the HTTP CONNECT proxy to the API endpoints of
-/// private clusters (README "Private clusters"), run where Neutron's namespaces are.
-#[derive(Debug, Clone, Deserialize)]
+/// private clusters (docs/private-clusters.md), run where Neutron's namespaces are.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiProxyConfig {
     /// Where the proxy listens (the address `[capi] api_proxy_url` names).
     pub bind: SocketAddr,
     /// The management cluster whose OpenStackClusters make the allowlist (unset: `KUBECONFIG`,
     /// then in-cluster).
+    #[schemars(example = &"/etc/magnum-capi/management-cluster.kubeconfig")]
     pub kubeconfig: Option<PathBuf>,
     /// Where `ip netns` keeps its namespaces.
     pub netns_dir: PathBuf,
     /// The namespaces a private cluster's API is dialled from, the first present on this node
     /// wins: `{router_id}` and `{network_id}` are the OpenStackCluster's router and network.
+    #[schemars(with = "Vec<String>")]
     pub namespaces: Vec<NetnsPattern>,
     /// Dial from the proxy's own network namespace when none of the cluster's is on this node
     /// (a proxy on a host with a leg in the tenant networks).
@@ -559,6 +593,7 @@ pub struct ApiProxyConfig {
     pub connect_timeout_secs: u64,
     /// The proxy key (base64 of 32 bytes), the service's `[capi] api_proxy_key`: a client must
     /// present the credential derived from it for the cluster it connects to. Required.
+    #[schemars(with = "Option<String>", example = &"the service's [capi] api_proxy_key")]
     pub key: Option<secrecy::SecretString>,
     /// Connections being opened at once (each namespaced one on a thread of its own); a CONNECT
     /// beyond them is refused with 503.
@@ -612,8 +647,8 @@ pub enum NetnsId {
 
 /// One entry of `[api_proxy] namespaces`: a network namespace name with `{router_id}` and
 /// `{network_id}` in it, parsed once, at load (the only place the placeholders are read).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct NetnsPattern(Vec<NetnsPart>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -656,6 +691,21 @@ impl NetnsPattern {
     }
 }
 
+/// The pattern as written, `{router_id}` and `{network_id}` back in place (the reference's default).
+impl From<NetnsPattern> for String {
+    fn from(pattern: NetnsPattern) -> String {
+        pattern
+            .0
+            .iter()
+            .map(|part| match part {
+                NetnsPart::Text(t) => t.as_str(),
+                NetnsPart::Id(NetnsId::Router) => "{router_id}",
+                NetnsPart::Id(NetnsId::Network) => "{network_id}",
+            })
+            .collect()
+    }
+}
+
 impl TryFrom<String> for NetnsPattern {
     type Error = String;
 
@@ -692,7 +742,7 @@ impl TryFrom<String> for NetnsPattern {
 }
 
 impl CapiConfig {
-    /// `api_proxy_url` with `api_proxy_key` (README "Private clusters"): what each private
+    /// `api_proxy_url` with `api_proxy_key` (docs/private-clusters.md): what each private
     /// cluster's kubeconfig gets as `proxy-url`; `None` without a proxy.
     pub fn api_proxy(&self) -> Result<Option<crate::proxy_auth::ProxyUrls>, ConfigError> {
         let Some(url) = &self.api_proxy_url else {
@@ -758,16 +808,17 @@ fn minor_table(pairs: &[(&str, &str)]) -> MinorTable {
 }
 
 /// `[policy]`: operator overrides of Magnum's default policy.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// oslo.policy YAML (or JSON) file with rule overrides, e.g. `/etc/magnum/policy.yaml`;
     /// rules it does not name keep Magnum's defaults. A bad rule stops start-up.
+    #[schemars(example = &"/etc/magnum/policy.yaml")]
     pub file: Option<std::path::PathBuf>,
 }
 
 /// `[http]`: where the API listens.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
     /// Listen address (`127.0.0.1:9511` by default; Magnum's port).
@@ -776,6 +827,7 @@ pub struct HttpConfig {
     pub request_timeout_secs: u64,
     /// A second listener serving only `/metrics`, unauthenticated (for Prometheus on an
     /// internal network). Unset: `/metrics` is served on the API port only.
+    #[schemars(example = &"0.0.0.0:9512")]
     pub metrics_bind: Option<SocketAddr>,
     /// `/metrics` on the API port without a token; otherwise it needs an admin's token.
     pub metrics_public: bool,
@@ -789,14 +841,17 @@ pub struct HttpConfig {
     /// `tls_key_file`, or neither (plain HTTP). Replaced files are picked up at the next
     /// connection, without a restart; a pair that does not load keeps the previous one.
     /// The metrics listener (`metrics_bind`) stays plain HTTP.
+    #[schemars(example = &"/etc/magnum-capi/tls/tls.crt")]
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_cert_file`.
+    #[schemars(example = &"/etc/magnum-capi/tls/tls.key")]
     pub tls_key_file: Option<PathBuf>,
     /// Addresses or CIDRs (`10.0.0.0/8`, `192.0.2.7`, `fd00::/8`) of the reverse proxies whose
     /// `Forwarded` / `X-Forwarded-Proto` / `-Host` / `-Prefix` / `-For` headers say how the
     /// client addressed the API (the `links` it follows). From any other TCP peer they are
     /// ignored. Empty by default: no proxy is trusted.
     #[serde(deserialize_with = "addresses_or_cidrs")]
+    #[schemars(with = "Vec<String>")]
     pub trusted_proxies: Vec<IpNet>,
 }
 
@@ -865,10 +920,11 @@ impl Default for HttpConfig {
 }
 
 /// `[database]`: the PostgreSQL that holds all state.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
     /// `postgres://user:pass@host:port/db`. Required outside `serve --dev`.
+    #[schemars(example = &"postgres://magnum:secret@127.0.0.1:5432/magnum")]
     pub url: Option<String>,
     /// Upper bound of pooled connections (each `LISTEN` follower's among them). The one
     /// connection that records creates comes on top (`db::creates::Recorder`).
@@ -906,7 +962,7 @@ impl DatabaseConfig {
 }
 
 /// `[api]`: knobs of the HTTP surface.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
     /// Largest page a list returns (Magnum's `[api] max_limit`); also the default page size.
@@ -935,7 +991,7 @@ impl Default for ApiConfig {
 }
 
 /// `[quotas]`: defaults when no quota row exists for a project.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuotasConfig {
     /// Clusters a project may own when no quota row says otherwise.
@@ -951,10 +1007,11 @@ impl Default for QuotasConfig {
 }
 
 /// `[service]`: how this replica shows up in `GET /v1/mservices`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServiceConfig {
     /// Host name reported for this replica; defaults to the machine's host name.
+    #[schemars(example = &"api-1")]
     pub host: Option<String>,
     /// Seconds between heartbeats.
     pub report_interval_secs: u64,
@@ -973,7 +1030,7 @@ impl Default for ServiceConfig {
 }
 
 /// `[operations]`: the durable queue of cluster operations.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OperationsConfig {
     /// Run the queue worker in this process.
@@ -994,13 +1051,17 @@ pub struct OperationsConfig {
     /// worker creates the cluster's application credential as the caller. Give every replica
     /// the same key. Required outside `serve --dev` (this or `seal_key_file`); in development
     /// one is generated per process when unset.
+    #[schemars(example = &"base64 of 32 random bytes: head -c 32 /dev/urandom | base64")]
+    #[schemars(with = "Option<String>")]
     pub seal_key: Option<secrecy::SecretString>,
     /// A file holding the current key on its first line and previous keys on the following
     /// ones (a mounted Secret), read at start instead of `seal_key`.
+    #[schemars(example = &"/etc/magnum-capi/seal.key")]
     pub seal_key_file: Option<std::path::PathBuf>,
     /// Keys sealing no longer but still opening what they sealed: after a rotation, keep the
     /// old key here until no operation sealed with it is left (the longest a create waits for
     /// its credential: minutes).
+    #[schemars(with = "Vec<String>")]
     pub previous_seal_keys: Vec<secrecy::SecretString>,
     /// How long an operation sealed with a key this replica does not hold waits for a replica
     /// that holds it (handed back to the queue, no attempt counted) before it fails, saying
@@ -1110,7 +1171,7 @@ impl Default for OperationsConfig {
 
 /// `[capi] cleanup_without_credential`: how a delete cleans up once the cluster's credential
 /// Secret is gone. Never skipped silently.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum CleanupWithoutCredential {
     /// The delete fails (`DELETE_FAILED`) saying what could not be cleaned and why.
@@ -1122,7 +1183,7 @@ pub enum CleanupWithoutCredential {
 
 /// `[capi] unread_volumes`: the CSI volumes (and OCCM's floating IPs) of a cluster whose
 /// PersistentVolumes and Services could not be read before its machines went.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum UnreadVolumes {
     /// Kept, and reported (a `Retain` or a `keep-floatingip` cannot be ruled out).
@@ -1132,7 +1193,7 @@ pub enum UnreadVolumes {
 }
 
 /// Which driver executes recorded operations.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverKind {
     /// Cluster API on a management cluster (`[capi]`); with `serve --dev` and no kubeconfig, an
@@ -1144,9 +1205,10 @@ pub enum DriverKind {
 }
 
 /// `[driver]`: the executor of cluster operations.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DriverConfig {
+    /// Which driver executes the operations.
     pub kind: DriverKind,
     /// Simulated driver only: milliseconds the simulated world takes to carry an operation
     /// out (the operation is parked meanwhile, holding no worker).

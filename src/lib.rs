@@ -8,6 +8,7 @@ pub mod app;
 pub mod capi;
 pub mod coalesce;
 pub mod config;
+pub mod config_sample;
 pub mod db;
 #[cfg(feature = "dev")]
 pub mod devdb;

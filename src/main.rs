@@ -18,7 +18,14 @@ use magnum_capi::{api, db, server};
 #[command(
     name = "magnum-capi",
     version,
-    about = "OpenStack Magnum API backed by Cluster API"
+    about = "The OpenStack Magnum (container-infra) v1 API, provisioning Kubernetes through Cluster API",
+    long_about = "The OpenStack Magnum (container-infra) v1 API, provisioning Kubernetes clusters \
+                  through Cluster API: one binary serves the API and runs the operations; state \
+                  lives in PostgreSQL.",
+    after_help = "Every command that reads a configuration takes --config FILE (or \
+                  MAGNUM_CAPI_CONFIG); any key can be set as MAGNUM_CAPI__<SECTION>__<KEY>. \
+                  `magnum-capi config sample` prints every key with its default. Guides: README.md \
+                  and docs/ (install.md, operate.md, moving-from-magnum.md, …)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -27,7 +34,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the API (and run the operation worker).
+    /// Serve the API and run the operation worker (docs/install.md; try it with --dev).
     Serve {
         /// TOML configuration file.
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
@@ -43,12 +50,14 @@ enum Command {
         sim_management_clusters: Vec<String>,
     },
     /// List the management clusters: reachability, the CAPI/CAPO versions found, and their
-    /// clusters by status (from `[database] url`, when set).
+    /// clusters by status (from `[database] url`, when set). Guide: docs/install.md, "Many
+    /// management clusters".
     ManagementClusters {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Apply database migrations and exit.
+    /// Apply the database migrations to `[database] url` and exit (docs/operate.md, "Upgrades
+    /// and rollback").
     Migrate {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
@@ -56,14 +65,16 @@ enum Command {
     /// Check the configuration, the sealing key and every dependency (PostgreSQL and its
     /// migrations; a Keystone login with the service's credentials and the catalog entries it
     /// uses; each management cluster, its CRDs and every permission the driver needs on it)
-    /// and print a report naming each failure; exits non-zero on a failure.
+    /// and print a report naming each failure; exits non-zero on a failure. Guide:
+    /// docs/operate.md, "Health, readiness and check".
     Check {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
     /// Import a Magnum database (templates, clusters, nodegroups, quotas; every UUID, owner,
     /// timestamp, status and label kept) into `[database] url`, in one transaction; run it again
-    /// to bring over what changed in Magnum since. Prints a report per object.
+    /// to bring over what changed in Magnum since. Prints a report per object. Guide:
+    /// docs/moving-from-magnum.md.
     Import {
         /// The Magnum database: `mysql://user:password@host[:port]/database`.
         #[arg(long, env = "MAGNUM_CAPI_IMPORT_MAGNUM_DB", hide_env_values = true)]
@@ -74,24 +85,30 @@ enum Command {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Administrator commands on one cluster.
+    /// Administrator commands on one cluster (docs/delete-cleanup.md, "Forgetting a cluster").
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
     },
     /// Run the proxy to the APIs of private clusters (no floating IP on their API load
     /// balancer) until SIGTERM: HTTP CONNECT to the allowlisted API endpoints only, dialled from
-    /// the tenant network's namespace on this node (`[api_proxy]`; README "Private clusters").
+    /// the tenant network's namespace on this node (`[api_proxy]`; docs/private-clusters.md).
     ApiProxy {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Print the OpenAPI document (YAML).
+    /// Print the OpenAPI document (YAML), the API's reference (as the committed openapi.yaml).
     Openapi,
+    /// The configuration file: `config sample` prints the reference of every key.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Development builds: run a simulated management cluster (a Kubernetes API and a
     /// simulator playing the CAPI/CAPO controllers) as a process of its own, writing a
     /// kubeconfig for it, so several `serve` replicas share one management cluster as they
     /// would a real one. It authenticates nobody: loopback only unless `--allow-remote`.
+    /// Guide: docs/development.md.
     #[cfg(feature = "dev")]
     Simulate {
         /// Where to write the kubeconfig (once the API listens).
@@ -112,7 +129,7 @@ enum Command {
         crd_dir: Option<PathBuf>,
     },
     /// Print the CAPI/CAPO manifests of a hypothetical cluster (multi-document YAML), with
-    /// placeholder credentials and CAs.
+    /// placeholder credentials and CAs: what the driver would apply (docs/architecture.md).
     Render {
         /// A cluster template as `GET /v1/clustertemplates/{id}` shows it (JSON).
         #[arg(long)]
@@ -129,6 +146,14 @@ enum Command {
         #[arg(long, env = "MAGNUM_CAPI_CONFIG")]
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the configuration reference: every section and key with its default and its
+    /// documentation, as a TOML file that loads as it is (etc/magnum-capi.toml.example;
+    /// docs/install.md, "Configuration").
+    Sample,
 }
 
 #[derive(Subcommand)]
@@ -149,6 +174,11 @@ enum ClusterCommand {
         config: Option<PathBuf>,
     },
 }
+
+/// What `migrate` and `serve` say when no database is configured.
+const MISSING_DATABASE_URL: &str = "[database] url is required: set it in the configuration file \
+     (--config FILE) or as MAGNUM_CAPI__DATABASE__URL, e.g. postgres://magnum:secret@db/magnum \
+     (or run `serve --dev` for a throwaway database)";
 
 fn main() -> anyhow::Result<()> {
     // One TLS provider for the whole process, before any client is built.
@@ -395,11 +425,7 @@ async fn management_clusters(cfg: Config) -> anyhow::Result<()> {
 /// forgets the cluster. `Ok(false)` when refused.
 async fn forget(uuid: uuid::Uuid, yes: bool, force: bool, cfg: Config) -> anyhow::Result<bool> {
     use magnum_capi::service::forget;
-    let url = cfg
-        .database
-        .url
-        .clone()
-        .context("[database] url is required")?;
+    let url = cfg.database.url.clone().context(MISSING_DATABASE_URL)?;
     let auth = auth_mode(&cfg)?;
     let setup = server::build_fleet(&cfg, &auth, false).await?;
     let backend = server::backend_for_members(&cfg, &setup.members);
@@ -523,13 +549,15 @@ async fn run(cli: Cli, config: Option<Result<Config, ConfigError>>) -> anyhow::R
             print!("{}", api::openapi::yaml_text().map_err(anyhow::Error::msg)?);
             Ok(())
         }
+        Command::Config {
+            command: ConfigCommand::Sample,
+        } => {
+            print!("{}", magnum_capi::config_sample::sample());
+            Ok(())
+        }
         Command::Migrate { .. } => {
             let cfg = preloaded(config)?;
-            let url = cfg
-                .database
-                .url
-                .clone()
-                .context("[database] url is required")?;
+            let url = cfg.database.url.clone().context(MISSING_DATABASE_URL)?;
             let pool = db::connect(&url, &cfg.database).await?;
             db::migrate(&pool).await?;
             tracing::info!("migrations applied");

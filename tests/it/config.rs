@@ -391,3 +391,70 @@ async fn the_api_proxy_logs_in_the_configured_format() {
         .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {serving}"));
     assert_eq!(entry["fields"]["message"], "api-proxy serving", "{entry}");
 }
+
+/// The reference is generated from the typed configuration (`magnum-capi config sample`); the
+/// committed copy must be what the code generates.
+#[test]
+fn the_committed_configuration_reference_matches_the_code() {
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/etc/magnum-capi.toml.example"
+    ))
+    .expect("etc/magnum-capi.toml.example exists");
+    assert!(
+        committed == magnum_capi::config_sample::sample(),
+        "etc/magnum-capi.toml.example is stale: run `{}`",
+        magnum_capi::config_sample::REGENERATE
+    );
+}
+
+/// The reference loads as it is and holds exactly the defaults; every key it shows commented
+/// out, uncommented, is a key of the configuration with a value of its type.
+#[test]
+fn the_configuration_reference_parses_back_into_the_configuration() {
+    let text = magnum_capi::config_sample::sample();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reference.toml");
+    std::fs::write(&path, &text).unwrap();
+    let loaded = Config::load(Some(&path)).expect("the reference loads");
+    assert_eq!(format!("{loaded:?}"), format!("{:?}", Config::default()));
+
+    // `# key = value` lines uncommented: the examples (tables of lists kept commented, since
+    // their keys are the table's).
+    let mut uncommented = String::new();
+    let mut in_table_list = false;
+    for line in text.lines() {
+        if line.starts_with("# [[") {
+            in_table_list = true;
+        } else if line.starts_with('[') {
+            in_table_list = false;
+        }
+        let example = line.strip_prefix("# ").filter(|l| {
+            !in_table_list && l.split_once(" = ").is_some_and(|(k, _)| !k.contains(' '))
+        });
+        uncommented.push_str(example.unwrap_or(line));
+        uncommented.push('\n');
+    }
+    let examples = uncommented
+        .lines()
+        .zip(text.lines())
+        .filter(|(a, b)| a != b)
+        .count();
+    let parsed: Result<Config, _> = config::Config::builder()
+        .add_source(config::File::from_str(
+            &uncommented,
+            config::FileFormat::Toml,
+        ))
+        .build()
+        .and_then(|c| c.try_deserialize());
+    let parsed = parsed.unwrap_or_else(|e| panic!("the examples do not parse: {e}\n{uncommented}"));
+    assert!(examples > 20, "only {examples} examples uncommented");
+    assert_eq!(
+        parsed.database.url.as_deref(),
+        Some("postgres://magnum:secret@127.0.0.1:5432/magnum")
+    );
+    assert_eq!(
+        parsed.http.metrics_bind.map(|a| a.to_string()).as_deref(),
+        Some("0.0.0.0:9512")
+    );
+}
