@@ -11,10 +11,11 @@ pub enum CaKind {
 impl CaKind {
     pub const ALL: [CaKind; 3] = [CaKind::Kubernetes, CaKind::Etcd, CaKind::FrontProxy];
 
-    /// From `ca_cert_type` (absent = kubernetes); `None` for anything else.
+    /// From `ca_cert_type` (absent or empty = kubernetes, as Magnum's conductor picks);
+    /// `None` for anything else.
     pub fn parse(t: Option<&str>) -> Option<CaKind> {
         match t {
-            None | Some("kubernetes") => Some(CaKind::Kubernetes),
+            None | Some("" | "kubernetes") => Some(CaKind::Kubernetes),
             Some("etcd") => Some(CaKind::Etcd),
             Some("front_proxy" | "front-proxy") => Some(CaKind::FrontProxy),
             Some(_) => None,

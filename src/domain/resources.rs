@@ -36,6 +36,10 @@ pub struct Resolved {
     /// cluster autoscaler's capacity hints for a nodegroup scaled to zero).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub flavor_sizes: BTreeMap<String, FlavorSize>,
+    /// Whether the creator's catalog has a load balancer service (Octavia); `None` where no
+    /// catalog was read (development mode without Keystone, rows of older releases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer_service: Option<bool>,
 }
 
 /// A Nova flavor's size, as Nova lists it.

@@ -2,6 +2,7 @@
 
 use super::fields::{Default as D, Field, Kind, Schema};
 use super::patch::PatchRules;
+use super::status::NAMES as STATUS_NAMES;
 
 const fn s255(name: &'static str) -> Field {
     Field::new(name, Kind::Str { min: 1, max: 255 })
@@ -16,6 +17,11 @@ const fn int_min(name: &'static str, min: i64) -> Field {
             max: Some(i32::MAX as i64),
         },
     )
+}
+/// Magnum's plain `wtypes.text`: any string, the empty one included (Horizon's cluster dialog
+/// sends `discovery_url: ""`); 255 is the column's width, so a longer one is a 400, not lost.
+const fn text(name: &'static str) -> Field {
+    Field::new(name, Kind::Str { min: 0, max: 255 })
 }
 const fn boolean(name: &'static str, d: bool) -> Field {
     Field::new(name, Kind::Bool).default(D::Bool(d))
@@ -111,12 +117,13 @@ static CLUSTER_FIELDS: [Field; 40] = [
     s255("master_flavor_id"),
     s255("flavor_id"),
     int_min("create_timeout", 0).default(D::Int(60)),
-    s255("discovery_url"),
+    text("discovery_url"),
     s255("fixed_network"),
     s255("fixed_subnet"),
     Field::new("floating_ip_enabled", Kind::Bool),
     Field::new("master_lb_enabled", Kind::Bool),
-    Field::new("status", Kind::Ignored),
+    // Typed as Magnum types them (an unknown status is a 400), then ignored.
+    Field::new("status", Kind::Enum(&STATUS_NAMES)),
     Field::new("status_reason", Kind::Ignored),
     Field::new("health_status", Kind::Enum(HEALTH)),
     Field::new("health_status_reason", Kind::StrDict),
@@ -166,7 +173,8 @@ static NODEGROUP_FIELDS: [Field; 28] = [
     ro("id"),
     Field::new("uuid", Kind::Str { min: 36, max: 36 }),
     s255("name"),
-    ro("cluster_id"),
+    // Magnum types it as a uuid and then overwrites it with the path's cluster: accepted, ignored.
+    Field::new("cluster_id", Kind::Str { min: 36, max: 36 }),
     ro("project_id"),
     int_min("docker_volume_size", 1),
     Field::new("labels", Kind::Labels),
@@ -183,9 +191,10 @@ static NODEGROUP_FIELDS: [Field; 28] = [
     int_min("max_node_count", 0),
     ro("is_default"),
     ro("stack_id"),
-    ro("status"),
-    ro("status_reason"),
-    ro("version"),
+    // Writable in Magnum's type (`status` an enum, the others plain text), set by the service.
+    Field::new("status", Kind::Enum(&STATUS_NAMES)),
+    Field::new("status_reason", Kind::Ignored),
+    text("version"),
     ro("created_at"),
     ro("updated_at"),
     boolean("merge_labels", false),
@@ -279,7 +288,8 @@ static CERTIFICATE_FIELDS: [Field; 7] = [
         },
     ),
     Field::new("pem", Kind::Ignored),
-    s255("ca_cert_type"),
+    // `wtypes.StringType()`: "" is taken and signs with the Kubernetes CA, as Magnum's conductor does.
+    text("ca_cert_type"),
     ro("links"),
     ro("created_at"),
     ro("updated_at"),

@@ -49,6 +49,17 @@ const ALL: [(Status, &str); 18] = [
     (AdoptComplete, "ADOPT_COMPLETE"),
 ];
 
+/// Every status name, in Heat's order (the values Magnum's `status` field types accept).
+pub const NAMES: [&str; 18] = {
+    let mut out = [""; 18];
+    let mut i = 0;
+    while i < ALL.len() {
+        out[i] = ALL[i].1;
+        i += 1;
+    }
+    out
+};
+
 impl Status {
     /// Every status name, in Heat's order.
     pub fn all_names() -> impl Iterator<Item = &'static str> {

@@ -151,7 +151,12 @@ pub async fn create(
             keypair: row.keypair.as_deref(),
             ..cloud::Wanted::template(&ct, boot)
         };
-        row.resolved = Json(cloud::validate(s, &wanted).await?);
+        let mut resolved = cloud::validate(s, &wanted).await?;
+        resolved.load_balancer_service = Some(
+            s.catalog_url(crate::openstack::catalog::LOAD_BALANCER)
+                .is_some(),
+        );
+        row.resolved = Json(resolved);
     }
     if late_error.is_none() {
         // Recorded with the row and never changed implicitly afterwards.

@@ -197,6 +197,14 @@ pub async fn create(
     body: &Value,
 ) -> Result<TemplateRow> {
     let mut b = schemas::TEMPLATE.parse_body(body)?;
+    // WSME takes an explicit `null`, then Magnum's server-type check refuses it.
+    if b.has("server_type") && b.str("server_type").is_none() {
+        return Err(DomainError::BadRequest(format!(
+            "Server type None is not supported, expecting a {}/unspecified server type.",
+            schemas::SERVER_TYPES.join("/")
+        ))
+        .into());
+    }
     let network_driver = b
         .str("network_driver")
         .unwrap_or_else(|| app.config.api.default_network_driver.clone());

@@ -12,6 +12,8 @@ mod adopt_capi_drivers;
 mod api_admin;
 mod api_clusters;
 mod api_contract;
+mod api_dialog_defaults;
+mod api_empty_strings;
 mod api_nodegroups;
 mod api_proxy;
 mod api_templates;

@@ -100,6 +100,7 @@ pub(crate) fn rows(template: Value, cluster: Value, nodegroups: Option<Value>) -
                 )
             })
             .collect(),
+        load_balancer_service: None,
     };
     r.cluster.resolved = r.template.resolved.clone();
     r
@@ -1131,11 +1132,61 @@ fn other_bad_input_is_a_values_error() {
     t["http_proxy"] = json!("proxy.example.com:3128");
     let err = build_values(&rows(t, cluster_body(), None), &CapiConfig::default()).unwrap_err();
     assert!(err.to_string().contains("http_proxy"), "{err}");
+}
 
-    // A single master without a load balancer needs the API floating IP.
-    let (t, c) = with_labels(json!({"master_lb_floating_ip_enabled": "false"}));
-    let err = build_values(&rows(t, c, None), &CapiConfig::default()).unwrap_err();
-    assert!(err.to_string().contains("floating IP"), "{err}");
+/// Horizon's cluster dialog sends `master_lb_enabled: false` with
+/// `master_lb_floating_ip_enabled=false` (the floating-IP choice is hidden unless the load
+/// balancer is ticked): the API gets the load balancer magnum-capi-helm always built, private on
+/// its fixed IP. Only a cloud without a load balancer service refuses it, naming the dialog's
+/// fields.
+#[test]
+fn an_api_without_a_floating_ip_gets_a_private_load_balancer_unless_the_cloud_has_none() {
+    let (t, mut c) = with_labels(json!({"master_lb_floating_ip_enabled": "false"}));
+    c["master_lb_enabled"] = json!(false);
+    let mut r = rows(t, c, None);
+    let v = build_values(&r, &CapiConfig::default()).unwrap();
+    assert!(v.api_server.load_balancer.is_some(), "{:?}", v.api_server);
+    assert!(!v.api_server.floating_ip, "{:?}", v.api_server);
+
+    // The same without an external network in the template.
+    let mut t = template_body();
+    t.as_object_mut().unwrap().remove("external_network_id");
+    let mut nr = rows(t, cluster_body(), None);
+    nr.template.resolved.external_network_id = None;
+    nr.cluster.resolved.external_network_id = None;
+    let v = build_values(&nr, &CapiConfig::default()).unwrap();
+    assert!(v.api_server.load_balancer.is_some() && !v.api_server.floating_ip);
+
+    // No Octavia in the creator's catalog: no endpoint at all, a 400 saying what to change.
+    r.cluster.resolved.load_balancer_service = Some(false);
+    let err = build_values(&r, &CapiConfig::default())
+        .unwrap_err()
+        .to_string();
+    for what in [
+        "no load balancer service (Octavia)",
+        "master_lb_floating_ip_enabled=true",
+        "Additional Labels",
+    ] {
+        assert!(err.contains(what), "{what}: {err}");
+    }
+    // With a floating IP it needs no load balancer.
+    let (t, c) = with_labels(json!({"master_lb_floating_ip_enabled": "true"}));
+    let mut r = rows(t, c, None);
+    r.cluster.resolved.load_balancer_service = Some(false);
+    let v = build_values(&r, &CapiConfig::default()).unwrap();
+    assert!(v.api_server.load_balancer.is_none() && v.api_server.floating_ip);
+    // Asking for the load balancer there names the tick box to clear.
+    let (t, mut c) = with_labels(json!({}));
+    c["master_lb_enabled"] = json!(true);
+    let mut r = rows(t, c, None);
+    r.cluster.resolved.load_balancer_service = Some(false);
+    let err = build_values(&r, &CapiConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Enable Load Balancer for Kubernetes API"),
+        "{err}"
+    );
 }
 
 #[test]

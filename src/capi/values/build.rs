@@ -298,11 +298,22 @@ impl<'a> Cx<'a> {
         // Allowed CIDRs restrict the API load balancer, so asking for them asks for one:
         // magnum-capi-helm always made it, and its templates carry the label without
         // `master_lb_enabled` (dropping the restriction silently would open the API).
-        let lb_wanted = c.master_lb_enabled.unwrap_or(t.master_lb_enabled)
+        let lb_asked = c.master_lb_enabled.unwrap_or(t.master_lb_enabled)
             || master_count > 1
             || view.raw(ALLOWED_CIDRS)?.is_some();
         let floating_ip =
             view.bool(&["master_lb_floating_ip_enabled"], true)? && has_external_network;
+        // Without a floating IP the API has no endpoint but a load balancer's (CAPO knows no
+        // other), so it gets one, as magnum-capi-helm always built: Horizon's cluster dialog
+        // sends `master_lb_enabled: false` with `master_lb_floating_ip_enabled=false` by
+        // default. That API is private, on the balancer's fixed IP (README "Private clusters").
+        let lb_wanted = lb_asked || !floating_ip;
+        if lb_wanted && c.resolved.load_balancer_service == Some(false) {
+            return Err(ValuesError::Invalid(no_api_endpoint(
+                lb_asked,
+                has_external_network,
+            )));
+        }
         let load_balancer = if lb_wanted {
             let allowed_cidrs = view.list(ALLOWED_CIDRS, &[','], |c| parse_cidr(c).map(drop))?;
             Some(ApiLoadBalancer {
@@ -312,14 +323,6 @@ impl<'a> Cx<'a> {
                 availability_zone: view.token(&["api_server_lb_availability_zone"])?,
             })
         } else {
-            if !floating_ip {
-                return Err(ValuesError::Invalid(
-                    "without the API load balancer (master_lb_enabled, or more than one master) \
-                     the API needs a floating IP: an external network and \
-                     master_lb_floating_ip_enabled=true"
-                        .into(),
-                ));
-            }
             None
         };
         let floating_ip_address = view.parsed(&["api_server_floating_ip"], |v| {
@@ -692,4 +695,28 @@ fn cipher_suites(view: &LabelView<'_>, label: &'static str) -> Result<Option<Str
         }
     })?;
     Ok((!suites.is_empty()).then(|| suites.join(",")))
+}
+
+/// Why a cloud without a load balancer service cannot serve the API the request asks for, naming
+/// what to change in Horizon's cluster dialog (magnum-ui) and on the command line.
+fn no_api_endpoint(lb_asked: bool, has_external_network: bool) -> String {
+    let mut why = String::from(
+        "This cloud has no load balancer service (Octavia), so the Kubernetes API needs a \
+         floating IP on its control-plane node: ",
+    );
+    if lb_asked {
+        why.push_str(
+            "untick \"Enable Load Balancer for Kubernetes API\" and keep 1 control-plane node \
+             (master_lb_enabled false, master_count 1, no api_master_lb_allowed_cidrs), ",
+        );
+    }
+    if !has_external_network {
+        why.push_str("choose a cluster template with an external network (external_network_id), ");
+    }
+    why.push_str(
+        "and add master_lb_floating_ip_enabled=true to \"Additional Labels\" with \
+         \"I do want to override Template and Workflow Labels\" ticked (on the command line \
+         --labels master_lb_floating_ip_enabled=true).",
+    );
+    why
 }

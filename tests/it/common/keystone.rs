@@ -669,6 +669,31 @@ impl Keystone {
         RegionEndpoint { ks: self, id }
     }
 
+    /// Region `region` (made when missing) given RegionOne's public endpoints of the services of
+    /// `types` only (e.g. a cloud without `load-balancer`): a service configured with that
+    /// region sees no other. Idempotent.
+    pub async fn region_with(&self, region: &str, types: &[&str]) {
+        if !self.ensure_region(region).await {
+            return;
+        }
+        let services = self.admin("GET", "/services", None).await;
+        let endpoints = self.admin("GET", "/endpoints?interface=public", None).await;
+        for service in services["services"].as_array().into_iter().flatten() {
+            if !types.iter().any(|t| service["type"] == *t) {
+                continue;
+            }
+            for e in endpoints["endpoints"].as_array().into_iter().flatten() {
+                if e["service_id"] == service["id"] && e["region_id"] == REGION {
+                    let body = json!({"endpoint": {"service_id": service["id"],
+                        "interface": "public", "region_id": region, "url": e["url"]}});
+                    self.admin("POST", "/endpoints", Some(body)).await;
+                }
+            }
+        }
+        // Tokens issued before carry the old catalog.
+        self.lock_tokens().clear();
+    }
+
     /// The URL last given to [`Keystone::register_endpoint`].
     pub fn endpoint_url(&self) -> Option<String> {
         self.lock_endpoint().as_ref().map(|(_, u)| u.clone())

@@ -214,6 +214,45 @@ fn venv(release: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
+/// What the newest Magnum's own WSME request types do with each `(type, body)` (see
+/// tests/it/magnum/magnum_types.py): `Ok(())` where the type takes the body, else its message.
+/// Needs only the virtualenv (no database).
+pub fn types(bodies: &[(&str, Value)]) -> Vec<std::result::Result<(), String>> {
+    use std::io::Write;
+    let venv = venv(NEWEST).unwrap_or_else(|e| panic!("Magnum {NEWEST} venv: {e:#}"));
+    let input: Vec<Value> = bodies
+        .iter()
+        .map(|(t, b)| serde_json::json!({"type": t, "body": b}))
+        .collect();
+    let mut child = Command::new(venv.join("bin/python"))
+        .arg(repo().join("tests/it/magnum/magnum_types.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running magnum_types.py");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(Value::Array(input).to_string().as_bytes())
+        .expect("writing magnum_types.py's input");
+    let out = child.wait_with_output().expect("magnum_types.py");
+    assert!(
+        out.status.success(),
+        "magnum_types.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<Value> = serde_json::from_slice(&out.stdout).expect("magnum_types.py's JSON");
+    answers
+        .into_iter()
+        .map(|a| match a["takes"].as_bool() {
+            Some(true) => Ok(()),
+            _ => Err(a["error"].as_str().unwrap_or_default().to_string()),
+        })
+        .collect()
+}
+
 fn schema_db(release: &str) -> String {
     format!("magnum_schema_{}", release.replace('.', "_"))
 }
