@@ -30,6 +30,39 @@ pub const READY: &str = "magnum_capi_ready";
 pub const MANAGEMENT_CLUSTER_UP: &str = "magnum_capi_management_cluster_up";
 pub const MANAGEMENT_CLUSTER_CLUSTERS: &str = "magnum_capi_management_cluster_clusters";
 
+/// Every family `/metrics` may serve: ours, then openstack-exporter's container-infra ones
+/// ([`container_infra`]). Histograms add `_bucket`, `_sum` and `_count`.
+pub const FAMILIES: [&str; 26] = [
+    HTTP_REQUESTS,
+    HTTP_DURATION,
+    OPERATIONS,
+    OPERATION_ATTEMPTS,
+    QUEUE_DEPTH,
+    QUEUE_OLDEST,
+    CLUSTERS,
+    CLUSTERS_HEALTH,
+    WATCH_EVENTS,
+    WATCH_RESYNCS,
+    STATUS_DELAY,
+    STATUS_WRITER,
+    OPENSTACK_REQUESTS,
+    OPENSTACK_DURATION,
+    TOKEN_CACHE,
+    VIEW_CACHE,
+    APP_CREDENTIALS,
+    APP_CREDENTIALS_LEFTOVER,
+    READY,
+    MANAGEMENT_CLUSTER_UP,
+    MANAGEMENT_CLUSTER_CLUSTERS,
+    "openstack_container_infra_up",
+    "openstack_container_infra_total_clusters",
+    "openstack_container_infra_cluster_masters",
+    "openstack_container_infra_cluster_nodes",
+    "openstack_container_infra_cluster_status",
+];
+/// The families of [`FAMILIES`] that are histograms.
+pub const HISTOGRAMS: [&str; 3] = [HTTP_DURATION, STATUS_DELAY, OPENSTACK_DURATION];
+
 /// Request-latency buckets (seconds): API calls are milliseconds; OpenStack calls up to seconds.
 const BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,

@@ -809,3 +809,78 @@ fn the_containerfile_check_passes_and_catches_what_it_is_for() {
         );
     }
 }
+
+/// Every metric name an expression selects (its vector and matrix selectors).
+fn selected_metrics(expr: &promql_parser::parser::Expr, out: &mut BTreeSet<String>) {
+    use promql_parser::parser::Expr;
+    match expr {
+        Expr::Aggregate(a) => {
+            selected_metrics(&a.expr, out);
+            if let Some(p) = &a.param {
+                selected_metrics(p, out);
+            }
+        }
+        Expr::Unary(u) => selected_metrics(&u.expr, out),
+        Expr::Binary(b) => {
+            selected_metrics(&b.lhs, out);
+            selected_metrics(&b.rhs, out);
+        }
+        Expr::Paren(p) => selected_metrics(&p.expr, out),
+        Expr::Subquery(s) => selected_metrics(&s.expr, out),
+        Expr::VectorSelector(v) => out.extend(v.name.clone()),
+        Expr::MatrixSelector(m) => out.extend(m.vs.name.clone()),
+        Expr::Call(c) => c.args.args.iter().for_each(|a| selected_metrics(a, out)),
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
+    }
+}
+
+/// The example alerting rules (deploy/prometheus/alerts.yaml): each expression is valid PromQL
+/// and selects only metrics `/metrics` serves (a histogram by its `_bucket`/`_sum`/`_count`),
+/// each alert has a `for`, a severity and a summary, and the cluster rules use
+/// openstack-exporter's names (rules written for it in front of Magnum keep working).
+#[test]
+fn the_example_alerts_parse_and_name_only_metrics_we_serve() {
+    let text = std::fs::read_to_string(root().join("deploy/prometheus/alerts.yaml")).unwrap();
+    let rules: serde_json::Value = yaml_serde::from_str(&text).unwrap();
+    let served: BTreeSet<String> = magnum_capi::telemetry::FAMILIES
+        .iter()
+        .map(|f| f.to_string())
+        .chain(
+            magnum_capi::telemetry::HISTOGRAMS
+                .iter()
+                .flat_map(|h| ["_bucket", "_sum", "_count"].map(|s| format!("{h}{s}"))),
+        )
+        .collect();
+    let mut alerts = BTreeSet::new();
+    let mut used = BTreeSet::new();
+    for group in rules["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            let alert = rule["alert"].as_str().expect("an alert name");
+            assert!(alerts.insert(alert.to_string()), "{alert} twice");
+            let expr = rule["expr"].as_str().expect("expr");
+            let parsed = promql_parser::parser::parse(expr)
+                .unwrap_or_else(|e| panic!("{alert}: {expr}: {e}"));
+            let mut names = BTreeSet::new();
+            selected_metrics(&parsed, &mut names);
+            assert!(!names.is_empty(), "{alert} selects no metric");
+            for name in &names {
+                assert!(served.contains(name), "{alert}: {name} is not served");
+            }
+            used.extend(names);
+            assert!(rule["for"].is_string(), "{alert} has no `for`");
+            assert!(
+                ["critical", "warning", "info"]
+                    .contains(&rule["labels"]["severity"].as_str().unwrap_or("")),
+                "{alert}: severity"
+            );
+            assert!(
+                rule["annotations"]["summary"].is_string(),
+                "{alert}: summary"
+            );
+        }
+    }
+    assert!(
+        used.contains("openstack_container_infra_cluster_status"),
+        "{used:?}"
+    );
+}
