@@ -82,12 +82,19 @@ impl App {
         backend: Arc<dyn Backend>,
     ) -> AppState {
         let sealer = sealer_for(&config);
-        let views = ViewCache::new(config.api.view_cache_mib.saturating_mul(1 << 20));
+        let views = ViewCache::new(
+            config.api.view_cache_mib.saturating_mul(1 << 20),
+            pool.clone(),
+        );
         // Two statements at once: shows are short index reads, and the fewer run at once the
         // more of them each one reads (README "How it works").
         let shows = cluster_views::shows(pool.clone(), 2);
         // One statement at a time (`Recorder` says why).
-        let creates = Recorder::new(pool.clone(), config.quotas.max_clusters_per_project);
+        let creates = Recorder::new(
+            pool.clone(),
+            config.quotas.max_clusters_per_project,
+            config.database.creates_timeout(),
+        );
         let templates = templates::ByUuid::new(pool.clone(), 2);
         Arc::new(App {
             shows,

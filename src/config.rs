@@ -939,6 +939,10 @@ pub struct DatabaseConfig {
     /// connection that died without a word (failover without a reset, dropped packets) is
     /// noticed within three, and serialised views stop being reused until it is back.
     pub listen_heartbeat_ms: u64,
+    /// Milliseconds a statement recording creates may run on its kept connection
+    /// (`db::creates::Recorder`): PostgreSQL's `statement_timeout` there; with half as much
+    /// again for the network, a batch without an answer counts its connection lost.
+    pub creates_timeout_ms: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -950,6 +954,7 @@ impl Default for DatabaseConfig {
             acquire_timeout_secs: 10,
             migrate_on_start: true,
             listen_heartbeat_ms: 2000,
+            creates_timeout_ms: 10_000,
         }
     }
 }
@@ -958,6 +963,11 @@ impl DatabaseConfig {
     /// The heartbeat of `LISTEN` connections (at least 50 ms).
     pub fn listen_heartbeat(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.listen_heartbeat_ms.max(50))
+    }
+
+    /// The bound of a statement recording creates (at least 100 ms).
+    pub fn creates_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.creates_timeout_ms.max(100))
     }
 }
 

@@ -150,7 +150,7 @@ fn describe() {
     );
     describe_counter!(
         VIEW_CACHE,
-        "Cluster and template reads by serialised-view cache result (hit, miss, bypass)."
+        "Cluster and template reads by serialised-view cache result (hit, miss, bypass, behind: the listener had not caught up with the committed change position)."
     );
     describe_counter!(
         APP_CREDENTIALS,

@@ -6,14 +6,22 @@
 //! entries age out). A view is stored under the generation read *before* its rows, so a change
 //! that lands while it is being built leaves it under a retired generation. Concurrent requests
 //! for a view nobody has built yet wait for one build (no stampede after every change).
-//! Writes through this replica's API move the generation themselves before they answer (the
-//! front middleware), so a client always reads its own writes here; a change made elsewhere is
-//! served once its notification arrives (milliseconds). While the listening connection is down,
-//! nothing is reused; one that died without a word is noticed by its heartbeat within three
+//!
+//! Read-your-writes on every replica: each changing transaction also moves one change position
+//! at its commit and announces it after its other notifications (`db::events::position`). A read
+//! first reads the committed position — one statement shared by the concurrent reads that all
+//! arrived before it started (`coalesce`), never one already in flight — and reuses nothing
+//! unless this replica's listener has received that position, so every change answered before
+//! the read started (on any replica) has retired what it changed here. The listener is waited
+//! for [`CATCH_UP`] at most; a read it is still behind for is built from PostgreSQL. Writes
+//! through this replica's API also move the generation themselves before they answer (the front
+//! middleware). While the listening connection is down, nothing is reused; one that died
+//! without a word stops reuse at once (reads find it behind) and is replaced within three
 //! `[database] listen_heartbeat_ms` (`db::events`). Only a successful write through the API
-//! retires views (a refused one changed nothing). `[api] view_cache_mib = 0` turns reuse off.
+//! retires views (a refused one changed nothing). `[api] view_cache_mib = 0` turns reuse off
+//! (and with it the position read).
 //! Template rows, which every create reads, are reused under a second generation that only a
-//! change of templates moves ([`ViewCache::template_generation`]).
+//! change of templates moves ([`ViewCache::template_generation`]), after the same position check.
 //!
 //! Without reuse (turned off, or not listening), concurrent identical requests for a page still
 //! share a build, but only one that started after all of them arrived (`coalesce`): nothing is
@@ -22,8 +30,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
@@ -56,6 +66,15 @@ pub enum Unreused {
     Own,
 }
 
+/// How long a read waits for this replica's listener to receive the change position committed
+/// when the read started, before it builds from PostgreSQL instead. A listener alive receives a
+/// commit's announcement within a millisecond or so of it; a stalled one should not hold every
+/// read for long until its heartbeat replaces it.
+pub const CATCH_UP: Duration = Duration::from_millis(10);
+
+/// Reads the committed change position (`db::events::position` on the pool).
+pub type ReadPosition = Box<dyn Fn() -> BoxFuture<'static, sqlx::Result<i64>> + Send + Sync>;
+
 /// The process's store of serialised views (a `moka` cache bounded by bytes).
 pub struct ViewCache {
     entries: Option<moka::future::Cache<String, Arc<View>>>,
@@ -65,6 +84,11 @@ pub struct ViewCache {
     /// Moved only by changes that may touch a template ([`Self::template_generation`]).
     templates: AtomicU64,
     listening: AtomicBool,
+    /// The newest change position the listener has received (or read when it began listening).
+    seen: watch::Sender<i64>,
+    /// Reads of the committed position, shared by the reads waiting for one.
+    positions: Coalesce<i64>,
+    committed: ReadPosition,
 }
 
 impl std::fmt::Debug for ViewCache {
@@ -73,13 +97,26 @@ impl std::fmt::Debug for ViewCache {
             .field("enabled", &self.entries.is_some())
             .field("generation", &self.generation.load(Ordering::Relaxed))
             .field("listening", &self.listening.load(Ordering::Relaxed))
+            .field("seen", &*self.seen.borrow())
             .finish()
     }
 }
 
 impl ViewCache {
-    /// A cache of at most `max_bytes` of keys and bodies (0: views are never reused).
-    pub fn new(max_bytes: u64) -> Self {
+    /// A cache of at most `max_bytes` of keys and bodies (0: views are never reused), reading
+    /// the committed change position from `pool`.
+    pub fn new(max_bytes: u64, pool: PgPool) -> Self {
+        Self::with_positions(
+            max_bytes,
+            Box::new(move || {
+                let pool = pool.clone();
+                Box::pin(async move { events::position(&pool).await })
+            }),
+        )
+    }
+
+    /// [`Self::new`] with the committed position read by `committed`.
+    pub fn with_positions(max_bytes: u64, committed: ReadPosition) -> Self {
         let entries = (max_bytes > 0).then(|| {
             moka::future::Cache::builder()
                 .max_capacity(max_bytes)
@@ -94,6 +131,9 @@ impl ViewCache {
             generation: AtomicU64::new(0),
             templates: AtomicU64::new(0),
             listening: AtomicBool::new(false),
+            seen: watch::channel(0).0,
+            positions: Coalesce::default(),
+            committed,
         }
     }
 
@@ -115,10 +155,19 @@ impl ViewCache {
     /// change of templates moves it: a template write through this replica's API
     /// ([`Self::templates_changed`]), a notification of any other table than `cluster` and
     /// `nodegroup`, a gap in listening. So the creates that read their template do not retire
-    /// it, as they retire every view.
+    /// it, as they retire every view. Does not check the position (observers).
     pub fn template_generation(&self) -> Option<u64> {
         self.reusing()
             .then(|| self.templates.load(Ordering::Acquire))
+    }
+
+    /// [`Self::template_generation`] for a read starting now: `None` also while this replica's
+    /// listener is behind the committed position ([`Self::caught_up`]).
+    pub async fn template_generation_for_read(&self) -> Option<u64> {
+        if !self.caught_up().await {
+            return None;
+        }
+        self.template_generation()
     }
 
     /// A template was written through this replica: rows read before are not reused (called
@@ -127,13 +176,60 @@ impl ViewCache {
         self.templates.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// [`Self::peek`] for a read: a read without reuse is counted.
-    fn generation(&self) -> Option<u64> {
+    /// [`Self::peek`] for a read starting now: `None` also while this replica's listener is
+    /// behind the committed position ([`Self::caught_up`]); a read without reuse is counted.
+    async fn generation(&self) -> Option<u64> {
+        if !self.reusing() {
+            crate::telemetry::view_cache("bypass");
+            return None;
+        }
+        if !self.caught_up().await {
+            crate::telemetry::view_cache("behind");
+            return None;
+        }
         let g = self.peek();
         if g.is_none() {
             crate::telemetry::view_cache("bypass");
         }
         g
+    }
+
+    /// Whether this replica's listener has received every change committed before this call:
+    /// reads the committed position (one statement shared by the calls that all arrived before
+    /// it started) and waits [`CATCH_UP`] at most for the listener to reach it. Its
+    /// announcements come before the position's, so once it is received every change up to it
+    /// has moved the generations. `false` when nothing is reused or the read failed.
+    async fn caught_up(&self) -> bool {
+        if !self.reusing() {
+            return false;
+        }
+        let committed = match self
+            .positions
+            .run(String::new(), || (self.committed)())
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "change position unread; views are not reused");
+                return false;
+            }
+        };
+        let mut seen = self.seen.subscribe();
+        matches!(
+            tokio::time::timeout(CATCH_UP, seen.wait_for(|s| *s >= committed)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// The listener received (or read when it began listening) change position `p`.
+    fn seen(&self, p: i64) {
+        self.seen.send_if_modified(|s| {
+            let newer = p > *s;
+            if newer {
+                *s = p;
+            }
+            newer
+        });
     }
 
     /// The view for the key `key` makes: stored, or built by `build` and stored — once, while
@@ -151,7 +247,11 @@ impl ViewCache {
         Fut: std::future::Future<Output = Result<(Bytes, Option<Owner>), E>>,
     {
         let view = |(body, owner)| Arc::new(View { body, owner });
-        let (Some(entries), Some(generation)) = (&self.entries, self.generation()) else {
+        let generation = match &self.entries {
+            Some(_) => self.generation().await,
+            None => None,
+        };
+        let (Some(entries), Some(generation)) = (&self.entries, generation) else {
             return match unreused {
                 Unreused::Shared => {
                     self.shared
@@ -217,15 +317,25 @@ impl ViewCache {
             heartbeat,
             shutdown,
             |e| match e {
-                Event::Listening => self.set_listening(true),
-                Event::Notified(table) => {
-                    self.changed();
-                    // Cluster and nodegroup writes name their table; anything else (a
-                    // template's, a truncation's) may have changed a template.
-                    if !matches!(table, "cluster" | "nodegroup") {
-                        self.templates_changed();
-                    }
+                Event::Listening { position } => {
+                    // After the generations moved: a read that finds the position received
+                    // reads the moved generation.
+                    self.set_listening(true);
+                    self.seen(position);
                 }
+                Event::Notified(payload) => match events::announced_position(payload) {
+                    // The transaction's other announcements came before and moved the
+                    // generations.
+                    Some(p) => self.seen(p),
+                    None => {
+                        self.changed();
+                        // Cluster and nodegroup writes name their table; anything else (a
+                        // template's, a truncation's) may have changed a template.
+                        if !matches!(payload, "cluster" | "nodegroup") {
+                            self.templates_changed();
+                        }
+                    }
+                },
                 Event::Lost => self.set_listening(false),
             },
         )
@@ -237,6 +347,51 @@ impl ViewCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicI64;
+
+    /// A cache whose committed position is always 0 (what a listener starts with).
+    fn cache(max_bytes: u64) -> ViewCache {
+        at_position(max_bytes, Arc::new(AtomicI64::new(0)))
+    }
+
+    /// A cache whose committed position is what `committed` holds when read.
+    fn at_position(max_bytes: u64, committed: Arc<AtomicI64>) -> ViewCache {
+        ViewCache::with_positions(
+            max_bytes,
+            Box::new(move || {
+                let p = committed.load(Ordering::SeqCst);
+                Box::pin(async move { Ok(p) })
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn nothing_is_reused_until_the_listener_has_the_committed_position() {
+        let committed = Arc::new(AtomicI64::new(0));
+        let c = at_position(1 << 20, committed.clone());
+        c.set_listening(true);
+        assert_eq!(read(&c, "k", "one").await, "one");
+        assert_eq!(read(&c, "k", "two").await, "one", "reused");
+        // Another replica's write committed; its announcements have not arrived here yet.
+        committed.store(1, Ordering::SeqCst);
+        assert_eq!(read(&c, "k", "three").await, "three", "built: behind");
+        assert_eq!(read(&c, "k", "four").await, "four", "still behind");
+        // Its table's announcement, then its position.
+        c.changed();
+        c.seen(1);
+        assert_eq!(read(&c, "k", "five").await, "five", "the change retired it");
+        assert_eq!(read(&c, "k", "six").await, "five", "reused again");
+        // A listener that catches up while the read waits.
+        committed.store(2, Ordering::SeqCst);
+        let c = Arc::new(c);
+        let reader = {
+            let c = c.clone();
+            tokio::spawn(async move { c.caught_up().await })
+        };
+        tokio::time::sleep(CATCH_UP / 4).await;
+        c.seen(2);
+        assert!(reader.await.unwrap(), "waited for the listener");
+    }
 
     async fn read(c: &ViewCache, key: &str, body: &'static str) -> Bytes {
         c.get_or_build(
@@ -252,8 +407,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_view_is_served_only_in_its_generation_and_only_while_listening() {
-        let c = ViewCache::new(1 << 20);
-        assert_eq!(c.generation(), None, "not listening yet");
+        let c = cache(1 << 20);
+        assert_eq!(c.generation().await, None, "not listening yet");
         assert_eq!(read(&c, "k", "one").await, "one");
         assert_eq!(read(&c, "k", "two").await, "two", "nothing reused yet");
         c.set_listening(true);
@@ -281,7 +436,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_readers_of_a_missing_view_share_one_build_and_failures_are_not_kept() {
-        let c = Arc::new(ViewCache::new(1 << 20));
+        let c = Arc::new(cache(1 << 20));
         c.set_listening(true);
         let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut tasks = Vec::new();
@@ -341,7 +496,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_reuse_only_requests_waiting_together_share_a_build() {
-        for c in [ViewCache::new(0), ViewCache::new(1 << 20)] {
+        for c in [cache(0), cache(1 << 20)] {
             // Off, or on but not listening.
             let c = Arc::new(c);
             let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -362,7 +517,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_reuse_a_view_built_by_each_request_is_built_for_each() {
-        for c in [ViewCache::new(0), ViewCache::new(1 << 20)] {
+        for c in [cache(0), cache(1 << 20)] {
             let c = Arc::new(c);
             let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let tasks: Vec<_> = (0..8)
@@ -380,8 +535,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_cache_of_zero_bytes_never_reuses() {
-        let c = ViewCache::new(0);
+        let c = cache(0);
         c.set_listening(true);
-        assert_eq!(c.generation(), None);
+        assert_eq!(c.generation().await, None);
     }
 }

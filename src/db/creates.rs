@@ -6,18 +6,20 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor, PgPool};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::coalesce::{Batch, BatchRead};
 
-use super::DbResult;
 use super::clusters::ClusterRow;
 use super::nodegroups::NodegroupRow;
 use super::operations::NewOperation;
+use super::{DbError, DbResult};
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
 
@@ -298,77 +300,301 @@ pub async fn record<'e>(
     })
 }
 
+/// Whether a failed statement is known to have written nothing on a connection still usable:
+/// PostgreSQL answered it with an error (a constraint, a lock, a cast), not with the end of the
+/// connection (SQLSTATE classes 08 and 57: the session was cut or is going away).
+fn refused(e: &DbError) -> bool {
+    let source = match e {
+        DbError::Constraint { source, .. }
+        | DbError::Contention(source)
+        | DbError::Other(source) => source,
+        DbError::Unavailable(_) | DbError::Migrate(_) => return false,
+    };
+    source.as_database_error().is_some_and(|d| {
+        !d.code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57"))
+    })
+}
+
+/// `run` again, up to three times in all, while it fails on its connection rather than on
+/// PostgreSQL's word: the pool drops a connection that broke, and the next try takes another
+/// (after a cut, every idle connection of the pool may be broken at once).
+async fn again<T, F, Fut>(run: F) -> DbResult<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = DbResult<T>>,
+{
+    let mut tries = 1;
+    loop {
+        match run().await {
+            Err(e) if tries < 3 && !refused(&e) => {
+                tracing::debug!(error = %e, "a statement's connection broke; trying another");
+                tries += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// The uuids of `uuids` whose clusters exist.
+async fn existing(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<Uuid>> {
+    Ok(
+        sqlx::query_scalar("SELECT uuid FROM cluster WHERE uuid = ANY($1)")
+            .bind(uuids)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// The connection batches of creates are recorded on, and its backend (to end it when a reply
+/// was lost): its process id and start, which no other backend shares.
+struct Kept {
+    conn: PgConnection,
+    pid: i32,
+    started: chrono::DateTime<chrono::Utc>,
+}
+
+/// How the kept connection is made and bounded.
+#[derive(Debug, Clone)]
+struct Keeping {
+    pool: PgPool,
+    default_limit: i64,
+    /// The pool's connect options with the statement timeout and keepalive of a batch.
+    options: PgConnectOptions,
+    /// How long a batch (or the connection's making) is waited for: the statement timeout and
+    /// half as much again for the network, after which the connection is counted lost.
+    wait: Duration,
+}
+
+impl Keeping {
+    fn new(pool: PgPool, default_limit: i64, timeout: Duration) -> Self {
+        let timeout = timeout.max(Duration::from_millis(100));
+        let ms = timeout.as_millis().to_string();
+        // Settings of the session, given when it starts: PostgreSQL ends a statement (and a
+        // transaction left open) that runs past the timeout, and probes an idle client's
+        // socket (TCP; ignored on a Unix socket) so a backend whose client vanished goes. sqlx
+        // sets no socket option on its own side; the wait below bounds it there.
+        let options = (*pool.connect_options()).clone().options([
+            ("statement_timeout", ms.as_str()),
+            ("idle_in_transaction_session_timeout", ms.as_str()),
+            ("tcp_keepalives_idle", "10"),
+            ("tcp_keepalives_interval", "5"),
+            ("tcp_keepalives_count", "3"),
+        ]);
+        Self {
+            pool,
+            default_limit,
+            options,
+            wait: timeout + timeout / 2,
+        }
+    }
+
+    /// A new kept connection and its backend's identity.
+    async fn connect(&self) -> DbResult<Kept> {
+        let made = tokio::time::timeout(self.wait, async {
+            let mut conn = PgConnection::connect_with(&self.options).await?;
+            let (pid, started) = sqlx::query_as(
+                "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+            )
+            .fetch_one(&mut conn)
+            .await?;
+            Ok::<_, sqlx::Error>(Kept { conn, pid, started })
+        })
+        .await;
+        match made {
+            Ok(kept) => Ok(kept?),
+            Err(_) => Err(DbError::Unavailable(sqlx::Error::PoolTimedOut)),
+        }
+    }
+
+    /// Records `creates` on the kept connection (made when there is none): their outcomes in
+    /// `out`. A statement PostgreSQL refused wrote nothing: its creates are recorded again in
+    /// two halves, so one failing create costs the others a few statements, not their batch;
+    /// alone, it is left out (its caller records it alone and gets its own error). A statement
+    /// whose answer never came (the connection cut, or silent past the wait) may have
+    /// committed: the connection is dropped and its outcome settled ([`Self::settle`]).
+    async fn record(
+        &self,
+        kept: &mut Option<Kept>,
+        creates: Vec<NewCluster>,
+        out: &mut HashMap<NewCluster, Recorded>,
+    ) {
+        let mut parts = vec![creates];
+        while let Some(part) = parts.pop() {
+            let conn = match kept {
+                Some(k) => k,
+                None => match self.connect().await {
+                    Ok(k) => kept.insert(k),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no connection for a batch of creates; each is recorded alone");
+                        return;
+                    }
+                },
+            };
+            let recorded = tokio::time::timeout(
+                self.wait,
+                record_all(&mut conn.conn, &part, self.default_limit),
+            )
+            .await;
+            match recorded {
+                Ok(Ok(outcomes)) if outcomes.len() == part.len() => {
+                    out.extend(part.into_iter().zip(outcomes));
+                }
+                Ok(Err(e)) if refused(&e) => {
+                    if part.len() > 1 {
+                        tracing::debug!(error = %e, creates = part.len(), "a batch of creates was refused; recorded again in halves");
+                        let mut first = part;
+                        let second = first.split_off(first.len() / 2);
+                        parts.push(second);
+                        parts.push(first);
+                    }
+                }
+                lost => {
+                    let error = match lost {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(_)) => "an outcome per create missing".to_string(),
+                        Err(_) => format!("no answer within {:?}", self.wait),
+                    };
+                    tracing::warn!(%error, creates = part.len(), "the connection recording creates is lost; settling what it wrote");
+                    if let Some(lost) = kept.take() {
+                        self.settle(lost, &part, out).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Settles the outcome of `part`'s statement on `lost`, whose answer never came: ends its
+    /// backend if it is still there, waiting (bounded) until it is gone — it has then committed
+    /// or rolled back for good — and counts as created those of `part` whose clusters exist
+    /// (the statement is one transaction: all of them, or none; the rest were refused by their
+    /// quota or never written). The others are left out: each caller records its own alone,
+    /// looking first whether it exists ([`Recorder::record`]).
+    async fn settle(
+        &self,
+        lost: Kept,
+        part: &[NewCluster],
+        out: &mut HashMap<NewCluster, Recorded>,
+    ) {
+        let Kept { conn, pid, started } = lost;
+        // Dropped, not closed: a close would wait on the socket that failed.
+        drop(conn);
+        let wait_ms = i64::try_from(self.wait.as_millis()).unwrap_or(i64::MAX);
+        let ended = tokio::time::timeout(
+            self.wait * 2,
+            again(|| async {
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid, $3) FROM pg_stat_activity
+                      WHERE pid = $1 AND backend_start = $2",
+                )
+                .bind(pid)
+                .bind(started)
+                .bind(wait_ms)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }),
+        )
+        .await;
+        if !matches!(ended, Ok(Ok(()))) {
+            tracing::warn!(
+                pid,
+                "the backend of a lost create connection could not be ended"
+            );
+        }
+        let uuids: Vec<Uuid> = part.iter().map(|c| c.uuid).collect();
+        let found = again(|| existing(&self.pool, &uuids));
+        match tokio::time::timeout(self.wait, found).await {
+            Ok(Ok(found)) => {
+                for c in part.iter().filter(|c| found.contains(&c.uuid)) {
+                    out.insert(c.clone(), Recorded::Created);
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "what a lost batch of creates wrote is unknown")
+            }
+            Err(_) => tracing::warn!("what a lost batch of creates wrote is unknown (no answer)"),
+        }
+    }
+}
+
 /// Creates recorded together: concurrent creates waiting for a statement are recorded in the
 /// next one (`coalesce::Batch`; one statement at a time, 256 creates each), so twenty clients
 /// creating at once share a few statements, locks and commits instead of queueing for twenty. A
 /// create alone goes out at once. One at a time: a second statement at once only waited on the
 /// same quota locks and count rows, and split the queue between two longer waits (README
 /// Benchmarks, "What a create waits for"). The statements go out on one connection kept
-/// between batches, taken from the pool and detached from it (one connection beyond
-/// `[database] max_connections` once a create has been made):
-/// its backend has the statement planned and its catalogs cached, where the pool's next idle
-/// connection would be whichever backend ran something else last. A batch that fails closes it.
-/// The pool and the default limit are the batch's and its fallback's alike.
+/// between batches, made with the pool's options and outside it (one connection beyond
+/// `[database] max_connections` once a create has been made): its backend has the statement
+/// planned and its catalogs cached, where the pool's next idle connection would be whichever
+/// backend ran something else last. Its statements are bounded (`[database]
+/// creates_timeout_ms`, on the server and, with half as much again, here); one refused by
+/// PostgreSQL is recorded again in halves ([`Keeping::record`]); one whose answer was lost is
+/// settled by looking its clusters up once its backend is gone, and the connection replaced.
 #[derive(Debug)]
 pub struct Recorder {
     batch: Batch<NewCluster, Recorded>,
-    pool: PgPool,
-    default_limit: i64,
+    keeping: Keeping,
 }
 
 impl Recorder {
-    pub fn new(pool: PgPool, default_limit: i64) -> Self {
-        let batch_pool = pool.clone();
-        let kept: Arc<tokio::sync::Mutex<Option<PgConnection>>> = Arc::default();
+    /// Records creates on `pool`'s database with `default_limit` as the quota of a project
+    /// without its own, each batch's statement bounded by `timeout`.
+    pub fn new(pool: PgPool, default_limit: i64, timeout: Duration) -> Self {
+        let keeping = Keeping::new(pool, default_limit, timeout);
+        let kept: Arc<tokio::sync::Mutex<Option<Kept>>> = Arc::default();
+        let batch_keeping = keeping.clone();
         let read: BatchRead<NewCluster, Recorded> = Arc::new(move |creates: Vec<NewCluster>| {
-            let (pool, kept) = (batch_pool.clone(), kept.clone());
+            let (keeping, kept) = (batch_keeping.clone(), kept.clone());
             Box::pin(async move {
                 // Uncontended: one statement at a time.
                 let mut kept = kept.lock().await;
-                let mut conn = match kept.take() {
-                    Some(c) => c,
-                    // Detached: the pool would otherwise wait for it when it closes (a
-                    // graceful shutdown), and it is never idle in the pool anyway.
-                    None => match pool.acquire().await {
-                        Ok(c) => c.detach(),
-                        Err(e) => {
-                            tracing::debug!(error = %e, "no connection for a batch of creates; each is recorded alone");
-                            return None;
-                        }
-                    },
-                };
-                match record_all(&mut conn, &creates, default_limit).await {
-                    Ok(outcomes) if outcomes.len() == creates.len() => {
-                        *kept = Some(conn);
-                        Some(creates.into_iter().zip(outcomes).collect::<HashMap<_, _>>())
-                    }
-                    // The connection is closed; the next batch takes a fresh one.
-                    Ok(_) => None,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "a batch of creates failed; each is recorded alone");
-                        None
-                    }
-                }
+                let mut out = HashMap::with_capacity(creates.len());
+                keeping.record(&mut kept, creates, &mut out).await;
+                Some(out)
             })
         });
         Self {
             batch: Batch::new(1, 256, read),
-            pool,
-            default_limit,
+            keeping,
         }
     }
 
-    /// Records `create` with the concurrent creates, or alone when their statement failed (its
-    /// own error is then its own statement's).
+    /// Records `create` with the concurrent creates, or alone when their statement did not
+    /// record it ([`Self::record_alone`]).
     pub async fn record(&self, create: NewCluster) -> DbResult<Recorded> {
         match self.batch.get(create.clone()).await {
             Ok(Some(recorded)) => Ok(recorded),
-            Ok(None) | Err(()) => record(&self.pool, &create, self.default_limit).await,
+            Ok(None) | Err(()) => self.record_alone(&create).await,
+        }
+    }
+
+    /// Records `create` in a statement of its own. Its batch's may have committed without a
+    /// word (a lost answer settled only as far as it could be): a cluster with its uuid, which
+    /// was chosen for this create, is this create, recorded — looked up before, and after an
+    /// answer that says it could not be written (its uuid taken, its project full).
+    async fn record_alone(&self, create: &NewCluster) -> DbResult<Recorded> {
+        let (pool, uuid) = (&self.keeping.pool, [create.uuid]);
+        if !again(|| existing(pool, &uuid)).await?.is_empty() {
+            return Ok(Recorded::Created);
+        }
+        match again(|| record(pool, create, self.keeping.default_limit)).await {
+            Err(e) if e.violation() == Some(&super::Violation::ClusterUuid) => {
+                Ok(Recorded::Created)
+            }
+            Ok(Recorded::QuotaReached { limit }) => {
+                Ok(if again(|| existing(pool, &uuid)).await?.is_empty() {
+                    Recorded::QuotaReached { limit }
+                } else {
+                    Recorded::Created
+                })
+            }
+            other => other,
         }
     }
 
     /// Whether `project` is at its cluster quota (see [`quota_reached`]).
     pub async fn quota_reached(&self, project: &str) -> DbResult<Option<i64>> {
-        quota_reached(&self.pool, project, self.default_limit).await
+        quota_reached(&self.keeping.pool, project, self.keeping.default_limit).await
     }
 }

@@ -15,7 +15,9 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 
 /// The channel of cluster, nodegroup and template changes (migration
-/// `20261125090000_view_change_events.sql`; payload: the table).
+/// `20261125090000_view_change_events.sql`; payload: the table), and of the change position
+/// each changing transaction moves (migration `20261129100000_change_positions.sql`; payload:
+/// `position <n>`, after the transaction's other announcements).
 pub const VIEWS_CHANNEL: &str = "magnum_capi_views";
 
 /// The channel of the followers' heartbeats (any replica's heartbeat proves a connection
@@ -25,8 +27,10 @@ pub const HEARTBEAT_CHANNEL: &str = "magnum_capi_heartbeat";
 /// What a follower reports to its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event<'a> {
-    /// Listening (again): anything sent while nobody listened was missed.
-    Listening,
+    /// Listening (again): anything sent while nobody listened was missed. With the change
+    /// position read once listening (see [`position`]): every change up to it had committed
+    /// before, every later one will be announced.
+    Listening { position: i64 },
     /// A notification on one of the channels, with its payload.
     Notified(&'a str),
     /// The connection broke: notifications are being missed until the next `Listening`.
@@ -52,13 +56,16 @@ pub async fn follow(
             let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
             l.listen_all(channels.iter().copied().chain([HEARTBEAT_CHANNEL]))
                 .await?;
-            Ok::<_, sqlx::Error>(l)
+            // Through the pool: the listening backend's last statement stays its LISTEN (what
+            // an operator finds it by in `pg_stat_activity`).
+            let at = position(pool).await?;
+            Ok::<_, sqlx::Error>((l, at))
         }
         .await;
         match connected {
-            Ok(mut l) => {
+            Ok((mut l, at)) => {
                 backoff = Duration::from_millis(500);
-                on(Event::Listening);
+                on(Event::Listening { position: at });
                 let mut beat = tokio::time::interval(heartbeat);
                 beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut heard = tokio::time::Instant::now();
@@ -99,6 +106,21 @@ pub async fn follow(
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
     }
+}
+
+/// The change position committed now (migration `20261129100000_change_positions.sql`): every
+/// transaction that changed a cluster, a nodegroup or a template and committed before this read
+/// started has a position up to it, announced on [`VIEWS_CHANNEL`] as `position <n>` in the
+/// order of the positions.
+pub async fn position<'e>(ex: impl sqlx::PgExecutor<'e>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT position FROM change_position")
+        .fetch_one(ex)
+        .await
+}
+
+/// The change position a [`VIEWS_CHANNEL`] payload announces, if it is one.
+pub fn announced_position(payload: &str) -> Option<i64> {
+    payload.strip_prefix("position ")?.parse().ok()
 }
 
 /// Sends one heartbeat through another connection of the pool, without holding up the

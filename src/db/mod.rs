@@ -71,6 +71,8 @@ pub enum DbError {
 pub enum Violation {
     /// `cluster_template.uuid` is taken.
     TemplateUuid,
+    /// `cluster.uuid` is taken (a create recorded twice: `creates::Recorder`).
+    ClusterUuid,
     /// A cluster refers to a template that is gone (insert), or a template still used by a
     /// cluster was deleted.
     ClusterTemplate,
@@ -85,8 +87,9 @@ pub enum Violation {
 
 impl Violation {
     /// Every named constraint and its name in the schema.
-    pub const NAMED: [(Violation, &'static str); 5] = [
+    pub const NAMED: [(Violation, &'static str); 6] = [
         (Violation::TemplateUuid, "cluster_template_uuid_key"),
+        (Violation::ClusterUuid, "cluster_uuid_key"),
         (
             Violation::ClusterTemplate,
             "cluster_cluster_template_id_fkey",

@@ -116,7 +116,7 @@ pub async fn find_template(
     if let Some(u) = parse_uuid(ident) {
         return app
             .templates
-            .get(vis, u, app.views.template_generation())
+            .get(vis, u, app.views.template_generation_for_read().await)
             .await?
             .ok_or_else(|| not_found().into());
     }

@@ -42,7 +42,12 @@ fn assert_magnum_answer(what: &str, r: &Resp) {
 /// Waits until PostgreSQL has a backend of this database waiting for a lock (a request blocked
 /// behind the transaction the test holds).
 async fn lock_waiter(pool: &sqlx::PgPool) {
-    until("a request waiting for a row lock", || async {
+    lock_waiters(pool, 1).await
+}
+
+/// Waits until PostgreSQL has `at_least` backends of this database waiting for a lock.
+async fn lock_waiters(pool: &sqlx::PgPool, at_least: i64) {
+    until("requests waiting for a lock", || async {
         let (n,): (i64,) = sqlx::query_as(
             "SELECT count(*) FROM pg_stat_activity
               WHERE datname = current_database() AND wait_event_type = 'Lock'",
@@ -50,9 +55,23 @@ async fn lock_waiter(pool: &sqlx::PgPool) {
         .fetch_one(pool)
         .await
         .unwrap();
-        (n > 0).then_some(())
+        (n >= at_least).then_some(())
     })
     .await
+}
+
+/// A transaction that ran `sql` with Alice's project as `$1`, holding what it locked.
+async fn holding_alices(
+    pool: &sqlx::PgPool,
+    sql: &'static str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query(sql)
+        .bind(ALICE.project)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
 }
 
 /// The status writer's transaction (cluster row lock, then its nodegroups' rows) interleaved
@@ -290,10 +309,12 @@ async fn a_template_deleted_during_a_cluster_create_is_a_client_error() {
     }
 }
 
-/// `clients` creates in ALICE's project at once; the answers.
-async fn racing_creates(t: &TestApp, template: &str, clients: usize) -> Vec<Resp> {
+/// `clients` creates in ALICE's project at once, spread over the replicas `on` (each records
+/// its own in its own statements: the quota holds across replicas only by its lock in
+/// PostgreSQL); the answers.
+async fn racing_creates(on: &[&TestApp], template: &str, clients: usize) -> Vec<Resp> {
     join_all((0..clients).map(|i| {
-        t.post(
+        on[i % on.len()].post(
             &ALICE,
             "/v1/clusters",
             json!({"name": format!("racer-{i}"), "cluster_template_id": template}),
@@ -329,37 +350,68 @@ async fn clusters_of_alice(t: &TestApp) -> i64 {
         .await
 }
 
-/// Thirty clients create at once in a project whose quota is the default 20: exactly twenty
-/// are accepted and ten get Magnum's quota 403 — the check cannot be raced.
+/// Thirty clients create at once through two replicas in a project whose quota is the default
+/// 20: exactly twenty are accepted and ten get Magnum's quota 403 — the check cannot be raced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_creates_racing_for_a_quota_of_twenty_create_exactly_twenty() {
     let t = app().await;
+    let other = t.twin(|_| {}).await;
     let ct = t.template(&ALICE, "ct").await;
-    let answers = racing_creates(&t, &ct, 30).await;
+    let answers = racing_creates(&[&t, &other], &ct, 30).await;
     assert_quota_held(&answers, 20, 20);
     assert_eq!(clusters_of_alice(&t).await, 20);
 }
 
-/// Twenty clients race for the last five places of a stored quota of 20 (fifteen clusters
-/// exist): five are accepted, fifteen refused; a finished delete frees a place for exactly one
+/// Two replicas' creates race for a project's last place, each replica's statement having read
+/// the project's count before the other's commits: the project's count row is held here, so
+/// both statements are in flight at once (one waiting for the row, the other for the project's
+/// lock — without that lock, both would have read 19 and both written). Exactly one of twenty
+/// is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_racing_for_a_projects_last_place_take_it_once() {
+    let t = app().await;
+    let other = t.twin(|_| {}).await;
+    let ct = t.template(&ALICE, "ct").await;
+    t.write_sql(&insert_clusters(ALICE.project, "old", 19, &ct))
+        .await;
+    let holder = holding_alices(
+        &t.state.pool,
+        "SELECT FROM cluster_project_count WHERE project_id = $1 FOR UPDATE",
+    )
+    .await;
+    let replicas = [&t, &other];
+    let race = racing_creates(&replicas, &ct, 20);
+    let release = async {
+        // Both replicas' statements in flight.
+        lock_waiters(&t.state.pool, 2).await;
+        holder.commit().await.unwrap();
+    };
+    let (answers, ()) = futures::join!(race, release);
+    assert_quota_held(&answers, 1, 20);
+    assert_eq!(clusters_of_alice(&t).await, 20);
+}
+
+/// Twenty clients race through two replicas for the last five places of a stored quota of 20
+/// (fifteen clusters exist): five are accepted, fifteen refused; a finished delete frees a place for exactly one
 /// of five more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn creates_racing_for_the_last_places_of_a_stored_quota_fill_it_exactly() {
     let t = app_with_worker().await;
+    let other = t.twin(|_| {}).await;
     store_alices_quota(&t, 20).await;
     let ct = t.template(&ALICE, "ct").await;
     let first = t.cluster(&ALICE, "c0", &ct).await;
     for i in 1..15 {
         t.cluster(&ALICE, &format!("c{i}"), &ct).await;
     }
-    let answers = racing_creates(&t, &ct, 20).await;
+    let answers = racing_creates(&[&t, &other], &ct, 20).await;
     assert_quota_held(&answers, 5, 20);
     assert_eq!(clusters_of_alice(&t).await, 20);
     t.delete(&ALICE, &format!("/v1/clusters/{first}"))
         .await
         .assert_status(204);
     t.wait_cluster(&ALICE, &first, "GONE").await;
-    let answers = racing_creates(&t, &ct, 5).await;
+    let answers = racing_creates(&[&t, &other], &ct, 5).await;
     assert_quota_held(&answers, 1, 20);
     assert_eq!(clusters_of_alice(&t).await, 20);
 }
@@ -699,51 +751,111 @@ async fn a_burst_of_notifications_with_nothing_to_write_costs_few_transactions()
     );
 }
 
+/// The rows of a create made through the API on template `ct`: the model of [`like`].
+async fn model_create(
+    t: &TestApp,
+    ct: &str,
+) -> (db::clusters::ClusterRow, Vec<db::nodegroups::NodegroupRow>) {
+    let pool = &t.state.pool;
+    let model = Uuid::parse_str(&t.cluster(&ALICE, "model", ct).await).unwrap();
+    let row = db::clusters::by_uuid(pool, &db::clusters::Scope::All, model)
+        .await
+        .unwrap()
+        .expect("the model cluster");
+    (row, db::nodegroups::of_cluster(pool, model).await.unwrap())
+}
+
+/// A create like `model`'s (new uuids) in `project` on `template`: its uuid and what records it.
+fn like(
+    model: &(db::clusters::ClusterRow, Vec<db::nodegroups::NodegroupRow>),
+    project: &str,
+    template: Uuid,
+) -> (Uuid, magnum_capi::db::creates::NewCluster) {
+    use magnum_capi::db::operations::NewOperation;
+    use magnum_capi::domain::operation::OperationKind;
+    let (row, ngs) = model;
+    let mut c = row.clone();
+    c.uuid = Uuid::new_v4();
+    c.project_id = project.to_string();
+    c.cluster_template_id = template;
+    let [m, w] = [&ngs[0], &ngs[1]].map(|n| {
+        let mut n = n.clone();
+        n.uuid = Uuid::new_v4();
+        n.cluster_id = c.uuid;
+        n.project_id = c.project_id.clone();
+        n
+    });
+    let op = NewOperation {
+        cluster_uuid: c.uuid,
+        nodegroup_uuid: None,
+        kind: OperationKind::Create,
+        payload: json!({}),
+        request_id: Some("req-together"),
+    };
+    (
+        c.uuid,
+        magnum_capi::db::creates::NewCluster::new(&c, [&m, &w], &op).unwrap(),
+    )
+}
+
+/// A create that fails its batch's statement (its template is gone) does not send the others
+/// to be recorded alone: the statement is recorded again in halves on the kept connection, and
+/// only the failing create goes alone. The pool's one connection is held meanwhile, so a
+/// create recorded alone (through the pool) could not be answered before it is released.
+#[tokio::test]
+async fn a_create_failing_its_batch_leaves_the_others_recorded_together() {
+    use magnum_capi::db::creates::{Recorded, Recorder};
+
+    let t = app().await;
+    let ct = t.template(&ALICE, "ct").await;
+    let tpl = Uuid::parse_str(&ct).unwrap();
+    let model = model_create(&t, &ct).await;
+    let mut cfg = t.state.config.database.clone();
+    (cfg.max_connections, cfg.min_connections) = (1, 0);
+    let small = db::connect(&t.url, &cfg).await.unwrap();
+    let recorder = Recorder::new(small.clone(), 20, std::time::Duration::from_secs(10));
+    let held = small.acquire().await.unwrap();
+    let mut creates: Vec<_> = (0..6).map(|_| like(&model, BOB.project, tpl).1).collect();
+    creates.insert(3, like(&model, BOB.project, Uuid::new_v4()).1);
+    let failing = creates.remove(3);
+    let (failed, others) = {
+        let failed = recorder.record(failing);
+        let others = join_all(creates.into_iter().map(|c| recorder.record(c)));
+        let others = async {
+            let answered = tokio::time::timeout(std::time::Duration::from_secs(10), others)
+                .await
+                .expect("the others answered while the pool's connection is held");
+            drop(held);
+            answered
+        };
+        tokio::join!(failed, others)
+    };
+    for a in others {
+        assert_eq!(a.unwrap(), Recorded::Created);
+    }
+    assert_eq!(
+        failed.unwrap_err().violation(),
+        Some(&Violation::ClusterTemplate)
+    );
+}
+
 /// Creates recorded together (src/db/creates.rs): while one create's statement waits for its
 /// project's lock (held here by another transaction), the creates arriving meanwhile queue and
 /// go out in the next statement. Each still gets its own answer: a project's creates take its
 /// room in arrival order and the rest get its limit, a refused create writes nothing, and a
 /// create that fails the statement (its template does not exist) fails alone — the others of
-/// its statement are then recorded one by one.
+/// its statement are then recorded again in halves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn creates_recorded_together_each_get_their_own_answer() {
     use magnum_capi::db::creates::{self, NewCluster, Recorded};
-    use magnum_capi::db::operations::NewOperation;
-    use magnum_capi::domain::operation::OperationKind;
 
     let t = app().await;
     let pool = &t.state.pool;
     let ct = t.template(&ALICE, "ct").await;
     let tpl = Uuid::parse_str(&ct).unwrap();
-    // One made through the API: its rows are the model of those below.
-    let model = Uuid::parse_str(&t.cluster(&ALICE, "model", &ct).await).unwrap();
-    let row = db::clusters::by_uuid(pool, &db::clusters::Scope::All, model)
-        .await
-        .unwrap()
-        .expect("the model cluster");
-    let ngs = db::nodegroups::of_cluster(pool, model).await.unwrap();
-    let new = |project: &str, template: Uuid| {
-        let mut c = row.clone();
-        c.uuid = Uuid::new_v4();
-        c.project_id = project.to_string();
-        c.cluster_template_id = template;
-        let [m, w] = [&ngs[0], &ngs[1]].map(|n| {
-            let mut n = n.clone();
-            n.uuid = Uuid::new_v4();
-            n.cluster_id = c.uuid;
-            n.project_id = c.project_id.clone();
-            n
-        });
-        let op = NewOperation {
-            cluster_uuid: c.uuid,
-            nodegroup_uuid: None,
-            kind: OperationKind::Create,
-            payload: json!({}),
-            request_id: Some("req-together"),
-        };
-        (c.uuid, NewCluster::new(&c, [&m, &w], &op).unwrap())
-    };
-    let recorder = creates::Recorder::new(pool.clone(), 20);
+    let model = model_create(&t, &ct).await;
+    let new = |project: &str, template: Uuid| like(&model, project, template);
+    let recorder = creates::Recorder::new(pool.clone(), 20, std::time::Duration::from_secs(10));
     // Bob's creates wait for his lock; `creates` queue behind the first and are answered.
     let together = |creates: Vec<(Uuid, NewCluster)>| {
         let (recorder, new) = (&recorder, &new);
@@ -900,7 +1012,7 @@ async fn a_recorded_create_writes_exactly_the_rows_given() {
             "{key}: {doc}"
         );
     }
-    let recorded = Recorder::new(pool.clone(), 20)
+    let recorded = Recorder::new(pool.clone(), 20, std::time::Duration::from_secs(10))
         .record(create)
         .await
         .unwrap();
@@ -1002,4 +1114,133 @@ async fn creates_keep_one_connection_and_take_another_when_it_is_cut() {
     t.cluster(&ALICE, "five", &tpl).await;
     assert_eq!(recording_backends(&t).await[0], again, "kept in turn");
     assert_eq!(clusters_of_alice(&t).await, 5);
+}
+
+/// One round of [`creates_survive_their_connection_breaking_mid_batch`]: `n` creates named
+/// `<prefix>-<i>` at once through `t`, each answered (or not) within `bound`; the answers with
+/// how long each took.
+async fn creates_at_once(
+    t: &TestApp,
+    tpl: &str,
+    prefix: &str,
+    n: usize,
+    bound: std::time::Duration,
+) -> Vec<(String, Resp, std::time::Duration)> {
+    join_all((0..n).map(|i| async move {
+        let name = format!("{prefix}-{i}");
+        let started = std::time::Instant::now();
+        let r = tokio::time::timeout(
+            bound,
+            t.post(
+                &ALICE,
+                "/v1/clusters",
+                json!({"name": name, "cluster_template_id": tpl}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("create {name} hung past {bound:?}"));
+        (name, r, started.elapsed())
+    }))
+    .await
+}
+
+/// Every create of `answers` answered 202 exists exactly once (under its uuid); one that
+/// failed, with Magnum's error body, exists only if the client's retry finds it by name (then
+/// exactly once). Returns how many failed.
+async fn assert_each_create_once(
+    a: &TestApp,
+    t: &TestApp,
+    answers: &[(String, Resp, std::time::Duration)],
+) -> usize {
+    let mut failed = 0;
+    for (name, r, _) in answers {
+        let (n, uuid): (i64, Option<String>) =
+            sqlx::query_as("SELECT count(*), min(uuid::text) FROM cluster WHERE name = $1")
+                .bind(name)
+                .fetch_one(&a.state.pool)
+                .await
+                .unwrap();
+        if r.status.as_u16() == 202 {
+            assert_eq!(n, 1, "{name}: answered 202, {n} clusters");
+            assert_eq!(r.body["uuid"].as_str(), uuid.as_deref(), "{name}");
+        } else {
+            failed += 1;
+            // The database unreachable for the moment: nothing else.
+            assert!(
+                r.status.as_u16() == 503 && is_magnum_error(503, &r.body),
+                "{name}: {} {}",
+                r.status,
+                r.body
+            );
+            let found = t.get(&ALICE, &format!("/v1/clusters/{name}")).await;
+            match found.status.as_u16() {
+                200 => assert_eq!(n, 1, "{name}: found by the client's retry, {n} clusters"),
+                _ => assert_eq!(n, 0, "{name}: failed ({}), not found, yet exists", r.status),
+            }
+        }
+    }
+    failed
+}
+
+/// The connection that records creates (src/db/creates.rs) broken mid-batch, through a TCP
+/// proxy between the service and PostgreSQL: the answer to a batch's statement lost after it
+/// was delivered (and committed), the connection then cut, or left open and silent (a
+/// half-open peer); and every connection cut while a batch waits for its project's lock. No
+/// create waits past the statement timeout and a half; every create answered 202 exists
+/// exactly once; where the answer was lost every create is still answered 202 (what it wrote
+/// is looked up, not answered as an error nor written twice); where the connections were cut
+/// a create that failed does not exist unless the client's retry finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_survive_their_connection_breaking_mid_batch() {
+    use crate::common::tcp_proxy::{Proxy, Then};
+
+    const TIMEOUT_MS: u64 = 1_000;
+    const CREATES: usize = 20;
+    // The statement timeout and half again, for the lost batch, then a create alone; the rest
+    // is slack for a loaded machine.
+    let bound = std::time::Duration::from_millis(3 * TIMEOUT_MS + 7_000);
+    let a = app_with(|c| c.quotas.max_clusters_per_project = 1_000).await;
+    let tpl = a.template(&ALICE, "tpl").await;
+    let proxy = Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], pg().port()))).await;
+    let t = a
+        .twin_at(&proxy.url(&a.url, pg().port()), |c| {
+            c.database.creates_timeout_ms = TIMEOUT_MS;
+        })
+        .await;
+    t.cluster(&ALICE, "warm", &tpl).await;
+
+    // The answer lost after the statement committed; the connection then cut.
+    proxy.lose_answer_to(br#""name":"lost-"#, Then::Cut);
+    let answers = creates_at_once(&t, &tpl, "lost", CREATES, bound).await;
+    assert_eq!(proxy.lost(), 1, "a batch lost its answer");
+    assert_eq!(assert_each_create_once(&a, &t, &answers).await, 0);
+
+    // The same, the connection left open: nothing comes back until the timeout.
+    proxy.lose_answer_to(br#""name":"silent-"#, Then::Silent);
+    let answers = creates_at_once(&t, &tpl, "silent", CREATES, bound).await;
+    assert_eq!(proxy.lost(), 2, "a batch lost its answer");
+    assert_eq!(assert_each_create_once(&a, &t, &answers).await, 0);
+    let slowest = answers.iter().map(|(_, _, took)| *took).max().unwrap();
+    assert!(
+        slowest >= std::time::Duration::from_millis(TIMEOUT_MS),
+        "the silent batch was waited for ({slowest:?})"
+    );
+
+    // Every connection cut while a batch waits for Alice's project's lock (held here).
+    let holder = holding_alices(
+        &a.state.pool,
+        "SELECT pg_advisory_xact_lock(hashtext('quota:' || $1))",
+    )
+    .await;
+    let creates = creates_at_once(&t, &tpl, "cut", CREATES, bound);
+    let cut = async {
+        lock_waiter(&a.state.pool).await;
+        proxy.cut_all();
+        holder.commit().await.unwrap();
+    };
+    let (answers, ()) = futures::join!(creates, cut);
+    assert_each_create_once(&a, &t, &answers).await;
+
+    // And the connection replaced: creates go on.
+    t.cluster(&ALICE, "after", &tpl).await;
 }

@@ -103,15 +103,170 @@ fn persistence_knows_no_upper_layer() {
     );
 }
 
+/// Every SQL statement of src/ (its string literals outside the test modules) and of the
+/// migrations (their functions and triggers) that writes `cluster.status` or
+/// `cluster.status_reason` — an `UPDATE` of `cluster` however spelt (any case, spacing, line
+/// breaks, alias, schema, a table name filled in at run time) setting either, or an upsert
+/// into `cluster` that does — is in `db/status.rs`, which owns the transitions.
 #[test]
 fn only_the_status_writer_writes_cluster_statuses() {
-    let writers: Vec<String> = sources("")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut writers: Vec<String> = sources("")
         .into_iter()
-        .filter(|(_, text)| text.contains("UPDATE cluster SET status"))
-        .map(|(path, _)| path.display().to_string())
+        .filter(|(_, text)| {
+            let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+            string_literals(code)
+                .iter()
+                .any(|sql| writes_cluster_status(sql))
+        })
+        .map(|(path, _)| {
+            path.strip_prefix(root.join("src"))
+                .unwrap()
+                .display()
+                .to_string()
+        })
         .collect();
-    assert_eq!(writers.len(), 1, "cluster.status writers: {writers:?}");
-    assert!(writers[0].ends_with("db/status.rs"), "{writers:?}");
+    for entry in std::fs::read_dir(root.join("migrations")).unwrap() {
+        let path = entry.unwrap().path();
+        if writes_cluster_status(&std::fs::read_to_string(&path).unwrap()) {
+            writers.push(path.display().to_string());
+        }
+    }
+    assert_eq!(writers, ["db/status.rs"], "cluster.status writers");
+}
+
+/// The contents of the string literals (`"…"`, `r#"…"#`) of Rust source `text`.
+fn string_literals(text: &str) -> Vec<String> {
+    lex(text, true)
+        .into_iter()
+        .filter_map(|t| match t.tok {
+            Tok::Str(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether SQL text `sql` writes `cluster.status` or `cluster.status_reason` (see
+/// [`only_the_status_writer_writes_cluster_statuses`]). A table filled in at run time
+/// (`{table}`, `%I`) counts as `cluster`: a writer cannot hide behind a placeholder.
+fn writes_cluster_status(sql: &str) -> bool {
+    // Lower case, SQL comments dropped, Rust line continuations joined, one space between words.
+    let sql: String = sql
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .map(|l| l.trim_end().trim_end_matches('\\'))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase();
+    let words: Vec<&str> = sql.split_whitespace().collect();
+    let sql = words.join(" ");
+    let is_cluster = |t: &str| {
+        let t = t.trim_matches('"');
+        let t = t.rsplit('.').next().unwrap_or(t).trim_matches('"');
+        t == "cluster" || t.starts_with('{') || t.starts_with('%') || t.starts_with('$')
+    };
+    // The assignments of a SET list starting at `rest`, up to the clause that ends it.
+    let sets_status = |rest: &str| {
+        let end = [" where ", " from ", " returning ", ";", " on conflict"]
+            .iter()
+            .filter_map(|k| rest.find(k))
+            .min()
+            .unwrap_or(rest.len());
+        let list = format!(" {}", &rest[..end]);
+        ["status", "status_reason"].iter().any(|col| {
+            list.match_indices(col).any(|(i, _)| {
+                let before = list[..i].chars().next_back().unwrap_or(' ');
+                let after = list[i + col.len()..]
+                    .trim_start()
+                    .chars()
+                    .next()
+                    .unwrap_or(' ');
+                matches!(before, ' ' | ',' | '(' | '.') && matches!(after, '=' | ',' | ')')
+            })
+        })
+    };
+    let mut i = 0;
+    while let Some(at) = sql[i..].find("update ").map(|a| a + i) {
+        i = at + 1;
+        let starts_word =
+            at == 0 || !sql[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        if !starts_word {
+            continue;
+        }
+        let mut rest = sql[at + "update ".len()..].split(' ');
+        let mut table = rest.next().unwrap_or("");
+        if table == "only" {
+            table = rest.next().unwrap_or("");
+        }
+        // `DO UPDATE SET` of an upsert: its table is the INSERT's.
+        let upsert = sql[..at].trim_end().ends_with(" do");
+        let set_at = if upsert {
+            let insert = sql[..at]
+                .rfind("insert into ")
+                .map(|k| k + "insert into ".len());
+            let into = insert.map(|k| sql[k..].split([' ', '(']).next().unwrap_or(""));
+            if !into.is_some_and(is_cluster) {
+                continue;
+            }
+            at + "update ".len()
+        } else {
+            if !is_cluster(table) {
+                continue;
+            }
+            // The alias, if any, then SET.
+            match sql[at..].find(" set ") {
+                Some(k) if sql[at..at + k].split(' ').count() <= 4 => at + k,
+                _ => continue,
+            }
+        };
+        let rest = &sql[set_at..];
+        if let Some(list) = rest
+            .strip_prefix(" set ")
+            .or_else(|| rest.strip_prefix("set "))
+            && sets_status(list)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// The detector of status writes on the forms a writer could take.
+#[test]
+fn the_status_write_finder_reads_every_spelling() {
+    for writer in [
+        "UPDATE cluster SET status = $2, status_reason = $3 WHERE uuid = $1",
+        "update cluster\n   set updated_at = now(),\n       status = $1 where id = 1",
+        "UPDATE public.cluster AS c SET status_reason = NULL FROM x WHERE c.id = x.id",
+        "UPDATE cluster c SET (status, status_reason) = ($1, $2)",
+        "UPDATE ONLY \"cluster\" SET status='CREATE_FAILED'",
+        "UPDATE {table} SET status = $1 WHERE uuid = $2",
+        "INSERT INTO cluster (uuid, status) VALUES ($1, $2)
+         ON CONFLICT (uuid) DO UPDATE SET status = excluded.status",
+        "BEGIN\n  -- a trigger\n  UPDATE cluster SET status = NEW.state WHERE uuid = NEW.cluster_uuid;\nEND",
+    ] {
+        assert!(writes_cluster_status(writer), "not found: {writer}");
+    }
+    for other in [
+        "UPDATE nodegroup SET status = $2 WHERE uuid = $1",
+        "UPDATE cluster SET health_status = $2, health_status_reason = $3 WHERE uuid = $1",
+        "UPDATE cluster SET api_address = $2 WHERE status = 'CREATE_COMPLETE'",
+        "SELECT status FROM cluster WHERE uuid = $1",
+        "INSERT INTO cluster (uuid, status) VALUES ($1, $2)",
+        "INSERT INTO cluster_view (cluster_uuid) VALUES ($1)
+         ON CONFLICT (cluster_uuid) DO UPDATE SET status = 1",
+        "UPDATE operation SET state = 'done' WHERE id = $1",
+    ] {
+        assert!(!writes_cluster_status(other), "not a writer: {other}");
+    }
+    let literals = string_literals(
+        "let a = \"UPDATE cluster SET status = 1\"; // \"not this\"\n\
+         let b = r#\"raw \"quoted\" text\"#; let c = 'x'; fn f<'a>() {}",
+    );
+    assert_eq!(
+        literals,
+        ["UPDATE cluster SET status = 1", "raw \"quoted\" text"]
+    );
 }
 
 #[test]
@@ -133,10 +288,13 @@ fn every_module_says_what_it_owns() {
 // ---------------------------------------------------------------------------------------------
 // The import graph between the files of src/ (what a circle is made of).
 
-/// A token of Rust source, with comments, strings and character literals already dropped.
+/// A token of Rust source, with comments and character literals already dropped (string
+/// literals too, unless asked for: [`lex`]).
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Ident(String),
+    /// The contents of a string literal (`"…"` or a raw `r#"…"#`), escapes left as written.
+    Str(String),
     /// `::`
     Sep,
     Punct(char),
@@ -159,6 +317,11 @@ fn is_ident(c: char) -> bool {
 /// The tokens of `text` that can make a path: identifiers, `::` and punctuation; comments,
 /// string/byte/raw-string and character literals, lifetimes and numbers are skipped.
 fn tokenize(text: &str) -> Vec<Token> {
+    lex(text, false)
+}
+
+/// [`tokenize`], with the string literals as [`Tok::Str`] when `strings`.
+fn lex(text: &str, strings: bool) -> Vec<Token> {
     let c: Vec<char> = text.chars().collect();
     let at = |i: usize| c.get(i).copied().unwrap_or('\0');
     let (mut i, mut line, mut out) = (0, 1, Vec::new());
@@ -204,7 +367,14 @@ fn tokenize(text: &str) -> Vec<Token> {
                 }
             }
         } else if ch == '"' {
+            let start = i;
             i = skip_quoted(i, '"', &mut line);
+            if strings {
+                out.push(Token {
+                    tok: Tok::Str(c[start + 1..(i - 1).min(c.len())].iter().collect()),
+                    line,
+                });
+            }
         } else if ch == '\'' {
             if at(i + 1) == '\\' || at(i + 2) == '\'' {
                 i = skip_quoted(i, '\'', &mut line);
@@ -230,11 +400,18 @@ fn tokenize(text: &str) -> Vec<Token> {
                     j += 1;
                 }
                 j += 1; // the opening quote
+                let start = j;
                 loop {
                     if j >= c.len() {
                         break;
                     }
                     if c[j] == '"' && (1..=hashes).all(|k| at(j + k) == '#') {
+                        if strings && word == "r" {
+                            out.push(Token {
+                                tok: Tok::Str(c[start..j].iter().collect()),
+                                line,
+                            });
+                        }
                         j += 1 + hashes;
                         break;
                     }

@@ -14,6 +14,7 @@ pub mod osc;
 pub mod realstack;
 pub mod served;
 pub mod stack;
+pub mod tcp_proxy;
 pub mod wait;
 
 use std::sync::OnceLock;
@@ -255,12 +256,18 @@ impl TestApp {
 
     /// Another instance on the same database (another replica), its config tweaked.
     pub async fn twin(&self, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        self.twin_at(&self.url.clone(), tweak).await
+    }
+
+    /// [`Self::twin`] reaching the database at `url` (the same one, e.g. through a proxy).
+    pub async fn twin_at(&self, url: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
         let mut cfg = self.state.config.clone();
+        cfg.database.url = Some(url.to_string());
         tweak(&mut cfg);
-        let pool = db::connect(&self.url, &cfg.database).await.expect("pool");
+        let pool = db::connect(url, &cfg.database).await.expect("pool");
         TestApp {
             state: App::new(pool, cfg, self.state.auth.clone()),
-            url: self.url.clone(),
+            url: url.to_string(),
             stop: None,
         }
     }
