@@ -10,6 +10,10 @@
 # that every EXE is in bin/; anything else in that directory is wiped and rebuilt. Prints the
 # directory. With ARGS `--print-dir`, only prints it (no install).
 #
+# A caller that defines the shell function `venv_after_install` has it run with the venv's
+# directory after the install and before the checks (part of the cached build); its text is
+# hashed with REQUIREMENTS, so changing it gives a new directory too.
+#
 # Concurrent callers are serialized by an exclusive flock(2) on "$CACHE/NAME.lock" unless
 # MAGNUM_CAPI_VENV_LOCK_HELD=1 says the caller holds it already.
 
@@ -21,7 +25,10 @@ cached_venv() {
   [ $# -gt 0 ] && shift
   local cache="${MAGNUM_CAPI_CACHE:-$HOME/.cache/magnum-capi}"
   local hash
-  hash="$(printf '%s\n' "$requirements" | sha256sum | cut -c1-12)"
+  hash="$({
+    printf '%s\n' "$requirements"
+    declare -f venv_after_install || true
+  } | sha256sum | cut -c1-12)"
   local venv="$cache/$name-$hash"
   local marker="$venv/.complete"
   local python="${MAGNUM_CAPI_PYTHON:-python3}"
@@ -53,6 +60,7 @@ cached_venv() {
   "$venv/bin/python" -m pip install --disable-pip-version-check -q --upgrade pip >&2
   printf '%s\n' "$requirements" >"$venv/requirements.txt"
   "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$venv/requirements.txt" >&2
+  if declare -F venv_after_install >/dev/null; then venv_after_install "$venv" >&2; fi
   # Fail here, not in a test, if something did not install.
   "$venv/bin/python" -c "import $imports" >&2
   for exe in "${exes[@]}"; do

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::capi::{capi_app_on, objects};
+use crate::common::capi::{assert_private_api_load_balancer, capi_app_on};
 use crate::common::fakecloud::{IMAGE_UBUNTU_KUBE, KEYPAIR_DEFAULT, NETWORK_PUBLIC};
 use crate::common::keystone::keystone;
 use crate::common::stack::{env_shared, parts};
@@ -62,15 +62,7 @@ async fn the_cluster_dialogs_defaults_make_a_cluster_with_a_private_api_load_bal
     assert_eq!(body["discovery_url"], json!(""), "{body}");
     assert_eq!(body["master_lb_enabled"], json!(false), "{body}");
 
-    let (api_version, kind) = magnum_capi::capi::kinds::OPENSTACK_CLUSTER;
-    let osc = objects(&app, api_version, kind, &uuid)
-        .pop()
-        .expect("the OpenStackCluster");
-    assert_eq!(
-        osc["spec"]["apiServerLoadBalancer"]["enabled"], true,
-        "{osc}"
-    );
-    assert_eq!(osc["spec"]["disableAPIServerFloatingIP"], true, "{osc}");
+    assert_private_api_load_balancer(&app, &uuid);
 }
 
 #[tokio::test(flavor = "multi_thread")]

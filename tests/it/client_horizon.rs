@@ -3,7 +3,11 @@
 //! patches. `tests/fixtures/horizon/flow.py` replays those calls against the service (CAPI
 //! driver on the simulated management cluster, real Keystone tokens, the catalog's endpoint);
 //! this test checks what it saw. What magnum-ui needs beyond the client (Heat for the resize
-//! dialog's node list) is in the README's client table.
+//! dialog's node list) is in the README's client table. The dialogs a browser reaches with
+//! Horizon's defaults (template wizard, cluster create, resize, the deletes) run for real in
+//! `client_horizon_browser.rs`; this replay keeps what that flow does not click: every form
+//! field `str()`-ed, template edits, the cluster config download, upgrade, CA rotation, the
+//! old update form and the admin's quotas.
 
 use crate::common::pick;
 
@@ -130,13 +134,8 @@ async fn horizon_panels_work_through_python_magnumclient_at_1_10() {
         "kubeconfig without the api_address: {text}"
     );
 
-    // Resize dialog: 2 workers. The old update form's str()-ed node_count is a 400 (as
-    // Magnum's WSME answers it), never a 500.
-    assert_eq!(v["resized"]["cluster"]["node_count"], 2);
-    assert_eq!(
-        v["resized"]["seen"],
-        json!(["UPDATE_IN_PROGRESS", "UPDATE_COMPLETE"])
-    );
+    // The old update form's str()-ed node_count is a 400 (as Magnum's WSME answers it), never
+    // a 500.
     let err = &v["update_with_string_count"];
     assert_eq!(err["status"], 400, "{err}");
     assert!(
@@ -152,8 +151,7 @@ async fn horizon_panels_work_through_python_magnumclient_at_1_10() {
     assert_ne!(rotated, ca, "the CA did not change");
     let new_cert = v["cert_after_rotation"].as_str().unwrap();
     assert!(pki::verifies(new_cert, rotated));
-    // (The simulated apiserver's acceptance after a rotation is tests/capi_certificates.rs';
-    // here the cluster is deleted by the time the flow ends.)
+    // (The simulated apiserver's acceptance after a rotation is tests/capi_certificates.rs'.)
     assert!(
         !pki::verifies(cert, rotated),
         "the certificate of the old CA verifies against the new one"
@@ -177,8 +175,4 @@ async fn horizon_panels_work_through_python_magnumclient_at_1_10() {
         .map(|q| pick(q, &["project_id", "resource", "hard_limit"]))
         .collect();
     assert_eq!(listed, vec![quota], "{}", v["quotas_admin"]);
-
-    // Deleted: the client saw it go; the templates are gone too.
-    assert_eq!(v["deleted"]["seen"][0], "DELETE_IN_PROGRESS");
-    assert_eq!(v["templates_left"], json!([]));
 }

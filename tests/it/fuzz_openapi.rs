@@ -15,10 +15,9 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
-const VENV_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/fuzz-venv.sh");
 const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fuzz/schemathesis.toml");
 const HOOKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fuzz/hooks.py");
 
@@ -63,28 +62,6 @@ fn the_seed_follows_the_commit() {
     assert_ne!(seed_of_commit("414da16c"), seed_of_commit("9f37867e"));
     assert_eq!(seed_of_commit("not hex!"), None);
     assert_eq!(seed_of_commit("abc"), None);
-}
-
-/// The schemathesis virtualenv, built on first use (about 30 s) and cached after.
-fn fuzz_venv() -> PathBuf {
-    let out = std::process::Command::new("bash")
-        .arg(VENV_SCRIPT)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("running .ci/fuzz-venv.sh");
-    assert!(out.status.success(), ".ci/fuzz-venv.sh failed");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-/// Where the reports go: beside the build, not in the checkout.
-fn report_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let dir = target.join("fuzz-openapi");
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
 }
 
 /// One schemathesis run against the service on `port`; its console log and JUnit report go to
@@ -132,7 +109,9 @@ async fn run_pass(venv: &Path, port: u16, seed: u64, dir: &Path, extra: &[&str])
 async fn schemathesis_finds_no_contract_violation() {
     let (seed, from) = seed();
     eprintln!("fuzz seed {seed} ({from}); run it again with {SEED_VAR}={seed}");
-    let venv = tokio::task::spawn_blocking(fuzz_venv).await.unwrap();
+    let venv = tokio::task::spawn_blocking(|| common::cached_venv(".ci/fuzz-venv.sh"))
+        .await
+        .unwrap();
     // The simulated driver, not the Cluster API one on the simulated management cluster: that
     // one materialises every Machine, and a schema-valid cluster of 2^31 - 1 nodes (which the API
     // accepts, as Magnum does) exhausts the machine's memory.
@@ -146,7 +125,7 @@ async fn schemathesis_finds_no_contract_violation() {
             .expect("serving the API");
     });
 
-    let reports = report_dir();
+    let reports = common::artifact_dir("fuzz-openapi");
     // Every operation at the latest microversion (the configuration's header).
     let latest = run_pass(&venv, port, seed, &reports.join("latest"), &[]).await;
     // The operations that exist at 1.1 (the version of requests without the header), where

@@ -29,6 +29,7 @@ mod check;
 mod cli;
 mod client_gophercloud;
 mod client_horizon;
+mod client_horizon_browser;
 mod client_magnumclient;
 mod client_openstacksdk;
 mod client_osc;

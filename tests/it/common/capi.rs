@@ -204,6 +204,20 @@ pub fn objects(app: &CapiApp, api_version: &str, kind: &str, cluster: &str) -> V
         .collect()
 }
 
+/// The cluster's API is served by a load balancer without a floating IP (what the cluster
+/// dialog's defaults give, issue 44): the OpenStackCluster says so.
+pub fn assert_private_api_load_balancer(app: &CapiApp, cluster: &str) {
+    let (api_version, kind) = magnum_capi::capi::kinds::OPENSTACK_CLUSTER;
+    let osc = objects(app, api_version, kind, cluster)
+        .pop()
+        .expect("the OpenStackCluster");
+    assert_eq!(
+        osc["spec"]["apiServerLoadBalancer"]["enabled"], true,
+        "{osc}"
+    );
+    assert_eq!(osc["spec"]["disableAPIServerFloatingIP"], true, "{osc}");
+}
+
 /// The application credential (id, secret) in the cluster's cloud-credentials Secret.
 pub fn secret_credential(app: &CapiApp, cluster: &str) -> (String, String) {
     let s = objects(app, "v1", "Secret", cluster)

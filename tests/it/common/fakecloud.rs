@@ -8,6 +8,8 @@
 //!   before `authtoken`). Anything else without `X-Auth-Token` gets 401 with `WWW-Authenticate`:
 //!   keystonemiddleware's `{"error": {...}}` from Nova and Neutron, a webob error from Glance (it
 //!   runs `authtoken` with `delay_auth_decision`). Any non-empty token is accepted.
+//! * Glance serves its image schema (`/v2/schemas/image`), which glanceclient (Horizon's image
+//!   lists) reads before any list.
 //! * Glance errors are webob's, content-negotiated: `{"message", "code", "title"}` when `Accept`
 //!   mentions `application/json` (openstack_sdk always sends it), an HTML page otherwise.
 //! * Nova honours microversions (`OpenStack-API-Version: compute X.Y` or the legacy header;
@@ -1029,12 +1031,79 @@ fn glance(st: &Inner, r: &Req, rest: &[&str]) -> Response {
     let images = st.list("image");
     match rest {
         ["v2", "images"] => glance_list(r, images),
+        // glanceclient (Horizon's image lists) builds its model from the schema first.
+        ["v2", "schemas", "image"] => json_resp(200, &glance_image_schema()),
         ["v2", "images", id] => match images.iter().find(|i| i["id"] == *id) {
             Some(img) => json_resp(200, img),
             None => glance_err(r, 404, &format!("No image found with ID {id}")),
         },
         _ => glance_err(r, 404, NOT_FOUND),
     }
+}
+
+/// `GET /v2/schemas/image` as Glance serves it (api-ref's `schemas-image-show-response.json`
+/// with today's `os_hidden` and four visibilities; the descriptions left out). Properties
+/// outside the base ones are strings, as `additionalProperties` says.
+fn glance_image_schema() -> Value {
+    const UUID: &str =
+        "^([0-9a-fA-F]){8}-([0-9a-fA-F]){4}-([0-9a-fA-F]){4}-([0-9a-fA-F]){4}-([0-9a-fA-F]){12}$";
+    let s = |t: &str| json!({"type": t});
+    let nullable = |t: &str| json!({"type": ["null", t]});
+    let read_only = |mut v: Value| {
+        v["readOnly"] = json!(true);
+        v
+    };
+    let extra = |v: Value| {
+        let mut v = v;
+        v["is_base"] = json!(false);
+        v
+    };
+    json!({
+        "name": "image",
+        "additionalProperties": {"type": "string"},
+        "links": [{"href": "{self}", "rel": "self"}, {"href": "{file}", "rel": "enclosure"},
+                  {"href": "{schema}", "rel": "describedby"}],
+        "properties": {
+            "architecture": extra(s("string")),
+            "checksum": read_only(json!({"type": ["null", "string"], "maxLength": 32})),
+            "container_format": {"type": ["null", "string"], "enum": [null, "ami", "ari",
+                "aki", "bare", "ovf", "ova", "docker", "compressed"]},
+            "created_at": read_only(s("string")),
+            "direct_url": read_only(s("string")),
+            "disk_format": {"type": ["null", "string"], "enum": [null, "ami", "ari", "aki",
+                "vhd", "vhdx", "vmdk", "raw", "qcow2", "vdi", "iso", "ploop"]},
+            "file": read_only(s("string")),
+            "id": {"type": "string", "pattern": UUID},
+            "instance_uuid": extra(s("string")),
+            "kernel_id": extra(json!({"type": ["null", "string"], "pattern": UUID})),
+            "locations": {"type": "array", "items": {"type": "object",
+                "properties": {"metadata": {"type": "object"},
+                               "url": {"type": "string", "maxLength": 255}},
+                "required": ["url", "metadata"]}},
+            "min_disk": s("integer"),
+            "min_ram": s("integer"),
+            "name": {"type": ["null", "string"], "maxLength": 255},
+            "os_distro": extra(s("string")),
+            "os_hash_algo": read_only(json!({"type": ["null", "string"], "maxLength": 64})),
+            "os_hash_value": read_only(json!({"type": ["null", "string"], "maxLength": 128})),
+            "os_hidden": s("boolean"),
+            "os_version": extra(s("string")),
+            "owner": {"type": ["null", "string"], "maxLength": 255},
+            "protected": s("boolean"),
+            "ramdisk_id": extra(json!({"type": ["null", "string"], "pattern": UUID})),
+            "schema": read_only(s("string")),
+            "self": read_only(s("string")),
+            "size": read_only(nullable("integer")),
+            "status": read_only(json!({"type": "string", "enum": ["queued", "saving", "active",
+                "killed", "deleted", "uploading", "importing", "pending_delete",
+                "deactivated"]})),
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 255}},
+            "updated_at": read_only(s("string")),
+            "virtual_size": read_only(nullable("integer")),
+            "visibility": {"type": "string",
+                "enum": ["community", "public", "private", "shared"]},
+        }
+    })
 }
 
 fn glance_list(r: &Req, images: &[Value]) -> Response {

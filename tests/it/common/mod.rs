@@ -37,6 +37,30 @@ static TEMPLATE: OnceCell<()> = OnceCell::const_new();
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 const TEMPLATE_DB: &str = "magnum_template";
 
+/// The virtualenv a `.ci/*-venv.sh` script builds (or finds cached) and prints; its progress
+/// goes to the test's stderr.
+pub fn cached_venv(script: &str) -> std::path::PathBuf {
+    let out = std::process::Command::new("bash")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(out.status.success(), "{script} failed");
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// A fresh directory for a test's reports and artefacts, beside the build (`$CARGO_TARGET_DIR`
+/// or `target/`), not in the checkout; what an earlier run left there is removed.
+pub fn artifact_dir(name: &str) -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 /// The tests' HTTP client: built once (a client's TLS roots take tens of milliseconds to load in
 /// a debug build, and the real-stack waits poll for minutes), never reusing a connection (each
 /// test has its own runtime: a connection made on another one may be gone).
