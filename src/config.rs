@@ -35,6 +35,7 @@ pub struct Config {
     pub keystone: KeystoneConfig,
     pub openstack: OpenStackConfig,
     pub capi: CapiConfig,
+    pub upgrades: UpgradesConfig,
     pub api_proxy: ApiProxyConfig,
     pub log: LogConfig,
 }
@@ -1016,6 +1017,56 @@ impl Default for QuotasConfig {
     }
 }
 
+/// `[upgrades]`: what a cluster upgrade checks before anything changes, which Kubernetes minors
+/// are still supported upstream, and the nodegroup flavor change extension (docs/operate.md,
+/// "Upgrading clusters").
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpgradesConfig {
+    /// Minor versions a nodegroup's kubelets may lag the control plane an upgrade moves to
+    /// (Kubernetes' version skew policy: 3 since 1.28); an upgrade that would exceed it is a 400.
+    pub max_kubelet_skew: u64,
+    /// Check that the project's compute quota (Nova's limits) has room for the machines a rolling
+    /// upgrade adds (one per control plane and per nodegroup); skipped when it cannot be read.
+    pub check_quota: bool,
+    /// End of upstream support of each Kubernetes minor (`"1.<minor>" = "YYYY-MM-DD"`, as
+    /// kubernetes.io/releases publishes them). A cluster on a minor past its date, or older than
+    /// every minor listed, says so in `health_status_reason` (`kubernetes`); an empty table
+    /// checks nothing.
+    pub kubernetes_end_of_life: MinorTable,
+    /// Extension (off: Magnum's 400): `PATCH /v1/clusters/{c}/nodegroups/{ng}` may replace
+    /// `/flavor_id`, and the nodegroup's machines are replaced by ones of the new flavor.
+    pub nodegroup_flavor_change: bool,
+}
+
+impl Default for UpgradesConfig {
+    fn default() -> Self {
+        Self {
+            max_kubelet_skew: 3,
+            check_quota: true,
+            kubernetes_end_of_life: minor_table(&[
+                ("1.29", "2025-02-28"),
+                ("1.30", "2025-06-28"),
+                ("1.31", "2025-10-28"),
+                ("1.32", "2026-02-28"),
+                ("1.33", "2026-06-28"),
+                ("1.34", "2026-10-27"),
+                ("1.35", "2027-02-28"),
+                ("1.36", "2027-06-28"),
+            ]),
+            nodegroup_flavor_change: false,
+        }
+    }
+}
+
+impl UpgradesConfig {
+    /// The end-of-life table, parsed (checked when the configuration is read).
+    pub fn end_of_life(&self) -> Result<crate::domain::kube_support::EndOfLife, ConfigError> {
+        crate::domain::kube_support::EndOfLife::parse(&self.kubernetes_end_of_life)
+            .map_err(|e| ConfigError::Invalid(format!("[upgrades] kubernetes_end_of_life: {e}")))
+    }
+}
+
 /// `[service]`: how this replica shows up in `GET /v1/mservices`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -1324,6 +1375,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.upgrades.end_of_life()?;
         if self.api.max_limit < 1 {
             return Err(ConfigError::Invalid("[api] max_limit must be >= 1".into()));
         }

@@ -374,7 +374,7 @@ pub fn spawn_capi(
             },
             capi.observer().clone(),
             feed,
-            crate::status_writer::Timeouts::of(capi.config()),
+            crate::status_writer::Timeouts::of(capi.config(), &app.config.upgrades),
             SAFETY_POLL,
             on_status,
             stop.clone(),

@@ -62,7 +62,7 @@ fn state_of(
     cluster: &cdb::ClusterRow,
     ngs: &[ndb::NodegroupRow],
     queue: Queue,
-    timeouts: Timeouts,
+    timeouts: &Timeouts,
 ) -> ClusterState {
     let status: Status = cluster.status.parse().unwrap_or(Status::CreateInProgress);
     let deadline = match status {
@@ -101,6 +101,7 @@ fn state_of(
             .unwrap_or(chrono::Duration::minutes(30)),
         openstack_retry_grace: chrono::Duration::from_std(timeouts.openstack_retry)
             .unwrap_or(chrono::Duration::minutes(2)),
+        kube_end_of_life: timeouts.kube_end_of_life.clone(),
     }
 }
 
@@ -108,7 +109,7 @@ fn state_of(
 async fn load_state(
     tx: &mut sqlx::PgConnection,
     cluster: &cdb::ClusterRow,
-    timeouts: Timeouts,
+    timeouts: &Timeouts,
 ) -> DbResult<ClusterState> {
     let ngs = ndb::of_cluster(&mut *tx, cluster.uuid).await?;
     let queue = queues(&mut *tx, &[cluster.uuid])
@@ -144,7 +145,7 @@ async fn load_states(
     pool: &PgPool,
     member: &str,
     clusters: &[Uuid],
-    timeouts: Timeouts,
+    timeouts: &Timeouts,
 ) -> DbResult<HashMap<Uuid, ClusterState>> {
     let rows = cdb::of_management_cluster_among(pool, member, clusters).await?;
     let ours: Vec<Uuid> = rows.iter().map(|r| r.uuid).collect();
@@ -164,8 +165,9 @@ async fn load_states(
         .collect())
 }
 
-/// The time limits the status writer applies.
-#[derive(Debug, Clone, Copy)]
+/// The time limits the status writer applies (and the dates upstream support of each
+/// Kubernetes minor ends).
+#[derive(Debug, Clone)]
 pub struct Timeouts {
     /// An update, from its last operation's start, before `UPDATE_FAILED` (`[capi]
     /// update_timeout_mins`).
@@ -176,14 +178,23 @@ pub struct Timeouts {
     /// CAPO retrying an OpenStack error before it counts as the cluster's failure (`[capi]
     /// openstack_retry_grace_secs`).
     pub openstack_retry: Duration,
+    /// When upstream support of each Kubernetes minor ends (`[upgrades]
+    /// kubernetes_end_of_life`).
+    pub kube_end_of_life: Arc<crate::domain::kube_support::EndOfLife>,
 }
 
 impl Timeouts {
-    pub fn of(config: &crate::config::CapiConfig) -> Self {
+    pub fn of(
+        config: &crate::config::CapiConfig,
+        upgrades: &crate::config::UpgradesConfig,
+    ) -> Self {
         Timeouts {
             update: Duration::from_secs(config.update_timeout_mins.max(1) * 60),
             addon_install: Duration::from_secs(config.addon_install_timeout_secs),
             openstack_retry: Duration::from_secs(config.openstack_retry_grace_secs),
+            // Checked when the configuration was read; a table built in code that is not one
+            // checks nothing.
+            kube_end_of_life: Arc::new(upgrades.end_of_life().unwrap_or_default()),
         }
     }
 }
@@ -208,7 +219,7 @@ pub async fn sync_cluster(
     observer: &Observer,
     member: &str,
     cluster: Uuid,
-    timeouts: Timeouts,
+    timeouts: &Timeouts,
 ) -> DbResult<Synced> {
     let mut tx = pool.begin().await?;
     let row = match cdb::lock_unless_held(&mut tx, cluster).await? {
@@ -625,7 +636,7 @@ impl Writer {
         let queued: Vec<Uuid> = self.pending.keys().copied().collect();
         let mut states = HashMap::with_capacity(queued.len());
         for chunk in queued.chunks(STATES_PER_READ) {
-            match load_states(&self.pool, &self.scope.name, chunk, self.timeouts).await {
+            match load_states(&self.pool, &self.scope.name, chunk, &self.timeouts).await {
                 Ok(s) => states.extend(s),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading which clusters to write failed; will retry");
@@ -654,7 +665,7 @@ impl Writer {
                 &self.observer,
                 &self.scope.name,
                 u,
-                self.timeouts,
+                &self.timeouts,
             )
             .await
             {

@@ -460,7 +460,7 @@ async fn write_facts(
     use crate::db::nodegroups as ndb;
     for fact in facts {
         match fact {
-            Fact::Template(t) => cdb::set_template(&mut *tx, cluster, *t).await?,
+            Fact::Template(t) => cdb::upgrade_to(&mut *tx, cluster, *t).await?,
             Fact::Label { key, value } => {
                 cdb::set_label(&mut *tx, cluster, key, value.as_deref()).await?
             }

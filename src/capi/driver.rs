@@ -686,6 +686,11 @@ impl Capi {
         Ok(())
     }
 
+    /// What each worker machine of `cluster` runs, as the watchers last saw it.
+    pub(super) fn kubelet_versions(&self, cluster: &Cluster) -> Vec<crate::driver::KubeletVersion> {
+        self.observer.observed(cluster.uuid).kubelet_versions()
+    }
+
     pub(super) async fn run(&self, run: Run<'_>) -> Result<Report, CapiError> {
         let Run {
             op,
@@ -768,6 +773,17 @@ impl Capi {
             K::Upgrade => {
                 let (upgraded, changes) = upgraded(spec, op, upgrade_to);
                 self.apply_cluster(journal, &upgraded, None, false).await?;
+                // A retry or rollback of a failed upgrade: the machines that failed (and made it
+                // fail) are replaced by ones of the template now applied, as a
+                // MachineHealthCheck would; their owners would otherwise wait on them.
+                if op.payload.get("retry").and_then(Value::as_bool) == Some(true) {
+                    for (ns, name) in self.observer.observed(c.uuid).failed_machines() {
+                        tracing::info!(machine = %name, "deleting a failed machine for the retried upgrade");
+                        self.mgmt
+                            .delete(&ObjectRef::new(kinds::MACHINE, &ns, &name))
+                            .await?;
+                    }
+                }
                 facts = changes;
             }
             K::NodegroupCreate | K::NodegroupUpdate => {
@@ -895,6 +911,9 @@ impl Backend for CapiDriver {
     }
     fn forget<'a>(&'a self, cluster: &'a Cluster) -> BackendFuture<'a, Forgotten> {
         Box::pin(async move { Ok(self.0.forget(cluster).await) })
+    }
+    fn kubelet_versions(&self, cluster: &Cluster) -> Vec<crate::driver::KubeletVersion> {
+        self.0.kubelet_versions(cluster)
     }
     fn validate_template(&self, template: &Template) -> Result<(), BackendError> {
         values::check_template(template, &self.0.config)

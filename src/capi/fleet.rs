@@ -179,6 +179,11 @@ impl Backend for Fleet {
         // Linked observers: the cluster's own writer re-evaluates it.
         self.any().finished(op);
     }
+    fn kubelet_versions(&self, cluster: &Cluster) -> Vec<crate::driver::KubeletVersion> {
+        self.configured(cluster)
+            .map(|d| d.kubelet_versions(cluster))
+            .unwrap_or_default()
+    }
     fn ca_certificate<'a>(
         &'a self,
         cluster: &'a Cluster,

@@ -43,6 +43,37 @@ impl Observed {
             && self.machines.is_empty()
     }
 
+    /// The version each worker Machine runs (`spec.version`), with its nodegroup.
+    pub fn kubelet_versions(&self) -> Vec<crate::driver::KubeletVersion> {
+        self.machines
+            .iter()
+            .filter(|m| label(m, "cluster.x-k8s.io/control-plane").is_none())
+            .filter_map(|m| {
+                Some(crate::driver::KubeletVersion {
+                    nodegroup: self.nodegroup_of(m).and_then(|u| Uuid::parse_str(u).ok()),
+                    machine: name(m).to_string(),
+                    version: s(m, "/spec/version")?.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// The Machines that failed for good (their own failure or their server's), not being
+    /// deleted already: (namespace, name).
+    pub fn failed_machines(&self) -> Vec<(String, String)> {
+        self.machines
+            .iter()
+            .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|m| failure_of(m).or_else(|| self.server_failure(m)).is_some())
+            .filter_map(|m| {
+                Some((
+                    s(m, "/metadata/namespace")?.to_string(),
+                    name(m).to_string(),
+                ))
+            })
+            .collect()
+    }
+
     /// The nodegroup a Machine belongs to: its own nodegroup label, else — a Machine of an
     /// adopted cluster, whose template the Magnum driver wrote — by the labels CAPI gives every
     /// Machine: a control-plane machine's is the control plane's nodegroup, a
@@ -115,6 +146,8 @@ pub struct ClusterState {
     /// How long CAPO may retry an OpenStack error before it is the cluster's failure (`[capi]
     /// openstack_retry_grace_secs`).
     pub openstack_retry_grace: chrono::Duration,
+    /// When upstream support of each Kubernetes minor ends (`kubernetes` in the health reason).
+    pub kube_end_of_life: std::sync::Arc<crate::domain::kube_support::EndOfLife>,
 }
 
 /// What should change in Postgres; `None`/empty = leave as is.
@@ -583,6 +616,16 @@ fn health(
         db.addon_install_timeout,
     );
     reason.extend(addons.entries.into_iter().map(|(k, v)| (k, json!(v))));
+    // Informational: a cluster out of upstream support still works (the status is unchanged).
+    let version = obs
+        .control_plane
+        .as_deref()
+        .and_then(|cp| s(cp, "/status/version").or_else(|| s(cp, "/spec/version")))
+        .or(db.coe_version.as_deref());
+    if let Some(why) = version.and_then(|v| db.kube_end_of_life.out_of_support(v, now.date_naive()))
+    {
+        reason.insert(crate::domain::kube_support::REASON_KEY.into(), json!(why));
+    }
     let status = if all && addons.healthy {
         "HEALTHY"
     } else {
@@ -621,6 +664,7 @@ mod tests {
             credential_problem: None,
             addon_install_timeout: chrono::Duration::minutes(30),
             openstack_retry_grace: chrono::Duration::minutes(2),
+            kube_end_of_life: Default::default(),
         }
     }
 

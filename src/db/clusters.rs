@@ -431,13 +431,46 @@ pub async fn set_driver_facts<'e>(
     Ok(())
 }
 
-pub async fn set_template<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, template: Uuid) -> DbResult<()> {
-    sqlx::query("UPDATE cluster SET cluster_template_id = $2, updated_at = now() WHERE uuid = $1")
-        .bind(uuid)
-        .bind(template)
-        .execute(ex)
-        .await?;
+/// Moves the cluster to template `to` as an applied upgrade: the template it leaves is kept in
+/// `upgrade_from` until the cluster is stable again ([`super::status::write`] puts a failed one
+/// back on it, a completed one forgets it).
+pub async fn upgrade_to<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, to: Uuid) -> DbResult<()> {
+    sqlx::query(
+        "UPDATE cluster SET upgrade_from = jsonb_build_object('template', cluster_template_id,
+                                                              'to', $2::uuid),
+                            cluster_template_id = $2, updated_at = now()
+          WHERE uuid = $1",
+    )
+    .bind(uuid)
+    .bind(to)
+    .execute(ex)
+    .await?;
     Ok(())
+}
+
+/// The upgrade in flight: the template it left and the one it moves to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpgradeFrom {
+    pub template: Uuid,
+    pub to: Uuid,
+}
+
+/// The cluster's upgrade in flight (applied, the cluster not stable since), if any.
+pub async fn upgrade_from<'e>(
+    ex: impl PgExecutor<'e>,
+    uuid: Uuid,
+) -> DbResult<Option<UpgradeFrom>> {
+    let row: Option<(Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
+        "SELECT (upgrade_from->>'template')::uuid, (upgrade_from->>'to')::uuid
+           FROM cluster WHERE uuid = $1",
+    )
+    .bind(uuid)
+    .fetch_optional(ex)
+    .await?;
+    Ok(match row {
+        Some((Some(template), Some(to))) => Some(UpgradeFrom { template, to }),
+        _ => None,
+    })
 }
 
 /// Hard-deletes the cluster; its nodegroups go with it (ON DELETE CASCADE).

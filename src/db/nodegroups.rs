@@ -260,17 +260,18 @@ pub async fn set_node_count<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, count: i32)
     Ok(())
 }
 
-/// Writes the PATCH-able fields.
+/// Writes the PATCH-able fields (the flavor: `[upgrades] nodegroup_flavor_change`).
 pub async fn update_spec<'e>(ex: impl PgExecutor<'e>, n: &NodegroupRow) -> DbResult<NodegroupRow> {
     Ok(sqlx::query_as::<_, NodegroupRow>(
         "UPDATE nodegroup SET min_node_count = $2, max_node_count = $3, node_labels = $4,
-            node_taints = $5, updated_at = now() WHERE uuid = $1 RETURNING *",
+            node_taints = $5, flavor_id = $6, updated_at = now() WHERE uuid = $1 RETURNING *",
     )
     .bind(n.uuid)
     .bind(n.min_node_count)
     .bind(n.max_node_count)
     .bind(&n.node_labels)
     .bind(&n.node_taints)
+    .bind(&n.flavor_id)
     .fetch_one(ex)
     .await?)
 }

@@ -90,12 +90,26 @@ pub async fn write(
         Transition::Progress { .. } => return Ok(None),
         Transition::Observed { status, reason } => (status, reason),
     };
+    // An upgrade in flight (`upgrade_from`) ends with the status: a failed one leaves the cluster
+    // on the template it left (while that still exists), a stable cluster is on the one it
+    // moved to (a failed upgrade that converged later, or its retry, completed it).
     sqlx::query(
-        "UPDATE cluster SET status = $2, status_reason = $3, updated_at = now() WHERE uuid = $1",
+        "UPDATE cluster SET status = $2, status_reason = $3, updated_at = now(),
+                cluster_template_id = CASE
+                    WHEN upgrade_from IS NULL THEN cluster_template_id
+                    WHEN $4 THEN (upgrade_from->>'to')::uuid
+                    WHEN $2 = 'UPDATE_FAILED' AND EXISTS (
+                         SELECT 1 FROM cluster_template t
+                          WHERE t.uuid = (upgrade_from->>'template')::uuid)
+                      THEN (upgrade_from->>'template')::uuid
+                    ELSE cluster_template_id END,
+                upgrade_from = CASE WHEN $4 THEN NULL ELSE upgrade_from END
+          WHERE uuid = $1",
     )
     .bind(cluster)
     .bind(status.as_str())
     .bind(reason)
+    .bind(status.is_stable_complete())
     .execute(&mut *conn)
     .await?;
     Ok(Some(status))

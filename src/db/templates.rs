@@ -324,11 +324,13 @@ pub async fn in_use<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<bool> {
     Ok(used)
 }
 
-/// Deletes the template; `false` if it is (still) referenced.
+/// Deletes the template; `false` if it is (still) referenced, by a cluster on it or by an
+/// upgrade in flight that left it (a failed one goes back to it).
 pub async fn delete(pool: &PgPool, uuid: Uuid) -> DbResult<bool> {
     let res = sqlx::query(
         "DELETE FROM cluster_template WHERE uuid = $1
-           AND NOT EXISTS (SELECT 1 FROM cluster WHERE cluster_template_id = $1)",
+           AND NOT EXISTS (SELECT 1 FROM cluster WHERE cluster_template_id = $1
+                              OR upgrade_from->>'template' = $1::text)",
     )
     .bind(uuid)
     .execute(pool)

@@ -7,6 +7,7 @@ pub mod driver_labels;
 pub mod error;
 pub mod fields;
 pub mod imported;
+pub mod kube_support;
 pub mod kube_version;
 pub mod labels;
 pub mod listing;

@@ -207,25 +207,44 @@ pub static NODEGROUP: Schema = Schema {
     fields: &NODEGROUP_FIELDS,
 };
 
+/// The nodegroup paths a PATCH may not touch; `/flavor_id` last (see [`NODEGROUP_PATCH_FLAVOR`]).
+const NODEGROUP_INTERNAL: [&str; 14] = [
+    "/name",
+    "/cluster_id",
+    "/docker_volume_size",
+    "/labels",
+    "/image_id",
+    "/node_addresses",
+    "/node_count",
+    "/role",
+    "/is_default",
+    "/stack_id",
+    "/status",
+    "/status_reason",
+    "/version",
+    "/flavor_id",
+];
+
+/// `paths` without its last entry.
+const fn all_but_last(paths: &'static [&'static str]) -> &'static [&'static str] {
+    match paths.split_last() {
+        Some((_, rest)) => rest,
+        None => paths,
+    }
+}
+
 pub const NODEGROUP_PATCH: PatchRules = PatchRules {
-    internal: &[
-        "/name",
-        "/cluster_id",
-        "/docker_volume_size",
-        "/labels",
-        "/flavor_id",
-        "/image_id",
-        "/node_addresses",
-        "/node_count",
-        "/role",
-        "/is_default",
-        "/stack_id",
-        "/status",
-        "/status_reason",
-        "/version",
-    ],
+    internal: &NODEGROUP_INTERNAL,
     non_removable: &[],
     literal_paths: &["/node_labels", "/node_taints"],
+};
+
+/// [`NODEGROUP_PATCH`] with `/flavor_id` replaceable (`[upgrades] nodegroup_flavor_change`, an
+/// extension: Magnum refuses it as an internal attribute) and not removable.
+pub const NODEGROUP_PATCH_FLAVOR: PatchRules = PatchRules {
+    internal: all_but_last(&NODEGROUP_INTERNAL),
+    non_removable: &["/flavor_id"],
+    literal_paths: NODEGROUP_PATCH.literal_paths,
 };
 
 static QUOTA_FIELDS: [Field; 6] = [

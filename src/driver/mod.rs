@@ -242,6 +242,15 @@ pub struct Provisioned {
     pub secrets: Vec<(String, String)>,
 }
 
+/// The Kubernetes version a worker machine runs, as the management cluster reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletVersion {
+    /// Its nodegroup, when the machine says.
+    pub nodegroup: Option<Uuid>,
+    pub machine: String,
+    pub version: String,
+}
+
 /// One readiness check and its outcome (`/readyz`, `magnum-capi check`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Check {
@@ -358,6 +367,13 @@ pub trait Backend: Send + Sync {
         _nodegroups: &[Nodegroup],
     ) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// The Kubernetes version each worker machine of `cluster` runs, as the management cluster
+    /// last reported it (what runs it, its version), for an upgrade's kubelet skew check; empty
+    /// when nothing is known.
+    fn kubelet_versions(&self, _cluster: &Cluster) -> Vec<KubeletVersion> {
+        Vec::new()
     }
 
     /// Whether nodegroup `nodegroup` (new or changed, among `nodegroups`) can be written beside

@@ -4,6 +4,7 @@
 use openstack_sdk::api::compute::v2::flavor::extra_spec::list_21 as flavor_extra_specs;
 use openstack_sdk::api::compute::v2::flavor::list_detailed_20 as flavor_list;
 use openstack_sdk::api::compute::v2::keypair::get_20 as keypair_get;
+use openstack_sdk::api::compute::v2::limit::list_21 as limits_get;
 use openstack_sdk::api::image::v2::image::{get as image_get, list as image_list};
 use openstack_sdk::api::network::v2::network::list as network_list;
 use openstack_sdk::api::network::v2::subnet::list as subnet_list;
@@ -116,6 +117,43 @@ pub async fn keypair_exists(s: &UserSession, name: &str) -> Result<bool, OpenSta
         .map_err(|e| builder_error(SVC, e))?;
     let found: Option<serde_json::Value> = query_found(s, SVC, s.timeout(), ep).await?;
     Ok(found.is_some())
+}
+
+/// Nova's absolute limits of the caller's project (`GET /limits`, `limits.absolute`): the
+/// maxima (below 0: unlimited) and what is used.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AbsoluteLimits {
+    #[serde(default = "unlimited")]
+    pub max_total_instances: i64,
+    #[serde(default)]
+    pub total_instances_used: i64,
+    #[serde(default = "unlimited")]
+    pub max_total_cores: i64,
+    #[serde(default)]
+    pub total_cores_used: i64,
+    #[serde(rename = "maxTotalRAMSize", default = "unlimited")]
+    pub max_total_ram_size: i64,
+    #[serde(rename = "totalRAMUsed", default)]
+    pub total_ram_used: i64,
+}
+
+fn unlimited() -> i64 {
+    -1
+}
+
+/// The caller's project's compute limits and usage.
+pub async fn compute_limits(s: &UserSession) -> Result<AbsoluteLimits, OpenStackError> {
+    const SVC: &str = "Nova";
+    #[derive(Deserialize)]
+    struct Limits {
+        absolute: AbsoluteLimits,
+    }
+    let ep = limits_get::Request::builder()
+        .build()
+        .map_err(|e| builder_error(SVC, e))?;
+    let l: Limits = query(s, SVC, ep).await?;
+    Ok(l.absolute)
 }
 
 /// Rows that have an id (to merge the by-name and by-id answers).

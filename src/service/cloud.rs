@@ -80,6 +80,11 @@ impl Flavors {
         Ok(f.id.clone())
     }
 
+    /// The name of the flavor with id `id` (checked by [`Flavors::check`] before).
+    pub fn name(&self, id: &str) -> Option<&str> {
+        self.0.iter().find(|f| f.id == id).map(|f| f.name.as_str())
+    }
+
     /// The size of the flavor with id `id` (checked by [`Flavors::check`] before).
     pub fn size(&self, id: &str) -> Option<FlavorSize> {
         self.0.iter().find(|f| f.id == id).map(|f| FlavorSize {

@@ -61,6 +61,12 @@ fn upgrade_refused(status: &str) -> DomainError {
     ))
 }
 
+/// An upgrade starts from a stable cluster, or retries (or rolls back) a failed update: Magnum
+/// refuses `UPDATE_FAILED`, which strands a cluster whose upgrade failed.
+fn allows_upgrade(s: Status) -> bool {
+    s.is_stable_complete() || s == Status::UpdateFailed
+}
+
 fn status_of(c: &ClusterRow) -> Option<Status> {
     c.status.parse().ok()
 }
@@ -704,15 +710,28 @@ pub async fn upgrade(
         .coe_version
         .clone()
         .or_else(|| old_ct.as_ref().and_then(version_of));
-    crate::domain::upgrade::check(
-        old_ct
-            .as_ref()
-            .and_then(|t| t.coe.as_deref())
-            .unwrap_or("kubernetes"),
-        from.as_deref(),
-        ct.coe.as_deref().unwrap_or("kubernetes"),
-        version_of(&ct).as_deref(),
-    )?;
+    // A failed upgrade may be rolled back to the template it left (the cluster shows that one
+    // again), even to an older version: only as that rollback, never as a downgrade.
+    let rollback = status_of(&c) == Some(Status::UpdateFailed)
+        && cdb::upgrade_from(&app.pool, c.uuid)
+            .await?
+            .is_some_and(|u| u.template == ct.uuid && u.to != ct.uuid);
+    if rollback {
+        crate::domain::upgrade::check_rollback(
+            c.coe_version.as_deref(),
+            version_of(&ct).as_deref(),
+        )?;
+    } else {
+        crate::domain::upgrade::check(
+            old_ct
+                .as_ref()
+                .and_then(|t| t.coe.as_deref())
+                .unwrap_or("kubernetes"),
+            from.as_deref(),
+            ct.coe.as_deref().unwrap_or("kubernetes"),
+            version_of(&ct).as_deref(),
+        )?;
+    }
     super::check_adopted_upgrade(app, &c, old_ct.as_ref(), &ct, version_of(&ct).as_deref()).await?;
     let ngs = ndb::of_cluster(&app.pool, c.uuid).await?;
     let ng = match b.str("nodegroup") {
@@ -728,10 +747,10 @@ pub async fn upgrade(
         ))
         .into());
     }
-    match status_of(&c) {
-        Some(st) if st.is_stable_complete() => {}
-        _ => return Err(upgrade_refused(&c.status).into()),
+    if !status_of(&c).is_some_and(allows_upgrade) {
+        return Err(upgrade_refused(&c.status).into());
     }
+    super::upgrades::preflight(app, cloud, &c, &ngs, &ct, version_of(&ct).as_deref()).await?;
     let op = NewOperation {
         cluster_uuid: c.uuid,
         nodegroup_uuid: Some(ng.uuid),
@@ -740,6 +759,8 @@ pub async fn upgrade(
             "cluster_template": ct.uuid,
             "max_batch_size": b.int("max_batch_size").unwrap_or(1),
             "image_id": ct.image_id,
+            // From UPDATE_FAILED: the driver replaces the machines that failed.
+            "retry": status_of(&c) == Some(Status::UpdateFailed),
         }),
         request_id: Some(request_id),
     };
@@ -747,7 +768,7 @@ pub async fn upgrade(
     crate::db::retry(|| async move {
         let (mut tx, locked) = lock_cluster(app, op.cluster_uuid, ident).await?;
         // Another request may have started an operation since the check above.
-        if !status_of(&locked).is_some_and(Status::is_stable_complete) {
+        if !status_of(&locked).is_some_and(allows_upgrade) {
             return Err(upgrade_refused(&locked.status).into());
         }
         ndb::set_status(&mut *tx, ng.uuid, Status::UpdateInProgress.as_str(), None).await?;

@@ -16,6 +16,7 @@ pub mod operating;
 pub mod placement;
 pub mod stored_views;
 pub mod templates;
+pub mod upgrades;
 pub mod views;
 
 pub use error::{Error, Result};

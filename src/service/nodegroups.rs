@@ -253,14 +253,20 @@ pub async fn update(
     body: &Value,
     request_id: &str,
 ) -> Result<(NodegroupRow, ClusterRow)> {
-    let ops = patch::parse(body, &schemas::NODEGROUP_PATCH)?;
+    // Extension (off by default): `/flavor_id` replaced rolls the nodegroup's machines.
+    let rules = if app.config.upgrades.nodegroup_flavor_change {
+        &schemas::NODEGROUP_PATCH_FLAVOR
+    } else {
+        &schemas::NODEGROUP_PATCH
+    };
+    let ops = patch::parse(body, rules)?;
     let c = find_cluster(app, &cluster_scope(caller, false), cluster).await?;
     policy::enforce("nodegroup:update", caller, Some(cluster_target(&c)))?;
     let at = super::refuse_if_read_only_at(app, &c, "nodegroup").await?;
     super::credentials::rotate_if_unusable(app, caller, cloud, &c, request_id).await;
     let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
     let doc = views::document(&views::nodegroup_full(&ng, &c.labels.0, ""));
-    let patched = patch::apply(&doc, &ops, &schemas::NODEGROUP_PATCH)?;
+    let patched = patch::apply(&doc, &ops, rules)?;
     let after = Body(schemas::NODEGROUP.revalidate(&patched)?);
     let min = after.int("min_node_count").unwrap_or(0);
     let max = after.int("max_node_count");
@@ -277,6 +283,12 @@ pub async fn update(
     updated.max_node_count = max.map(|m| i32::try_from(m).unwrap_or(i32::MAX));
     updated.node_labels = node_labels.map(Json);
     updated.node_taints = node_taints.map(Json);
+    if let Some(f) = after
+        .str("flavor_id")
+        .filter(|f| ng.flavor_id.as_ref() != Some(f))
+    {
+        updated.flavor_id = Some(new_flavor(app, cloud, &ng, &f).await?);
+    }
     if updated == ng {
         return Ok((ng, c));
     }
@@ -323,6 +335,27 @@ pub async fn update(
     }
     let fresh = find_nodegroup(app, &c, None, &ng.uuid.to_string()).await?;
     Ok((fresh, c))
+}
+
+/// The flavor a nodegroup's machines are replaced with (`/flavor_id` replaced): checked in Nova
+/// as at create (it exists; it has a root disk unless the machines boot from a volume) and kept
+/// by its name, which the machine templates name.
+async fn new_flavor(
+    app: &App,
+    cloud: Option<&UserSession>,
+    ng: &NodegroupRow,
+    flavor: &str,
+) -> Result<String> {
+    let Some(s) = cloud else {
+        return Ok(flavor.to_string()); // no catalog to look in (development identity)
+    };
+    let flavors = super::cloud::Flavors::fetch(s).await?;
+    let boot = super::cloud::boot_volume_size(
+        &ng.labels.0,
+        app.config.openstack.default_boot_volume_size,
+    )?;
+    let id = flavors.check(flavor, boot)?;
+    Ok(flavors.name(&id).unwrap_or(flavor).to_string())
 }
 
 pub async fn delete(

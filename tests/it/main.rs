@@ -24,6 +24,7 @@ mod capi_credentials;
 mod capi_forget;
 mod capi_keystone;
 mod capi_lifecycle;
+mod capi_upgrades;
 mod chart;
 mod check;
 mod cli;

@@ -379,6 +379,9 @@ pub(crate) const KUBE_IMAGE: &str = "ubuntu-2204-kube-v1.30.4";
 /// The image of the lifecycle test's upgrade (the next Kubernetes minor).
 pub(crate) const UPGRADE_IMAGE: &str = "11111111-0000-4000-8000-0000000000a1";
 
+/// An image two minors ahead of [`KUBE_IMAGE`]: the upgrade the lifecycle test sees refused.
+const SKIP_IMAGE: &str = "11111111-0000-4000-8000-0000000000a2";
+
 /// A template on the real stack booting `image` with the control plane on `master_flavor`:
 /// the fake Glance's and Nova's, and the external network whose floating IPs are on loopback
 /// (the node agent serves the API there); its uuid.
@@ -518,8 +521,8 @@ async fn nodes_of(client: &reqwest::Client, api: &str) -> Result<usize, String> 
 /// The whole life of a cluster on real Cluster API, through the API with Keystone tokens and
 /// the chart's identity: create → `CREATE_COMPLETE` with the API address CAPO made (a floating
 /// IP on loopback) and the machines' addresses; a kubeconfig from `ca show` and `ca sign` that
-/// reaches the workload API; resize up and down; a nodegroup added and deleted; an upgrade to
-/// the next minor rolling real Machines; delete →
+/// reaches the workload API; resize up and down; a nodegroup added and deleted; an upgrade that
+/// skips a minor refused; an upgrade to the next minor rolling real Machines; delete →
 /// `DELETE_COMPLETE` with nothing of it left on the management cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
@@ -594,6 +597,21 @@ async fn a_cluster_lives_its_whole_life_on_real_cluster_api() {
         "created_at": "2024-09-01T12:00:00Z"}),
     );
     let t2 = realstack_template(&served, &token, "life-v1.31", UPGRADE_IMAGE, "m1.large").await;
+    // Skipping a minor is refused before anything is applied (issue 46).
+    cloud.add_image(json!({"id": SKIP_IMAGE, "name": "ubuntu-2204-kube-v1.32.2",
+        "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.32.2",
+        "created_at": "2024-12-01T12:00:00Z"}));
+    let skip = realstack_template(&served, &token, "life-v1.32", SKIP_IMAGE, "m1.large").await;
+    let (st, b) = served
+        .call(
+            &token,
+            Method::POST,
+            &format!("{path}/actions/upgrade"),
+            Some(json!({"cluster_template": skip})),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(b.to_string().contains("skips a minor release"), "{b}");
     let (st, b) = served
         .call(
             &token,

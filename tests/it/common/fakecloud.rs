@@ -196,6 +196,8 @@ struct Inner {
     token_users: HashMap<String, String>,
     /// Project of each token seen in a create (or set by a test).
     token_projects: HashMap<String, String>,
+    /// Nova's absolute limits a test set for a project, over Nova's default quotas.
+    compute_limits: HashMap<String, Value>,
     /// Keystone (`…/v3`) to look a token's project up in.
     identity: Option<String>,
     seen: Vec<Seen>,
@@ -355,6 +357,14 @@ impl FakeCloud {
             }
         });
         out
+    }
+
+    /// Nova's absolute limits of `project` from now: `absolute`'s keys (e.g.
+    /// `maxTotalInstances`, `totalInstancesUsed`) over Nova's default quotas; `{}` resets them.
+    pub fn set_compute_limits(&self, project: &str, absolute: Value) {
+        self.lock()
+            .compute_limits
+            .insert(project.to_string(), absolute);
     }
 
     pub fn add_image(&self, v: Value) -> String {
@@ -527,7 +537,8 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
         .map(pct_decode)
         .collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    if r.method == Method::POST
+    // Creates are owned by the caller's project; Nova's limits are the project's.
+    if (r.method == Method::POST || segs.last() == Some(&"limits"))
         && let Some(token) = r.token.clone()
     {
         r.project = project_of(&shared, &token).await;
@@ -1214,12 +1225,48 @@ fn nova(st: &Inner, r: &Req, rest: &[&str]) -> Response {
                 None => nova_err(r, 404, &format!("Flavor {id} could not be found.")),
             }
         }
+        ["v2.1", "limits"] => compute_limits(st, r, mv),
         ["v2.1", "os-keypairs"] => keypairs(st, r, mv, None),
         ["v2.1", "os-keypairs", name] => keypairs(st, r, mv, Some(name)),
         _ => nova_err(r, 404, NOT_FOUND),
     };
     nova_headers(&mut resp, mv);
     resp
+}
+
+/// `GET /limits` as Nova answers it at `mv`: the project's absolute limits (Nova's default
+/// quotas, nothing used, unless a test set others) and no rate limits. The network quotas
+/// (proxied to Neutron) are gone from 2.36, the personality ones from 2.57.
+fn compute_limits(st: &Inner, r: &Req, mv: (u32, u32)) -> Response {
+    let mut absolute = json!({
+        "maxImageMeta": 128, "maxServerMeta": 128, "maxTotalKeypairs": 100,
+        "maxServerGroups": 10, "maxServerGroupMembers": 10, "totalServerGroupsUsed": 0,
+        "maxTotalInstances": 10, "totalInstancesUsed": 0,
+        "maxTotalCores": 20, "totalCoresUsed": 0,
+        "maxTotalRAMSize": 51200, "totalRAMUsed": 0,
+    });
+    if mv < (2, 36) {
+        for (k, v) in [
+            ("maxSecurityGroups", 10),
+            ("maxSecurityGroupRules", 20),
+            ("maxTotalFloatingIps", 10),
+            ("totalSecurityGroupsUsed", 0),
+            ("totalFloatingIpsUsed", 0),
+        ] {
+            absolute[k] = json!(v);
+        }
+    }
+    if mv < (2, 57) {
+        absolute["maxPersonality"] = json!(5);
+        absolute["maxPersonalitySize"] = json!(10240);
+    }
+    if let (Some(set), Some(a)) = (
+        st.compute_limits.get(&r.project).and_then(Value::as_object),
+        absolute.as_object_mut(),
+    ) {
+        a.extend(set.clone());
+    }
+    json_resp(200, &json!({"limits": {"rate": [], "absolute": absolute}}))
 }
 
 /// Nova's microversion headers on an answer given at `mv`.
