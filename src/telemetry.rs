@@ -29,6 +29,12 @@ pub const APP_CREDENTIALS_LEFTOVER: &str = "magnum_capi_app_credentials_leftover
 pub const READY: &str = "magnum_capi_ready";
 pub const MANAGEMENT_CLUSTER_UP: &str = "magnum_capi_management_cluster_up";
 pub const MANAGEMENT_CLUSTER_CLUSTERS: &str = "magnum_capi_management_cluster_clusters";
+/// openstack-exporter's container-infra families ([`container_infra`]).
+pub const INFRA_UP: &str = "openstack_container_infra_up";
+pub const INFRA_TOTAL: &str = "openstack_container_infra_total_clusters";
+pub const INFRA_MASTERS: &str = "openstack_container_infra_cluster_masters";
+pub const INFRA_NODES: &str = "openstack_container_infra_cluster_nodes";
+pub const INFRA_STATUS: &str = "openstack_container_infra_cluster_status";
 
 /// Every family `/metrics` may serve: ours, then openstack-exporter's container-infra ones
 /// ([`container_infra`]). Histograms add `_bucket`, `_sum` and `_count`.
@@ -54,11 +60,11 @@ pub const FAMILIES: [&str; 26] = [
     READY,
     MANAGEMENT_CLUSTER_UP,
     MANAGEMENT_CLUSTER_CLUSTERS,
-    "openstack_container_infra_up",
-    "openstack_container_infra_total_clusters",
-    "openstack_container_infra_cluster_masters",
-    "openstack_container_infra_cluster_nodes",
-    "openstack_container_infra_cluster_status",
+    INFRA_UP,
+    INFRA_TOTAL,
+    INFRA_MASTERS,
+    INFRA_NODES,
+    INFRA_STATUS,
 ];
 /// The families of [`FAMILIES`] that are histograms.
 pub const HISTOGRAMS: [&str; 3] = [HTTP_DURATION, STATUS_DELAY, OPENSTACK_DURATION];
@@ -306,7 +312,7 @@ pub fn ready(check: &str, ok: bool) {
 /// One cluster as [`container_infra`] exports it.
 #[derive(Debug, Clone, Copy)]
 pub struct InfraCluster<'a> {
-    pub uuid: &'a str,
+    pub uuid: uuid::Uuid,
     pub name: &'a str,
     pub stack_id: &'a str,
     pub status: &'a str,
@@ -363,80 +369,78 @@ fn label_value(v: &str) -> String {
 pub fn container_infra(clusters: Option<&[InfraCluster<'_>]>) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let family = |out: &mut String, name: &str, help: &str| {
-        let _ = writeln!(out, "# HELP openstack_container_infra_{name} {help}");
-        let _ = writeln!(out, "# TYPE openstack_container_infra_{name} gauge");
+    // One family: its HELP and TYPE lines, then a sample per (labels, value).
+    let mut family = |name: &str, help: &str, samples: &mut dyn Iterator<Item = (String, i64)>| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (labels, value) in samples {
+            let braces = if labels.is_empty() {
+                String::new()
+            } else {
+                format!("{{{labels}}}")
+            };
+            let _ = writeln!(out, "{name}{braces} {value}");
+        }
     };
     family(
-        &mut out,
-        "up",
+        INFRA_UP,
         "1 when the clusters were read for this scrape (openstack-exporter's name).",
-    );
-    let _ = writeln!(
-        out,
-        "openstack_container_infra_up {}",
-        u8::from(clusters.is_some())
+        &mut std::iter::once((String::new(), i64::from(clusters.is_some()))),
     );
     let Some(clusters) = clusters else {
         return out;
     };
-    family(&mut out, "total_clusters", "Clusters, every project's.");
-    let _ = writeln!(
-        out,
-        "openstack_container_infra_total_clusters {}",
-        clusters.len()
+    family(
+        INFRA_TOTAL,
+        "Clusters, every project's.",
+        &mut std::iter::once((
+            String::new(),
+            i64::try_from(clusters.len()).unwrap_or(i64::MAX),
+        )),
     );
-    let common = |c: &InfraCluster<'_>| {
+    // openstack-exporter's label set of each per-cluster family: the four every one has, then
+    // the other count (or both, for the status), then the project.
+    let labels = |c: &InfraCluster<'_>, counts: &str| {
         format!(
-            "uuid=\"{}\",name=\"{}\",stack_id=\"{}\",status=\"{}\"",
-            label_value(c.uuid),
+            "uuid=\"{}\",name=\"{}\",stack_id=\"{}\",status=\"{}\",{counts}project_id=\"{}\"",
+            c.uuid,
             label_value(c.name),
             label_value(c.stack_id),
-            label_value(c.status)
+            label_value(c.status),
+            label_value(c.project_id)
         )
     };
     family(
-        &mut out,
-        "cluster_masters",
+        INFRA_MASTERS,
         "A cluster's control-plane node count.",
+        &mut clusters.iter().map(|c| {
+            (
+                labels(c, &format!("node_count=\"{}\",", c.node_count)),
+                c.master_count,
+            )
+        }),
     );
-    for c in clusters {
-        let _ = writeln!(
-            out,
-            "openstack_container_infra_cluster_masters{{{},node_count=\"{}\",project_id=\"{}\"}} {}",
-            common(c),
-            c.node_count,
-            label_value(c.project_id),
-            c.master_count
-        );
-    }
-    family(&mut out, "cluster_nodes", "A cluster's worker node count.");
-    for c in clusters {
-        let _ = writeln!(
-            out,
-            "openstack_container_infra_cluster_nodes{{{},master_count=\"{}\",project_id=\"{}\"}} {}",
-            common(c),
-            c.master_count,
-            label_value(c.project_id),
-            c.node_count
-        );
-    }
     family(
-        &mut out,
-        "cluster_status",
-        "A cluster's status as openstack-exporter numbers it (CREATE_COMPLETE 0, CREATE_FAILED 1, CREATE_IN_PROGRESS 2, UPDATE_IN_PROGRESS 3, UPDATE_FAILED 4, UPDATE_COMPLETE 5, DELETE_IN_PROGRESS 6, DELETE_FAILED 7, …; -1 for others); the status is also a label.",
+        INFRA_NODES,
+        "A cluster's worker node count.",
+        &mut clusters.iter().map(|c| {
+            (
+                labels(c, &format!("master_count=\"{}\",", c.master_count)),
+                c.node_count,
+            )
+        }),
     );
-    for c in clusters {
-        let _ = writeln!(
-            out,
-            "openstack_container_infra_cluster_status{{{},node_count=\"{}\",master_count=\"{}\",project_id=\"{}\"}} {}",
-            common(c),
-            c.node_count,
-            c.master_count,
-            label_value(c.project_id),
-            exporter_status_code(c.status)
-        );
-    }
+    family(
+        INFRA_STATUS,
+        "A cluster's status as openstack-exporter numbers it (CREATE_COMPLETE 0, CREATE_FAILED 1, CREATE_IN_PROGRESS 2, UPDATE_IN_PROGRESS 3, UPDATE_FAILED 4, UPDATE_COMPLETE 5, DELETE_IN_PROGRESS 6, DELETE_FAILED 7, …; -1 for others); the status is also a label.",
+        &mut clusters.iter().map(|c| {
+            let counts = format!(
+                "node_count=\"{}\",master_count=\"{}\",",
+                c.node_count, c.master_count
+            );
+            (labels(c, &counts), exporter_status_code(c.status))
+        }),
+    );
     out
 }
 
@@ -447,7 +451,7 @@ mod container_infra_tests {
     #[test]
     fn exporter_families_labels_and_codes() {
         let c = InfraCluster {
-            uuid: "273c39d5-fa17-4372-b6b1-93a572de2cef",
+            uuid: "273c39d5-fa17-4372-b6b1-93a572de2cef".parse().unwrap(),
             name: "k8s \"a\"\\b\nc",
             stack_id: "31c1",
             status: "CREATE_FAILED",

@@ -211,12 +211,10 @@ pub async fn container_infra_metrics(app: &App) -> String {
     }
     match db::clusters::exported(&app.pool).await {
         Ok(rows) => {
-            let uuids: Vec<String> = rows.iter().map(|r| r.uuid.to_string()).collect();
             let clusters: Vec<telemetry::InfraCluster<'_>> = rows
                 .iter()
-                .zip(&uuids)
-                .map(|(r, uuid)| telemetry::InfraCluster {
-                    uuid,
+                .map(|r| telemetry::InfraCluster {
+                    uuid: r.uuid,
                     name: r.name.as_deref().unwrap_or_default(),
                     stack_id: r.stack_id.as_deref().unwrap_or_default(),
                     status: &r.status,
