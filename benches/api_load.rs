@@ -40,7 +40,7 @@
 //!   always runs at 10,000 clusters);
 //! * `BENCH_LOADGEN=wrk|internal` — the load generator (default: wrk when installed);
 //! * `BENCH_ONLY=<text>` — only the reads whose path contains it (to profile one; with `perf
-//!   record -a` started once the scenarios begin, see README "Benchmarks");
+//!   record -a` started once the scenarios begin, see docs/benchmarks.md);
 //! * `BENCH_KEYSTONE=1` — real tokens: the test harness's Keystone (tests/common/keystone.rs)
 //!   validates them (cache warm after the first request) and the fake Glance/Nova/Neutron
 //!   answers the look-ups of `POST /v1/clusters`; also reports what a cold (uncached) token

@@ -87,7 +87,7 @@ impl App {
             pool.clone(),
         );
         // Two statements at once: shows are short index reads, and the fewer run at once the
-        // more of them each one reads (README "How it works").
+        // more of them each one reads (docs/architecture.md).
         let shows = cluster_views::shows(pool.clone(), 2);
         // One statement at a time (`Recorder` says why).
         let creates = Recorder::new(

@@ -24,7 +24,7 @@ use magnum_capi::{api, db, server};
                   lives in PostgreSQL.",
     after_help = "Every command that reads a configuration takes --config FILE (or \
                   MAGNUM_CAPI_CONFIG); any key can be set as MAGNUM_CAPI__<SECTION>__<KEY>. \
-                  `magnum-capi config sample` prints every key with its default. Guides: README.md \
+                  `magnum-capi config sample` prints every key with its default. Guides: README.md and docs/ \
                   and docs/ (install.md, operate.md, moving-from-magnum.md, …)."
 )]
 struct Cli {

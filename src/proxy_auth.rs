@@ -1,5 +1,4 @@
-//! The credential a private cluster's kubeconfig carries to `magnum-capi api-proxy` (README
-//! "Private clusters"): the cluster (`<namespace>/<name>` of its OpenStackCluster) as the user
+//! The credential a private cluster's kubeconfig carries to `magnum-capi api-proxy` (docs/private-clusters.md): the cluster (`<namespace>/<name>` of its OpenStackCluster) as the user
 //! and an HMAC-SHA256 of it under the deployment's proxy key as the password, in the userinfo of
 //! the kubeconfig's `proxy-url`. client-go (Go's net/http) and kube-rs send that userinfo as
 //! `Proxy-Authorization: Basic` with their CONNECT, so no controller needs a change. The proxy

@@ -1,5 +1,5 @@
 //! The upgrade of a cluster adopted from Magnum's Cluster API drivers (issue 25 item 2), on the
-//! driver's own objects, as the driver itself would have done it (README "Moving from Magnum").
+//! driver's own objects, as the driver itself would have done it (docs/moving-from-magnum.md).
 //! magnum-cluster-api (`driver.py` `upgrade_cluster`, `resources.py`): the Cluster's
 //! `spec.topology.version` (the `kube_tag`) and its `imageUUID` topology variable, plus the
 //! `imageUUID` override of each `machineDeployments` entry that has one; CAPI's topology

@@ -1,6 +1,6 @@
 //! The cluster CAs on the management cluster: read for `GET /v1/certificates`, used to sign
 //! CSRs for `POST /v1/certificates`, and rotated (`PATCH /v1/certificates`) in three phases,
-//! each rolled out to every machine (README "CA rotation" explains the mechanism and limits).
+//! each rolled out to every machine (docs/clients.md, "CA rotation", explains the mechanism and limits).
 
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ pub fn suffix(kind: CaKind) -> &'static str {
 /// reach etcd — no health check, no rollout, no remediation — until its cache expired (seen on
 /// the real stack: `a_clusters_ca_and_credential_rotate_on_real_cluster_api`). Old kubeconfigs
 /// still stop working; a certificate a tenant had the etcd CA sign (`ca sign` with
-/// `ca_cert_type: etcd`) keeps working — the README says so.
+/// `ca_cert_type: etcd`) keeps working — docs/clients.md says so.
 pub fn rotated(kind: CaKind) -> bool {
     kind != CaKind::Etcd
 }

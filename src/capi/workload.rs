@@ -70,7 +70,7 @@ impl Capi {
 
 /// A client of the workload cluster of kubeconfig `text` (its current context), as the driver
 /// reads workload clusters: its `proxy-url` honoured (a private cluster's, through
-/// `magnum-capi api-proxy`; README "Private clusters"), every call bounded.
+/// `magnum-capi api-proxy`; docs/private-clusters.md), every call bounded.
 pub async fn kubeconfig_client(text: &str) -> Result<kube::Client, String> {
     let kc = kube::config::Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
     let mut cfg =

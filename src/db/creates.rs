@@ -102,8 +102,8 @@ impl NewCluster {
 
 /// The rows of one create, by column name (`jsonb_populate_record` reads them so). A NULL is
 /// left out (a missing key is NULL to `jsonb_populate_record`): the document is parsed by
-/// PostgreSQL in the statement, where parsing was a fifth of its time (README Benchmarks, "What
-/// a create waits for").
+/// PostgreSQL in the statement, where parsing was a fifth of its time (docs/benchmarks.md, "What a
+/// create waits for").
 #[derive(Serialize)]
 struct Document<'a> {
     cluster: ClusterColumns<'a>,
@@ -522,8 +522,8 @@ impl Keeping {
 /// next one (`coalesce::Batch`; one statement at a time, 256 creates each), so twenty clients
 /// creating at once share a few statements, locks and commits instead of queueing for twenty. A
 /// create alone goes out at once. One at a time: a second statement at once only waited on the
-/// same quota locks and count rows, and split the queue between two longer waits (README
-/// Benchmarks, "What a create waits for"). The statements go out on one connection kept
+/// same quota locks and count rows, and split the queue between two longer waits (docs/benchmarks.md,
+/// "What a create waits for"). The statements go out on one connection kept
 /// between batches, made with the pool's options and outside it (one connection beyond
 /// `[database] max_connections` once a create has been made): its backend has the statement
 /// planned and its catalogs cached, where the pool's next idle connection would be whichever

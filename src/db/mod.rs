@@ -215,7 +215,7 @@ pub type DbResult<T> = Result<T, DbError>;
 /// and serving during a rolling upgrade and after a rollback. That is safe only because every
 /// migration is *expand-only* — it adds tables, nullable or defaulted columns, indexes — and a
 /// column or table is dropped (*contract*) only in a release after the one that stopped using
-/// it (README "Upgrades and rollback").
+/// it (docs/operate.md "Upgrades and rollback").
 pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> =
     std::sync::LazyLock::new(|| {
         let mut m = sqlx::migrate!("./migrations");

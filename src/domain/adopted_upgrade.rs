@@ -1,5 +1,5 @@
 //! What an upgrade of a cluster adopted from Magnum's Cluster API drivers needs of its new
-//! template (pure; README "Moving from Magnum"): a Kubernetes version and a resolved Glance
+//! template (pure; docs/moving-from-magnum.md): a Kubernetes version and a resolved Glance
 //! image id (both drivers write the id, not a name), and an image the bootstrap the driver
 //! already made can boot (an upgrade keeps that bootstrap: the KubeadmConfigTemplates, the
 //! ClusterClass, cloud-init or Ignition). Versions themselves follow `domain::upgrade`.

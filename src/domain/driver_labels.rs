@@ -3,7 +3,7 @@
 //! to its rendering, mapped by the image-tag renderer, or accepted and ignored), and the defaults
 //! that differ from the driver that made a template's clusters. Read from the drivers' sources
 //! (mcapi `src/magnum.rs` `ClusterLabels`, `utils.py`, `resources.py`; capi-helm `driver.py`,
-//! `conf.py` `[capi_helm_cluster_labels]`). The import report and README use it; the render test
+//! `conf.py` `[capi_helm_cluster_labels]`). The import report and docs/moving-from-magnum.md use it; the render test
 //! builds a cluster from each driver's whole set, so no label a working template carries is a 400.
 
 use super::imported::DriverFamily;

@@ -553,7 +553,7 @@ pub fn refusal(cluster: &str, source_driver: &str) -> String {
 /// `capi::adopt_upgrade`, `capi::adopt_credentials`) or beside them as the driver writes its
 /// own (nodegroup create, update, delete: `capi::adopt_nodegroups`). Everything else would
 /// need objects rendered by magnum-capi beside or instead of the driver's, which adoption
-/// never does by itself (README "Moving from Magnum").
+/// never does by itself (docs/moving-from-magnum.md).
 pub fn adopted_refusal(cluster: &str, source_driver: &str, action: &str) -> Option<String> {
     let (what, instead) = match action {
         "resize" | "delete" | "sign" | "update" | "nodegroup" | "upgrade" | "rotate_credential" => {

@@ -76,8 +76,8 @@ pub async fn create(
         .description(Some(
             format!("Magnum cluster ({cluster_name}, {cluster})").into(),
         ))
-        // A credential with an expiry must be able to create its successor (README: "Application
-        // credentials"); one without never needs to.
+        // A credential with an expiry must be able to create its successor (docs/architecture.md,
+        // "Application credential"); one without never needs to.
         .unrestricted(Some(expires_at.is_some()))
         .roles(roles);
     if let Some(t) = expires_at {

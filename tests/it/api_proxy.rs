@@ -1,4 +1,4 @@
-//! Private clusters (README "Private clusters"): `magnum-capi api-proxy` dials a private API from
+//! Private clusters (docs/private-clusters.md): `magnum-capi api-proxy` dials a private API from
 //! inside the network namespace Neutron would give the tenant's router (a real namespace,
 //! created here with `ip netns`, holding a TLS API the host cannot reach), only for the client
 //! that presents that cluster's credential, only to that cluster's endpoint (two clusters with

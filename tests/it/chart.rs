@@ -302,7 +302,7 @@ fn the_rendered_configuration_is_one_serve_accepts_without_migrating() {
     }
 }
 
-/// `apiProxy.enabled` (README "Private clusters"): `magnum-capi api-proxy` as a DaemonSet on the
+/// `apiProxy.enabled` (docs/private-clusters.md): `magnum-capi api-proxy` as a DaemonSet on the
 /// selected nodes, root with CAP_SYS_ADMIN alone (every other capability dropped, not privileged,
 /// no privilege escalation, read-only root, RuntimeDefault seccomp, nothing of the host's but
 /// /run/netns, propagated so namespaces made later appear), reading nothing but

@@ -3,7 +3,7 @@
 //! patches. `tests/fixtures/horizon/flow.py` replays those calls against the service (CAPI
 //! driver on the simulated management cluster, real Keystone tokens, the catalog's endpoint);
 //! this test checks what it saw. What magnum-ui needs beyond the client (Heat for the resize
-//! dialog's node list) is in the README's client table. The dialogs a browser reaches with
+//! dialog's node list) is in docs/clients.md's client table. The dialogs a browser reaches with
 //! Horizon's defaults (template wizard, cluster create, resize, the deletes) run for real in
 //! `client_horizon_browser.rs`; this replay keeps what that flow does not click: every form
 //! field `str()`-ed, template edits, the cluster config download, upgrade, CA rotation, the

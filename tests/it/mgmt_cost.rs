@@ -1,7 +1,7 @@
 //! What the service costs the management cluster, bounded: the simulated management cluster
 //! counts every request it answers (`SimCluster::requests`), and these tests fail when a create,
 //! resize, upgrade or delete asks more of it than stated, or when idle clusters cost it
-//! anything but watches (README "Management-cluster cost").
+//! anything but watches (docs/benchmarks.md "Management-cluster cost").
 
 use crate::common::capi::{CapiApp, capi_app_on, template};
 use crate::common::wait::until;

@@ -2070,7 +2070,7 @@ fn a_gpu_flavor_turns_the_gpu_operator_on_unless_the_label_says_no() {
 }
 
 /// What an upgrade from v1.32 to v1.33 changes in the add-ons: every version that follows the
-/// Kubernetes minor moves with it (README "Add-ons", `[capi] *_versions` tables).
+/// Kubernetes minor moves with it (docs/templates-and-labels.md "Add-ons", `[capi] *_versions` tables).
 #[test]
 fn addon_versions_follow_the_kubernetes_minor_across_an_upgrade() {
     let render_at = |kube: &str| {

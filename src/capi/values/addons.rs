@@ -1,4 +1,4 @@
-//! The optional add-ons (README "Add-ons": one row of [`OPTIONAL_ADDONS`] each, switched by a
+//! The optional add-ons (docs/templates-and-labels.md "Add-ons": one row of [`OPTIONAL_ADDONS`] each, switched by a
 //! label) and the cluster autoscaler, whose image follows the cluster's Kubernetes minor.
 
 use std::collections::BTreeMap;
@@ -46,7 +46,7 @@ const fn switch(
     }
 }
 
-/// Every optional add-on, in the order of the README's add-on table.
+/// Every optional add-on, in the order of the add-on table in docs/templates-and-labels.md.
 pub const OPTIONAL_ADDONS: &[AddonSpec] = &[
     switch(
         "metrics-server",

@@ -306,7 +306,7 @@ impl<'a> Cx<'a> {
         // Without a floating IP the API has no endpoint but a load balancer's (CAPO knows no
         // other), so it gets one, as magnum-capi-helm always built: Horizon's cluster dialog
         // sends `master_lb_enabled: false` with `master_lb_floating_ip_enabled=false` by
-        // default. That API is private, on the balancer's fixed IP (README "Private clusters").
+        // default. That API is private, on the balancer's fixed IP (docs/private-clusters.md).
         let lb_wanted = lb_asked || !floating_ip;
         if lb_wanted && c.resolved.load_balancer_service == Some(false) {
             return Err(ValuesError::Invalid(no_api_endpoint(

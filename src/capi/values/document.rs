@@ -99,7 +99,7 @@ pub struct Values {
     pub rollout_after: Option<String>,
 }
 
-/// How the machines of the cluster boot (README "Images"): cloud-init (Ubuntu, Debian, Rocky)
+/// How the machines of the cluster boot (docs/templates-and-labels.md, "Templates, images and node settings"): cloud-init (Ubuntu, Debian, Rocky)
 /// or Ignition (Flatcar), and the node name and provider id kubeadm registers each node with,
 /// in the bootstrap's own syntax.
 #[derive(Debug, Clone, Serialize)]
@@ -585,7 +585,7 @@ pub struct Addons {
 }
 
 /// Manila CSI: the Manila controller, the NFS node plugin it forwards to, and a StorageClass.
-/// k8s-keystone-auth in the workload cluster (README "Keystone authentication").
+/// k8s-keystone-auth in the workload cluster (docs/templates-and-labels.md, "Add-ons").
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KeystoneAuth {

@@ -1,7 +1,7 @@
 //! Keystone authentication of the workload cluster (`keystone_auth_enabled`): k8s-keystone-auth
 //! on every control-plane node as the API server's token webhook and, unless
 //! `keystone_auth_authz_enabled=false`, its authorization webhook with a default policy that maps
-//! the cluster project's roles (README "Keystone authentication").
+//! the cluster project's roles (docs/templates-and-labels.md "Add-ons").
 
 use serde_json::{Value, json};
 

@@ -34,8 +34,8 @@
 //! | `auto_healing_enabled` (NG) | MachineHealthChecks (default true) |
 //! | `auto_scaling_enabled`, `min_node_count`, `max_node_count` (NG) | autoscaler bounds |
 //! | `calico_tag`, `cilium_tag`, `cilium_hubble_ui_enabled`, `flannel_tag`, `flannel_backend` (vxlan/host-gw/wireguard) | CNI chart version / Hubble / flannel backend |
-//! | `metrics_server_enabled`, `monitoring_enabled`, `ingress_controller`, `manila_csi_enabled`, `manila_csi_share_network_id`, `manila_csi_share_type`, `manila_csi_share_protocol`, `gpu_operator_enabled` | optional add-ons (README "Add-ons", [`OPTIONAL_ADDONS`]) |
-//! | `keystone_auth_enabled`, `keystone_auth_authz_enabled` (default true), `keystone_auth_policy_configmap` | k8s-keystone-auth webhooks (README "Keystone authentication") |
+//! | `metrics_server_enabled`, `monitoring_enabled`, `ingress_controller`, `manila_csi_enabled`, `manila_csi_share_network_id`, `manila_csi_share_type`, `manila_csi_share_protocol`, `gpu_operator_enabled` | optional add-ons (docs/templates-and-labels.md "Add-ons", [`OPTIONAL_ADDONS`]) |
+//! | `keystone_auth_enabled`, `keystone_auth_authz_enabled` (default true), `keystone_auth_policy_configmap` | k8s-keystone-auth webhooks (docs/templates-and-labels.md "Add-ons") |
 //! | `cinder_csi_enabled`, `csi_cinder_reclaim_policy`, `csi_cinder_volume_binding_mode`, `csi_cinder_fstype`, `csi_cinder_allow_volume_expansion`, `csi_cinder_availability_zone`, `csi_cinder_volume_type` | Cinder CSI and its StorageClass |
 //!
 //! Template fields besides labels: `http_proxy`, `https_proxy`, `no_proxy` (containerd and

@@ -193,7 +193,7 @@ pub(super) fn machine(cx: &Ctx<'_>, m: &Value) -> Result<(), StoreError> {
         // The Machine stays as provisioning left it: waiting for the instance.
         return refuse_server(cx, &osm, cluster_name, &message, &now);
     }
-    // The marker was lifted: the simulator retries the server (CAPO would not; see the README's
+    // The marker was lifted: the simulator retries the server (CAPO would not; see docs/development.md,
     // "What the simulator does not do").
     cx.delete(&ObjectKey::new(&servers(), ns, name(&osm)))?;
 

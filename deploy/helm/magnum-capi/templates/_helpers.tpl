@@ -36,7 +36,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/component: api
 {{- end }}
 
-{{/* `magnum-capi api-proxy`'s objects (README "Private clusters"). */}}
+{{/* `magnum-capi api-proxy`'s objects (docs/private-clusters.md). */}}
 {{- define "magnum-capi.apiProxyName" -}}
 {{- printf "%s-api-proxy" (include "magnum-capi.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
