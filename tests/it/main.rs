@@ -8,6 +8,7 @@
 
 mod common;
 
+mod addon_images;
 mod adopt_capi_drivers;
 mod api_admin;
 mod api_clusters;

@@ -1666,7 +1666,7 @@ fn ingress_is_nginx_or_traefik_with_the_delete_cleanup_and_octavia_is_refused() 
 // ---------------------------------------------------------------------------------------------
 // Add-on images: container_infra_prefix and the image tag labels
 
-const PREFIX: &str = "registry.example.com:5000/mirror";
+pub(crate) const PREFIX: &str = "registry.example.com:5000/mirror";
 
 /// Every image reference in a chart's values or a manifest: the strings under the keys charts
 /// name images by (`image`, `repository`, `registry`, `imageRegistry`), wherever they are.
@@ -1689,7 +1689,7 @@ fn image_refs(v: &Value, out: &mut Vec<(String, String)>) {
 
 /// The objects of clusters with `labels` and every add-on on, one per CNI (and ingress
 /// controller), with Keystone authentication.
-fn clusters_with_every_addon(labels: Value) -> Vec<Value> {
+pub(crate) fn clusters_with_every_addon(labels: Value) -> Vec<Value> {
     let mut objects = Vec::new();
     for (driver, ingress) in [
         ("calico", "nginx"),
@@ -1716,7 +1716,7 @@ fn clusters_with_every_addon(labels: Value) -> Vec<Value> {
     objects
 }
 
-fn chart_values(hcp: &Value) -> Value {
+pub(crate) fn chart_values(hcp: &Value) -> Value {
     yaml_serde::from_str(hcp["spec"]["valuesTemplate"].as_str().unwrap_or("{}")).unwrap()
 }
 

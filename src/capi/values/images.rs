@@ -31,6 +31,11 @@ pub enum ImageKey {
     /// `<path>` is a registry for several images; `true`: it must end in `/` (Calico's
     /// `Installation`).
     RegistryOf { trailing_slash: bool },
+    /// `<path>` is a list whose entries name their images whole, tags included (the GPU
+    /// operator's Kata runtime classes): no registry value moves them, so under a prefix the list
+    /// is emptied rather than left pulling from the public registry (an operator who needs them
+    /// lists the mirrored ones in a template override).
+    EmptiedList,
 }
 
 /// One image of a chart.
@@ -70,7 +75,9 @@ const fn registry(path: &'static str) -> ChartImage {
 /// Every chart the built-in templates render, with every image its values name (read from each
 /// chart's `values.yaml` at the version `[capi]` pins; images of components we leave off are
 /// listed too, so switching one on in a template override stays covered). A chart added to
-/// the templates without a row here fails the render tests (`every_addon_image_comes_from_the_prefix`).
+/// the templates without a row here fails the render tests (`every_addon_image_comes_from_the_prefix`);
+/// tests/it/addon_images.rs renders the real charts with these values and fails on any image
+/// of their manifests, optional parts on, left outside the prefix or moved off its path.
 pub const CHART_IMAGES: &[(&str, &[ChartImage])] = &[
     (
         "tigera-operator",
@@ -111,17 +118,35 @@ pub const CHART_IMAGES: &[(&str, &[ChartImage])] = &[
             repo("certgen.image", "quay.io/cilium/certgen"),
             repo("nodeinit.image", "quay.io/cilium/startup-script"),
             repo("preflight.image", "quay.io/cilium/cilium"),
+            repo("preflight.envoy.image", "quay.io/cilium/cilium-envoy"),
             repo(
                 "clustermesh.apiserver.image",
                 "quay.io/cilium/clustermesh-apiserver",
             ),
+            repo(
+                "authentication.mutual.spire.install.initImage",
+                "docker.io/library/busybox",
+            ),
+            repo(
+                "authentication.mutual.spire.install.agent.image",
+                "ghcr.io/spiffe/spire-agent",
+            ),
+            repo(
+                "authentication.mutual.spire.install.server.image",
+                "ghcr.io/spiffe/spire-server",
+            ),
+            repo("encryption.ztunnel.image", "docker.io/istio/ztunnel"),
         ],
     ),
     (
         "flannel",
         &[
-            repo("flannel.image", "docker.io/flannel/flannel"),
-            repo("flannel.image_cni", "docker.io/flannel/flannel-cni-plugin"),
+            repo("flannel.image", "ghcr.io/flannel-io/flannel"),
+            repo("flannel.image_cni", "ghcr.io/flannel-io/flannel-cni-plugin"),
+            repo(
+                "netpol.image",
+                "registry.k8s.io/networking/kube-network-policies",
+            ),
         ],
     ),
     (
@@ -251,13 +276,24 @@ pub const CHART_IMAGES: &[(&str, &[ChartImage])] = &[
         }],
     ),
     // The controller, its admission-webhook job and the default backend take their registry
-    // from here.
-    ("ingress-nginx", &[registry("global.image")]),
+    // from `global.image` since chart 4.12, from their own `registry` before (set too, so that
+    // an older `ingress_nginx_chart_version` stays under the prefix).
+    (
+        "ingress-nginx",
+        &[
+            registry("global.image"),
+            registry("controller.image"),
+            registry("controller.admissionWebhooks.patch.image"),
+            registry("controller.opentelemetry.image"),
+            registry("defaultBackend.image"),
+        ],
+    ),
     ("traefik", &[registry("image")]),
     (
         "gpu-operator",
         &[
             repo("operator", "nvcr.io/nvidia"),
+            repo("operator.initContainer", "nvcr.io/nvidia"),
             repo("validator", "nvcr.io/nvidia/cloud-native"),
             repo("driver", "nvcr.io/nvidia"),
             repo("driver.manager", "nvcr.io/nvidia/cloud-native"),
@@ -271,10 +307,18 @@ pub const CHART_IMAGES: &[(&str, &[ChartImage])] = &[
             repo("gds", "nvcr.io/nvidia/cloud-native"),
             repo("gdrcopy", "nvcr.io/nvidia/cloud-native"),
             repo("vgpuDeviceManager", "nvcr.io/nvidia/cloud-native"),
+            // No public image: one the operator builds, which goes to the prefix registry.
+            repo("vgpuManager", ""),
+            repo("vgpuManager.driverManager", "nvcr.io/nvidia/cloud-native"),
             repo("vfioManager", "nvcr.io/nvidia"),
             repo("vfioManager.driverManager", "nvcr.io/nvidia/cloud-native"),
             repo("sandboxDevicePlugin", "nvcr.io/nvidia"),
             repo("kataManager", "nvcr.io/nvidia/cloud-native"),
+            ChartImage {
+                path: "kataManager.config.runtimeClasses",
+                key: ImageKey::EmptiedList,
+                tag_label: None,
+            },
             repo("ccManager", "nvcr.io/nvidia/cloud-native"),
             repo(
                 "node-feature-discovery.image",
@@ -341,8 +385,12 @@ pub(super) fn check_labels(view: &LabelView<'_>) -> Result<(), ValuesError> {
     Ok(())
 }
 
-/// `upstream` (registry/path) moved under `prefix`: the registry replaced, the path kept.
+/// `upstream` (registry/path) moved under `prefix`: the registry replaced, the path kept (no
+/// upstream: the prefix itself).
 pub fn under_prefix(prefix: &str, upstream: &str) -> String {
+    if upstream.is_empty() {
+        return prefix.to_owned();
+    }
     match upstream.split_once('/') {
         Some((first, path)) if first.contains('.') || first.contains(':') => {
             format!("{prefix}/{path}")
@@ -368,37 +416,28 @@ pub(super) fn overlays(
                 set(&mut overlay, image.path, "tag", Value::String(tag));
             }
             let Some(prefix) = prefix else { continue };
-            match image.key {
-                ImageKey::Repository(upstream) => set(
-                    &mut overlay,
+            // The keys that name the image themselves are set where they are.
+            let (parent, leaf) = image.path.rsplit_once('.').unwrap_or(("", image.path));
+            let (parent, key, value) = match image.key {
+                ImageKey::Repository(upstream) => (
                     image.path,
                     "repository",
                     Value::String(under_prefix(prefix, upstream)),
                 ),
-                ImageKey::Registry => set(
-                    &mut overlay,
-                    image.path,
-                    "registry",
-                    Value::String(prefix.to_owned()),
-                ),
+                ImageKey::Registry => (image.path, "registry", Value::String(prefix.to_owned())),
                 ImageKey::Image(upstream) => {
-                    let (parent, key) = image.path.rsplit_once('.').unwrap_or(("", image.path));
-                    set(
-                        &mut overlay,
-                        parent,
-                        key,
-                        Value::String(under_prefix(prefix, upstream)),
-                    );
+                    (parent, leaf, Value::String(under_prefix(prefix, upstream)))
                 }
                 ImageKey::RegistryOf { trailing_slash } => {
-                    let (parent, key) = image.path.rsplit_once('.').unwrap_or(("", image.path));
                     let value = match trailing_slash {
                         true => format!("{prefix}/"),
                         false => prefix.to_owned(),
                     };
-                    set(&mut overlay, parent, key, Value::String(value));
+                    (parent, leaf, Value::String(value))
                 }
-            }
+                ImageKey::EmptiedList => (parent, leaf, Value::Array(Vec::new())),
+            };
+            set(&mut overlay, parent, key, value);
         }
         if overlay.as_object().is_some_and(|m| !m.is_empty()) {
             out.insert((*chart).to_owned(), overlay);
@@ -453,6 +492,19 @@ mod tests {
             "reg.example.com:5000/k8s/sig-storage/csi-resizer"
         );
         assert_eq!(under_prefix("reg", "traefik"), "reg/traefik");
+        // An image with no public upstream (the GPU operator's vGPU manager) is the prefix's.
+        assert_eq!(under_prefix("reg", ""), "reg");
+    }
+
+    #[test]
+    fn a_list_naming_its_images_whole_is_emptied_under_a_prefix() {
+        let labels = l(&[]);
+        let out = overlays(&LabelView::cluster(&labels), Some("reg")).unwrap();
+        assert_eq!(
+            out["gpu-operator"]["kataManager"]["config"]["runtimeClasses"],
+            serde_json::json!([])
+        );
+        assert_eq!(out["gpu-operator"]["vgpuManager"]["repository"], "reg");
     }
 
     #[test]

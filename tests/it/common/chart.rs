@@ -74,11 +74,37 @@ fn helm_render(args: &[&str], values: &Value) -> (bool, String, String) {
 /// The chart rendered with `values` (over its defaults): template path → YAML; `Err` is the
 /// Helm engine's message (a `required`/`fail` of the chart, a template error).
 pub fn try_render(values: &Value) -> Result<BTreeMap<String, String>, String> {
-    let (ok, out, err) = helm_render(&[CHART, "VALUES", RELEASE, RELEASE], values);
+    try_render_chart(Path::new(CHART), values, RELEASE, RELEASE)
+}
+
+/// Any chart directory (relative paths are the repository's) rendered as release `release` in
+/// `namespace` with `values` over its defaults, as [`try_render`] renders ours.
+pub fn try_render_chart(
+    chart: &Path,
+    values: &Value,
+    release: &str,
+    namespace: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let chart = chart.to_str().expect("a UTF-8 chart path");
+    let (ok, out, err) = helm_render(&[chart, "VALUES", release, namespace], values);
     if !ok {
         return Err(err);
     }
     Ok(serde_json::from_str(&out).expect("render output is JSON"))
+}
+
+/// The upstream charts of our add-ons, each in the directory its chart name names, fetched from
+/// the Go modules that ship them by `tests/addon-charts/fetch.sh` on first use (~20 s) and cached
+/// in ~/.cache/magnum-capi after; its `BUILD` says which versions.
+pub fn addon_charts() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        super::realstack::cached_build(
+            &root().join("tests/addon-charts/fetch.sh"),
+            "add-on charts",
+            "Go 1.26 and the Go module proxy",
+        )
+    })
 }
 
 pub fn render(values: &Value) -> BTreeMap<String, String> {

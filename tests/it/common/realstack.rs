@@ -86,7 +86,7 @@ pub fn cached_build(script: &Path, what: &str, needs: &str) -> PathBuf {
         .map(str::trim)
         .map(PathBuf::from)
         .expect("the build script printed its directory");
-    eprintln!("{what} binaries: {} ({:.1?})", dir.display(), t0.elapsed());
+    eprintln!("{what}: {} ({:.1?})", dir.display(), t0.elapsed());
     dir
 }
 
