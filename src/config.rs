@@ -241,6 +241,21 @@ pub struct CapiConfig {
     pub default_kube_version: String,
     /// Octavia provider of the API load balancer and CCM (`octavia_provider` overrides it).
     pub octavia_provider: String,
+    /// Octavia providers that cannot restrict a listener's source addresses: a cluster asking
+    /// for `api_master_lb_allowed_cidrs` on one of them is refused (400) rather than left open.
+    /// ovn-octavia-provider refuses `allowed_cidrs`, and CAPO silently drops them for it.
+    pub octavia_providers_without_allowed_cidrs: Vec<String>,
+    /// The addresses the unnamed management cluster's Cluster API reaches workload APIs from
+    /// (its egress/NAT addresses, CIDRs): admitted by every `api_master_lb_allowed_cidrs`
+    /// restriction so that CAPI never locks itself out. Empty: such restrictions are refused
+    /// (400) on clusters placed there. `[[capi.management_clusters]] egress_cidrs` for the
+    /// named ones.
+    #[schemars(example = &vec!["203.0.113.0/28".to_string()])]
+    pub egress_cidrs: Vec<String>,
+    /// The kube-vip image of clusters with `kube_vip_enabled` (their API on a virtual IP of the
+    /// control-plane machines instead of an Octavia load balancer); `kube_vip_image` overrides
+    /// it, `container_infra_prefix` moves it like any other image.
+    pub kube_vip_image: String,
     /// Minutes an update (resize, upgrade, nodegroup change) may take before `UPDATE_FAILED`.
     pub update_timeout_mins: u64,
     /// Seconds an add-on (a CAAPH release) may stay installing or upgrading before the cluster's
@@ -433,6 +448,12 @@ pub struct ManagementClusterConfig {
     /// `serve --dev` only: an in-process simulated management cluster instead of a kubeconfig.
     #[serde(default)]
     pub simulated: bool,
+    /// The addresses its Cluster API reaches workload APIs from (as `[capi] egress_cidrs` for
+    /// the unnamed one): admitted by every `api_master_lb_allowed_cidrs` restriction of the
+    /// clusters placed here; empty: such restrictions are refused (400) here.
+    #[serde(default)]
+    #[schemars(example = &vec!["198.51.100.7/32".to_string()])]
+    pub egress_cidrs: Vec<String>,
 }
 
 fn default_weight() -> u32 {
@@ -455,6 +476,7 @@ impl ManagementClusterConfig {
             weight: 1,
             enabled: true,
             simulated: false,
+            egress_cidrs: Vec::new(),
         }
     }
 }
@@ -471,6 +493,9 @@ impl Default for CapiConfig {
             node_cidr: "10.0.0.0/24".into(),
             default_kube_version: "v1.33.5".into(),
             octavia_provider: "amphora".into(),
+            octavia_providers_without_allowed_cidrs: vec!["ovn".into()],
+            egress_cidrs: Vec::new(),
+            kube_vip_image: "ghcr.io/kube-vip/kube-vip:v1.2.3".into(),
             update_timeout_mins: 60,
             addon_install_timeout_secs: 1800,
             openstack_retry_grace_secs: 120,
@@ -766,6 +791,7 @@ impl CapiConfig {
     }
 
     fn validate_management_clusters(&self) -> Result<(), ConfigError> {
+        check_egress_cidrs("[capi]", &self.egress_cidrs)?;
         let mut seen = std::collections::HashSet::new();
         for m in &self.management_clusters {
             let valid = !m.name.is_empty()
@@ -786,6 +812,10 @@ impl CapiConfig {
                     m.name
                 )));
             }
+            check_egress_cidrs(
+                &format!("[[capi.management_clusters]] {}", m.name),
+                &m.egress_cidrs,
+            )?;
             if m.weight == 0 {
                 return Err(ConfigError::Invalid(format!(
                     "[[capi.management_clusters]] {}: weight must be >= 1 (use enabled = false \
@@ -796,6 +826,15 @@ impl CapiConfig {
         }
         Ok(())
     }
+}
+
+/// Each of `cidrs` must be a CIDR (`egress_cidrs` end up in Octavia's `allowed_cidrs`).
+fn check_egress_cidrs(section: &str, cidrs: &[String]) -> Result<(), ConfigError> {
+    for c in cidrs {
+        crate::capi::values::parse_cidr(c)
+            .map_err(|e| ConfigError::Invalid(format!("{section} egress_cidrs {c:?}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Versions by Kubernetes minor, keyed `"1.<minor>"`.

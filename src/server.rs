@@ -294,6 +294,10 @@ pub fn capi_runtime_named(
         .take()
         .or_else(|| cfg.keystone.public_v3_url());
     config.keystone_auth_ca = cloud_ca.clone();
+    // `[capi] egress_cidrs` are the unnamed one's; a named one has its own.
+    if let Some(m) = cfg.capi.management_clusters.iter().find(|m| m.name == name) {
+        config.egress_cidrs.clone_from(&m.egress_cidrs);
+    }
     Ok(Arc::new(Capi::new(CapiParts {
         mgmt: Mgmt::new(client, &cfg.capi.field_manager),
         renderer,

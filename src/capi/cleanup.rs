@@ -356,6 +356,21 @@ fn on_vip(f: &FloatingIp, lb: &LoadBalancer) -> bool {
     lb.vip_port_id.is_some() && lb.vip_port_id == f.port_id
 }
 
+/// Whether the cluster's CCM could create Octavia load balancers: not when `octavia_enabled`
+/// turned it off (`[LoadBalancer] enabled=false`). A catalog without Octavia is not enough to
+/// know: the cleanup says it could not check.
+pub fn ccm_made_load_balancers(c: &Cluster) -> bool {
+    ccm_octavia(&c.labels)
+}
+
+/// `octavia_enabled`, default true.
+fn ccm_octavia(labels: &crate::domain::labels::Labels) -> bool {
+    labels
+        .get("octavia_enabled")
+        .and_then(|v| crate::domain::fields::bool_from_string(v.trim()))
+        .unwrap_or(true)
+}
+
 /// Why a kind was not checked, as the report says it.
 const NO_OCTAVIA: &str = "load balancers (no load-balancer service in the catalog)";
 const NO_CINDER: &str = "volumes (no block-storage service in the catalog)";
@@ -449,7 +464,11 @@ impl Capi {
         // Done only when a listing shows nothing of the cluster's: deletes are asynchronous in
         // Octavia and Cinder, so what was deleted in this pass counts until it is gone.
         let (mut owned, mut attached) = (Vec::new(), Vec::new());
-        if workload::has_service(s, workload::LOAD_BALANCER) {
+        if !ccm_made_load_balancers(c) {
+            // Its CCM never served `Service type=LoadBalancer` (`octavia_enabled=false`; its
+            // API has no Octavia load balancer of ours either: CAPO's, if any, goes with the
+            // OpenStackCluster): nothing to look for, and the delete does not depend on Octavia.
+        } else if workload::has_service(s, workload::LOAD_BALANCER) {
             for lb in workload::load_balancers(s, project).await? {
                 match load_balancer_ownership(&name, &lb) {
                     Some(LbOwnership::Owned) => owned.push(lb),
@@ -476,6 +495,9 @@ impl Capi {
         } else {
             Vec::new()
         };
+        if network {
+            self.cleanup_api_vip(c, s, &fips).await?;
+        }
         for f in &fips {
             if report.kept_floating_ips.contains(&f.id) || attached.iter().any(|lb| on_vip(f, lb)) {
                 // Kept by an earlier pass; or on the VIP of a load balancer that stays, which
@@ -771,6 +793,16 @@ impl Capi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_whose_ccm_had_no_octavia_has_no_load_balancers_to_find() {
+        let mut labels = crate::domain::labels::Labels::new();
+        assert!(ccm_octavia(&labels));
+        labels.insert("octavia_enabled".into(), "true".into());
+        assert!(ccm_octavia(&labels));
+        labels.insert("octavia_enabled".into(), "False".into());
+        assert!(!ccm_octavia(&labels));
+    }
 
     fn lb(name: &str, tags: &[&str]) -> LoadBalancer {
         LoadBalancer {

@@ -757,10 +757,33 @@ impl Capi {
         }
         match kind {
             K::Create => {
-                if let Some(token) = caller {
-                    self.provision_as_caller(journal, spec, token).await?;
+                // Applied once; a requeue below only waits to move the API's floating IP.
+                let applied = op.step.get("applied").and_then(Value::as_bool) == Some(true);
+                if !applied {
+                    if let Some(token) = caller {
+                        self.provision_as_caller(journal, spec, token).await?;
+                    }
+                    self.apply_cluster(journal, spec, None, true).await?;
                 }
-                self.apply_cluster(journal, spec, None, true).await?;
+                if let Some(what) = self.float_api_vip(c).await? {
+                    // Within the create's own deadline (the status writer judges it only once
+                    // the operation ends).
+                    let minutes = c.create_timeout.unwrap_or(60).max(1);
+                    if chrono::Utc::now()
+                        > op.created_at + chrono::Duration::minutes(minutes.into())
+                    {
+                        return Err(CapiError::Stuck(format!(
+                            "Timed out after {minutes} minutes waiting for {what} to put the \
+                             API's floating IP on its virtual IP"
+                        )));
+                    }
+                    return Ok(Outcome::Requeue {
+                        after: std::time::Duration::from_secs(5),
+                        progress: None,
+                        step: Some(serde_json::json!({"applied": true})),
+                    }
+                    .into());
+                }
             }
             K::Resize => {
                 if let Some(ng) = op.nodegroup_uuid {

@@ -229,7 +229,10 @@ impl Backend for Fleet {
         cluster: &Cluster,
         nodegroups: &[Nodegroup],
     ) -> Result<(), BackendError> {
-        self.any().validate_cluster(template, cluster, nodegroups)
+        // The placed one's settings (its egress addresses) judge what it will render.
+        let d = self.member(cluster.management_cluster_name());
+        d.unwrap_or_else(|| self.any())
+            .validate_cluster(template, cluster, nodegroups)
     }
     fn readiness(
         &self,

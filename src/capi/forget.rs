@@ -106,6 +106,12 @@ impl Capi {
         out.push(format!(
             "any Nova server groups named {name}-control-plane or {name}-<nodegroup>…"
         ));
+        if super::api_vip::on_virtual_ip(c) {
+            out.push(format!(
+                "the API's virtual-IP port {} and the floating IP on it",
+                super::api_vip::vip_port_name(&name)
+            ));
+        }
         Ok(out)
     }
 

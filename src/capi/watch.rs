@@ -140,6 +140,8 @@ fn prune(obj: &DynamicObject) -> Shared {
             "providerID",
             "disableAPIServerFloatingIP",
             "infrastructureRef",
+            // An API on a virtual IP: where its floating IP goes (`capi::api_vip`).
+            "apiServerFixedIP",
         ] {
             if let Some(v) = s.get(k) {
                 spec.insert(k.into(), v.clone());

@@ -660,3 +660,79 @@ pub async fn delete_server_group(s: &UserSession, id: &str) -> Result<(), OpenSt
         _ => Err(failed(NOVA, "deleting a server group", status, &body)),
     }
 }
+
+/// The ids of `project`'s Neutron ports named `name` (on `network`, when given).
+pub async fn ports_named(
+    s: &UserSession,
+    project: &str,
+    name: &str,
+    network: Option<&str>,
+) -> Result<Vec<String>, OpenStackError> {
+    let root = neutron(s)?;
+    let mut q = vec![("project_id", project), ("name", name)];
+    if let Some(n) = network {
+        q.push(("network_id", n));
+    }
+    let url = with_query(format!("{root}/ports"), &q);
+    let all = list_all(s, NEUTRON, "listing ports", url, "ports").await?;
+    Ok(all.iter().map(|p| text(p, "id")).collect())
+}
+
+/// Creates a port on `network` holding `address` of `subnet`, bound to nothing; its id.
+pub async fn create_port(
+    s: &UserSession,
+    network: &str,
+    subnet: &str,
+    address: &str,
+    name: &str,
+    description: &str,
+) -> Result<String, OpenStackError> {
+    let url = format!("{}/ports", neutron(s)?);
+    let body = serde_json::json!({"port": {
+        "network_id": network, "name": name, "description": description,
+        "fixed_ips": [{"subnet_id": subnet, "ip_address": address}]}});
+    let (status, answer) = s
+        .send_json_with(NEUTRON, Method::POST, &url, &[], Some(&body))
+        .await?;
+    match status {
+        200..=299 => answer
+            .pointer("/port/id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| failed(NEUTRON, "creating a port (no id)", status, &answer)),
+        _ => Err(failed(NEUTRON, "creating a port", status, &answer)),
+    }
+}
+
+/// Deletes a port (gone already counts as deleted).
+pub async fn delete_port(s: &UserSession, id: &str) -> Result<(), OpenStackError> {
+    let url = format!("{}/ports/{id}", neutron(s)?);
+    let (status, body) = s.send_json(NEUTRON, Method::DELETE, &url).await?;
+    match status {
+        200..=299 | 404 => Ok(()),
+        _ => Err(failed(NEUTRON, "deleting a port", status, &body)),
+    }
+}
+
+/// Points floating IP `id` at `address` of port `port` (moving it there from wherever it was).
+pub async fn associate_floating_ip(
+    s: &UserSession,
+    id: &str,
+    port: &str,
+    address: &str,
+) -> Result<(), OpenStackError> {
+    let url = format!("{}/floatingips/{id}", neutron(s)?);
+    let body = serde_json::json!({"floatingip": {"port_id": port, "fixed_ip_address": address}});
+    let (status, answer) = s
+        .send_json_with(NEUTRON, Method::PUT, &url, &[], Some(&body))
+        .await?;
+    match status {
+        200..=299 => Ok(()),
+        _ => Err(failed(
+            NEUTRON,
+            "associating a floating IP",
+            status,
+            &answer,
+        )),
+    }
+}

@@ -467,7 +467,11 @@ pub(crate) async fn wait_for_status(
 
 /// A client of cluster `uuid`'s workload API as `coe cluster config` makes one: the cluster's
 /// CA (`ca show`) trusted, an admin client certificate it signs (`ca sign`) presented.
-async fn workload_client(served: &Production, token: &str, uuid: &str) -> reqwest::Client {
+pub(crate) async fn workload_client(
+    served: &Production,
+    token: &str,
+    uuid: &str,
+) -> reqwest::Client {
     let (st, ca) = served
         .call(
             token,
@@ -504,7 +508,7 @@ async fn workload_client(served: &Production, token: &str, uuid: &str) -> reqwes
 
 /// How many nodes the workload API at `api` lists for `client`; why, when it refuses it (or
 /// the client refuses the API's certificate).
-async fn nodes_of(client: &reqwest::Client, api: &str) -> Result<usize, String> {
+pub(crate) async fn nodes_of(client: &reqwest::Client, api: &str) -> Result<usize, String> {
     let answer = client
         .get(format!("{api}/api/v1/nodes"))
         .send()

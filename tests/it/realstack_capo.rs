@@ -16,7 +16,7 @@ use crate::common::keystone::Keystone;
 use crate::common::realstack::{REAL_DEADLINE, RealStack, server_side_apply, stack};
 use crate::common::stack::{env_shared, parts};
 use crate::common::wait::until_within;
-use crate::render::{build_values, renderer, rows, with_labels};
+use crate::render::{MGMT_EGRESS, build_values, render_config, renderer, rows, with_labels};
 
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 const INFRA_ALPHA: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
@@ -252,7 +252,7 @@ fn rendered() -> (Value, Value) {
     r.template.resolved.image_id = Some(IMAGE_UBUNTU_KUBE.into());
     r.template.resolved.external_network_id = Some(NETWORK_PUBLIC.into());
     r.cluster.resolved = r.template.resolved.clone();
-    let values = build_values(&r, &magnum_capi::config::CapiConfig::default()).unwrap();
+    let values = build_values(&r, &render_config()).unwrap();
     let objects = renderer().render(&values).unwrap();
     let osc = objects
         .iter()
@@ -391,7 +391,8 @@ async fn capo_builds_a_cluster_and_a_machine_on_the_fake_cloud_and_removes_them(
     assert_eq!(st["apiServerLoadBalancer"]["id"], lb["id"]);
     assert_eq!(st["apiServerLoadBalancer"]["internalIP"], lb["vip_address"]);
     assert_eq!(listener["protocol_port"], 6443);
-    // CAPO adds the cluster subnet and the router's address to the template's CIDRs.
+    // CAPO adds the cluster subnet and the router's address to the template's CIDRs, and ours
+    // the management cluster's egress addresses (issue 46 item 4).
     let mut allowed: Vec<&str> = listener["allowed_cidrs"]
         .as_array()
         .unwrap()
@@ -400,7 +401,13 @@ async fn capo_builds_a_cluster_and_a_machine_on_the_fake_cloud_and_removes_them(
         .collect();
     allowed.sort();
     let router_cidr = format!("{gateway_ip}/32");
-    let mut expected = vec!["10.0.0.0/8", "10.0.0.0/24", "192.168.0.0/16", &router_cidr];
+    let mut expected = vec![
+        "10.0.0.0/8",
+        "10.0.0.0/24",
+        "192.168.0.0/16",
+        &router_cidr,
+        MGMT_EGRESS,
+    ];
     expected.sort();
     assert_eq!(allowed, expected);
     assert_eq!(pool["listeners"][0]["id"], listener["id"]);

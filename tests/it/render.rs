@@ -112,6 +112,18 @@ pub(crate) fn with_labels(labels: Value) -> (Value, Value) {
     (t, cluster_body())
 }
 
+/// The operator settings renders use: the defaults, with the management cluster's egress
+/// addresses said (`api_master_lb_allowed_cidrs` is refused without them).
+pub(crate) fn render_config() -> CapiConfig {
+    CapiConfig {
+        egress_cidrs: vec![MGMT_EGRESS.into()],
+        ..CapiConfig::default()
+    }
+}
+
+/// The management cluster's egress addresses of [`render_config`].
+pub(crate) const MGMT_EGRESS: &str = "198.51.100.0/28";
+
 pub(crate) fn build_values(r: &ApiRows, config: &CapiConfig) -> Result<Values, ValuesError> {
     values::build(Inputs {
         template: &r.template,
@@ -131,7 +143,7 @@ fn build_for_create(r: &ApiRows, credentials: values::CloudCredentials) -> Value
         template: &r.template,
         cluster: &r.cluster,
         nodegroups: &r.nodegroups,
-        config: &CapiConfig::default(),
+        config: &render_config(),
         credentials: Some(credentials),
         cas: Some(&cas),
         rollout_after: None,
@@ -140,7 +152,7 @@ fn build_for_create(r: &ApiRows, credentials: values::CloudCredentials) -> Value
 }
 
 pub(crate) fn render_rows(r: &ApiRows) -> Vec<Value> {
-    let v = build_values(r, &CapiConfig::default()).unwrap();
+    let v = build_values(r, &render_config()).unwrap();
     renderer().render(&v).unwrap()
 }
 
@@ -334,7 +346,7 @@ fn ha_cluster_with_load_balancer_and_allowed_cidrs() {
     assert_eq!(
         osc["spec"]["apiServerLoadBalancer"],
         json!({"enabled": true, "provider": "amphora",
-               "allowedCIDRs": ["10.0.0.0/8", "192.168.10.0/24"],
+               "allowedCIDRs": ["10.0.0.0/8", "192.168.10.0/24", MGMT_EGRESS],
                "flavor": "lb-small", "availabilityZone": "az-lb"})
     );
     assert_eq!(
@@ -2254,7 +2266,7 @@ fn allowed_cidrs_give_a_single_master_cluster_its_api_load_balancer() {
     let osc = one(&objects, "OpenStackCluster");
     assert_eq!(
         osc["spec"]["apiServerLoadBalancer"]["allowedCIDRs"],
-        json!(["10.0.0.0/8", "192.0.2.0/24"]),
+        json!(["10.0.0.0/8", "192.0.2.0/24", MGMT_EGRESS]),
         "{osc}"
     );
 }

@@ -477,3 +477,39 @@ fn an_os_distro_the_driver_cannot_boot_is_refused_naming_the_supported_ones() {
         "rocky"
     );
 }
+
+/// An API on a virtual IP (`kube_vip_enabled`, issue 46 item 3) on every distro: valid against
+/// the CRDs, kube-vip's static pod written on the control plane only (Flatcar: by Ignition, as
+/// a valid Container Linux Config), the super-admin swap around kubeadm.
+#[test]
+fn a_virtual_ip_renders_on_every_distro_with_kube_vips_pod_on_the_control_plane() {
+    let path = magnum_capi::capi::values::KUBE_VIP_MANIFEST_PATH;
+    for distro in ["ubuntu", "flatcar", "rocky", "debian"] {
+        let (mut t, c, ngs) = every_node_setting();
+        t["labels"]["kube_vip_enabled"] = json!("true");
+        let mut r = rows(t, c, Some(ngs));
+        r.template.resolved.os_distro = Some(distro.into());
+        r.cluster.resolved.os_distro = Some(distro.into());
+        let objects = renderer()
+            .render(&build_values(&r, &config()).unwrap())
+            .unwrap();
+        assert_valid(&objects);
+        for (machine, spec) in bootstrap_specs(&objects) {
+            let written = if distro == "flatcar" {
+                let config = clc(&spec);
+                let errors = clc_errors(&config);
+                assert!(errors.is_empty(), "{distro} {machine}: {errors:#?}");
+                clc_path(&config, path).is_some()
+            } else {
+                spec["files"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f["path"] == path))
+            };
+            assert_eq!(written, machine == "control-plane", "{distro} {machine}");
+            if machine == "control-plane" {
+                let commands = spec["postKubeadmCommands"].to_string();
+                assert!(commands.contains("super-admin.conf"), "{distro}: {spec:#}");
+            }
+        }
+    }
+}

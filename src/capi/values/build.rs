@@ -71,8 +71,11 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
     let networking = cx.networking()?;
     let kube_network = cx.kube_network(networking.managed_subnet.as_ref())?;
     let master = master_nodegroup(nodegroups)?;
-    let api_server = cx.api_server(master.node_count, networking.external_network.is_some())?;
-    let mut api_server = api_server;
+    let mut networking = networking;
+    let mut api_server = cx.api_server(master.node_count, &networking)?;
+    if let (Some(vip), Some(m)) = (&api_server.vip, &mut networking.managed_subnet) {
+        m.allocation_pools = super::vip::pools_without(m, &vip.address);
+    }
     let kubeadm = cx.kubeadm()?;
     let os_distro = cx
         .tr
@@ -102,13 +105,21 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         }
     }
     let machines = cx.machine_refs()?;
-    let mut control_plane = cx.control_plane(master, &machines, &nodes.pre_kubeadm_commands)?;
+    let vip = api_server.vip.as_ref();
+    let control_plane_commands: Vec<String> = nodes
+        .pre_kubeadm_commands
+        .iter()
+        .chain(vip.iter().flat_map(|v| &v.pre_kubeadm_commands))
+        .cloned()
+        .collect();
+    let mut control_plane = cx.control_plane(master, &machines, &control_plane_commands)?;
     control_plane.files = nodes
         .files
         .iter()
         .cloned()
         .chain(audit_policy)
         .chain(keystone_parts.map(|k| k.file))
+        .chain(vip.map(|v| v.manifest.clone()))
         .collect();
     let mut node_groups =
         cx.node_groups(nodegroups, &machines, &kubeadm, &nodes.pre_kubeadm_commands)?;
@@ -225,6 +236,7 @@ impl<'a> Cx<'a> {
         .map(|cidr| ManagedSubnet {
             cidr,
             dns_nameservers: dns_nameservers.clone(),
+            allocation_pools: Vec::new(),
         });
         Ok(Networking {
             external_network,
@@ -291,23 +303,55 @@ impl<'a> Cx<'a> {
     fn api_server(
         &self,
         master_count: i32,
-        has_external_network: bool,
+        networking: &Networking,
     ) -> Result<ApiServer, ValuesError> {
         let (view, t, c) = (&self.view, self.t, self.c);
+        let has_external_network = networking.external_network.is_some();
         const ALLOWED_CIDRS: &[&str] = &["api_master_lb_allowed_cidrs", "master_lb_allowed_cidrs"];
+        let port = match t.apiserver_port {
+            None | Some(6443) => None,
+            Some(p) => Some(u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| {
+                ValuesError::Invalid(format!("apiserver_port {p} is not a port"))
+            })?),
+        };
+        // The control-plane machines hold the API's address themselves: no load balancer,
+        // whatever `master_lb_enabled` says (with several masters Magnum wants it true: the
+        // virtual IP is their balancer).
+        let vip = self.api_vip(networking, port.unwrap_or(6443))?;
+        let allowed_given = view.raw(ALLOWED_CIDRS)?;
+        let mut allowed_cidrs = view.list(ALLOWED_CIDRS, &[','], |c| parse_cidr(c).map(drop))?;
+        // `0.0.0.0/0` (magnum-capi-helm's templates carry it) restricts nothing.
+        let restricts = !allowed_cidrs.is_empty()
+            && !allowed_cidrs
+                .iter()
+                .any(|c| parse_cidr(c).is_ok_and(|(_, len)| len == 0));
+        if let (Some(_), true, Some((label, v))) = (&vip, restricts, allowed_given) {
+            return Err(bad(
+                label,
+                v,
+                format!(
+                    "cannot be enforced on an API without an Octavia load balancer \
+                     ({}=true): CAPO opens the control-plane security group's API port \
+                     to everyone",
+                    super::vip::ENABLED
+                ),
+            ));
+        }
         // Allowed CIDRs restrict the API load balancer, so asking for them asks for one:
         // magnum-capi-helm always made it, and its templates carry the label without
         // `master_lb_enabled` (dropping the restriction silently would open the API).
-        let lb_asked = c.master_lb_enabled.unwrap_or(t.master_lb_enabled)
-            || master_count > 1
-            || view.raw(ALLOWED_CIDRS)?.is_some();
+        let lb_asked = vip.is_none()
+            && (c.master_lb_enabled.unwrap_or(t.master_lb_enabled)
+                || master_count > 1
+                || !allowed_cidrs.is_empty());
         let floating_ip =
             view.bool(&["master_lb_floating_ip_enabled"], true)? && has_external_network;
         // Without a floating IP the API has no endpoint but a load balancer's (CAPO knows no
         // other), so it gets one, as magnum-capi-helm always built: Horizon's cluster dialog
         // sends `master_lb_enabled: false` with `master_lb_floating_ip_enabled=false` by
         // default. That API is private, on the balancer's fixed IP (docs/private-clusters.md).
-        let lb_wanted = lb_asked || !floating_ip;
+        // A virtual IP is such an endpoint too.
+        let lb_wanted = vip.is_none() && (lb_asked || !floating_ip);
         if lb_wanted && c.resolved.load_balancer_service == Some(false) {
             return Err(ValuesError::Invalid(no_api_endpoint(
                 lb_asked,
@@ -315,15 +359,33 @@ impl<'a> Cx<'a> {
             )));
         }
         let load_balancer = if lb_wanted {
-            let allowed_cidrs = view.list(ALLOWED_CIDRS, &[','], |c| parse_cidr(c).map(drop))?;
+            let provider = self.octavia_provider()?;
+            if let (true, Some((label, v))) = (restricts, allowed_given) {
+                self.admit_management_cluster(label, v, &provider, &mut allowed_cidrs)?;
+            }
             Some(ApiLoadBalancer {
-                provider: self.octavia_provider()?,
-                allowed_cidrs,
+                provider,
+                allowed_cidrs: std::mem::take(&mut allowed_cidrs),
                 flavor: view.token(&["api_server_lb_flavor"])?,
                 availability_zone: view.token(&["api_server_lb_availability_zone"])?,
             })
         } else {
             None
+        };
+        let fixed_ip = match &vip {
+            Some(v) => Some(v.address.clone()),
+            None => view.parsed(&[super::vip::FIXED_IP], |v| {
+                v.parse::<IpAddr>()
+                    .map_err(|_| "must be an IP address".to_owned())?;
+                if load_balancer.is_none() {
+                    return Err(format!(
+                        "is the address of the API's load balancer or, with {}=true, its \
+                         virtual IP: this cluster has neither",
+                        super::vip::ENABLED
+                    ));
+                }
+                Ok(v.to_owned())
+            })?,
         };
         let floating_ip_address = view.parsed(&["api_server_floating_ip"], |v| {
             v.parse::<IpAddr>()
@@ -337,21 +399,22 @@ impl<'a> Cx<'a> {
             }
             Ok(v.to_owned())
         })?;
-        let port = match t.apiserver_port {
-            None | Some(6443) => None,
-            Some(p) => Some(u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| {
-                ValuesError::Invalid(format!("apiserver_port {p} is not a port"))
-            })?),
-        };
-        let cert_sans = view.list(&["api_server_cert_sans"], &[','], |san| {
+        let mut cert_sans = view.list(&["api_server_cert_sans"], &[','], |san| {
             let dns_name = san.to_ascii_lowercase().replace('*', "x");
             if san.parse::<IpAddr>().is_err() && dns1123_subdomain_error(&dns_name).is_some() {
                 return Err("each SAN must be a DNS name or an IP address".into());
             }
             Ok(())
         })?;
+        if let Some(v) = &vip
+            && !cert_sans.contains(&v.address)
+        {
+            cert_sans.push(v.address.clone());
+        }
         Ok(ApiServer {
             load_balancer,
+            vip,
+            fixed_ip,
             floating_ip,
             floating_ip_address,
             port,
@@ -360,6 +423,48 @@ impl<'a> Cx<'a> {
             audit_log: None,
             extra_volumes: Vec::new(),
         })
+    }
+
+    /// Refuses allowed CIDRs nothing would enforce (CAPO drops them without a word for a
+    /// provider Octavia's VIP ACLs do not cover), and admits the management cluster's egress
+    /// addresses so that Cluster API keeps reaching the API it restricts.
+    fn admit_management_cluster(
+        &self,
+        label: &str,
+        value: &str,
+        provider: &str,
+        allowed: &mut Vec<String>,
+    ) -> Result<(), ValuesError> {
+        let config = self.config;
+        if config
+            .octavia_providers_without_allowed_cidrs
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(provider))
+        {
+            return Err(bad(
+                label,
+                value,
+                format!(
+                    "cannot be enforced by the Octavia provider {provider:?} (it has no \
+                     allowed CIDRs); choose another with octavia_provider"
+                ),
+            ));
+        }
+        if config.egress_cidrs.is_empty() {
+            return Err(bad(
+                label,
+                value,
+                "cannot be enforced here: the operator has not said which addresses Cluster \
+                 API reaches the API from (egress_cidrs of the management cluster), and \
+                 without them it would lock itself out",
+            ));
+        }
+        for e in &config.egress_cidrs {
+            if !allowed.contains(e) {
+                allowed.push(e.clone());
+            }
+        }
+        Ok(())
     }
 
     /// kube-apiserver flags: admission plugins, OIDC, TLS cipher suites.
@@ -540,6 +645,10 @@ impl<'a> Cx<'a> {
             cloud_config: CloudConfig {
                 resource_set_name: format!("{}-cloud-config", self.cluster_name),
                 load_balancer: CcmLoadBalancer {
+                    enabled: view.bool(
+                        &["octavia_enabled"],
+                        self.c.resolved.load_balancer_service != Some(false),
+                    )?,
                     provider,
                     method,
                     create_monitor: view.bool(&["octavia_lb_healthcheck"], true)?,

@@ -180,6 +180,33 @@ pub struct Networking {
 pub struct ManagedSubnet {
     pub cidr: String,
     pub dns_nameservers: Vec<String>,
+    /// Empty: Neutron's default pool. With the API on a virtual IP: all but that address.
+    pub allocation_pools: Vec<AllocationPool>,
+}
+
+/// A Neutron allocation pool (first and last address).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocationPool {
+    pub start: String,
+    pub end: String,
+}
+
+/// The API on a virtual IP of the control-plane machines (`kube_vip_enabled`, [`super::vip`]).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiVip {
+    /// The address (`api_server_fixed_ip`, else the managed subnet's last host address).
+    pub address: String,
+    /// `kube_vip_interface`; `None`: kube-vip's choice (the default route's interface).
+    pub interface: Option<String>,
+    /// `kube_vip_image`, else `[capi] kube_vip_image` (under `container_infra_prefix`).
+    pub image: String,
+    /// kube-vip's static pod.
+    pub manifest: NodeFile,
+    /// On the machine kubeadm initialises: kube-vip on super-admin.conf until kubeadm is done.
+    pub pre_kubeadm_commands: Vec<String>,
+    pub post_kubeadm_commands: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -197,8 +224,13 @@ pub struct KubeNetwork {
 #[serde(rename_all = "camelCase")]
 pub struct ApiServer {
     /// The Octavia load balancer in front of the API (`master_lb_enabled`, or several
-    /// masters); `None` exposes the single master directly.
+    /// masters); `None` exposes the single master directly, or the virtual IP.
     pub load_balancer: Option<ApiLoadBalancer>,
+    /// The virtual IP the control-plane machines hold instead (`kube_vip_enabled`).
+    pub vip: Option<ApiVip>,
+    /// CAPO's `apiServerFixedIP`: the virtual IP, or the load balancer's address
+    /// (`api_server_fixed_ip`).
+    pub fixed_ip: Option<String>,
     /// Whether the API gets a floating IP (`master_lb_floating_ip_enabled`, default true).
     pub floating_ip: bool,
     /// A pre-allocated floating IP address for the API (`api_server_floating_ip`).
@@ -702,6 +734,9 @@ pub struct CloudConfig {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CcmLoadBalancer {
+    /// Whether the CCM serves `Service type=LoadBalancer` (`octavia_enabled`, default: the
+    /// creator's catalog has Octavia); off, its service controller never calls Octavia.
+    pub enabled: bool,
     /// `octavia_provider`.
     pub provider: String,
     /// `octavia_lb_algorithm`; default `SOURCE_IP_PORT` for `ovn`, else `ROUND_ROBIN`.

@@ -16,7 +16,9 @@
 //! | `etcd_blockdevice_size`\|`etcd_volume_size`, `etcd_blockdevice_type` (volume/local), `etcd_blockdevice_volume_type`\|`etcd_volume_type`, `etcd_blockdevice_volume_az` | etcd disk (`additionalBlockDevices` + `diskSetup`/`mounts` at `/var/lib/etcd`) |
 //! | `docker_volume_type` (NG), with the nodegroup/cluster/template field `docker_volume_size` | containerd's own Cinder volume at `/var/lib/containerd` on every machine |
 //! | `master_lb_floating_ip_enabled` | floating IP on the API (default true) |
-//! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs (set, the API gets its load balancer, as magnum-capi-helm always made one) |
+//! | `api_master_lb_allowed_cidrs`\|`master_lb_allowed_cidrs` | API load balancer source CIDRs, with the management cluster's `egress_cidrs` (set, the API gets its load balancer, as magnum-capi-helm always made one; refused where nothing enforces them: no Octavia, `kube_vip_enabled`, a provider of `[capi] octavia_providers_without_allowed_cidrs`, no `egress_cidrs`) |
+//! | `kube_vip_enabled`, `api_server_fixed_ip`, `kube_vip_interface`, `kube_vip_image` | the API on a virtual IP of the control-plane machines (kube-vip static pod) instead of an Octavia load balancer ([`vip`]); `api_server_fixed_ip` alone: the API load balancer's address |
+//! | `octavia_enabled` | CCM's `Service type=LoadBalancer` (default: the creator's catalog has Octavia) |
 //! | `octavia_provider`, `octavia_lb_algorithm`, `octavia_lb_healthcheck` | API LB and CCM |
 //! | `api_server_lb_flavor`, `api_server_lb_availability_zone`, `api_server_floating_ip` | API LB |
 //! | `fixed_subnet_cidr` | subnet CAPO creates when no fixed network is given |
@@ -65,6 +67,7 @@ mod nodegroups;
 mod nodes;
 mod rows;
 mod versions;
+mod vip;
 
 pub use addons::{AUTOSCALER_TAGS, AddonSpec, OPTIONAL_ADDONS, autoscaler_tag};
 pub use build::{Inputs, build};
@@ -84,6 +87,7 @@ pub use nodegroups::{
 };
 pub use nodes::{FLATCAR_KUBEADM_COMMANDS, SERVER_GROUP_POLICIES};
 pub use rows::{ApiRows, placeholder_cas, placeholder_credentials, rows_from_api};
+pub use vip::MANIFEST_PATH as KUBE_VIP_MANIFEST_PATH;
 
 pub use crate::domain::kube_version::kube_version;
 

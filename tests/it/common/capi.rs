@@ -370,16 +370,31 @@ pub async fn fleet_app_on(
 /// Creates a template as ALICE for clusters on the simulated management cluster (an external
 /// network, so a single master's API gets a floating IP); its uuid.
 pub async fn template(t: &TestApp, name: &str, image: &str, kube_tag: &str) -> String {
-    let r = t
-        .post(
-            &ALICE,
-            "/v1/clustertemplates",
-            json!({"name": name, "image_id": image, "coe": "kubernetes",
-                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
-                   "external_network_id": "public", "dns_nameserver": "8.8.8.8",
-                   "labels": {"kube_tag": kube_tag}}),
-        )
-        .await;
+    template_with(
+        t,
+        name,
+        json!({"image_id": image, "labels": {"kube_tag": kube_tag}}),
+    )
+    .await
+}
+
+/// [`template`] of Kubernetes v1.33.5 with `fields` on top (their `labels` added to its own).
+pub async fn template_with(t: &TestApp, name: &str, fields: Value) -> String {
+    let mut body = json!({"name": name, "image_id": "ubuntu-2404-kube-v1.33.5",
+        "coe": "kubernetes", "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+        "external_network_id": "public", "dns_nameserver": "8.8.8.8",
+        "labels": {"kube_tag": "v1.33.5"}});
+    for (k, v) in fields.as_object().into_iter().flatten() {
+        match (k.as_str(), v.as_object()) {
+            ("labels", Some(labels)) => {
+                for (l, lv) in labels {
+                    body["labels"][l] = lv.clone();
+                }
+            }
+            _ => body[k] = v.clone(),
+        }
+    }
+    let r = t.post(&ALICE, "/v1/clustertemplates", body).await;
     r.assert_status(201);
     r.body["uuid"].as_str().unwrap().to_string()
 }
