@@ -211,15 +211,25 @@ impl RealStack {
         tail(&path, lines)
     }
 
-    /// Creates (or keeps) a namespace for real.
+    /// Creates (or keeps) a namespace for real. A request the apiserver answered nothing to (a
+    /// connection dropped while a loaded machine starts the stack) is sent again until the
+    /// deadline; a refusal fails at once.
     pub async fn namespace(&self, name: &str) {
         let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.admin().await);
-        let obj = serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
-        match ns.create(&PostParams::default(), &obj).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("creating namespace {name}: {e}"),
-        }
+        let obj: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+        super::wait::until(&format!("namespace {name} created"), || async {
+            match ns.create(&PostParams::default(), &obj).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Some(()),
+                Err(kube::Error::Api(s)) => panic!("creating namespace {name}: {s}"),
+                Err(e) => {
+                    eprintln!("creating namespace {name}: {e}; again");
+                    None
+                }
+            }
+        })
+        .await
     }
 
     /// A token of ServiceAccount `namespace/name`, minted by the admin, valid for an hour.
