@@ -474,6 +474,17 @@ pub async fn serve_members(
     members: &[Arc<Capi>],
     listener: TcpListener,
 ) -> Result<(), ServeError> {
+    serve_members_until(state, members, listener, shutdown_signal()).await
+}
+
+/// [`serve_members`] until `shutdown` rather than a signal: everything `serve` runs, in a
+/// process that stops it itself (the load benchmark's production path).
+pub async fn serve_members_until(
+    state: AppState,
+    members: &[Arc<Capi>],
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let tls = tls_config(&state.config.http)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     crate::telemetry::handle();
@@ -519,7 +530,7 @@ pub async fn serve_members(
             }
         }));
     }
-    serve_api(&state, listener, tls, shutdown_signal()).await?;
+    serve_api(&state, listener, tls, shutdown).await?;
     let _ = stop_tx.send(true);
     for t in background {
         let _ = t.await;

@@ -279,7 +279,7 @@ pub async fn exported(pool: &PgPool) -> DbResult<Vec<ExportedCluster>> {
 /// Clusters per management cluster (`""`: the unnamed one), for placement by weight.
 pub async fn count_by_management_cluster(pool: &PgPool) -> DbResult<Vec<(String, i64)>> {
     Ok(
-        sqlx::query_as("SELECT COALESCE(management_cluster, ''), count(*) FROM cluster GROUP BY 1")
+        sqlx::query_as("SELECT management_cluster, clusters FROM cluster_management_count")
             .fetch_all(pool)
             .await?,
     )

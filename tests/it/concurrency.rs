@@ -605,6 +605,82 @@ async fn each_projects_cluster_count_follows_every_write_of_its_clusters() {
     assert_eq!(count("p-alice").await, 1);
 }
 
+/// Each management cluster's cluster count (what placement reads, `''` the unnamed one) is its
+/// clusters' `count(*)` after every kind of write: inserts placing on several management
+/// clusters, deletes, a move to another management cluster, the same with triggers off
+/// (`session_replication_role = replica`), and a TRUNCATE.
+#[tokio::test]
+async fn each_management_clusters_cluster_count_follows_every_write_of_its_clusters() {
+    let t = app().await;
+    let ct = t.template(&ALICE, "ct").await;
+    let miscounted = || async {
+        let (m,): (String,) = sqlx::query_as(
+            "SELECT COALESCE(string_agg(format('%s: %s/%s', m, k.clusters, c.n), ', '), '')
+               FROM (SELECT COALESCE(management_cluster, '') AS m, count(*) AS n
+                       FROM cluster GROUP BY 1) c
+               FULL JOIN cluster_management_count k ON k.management_cluster = c.m
+              WHERE COALESCE(c.n, 0) <> COALESCE(k.clusters, 0)",
+        )
+        .fetch_one(&t.state.pool)
+        .await
+        .unwrap();
+        m
+    };
+    let counts = || async {
+        magnum_capi::db::clusters::count_by_management_cluster(&t.state.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|(_, n)| *n != 0)
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    t.cluster(&ALICE, "c0", &ct).await;
+    // One statement placing on two management clusters (and one unplaced).
+    t.write_sql(&format!(
+        "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, status,
+                              management_cluster)
+         SELECT gen_random_uuid(), 'p1', 'u', n, '{ct}', 'CREATE_COMPLETE', m
+           FROM (SELECT 'east', 'e' || g FROM generate_series(1, 5) g
+                 UNION ALL SELECT 'west', 'w' || g FROM generate_series(1, 4) g) AS v (m, n)"
+    ))
+    .await;
+    assert_eq!(
+        counts().await,
+        [("".to_string(), 1), ("east".into(), 5), ("west".into(), 4)].into()
+    );
+    t.write_sql("DELETE FROM cluster WHERE name IN ('e1', 'w1', 'c0')")
+        .await;
+    t.write_sql("UPDATE cluster SET management_cluster = 'west' WHERE name IN ('e2', 'e3')")
+        .await;
+    t.write_sql("UPDATE cluster SET management_cluster = NULL WHERE name = 'w2'")
+        .await;
+    // Other columns' updates move nothing.
+    t.write_sql("UPDATE cluster SET status = 'UPDATE_COMPLETE'")
+        .await;
+    assert_eq!(
+        counts().await,
+        [("".to_string(), 1), ("east".into(), 2), ("west".into(), 4)].into()
+    );
+    assert_eq!(miscounted().await, "");
+
+    write_unannounced(&t.state.pool, &insert_clusters("p4", "d", 3, &ct)).await;
+    write_unannounced(&t.state.pool, "DELETE FROM cluster WHERE name = 'e4'").await;
+    write_unannounced(
+        &t.state.pool,
+        "UPDATE cluster SET management_cluster = 'north' WHERE name = 'e5'",
+    )
+    .await;
+    assert_eq!(
+        counts().await,
+        [("".to_string(), 4), ("north".into(), 1), ("west".into(), 4)].into()
+    );
+    assert_eq!(miscounted().await, "");
+
+    write_unannounced(&t.state.pool, "TRUNCATE cluster CASCADE").await;
+    assert_eq!(counts().await, Default::default());
+    assert_eq!(miscounted().await, "");
+}
+
 /// What a create and a show run in PostgreSQL is planned once per connection: each of these
 /// functions carries `plan_cache_mode = force_generic_plan`. Without it their statements that
 /// take a variable were planned again on every call (their migrations say why), and a later
