@@ -831,8 +831,11 @@ impl CapiConfig {
 /// Each of `cidrs` must be a CIDR (`egress_cidrs` end up in Octavia's `allowed_cidrs`).
 fn check_egress_cidrs(section: &str, cidrs: &[String]) -> Result<(), ConfigError> {
     for c in cidrs {
-        crate::capi::values::parse_cidr(c)
-            .map_err(|e| ConfigError::Invalid(format!("{section} egress_cidrs {c:?}: {e}")))?;
+        c.parse::<ipnet::IpNet>().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "{section} egress_cidrs {c:?}: must be a CIDR like 203.0.113.0/28"
+            ))
+        })?;
     }
     Ok(())
 }

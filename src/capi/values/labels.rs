@@ -142,7 +142,7 @@ pub(super) fn any_item(_: &str) -> Result<(), String> {
 }
 
 /// An IPv4 or IPv6 CIDR as (address, prefix length).
-pub fn parse_cidr(s: &str) -> Result<(IpAddr, u8), String> {
+pub(super) fn parse_cidr(s: &str) -> Result<(IpAddr, u8), String> {
     let (addr, len) = s
         .split_once('/')
         .ok_or_else(|| "must be a CIDR like 10.0.0.0/24".to_owned())?;

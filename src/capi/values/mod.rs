@@ -80,7 +80,6 @@ pub use images::{
     CHART_IMAGES, ChartImage, ImageKey, merge as merge_values, tag_labels, under_prefix,
 };
 pub use keystone::default_policy as keystone_default_policy;
-pub use labels::parse_cidr;
 pub use nodegroups::{
     ANNOTATION_AUTOSCALER_MAX, ANNOTATION_AUTOSCALER_MIN, ANNOTATION_CAPACITY_PREFIX,
     nodegroup_object_name, sanitise_fragment, worker_size,
