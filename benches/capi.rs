@@ -91,6 +91,7 @@ fn render_time() {
             credentials: None,
             cas: None,
             rollout_after: None,
+            etcd_encryption: None,
         })
         .expect("values");
         objects = renderer.render(&v).expect("render").len();

@@ -779,6 +779,7 @@ fn render_manifests(
         credentials: Some(values::placeholder_credentials()),
         cas: Some(&cas),
         rollout_after: None,
+        etcd_encryption: None,
     })?;
     let objects = render::Renderer::new(cfg.capi.templates_dir.as_deref())?.render(&v)?;
     Ok(format!(

@@ -467,6 +467,9 @@ async fn write_facts(
             Fact::NodegroupImage { nodegroup, image } => {
                 ndb::set_image(&mut *tx, *nodegroup, image.as_deref()).await?
             }
+            Fact::NodegroupFlavor { nodegroup, flavor } => {
+                ndb::set_flavor(&mut *tx, *nodegroup, flavor).await?
+            }
             Fact::NodegroupAddresses {
                 nodegroup,
                 addresses,

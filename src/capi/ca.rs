@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::apply::ObjectRef;
 use super::driver::{Capi, CapiError, name_of, namespace_of};
+use super::encryption;
 use super::pki::{self, ClusterCas, KeyPairPem};
 use super::status::Observed;
 use super::{LABEL_ROLE, kinds, secret_data};
@@ -363,6 +364,7 @@ impl Capi {
             }
         }
         self.mgmt.apply_all(&objs).await?;
+        self.rotate_encryption_key(spec, ph).await?;
         match ph {
             1 => {
                 self.set_cluster_info_ca(c, &pki::bundle(&[&old[0].cert_pem, &new[0].cert_pem]))
@@ -388,6 +390,39 @@ impl Capi {
         marked.day2.ca_rollout_after = Some(after);
         self.apply_cluster(journal, &marked, None, false).await?;
         Ok(())
+    }
+}
+
+impl Capi {
+    /// The etcd encryption key's part of CA rotation phase `ph` (`super::encryption`): the new
+    /// key recorded in the rotation Secret first, every Secret of the workload cluster written
+    /// again before phase 3 drops the old key, then the phase's keys written (new machines read
+    /// them; every machine is replaced each phase).
+    async fn rotate_encryption_key(&self, spec: &ClusterSpec, ph: i16) -> Result<(), CapiError> {
+        let c = &spec.cluster;
+        let (ns, name) = (namespace_of(&self.config, c), name_of(c));
+        let r = ObjectRef::new(kinds::SECRET, &ns, &rotation_secret(&name));
+        let rotation = self.mgmt.get_value(&r).await?.unwrap_or_default();
+        let Some((old, new)) = self.encryption_rotation(spec, &rotation).await? else {
+            return Ok(());
+        };
+        if secret_data(&rotation, "etcd-encryption.new").is_none() {
+            self.mgmt
+                .merge_patch(
+                    &r,
+                    &json!({"data": {
+                        "etcd-encryption.old": STANDARD.encode(encryption::recorded(&old)),
+                        "etcd-encryption.new": STANDARD.encode(encryption::recorded(&new)),
+                    }}),
+                )
+                .await?;
+        }
+        if ph >= 3 {
+            let n = self.rewrite_workload_secrets(spec).await?;
+            tracing::info!(cluster = %c.uuid, secrets = n, "Secrets re-encrypted with the new key");
+        }
+        self.write_encryption(spec, &encryption::phase_keys(ph, &old, &new))
+            .await
     }
 }
 

@@ -117,6 +117,10 @@ fn decode_staged(secret: &Value) -> Result<Vec<Value>, CapiError> {
         .ok_or_else(|| CapiError::Invalid("the staged credential Secret is unreadable".into()))
 }
 
+/// How long a rotation waits for the workload cluster to get the new credential before it
+/// deletes the old one anyway (the ClusterResourceSet re-applies it within seconds).
+const READERS_WAIT: chrono::Duration = chrono::Duration::minutes(10);
+
 impl Capi {
     /// Request side of a rotation: a new credential created with `session` (the caller's
     /// token) for `user_id`, with the cluster's Secrets as they will be once it is the owner
@@ -315,7 +319,7 @@ impl Capi {
         let c = &spec.cluster;
         let p: RotationPayload = serde_json::from_value(op.payload.clone())
             .map_err(|e| CapiError::Invalid(format!("malformed rotation operation: {e}")))?;
-        let result = self.commit_inner(journal, spec, &p).await;
+        let result = self.commit_inner(journal, spec, &p, op.created_at).await;
         match result {
             // An implicit rotation retries a transient failure twice, then gives way to the
             // operation it precedes (whose status a given-up rotation must not overwrite).
@@ -405,6 +409,7 @@ impl Capi {
         journal: &dyn Journal,
         spec: &ClusterSpec,
         p: &RotationPayload,
+        asked: chrono::DateTime<chrono::Utc>,
     ) -> Result<Outcome, CapiError> {
         let c = &spec.cluster;
         let ns = namespace_of(&self.config, c);
@@ -456,6 +461,19 @@ impl Capi {
                 .credential_rotated(c.uuid, &p.user_id, &p.app_cred_id, p.expires_at)
                 .await?;
             tracing::info!(cluster = %c.uuid, app_cred = %p.app_cred_id, user = %p.user_id, "application credential rotated");
+        }
+        // What reads the credential in the workload cluster restarts on the new one before the
+        // old one goes (a cluster made here: ours deliver it; an adopted one's driver, its own).
+        // Waited for as a reconciler, for at most `READERS_WAIT`.
+        if c.objects_at.is_none() && !self.restart_credential_readers(c, &p.app_cred_id).await? {
+            if chrono::Utc::now() < asked + READERS_WAIT {
+                return Ok(Outcome::Requeue {
+                    after: std::time::Duration::from_secs(5),
+                    progress: None,
+                    step: None,
+                });
+            }
+            tracing::warn!(cluster = %c.uuid, "the workload cluster did not get the new credential in time; its readers were not restarted");
         }
         // Everything else of the cluster now carries the new owner.
         if p.user_id != p.old_user_id {

@@ -309,6 +309,7 @@ impl Capi {
             credentials,
             cas,
             rollout_after: None,
+            etcd_encryption: None,
         }
     }
 
@@ -537,6 +538,20 @@ impl Capi {
         skip_nodegroup: Option<Uuid>,
         create: bool,
     ) -> Result<Vec<Value>, CapiError> {
+        self.apply_cluster_with(journal, spec, skip_nodegroup, create, |objs| objs)
+            .await
+    }
+
+    /// [`Capi::apply_cluster`] with the rendered objects passed through `adjust` before they
+    /// are applied (an upgrade holds the add-ons of its later stages as they are).
+    pub(super) async fn apply_cluster_with(
+        &self,
+        journal: &dyn Journal,
+        spec: &ClusterSpec,
+        skip_nodegroup: Option<Uuid>,
+        create: bool,
+        adjust: impl FnOnce(Vec<Value>) -> Vec<Value>,
+    ) -> Result<Vec<Value>, CapiError> {
         let cluster = &spec.cluster;
         let ngs: Vec<Nodegroup> = spec
             .nodegroups
@@ -575,16 +590,36 @@ impl Capi {
         } else {
             None
         };
+        let (encrypt, encryption_secret) = self.etcd_encryption(spec, create).await?;
         let v = values::build(Inputs {
             rollout_after: spec.day2.ca_rollout_after,
+            etcd_encryption: Some(encrypt),
             ..self.inputs(&spec.template, cluster, &ngs, creds, cas.as_ref())
         })?;
-        let objs = self.renderer.render(&v)?;
+        let mut objs = adjust(self.renderer.render(&v)?);
+        if let Some(secret) = encryption_secret {
+            // Before the control plane that reads it, after the namespace.
+            let at = objs.iter().take_while(|o| o["kind"] == "Namespace").count();
+            objs.insert(at, secret);
+            tracing::info!(cluster = %cluster.uuid, "etcd encryption at rest on");
+        }
         self.ensure_server_groups(cluster, &v.server_groups())
             .await?;
         self.mgmt.apply_all(&objs).await?;
         self.prune(&ns, cluster.uuid, &objs).await?;
         Ok(objs)
+    }
+
+    /// The cluster's objects as [`Capi::apply_cluster`] would apply them (without the Secrets
+    /// only a create writes).
+    pub(super) async fn render_cluster(&self, spec: &ClusterSpec) -> Result<Vec<Value>, CapiError> {
+        let (encrypt, _) = self.etcd_encryption(spec, false).await?;
+        let v = values::build(Inputs {
+            rollout_after: spec.day2.ca_rollout_after,
+            etcd_encryption: Some(encrypt),
+            ..self.inputs(&spec.template, &spec.cluster, &spec.nodegroups, None, None)
+        })?;
+        Ok(self.renderer.render(&v)?)
     }
 
     /// Deletes the cluster's objects of [`PRUNED_KINDS`] that `rendered` no longer has.
@@ -703,7 +738,7 @@ impl Capi {
         let kind = op.op_kind().map_err(|e| {
             CapiError::Invalid(format!("the Cluster API driver cannot run it: {e}"))
         })?;
-        let mut facts = Vec::new();
+        let facts = Vec::new();
         // Adopted from a Magnum Cluster API driver: only what acts on that driver's objects.
         if let Some(at) = &c.objects_at {
             return match kind {
@@ -793,22 +828,7 @@ impl Capi {
                 }
                 self.apply_cluster(journal, spec, None, false).await?;
             }
-            K::Upgrade => {
-                let (upgraded, changes) = upgraded(spec, op, upgrade_to);
-                self.apply_cluster(journal, &upgraded, None, false).await?;
-                // A retry or rollback of a failed upgrade: the machines that failed (and made it
-                // fail) are replaced by ones of the template now applied, as a
-                // MachineHealthCheck would; their owners would otherwise wait on them.
-                if op.payload.get("retry").and_then(Value::as_bool) == Some(true) {
-                    for (ns, name) in self.observer.observed(c.uuid).failed_machines() {
-                        tracing::info!(machine = %name, "deleting a failed machine for the retried upgrade");
-                        self.mgmt
-                            .delete(&ObjectRef::new(kinds::MACHINE, &ns, &name))
-                            .await?;
-                    }
-                }
-                facts = changes;
-            }
+            K::Upgrade => return self.upgrade(journal, spec, op, upgrade_to).await,
             K::NodegroupCreate | K::NodegroupUpdate => {
                 self.apply_cluster(journal, spec, None, false).await?;
             }
@@ -830,39 +850,95 @@ impl Capi {
     }
 }
 
+/// The labels that pick an add-on's version (the CNI's chart, the images of the cloud
+/// provider's and the CSI drivers' charts): an upgrade moves a cluster to the new template's.
+const ADDON_VERSION_LABELS: [&str; 12] = [
+    "calico_tag",
+    "cilium_tag",
+    "flannel_tag",
+    "cloud_provider_tag",
+    "cinder_csi_plugin_tag",
+    "manila_csi_plugin_tag",
+    "csi_attacher_tag",
+    "csi_provisioner_tag",
+    "csi_snapshotter_tag",
+    "csi_resizer_tag",
+    "csi_liveness_probe_tag",
+    "csi_node_driver_registrar_tag",
+];
+
 /// The cluster as an upgrade makes it — on the new template (`to`), its and every nodegroup's
 /// version label following that template's `kube_tag` (the version is the cluster's: every
 /// MachineDeployment runs it; as magnum-cluster-api's `upgrade_cluster` labels them), the
 /// default nodegroups (and the one the operation names) on the payload's image — and those
 /// changes as facts for the worker to record once it is applied.
-fn upgraded(spec: &ClusterSpec, op: &Operation, to: Option<&Template>) -> (ClusterSpec, Vec<Fact>) {
+pub(super) fn upgraded(
+    spec: &ClusterSpec,
+    op: &Operation,
+    to: Option<&Template>,
+) -> (ClusterSpec, Vec<Fact>) {
     let mut out = spec.clone();
     let mut facts = Vec::new();
     if let Some(t) = to {
         out.template = t.clone();
         out.cluster.cluster_template_id = t.uuid;
         facts.push(Fact::Template(t.uuid));
-        let kube_tag = t.labels.get("kube_tag").cloned();
-        // As `db::clusters::set_label`: the cluster's and all its nodegroups' labels.
-        let set = |labels: &mut crate::domain::labels::Labels| match &kube_tag {
-            Some(v) => {
-                labels.insert("kube_tag".into(), v.clone());
+        // `kube_tag` follows the new template; so does every add-on version label the cluster
+        // took from the template it leaves (a value of its own stays).
+        let left = &spec.template.labels;
+        for key in std::iter::once("kube_tag").chain(ADDON_VERSION_LABELS.iter().copied()) {
+            let value = t.labels.get(key).cloned();
+            let have = out.cluster.labels.get(key).cloned();
+            if key != "kube_tag" && (have.as_ref() != left.get(key) || have == value) {
+                continue;
             }
-            None => {
-                labels.remove("kube_tag");
+            // As `db::clusters::set_label`: the cluster's and all its nodegroups' labels.
+            let set = |labels: &mut crate::domain::labels::Labels| match &value {
+                Some(v) => {
+                    labels.insert(key.into(), v.clone());
+                }
+                None => {
+                    labels.remove(key);
+                }
+            };
+            set(&mut out.cluster.labels);
+            for ng in &mut out.nodegroups {
+                set(&mut ng.labels);
             }
-        };
-        set(&mut out.cluster.labels);
-        for ng in &mut out.nodegroups {
-            set(&mut ng.labels);
+            facts.push(Fact::Label {
+                key: key.into(),
+                value,
+            });
         }
-        facts.push(Fact::Label {
-            key: "kube_tag".into(),
-            value: kube_tag,
-        });
     }
     let image = op.payload.get("image_id").and_then(Value::as_str);
+    let (left, own) = (&spec.template, &spec.cluster);
     for ng in &mut out.nodegroups {
+        // The flavor follows the new template where the nodegroup took it from the one it leaves
+        // (a same-version template of a bigger flavor rolls the machines; magnum-cluster-api
+        // #387); a flavor the cluster or nodegroup chose stays.
+        if let Some(t) = to.filter(|_| ng.is_default) {
+            let (was, chosen, next) = if ng.is_master() {
+                (
+                    &left.master_flavor_id,
+                    &own.master_flavor_id,
+                    &t.master_flavor_id,
+                )
+            } else {
+                (&left.flavor_id, &own.flavor_id, &t.flavor_id)
+            };
+            if let Some(next) = next.as_ref().filter(|n| !n.is_empty())
+                && (chosen.as_ref().is_none_or(String::is_empty) || chosen == was)
+                && ng.flavor_id == *was
+                && ng.flavor_id.as_ref() != Some(next)
+            {
+                ng.flavor_id = Some(next.clone());
+                facts.push(Fact::NodegroupFlavor {
+                    nodegroup: ng.uuid,
+                    flavor: next.clone(),
+                });
+            }
+        }
         if ng.is_default || Some(ng.uuid) == op.nodegroup_uuid {
             // As `db::nodegroups::set_image`: no image keeps the one it has.
             if let Some(i) = image {

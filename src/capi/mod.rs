@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod addon_health;
+pub mod addon_rollout;
 pub mod adopt;
 pub mod adopt_credentials;
 pub mod adopt_nodegroups;
@@ -15,14 +16,17 @@ pub mod cleanup;
 pub mod credentials;
 pub mod delete;
 pub mod driver;
+pub mod encryption;
 pub mod fleet;
 pub mod forget;
 pub mod health;
 pub mod pki;
 pub mod private;
 pub mod reach;
+pub mod reload;
 pub mod render;
 pub mod status;
+pub mod upgrade;
 pub mod values;
 pub mod watch;
 pub mod workload;

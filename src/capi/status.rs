@@ -74,6 +74,19 @@ impl Observed {
             .collect()
     }
 
+    /// The first failure of a machine not being deleted (its own or its server's), as
+    /// `Machine <name>: <why>`: what ends an upgrade whose rollout cannot go on.
+    pub fn machine_failure(&self) -> Option<String> {
+        self.machines
+            .iter()
+            .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
+            .find_map(|m| {
+                failure_of(m)
+                    .or_else(|| self.server_failure(m))
+                    .map(|f| format!("Machine {}: {f}", name(m)))
+            })
+    }
+
     /// The nodegroup a Machine belongs to: its own nodegroup label, else — a Machine of an
     /// adopted cluster, whose template the Magnum driver wrote — by the labels CAPI gives every
     /// Machine: a control-plane machine's is the control plane's nodegroup, a
@@ -108,6 +121,27 @@ impl Observed {
         }
         failure_of(server).map(|f| format!("OpenStackServer {osm}: {f}"))
     }
+}
+
+/// The control plane `cp` (as the management cluster has it) runs `version` on every one of its
+/// machines, all ready and up to date with its current spec (which asks for `version`).
+pub fn control_plane_at(cp: &Value, version: &str) -> bool {
+    s(cp, "/spec/version") == Some(version)
+        && s(cp, "/status/version") == Some(version)
+        && i32::try_from(int(cp, "/spec/replicas").unwrap_or(0))
+            .is_ok_and(|n| replicas_ready(cp, n))
+}
+
+/// How far the control plane `cp` is: `<ready>/<replicas> machines ready, <up to date> up to
+/// date, running <version>`.
+pub fn control_plane_progress(cp: &Value) -> String {
+    format!(
+        "{}/{} machines ready, {} up to date, running {}",
+        int(cp, "/status/readyReplicas").unwrap_or(0),
+        int(cp, "/spec/replicas").unwrap_or(0),
+        int(cp, "/status/upToDateReplicas").unwrap_or(0),
+        s(cp, "/status/version").unwrap_or("an unknown version")
+    )
 }
 
 /// A nodegroup as Postgres has it.

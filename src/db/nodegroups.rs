@@ -289,6 +289,15 @@ pub async fn set_image<'e>(
     Ok(())
 }
 
+pub async fn set_flavor<'e>(ex: impl PgExecutor<'e>, uuid: Uuid, flavor_id: &str) -> DbResult<()> {
+    sqlx::query("UPDATE nodegroup SET flavor_id = $2, updated_at = now() WHERE uuid = $1")
+        .bind(uuid)
+        .bind(flavor_id)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
 pub async fn delete<'e>(ex: impl PgExecutor<'e>, uuid: Uuid) -> DbResult<()> {
     sqlx::query("DELETE FROM nodegroup WHERE uuid = $1")
         .bind(uuid)

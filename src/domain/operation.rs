@@ -70,11 +70,12 @@ impl OperationKind {
     }
 
     /// Whether a failure of this kind stands until the next operation: CAPI converging again
-    /// does not undo it (a credential or CA rotation that failed did not happen).
+    /// does not undo it (a credential or CA rotation that failed did not happen; an upgrade
+    /// that failed did not roll the add-ons after the one that failed it — its retry does).
     pub const fn failure_is_final(self) -> bool {
         matches!(
             self,
-            OperationKind::RotateCredential | OperationKind::RotateCa
+            OperationKind::RotateCredential | OperationKind::RotateCa | OperationKind::Upgrade
         )
     }
 }

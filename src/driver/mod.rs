@@ -115,6 +115,9 @@ pub enum Fact {
         nodegroup: Uuid,
         image: Option<String>,
     },
+    /// A nodegroup runs another flavor (an upgrade to a template of another flavor, which the
+    /// nodegroup had taken from the template it leaves).
+    NodegroupFlavor { nodegroup: Uuid, flavor: String },
     /// A nodegroup's node addresses (the simulated backend; CAPI's come from the status writer).
     NodegroupAddresses {
         nodegroup: Uuid,

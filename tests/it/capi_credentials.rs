@@ -46,7 +46,7 @@ async fn get_cluster(t: &TestApp, token: &str, c: &str) -> common::Resp {
 }
 
 /// A template and a complete cluster of the token's user; the cluster uuid.
-async fn cluster(t: &TestApp, token: &str) -> String {
+pub(crate) async fn cluster(t: &TestApp, token: &str) -> String {
     let r = call(
         t,
         token,

@@ -961,7 +961,17 @@ async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
             "{clc}"
         );
         assert!(clc.contains("name: var-lib-containerd.mount"), "{clc}");
-        assert!(spec.get("files").is_none() && spec.get("mounts").is_none());
+        // Ignition has the node's files; kubeadm keeps only those it reads from Secrets (the
+        // control plane's etcd encryption configuration).
+        assert!(spec.get("mounts").is_none(), "{spec:#}");
+        assert!(
+            spec["files"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|f| f.get("contentFrom").is_some()),
+            "{spec:#}"
+        );
     }
     // A template made before the rule (or by hand) cannot start a cluster either: Magnum's
     // check at cluster create reads the template's cluster_distro.

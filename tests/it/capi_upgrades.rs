@@ -372,3 +372,261 @@ async fn a_nodegroup_flavor_change_replaces_its_machines_when_enabled() {
     })
     .await;
 }
+
+/// A template like [`template`]'s with `labels` besides its `kube_tag` and the given flavor.
+async fn template_with(
+    t: &TestApp,
+    name: &str,
+    image: &str,
+    flavor: &str,
+    labels: Value,
+) -> String {
+    let r = t
+        .post(
+            &ALICE,
+            "/v1/clustertemplates",
+            json!({"name": name, "image_id": image, "coe": "kubernetes",
+                   "flavor_id": flavor, "master_flavor_id": "m1.medium",
+                   "external_network_id": "public", "dns_nameserver": "8.8.8.8",
+                   "labels": labels}),
+        )
+        .await;
+    r.assert_status(201);
+    r.body["uuid"].as_str().unwrap().to_string()
+}
+
+const ADDONS: &str = "addons.cluster.x-k8s.io/v1alpha1";
+
+/// The cluster's HelmChartProxy `<cluster>-<key>`.
+fn proxy(app: &common::capi::CapiApp, c: &str, key: &str) -> Value {
+    objects(app, ADDONS, "HelmChartProxy", c)
+        .into_iter()
+        .find(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(&format!("-{key}")))
+        })
+        .unwrap_or_else(|| panic!("no {key} proxy"))
+}
+
+fn control_plane(app: &common::capi::CapiApp, c: &str) -> Value {
+    objects(
+        app,
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+        c,
+    )
+    .remove(0)
+}
+
+/// Templates of v1.33.5 with Calico v3.30.2 and of v1.34.1 with Calico v3.31.5 and the cloud
+/// provider's v1.34.1 image: (old, new).
+async fn calico_upgrade(t: &TestApp) -> (String, String) {
+    let old = template_with(
+        t,
+        "k133",
+        "ubuntu-2404-kube-v1.33.5",
+        "m1.small",
+        json!({"kube_tag": "v1.33.5", "calico_tag": "v3.30.2"}),
+    )
+    .await;
+    let new = template_with(
+        t,
+        "k134",
+        "ubuntu-2404-kube-v1.34.1",
+        "m1.small",
+        json!({"kube_tag": "v1.34.1", "calico_tag": "v3.31.5", "cloud_provider_tag": "v1.34.1"}),
+    )
+    .await;
+    (old, new)
+}
+
+#[tokio::test]
+async fn an_upgrade_rolls_the_addons_after_the_control_plane_the_cni_first() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let (old, new) = calico_upgrade(t).await;
+    let c = complete_cluster(t, &old).await;
+    let (cni, ccm) = (proxy(&app, &c, "cni"), proxy(&app, &c, "ccm"));
+    assert_eq!(cni["spec"]["version"], "v3.30.2");
+    // The controllers stopped: the machines are applied, the add-ons wait for the control plane.
+    app.sim.pause();
+    // Helm's upgrade of the CNI hangs until the marker goes.
+    app.sim
+        .set_fail_markers(vec!["sim-fail".into(), "pending:tigera-operator".into()]);
+    upgrade(t, &c, &new).await.assert_status(202);
+    until("the new control plane to be applied", || async {
+        (control_plane(&app, &c)["spec"]["version"] == "v1.34.1").then_some(())
+    })
+    .await;
+    assert_eq!(proxy(&app, &c, "cni")["spec"], cni["spec"], "held");
+    assert_eq!(proxy(&app, &c, "ccm")["spec"], ccm["spec"], "held");
+    app.sim.resume();
+    // The control plane runs v1.34.1: the CNI rolls, the cloud provider waits for it.
+    let path = format!("/v1/clusters/{c}");
+    let shown = until("the CNI's upgrade under way", || async {
+        let b = t.get(&ALICE, &path).await.body;
+        b["status_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the CNI roll out: cni: upgrading"))
+            .then_some(b)
+    })
+    .await;
+    assert_eq!(shown["status"], "UPDATE_IN_PROGRESS", "{shown}");
+    let cp = control_plane(&app, &c);
+    assert_eq!(cp["status"]["version"], "v1.34.1", "{cp}");
+    assert_eq!(proxy(&app, &c, "cni")["spec"]["version"], "v3.31.5");
+    assert_eq!(proxy(&app, &c, "ccm")["spec"], ccm["spec"], "still held");
+    let health = until("the CNI's health to say so", || async {
+        let b = t.get(&ALICE, &path).await.body;
+        b["health_status_reason"]["addon.cni"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("Progressing: upgrading"))
+            .then_some(b)
+    })
+    .await;
+    assert_eq!(
+        health["health_status_reason"]["addon.ccm"], "Ready",
+        "{health}"
+    );
+    // Helm is done: the cloud provider, the storage and the rest follow; the upgrade completes.
+    app.sim.set_fail_markers(vec!["sim-fail".into()]);
+    let done = t.wait_cluster(&ALICE, &c, "UPDATE_COMPLETE").await.body;
+    assert_eq!(done["cluster_template_id"], new.as_str(), "{done}");
+    assert_eq!(done["labels"]["calico_tag"], "v3.31.5", "{done}");
+    let rolled = proxy(&app, &c, "ccm");
+    assert_ne!(rolled["spec"], ccm["spec"]);
+    assert!(
+        rolled["spec"]["valuesTemplate"]
+            .as_str()
+            .unwrap()
+            .contains("v1.34.1"),
+        "{rolled}"
+    );
+    let reason = &done["health_status_reason"];
+    for key in ["addon.cni", "addon.ccm", "addon.csi-cinder"] {
+        assert_eq!(reason[key], "Ready", "{reason}");
+    }
+}
+
+#[tokio::test]
+async fn an_addon_the_upgrade_changed_that_fails_fails_the_upgrade_before_the_next_one() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let (old, new) = calico_upgrade(t).await;
+    let c = complete_cluster(t, &old).await;
+    let ccm = proxy(&app, &c, "ccm");
+    app.sim
+        .set_fail_markers(vec!["sim-fail".into(), "tigera-operator".into()]);
+    upgrade(t, &c, &new).await.assert_status(202);
+    let failed = t.wait_cluster(&ALICE, &c, "UPDATE_FAILED").await.body;
+    let reason = failed["status_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("Upgrading the CNI: add-on cni: error installing tigera-operator"),
+        "{reason}"
+    );
+    assert_eq!(failed["cluster_template_id"], old.as_str(), "{failed}");
+    // The cloud provider was never touched; the health reason names the failed add-on.
+    assert_eq!(proxy(&app, &c, "ccm")["spec"], ccm["spec"]);
+    let path = format!("/v1/clusters/{c}");
+    until("the failed add-on in the health reason", || async {
+        let b = t.get(&ALICE, &path).await.body;
+        b["health_status_reason"]["addon.cni"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("Failed:"))
+            .then_some(())
+    })
+    .await;
+    // Fixed, the same call again completes it.
+    app.sim.set_fail_markers(vec!["sim-fail".into()]);
+    upgrade(t, &c, &new).await.assert_status(202);
+    t.wait_cluster(&ALICE, &c, "UPDATE_COMPLETE").await;
+}
+
+#[tokio::test]
+async fn a_template_of_the_same_version_with_another_image_or_flavor_rolls_the_machines() {
+    let app = capi_app_on(None, None, false, |_| {}).await;
+    let t = &app.t;
+    let ct = template(t, "k133", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let labels = json!({"kube_tag": "v1.33.5"});
+    let rebuilt = template_with(
+        t,
+        "k133-b",
+        "ubuntu-2404-kube-v1.33.5-b",
+        "m1.small",
+        labels.clone(),
+    )
+    .await;
+    let bigger = template_with(
+        t,
+        "k133-c",
+        "ubuntu-2404-kube-v1.33.5-b",
+        "m1.large",
+        labels,
+    )
+    .await;
+    let c = complete_cluster(t, &ct).await;
+    let (capi, infra) = (
+        "cluster.x-k8s.io/v1beta2",
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+    );
+    let all_machines = || {
+        let mut v: Vec<String> = objects(&app, capi, "Machine", &c)
+            .iter()
+            .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let worker_template = || {
+        let md = objects(&app, capi, "MachineDeployment", &c).remove(0);
+        let name = md["spec"]["template"]["spec"]["infrastructureRef"]["name"].clone();
+        objects(&app, infra, "OpenStackMachineTemplate", &c)
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == name)
+            .expect("the worker machine template")
+    };
+    let worker_machines = || {
+        let mut v = workers(&app, capi, "Machine", &c);
+        v.sort();
+        v
+    };
+    // A new image rolls every machine; a new worker flavor the workers.
+    for (to, image, flavor, rolled) in [
+        (
+            &rebuilt,
+            "ubuntu-2404-kube-v1.33.5-b",
+            "m1.small",
+            &all_machines as &dyn Fn() -> Vec<String>,
+        ),
+        (
+            &bigger,
+            "ubuntu-2404-kube-v1.33.5-b",
+            "m1.large",
+            &worker_machines,
+        ),
+    ] {
+        let before = rolled();
+        upgrade(t, &c, to).await.assert_status(202);
+        let done = t.wait_cluster(&ALICE, &c, "UPDATE_COMPLETE").await.body;
+        assert_eq!(done["cluster_template_id"], to.as_str(), "{done}");
+        assert_eq!(done["coe_version"], "v1.33.5", "{done}");
+        let spec = &worker_template()["spec"]["template"]["spec"];
+        assert_eq!(spec["image"], json!({"filter": {"name": image}}), "{spec}");
+        assert_eq!(spec["flavor"], flavor, "{spec}");
+        until("the machines to be replaced", || async {
+            let now = rolled();
+            (now.len() == before.len() && now.iter().all(|m| !before.contains(m))).then_some(())
+        })
+        .await;
+    }
+    let ng = t
+        .get_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/nodegroups/default-worker"),
+            "1.9",
+        )
+        .await
+        .body;
+    assert_eq!(ng["flavor_id"], "m1.large", "{ng}");
+}

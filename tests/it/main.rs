@@ -24,6 +24,7 @@ mod capi_certificates;
 mod capi_cleanup;
 mod capi_credentials;
 mod capi_forget;
+mod capi_hygiene;
 mod capi_keystone;
 mod capi_lifecycle;
 mod capi_upgrades;

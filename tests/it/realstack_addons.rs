@@ -655,3 +655,221 @@ async fn the_simulated_caaph_goes_the_real_ones_way() {
         );
     }
 }
+
+/// The CNI chart of the first template of the upgrade test (the repository has it besides the
+/// default).
+const OLD_CALICO: &str = "v3.30.2";
+
+/// A template on the real stack (as [`realstack_template`]) with `labels`; its uuid.
+async fn template_with_labels(
+    served: &Production,
+    token: &str,
+    name: &str,
+    image: &str,
+    labels: Value,
+) -> String {
+    let (st, t) = served
+        .call(
+            token,
+            Method::POST,
+            "/v1/clustertemplates",
+            Some(json!({
+                "name": name, "coe": "kubernetes", "image_id": image,
+                "external_network_id": "public", "flavor_id": "m1.medium",
+                "master_flavor_id": "m1.large", "network_driver": "calico",
+                "master_lb_enabled": true, "labels": labels,
+            })),
+        )
+        .await;
+    assert_eq!(st, 201, "{t}");
+    t["uuid"].as_str().unwrap().to_string()
+}
+
+/// One look at the upgrade: the version the control plane runs, and per add-on the chart
+/// version of its HelmChartProxy and whether its release proxy is Ready on that version.
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    control_plane: String,
+    proxies: BTreeMap<String, String>,
+    ready: BTreeMap<String, bool>,
+}
+
+async fn sample(admin: &kube::Client, ns: &str, cluster: &str) -> Sample {
+    let mut out = Sample::default();
+    let kcp_ar = magnum_capi::capi::apply::resource(
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+    );
+    let kcps: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &kcp_ar);
+    if let Ok(k) = kcps.get(&format!("{cluster}-control-plane")).await {
+        let v = serde_json::to_value(k).unwrap();
+        out.control_plane = v["status"]["version"].as_str().unwrap_or_default().into();
+    }
+    let lp = ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={cluster}"));
+    for p in api(admin, ns, "HelmChartProxy")
+        .list(&lp)
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let v = serde_json::to_value(p).unwrap();
+        let name = v["metadata"]["name"].as_str().unwrap_or_default();
+        let key = name.strip_prefix(&format!("{cluster}-")).unwrap_or(name);
+        out.proxies.insert(
+            key.into(),
+            v["spec"]["version"].as_str().unwrap_or_default().into(),
+        );
+    }
+    for h in release_proxies(admin, ns, cluster).await {
+        let key = addon_of(&h, cluster);
+        let on = out.proxies.get(&key).map(String::as_str) == h["spec"]["version"].as_str();
+        let ready = condition(&h, "Ready").is_some_and(|c| c["status"] == "True");
+        out.ready.insert(key, on && ready);
+    }
+    out
+}
+
+/// Issue 46 item 2 on real Cluster API: an upgrade to a template of the next minor whose CNI
+/// (the cluster took `calico_tag` from its template) and cloud-provider and Cinder CSI charts
+/// (they follow the minor) differ. Real KCP rolls the control plane first, and only once it runs
+/// the new version does magnum-capi hand the new CNI chart to real CAAPH, which upgrades the
+/// Helm release in the workload cluster; the cloud provider follows once the CNI's release is
+/// Ready, the CSI after it; the cluster ends `UPDATE_COMPLETE` with every release on its new
+/// chart (revision 2) and the workload's objects from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_rolls_the_addons_on_real_caaph_after_the_control_plane_the_cni_first() {
+    let s: &RealStack = stack().await;
+    let (ks, cloud) = crate::common::stack::parts().await;
+    let config = CapiConfig::default();
+    let mut charts = project_charts(&config);
+    charts.insert(("tigera-operator".to_string(), OLD_CALICO.to_string()));
+    let repo = ChartRepo::serve(&charts).await;
+    let kubeconfig = chart_identity(s).await;
+    let served = Production::start(0, &kubeconfig, &repo.url, "").await;
+    let token = ks.token("alice", "alpha").await;
+    let old = template_with_labels(
+        &served,
+        &token,
+        "addons-up-1",
+        KUBE_IMAGE,
+        json!({"calico_tag": OLD_CALICO}),
+    )
+    .await;
+    let image = "11111111-0000-4000-8000-0000000000a3";
+    cloud.add_image(
+        json!({"id": image, "name": "ubuntu-2204-kube-v1.31.6-addons",
+        "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.31.6",
+        "created_at": "2024-09-01T12:00:00Z"}),
+    );
+    let new = template_with_labels(&served, &token, "addons-up-2", image, json!({})).await;
+    let c = create_cluster(&served, &token, "addons-up", &old, json!({})).await;
+    let path = format!("/v1/clusters/{c}");
+    wait_for_status(&served, &token, &path, "CREATE_COMPLETE").await;
+    let admin = s.admin().await;
+    let ns = format!("magnum-{}", ks.project_id("alpha"));
+    let name = magnum_capi::capi::capi_name(c.parse().unwrap());
+    let before = until_within(REAL_DEADLINE, "every add-on Ready", || async {
+        let s = sample(&admin, &ns, &name).await;
+        (s.ready.len() == DEFAULT_ADDONS.len() && s.ready.values().all(|r| *r)).then_some(s)
+    })
+    .await;
+    assert_eq!(before.proxies["cni"], OLD_CALICO, "{before:?}");
+
+    // Every second, what the control plane runs and where the add-ons are.
+    let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+    let recorder = {
+        let (admin, ns, name, samples) = (admin.clone(), ns.clone(), name.clone(), samples.clone());
+        tokio::spawn(async move {
+            loop {
+                let s = sample(&admin, &ns, &name).await;
+                samples.lock().unwrap().push(s);
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let (st, b) = served
+        .call(
+            &token,
+            Method::POST,
+            &format!("{path}/actions/upgrade"),
+            Some(json!({"cluster_template": new})),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let done = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
+    assert_eq!(done["coe_version"], "v1.31.6", "{done}");
+    let after = until_within(REAL_DEADLINE, "every add-on Ready again", || async {
+        let s = sample(&admin, &ns, &name).await;
+        (s.ready.len() == DEFAULT_ADDONS.len() && s.ready.values().all(|r| *r)).then_some(s)
+    })
+    .await;
+    recorder.abort();
+    let samples = samples.lock().unwrap().clone();
+    assert_eq!(
+        after.proxies["cni"], config.calico_chart_version,
+        "{after:?}"
+    );
+    for key in ["ccm", "csi-cinder"] {
+        assert_ne!(after.proxies[key], before.proxies[key], "{key}: {after:?}");
+    }
+    // The order: each add-on's new chart only once what it waits for is there.
+    let first = |key: &str| {
+        samples
+            .iter()
+            .find(|s| s.proxies.get(key) == after.proxies.get(key))
+            .cloned()
+            .unwrap_or_else(|| panic!("{key}'s new chart never seen: {samples:#?}"))
+    };
+    let cni = first("cni");
+    assert_eq!(
+        cni.control_plane, "v1.31.6",
+        "the CNI before the control plane: {cni:?}"
+    );
+    let ccm = first("ccm");
+    assert_eq!(
+        ccm.ready.get("cni"),
+        Some(&true),
+        "the cloud provider before the CNI: {ccm:?}"
+    );
+    let csi = first("csi-cinder");
+    assert_eq!(
+        csi.ready.get("ccm"),
+        Some(&true),
+        "the CSI before the cloud provider: {csi:?}"
+    );
+    // In the workload cluster: each release upgraded (revision 2), the chart's object from the
+    // new chart; magnum-capi says every add-on is Ready.
+    let workload = workload_client(&admin, &ns, &name).await;
+    for h in release_proxies(&admin, &ns, &name).await {
+        let key = addon_of(&h, &name);
+        if !["cni", "ccm", "csi-cinder"].contains(&key.as_str()) {
+            continue;
+        }
+        assert_eq!(h["status"]["status"], "deployed", "{h:#}");
+        assert_eq!(h["status"]["revision"], 2, "{h:#}");
+        let spec = &h["spec"];
+        let release = spec["releaseName"].as_str().unwrap();
+        let cms: Api<ConfigMap> =
+            Api::namespaced(workload.clone(), spec["namespace"].as_str().unwrap());
+        let cm = cms.get(&format!("{release}-addon")).await.unwrap();
+        assert_eq!(
+            cm.data.unwrap_or_default()["chart"],
+            format!(
+                "{}-{}",
+                spec["chartName"].as_str().unwrap(),
+                spec["version"].as_str().unwrap()
+            )
+        );
+    }
+    let (_, shown) = served.call(&token, Method::GET, &path, None).await;
+    for key in DEFAULT_ADDONS {
+        assert_eq!(
+            shown["health_status_reason"][format!("addon.{key}")],
+            "Ready",
+            "{shown}"
+        );
+    }
+    let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
+    assert_eq!(st, 204, "{b}");
+    wait_for_status(&served, &token, &path, "DELETE_COMPLETE").await;
+}

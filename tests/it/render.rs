@@ -133,6 +133,7 @@ pub(crate) fn build_values(r: &ApiRows, config: &CapiConfig) -> Result<Values, V
         credentials: None,
         cas: None,
         rollout_after: None,
+        etcd_encryption: None,
     })
 }
 
@@ -147,6 +148,7 @@ fn build_for_create(r: &ApiRows, credentials: values::CloudCredentials) -> Value
         credentials: Some(credentials),
         cas: Some(&cas),
         rollout_after: None,
+        etcd_encryption: None,
     })
     .unwrap()
 }
@@ -208,6 +210,19 @@ pub(crate) fn find<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
 
+/// The k8s-keystone-auth manifests' ConfigMap (beside the etcd defragmentation's).
+fn keystone_config_map(objects: &[Value]) -> &Value {
+    find(objects, "ConfigMap")
+        .into_iter()
+        .find(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-keystone-auth")
+        })
+        .expect("the keystone-auth ConfigMap")
+}
+
 pub(crate) fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     let found = find(objects, kind);
     assert_eq!(found.len(), 1, "expected one {kind}");
@@ -243,6 +258,8 @@ fn single_master_cluster_with_credentials_and_cas() {
             "Secret",
             "Secret",
             "Secret",
+            // The etcd defragmentation CronJob, a ClusterResourceSet resource.
+            "ConfigMap",
             "OpenStackMachineTemplate",
             "OpenStackMachineTemplate",
             "KubeadmConfigTemplate",
@@ -822,7 +839,8 @@ fn proxied_mirrored_audited_anti_affinity_cluster() {
             "{flag}"
         );
     }
-    assert_eq!(api["extraVolumes"].as_array().unwrap().len(), 2);
+    // The audit policy and logs, and the etcd encryption configuration.
+    assert_eq!(api["extraVolumes"].as_array().unwrap().len(), 3);
     // Workers get the node files, not the audit policy.
     let kct = one(&objects, "KubeadmConfigTemplate");
     let worker_files: Vec<&str> = kct["spec"]["template"]["spec"]["files"]
@@ -1884,9 +1902,14 @@ fn kcp_args(objects: &[Value]) -> Vec<(String, String)> {
 
 #[test]
 fn keystone_auth_webhooks_and_default_policy() {
-    // Off by default: no webhook, no ConfigMap.
+    // Off by default: no webhook, no ConfigMap (but the etcd defragmentation's).
     let objects = render_rows(&rows(template_body(), cluster_body(), None));
-    assert!(find(&objects, "ConfigMap").is_empty());
+    assert!(find(&objects, "ConfigMap").iter().all(|c| {
+        c["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("-etcd-defrag")
+    }));
     assert!(
         kcp_args(&objects)
             .iter()
@@ -1939,7 +1962,7 @@ fn keystone_auth_webhooks_and_default_policy() {
 
     // The manifests travel with the cloud-config ClusterResourceSet.
     let crs = one(&objects, "ClusterResourceSet");
-    let cm = one(&objects, "ConfigMap");
+    let cm = keystone_config_map(&objects);
     assert!(
         crs["spec"]["resources"]
             .as_array()
@@ -2100,7 +2123,7 @@ fn addon_versions_follow_the_kubernetes_minor_across_an_upgrade() {
         let autoscaler =
             one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
                 .clone();
-        let keystone = config_map_documents(one(&objects, "ConfigMap"), "keystone-auth.yaml")
+        let keystone = config_map_documents(keystone_config_map(&objects), "keystone-auth.yaml")
             .last()
             .unwrap()["spec"]["template"]["spec"]["containers"][0]["image"]
             .clone();

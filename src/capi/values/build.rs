@@ -7,10 +7,11 @@ use super::clc;
 use super::cx::{Cx, given_and_resolved, label_map};
 use super::document::{
     Addons, ApiLoadBalancer, ApiServer, Bootstrap, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
-    CloudCredentials, Cni, CsiCinder, FlavorRef, HelmChart, KubeNetwork, Kubeadm, ManagedSubnet,
-    NameValue, Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
+    CloudCredentials, Cni, CsiCinder, EtcdDefrag, FlavorRef, HelmChart, KubeNetwork, Kubeadm,
+    ManagedSubnet, NameValue, Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
 };
 use super::error::{ValuesError, bad};
+use super::hygiene;
 use super::keystone;
 use super::labels::{LabelView, chart_version_label, cidrs_overlap, parse_cidr};
 use super::nodegroups::master_nodegroup;
@@ -42,6 +43,10 @@ pub struct Inputs<'a> {
     pub cas: Option<&'a ClusterCas>,
     /// The CA rotation's rollout marker: machines created before it are replaced.
     pub rollout_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Whether the API server encrypts Secrets at rest, as the driver found the cluster (its
+    /// `<cluster>-etcd-encryption` Secret); `None`: as `etcd_encryption_enabled` says (default on,
+    /// as for a new cluster).
+    pub etcd_encryption: Option<bool>,
 }
 
 /// Builds the values document. Pure: the same rows give the same document.
@@ -54,6 +59,7 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         credentials,
         cas,
         rollout_after,
+        etcd_encryption,
     } = inputs;
     let mut cx = Cx::new(template, cluster, config)?;
     let namespace = crate::capi::namespace(&config.namespace_prefix, &cluster.project_id);
@@ -95,6 +101,15 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
         }
         None => None,
     };
+    // Read (and so checked) whatever the driver decided.
+    let encrypt = hygiene::encryption_wanted(&cx.view, true)?;
+    let mut secret_files = Vec::new();
+    if etcd_encryption.unwrap_or(encrypt) {
+        let (arg, volume, file) = hygiene::encryption_parts(&cx.cluster_name);
+        api_server.extra_args.push(arg);
+        api_server.extra_volumes.push(volume);
+        secret_files.push(file);
+    }
     let keystone_auth = cx.keystone_auth()?;
     let keystone_parts = keystone_auth.as_ref().map(keystone::api_server_parts);
     if let Some(k) = &keystone_parts {
@@ -139,6 +154,19 @@ pub fn build(inputs: Inputs<'_>) -> Result<Values, ValuesError> {
             ng.machine.ignition = Some(clc::config(&nodes.files, &ng.machine.data_volumes, ssh)?);
         }
     }
+    // Files kubeadm writes: the node's own (Flatcar has them in Ignition) and those it reads
+    // from Secrets on the management cluster.
+    control_plane.kubeadm_files = if distro.ignition() {
+        secret_files
+    } else {
+        serde_json::to_value(&control_plane.files)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .chain(secret_files)
+            .collect()
+    };
     let mut addons = cx.addons(&networking)?;
     addons.keystone_auth = keystone_auth;
     let flavors: Vec<&FlavorRef> = node_groups
@@ -642,6 +670,16 @@ impl<'a> Cx<'a> {
             csi_manila: self.manila()?,
             gpu_operator: None,
             keystone_auth: None,
+            etcd_defrag: hygiene::defrag_schedule(view)?.map(|schedule| EtcdDefrag {
+                resource_set_name: format!("{}-etcd-defrag", self.cluster_name),
+                manifest: hygiene::defrag_manifest(
+                    &schedule,
+                    &match super::images::prefix(view).ok().flatten() {
+                        Some(p) => super::images::under_prefix(&p, hygiene::ETCD_IMAGE),
+                        None => hygiene::ETCD_IMAGE.to_string(),
+                    },
+                ),
+            }),
             cloud_config: CloudConfig {
                 resource_set_name: format!("{}-cloud-config", self.cluster_name),
                 load_balancer: CcmLoadBalancer {

@@ -516,6 +516,9 @@ pub struct ControlPlane {
     pub health_check: bool,
     /// Files of control-plane nodes: every node's plus the audit policy.
     pub files: Vec<NodeFile>,
+    /// The KubeadmControlPlane's `files`: [`ControlPlane::files`] (but on Flatcar, whose
+    /// Ignition has them) and the files read from Secrets (the etcd encryption configuration).
+    pub kubeadm_files: Vec<serde_json::Value>,
     /// Nova server group of the control plane (`server_group_policies`).
     pub server_group: Option<ServerGroup>,
 }
@@ -609,11 +612,23 @@ pub struct Addons {
     /// k8s-keystone-auth (`keystone_auth_enabled`), delivered by the cloud-config
     /// ClusterResourceSet from a ConfigMap of manifests.
     pub keystone_auth: Option<KeystoneAuth>,
+    /// The etcd defragmentation CronJob (`etcd_defrag_schedule`), delivered by the cloud-config
+    /// ClusterResourceSet from a ConfigMap.
+    pub etcd_defrag: Option<EtcdDefrag>,
     /// Container env of the addons that reach the cloud (CCM, Cinder CSI): the proxy's.
     pub cloud_env: Vec<NameValue>,
     /// Values the renderer merges into the HelmChartProxy of each chart, by chart name: its
     /// images under `container_infra_prefix` and the tags the image tag labels set.
     pub image_values: BTreeMap<String, serde_json::Value>,
+}
+
+/// The etcd defragmentation CronJob in a ConfigMap the cloud-config ClusterResourceSet applies.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdDefrag {
+    pub resource_set_name: String,
+    /// The CronJob as JSON (one document).
+    pub manifest: String,
 }
 
 /// Manila CSI: the Manila controller, the NFS node plugin it forwards to, and a StorageClass.

@@ -38,6 +38,8 @@
 //! | `calico_tag`, `cilium_tag`, `cilium_hubble_ui_enabled`, `flannel_tag`, `flannel_backend` (vxlan/host-gw/wireguard) | CNI chart version / Hubble / flannel backend |
 //! | `metrics_server_enabled`, `monitoring_enabled`, `ingress_controller`, `manila_csi_enabled`, `manila_csi_share_network_id`, `manila_csi_share_type`, `manila_csi_share_protocol`, `gpu_operator_enabled` | optional add-ons (docs/templates-and-labels.md "Add-ons", [`OPTIONAL_ADDONS`]) |
 //! | `keystone_auth_enabled`, `keystone_auth_authz_enabled` (default true), `keystone_auth_policy_configmap` | k8s-keystone-auth webhooks (docs/templates-and-labels.md "Add-ons") |
+//! | `etcd_encryption_enabled` | Secrets encrypted at rest in etcd (default on for a new cluster; once on it stays on) |
+//! | `etcd_defrag_schedule` | cron schedule of the etcd defragmentation CronJob (default Sundays 03:17; `off`) |
 //! | `cinder_csi_enabled`, `csi_cinder_reclaim_policy`, `csi_cinder_volume_binding_mode`, `csi_cinder_fstype`, `csi_cinder_allow_volume_expansion`, `csi_cinder_availability_zone`, `csi_cinder_volume_type` | Cinder CSI and its StorageClass |
 //!
 //! Template fields besides labels: `http_proxy`, `https_proxy`, `no_proxy` (containerd and
@@ -60,6 +62,7 @@ mod clc;
 mod cx;
 mod document;
 mod error;
+mod hygiene;
 mod images;
 mod keystone;
 mod labels;
@@ -76,6 +79,7 @@ pub use cx::MAX_CLUSTER_NAME;
 pub use document::Autoscale;
 pub use document::*;
 pub use error::ValuesError;
+pub use hygiene::{DEFRAG_LABEL, ENCRYPTION_KEY, ENCRYPTION_LABEL, encryption_secret_name};
 pub use images::{
     CHART_IMAGES, ChartImage, ImageKey, merge as merge_values, tag_labels, under_prefix,
 };

@@ -223,6 +223,7 @@ impl<'a> Cx<'a> {
             availability_zones,
             health_check: view.bool(&["auto_healing_enabled"], true)?,
             files: Vec::new(),
+            kubeadm_files: Vec::new(),
             server_group: super::nodes::server_group(
                 view,
                 &format!("{}-control-plane", self.cluster_name),

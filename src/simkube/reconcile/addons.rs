@@ -10,8 +10,10 @@
 //! until it is true, so that is what a real create shows). Then the release is deployed — or,
 //! when a failure marker names the chart or the proxy, `HelmInstallOrUpgradeFailed` (an add-on
 //! that does not install), or, when a marker `pending:<chart>` names it, `HelmReleasePending`
-//! with the release `pending-install` for as long as the marker stays (an install Helm is still
-//! working on).
+//! with the release `pending-install` (`pending-upgrade` once deployed) for as long as the marker
+//! stays (an install or upgrade Helm is still working on). A proxy whose spec changes has its
+//! release proxies' specs updated (their generation moves, as an upgrade of the release), and
+//! its `status.observedGeneration` says CAAPH has taken it.
 
 use serde_json::{Value, json};
 
@@ -40,11 +42,34 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
         .list(&Kind::Cluster.resource(), Some(ns), &selector)?;
     let spec = |k: &str| str_at(hcp, &["spec", k]).unwrap_or_default().to_string();
     let chart = spec("chartName");
+    // What CAAPH copies from the proxy into each release proxy's spec.
+    let wanted = json!({
+        "chartName": chart,
+        "repoURL": spec("repoURL"),
+        "version": spec("version"),
+        "releaseName": spec("releaseName"),
+        "namespace": spec("namespace"),
+        "values": spec("valuesTemplate"),
+        "options": at(hcp, &["spec", "options"]).cloned().unwrap_or_else(|| json!({})),
+    });
     for cluster in clusters.iter().filter(|c| !is_deleting(c)) {
         let cluster_name = name(cluster);
         let hrp = match release_proxy(cx, ns, cluster_name, name(hcp))? {
+            // A proxy whose spec changed (an upgrade's new chart version or values): CAAPH
+            // updates the release proxy, whose Helm release is then upgraded.
+            Some(h) if outdated(&h, &wanted) => cx.edit(Kind::HelmReleaseProxy, &h, |o| {
+                if let Some(Value::Object(spec)) = o.get_mut("spec") {
+                    for (k, v) in wanted.as_object().into_iter().flatten() {
+                        spec.insert(k.clone(), v.clone());
+                    }
+                }
+            })?,
             Some(h) => h,
-            None => cx.store.create(
+            None => {
+                let mut spec = wanted.clone();
+                spec["clusterRef"] = json!({"apiVersion": "cluster.x-k8s.io/v1beta2",
+                    "kind": "Cluster", "name": cluster_name, "namespace": ns});
+                cx.store.create(
                 &Kind::HelmReleaseProxy.resource(),
                 ns,
                 json!({
@@ -61,19 +86,10 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
                         },
                         "ownerReferences": [owner_ref(ADDONS_VERSION, "HelmChartProxy", hcp, true)],
                     },
-                    "spec": {
-                        "clusterRef": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                                       "name": cluster_name, "namespace": ns},
-                        "chartName": chart,
-                        "repoURL": spec("repoURL"),
-                        "version": spec("version"),
-                        "releaseName": spec("releaseName"),
-                        "namespace": spec("namespace"),
-                        "values": spec("valuesTemplate"),
-                        "options": at(hcp, &["spec", "options"]).cloned().unwrap_or_else(|| json!({})),
-                    },
+                    "spec": spec,
                 }),
-            )?,
+            )?
+            }
         };
         if let Some(waiting) = waiting_for_cluster(cx, cluster) {
             let preparing = "Preparing to to install Helm chart";
@@ -95,12 +111,18 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
                 .is_some_and(|p| !p.is_empty() && (chart.contains(p) || name(hcp).contains(p)))
         });
         let failed = !pending && (cx.fails(&chart) || cx.fails(name(hcp)));
+        // A release Helm deployed before is upgraded, not installed.
+        let phase = if str_at(&hrp, &["status", "status"]).is_some_and(|r| r != "pending-install") {
+            "pending-upgrade"
+        } else {
+            "pending-install"
+        };
         let (ready, reason, message, release) = if pending {
             (
                 "False",
                 "HelmReleasePending",
-                "Helm release is in a pending state: pending-install".to_string(),
-                "pending-install",
+                format!("Helm release is in a pending state: {phase}"),
+                phase,
             )
         } else if failed {
             (
@@ -125,7 +147,22 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
         ]);
         set_conditions(cx, &hrp, conds, Some(release))?;
     }
+    // CAAPH's word that it has passed this spec to the release proxies.
+    if i64_at(hcp, &["status", "observedGeneration"]) != Some(generation(hcp)) {
+        let mut status = at(hcp, &["status"]).cloned().unwrap_or_else(|| json!({}));
+        status["observedGeneration"] = json!(generation(hcp));
+        cx.set_status(Kind::HelmChartProxy, hcp, status)?;
+    }
     Ok(())
+}
+
+/// The release proxy's spec lacks something of `wanted` (the proxy changed since).
+fn outdated(hrp: &Value, wanted: &Value) -> bool {
+    wanted
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| at(hrp, &["spec", k]) != Some(v))
 }
 
 /// The release proxy of HelmChartProxy `proxy` for cluster `cluster`, found by CAAPH's labels.
@@ -204,7 +241,8 @@ fn set_conditions(
         })
     };
     let unchanged = conds.as_array().is_some_and(|cs| cs.iter().all(same))
-        && str_at(hrp, &["status", "status"]) == release;
+        && str_at(hrp, &["status", "status"]) == release
+        && i64_at(hrp, &["status", "observedGeneration"]) == Some(generation(hrp));
     if unchanged {
         return Ok(());
     }
