@@ -582,6 +582,7 @@ impl Capi {
         let objs = self.renderer.render(&v)?;
         self.ensure_server_groups(cluster, &v.server_groups())
             .await?;
+        self.ensure_api_security_groups(cluster, &v).await?;
         self.mgmt.apply_all(&objs).await?;
         self.prune(&ns, cluster.uuid, &objs).await?;
         Ok(objs)
