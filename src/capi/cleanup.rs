@@ -580,10 +580,10 @@ impl Capi {
             match workload::security_groups(s, project).await? {
                 None => report.skip(NO_SECURITY_GROUPS),
                 Some(groups) => {
-                    for g in groups
-                        .iter()
-                        .filter(|g| occm_security_group(&name, &g.description))
-                    {
+                    for g in groups.iter().filter(|g| {
+                        occm_security_group(&name, &g.description)
+                            || super::api_security::drivers_group(&name, &g.name)
+                    }) {
                         match workload::delete_security_group(s, &g.id).await? {
                             Deleted::Done => {
                                 tracing::info!(cluster = %c.uuid, security_group = %g.id, name = %g.name, "security group deleted")

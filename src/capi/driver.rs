@@ -605,6 +605,7 @@ impl Capi {
         }
         self.ensure_server_groups(cluster, &v.server_groups())
             .await?;
+        self.ensure_api_security_groups(cluster, &v).await?;
         self.mgmt.apply_all(&objs).await?;
         self.prune(&ns, cluster.uuid, &objs).await?;
         Ok(objs)

@@ -106,6 +106,14 @@ impl Capi {
         out.push(format!(
             "any Nova server groups named {name}-control-plane or {name}-<nodegroup>…"
         ));
+        if super::api_security::may_have_groups(c) {
+            out.push(format!(
+                "the security groups {} and {} (the machines' groups of an API restricted by \
+                 api_master_lb_allowed_cidrs)",
+                super::api_security::control_plane_group(&name),
+                super::api_security::worker_group(&name)
+            ));
+        }
         if super::api_vip::on_virtual_ip(c) {
             out.push(format!(
                 "the API's virtual-IP port {} and the floating IP on it",

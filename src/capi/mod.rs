@@ -9,6 +9,7 @@ pub mod adopt;
 pub mod adopt_credentials;
 pub mod adopt_nodegroups;
 pub mod adopt_upgrade;
+pub mod api_security;
 pub mod api_vip;
 pub mod apply;
 pub mod ca;

@@ -448,6 +448,14 @@ pub struct SecurityGroup {
     pub description: String,
 }
 
+fn security_group_of(g: &Value) -> SecurityGroup {
+    SecurityGroup {
+        id: text(g, "id"),
+        name: text(g, "name"),
+        description: text(g, "description"),
+    }
+}
+
 /// The security groups of `project` (every page); `Ok(None)` when Neutron has no
 /// security-group extension (404).
 pub async fn security_groups(
@@ -467,15 +475,7 @@ pub async fn security_groups(
     )
     .await
     {
-        Ok(all) => Ok(Some(
-            all.iter()
-                .map(|g| SecurityGroup {
-                    id: text(g, "id"),
-                    name: text(g, "name"),
-                    description: text(g, "description"),
-                })
-                .collect(),
-        )),
+        Ok(all) => Ok(Some(all.iter().map(security_group_of).collect())),
         Err(OpenStackError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     }
@@ -687,31 +687,53 @@ pub async fn create_port(
     name: &str,
     description: &str,
 ) -> Result<String, OpenStackError> {
-    let url = format!("{}/ports", neutron(s)?);
     let body = serde_json::json!({"port": {
         "network_id": network, "name": name, "description": description,
         "fixed_ips": [{"subnet_id": subnet, "ip_address": address}]}});
+    neutron_create(s, "ports", "port", &body).await
+}
+
+/// POSTs `body` to Neutron's `collection`; the id of the `key` it answers with.
+async fn neutron_create(
+    s: &UserSession,
+    collection: &str,
+    key: &str,
+    body: &Value,
+) -> Result<String, OpenStackError> {
+    let url = format!("{}/{collection}", neutron(s)?);
+    let what = format!("creating a {}", key.replace('_', " "));
     let (status, answer) = s
-        .send_json_with(NEUTRON, Method::POST, &url, &[], Some(&body))
+        .send_json_with(NEUTRON, Method::POST, &url, &[], Some(body))
         .await?;
     match status {
         200..=299 => answer
-            .pointer("/port/id")
+            .get(key)
+            .and_then(|v| v.get("id"))
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| failed(NEUTRON, "creating a port (no id)", status, &answer)),
-        _ => Err(failed(NEUTRON, "creating a port", status, &answer)),
+            .ok_or_else(|| failed(NEUTRON, &format!("{what} (no id)"), status, &answer)),
+        _ => Err(failed(NEUTRON, &what, status, &answer)),
+    }
+}
+
+/// DELETEs `id` of Neutron's `collection` (gone already counts as deleted).
+async fn neutron_delete(s: &UserSession, collection: &str, id: &str) -> Result<(), OpenStackError> {
+    let url = format!("{}/{collection}/{id}", neutron(s)?);
+    let (status, body) = s.send_json(NEUTRON, Method::DELETE, &url).await?;
+    match status {
+        200..=299 | 404 => Ok(()),
+        _ => Err(failed(
+            NEUTRON,
+            &format!("deleting from {collection}"),
+            status,
+            &body,
+        )),
     }
 }
 
 /// Deletes a port (gone already counts as deleted).
 pub async fn delete_port(s: &UserSession, id: &str) -> Result<(), OpenStackError> {
-    let url = format!("{}/ports/{id}", neutron(s)?);
-    let (status, body) = s.send_json(NEUTRON, Method::DELETE, &url).await?;
-    match status {
-        200..=299 | 404 => Ok(()),
-        _ => Err(failed(NEUTRON, "deleting a port", status, &body)),
-    }
+    neutron_delete(s, "ports", id).await
 }
 
 /// Points floating IP `id` at `address` of port `port` (moving it there from wherever it was).
@@ -735,4 +757,153 @@ pub async fn associate_floating_ip(
             &answer,
         )),
     }
+}
+
+/// A security-group rule, as Neutron has it (what two rules are compared on, and its id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityGroupRule {
+    /// Empty for a rule yet to be created.
+    pub id: String,
+    pub direction: String,
+    pub ethertype: String,
+    /// `None`: any protocol.
+    pub protocol: Option<String>,
+    pub port_range_min: Option<u16>,
+    pub port_range_max: Option<u16>,
+    pub remote_ip_prefix: Option<String>,
+    pub remote_group_id: Option<String>,
+    pub description: String,
+}
+
+impl SecurityGroupRule {
+    /// Whether both admit the same traffic (ids and descriptions aside).
+    pub fn same_traffic(&self, other: &Self) -> bool {
+        (
+            &self.direction,
+            &self.ethertype,
+            &self.protocol,
+            self.port_range_min,
+            self.port_range_max,
+            &self.remote_ip_prefix,
+            &self.remote_group_id,
+        ) == (
+            &other.direction,
+            &other.ethertype,
+            &other.protocol,
+            other.port_range_min,
+            other.port_range_max,
+            &other.remote_ip_prefix,
+            &other.remote_group_id,
+        )
+    }
+}
+
+fn opt_text(v: &Value, key: &str) -> Option<String> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+fn opt_port(v: &Value, key: &str) -> Option<u16> {
+    v.get(key)
+        .and_then(Value::as_u64)
+        .and_then(|p| u16::try_from(p).ok())
+}
+
+/// `project`'s security groups named `name` (Neutron does not keep names unique).
+pub async fn security_groups_named(
+    s: &UserSession,
+    project: &str,
+    name: &str,
+) -> Result<Vec<SecurityGroup>, OpenStackError> {
+    let all = neutron_list(
+        s,
+        "security-groups",
+        &[("project_id", project), ("name", name)],
+    )
+    .await?;
+    Ok(all.iter().map(security_group_of).collect())
+}
+
+/// Creates a security group (Neutron gives it its two egress rules); its id.
+pub async fn create_security_group(
+    s: &UserSession,
+    name: &str,
+    description: &str,
+) -> Result<String, OpenStackError> {
+    let body = serde_json::json!({"security_group": {"name": name, "description": description}});
+    neutron_create(s, "security-groups", "security_group", &body).await
+}
+
+/// The rules of security group `group`.
+pub async fn security_group_rules(
+    s: &UserSession,
+    group: &str,
+) -> Result<Vec<SecurityGroupRule>, OpenStackError> {
+    let all = neutron_list(s, "security-group-rules", &[("security_group_id", group)]).await?;
+    Ok(all
+        .iter()
+        .map(|r| SecurityGroupRule {
+            id: text(r, "id"),
+            direction: text(r, "direction"),
+            ethertype: text(r, "ethertype"),
+            protocol: opt_text(r, "protocol"),
+            port_range_min: opt_port(r, "port_range_min"),
+            port_range_max: opt_port(r, "port_range_max"),
+            remote_ip_prefix: opt_text(r, "remote_ip_prefix"),
+            remote_group_id: opt_text(r, "remote_group_id"),
+            description: text(r, "description"),
+        })
+        .collect())
+}
+
+/// Adds `rule` to security group `group`.
+pub async fn create_security_group_rule(
+    s: &UserSession,
+    group: &str,
+    rule: &SecurityGroupRule,
+) -> Result<(), OpenStackError> {
+    let body = serde_json::json!({"security_group_rule": {
+        "security_group_id": group, "direction": rule.direction, "ethertype": rule.ethertype,
+        "protocol": rule.protocol, "port_range_min": rule.port_range_min,
+        "port_range_max": rule.port_range_max, "remote_ip_prefix": rule.remote_ip_prefix,
+        "remote_group_id": rule.remote_group_id, "description": rule.description}});
+    neutron_create(s, "security-group-rules", "security_group_rule", &body)
+        .await
+        .map(drop)
+}
+
+/// Deletes a security-group rule (gone already counts as deleted).
+pub async fn delete_security_group_rule(s: &UserSession, id: &str) -> Result<(), OpenStackError> {
+    neutron_delete(s, "security-group-rules", id).await
+}
+
+/// The CIDRs of the subnets Neutron lists with `filters` (e.g. `network_id`, `id`, `name`).
+pub async fn subnet_cidrs(
+    s: &UserSession,
+    filters: &[(&str, &str)],
+) -> Result<Vec<String>, OpenStackError> {
+    let all = neutron_list(s, "subnets", filters).await?;
+    Ok(all.iter().map(|n| text(n, "cidr")).collect())
+}
+
+/// The ids of the networks Neutron lists with `filters` (e.g. `name`).
+pub async fn network_ids(
+    s: &UserSession,
+    filters: &[(&str, &str)],
+) -> Result<Vec<String>, OpenStackError> {
+    let all = neutron_list(s, "networks", filters).await?;
+    Ok(all.iter().map(|n| text(n, "id")).collect())
+}
+
+/// Every page of Neutron's `collection` (`security-group-rules`) listed with `filters`.
+async fn neutron_list(
+    s: &UserSession,
+    collection: &str,
+    filters: &[(&str, &str)],
+) -> Result<Vec<Value>, OpenStackError> {
+    let url = with_query(format!("{}/{collection}", neutron(s)?), filters);
+    let what = format!("listing {}", collection.replace('-', " "));
+    list_all(s, NEUTRON, &what, url, &collection.replace('-', "_")).await
 }

@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use crate::capi_cleanup::running_cluster_with;
 use crate::common::capi::{CapiApp, capi_app_on, objects, template_with};
 use crate::common::*;
 
@@ -245,4 +246,156 @@ async fn allowed_cidrs_admit_the_management_cluster_or_are_refused_where_nothing
     .await;
     let r = refused(&bare.t, &ct).await;
     assert_magnum_error(&r, 400, "egress_cidrs of the management cluster");
+}
+
+/// The fake Neutron's security group named `name` and its rules.
+fn security_group(name: &str) -> Option<(Value, Vec<Value>)> {
+    crate::common::stack::cloud().workload(|w| {
+        let g = w
+            .security_groups
+            .iter()
+            .find(|g| g["name"] == name)?
+            .clone();
+        let rules = w
+            .security_group_rules
+            .iter()
+            .filter(|r| r["security_group_id"] == g["id"])
+            .cloned()
+            .collect();
+        Some((g, rules))
+    })
+}
+
+/// The remote prefixes of `rules` admitting TCP `port` (`None`: from anywhere).
+fn sources_of(rules: &[Value], port: u64) -> Vec<Option<String>> {
+    let mut v: Vec<Option<String>> = rules
+        .iter()
+        .filter(|r| r["direction"] == "ingress")
+        .filter(|r| {
+            // Any protocol and port admits it too.
+            r["protocol"].is_null()
+                || r["protocol"] == "tcp"
+                    && r["port_range_min"].as_u64().is_none_or(|p| p <= port)
+                    && r["port_range_max"].as_u64().is_none_or(|p| p >= port)
+        })
+        .filter(|r| r["remote_group_id"].is_null())
+        .map(|r| r["remote_ip_prefix"].as_str().map(str::to_owned))
+        .collect();
+    v.sort();
+    v
+}
+
+/// An API restricted by `api_master_lb_allowed_cidrs` is restricted on its machines too: CAPO's
+/// managed groups (whose rule opens the API port to everyone) are off, the driver makes the
+/// machines' groups with the cluster's credential before the machines, the API port admitting
+/// only the allowed CIDRs, the management cluster's egress addresses and the node subnet, and
+/// the delete removes them after the machines.
+#[tokio::test]
+async fn a_restricted_api_is_restricted_on_the_machines_security_groups_too() {
+    let _env = crate::common::stack::env_shared().await;
+    let app = capi_app_on(None, None, true, |cfg| {
+        cfg.capi.egress_cidrs = vec![MGMT_EGRESS.into()];
+        cfg.capi.cleanup_poll_secs = 1;
+    })
+    .await;
+    let t = &app.t;
+    let (ks, _) = crate::common::stack::parts().await;
+    // What the driver makes belongs to the cluster's project, as in Neutron.
+    crate::common::stack::cloud().set_identity(&ks.url);
+    let token = ks.token("alice", "alpha").await;
+    let labels = json!({"kube_tag": "v1.30.4", "api_master_lb_allowed_cidrs": "192.0.2.0/24,198.51.100.7/32"});
+    let (uuid, capi) = running_cluster_with(t, &token, "restricted-sg", labels).await;
+
+    let osc = one(&app, magnum_capi::capi::kinds::OPENSTACK_CLUSTER, &uuid);
+    assert!(osc["spec"].get("managedSecurityGroups").is_none(), "{osc}");
+    let (cp, cp_rules) = security_group(&format!("{capi}-secgroup-controlplane"))
+        .expect("the control plane's security group");
+    let (w, w_rules) =
+        security_group(&format!("{capi}-secgroup-worker")).expect("the workers' security group");
+    // The API port: the allowed CIDRs, Cluster API's egress, the node subnet (the amphorae).
+    let api = [
+        "10.0.0.0/24",
+        "192.0.2.0/24",
+        "198.51.100.7/32",
+        MGMT_EGRESS,
+    ];
+    assert_eq!(
+        sources_of(&cp_rules, 6443),
+        api.iter().map(|c| Some(c.to_string())).collect::<Vec<_>>()
+    );
+    // The cluster's machines reach each other by group; nothing else is open on the workers
+    // but NodePorts from the node subnet.
+    for (rules, own, other) in [(&cp_rules, &cp, &w), (&w_rules, &w, &cp)] {
+        for g in [own, other] {
+            assert!(
+                rules.iter().any(|r| r["direction"] == "ingress"
+                    && r["protocol"].is_null()
+                    && r["remote_group_id"] == g["id"]),
+                "{rules:?}"
+            );
+        }
+    }
+    assert_eq!(sources_of(&w_rules, 6443), vec![]);
+    assert_eq!(
+        sources_of(&w_rules, 30080),
+        vec![Some("10.0.0.0/24".to_string())]
+    );
+    // Every machine template names the group of its role.
+    let templates = objects(
+        &app,
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+        &uuid,
+    );
+    assert_eq!(templates.len(), 2);
+    for m in &templates {
+        let group = m
+            .pointer("/spec/template/spec/securityGroups/0/filter/name")
+            .unwrap_or_else(|| panic!("no security group: {m}"));
+        assert!([&cp["name"], &w["name"]].contains(&group), "{m}");
+    }
+
+    // Found again by name on the next apply (a resize), their rules set to exactly these: an
+    // open API port added by hand is taken away.
+    crate::common::stack::cloud().workload(|fake| {
+        fake.security_group_rules
+            .push(json!({"id": "open-api", "security_group_id": cp["id"],
+            "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+            "port_range_min": 6443, "port_range_max": 6443, "remote_ip_prefix": null,
+            "remote_group_id": null, "description": "", "project_id": cp["project_id"],
+            "tenant_id": cp["project_id"]}));
+    });
+    assert!(
+        sources_of(
+            &security_group(cp["name"].as_str().unwrap()).unwrap().1,
+            6443
+        )
+        .contains(&None)
+    );
+    let r = t
+        .call_token(
+            Some(&token),
+            "POST",
+            &format!("/v1/clusters/{uuid}/actions/resize"),
+            Some("1.7"),
+            Some(json!({"node_count": 2})),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    t.wait_cluster_token(&token, &uuid, "UPDATE_COMPLETE").await;
+    let groups = crate::common::stack::cloud().workload(|fake| {
+        fake.security_groups
+            .iter()
+            .filter(|g| g["name"] == cp["name"] || g["name"] == w["name"])
+            .count()
+    });
+    assert_eq!(groups, 2);
+    let (_, again) = security_group(cp["name"].as_str().unwrap()).unwrap();
+    assert_eq!(sources_of(&again, 6443), sources_of(&cp_rules, 6443));
+    assert_eq!(again.len(), cp_rules.len());
+
+    crate::capi_cleanup::delete(t, &token, &uuid).await;
+    t.wait_cluster_token(&token, &uuid, "GONE").await;
+    assert!(security_group(&format!("{capi}-secgroup-controlplane")).is_none());
+    assert!(security_group(&format!("{capi}-secgroup-worker")).is_none());
 }

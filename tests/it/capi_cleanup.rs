@@ -36,7 +36,7 @@ async fn running_cluster(t: &TestApp, token: &str, name: &str) -> (String, Strin
 }
 
 /// [`running_cluster`] from a template with `labels`.
-async fn running_cluster_with(
+pub(crate) async fn running_cluster_with(
     t: &TestApp,
     token: &str,
     name: &str,
@@ -98,7 +98,7 @@ async fn wait_reason(t: &TestApp, token: &str, uuid: &str, prefix: &str) -> Stri
     .await
 }
 
-async fn delete(t: &TestApp, token: &str, uuid: &str) {
+pub(crate) async fn delete(t: &TestApp, token: &str, uuid: &str) {
     let r = t
         .call_token(
             Some(token),

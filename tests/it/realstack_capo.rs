@@ -279,10 +279,11 @@ fn named<'a>(items: &'a [Value], name: &str) -> Vec<&'a Value> {
 }
 
 /// CAPO builds the cluster's infrastructure from magnum-capi's OpenStackCluster (network, subnet,
-/// router to `public`, the two managed security groups, an Octavia load balancer with listener,
-/// pool and health monitor, a loopback floating IP on its VIP), boots a control-plane machine from
-/// a root volume with an etcd volume behind the load balancer, and on the Cluster's deletion
-/// removes every one of them and its finalizers.
+/// router to `public`, an Octavia load balancer with listener, pool and health monitor, a
+/// loopback floating IP on its VIP; no managed security groups, the API being restricted), boots
+/// a control-plane machine from a root volume with an etcd volume behind the load balancer, in
+/// the driver's security group (its API port closed to all but the allowed CIDRs), and on the
+/// Cluster's deletion removes every one of them and its finalizers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capo_builds_a_cluster_and_a_machine_on_the_fake_cloud_and_removes_them() {
     let _env = env_shared().await;
@@ -365,26 +366,12 @@ async fn capo_builds_a_cluster_and_a_machine_on_the_fake_cloud_and_removes_them(
         "/external_gateway_info/external_fixed_ips/0/ip_address",
     );
     assert!(gateway_ip.starts_with("127.100."), "{router}");
-    let mut group_names: Vec<&str> = groups.iter().map(|g| g["name"].as_str().unwrap()).collect();
-    group_names.sort();
-    assert_eq!(
-        group_names,
-        [
-            format!("k8s-cluster-{crn}-secgroup-controlplane"),
-            format!("k8s-cluster-{crn}-secgroup-worker")
-        ]
-    );
-    assert_eq!(
-        st["controlPlaneSecurityGroup"]["name"],
-        json!(group_names[0])
-    );
-    let rules = t.cloud.workload(|w| {
-        w.security_group_rules
-            .iter()
-            .filter(|r| groups.iter().any(|g| g["id"] == r["security_group_id"]))
-            .count()
-    });
-    assert!(rules > 10, "{rules} rules");
+    // The API is restricted: no managed groups (CAPO's would open 6443 to everyone).
+    assert_eq!(groups, Vec::<Value>::new());
+    assert!(st.get("controlPlaneSecurityGroup").is_none(), "{st}");
+    // The driver's groups, as it makes them before the machines (with the cluster's
+    // credential; here straight into the fake cloud).
+    let groups = drivers_groups(&t, &name);
     assert_eq!(lb["provisioning_status"], "ACTIVE");
     assert_eq!(lb["project_id"], json!(t.project));
     assert_eq!(lb["vip_subnet_id"], subnet["id"]);
@@ -473,10 +460,18 @@ async fn capo_builds_a_cluster_and_a_machine_on_the_fake_cloud_and_removes_them(
     assert_eq!(port["name"], json!(format!("{machine}-0")));
     assert_eq!(port["network_id"], net["id"]);
     assert_eq!(port["project_id"], json!(t.project));
-    assert_eq!(
-        port["security_groups"],
-        json!([st["controlPlaneSecurityGroup"]["id"]])
-    );
+    assert_eq!(port["security_groups"], json!([groups[0]["id"]]));
+    // Nothing on the machine's port admits the API from anywhere.
+    let open = t.cloud.workload(|w| {
+        w.security_group_rules
+            .iter()
+            .filter(|r| port["security_groups"][0] == r["security_group_id"])
+            .filter(|r| r["direction"] == "ingress" && r["remote_group_id"].is_null())
+            .filter(|r| r["remote_ip_prefix"].is_null() || r["remote_ip_prefix"] == "0.0.0.0/0")
+            .cloned()
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(open, Vec::<Value>::new());
     let address = str_of(&port, "/fixed_ips/0/ip_address").to_string();
     assert!(address.starts_with("10.0.0."), "{port}");
     let internal = osm["status"]["addresses"]
@@ -527,14 +522,60 @@ async fn capo_builds_a_cluster_and_a_machine_on_the_fake_cloud_and_removes_them(
         &port["id"],
     ]
     .into_iter()
-    .chain(groups.iter().map(|g| &g["id"]))
     .chain(volumes.iter().map(|v| &v["id"]))
     .cloned()
     .collect();
     let left = leftovers(t.cloud, &ids, &[&crn, &machine]);
     assert!(left.is_empty(), "left on the fake cloud: {left:#?}");
+    // The driver's groups are the driver's to delete (its cleanup, after the machines).
+    t.cloud.workload(|w| {
+        w.security_groups
+            .retain(|g| !groups.iter().any(|o| o["id"] == g["id"]));
+        w.security_group_rules
+            .retain(|r| !groups.iter().any(|o| o["id"] == r["security_group_id"]));
+    });
     t.close().await;
     eprintln!("the whole test took {:.1?}", t0.elapsed());
+}
+
+/// Makes the driver's two security groups of cluster `name` (on the 10.0.0.0/24 node subnet,
+/// the API restricted as `rendered` asks) in the fake cloud; `[control plane, workers]`.
+fn drivers_groups(t: &Tenant, name: &str) -> [Value; 2] {
+    use magnum_capi::capi::api_security as sg;
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let (cp_id, w_id) = (format!("{tag}-cp"), format!("{tag}-w"));
+    let nodes = vec!["10.0.0.0/24".to_string()];
+    let api: Vec<String> = ["10.0.0.0/8", "192.168.0.0/16", MGMT_EGRESS]
+        .map(String::from)
+        .to_vec();
+    let sets = [
+        (
+            &cp_id,
+            sg::control_plane_group(name),
+            sg::control_plane_rules(&cp_id, &w_id, 6443, &api, &nodes),
+        ),
+        (
+            &w_id,
+            sg::worker_group(name),
+            sg::worker_rules(&w_id, &cp_id, &nodes),
+        ),
+    ];
+    t.cloud.workload(|w| {
+        sets.map(|(id, group, rules)| {
+            let g = crate::common::fakecloud::workload::security_group(id, &group, "", &t.project);
+            w.security_groups.push(g.clone());
+            for (i, r) in rules.iter().enumerate() {
+                w.security_group_rules.push(json!({
+                    "id": format!("{id}-{i}"), "security_group_id": id,
+                    "direction": r.direction, "ethertype": r.ethertype, "protocol": r.protocol,
+                    "port_range_min": r.port_range_min, "port_range_max": r.port_range_max,
+                    "remote_ip_prefix": r.remote_ip_prefix, "remote_group_id": r.remote_group_id,
+                    "description": r.description, "project_id": t.project,
+                    "tenant_id": t.project}));
+            }
+            g
+        })
+    })
 }
 
 /// Everything the fake cloud still holds with one of `ids`, a name or description containing

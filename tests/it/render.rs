@@ -2281,6 +2281,51 @@ fn every_label_of_a_working_magnum_capi_helm_template_is_accepted() {
 }
 
 #[test]
+fn a_restricted_api_gets_the_drivers_security_groups_instead_of_capos() {
+    // CAPO's managed control-plane group opens the API port to everyone, past the listener.
+    let (t, c) = with_labels(json!({"api_master_lb_allowed_cidrs": "192.0.2.0/24"}));
+    let objects = render_rows(&rows(t, c, None));
+    assert_valid(&objects);
+    let osc = one(&objects, "OpenStackCluster");
+    assert!(osc["spec"].get("managedSecurityGroups").is_none(), "{osc}");
+    let name = osc["metadata"]["name"].as_str().unwrap();
+    let templates: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "OpenStackMachineTemplate")
+        .collect();
+    assert_eq!(templates.len(), 2);
+    for m in templates {
+        let role = if m["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .contains("control-plane")
+        {
+            "controlplane"
+        } else {
+            "worker"
+        };
+        assert_eq!(
+            m["spec"]["template"]["spec"]["securityGroups"],
+            json!([{"filter": {"name": format!("{name}-secgroup-{role}")}}]),
+            "{m}"
+        );
+    }
+    // `0.0.0.0/0` restricts nothing: CAPO's groups.
+    let (t, c) = with_labels(json!({"api_master_lb_allowed_cidrs": "0.0.0.0/0"}));
+    let objects = render_rows(&rows(t, c, None));
+    let osc = one(&objects, "OpenStackCluster");
+    assert_eq!(
+        osc["spec"]["managedSecurityGroups"],
+        json!({"allowAllInClusterTraffic": true})
+    );
+    assert!(
+        objects
+            .iter()
+            .all(|o| o.pointer("/spec/template/spec/securityGroups").is_none())
+    );
+}
+
+#[test]
 fn allowed_cidrs_give_a_single_master_cluster_its_api_load_balancer() {
     // magnum-capi-helm's templates carry the label without master_lb_enabled: it always made the
     // load balancer. The restriction is kept, never dropped.

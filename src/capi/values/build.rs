@@ -6,9 +6,10 @@ use std::net::IpAddr;
 use super::clc;
 use super::cx::{Cx, given_and_resolved, label_map};
 use super::document::{
-    Addons, ApiLoadBalancer, ApiServer, Bootstrap, CaValues, CcmLoadBalancer, Cloud, CloudConfig,
-    CloudCredentials, Cni, CsiCinder, EtcdDefrag, FlavorRef, HelmChart, KubeNetwork, Kubeadm,
-    ManagedSubnet, NameValue, Networking, NodeSettings, ResourceRef, StorageClass, Values, nv,
+    Addons, ApiLoadBalancer, ApiSecurityGroups, ApiServer, Bootstrap, CaValues, CcmLoadBalancer,
+    Cloud, CloudConfig, CloudCredentials, Cni, CsiCinder, EtcdDefrag, FlavorRef, HelmChart,
+    KubeNetwork, Kubeadm, ManagedSubnet, NameValue, Networking, NodeSettings, ResourceRef,
+    StorageClass, Values, nv,
 };
 use super::error::{ValuesError, bad};
 use super::hygiene;
@@ -400,6 +401,16 @@ impl<'a> Cx<'a> {
         } else {
             None
         };
+        // CAPO's managed control-plane group opens the API port to everyone, past the
+        // listener: the machines get the driver's groups instead (`capi::api_security`).
+        let security_groups = match &load_balancer {
+            Some(lb) if restricts => Some(ApiSecurityGroups {
+                control_plane: crate::capi::api_security::control_plane_group(&self.cluster_name),
+                worker: crate::capi::api_security::worker_group(&self.cluster_name),
+                api_cidrs: lb.allowed_cidrs.clone(),
+            }),
+            _ => None,
+        };
         let fixed_ip = match &vip {
             Some(v) => Some(v.address.clone()),
             None => view.parsed(&[super::vip::FIXED_IP], |v| {
@@ -442,6 +453,7 @@ impl<'a> Cx<'a> {
         Ok(ApiServer {
             load_balancer,
             vip,
+            security_groups,
             fixed_ip,
             floating_ip,
             floating_ip_address,

@@ -192,6 +192,20 @@ pub struct AllocationPool {
     pub end: String,
 }
 
+/// The machines' security groups the driver makes (`capi::api_security`) when the API is
+/// restricted to `api_master_lb_allowed_cidrs`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiSecurityGroups {
+    /// The control-plane machines' group name.
+    pub control_plane: String,
+    /// The workers' group name.
+    pub worker: String,
+    /// Who may reach the API port of a control-plane machine besides the node subnet: the
+    /// allowed CIDRs and the management cluster's egress addresses (the listener's list).
+    pub api_cidrs: Vec<String>,
+}
+
 /// The API on a virtual IP of the control-plane machines (`kube_vip_enabled`, [`super::vip`]).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -228,6 +242,9 @@ pub struct ApiServer {
     pub load_balancer: Option<ApiLoadBalancer>,
     /// The virtual IP the control-plane machines hold instead (`kube_vip_enabled`).
     pub vip: Option<ApiVip>,
+    /// The driver's security groups instead of CAPO's managed ones, whose rule opens the API
+    /// port to everyone: when `api_master_lb_allowed_cidrs` restricts the API.
+    pub security_groups: Option<ApiSecurityGroups>,
     /// CAPO's `apiServerFixedIP`: the virtual IP, or the load balancer's address
     /// (`api_server_fixed_ip`).
     pub fixed_ip: Option<String>,
