@@ -148,6 +148,26 @@ pub fn changed<'a>(
         .collect()
 }
 
+/// The release proxies of HelmChartProxy `proxy` among `hrps`.
+fn releases_of<'a>(proxy: &str, hrps: impl IntoIterator<Item = &'a Value>) -> Vec<&'a Value> {
+    hrps.into_iter()
+        .filter(|h| {
+            h.pointer("/metadata/labels")
+                .and_then(|l| l.get(LABEL_HELM_CHART_PROXY))
+                .and_then(Value::as_str)
+                == Some(proxy)
+        })
+        .collect()
+}
+
+/// Whether add-on HelmChartProxy `proxy` has a release that has failed (before an upgrade rolls
+/// it: its failure is its health's, not the upgrade's, so it is not counted as rolled).
+pub fn failing<'a>(proxy: &str, hrps: impl IntoIterator<Item = &'a Value>) -> bool {
+    releases_of(proxy, hrps)
+        .into_iter()
+        .any(|h| matches!(assess(h), AddonState::Failed(_)))
+}
+
 /// Where the add-ons of a stage are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Roll {
@@ -194,16 +214,7 @@ pub fn stage_state<'a>(
             rolling.push(format!("{key}: waiting for CAAPH to take the new spec"));
             continue;
         }
-        let releases: Vec<&Value> = hrps
-            .clone()
-            .into_iter()
-            .filter(|h| {
-                h.pointer("/metadata/labels")
-                    .and_then(|l| l.get(LABEL_HELM_CHART_PROXY))
-                    .and_then(Value::as_str)
-                    == Some(name(hcp))
-            })
-            .collect();
+        let releases = releases_of(name(hcp), hrps.clone());
         if releases.is_empty() && ours {
             rolling.push(format!("{key}: no release yet"));
         }

@@ -199,9 +199,13 @@ impl Capi {
             if changed.is_empty() {
                 continue;
             }
+            // An add-on already failing before its roll (a chart repository it never reached)
+            // is rolled all the same, but its failure stays its health's, not the upgrade's.
+            let hrps = observed.addons.iter().map(|a| &**a);
             for o in &changed {
                 if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str)
                     && !step.rolled.iter().any(|r| r == n)
+                    && !addon_rollout::failing(n, hrps.clone())
                 {
                     step.rolled.push(n.to_string());
                 }

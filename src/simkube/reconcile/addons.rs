@@ -110,7 +110,11 @@ pub(super) fn helm_chart_proxy(cx: &Ctx<'_>, hcp: &Value) -> Result<(), StoreErr
             m.strip_prefix("pending:")
                 .is_some_and(|p| !p.is_empty() && (chart.contains(p) || name(hcp).contains(p)))
         });
-        let failed = !pending && (cx.fails(&chart) || cx.fails(name(hcp)));
+        // Helm runs again only for a changed spec: a release deployed for this generation stays
+        // deployed whatever marker is set later (CAAPH does not reinstall it).
+        let settled = str_at(&hrp, &["status", "status"]) == Some("deployed")
+            && i64_at(&hrp, &["status", "observedGeneration"]) == Some(generation(&hrp));
+        let failed = !pending && !settled && (cx.fails(&chart) || cx.fails(name(hcp)));
         // A release Helm deployed before is upgraded, not installed.
         let phase = if str_at(&hrp, &["status", "status"]).is_some_and(|r| r != "pending-install") {
             "pending-upgrade"
