@@ -944,3 +944,134 @@ async fn a_clusters_ca_and_credential_rotate_on_real_cluster_api() {
     assert_eq!(st, 204, "{b}");
     wait_for_status(&served, &token, &path, "DELETE_COMPLETE").await;
 }
+
+/// Cluster `uuid`'s objects of `kind` in project `project`'s namespace, on the management
+/// cluster as the real controllers keep them.
+async fn objects_of(project: &str, uuid: &str, api_version: &str, kind: &str) -> Vec<Value> {
+    let admin = stack().await.admin().await;
+    let ar = magnum_capi::capi::apply::resource(api_version, kind);
+    let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        admin,
+        &format!("magnum-{project}"),
+        &ar,
+    );
+    let name = magnum_capi::capi::capi_name(uuid.parse().unwrap());
+    api.list(
+        &kube::api::ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={name}")),
+    )
+    .await
+    .unwrap()
+    .items
+    .into_iter()
+    .map(|o| serde_json::to_value(o).unwrap())
+    .collect()
+}
+
+/// A failed upgrade on real Cluster API keeps the cluster on the template it left, and is
+/// rolled back from `UPDATE_FAILED` through the API:
+/// - an upgrade to the next minor whose image is gone from Glance once the upgrade passed its
+///   checks → real KCP's new machine fails at CAPO (Nova refuses its server) →
+///   `UPDATE_FAILED` naming Nova's refusal (the machine's failure, before
+///   `[capi] update_timeout_mins`, short here to bound the wait), `cluster_template_id` the old
+///   template;
+/// - the rollback (the upgrade call to the old template) → `UPDATE_COMPLETE` with KCP, the
+///   MachineDeployment and every real Machine back on the old version and no machine of the
+///   failed template left;
+///
+/// then it deletes to `DELETE_COMPLETE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upgrade_keeps_its_template_and_rolls_back_on_real_cluster_api() {
+    let s = stack().await;
+    let (ks, cloud) = crate::common::stack::parts().await;
+    let kubeconfig = chart_identity(s).await;
+    let served =
+        Production::start(0, &kubeconfig, LOOPBACK_CHARTS, "update_timeout_mins = 4\n").await;
+    let crate::common::keystone::ProjectMember { project, token, .. } =
+        ks.new_project("upgradefail").await;
+    let old = realstack_template(&served, &token, "upfail", KUBE_IMAGE, "m1.large").await;
+    let uuid = create_cluster(&served, &token, "upfail", &old, json!({})).await;
+    let path = format!("/v1/clusters/{uuid}");
+    wait_for_status(&served, &token, &path, "CREATE_COMPLETE").await;
+    let before = machine_names(&project, &uuid).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // The next minor, its image gone from Glance once the upgrade passed its checks: Nova
+    // refuses the new machines' servers.
+    let image = cloud.add_image(json!({"name": "ubuntu-2204-kube-v1.31.6-upfail",
+        "os_distro": "ubuntu", "os_version": "22.04", "kube_version": "v1.31.6",
+        "created_at": "2024-09-01T12:00:00Z"}));
+    let new = realstack_template(&served, &token, "upfail-v1.31", &image, "m1.large").await;
+    let action = format!("{path}/actions/upgrade");
+    let (st, b) = served
+        .call(
+            &token,
+            Method::POST,
+            &action,
+            Some(json!({"cluster_template": new})),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    assert!(cloud.remove(&image), "the image was there");
+    let failed = wait_for_status(&served, &token, &path, "UPDATE_FAILED").await;
+    assert_eq!(failed["cluster_template_id"], old.as_str(), "{failed}");
+    let reason = failed["status_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("OpenStackServer")
+            && reason.contains(&format!("Image {image} could not be found.")),
+        "{reason}"
+    );
+
+    // Rolled back: the upgrade call to the template it left.
+    let (st, b) = served
+        .call(
+            &token,
+            Method::POST,
+            &action,
+            Some(json!({"cluster_template": old})),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let done = wait_for_status(&served, &token, &path, "UPDATE_COMPLETE").await;
+    assert_eq!(done["cluster_template_id"], old.as_str(), "{done}");
+    assert_eq!(done["coe_version"], "v1.30.4", "{done}");
+    let crd = "controlplane.cluster.x-k8s.io/v1beta2";
+    let kcp = objects_of(&project, &uuid, crd, "KubeadmControlPlane").await;
+    assert_eq!(kcp.len(), 1, "{kcp:?}");
+    assert_eq!(kcp[0]["spec"]["version"], "v1.30.4", "{kcp:?}");
+    let mds = objects_of(
+        &project,
+        &uuid,
+        "cluster.x-k8s.io/v1beta2",
+        "MachineDeployment",
+    )
+    .await;
+    assert!(!mds.is_empty());
+    for md in &mds {
+        assert_eq!(md["spec"]["template"]["spec"]["version"], "v1.30.4", "{md}");
+    }
+    // Every machine back on the old version once the controllers settle, none of the refused
+    // flavor left.
+    until_within(
+        REAL_DEADLINE,
+        "the machines back on v1.30.4 and none of the failed template",
+        || async {
+            let machines = objects_of(&project, &uuid, "cluster.x-k8s.io/v1beta2", "Machine").await;
+            let oms = objects_of(
+                &project,
+                &uuid,
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "OpenStackMachine",
+            )
+            .await;
+            let settled = machines.len() == 2
+                && machines.iter().all(|m| m["spec"]["version"] == "v1.30.4")
+                && !Value::Array(oms).to_string().contains(&image);
+            settled.then_some(())
+        },
+    )
+    .await;
+
+    let (st, b) = served.call(&token, Method::DELETE, &path, None).await;
+    assert_eq!(st, 204, "{b}");
+    wait_for_status(&served, &token, &path, "DELETE_COMPLETE").await;
+}
