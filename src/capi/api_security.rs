@@ -13,19 +13,9 @@ use crate::domain::spec::Cluster;
 use crate::openstack::UserSession;
 use crate::openstack::workload::{self, SecurityGroupRule};
 
-const CONTROL_PLANE_SUFFIX: &str = "-secgroup-controlplane";
-const WORKER_SUFFIX: &str = "-secgroup-worker";
+pub use super::values::{control_plane_group, worker_group};
+
 const NODE_PORTS: (u16, u16) = (30000, 32767);
-
-/// The control-plane machines' group of cluster `capi_name`.
-pub fn control_plane_group(capi_name: &str) -> String {
-    format!("{capi_name}{CONTROL_PLANE_SUFFIX}")
-}
-
-/// The workers' group of cluster `capi_name`.
-pub fn worker_group(capi_name: &str) -> String {
-    format!("{capi_name}{WORKER_SUFFIX}")
-}
 
 /// Whether security group `group` is one the driver makes for cluster `capi_name`.
 pub fn drivers_group(capi_name: &str, group: &str) -> bool {

@@ -405,8 +405,8 @@ impl<'a> Cx<'a> {
         // listener: the machines get the driver's groups instead (`capi::api_security`).
         let security_groups = match &load_balancer {
             Some(lb) if restricts => Some(ApiSecurityGroups {
-                control_plane: crate::capi::api_security::control_plane_group(&self.cluster_name),
-                worker: crate::capi::api_security::worker_group(&self.cluster_name),
+                control_plane: super::document::control_plane_group(&self.cluster_name),
+                worker: super::document::worker_group(&self.cluster_name),
                 api_cidrs: lb.allowed_cidrs.clone(),
             }),
             _ => None,

@@ -835,3 +835,14 @@ impl From<&ClusterCas> for CaValues {
         }
     }
 }
+
+/// The control-plane machines' security group of cluster `capi_name`, when the driver makes the
+/// groups (a restricted API, `capi::api_security`).
+pub fn control_plane_group(capi_name: &str) -> String {
+    format!("{capi_name}-secgroup-controlplane")
+}
+
+/// The workers' security group of cluster `capi_name` (as [`control_plane_group`]).
+pub fn worker_group(capi_name: &str) -> String {
+    format!("{capi_name}-secgroup-worker")
+}

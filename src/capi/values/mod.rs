@@ -78,6 +78,7 @@ pub use clc::{MAX_ADDITIONAL_CONFIG, mount_unit_name};
 pub use cx::MAX_CLUSTER_NAME;
 pub use document::Autoscale;
 pub use document::*;
+pub use document::{control_plane_group, worker_group};
 pub use error::ValuesError;
 pub use hygiene::{DEFRAG_LABEL, ENCRYPTION_KEY, ENCRYPTION_LABEL, encryption_secret_name};
 pub use images::{
