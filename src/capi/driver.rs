@@ -851,22 +851,14 @@ impl Capi {
     }
 }
 
-/// The labels that pick an add-on's version (the CNI's chart, the images of the cloud
-/// provider's and the CSI drivers' charts): an upgrade moves a cluster to the new template's.
-const ADDON_VERSION_LABELS: [&str; 12] = [
-    "calico_tag",
-    "cilium_tag",
-    "flannel_tag",
-    "cloud_provider_tag",
-    "cinder_csi_plugin_tag",
-    "manila_csi_plugin_tag",
-    "csi_attacher_tag",
-    "csi_provisioner_tag",
-    "csi_snapshotter_tag",
-    "csi_resizer_tag",
-    "csi_liveness_probe_tag",
-    "csi_node_driver_registrar_tag",
-];
+/// The labels that pick an add-on's version: the CNI's chart, and every image tag label of the
+/// add-on charts ([`values::tag_labels`]: the cloud provider's and the CSI drivers'); an upgrade
+/// moves a cluster to the new template's.
+fn addon_version_labels() -> impl Iterator<Item = &'static str> {
+    ["calico_tag", "cilium_tag", "flannel_tag"]
+        .into_iter()
+        .chain(values::tag_labels())
+}
 
 /// The cluster as an upgrade makes it — on the new template (`to`), its and every nodegroup's
 /// version label following that template's `kube_tag` (the version is the cluster's: every
@@ -887,7 +879,7 @@ pub(super) fn upgraded(
         // `kube_tag` follows the new template; so does every add-on version label the cluster
         // took from the template it leaves (a value of its own stays).
         let left = &spec.template.labels;
-        for key in std::iter::once("kube_tag").chain(ADDON_VERSION_LABELS.iter().copied()) {
+        for key in std::iter::once("kube_tag").chain(addon_version_labels()) {
             let value = t.labels.get(key).cloned();
             let have = out.cluster.labels.get(key).cloned();
             if key != "kube_tag" && (have.as_ref() != left.get(key) || have == value) {

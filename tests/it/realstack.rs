@@ -392,18 +392,29 @@ pub(crate) async fn realstack_template(
     image: &str,
     master_flavor: &str,
 ) -> String {
+    realstack_template_with(served, token, name, image, master_flavor, json!({})).await
+}
+
+/// [`realstack_template`] with the fields of `extra` (labels, `master_lb_enabled`, …) set too.
+pub(crate) async fn realstack_template_with(
+    served: &Production,
+    token: &str,
+    name: &str,
+    image: &str,
+    master_flavor: &str,
+    extra: Value,
+) -> String {
+    let mut body = json!({
+        "name": name, "coe": "kubernetes", "image_id": image,
+        "external_network_id": "public", "flavor_id": "m1.medium",
+        "master_flavor_id": master_flavor, "network_driver": "calico",
+        "master_lb_enabled": true,
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        body[k] = v.clone();
+    }
     let (st, t) = served
-        .call(
-            token,
-            Method::POST,
-            "/v1/clustertemplates",
-            Some(json!({
-                "name": name, "coe": "kubernetes", "image_id": image,
-                "external_network_id": "public", "flavor_id": "m1.medium",
-                "master_flavor_id": master_flavor, "network_driver": "calico",
-                "master_lb_enabled": true,
-            })),
-        )
+        .call(token, Method::POST, "/v1/clustertemplates", Some(body))
         .await;
     assert_eq!(st, 201, "{t}");
     t["uuid"].as_str().unwrap().to_string()

@@ -668,21 +668,15 @@ async fn template_with_labels(
     image: &str,
     labels: Value,
 ) -> String {
-    let (st, t) = served
-        .call(
-            token,
-            Method::POST,
-            "/v1/clustertemplates",
-            Some(json!({
-                "name": name, "coe": "kubernetes", "image_id": image,
-                "external_network_id": "public", "flavor_id": "m1.medium",
-                "master_flavor_id": "m1.large", "network_driver": "calico",
-                "master_lb_enabled": true, "labels": labels,
-            })),
-        )
-        .await;
-    assert_eq!(st, 201, "{t}");
-    t["uuid"].as_str().unwrap().to_string()
+    crate::realstack::realstack_template_with(
+        served,
+        token,
+        name,
+        image,
+        "m1.large",
+        json!({"labels": labels}),
+    )
+    .await
 }
 
 /// One look at the upgrade: the version the control plane runs, and per add-on the chart

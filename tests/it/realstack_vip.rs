@@ -276,19 +276,13 @@ async fn template(
     master_lb_enabled: bool,
     labels: Value,
 ) -> String {
-    let (st, tpl) = served
-        .call(
-            token,
-            Method::POST,
-            "/v1/clustertemplates",
-            Some(json!({
-                "name": name, "coe": "kubernetes", "image_id": KUBE_IMAGE,
-                "external_network_id": "public", "flavor_id": "m1.medium",
-                "master_flavor_id": "m1.large", "network_driver": "calico",
-                "master_lb_enabled": master_lb_enabled, "labels": labels,
-            })),
-        )
-        .await;
-    assert_eq!(st, 201, "{tpl}");
-    tpl["uuid"].as_str().unwrap().to_string()
+    crate::realstack::realstack_template_with(
+        served,
+        token,
+        name,
+        KUBE_IMAGE,
+        "m1.large",
+        json!({"master_lb_enabled": master_lb_enabled, "labels": labels}),
+    )
+    .await
 }
