@@ -18,55 +18,28 @@
 //!
 //! Run: `cargo bench --bench capi` (BENCH_CLUSTERS=N for scenario 5, default 10000).
 
+#[path = "shared/mgmt_requests.rs"]
+mod mgmt_requests;
+
 use std::time::{Duration, Instant};
+
+use mgmt_requests::{is_probe, pct, rss_mib};
 
 use magnum_capi::app::{App, AuthMode};
 use magnum_capi::capi::{render::Renderer, values};
 use magnum_capi::config::{CapiConfig, Config};
 use magnum_capi::db;
 use magnum_capi::devdb::EmbeddedPostgres;
-use magnum_capi::simkube::requests::{RequestCounts, RequestKey, Verb};
+use magnum_capi::simkube::requests::{RequestCounts, Verb};
 use magnum_capi::simkube::{Resource, SimCluster, SimOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-fn pct(v: &mut [Duration], p: f64) -> Duration {
-    v.sort();
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn rss_mib() -> f64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
-}
-
-/// The reachability probe (`GET /version` every `[capi] probe_interval_secs`): a cost of the
-/// management cluster, not of its clusters, reported apart.
-fn is_probe(k: &RequestKey) -> bool {
-    k.verb == Verb::Discovery && k.resource == "/version"
-}
-
-/// `n` requests of which `w` watches, per operation of `ops`.
+/// `n requests (by verb) per operation`, printed.
 fn per_op(what: &str, counts: &RequestCounts, ops: usize) {
-    let all = counts.count(|k| !is_probe(k)) as f64 / ops as f64;
-    let by = |v: &[Verb]| counts.count(|k| v.contains(&k.verb)) as f64 / ops as f64;
     println!(
-        "management-cluster requests per {what}: {all:.1} (writes {:.1}, lists {:.1}, gets {:.1}, watches {:.1}; {ops} operations, reachability probe aside)",
-        by(&[
-            Verb::Apply,
-            Verb::Create,
-            Verb::Update,
-            Verb::Patch,
-            Verb::Delete,
-            Verb::DeleteCollection
-        ]),
-        by(&[Verb::List]),
-        by(&[Verb::Get]),
-        by(&[Verb::Watch]),
+        "management-cluster requests per {what}: {}",
+        mgmt_requests::per_op(counts, ops)
     );
 }
 
@@ -347,7 +320,7 @@ fn main() {
 
         // 5. Memory of the index: clusters' objects written straight into the simulated store
         //    (no rows in Postgres: the writer finds nothing to update).
-        let before = rss_mib();
+        let before = rss_mib("self");
         let kinds = [
             ("cluster.x-k8s.io/v1beta2", "Cluster"),
             ("infrastructure.cluster.x-k8s.io/v1beta1", "OpenStackCluster"),
@@ -372,14 +345,14 @@ fn main() {
                 sim.store().put(&Resource::of(av, k), obj).expect("put");
             }
         }
-        let after_store = rss_mib();
+        let after_store = rss_mib("self");
         let want = clusters + uuids.len();
         while capi.observer().clusters().len() < want {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let synced = t.elapsed();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let after_index = rss_mib();
+        let after_index = rss_mib("self");
         println!(
             "memory: {clusters} simulated clusters ({} objects) watched; RSS {before:.0} MiB → {after_store:.0} MiB with the simulated store → {after_index:.0} MiB once the watchers indexed them (index ≈ {:.0} MiB, {:.1} KiB per cluster); all indexed {synced:?} after the first write",
             clusters * kinds.len(),
@@ -442,7 +415,7 @@ fn main() {
                 .send().await.expect("list");
             assert_eq!(r.status(), 200);
             tokio::time::sleep(Duration::from_secs(2)).await;
-            println!("service RSS with {} clusters' rows in PostgreSQL (and the {watched} clusters' objects watched above): {:.0} MiB", total + uuids.len() as i64, rss_mib());
+            println!("service RSS with {} clusters' rows in PostgreSQL (and the {watched} clusters' objects watched above): {:.0} MiB", total + uuids.len() as i64, rss_mib("self"));
         }
         // 3 again, with the rows: what the writer reads per pass must not grow with them. The
         // rows' inserts each notified the writer, which evaluates every one of them (a

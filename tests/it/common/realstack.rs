@@ -413,6 +413,11 @@ impl Production {
         }
     }
 
+    /// The process id of `magnum-capi serve` (its RSS and CPU time in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
