@@ -69,7 +69,7 @@ impl From<OpenStackError> for ApiError {
                 ApiError::Domain(DomainError::NotFound(format!("{what} could not be found.")))
             }
             OpenStackError::Forbidden(_) => ApiError::Domain(DomainError::not_authorized()),
-            e @ OpenStackError::Unavailable { .. } => {
+            e @ (OpenStackError::Unavailable { .. } | OpenStackError::NotAcceptable(_)) => {
                 tracing::warn!(error = %e, "OpenStack call failed");
                 ApiError::Unavailable(format!("{e}. Please retry later."))
             }

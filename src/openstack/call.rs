@@ -16,6 +16,10 @@ pub enum OpenStackError {
     /// The remote service answered 403.
     #[error("{0} forbidden")]
     Forbidden(String),
+    /// The remote service does not serve the microversion asked for (406); the caller may ask
+    /// again without it (503 where nobody does).
+    #[error("{0} does not serve the microversion asked for")]
+    NotAcceptable(String),
 }
 
 impl OpenStackError {
@@ -100,6 +104,7 @@ where
         Some(401) => OpenStackError::InvalidToken,
         Some(404) => OpenStackError::NotFound(service.to_string()),
         Some(403) => OpenStackError::Forbidden(service.to_string()),
+        Some(406) => OpenStackError::NotAcceptable(service.to_string()),
         _ => OpenStackError::unavailable(service, first_line(&e.to_string())),
     }
 }

@@ -39,6 +39,10 @@ pub struct Flavor {
     /// MiB.
     #[serde(default)]
     pub ram: u64,
+    /// Its extra specs, where Nova shows them in the list: from microversion 2.61, unless a
+    /// policy hides them from the caller (`None` then: ask `os-extra_specs`).
+    #[serde(default)]
+    pub extra_specs: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// A Neutron network.
@@ -86,13 +90,30 @@ pub async fn images(s: &UserSession, ident: &str) -> Result<Vec<Image>, OpenStac
     query(s, SVC, ep).await
 }
 
-/// Every flavor the caller can see (Magnum matches name or id over the whole list).
+/// Nova's microversion that shows each flavor's extra specs in the list.
+const FLAVOR_EXTRA_SPECS: &str = "compute 2.61";
+
+/// Every flavor the caller can see (Magnum matches name or id over the whole list), with its
+/// extra specs where Nova shows them: one request instead of one more per flavor afterwards.
+/// A Nova older than 2.61 (406) is asked again without the microversion.
 pub async fn flavors(s: &UserSession) -> Result<Vec<Flavor>, OpenStackError> {
     const SVC: &str = "Nova";
     let ep = flavor_list::Request::builder()
+        .header(
+            http::header::HeaderName::from_static("openstack-api-version"),
+            http::HeaderValue::from_static(FLAVOR_EXTRA_SPECS),
+        )
         .build()
         .map_err(|e| builder_error(SVC, e))?;
-    query(s, SVC, ep).await
+    match query(s, SVC, ep).await {
+        Err(OpenStackError::NotAcceptable(_)) => {
+            let ep = flavor_list::Request::builder()
+                .build()
+                .map_err(|e| builder_error(SVC, e))?;
+            query(s, SVC, ep).await
+        }
+        r => r,
+    }
 }
 
 /// A flavor's extra specs (`GET /flavors/{id}/os-extra_specs`), as the caller.

@@ -95,14 +95,28 @@ impl Flavors {
     }
 }
 
-/// The flavors among `ids` whose extra specs ask for a GPU. Best effort: extra specs a policy
+/// The flavors among `ids` whose extra specs ask for a GPU: read from the list where Nova showed
+/// them (microversion 2.61), else asked of `os-extra_specs`. Best effort: extra specs a policy
 /// hides (or any other failure) count as "no GPU", and the `gpu_operator_enabled` label remains
 /// the way to ask.
-async fn gpu_flavors(s: &UserSession, ids: [&Option<String>; 2]) -> Vec<String> {
+async fn gpu_flavors(s: &UserSession, flavors: &Flavors, ids: [&Option<String>; 2]) -> Vec<String> {
     let mut ids: Vec<&String> = ids.into_iter().flatten().collect();
     ids.dedup();
-    // One request per distinct flavor, in parallel: this runs inside every create and PATCH.
-    let specs = futures::future::join_all(ids.iter().map(|id| lookups::flavor_extra_specs(s, id)));
+    let listed = |id: &String| {
+        flavors
+            .0
+            .iter()
+            .find(|f| f.id == **id)
+            .and_then(|f| f.extra_specs.clone())
+    };
+    // One request per distinct flavor the list did not show, in parallel: this runs inside
+    // every create and PATCH.
+    let specs = futures::future::join_all(ids.iter().map(|id| async move {
+        match listed(id) {
+            Some(specs) => Ok(specs),
+            None => lookups::flavor_extra_specs(s, id).await,
+        }
+    }));
     ids.iter()
         .zip(specs.await)
         .filter_map(|(id, specs)| match specs {
@@ -236,7 +250,7 @@ pub async fn validate(s: &UserSession, w: &Wanted<'_>) -> Result<Resolved> {
             .flatten()
             .filter_map(|id| Some((id.clone(), flavors.size(id)?)))
             .collect();
-        let gpus = gpu_flavors(s, [&flavor_id, &master_flavor_id]).await;
+        let gpus = gpu_flavors(s, &flavors, [&flavor_id, &master_flavor_id]).await;
         Ok::<_, Error>(Some((flavor_id, master_flavor_id, gpus, sizes)))
     };
     let (image, flavors, external, fixed, subnet, keypair_ok) = tokio::join!(

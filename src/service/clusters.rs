@@ -146,8 +146,12 @@ pub async fn create(
     let worker = NodegroupRow::from_plan(&plan.worker, Uuid::new_v4(), &row);
     let (uuid, labels) = (plan.uuid, plan.labels);
 
-    if let (Some(s), None) = (cloud, &late_error) {
-        // Outside the transaction: remote calls must not hold the project's quota lock.
+    // Outside the transaction (remote calls must not hold the project's quota lock), and side by
+    // side: the look-ups in Glance, Nova and Neutron, and placement's read of the counts.
+    let looked_up = async {
+        let (Some(s), None) = (cloud, &late_error) else {
+            return Ok(None);
+        };
         let boot = cloud::boot_volume_size(&labels, app.config.openstack.default_boot_volume_size)?;
         let wanted = cloud::Wanted {
             flavor: row.flavor_id.as_deref(),
@@ -162,14 +166,25 @@ pub async fn create(
             s.catalog_url(crate::openstack::catalog::LOAD_BALANCER)
                 .is_some(),
         );
-        row.resolved = Json(resolved);
-    }
-    if late_error.is_none() {
+        Ok::<_, Error>(Some(resolved))
+    };
+    let placed = async {
+        if late_error.is_some() {
+            return Ok(None);
+        }
         // Recorded with the row and never changed implicitly afterwards.
         let region = cloud.and_then(UserSession::region);
-        row.management_cluster =
-            super::placement::place(app, &ct.labels.0, &row.labels.0, &caller.project_id, region)
-                .await?;
+        super::placement::place(app, &ct.labels.0, &row.labels.0, &caller.project_id, region)
+            .await
+            .map(Some)
+    };
+    // A look-up's error comes first, as when they ran one after the other.
+    let (looked_up, placed) = tokio::join!(looked_up, placed);
+    if let Some(resolved) = looked_up? {
+        row.resolved = Json(resolved);
+    }
+    if let Some(management_cluster) = placed? {
+        row.management_cluster = management_cluster;
         // Bad labels are the caller's 400 now, never a failure on the management cluster.
         let (cluster, ngs) = crate::db::spec::cluster_and_nodegroups(&row, [&master, &worker]);
         app.backend.validate_cluster(&template, &cluster, &ngs)?;

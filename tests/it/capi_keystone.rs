@@ -374,7 +374,7 @@ async fn keystone_down_after_the_202_fails_the_create_with_the_reason_and_no_lef
     assert!(!postgres_text(&app.t.state.pool).await.contains(&token));
 }
 
-/// A GPU flavor (Nova extra specs read at validation) brings the GPU operator; Keystone
+/// A GPU flavor (Nova extra specs read at validation, from the flavor list) brings the GPU operator; Keystone
 /// authentication gets the service's Keystone URL; bad add-on labels are 400 naming the label;
 /// an autoscaled nodegroup with a minimum of 0 gets the flavor's size (from Nova's flavor list)
 /// as cluster-autoscaler's capacity annotations.
@@ -447,6 +447,15 @@ async fn a_gpu_flavor_and_keystone_auth_reach_the_management_cluster() {
         gpu["spec"]["version"],
         magnum_capi::config::CapiConfig::default().gpu_operator_chart_version
     );
+    // The extra specs came with Nova's flavor list (microversion 2.61): the flavor's own
+    // `os-extra_specs` was never asked for.
+    let asked: Vec<String> = common::stack::cloud()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .filter(|p| p.contains("gpu-t4/os-extra_specs"))
+        .collect();
+    assert!(asked.is_empty(), "{asked:?}");
     let cm = common::capi::objects(&app, "v1", "ConfigMap", &c)
         .pop()
         .expect("the k8s-keystone-auth manifests");
