@@ -830,6 +830,76 @@ fn rss_of(status: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// The `_sum` and `_count` of each series of histogram `metric` in this process's metrics
+/// (the service's `/metrics` text), by the series' labels.
+fn histogram_totals(metric: &str) -> std::collections::BTreeMap<String, (f64, f64)> {
+    let text = magnum_capi::telemetry::handle().map(|h| h.render()).unwrap_or_default();
+    let mut out = std::collections::BTreeMap::<String, (f64, f64)>::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(metric) else { continue };
+        let (which, rest) = if let Some(r) = rest.strip_prefix("_sum") {
+            (0, r)
+        } else if let Some(r) = rest.strip_prefix("_count") {
+            (1, r)
+        } else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once(' ') else { continue };
+        let Ok(v) = value.parse::<f64>() else { continue };
+        let e = out.entry(labels.to_string()).or_default();
+        if which == 0 { e.0 = v } else { e.1 = v }
+    }
+    out
+}
+
+/// Where a create scenario's time went, from the service's own histograms: the mean server-side
+/// duration of the creates, and of each OpenStack service's calls made meanwhile (the look-ups;
+/// Keystone's are the worker's), with how many per create.
+struct TimeSplit {
+    http: std::collections::BTreeMap<String, (f64, f64)>,
+    openstack: std::collections::BTreeMap<String, (f64, f64)>,
+}
+
+impl TimeSplit {
+    fn now() -> Self {
+        Self {
+            http: histogram_totals(magnum_capi::telemetry::HTTP_DURATION),
+            openstack: histogram_totals(magnum_capi::telemetry::OPENSTACK_DURATION),
+        }
+    }
+
+    fn print_since(&self, before: &Self) {
+        let delta = |now: &std::collections::BTreeMap<String, (f64, f64)>,
+                     then: &std::collections::BTreeMap<String, (f64, f64)>,
+                     key: &str| {
+            let (s1, c1) = now.get(key).copied().unwrap_or_default();
+            let (s0, c0) = then.get(key).copied().unwrap_or_default();
+            (s1 - s0, c1 - c0)
+        };
+        let creates = self
+            .http
+            .keys()
+            .filter(|k| k.contains("\"POST\"") && k.contains("route=\"/v1/clusters\""))
+            .map(|k| delta(&self.http, &before.http, k))
+            .fold((0.0, 0.0), |a, d| (a.0 + d.0, a.1 + d.1));
+        if creates.1 == 0.0 {
+            return;
+        }
+        let mut parts = vec![format!("server side {:.2} ms", 1000.0 * creates.0 / creates.1)];
+        for k in self.openstack.keys() {
+            let (sum, count) = delta(&self.openstack, &before.openstack, k);
+            if count > 0.0 {
+                parts.push(format!(
+                    "{k}: {:.2} calls per create, {:.2} ms each",
+                    count / creates.1,
+                    1000.0 * sum / count
+                ));
+            }
+        }
+        println!("  mean per create ({} creates): {}", creates.1, parts.join("; "));
+    }
+}
+
 /// One point of the scale curve.
 struct ScalePoint {
     clusters: i64,
@@ -1013,6 +1083,8 @@ fn wrk_installed() -> bool {
 
 fn main() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    // The service's metrics recorder, installed before anything records (TimeSplit reads it).
+    let _ = magnum_capi::telemetry::handle();
     let secs: u64 = std::env::var("BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -1334,9 +1406,11 @@ fn main() {
             let url = format!("{base}/v1/clusters");
             let claimed = recycler.claimed();
             let perf = perf_prefix.as_deref().map(|p| Perf::record(p, name));
+            let split = TimeSplit::now();
             let s = load(&client, &[url], clients, secs.min(5), Some(creates.clone())).await;
             drop(perf);
             report(label, &s, 0);
+            TimeSplit::now().print_since(&split);
             if production {
                 println!(
                     "  the worker had begun applying {} of these creates when they were removed",
