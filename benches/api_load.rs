@@ -833,10 +833,14 @@ fn rss_of(status: &str) -> f64 {
 /// The `_sum` and `_count` of each series of histogram `metric` in this process's metrics
 /// (the service's `/metrics` text), by the series' labels.
 fn histogram_totals(metric: &str) -> std::collections::BTreeMap<String, (f64, f64)> {
-    let text = magnum_capi::telemetry::handle().map(|h| h.render()).unwrap_or_default();
+    let text = magnum_capi::telemetry::handle()
+        .map(|h| h.render())
+        .unwrap_or_default();
     let mut out = std::collections::BTreeMap::<String, (f64, f64)>::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix(metric) else { continue };
+        let Some(rest) = line.strip_prefix(metric) else {
+            continue;
+        };
         let (which, rest) = if let Some(r) = rest.strip_prefix("_sum") {
             (0, r)
         } else if let Some(r) = rest.strip_prefix("_count") {
@@ -844,8 +848,12 @@ fn histogram_totals(metric: &str) -> std::collections::BTreeMap<String, (f64, f6
         } else {
             continue;
         };
-        let Some((labels, value)) = rest.rsplit_once(' ') else { continue };
-        let Ok(v) = value.parse::<f64>() else { continue };
+        let Some((labels, value)) = rest.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
         let e = out.entry(labels.to_string()).or_default();
         if which == 0 { e.0 = v } else { e.1 = v }
     }
@@ -885,7 +893,10 @@ impl TimeSplit {
         if creates.1 == 0.0 {
             return;
         }
-        let mut parts = vec![format!("server side {:.2} ms", 1000.0 * creates.0 / creates.1)];
+        let mut parts = vec![format!(
+            "server side {:.2} ms",
+            1000.0 * creates.0 / creates.1
+        )];
         for k in self.openstack.keys() {
             let (sum, count) = delta(&self.openstack, &before.openstack, k);
             if count > 0.0 {
@@ -896,7 +907,11 @@ impl TimeSplit {
                 ));
             }
         }
-        println!("  mean per create ({} creates): {}", creates.1, parts.join("; "));
+        println!(
+            "  mean per create ({} creates): {}",
+            creates.1,
+            parts.join("; ")
+        );
     }
 }
 

@@ -147,11 +147,18 @@ impl Capi {
             .pointer("/spec/version")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let live_cp = self
-            .live(spec, kinds::CONTROL_PLANE)
-            .await?
-            .into_iter()
-            .find(|cp| cp.pointer("/metadata/name") == rendered_cp.pointer("/metadata/name"));
+        // As the watchers have it (their index keeps its template, versions and replicas);
+        // listed only before they have seen it. A stale copy only delays the next stage.
+        let same =
+            |cp: &Value| cp.pointer("/metadata/name") == rendered_cp.pointer("/metadata/name");
+        let live_cp = match observed.control_plane.as_deref().filter(|cp| same(cp)) {
+            Some(cp) => Some(cp.clone()),
+            None => self
+                .live(spec, kinds::CONTROL_PLANE)
+                .await?
+                .into_iter()
+                .find(|cp| same(cp)),
+        };
         let rolled_out = live_cp.as_ref().is_some_and(|cp| {
             template_of(cp) == template_of(rendered_cp) && control_plane_at(cp, version)
         });

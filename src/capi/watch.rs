@@ -142,6 +142,9 @@ fn prune(obj: &DynamicObject) -> Shared {
             "infrastructureRef",
             // An API on a virtual IP: where its floating IP goes (`capi::api_vip`).
             "apiServerFixedIP",
+            // A control plane's machine template: whether an upgrade has rolled it
+            // (`capi::upgrade`, which reads it here instead of listing it at every step).
+            "machineTemplate",
         ] {
             if let Some(v) = s.get(k) {
                 spec.insert(k.into(), v.clone());
