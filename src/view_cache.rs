@@ -10,7 +10,8 @@
 //! Read-your-writes on every replica: each changing transaction also moves one change position
 //! at its commit and announces it after its other notifications (`db::events::position`). A read
 //! first reads the committed position — one statement shared by the concurrent reads that all
-//! arrived before it started (`coalesce`), never one already in flight — and reuses nothing
+//! arrived before it was sent (`coalesce::Batch`, [`POSITION_READS`] at once), never one already
+//! in flight — and reuses nothing
 //! unless this replica's listener has received that position, so every change answered before
 //! the read started (on any replica) has retired what it changed here. The listener is waited
 //! for [`CATCH_UP`] at most; a read it is still behind for is built from PostgreSQL. Writes
@@ -37,7 +38,7 @@ use futures::future::BoxFuture;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use crate::coalesce::Coalesce;
+use crate::coalesce::{Batch, Coalesce};
 use crate::db::events::{self, Event};
 
 /// The cluster a stored view shows, so a reuse is authorised like the first read.
@@ -72,6 +73,13 @@ pub enum Unreused {
 /// read for long until its heartbeat replaces it.
 pub const CATCH_UP: Duration = Duration::from_millis(10);
 
+/// How many reads of the committed change position may be in flight at once. A read waits for
+/// a statement sent after it arrived; with one in flight at most, a read arriving during it
+/// waits for it and then for its own (a round trip and a half on average), with two its own
+/// statement usually goes out at once (one round trip), still shared by whoever arrives
+/// while both are busy.
+pub const POSITION_READS: usize = 2;
+
 /// Reads the committed change position (`db::events::position` on the pool).
 pub type ReadPosition = Box<dyn Fn() -> BoxFuture<'static, sqlx::Result<i64>> + Send + Sync>;
 
@@ -87,8 +95,7 @@ pub struct ViewCache {
     /// The newest change position the listener has received (or read when it began listening).
     seen: watch::Sender<i64>,
     /// Reads of the committed position, shared by the reads waiting for one.
-    positions: Coalesce<i64>,
-    committed: ReadPosition,
+    positions: Batch<(), i64>,
 }
 
 impl std::fmt::Debug for ViewCache {
@@ -132,9 +139,30 @@ impl ViewCache {
             templates: AtomicU64::new(0),
             listening: AtomicBool::new(false),
             seen: watch::channel(0).0,
-            positions: Coalesce::default(),
-            committed,
+            positions: Self::position_reads(committed),
         }
+    }
+
+    /// The committed position read by `committed`, one statement for every waiting read (its
+    /// failure is logged here: each waiting read then reuses nothing).
+    fn position_reads(committed: ReadPosition) -> Batch<(), i64> {
+        let committed = Arc::new(committed);
+        Batch::new(
+            POSITION_READS,
+            usize::MAX,
+            Arc::new(move |_: Vec<()>| {
+                let read = committed();
+                Box::pin(async move {
+                    match read.await {
+                        Ok(p) => Some(std::collections::HashMap::from([((), p)])),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "change position unread; views are not reused");
+                            None
+                        }
+                    }
+                })
+            }),
+        )
     }
 
     /// The generation a view built from a read starting now belongs to; `None` when views are
@@ -196,23 +224,15 @@ impl ViewCache {
 
     /// Whether this replica's listener has received every change committed before this call:
     /// reads the committed position (one statement shared by the calls that all arrived before
-    /// it started) and waits [`CATCH_UP`] at most for the listener to reach it. Its
+    /// it was sent) and waits [`CATCH_UP`] at most for the listener to reach it. Its
     /// announcements come before the position's, so once it is received every change up to it
     /// has moved the generations. `false` when nothing is reused or the read failed.
     async fn caught_up(&self) -> bool {
         if !self.reusing() {
             return false;
         }
-        let committed = match self
-            .positions
-            .run(String::new(), || (self.committed)())
-            .await
-        {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::debug!(error = %e, "change position unread; views are not reused");
-                return false;
-            }
+        let Ok(Some(committed)) = self.positions.get(()).await else {
+            return false;
         };
         let mut seen = self.seen.subscribe();
         matches!(

@@ -3,7 +3,9 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 
+use super::body::json_bytes;
 use super::context::Cloud;
 use super::error::ApiResult;
 use super::extract::RequestId;
@@ -41,12 +43,13 @@ pub async fn list(
     Path(ident): Path<String>,
     args: QueryArgs,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<NodeGroupList>> {
+) -> ApiResult<Response> {
     gate(mv)?;
     args.only(&["marker", "limit", "sort_key", "sort_dir", "role"])?;
     let q = list_query(&args, nodegroups::SORT_KEYS, app.config.api.max_limit)?;
-    Ok(Json(
-        nodegroups::list(&app, &caller, &ident, &q, args.get("role"), &base).await?,
+    // The serialised view (reused while the cluster is unchanged), as `Json` would send it.
+    Ok(json_bytes(
+        nodegroups::list_json(&app, &caller, &ident, &q, args.get("role"), &base).await?,
     ))
 }
 
@@ -63,10 +66,11 @@ pub async fn show(
     mv: Mv,
     Path((ident, ng)): Path<(String, String)>,
     BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<NodeGroup>> {
+) -> ApiResult<Response> {
     gate(mv)?;
-    let (n, c) = nodegroups::get(&app, &caller, &ident, &ng).await?;
-    Ok(Json(views::nodegroup_full(&n, &c.labels.0, &base)))
+    Ok(json_bytes(
+        nodegroups::show_json(&app, &caller, &ident, &ng, &base).await?,
+    ))
 }
 
 /// Create a worker nodegroup; 202 with the full nodegroup.

@@ -1,13 +1,14 @@
 //! Nodegroup use cases (API ≥ 1.9): list, show, create, patch, delete.
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::clusters::find_nodegroup;
 use super::{
-    Error, Result, authorize_cluster as authorize, begin_operation, cluster_scope, cluster_target,
-    find_cluster, lock_cluster, views,
+    Error, Result, authorize_cluster as authorize, authorize_target, begin_operation,
+    cluster_scope, cluster_target, find_cluster, lock_cluster, views,
 };
 use crate::app::App;
 use crate::db::Violation;
@@ -21,11 +22,12 @@ use crate::domain::labels;
 use crate::domain::listing::ListQuery;
 use crate::domain::nodegroup_rules as rules;
 use crate::domain::operation::OperationKind;
-use crate::domain::policy::{self, Caller};
+use crate::domain::policy::{self, Caller, Target};
 use crate::domain::spec::{ObjectsAt, Template};
 use crate::domain::status::Status;
 use crate::domain::{names, patch, schemas};
 use crate::openstack::UserSession;
+use crate::view_cache::{Owner, Unreused};
 
 /// The columns a nodegroup list may be sorted by.
 pub use crate::db::nodegroups::SORT_KEYS;
@@ -38,16 +40,96 @@ fn ng_project(caller: &Caller) -> Option<&str> {
     }
 }
 
-pub async fn list(
+pub async fn list_json(
     app: &App,
     caller: &Caller,
     cluster: &str,
     params: &ListQuery,
     role: Option<&str>,
     base: &str,
+) -> Result<Bytes> {
+    let scope = cluster_scope(caller, true);
+    // Debug-quoted strings: no two requests can spell the same key.
+    let key = || format!("nodegroups {scope:?} {base:?} {cluster:?} {params:?} {role:?}");
+    cluster_view(app, caller, "nodegroup:get_all", key, || async {
+        let c = find_cluster(app, &scope, cluster).await?;
+        authorize(caller, "nodegroup:get_all", &c)?;
+        let list = list(app, caller, &c, params, role, base).await?;
+        Ok((serde_json::to_vec(&list)?, c))
+    })
+    .await
+}
+
+/// Show: the nodegroup (by integer id, uuid or name) of a cluster, serialised, and reused while
+/// nothing under it changed (`view_cache`).
+pub async fn show_json(
+    app: &App,
+    caller: &Caller,
+    cluster: &str,
+    ident: &str,
+    base: &str,
+) -> Result<Bytes> {
+    let scope = cluster_scope(caller, true);
+    let key = || format!("nodegroup {scope:?} {base:?} {cluster:?} {ident:?}");
+    cluster_view(app, caller, "nodegroup:get", key, || async {
+        let c = find_cluster(app, &scope, cluster).await?;
+        authorize(caller, "nodegroup:get", &c)?;
+        let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
+        Ok((
+            serde_json::to_vec(&views::nodegroup_full(&ng, &c.labels.0, base))?,
+            c,
+        ))
+    })
+    .await
+}
+
+/// A view of (something of) one cluster: stored under the key `key` makes (only when views are
+/// reused), else the one `build` makes with the cluster it read. The cluster's owner travels
+/// with the body, so a reuse is authorised by `rule` like the first read.
+async fn cluster_view<F, Fut>(
+    app: &App,
+    caller: &Caller,
+    rule: &str,
+    key: impl FnOnce() -> String,
+    build: F,
+) -> Result<Bytes>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<u8>, ClusterRow)>>,
+{
+    // Without reuse each request builds its own, as before views were stored.
+    let (body, owner) = super::cached_view(app, key, Unreused::Own, || async {
+        let (body, c) = build().await?;
+        let owner = Owner {
+            project_id: c.project_id,
+            user_id: c.user_id,
+        };
+        Ok((Bytes::from(body), Some(owner)))
+    })
+    .await?;
+    let owner = owner.ok_or(Error::Invariant(
+        "a nodegroup view without its cluster's owner",
+    ))?;
+    authorize_target(
+        caller,
+        rule,
+        Target {
+            project_id: &owner.project_id,
+            user_id: &owner.user_id,
+        },
+    )?;
+    Ok(body)
+}
+
+/// A page of cluster `c`'s nodegroups (short form), optionally by `role`.
+async fn list(
+    app: &App,
+    caller: &Caller,
+    c: &ClusterRow,
+    params: &ListQuery,
+    role: Option<&str>,
+    base: &str,
 ) -> Result<views::NodeGroupList> {
-    let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
-    authorize(caller, "nodegroup:get_all", &c)?;
     let project = ng_project(caller);
     let marker_id = match params.marker {
         Some(m) => Some(
@@ -76,18 +158,6 @@ pub async fn list(
         nodegroups: rows.iter().map(views::nodegroup_short).collect(),
         next,
     })
-}
-
-pub async fn get(
-    app: &App,
-    caller: &Caller,
-    cluster: &str,
-    ident: &str,
-) -> Result<(NodegroupRow, ClusterRow)> {
-    let c = find_cluster(app, &cluster_scope(caller, true), cluster).await?;
-    authorize(caller, "nodegroup:get", &c)?;
-    let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
-    Ok((ng, c))
 }
 
 /// The operation of a nodegroup request on cluster `c`.
