@@ -1700,9 +1700,13 @@ async fn mixed_reads(
     let secs = b.secs;
     // Untimed, each path asked once first (as a client polling its clusters has asked before):
     // the reused column measures reuse, not the first build of 2,100 views.
-    futures::StreamExt::for_each_concurrent(futures::stream::iter(with(base)), CONCURRENCY, |(_, u)| async move {
-        b.body(&u).await;
-    })
+    futures::StreamExt::for_each_concurrent(
+        futures::stream::iter(with(base)),
+        CONCURRENCY,
+        |(_, u)| async move {
+            b.body(&u).await;
+        },
+    )
     .await;
     let (ours, ours_kinds) =
         load_kinds(&b.client, &with(base), MIXED.len(), CONCURRENCY, secs, None).await;
