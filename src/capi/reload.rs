@@ -81,36 +81,44 @@ impl Capi {
         };
         let patch = Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
             ANNOTATION_CREDENTIAL: app_cred_id}}}}}));
-        let pp = PatchParams::default();
-        let lp = ListParams::default();
-        let mut n = 0;
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
-        for d in deployments.list(&lp).await.map_err(waiting)?.items {
-            let t = d.spec.as_ref().map(|s| &s.template);
-            if mounts(t, CLOUD_CONFIG) && !restarted_for(t, app_cred_id) {
-                let name = d.metadata.name.unwrap_or_default();
-                deployments
-                    .patch(&name, &pp, &patch)
-                    .await
-                    .map_err(waiting)?;
-                n += 1;
-            }
-        }
         let daemonsets: Api<DaemonSet> = Api::namespaced(client, "kube-system");
-        for d in daemonsets.list(&lp).await.map_err(waiting)?.items {
-            let t = d.spec.as_ref().map(|s| &s.template);
-            if mounts(t, CLOUD_CONFIG) && !restarted_for(t, app_cred_id) {
-                let name = d.metadata.name.unwrap_or_default();
-                daemonsets
-                    .patch(&name, &pp, &patch)
-                    .await
-                    .map_err(waiting)?;
-                n += 1;
-            }
-        }
+        let n = restart_readers(&deployments, &patch, app_cred_id, |d| {
+            d.spec.as_ref().map(|s| &s.template)
+        })
+        .await
+        .map_err(waiting)?
+            + restart_readers(&daemonsets, &patch, app_cred_id, |d| {
+                d.spec.as_ref().map(|s| &s.template)
+            })
+            .await
+            .map_err(waiting)?;
         if n > 0 {
             tracing::info!(cluster = %c.uuid, workloads = n, "restarted for the new cloud credential");
         }
         Ok(true)
     }
+}
+
+/// Patches with `patch` every object of `api` whose pod template (`template`) mounts the
+/// cloud-config Secret and was not restarted for `app_cred_id` yet; how many it patched.
+async fn restart_readers<K>(
+    api: &Api<K>,
+    patch: &Patch<serde_json::Value>,
+    app_cred_id: &str,
+    template: impl Fn(&K) -> Option<&PodTemplateSpec>,
+) -> Result<usize, kube::Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let mut n = 0;
+    for o in api.list(&ListParams::default()).await?.items {
+        let t = template(&o);
+        if mounts(t, CLOUD_CONFIG) && !restarted_for(t, app_cred_id) {
+            let name = o.meta().name.clone().unwrap_or_default();
+            api.patch(&name, &PatchParams::default(), patch).await?;
+            n += 1;
+        }
+    }
+    Ok(n)
 }

@@ -4,38 +4,20 @@
 //! rotation, the etcd defragmentation CronJob (`etcd_defrag_schedule`), and the autoscaler
 //! restarted by a CA rotation (its kubeconfig changes).
 
-use crate::common::capi::{capi_app_on, objects, secret_text};
+use crate::common::capi::{capi_app_on, objects, secret_text, template_with};
 use crate::common::*;
 
 use magnum_capi::capi::encryption::keys_of;
 use serde_json::{Value, json};
 
-/// A template of ALICE with `labels`; its uuid.
-async fn template(t: &TestApp, labels: Value) -> String {
-    let r = t
-        .post(
-            &ALICE,
-            "/v1/clustertemplates",
-            json!({"name": "k", "image_id": "ubuntu-2404-kube-v1.33.5", "coe": "kubernetes",
-                   "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
-                   "external_network_id": "public", "labels": labels}),
-        )
-        .await;
-    r.assert_status(201);
-    r.body["uuid"].as_str().unwrap().to_string()
-}
-
-/// A complete cluster of ALICE with `labels` (and `kube_tag`); its uuid.
+/// A complete cluster of ALICE with `labels` on a template of Kubernetes v1.33.5; its uuid.
 async fn cluster(t: &TestApp, labels: Value) -> String {
-    let mut l = json!({"kube_tag": "v1.33.5"});
-    l.as_object_mut()
-        .unwrap()
-        .extend(labels.as_object().unwrap().clone());
+    let ct = template_with(t, "k", json!({ "labels": labels })).await;
     let r = t
         .post(
             &ALICE,
             "/v1/clusters",
-            json!({"name": "c", "cluster_template_id": template(t, l).await, "node_count": 1}),
+            json!({"name": "c", "cluster_template_id": ct, "node_count": 1}),
         )
         .await;
     r.assert_status(202);
@@ -145,9 +127,10 @@ async fn encryption_and_defragmentation_follow_their_labels_and_bad_values_are_4
     assert!(named(&app, "v1", "ConfigMap", &c, "etcd-defrag").is_none());
     let spec = kcp(&app, &c)["spec"]["kubeadmConfigSpec"].to_string();
     assert!(!spec.contains("encryption-provider-config"), "{spec}");
-    let ct = template(
+    let ct = template_with(
         t,
-        json!({"kube_tag": "v1.33.5", "etcd_defrag_schedule": "weekly"}),
+        "k",
+        json!({"labels": {"etcd_defrag_schedule": "weekly"}}),
     )
     .await;
     let r = t
@@ -249,20 +232,43 @@ async fn a_credential_rotation_restarts_what_reads_it_once_the_workload_has_it()
                "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(conf)}})
     };
     let secrets = Resource::of("v1", "Secret");
-    let deployments = Resource::of("apps/v1", "Deployment");
     workload.put(&secrets, cloud_config(&old_id)).unwrap();
-    workload
-        .put(
-            &deployments,
-            json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                   "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system"},
-                   "spec": {"selector": {"matchLabels": {"app": "ccm"}},
-                            "template": {"metadata": {"labels": {"app": "ccm"}},
-                                         "spec": {"containers": [{"name": "ccm", "image": "ccm"}],
-                                                  "volumes": [{"name": "cloud-config",
-                                                               "secret": {"secretName": "cloud-config"}}]}}}}),
-        )
-        .unwrap();
+    // The readers of the credential (the cloud provider's Deployment, the Cinder CSI node
+    // plugin's DaemonSet) and a workload that does not mount it.
+    let workloads = [
+        ("Deployment", "openstack-cloud-controller-manager", true),
+        ("DaemonSet", "csi-cinder-nodeplugin", true),
+        ("Deployment", "coredns", false),
+    ];
+    for (kind, name, mounts) in workloads {
+        let volumes = if mounts {
+            json!([{"name": "cloud-config", "secret": {"secretName": "cloud-config"}}])
+        } else {
+            json!([])
+        };
+        workload
+            .put(
+                &Resource::of("apps/v1", kind),
+                json!({"apiVersion": "apps/v1", "kind": kind,
+                       "metadata": {"name": name, "namespace": "kube-system"},
+                       "spec": {"selector": {"matchLabels": {"app": name}},
+                                "template": {"metadata": {"labels": {"app": name}},
+                                             "spec": {"containers": [{"name": name, "image": name}],
+                                                      "volumes": volumes}}}}),
+            )
+            .unwrap();
+    }
+    // The credential each workload's pods were restarted for (null: never).
+    let restarted_for = || {
+        workloads.map(|(kind, name, _)| {
+            let o = workload
+                .get(&Resource::of("apps/v1", kind), "kube-system", name)
+                .unwrap();
+            o["spec"]["template"]["metadata"]["annotations"]
+                ["magnum.openstack.org/cloud-credential"]
+                .clone()
+        })
+    };
     let r = t
         .call_token(
             Some(&token),
@@ -281,17 +287,7 @@ async fn a_credential_rotation_restarts_what_reads_it_once_the_workload_has_it()
     })
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let ccm = workload
-        .get(
-            &deployments,
-            "kube-system",
-            "openstack-cloud-controller-manager",
-        )
-        .unwrap();
-    assert!(
-        ccm["spec"]["template"]["metadata"]["annotations"].is_null(),
-        "{ccm}"
-    );
+    assert_eq!(restarted_for(), [Value::Null, Value::Null, Value::Null]);
     assert!(authenticates(&old_id, &old_secret).await);
     // The ClusterResourceSet delivers it: the reader restarts, the rotation completes.
     workload.put(&secrets, cloud_config(&new_id)).unwrap();
@@ -304,17 +300,10 @@ async fn a_credential_rotation_restarts_what_reads_it_once_the_workload_has_it()
         (b["status"] == "UPDATE_COMPLETE").then_some(())
     })
     .await;
-    let ccm = workload
-        .get(
-            &deployments,
-            "kube-system",
-            "openstack-cloud-controller-manager",
-        )
-        .unwrap();
     assert_eq!(
-        ccm["spec"]["template"]["metadata"]["annotations"]["magnum.openstack.org/cloud-credential"],
-        new_id.as_str(),
-        "{ccm}"
+        restarted_for(),
+        [json!(new_id), json!(new_id), Value::Null],
+        "the readers restart for the new credential, the rest not"
     );
     assert!(!authenticates(&old_id, &old_secret).await);
 }

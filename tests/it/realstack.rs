@@ -823,23 +823,11 @@ async fn what_the_cloud_refuses_fails_the_cluster_with_the_clouds_reason() {
 
 /// The machines of cluster `uuid` of project `project` on the management cluster, by name.
 async fn machine_names(project: &str, uuid: &str) -> std::collections::BTreeSet<String> {
-    let admin = stack().await.admin().await;
-    let ar = magnum_capi::capi::apply::resource("cluster.x-k8s.io/v1beta2", "Machine");
-    let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-        admin,
-        &format!("magnum-{project}"),
-        &ar,
-    );
-    let name = magnum_capi::capi::capi_name(uuid.parse().unwrap());
-    api.list(
-        &kube::api::ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={name}")),
-    )
-    .await
-    .unwrap()
-    .items
-    .into_iter()
-    .filter_map(|m| m.metadata.name)
-    .collect()
+    objects_of(project, uuid, "cluster.x-k8s.io/v1beta2", "Machine")
+        .await
+        .into_iter()
+        .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// The application credential in cluster `uuid`'s `clouds.yaml` Secret, the one CAPO and the

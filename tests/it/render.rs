@@ -1778,15 +1778,7 @@ fn every_addon_image_comes_from_the_prefix() {
         .collect();
     assert_eq!(charts, known);
     // The manifests of the workload cluster (k8s-keystone-auth) too.
-    let cm = find(&objects, "ConfigMap")
-        .into_iter()
-        .find(|c| {
-            c["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .ends_with("-keystone-auth")
-        })
-        .expect("keystone-auth manifests");
+    let cm = keystone_config_map(&objects);
     let mut refs = Vec::new();
     for doc in config_map_documents(cm, "keystone-auth.yaml") {
         image_refs(&doc, &mut refs);
