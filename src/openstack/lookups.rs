@@ -247,3 +247,83 @@ pub async fn subnets(s: &UserSession, ident: &str) -> Result<Vec<Subnet>, OpenSt
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::http::{HeaderMap, StatusCode};
+    use serde_json::json;
+
+    use super::*;
+    use crate::openstack::catalog::Catalog;
+
+    /// A Nova serving microversions up to `max_minor` (2.x): the flavor list, with the extra
+    /// specs from 2.61; the microversion of each list asked for, in `asked`.
+    async fn nova(max_minor: u32, asked: Arc<Mutex<Vec<String>>>) -> UserSession {
+        let list = move |headers: HeaderMap| {
+            let asked = asked.clone();
+            async move {
+                let mv = headers
+                    .get("openstack-api-version")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                asked.lock().unwrap().push(mv.clone());
+                let minor: u32 = mv
+                    .strip_prefix("compute 2.")
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(1);
+                if minor > max_minor {
+                    return (StatusCode::NOT_ACCEPTABLE, axum::Json(json!({}))).into_response();
+                }
+                let mut f = json!({"id": "g1", "name": "gpu", "disk": 10, "vcpus": 8, "ram": 1024});
+                if minor >= 61 {
+                    f["extra_specs"] = json!({"resources:VGPU": "1"});
+                }
+                axum::Json(json!({ "flavors": [f] })).into_response()
+            }
+        };
+        use axum::response::IntoResponse;
+        let app =
+            axum::Router::new().route("/compute/v2.1/flavors/detail", axum::routing::get(list));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/compute/v2.1", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let catalog: Catalog = serde_json::from_value(json!([{"type": "compute", "endpoints": [
+            {"interface": "public", "region_id": "RegionOne", "url": url}]}]))
+        .unwrap();
+        UserSession::new(
+            reqwest::Client::new(),
+            secrecy::SecretString::from("token"),
+            Arc::new(catalog),
+            "public".into(),
+            None,
+            std::time::Duration::from_secs(5),
+        )
+    }
+
+    #[tokio::test]
+    async fn flavors_come_with_their_extra_specs_and_an_older_nova_is_asked_again_without() {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let s = nova(96, asked.clone()).await;
+        let f = flavors(&s).await.unwrap();
+        assert_eq!(
+            f[0].extra_specs
+                .as_ref()
+                .and_then(|e| e.get("resources:VGPU")),
+            Some(&"1".to_string())
+        );
+        assert_eq!(*asked.lock().unwrap(), ["compute 2.61"]);
+
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let s = nova(60, asked.clone()).await;
+        let f = flavors(&s).await.unwrap();
+        assert_eq!(f[0].id, "g1");
+        assert_eq!(f[0].extra_specs, None);
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert_eq!(asked[0], "compute 2.61");
+        assert_ne!(asked[1], "compute 2.61");
+    }
+}
