@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use reqwest::Method;
 
 use crate::common::realstack::{
-    Production, REAL_DEADLINE, chart_identity, client_of, config_of, request_token,
+    Production, REAL_DEADLINE, RealStack, chart_identity, client_of, config_of, request_token,
     server_side_apply, stack,
 };
 use crate::common::served::run_command;
@@ -442,7 +442,8 @@ pub(crate) async fn create_cluster(
 }
 
 /// Waits until cluster `path` has `want` (panicking early, with its reason and the controllers'
-/// logs, when it lands on a failure instead); its body.
+/// logs, when it lands on a failure instead; at the deadline, with every status it went through
+/// and the controllers' last lines about it); its body.
 pub(crate) async fn wait_for_status(
     served: &Production,
     token: &str,
@@ -450,30 +451,78 @@ pub(crate) async fn wait_for_status(
     want: &str,
 ) -> Value {
     let s = stack().await;
-    let seen = std::sync::Mutex::new(String::new());
+    // Each change (and when), so a wait that fails shows where the cluster went and stayed.
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
     let t0 = std::time::Instant::now();
-    until_within(REAL_DEADLINE, &format!("{path} to be {want}"), || async {
-        let (code, b) = served.call(token, Method::GET, path, None).await;
-        let status = b["status"].as_str().unwrap_or_default().to_string();
-        // Each change, so a wait that times out shows where the cluster stayed.
-        let now = format!("{status}: {}", b["status_reason"]);
-        if *seen.lock().unwrap() != now {
-            eprintln!("{path}: {now} (+{:.1?})", t0.elapsed());
-            *seen.lock().unwrap() = now;
-        }
-        if want == "DELETE_COMPLETE" && code == 404 {
-            return Some(b);
-        }
-        assert!(
-            status == want || !status.ends_with("_FAILED"),
-            "{path} is {status}: {}\nCAPO:\n{}\nKCP:\n{}",
-            b["status_reason"],
-            s.log_tail("capo", 15),
-            s.log_tail("capi-controlplane", 15)
-        );
-        (status == want).then_some(b)
-    })
-    .await
+    let history = || seen.lock().unwrap().join("\n  ");
+    let logs = || controllers_about(s, served, path);
+    // The probe's own deadline is later: the timeout below says more than "timed out".
+    let waited = tokio::time::timeout(
+        REAL_DEADLINE,
+        until_within(
+            REAL_DEADLINE * 2,
+            &format!("{path} to be {want}"),
+            || async {
+                let (code, b) = served.call(token, Method::GET, path, None).await;
+                let status = b["status"].as_str().unwrap_or_default().to_string();
+                let now = format!("{status}: {}", b["status_reason"]);
+                let changed = seen
+                    .lock()
+                    .unwrap()
+                    .last()
+                    .is_none_or(|last| !last.starts_with(&now));
+                if changed {
+                    let line = format!("{now} (+{:.1?})", t0.elapsed());
+                    eprintln!("{path}: {line}");
+                    seen.lock().unwrap().push(line);
+                }
+                if want == "DELETE_COMPLETE" && code == 404 {
+                    return Some(b);
+                }
+                assert!(
+                    status == want || !status.ends_with("_FAILED"),
+                    "{path} is {status}: {}\nit went:\n  {}\n{}",
+                    b["status_reason"],
+                    history(),
+                    logs()
+                );
+                (status == want).then_some(b)
+            },
+        ),
+    )
+    .await;
+    match waited {
+        Ok(b) => b,
+        Err(_) => panic!(
+            "timed out after {}s waiting for {path} to be {want}; it went:\n  {}\n{}",
+            REAL_DEADLINE.as_secs(),
+            history(),
+            logs()
+        ),
+    }
+}
+
+/// The last log lines about cluster `path` (`/v1/clusters/{uuid}`): the service's, and those of
+/// CAPI, KCP and CAPO naming its objects (the shared stack's logs hold every test's clusters).
+fn controllers_about(s: &RealStack, served: &Production, path: &str) -> String {
+    let uuid = path.rsplit('/').next().unwrap_or_default();
+    let name = uuid
+        .parse()
+        .map(magnum_capi::capi::capi_name)
+        .unwrap_or_default();
+    let last = |text: &str, needle: &str| {
+        let about: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
+        about[about.len().saturating_sub(12)..].join("\n")
+    };
+    let mut out = format!(
+        "magnum-capi about {uuid}:\n{}",
+        last(&served.log_text(), uuid)
+    );
+    for part in ["capi-core", "capi-controlplane", "capo"] {
+        let text = s.log_tail(part, 5000);
+        out.push_str(&format!("\n{part} about {name}:\n{}", last(&text, &name)));
+    }
+    out
 }
 
 /// A client of cluster `uuid`'s workload API as `coe cluster config` makes one: the cluster's
