@@ -866,6 +866,7 @@ fn histogram_totals(metric: &str) -> std::collections::BTreeMap<String, (f64, f6
 struct TimeSplit {
     http: std::collections::BTreeMap<String, (f64, f64)>,
     openstack: std::collections::BTreeMap<String, (f64, f64)>,
+    stages: std::collections::BTreeMap<String, (f64, f64)>,
 }
 
 impl TimeSplit {
@@ -873,6 +874,7 @@ impl TimeSplit {
         Self {
             http: histogram_totals(magnum_capi::telemetry::HTTP_DURATION),
             openstack: histogram_totals(magnum_capi::telemetry::OPENSTACK_DURATION),
+            stages: histogram_totals(magnum_capi::telemetry::CREATE_STAGE),
         }
     }
 
@@ -912,6 +914,18 @@ impl TimeSplit {
             creates.1,
             parts.join("; ")
         );
+        // In the request's order (`telemetry::create_stage`).
+        let stages: Vec<String> = ["template", "lookups", "validate", "seal", "record"]
+            .iter()
+            .filter_map(|st| {
+                let key = format!("{{stage=\"{st}\"}}");
+                let (sum, count) = delta(&self.stages, &before.stages, &key);
+                (count > 0.0).then(|| format!("{st} {:.3} ms", 1000.0 * sum / count))
+            })
+            .collect();
+        if !stages.is_empty() {
+            println!("  its stages (mean): {}", stages.join(", "));
+        }
     }
 }
 

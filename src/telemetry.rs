@@ -22,6 +22,7 @@ pub const STATUS_DELAY: &str = "magnum_capi_status_write_delay_seconds";
 pub const STATUS_WRITER: &str = "magnum_capi_status_writer_leader";
 pub const OPENSTACK_REQUESTS: &str = "magnum_capi_openstack_requests_total";
 pub const OPENSTACK_DURATION: &str = "magnum_capi_openstack_request_duration_seconds";
+pub const CREATE_STAGE: &str = "magnum_capi_create_stage_seconds";
 pub const TOKEN_CACHE: &str = "magnum_capi_token_cache_total";
 pub const VIEW_CACHE: &str = "magnum_capi_view_cache_total";
 pub const APP_CREDENTIALS: &str = "magnum_capi_app_credentials_total";
@@ -38,7 +39,7 @@ pub const INFRA_STATUS: &str = "openstack_container_infra_cluster_status";
 
 /// Every family `/metrics` may serve: ours, then openstack-exporter's container-infra ones
 /// ([`container_infra`]). Histograms add `_bucket`, `_sum` and `_count`.
-pub const FAMILIES: [&str; 26] = [
+pub const FAMILIES: [&str; 27] = [
     HTTP_REQUESTS,
     HTTP_DURATION,
     OPERATIONS,
@@ -53,6 +54,7 @@ pub const FAMILIES: [&str; 26] = [
     STATUS_WRITER,
     OPENSTACK_REQUESTS,
     OPENSTACK_DURATION,
+    CREATE_STAGE,
     TOKEN_CACHE,
     VIEW_CACHE,
     APP_CREDENTIALS,
@@ -67,11 +69,20 @@ pub const FAMILIES: [&str; 26] = [
     INFRA_STATUS,
 ];
 /// The families of [`FAMILIES`] that are histograms.
-pub const HISTOGRAMS: [&str; 3] = [HTTP_DURATION, STATUS_DELAY, OPENSTACK_DURATION];
+pub const HISTOGRAMS: [&str; 4] = [
+    HTTP_DURATION,
+    STATUS_DELAY,
+    OPENSTACK_DURATION,
+    CREATE_STAGE,
+];
 
 /// Request-latency buckets (seconds): API calls are milliseconds; OpenStack calls up to seconds.
 const BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+/// Create stages (seconds): most take well under a millisecond.
+const STAGE_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
 ];
 /// Status-write delays (seconds): the target is well under one second.
 const DELAY_BUCKETS: [f64; 9] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0];
@@ -85,6 +96,9 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(STATUS_DELAY.into()), &DELAY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(CREATE_STAGE.into()), &STAGE_BUCKETS)
+                })
                 .and_then(|b| b.set_buckets(&BUCKETS));
             let recorder = match builder {
                 Ok(b) => b.build_recorder(),
@@ -149,6 +163,11 @@ fn describe() {
         OPENSTACK_DURATION,
         metrics::Unit::Seconds,
         "OpenStack call latency."
+    );
+    describe_histogram!(
+        CREATE_STAGE,
+        metrics::Unit::Seconds,
+        "Time of each stage of a cluster create's request, by stage (template, lookups, validate, seal, record)."
     );
     describe_counter!(
         TOKEN_CACHE,
@@ -269,6 +288,14 @@ pub fn openstack_call(service: &str, ok: bool, took: Duration) {
     counter!(OPENSTACK_REQUESTS, "service" => service.to_string(), "outcome" => outcome)
         .increment(1);
     histogram!(OPENSTACK_DURATION, "service" => service.to_string()).record(took.as_secs_f64());
+}
+
+/// One stage of a cluster create's request (`service::clusters::create`): `template` (the body
+/// checked, the template read, the cluster planned), `lookups` (Glance, Nova and Neutron, beside
+/// placement), `validate` (the driver's values document), `seal` (the caller's token) or
+/// `record` (the rows and the operation committed).
+pub fn create_stage(stage: &'static str, took: Duration) {
+    histogram!(CREATE_STAGE, "stage" => stage).record(took.as_secs_f64());
 }
 
 pub fn token_cache(hit: bool) {

@@ -14,22 +14,35 @@ pub struct PageQuery {
 }
 
 impl PageQuery {
-    /// `WHERE`-fragment selecting rows after the marker, for `table` aliased as `t`.
-    /// NULLs sort last ascending and first descending, as Postgres does by default.
+    /// `WHERE`-fragment selecting rows after the marker (bound as `$marker_param`), for `table`
+    /// aliased as `t`. NULLs sort last ascending and first descending, as Postgres does by
+    /// default.
     pub fn after_marker_sql(&self, table: &str, marker_param: usize) -> Option<String> {
         self.marker_id?;
+        Some(self.after_sql(table, &format!("${marker_param}")))
+    }
+
+    /// `WHERE`-fragment selecting rows after the row whose id `marker` (SQL: a parameter, or a
+    /// subquery finding the marker) is; none when it is NULL.
+    pub fn after_sql(&self, table: &str, marker: &str) -> String {
         let k = self.sort_key;
-        let m = format!("(SELECT {k} FROM {table} WHERE id = ${marker_param})");
-        let p = format!("${marker_param}");
-        Some(if self.desc {
+        if k == "id" {
+            // The primary key (never NULL, unique): one range an index walks from the marker
+            // (the general form below is an `OR` no index can start from: every row before
+            // the marker is read and filtered).
+            let op = if self.desc { '<' } else { '>' };
+            return format!("t.id {op} {marker}");
+        }
+        let m = format!("(SELECT {k} FROM {table} WHERE id = {marker})");
+        if self.desc {
             format!(
-                "((t.{k} < {m}) OR (t.{k} IS NOT DISTINCT FROM {m} AND t.id < {p}) OR ({m} IS NULL AND t.{k} IS NOT NULL))"
+                "((t.{k} < {m}) OR (t.{k} IS NOT DISTINCT FROM {m} AND t.id < {marker}) OR ({m} IS NULL AND t.{k} IS NOT NULL))"
             )
         } else {
             format!(
-                "((t.{k} > {m}) OR (t.{k} IS NOT DISTINCT FROM {m} AND t.id > {p}) OR ({m} IS NOT NULL AND t.{k} IS NULL))"
+                "((t.{k} > {m}) OR (t.{k} IS NOT DISTINCT FROM {m} AND t.id > {marker}) OR ({m} IS NOT NULL AND t.{k} IS NULL))"
             )
-        })
+        }
     }
 
     /// Appends what follows the `WHERE` condition of `table t`'s rows: after the marker
@@ -37,9 +50,15 @@ impl PageQuery {
     /// parameter: the prepared statement's generic plan would not know it and, with many rows,
     /// sort them all instead of walking an index for one page.
     pub fn push_rest_sql(&self, sql: &mut String, table: &str, marker_param: usize) {
-        if let Some(after) = self.after_marker_sql(table, marker_param) {
+        let after = self.after_marker_sql(table, marker_param);
+        self.push_after(sql, after.as_deref());
+    }
+
+    /// [`Self::push_rest_sql`] with the rows after `after` (a fragment of [`Self::after_sql`]).
+    pub fn push_after(&self, sql: &mut String, after: Option<&str>) {
+        if let Some(after) = after {
             sql.push_str(" AND ");
-            sql.push_str(&after);
+            sql.push_str(after);
         }
         sql.push(' ');
         sql.push_str(&self.order_sql());

@@ -79,6 +79,7 @@ pub async fn create(
     body: &Value,
     request_id: &str,
 ) -> Result<Uuid> {
+    let stage = std::time::Instant::now();
     let b = schemas::CLUSTER.parse_body(body)?;
     let ct_ident = b.str("cluster_template_id").unwrap_or_default();
     let vis = template_visibility(caller);
@@ -145,6 +146,7 @@ pub async fn create(
     let master = NodegroupRow::from_plan(&plan.master, Uuid::new_v4(), &row);
     let worker = NodegroupRow::from_plan(&plan.worker, Uuid::new_v4(), &row);
     let (uuid, labels) = (plan.uuid, plan.labels);
+    let stage = next_stage("template", stage);
 
     // Outside the transaction (remote calls must not hold the project's quota lock), and side by
     // side: the look-ups in Glance, Nova and Neutron, and placement's read of the counts.
@@ -180,6 +182,7 @@ pub async fn create(
     };
     // A look-up's error comes first, as when they ran one after the other.
     let (looked_up, placed) = tokio::join!(looked_up, placed);
+    let stage = next_stage("lookups", stage);
     if let Some(resolved) = looked_up? {
         row.resolved = Json(resolved);
     }
@@ -189,6 +192,7 @@ pub async fn create(
         let (cluster, ngs) = crate::db::spec::cluster_and_nodegroups(&row, [&master, &worker]);
         app.backend.validate_cluster(&template, &cluster, &ngs)?;
     }
+    let stage = next_stage("validate", stage);
     // The application credential is created by the operation, as the caller: their token goes
     // with it, sealed (never in clear in Postgres; dropped when the operation ends), so the 202
     // does not wait for Keystone.
@@ -204,6 +208,7 @@ pub async fn create(
         }
         None => json!({}),
     };
+    let stage = next_stage("seal", stage);
     let (row, master, worker) = (&row, &master, &worker);
     let (late_error, payload) = (&late_error, &payload);
     crate::db::retry(|| async move {
@@ -227,7 +232,15 @@ pub async fn create(
         }
         _ => e,
     })?;
+    next_stage("record", stage);
     Ok(uuid)
+}
+
+/// Records the time since `started` as create stage `stage`'s; when the next one starts.
+fn next_stage(stage: &'static str, started: std::time::Instant) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    crate::telemetry::create_stage(stage, now - started);
+    now
 }
 
 /// The create's statement (`db::creates`, shared with concurrent creates): quota under the
@@ -373,16 +386,14 @@ async fn page(
     detail: bool,
     base: &str,
 ) -> Result<Bytes> {
-    let marker_id = match params.marker {
-        Some(m) => Some(
-            cdb::by_uuid(&app.pool, scope, m)
-                .await?
-                .ok_or_else(|| DomainError::cluster_not_found(&m.to_string()))?
-                .id,
-        ),
-        None => None,
-    };
-    let heads = cvdb::page(&app.pool, scope, &super::page(params, marker_id)).await?;
+    let heads = cvdb::page(&app.pool, scope, &super::page(params, None), params.marker).await?;
+    // The marker is looked up apart only when nothing follows it: it may be gone.
+    if let Some(m) = params.marker
+        && heads.is_empty()
+        && cvdb::marker_missing(&app.pool, scope, m).await?
+    {
+        return Err(DomainError::cluster_not_found(&m.to_string()).into());
+    }
     let path = if detail {
         "clusters/detail"
     } else {

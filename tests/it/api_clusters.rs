@@ -852,6 +852,70 @@ async fn list_paginates_with_a_next_link() {
     }
 }
 
+/// A page after a marker, in each order: by id either way (one index range from the marker), by
+/// another key (the marker's value compared), for a project and for an admin; the last
+/// cluster's page is empty, not a 404.
+#[tokio::test]
+async fn list_pages_from_a_marker_in_every_order() {
+    let t = app().await;
+    let ct = t.template(&ALICE, "ct").await;
+    let mut created = vec![];
+    for name in ["b", "d", "a", "c"] {
+        created.push(t.cluster(&ALICE, name, &ct).await);
+    }
+    let uuids = |r: &crate::common::Resp| -> Vec<String> {
+        r.body["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["uuid"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for who in [&ALICE, &ADMIN] {
+        let desc = t
+            .get(
+                who,
+                &format!("/v1/clusters?sort_dir=desc&limit=2&marker={}", created[2]),
+            )
+            .await;
+        desc.assert_status(200);
+        assert_eq!(uuids(&desc), vec![created[1].clone(), created[0].clone()]);
+        // By name: a, b, c, d; after "b" come "c" and "d".
+        let by_name = t
+            .get(
+                who,
+                &format!(
+                    "/v1/clusters/detail?sort_key=name&limit=2&marker={}",
+                    created[0]
+                ),
+            )
+            .await;
+        by_name.assert_status(200);
+        assert_eq!(
+            uuids(&by_name),
+            vec![created[3].clone(), created[1].clone()]
+        );
+        let by_name_desc = t
+            .get(
+                who,
+                &format!(
+                    "/v1/clusters?sort_key=name&sort_dir=desc&marker={}",
+                    created[3]
+                ),
+            )
+            .await;
+        assert_eq!(
+            uuids(&by_name_desc),
+            vec![created[0].clone(), created[2].clone()]
+        );
+        let last = t
+            .get(who, &format!("/v1/clusters?marker={}", created[3]))
+            .await;
+        last.assert_status(200);
+        assert!(uuids(&last).is_empty(), "{}", last.body);
+    }
+}
+
 #[tokio::test]
 async fn sort_key_node_count_is_400() {
     let t = app().await;
