@@ -65,7 +65,10 @@
 //! * `BENCH_MAGNUM=0` — no Magnum beside us (typed-in figures, labelled so);
 //! * `BENCH_KEYSTONE_NICE=N` — Keystone's gunicorn runs at niceness N (default 10; 0 leaves it):
 //!   in production Keystone runs on other machines, here it shares the two cores with the
-//!   service measured (the worker's application credentials), so it yields them.
+//!   service measured (the worker's application credentials), so it yields them;
+//! * `BENCH_KEYSTONE_IDLE=0` — Keystone's gunicorn keeps the normal scheduling policy (by default
+//!   it runs at `SCHED_IDLE`, `chrt -i`: only on a core nothing else wants, so a request of ours
+//!   waking never waits for it);
 //!
 //! The machine is shared: compare ratios to the ceiling, measured in the same minute, rather
 //! than absolute figures across runs.
@@ -1145,6 +1148,24 @@ fn main() {
             .expect("renice");
         assert!(st.success(), "renice of Keystone's gunicorn failed");
         println!("Keystone's gunicorn at niceness {nice} (BENCH_KEYSTONE_NICE)");
+        // Niceness only weighs Keystone down: a waking request of ours still waits for the
+        // scheduler to take a core from it. SCHED_IDLE runs it only on a core nothing else
+        // wants, as if it were on another machine.
+        if std::env::var("BENCH_KEYSTONE_IDLE").as_deref() != Ok("0") {
+            let pids = std::process::Command::new("pgrep")
+                .args(["-g", &pid.to_string()])
+                .output()
+                .expect("pgrep");
+            for p in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+                let st = std::process::Command::new("chrt")
+                    .args(["-a", "-i", "-p", "0", p])
+                    .stdout(std::process::Stdio::null())
+                    .status()
+                    .expect("chrt");
+                assert!(st.success(), "chrt of Keystone's gunicorn ({p}) failed");
+            }
+            println!("Keystone's gunicorn at SCHED_IDLE (BENCH_KEYSTONE_IDLE)");
+        }
     }
     let pg = EmbeddedPostgres::start().expect("PostgreSQL");
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -449,7 +449,13 @@ pub fn evaluate(obs: &Observed, db: &ClusterState, now: DateTime<Utc>) -> Evalua
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    if Some(health.0.as_str()) != db.health_status.as_deref() || health.1 != db.health_status_reason
+    // A cluster nothing is known of yet (a new one, before its objects are seen) keeps the
+    // health Magnum gives it, none: writing `UNKNOWN` would only cost each create a second
+    // transaction.
+    let untold = db.health_status.is_none() && obs.cluster.is_none() && health.0 == "UNKNOWN";
+    if !untold
+        && (Some(health.0.as_str()) != db.health_status.as_deref()
+            || health.1 != db.health_status_reason)
     {
         ev.health = Some(health);
     }
@@ -788,6 +794,30 @@ mod tests {
         );
         let ngc = ev.nodegroups.iter().find(|c| c.uuid == w.uuid).unwrap();
         assert_eq!(ngc.status.as_ref().unwrap().0, Status::CreateFailed);
+    }
+
+    /// A new cluster (its create recorded, nothing of it observed yet) keeps Magnum's null
+    /// health: its evaluation writes nothing. Once it had one, losing sight of its objects makes
+    /// it `UNKNOWN`, and a credential problem is said at once.
+    #[test]
+    fn a_cluster_nothing_is_known_of_keeps_no_health_until_something_is() {
+        let (m, w) = (
+            ng(true, 1, Status::CreateInProgress),
+            ng(false, 1, Status::CreateInProgress),
+        );
+        let mut db = state(Status::CreateInProgress, vec![m.clone(), w.clone()]);
+        db.operation_open = true;
+        let ev = evaluate(&Observed::default(), &db, Utc::now());
+        assert!(ev.is_noop(), "{ev:?}");
+        let ev = evaluate(&observed(&m, &w), &db, Utc::now());
+        assert_eq!(ev.health.unwrap().0, "HEALTHY");
+        db.health_status = Some("HEALTHY".into());
+        let ev = evaluate(&Observed::default(), &db, Utc::now());
+        assert_eq!(ev.health.unwrap().0, "UNKNOWN");
+        db.health_status = None;
+        db.credential_problem = Some("its owner is disabled".into());
+        let ev = evaluate(&Observed::default(), &db, Utc::now());
+        assert_eq!(ev.health.unwrap().0, "UNHEALTHY");
     }
 
     /// A rollout's machine being deleted while CAPO retries its server's delete is no failure.
