@@ -908,6 +908,12 @@ async fn list_pages_from_a_marker_in_every_order() {
             uuids(&by_name_desc),
             vec![created[0].clone(), created[2].clone()]
         );
+        // From the end, without a marker: the newest first.
+        let newest = t.get(who, "/v1/clusters?sort_dir=desc&limit=3").await;
+        assert_eq!(
+            uuids(&newest),
+            vec![created[3].clone(), created[2].clone(), created[1].clone()]
+        );
         let last = t
             .get(who, &format!("/v1/clusters?marker={}", created[3]))
             .await;

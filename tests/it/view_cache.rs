@@ -646,6 +646,17 @@ async fn serve_reuses_views_until_a_change() {
             .map_or(0, |n| n.trim().parse::<u64>().expect("a count"))
     };
     let c = s.create_cluster().await;
+    // The create's request timed each of its stages (`magnum_capi_create_stage_seconds`).
+    let metrics = reqwest::get(s.url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    for stage in ["template", "lookups", "validate", "seal", "record"] {
+        let line = format!("magnum_capi_create_stage_seconds_count{{stage=\"{stage}\"}} 1");
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
     // The create's own notifications arrive within milliseconds: let them, so that what is
     // stored next stays current; then read until a view is reused.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
