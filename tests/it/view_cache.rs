@@ -634,25 +634,24 @@ async fn serve_reuses_views_until_a_change() {
         ],
     )
     .await;
-    let hits = || async {
-        let text = reqwest::get(s.url("/metrics"))
+    let metrics = || async {
+        reqwest::get(s.url("/metrics"))
             .await
             .expect("metrics")
             .text()
             .await
-            .expect("metrics text");
-        text.lines()
+            .expect("metrics text")
+    };
+    let hits = || async {
+        metrics()
+            .await
+            .lines()
             .find_map(|l| l.strip_prefix("magnum_capi_view_cache_total{result=\"hit\"} "))
             .map_or(0, |n| n.trim().parse::<u64>().expect("a count"))
     };
     let c = s.create_cluster().await;
     // The create's request timed each of its stages (`magnum_capi_create_stage_seconds`).
-    let metrics = reqwest::get(s.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = metrics().await;
     for stage in ["template", "lookups", "validate", "seal", "record"] {
         let line = format!("magnum_capi_create_stage_seconds_count{{stage=\"{stage}\"}} 1");
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
