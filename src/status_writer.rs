@@ -372,6 +372,8 @@ pub async fn run_writer(
         marked_down: None,
         fresh: false,
         held: false,
+        gather_until: None,
+        urgent: false,
     };
     loop {
         w.start_waiting_for_the_lock();
@@ -395,8 +397,21 @@ pub async fn run_writer(
         crate::telemetry::status_writer_of(&w.scope.name, w.leader.is_some());
         if w.leader.is_none() {
             w.pending.clear();
+            w.gather_until = None;
             continue;
         }
+        // Only other transactions' commits so far: more are gathered for a moment, so a
+        // stream of them (every create commits, each batch notifies) is a pass every
+        // [`NOTIFIED_GATHER`], not one per commit.
+        if !rescan
+            && !w.urgent
+            && w.gather_until
+                .is_some_and(|t| t > tokio::time::Instant::now())
+        {
+            continue;
+        }
+        w.gather_until = None;
+        w.urgent = false;
         if rescan && !w.still_leading().await {
             continue;
         }
@@ -430,6 +445,8 @@ enum Wake {
     Nudged,
     /// The safety poll or a deadline came.
     Timer,
+    /// The notifications gathered since the first of them are to be written.
+    Gathered,
 }
 
 /// The status writer's state between wake-ups.
@@ -459,6 +476,11 @@ struct Writer {
     fresh: bool,
     /// The last pass left a cluster pending because another transaction held its row.
     held: bool,
+    /// Only notifications are pending: they are written then, with those arriving meanwhile.
+    gather_until: Option<tokio::time::Instant>,
+    /// Something other than a notification is pending (a watcher's change, the lock, the
+    /// reachability): written at once, with whatever was gathered.
+    urgent: bool,
 }
 
 impl Writer {
@@ -492,6 +514,7 @@ impl Writer {
             leader,
             wake_at,
             retry_lock_at,
+            gather_until,
             ..
         } = self;
         let leading = leader.is_some();
@@ -511,6 +534,8 @@ impl Writer {
             } => Some(Wake::Notified(n)),
             () = scope.reach.changed() => Some(Wake::Nudged),
             _ = tokio::time::sleep_until(*wake_at), if leading => Some(Wake::Timer),
+            _ = tokio::time::sleep_until(gather_until.unwrap_or_else(tokio::time::Instant::now)),
+                if gather_until.is_some() => Some(Wake::Gathered),
             _ = tokio::time::sleep_until(retry_lock_at.unwrap_or_else(tokio::time::Instant::now)),
                 if retry_lock_at.is_some() => Some(Wake::Nudged),
             _ = shutdown.changed() => None,
@@ -520,11 +545,15 @@ impl Writer {
     /// Takes in what woke the writer; whether everything in progress should be looked at again.
     fn woken(&mut self, woke: Wake) -> bool {
         match woke {
-            Wake::Changed(u) => self.queue(u),
+            Wake::Changed(u) => {
+                self.urgent = true;
+                self.queue(u);
+            }
             Wake::Lock(got) => {
                 self.acquiring = None;
                 match got {
                     Ok(conn) => {
+                        self.urgent = true;
                         tracing::info!(management_cluster = %self.shown, "this replica writes cluster statuses");
                         self.leader = Some(conn);
                         self.retry_lock_at = None;
@@ -545,6 +574,8 @@ impl Writer {
             Wake::Notified(Ok(Some(n))) => {
                 if let Ok(u) = n.payload().parse::<Uuid>() {
                     self.queue(u);
+                    self.gather_until
+                        .get_or_insert_with(|| tokio::time::Instant::now() + NOTIFIED_GATHER);
                 }
             }
             // The listening connection dropped (it reconnects on the next call): what was
@@ -555,7 +586,8 @@ impl Writer {
                 self.events = None;
                 return true;
             }
-            Wake::Nudged => {}
+            Wake::Nudged => self.urgent = true,
+            Wake::Gathered => {}
             Wake::Timer => return true,
         }
         false
@@ -730,6 +762,14 @@ impl Writer {
         }
     }
 }
+
+/// How long notifications are gathered into one pass after the first of them. They are other
+/// transactions' commits (an API write, the worker, another replica), whose statuses those
+/// transactions wrote themselves: what the writer adds is its re-evaluation, which can wait a
+/// moment. At a few hundred creates a second, a pass per commit read the states of each one's
+/// clusters in four statements, as much PostgreSQL time as the creates' own statement
+/// (docs/benchmarks.md). A watcher's change is never gathered: it is written at once.
+const NOTIFIED_GATHER: Duration = Duration::from_millis(50);
 
 /// How many notifications that have already arrived a wake-up takes in at most.
 const NOTIFICATIONS_PER_WAKE: usize = 10_000;
