@@ -24,11 +24,14 @@ pub struct VersionedTemplate {
     pub view_version: Option<i64>,
 }
 
-/// A page of the templates `vis` sees, in the page's order.
+/// A page of the templates `vis` sees, in the page's order, after the template `marker` when
+/// there is one (found in the same statement; none when `vis` does not see it: see
+/// [`marker_missing`]).
 pub async fn page(
     pool: &PgPool,
     vis: &Visibility,
     page: &PageQuery,
+    marker: Option<Uuid>,
 ) -> DbResult<Vec<TemplateHead>> {
     let mut sql = format!(
         "SELECT t.uuid, v.body
@@ -36,12 +39,25 @@ pub async fn page(
           WHERE {}",
         vis.sql(1)
     );
-    page.push_rest_sql(&mut sql, "cluster_template", 2);
+    let found = format!(
+        "(SELECT m.id FROM cluster_template m WHERE m.uuid = $2 AND {})",
+        vis.sql_of("m", 1)
+    );
+    let after = marker.map(|_| page.after_sql("cluster_template", &found));
+    page.push_after(&mut sql, after.as_deref());
     Ok(sqlx::query_as::<_, TemplateHead>(AssertSqlSafe(sql))
         .bind(vis.project())
-        .bind(page.marker_id.unwrap_or(0))
+        .bind(marker)
         .fetch_all(pool)
         .await?)
+}
+
+/// Whether the marker of a [`page`] that came back empty is missing from what `vis` sees (the
+/// caller's 404) rather than the last of the templates.
+pub async fn marker_missing(pool: &PgPool, vis: &Visibility, marker: Uuid) -> DbResult<bool> {
+    Ok(super::templates::by_uuid(pool, vis, marker)
+        .await?
+        .is_none())
 }
 
 /// The templates `uuids` (those still there), each with its view's version.

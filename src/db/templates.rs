@@ -77,10 +77,17 @@ pub enum Visibility {
 
 impl Visibility {
     pub(super) fn sql(&self, param: usize) -> String {
+        self.sql_of("t", param)
+    }
+
+    /// [`Self::sql`] for the table aliased `alias`.
+    pub(super) fn sql_of(&self, alias: &str, param: usize) -> String {
         match self {
             Visibility::All => "TRUE".into(),
             Visibility::Project(_) => {
-                format!("(t.project_id = ${param} OR (t.public AND NOT t.hidden))")
+                format!(
+                    "({alias}.project_id = ${param} OR ({alias}.public AND NOT {alias}.hidden))"
+                )
             }
         }
     }

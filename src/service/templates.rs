@@ -313,16 +313,15 @@ async fn page(
     detail: bool,
     base: &str,
 ) -> Result<bytes::Bytes> {
-    let marker_id = match params.marker {
-        Some(m) => Some(
-            tdb::by_uuid(&app.pool, vis, m)
-                .await?
-                .ok_or_else(|| DomainError::template_not_found(&m.to_string()))?
-                .id,
-        ),
-        None => None,
-    };
-    let heads = tvdb::page(&app.pool, vis, &super::page(params, marker_id)).await?;
+    // The marker is found in the page's statement; looked up apart only when the page is
+    // empty, to tell a marker the caller cannot see (404) from the last template.
+    let heads = tvdb::page(&app.pool, vis, &super::page(params, None), params.marker).await?;
+    if let Some(m) = params.marker
+        && heads.is_empty()
+        && tvdb::marker_missing(&app.pool, vis, m).await?
+    {
+        return Err(DomainError::template_not_found(&m.to_string()).into());
+    }
     let path = if detail {
         "clustertemplates/detail"
     } else {

@@ -677,14 +677,19 @@ async fn list_marker_not_a_uuid_is_400() {
 async fn list_marker_unknown_is_404() {
     let t = app().await;
     let bob = t.template(&BOB, "bob").await;
-    let r = t
-        .get(&ALICE, &format!("/v1/clustertemplates?marker={bob}"))
-        .await;
-    assert_magnum_error(
-        &r,
-        404,
-        &format!("ClusterTemplate {bob} could not be found."),
-    );
+    // Alice's templates come after Bob's private one: his is still no marker of hers (the
+    // page's statement finds the marker among what she sees), in either direction and order.
+    t.template(&ALICE, "alice").await;
+    for query in ["", "&sort_dir=desc", "&sort_key=name"] {
+        let r = t
+            .get(&ALICE, &format!("/v1/clustertemplates?marker={bob}{query}"))
+            .await;
+        assert_magnum_error(
+            &r,
+            404,
+            &format!("ClusterTemplate {bob} could not be found."),
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
