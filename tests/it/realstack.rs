@@ -504,7 +504,7 @@ pub(crate) async fn wait_for_status(
 
 /// The last log lines about cluster `path` (`/v1/clusters/{uuid}`): the service's, and those of
 /// CAPI, KCP and CAPO naming its objects (the shared stack's logs hold every test's clusters).
-fn controllers_about(s: &RealStack, served: &Production, path: &str) -> String {
+pub(crate) fn controllers_about(s: &RealStack, served: &Production, path: &str) -> String {
     let uuid = path.rsplit('/').next().unwrap_or_default();
     let name = uuid
         .parse()

@@ -502,7 +502,12 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
         .map(|s| s["metadata"]["name"].as_str().unwrap().to_string())
         .filter(|n| n.starts_with(&format!("{stack}-")))
         .collect();
-    assert!(secrets.is_empty(), "{driver:?}: Secrets left: {secrets:?}");
+    // Said with the service's log about the cluster (its clean-up's and any rotation's lines).
+    assert!(
+        secrets.is_empty(),
+        "{driver:?}: Secrets left: {secrets:?}\n{}",
+        crate::realstack::controllers_about(s, &served, &path)
+    );
     let capo_name = format!("k8s-clusterapi-cluster-{ns}-{stack}");
     let left = until_within(
         REAL_DEADLINE,
