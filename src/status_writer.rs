@@ -385,7 +385,7 @@ pub async fn run_writer(
         // notifications that have already arrived (a burst of them, such as a bulk insert's,
         // is one pass, not a pass each).
         while let Ok(u) = dirty.try_recv() {
-            w.queue(u);
+            rescan |= w.woken(Wake::Changed(u));
         }
         for _ in 0..NOTIFICATIONS_PER_WAKE {
             let Some(Ok(Some(n))) = w.events.as_mut().and_then(|l| l.try_recv().now_or_never())

@@ -45,16 +45,10 @@ impl PageQuery {
         }
     }
 
-    /// Appends what follows the `WHERE` condition of `table t`'s rows: after the marker
-    /// (`$marker_param`), in the page's order, the limit. The limit is in the text, not a
-    /// parameter: the prepared statement's generic plan would not know it and, with many rows,
-    /// sort them all instead of walking an index for one page.
-    pub fn push_rest_sql(&self, sql: &mut String, table: &str, marker_param: usize) {
-        let after = self.after_marker_sql(table, marker_param);
-        self.push_after(sql, after.as_deref());
-    }
-
-    /// [`Self::push_rest_sql`] with the rows after `after` (a fragment of [`Self::after_sql`]).
+    /// Appends what follows the `WHERE` condition of `table t`'s rows: those after `after` (a
+    /// fragment of [`Self::after_sql`]; none: from the first), in the page's order, the limit.
+    /// The limit is in the text, not a parameter: the prepared statement's generic plan would
+    /// not know it and, with many rows, sort them all instead of walking an index for one page.
     pub fn push_after(&self, sql: &mut String, after: Option<&str>) {
         if let Some(after) = after {
             sql.push_str(" AND ");

@@ -775,7 +775,7 @@ async fn the_quota_check_of_a_create_reads_no_cluster_row() {
 /// when each notification was a pass of its own).
 #[tokio::test]
 async fn a_burst_of_notifications_with_nothing_to_write_costs_few_transactions() {
-    let (app, mut conn) = settled_rows(1000).await;
+    let (_app, mut conn) = settled_rows(1000).await;
     let before = transactions(&mut conn).await;
     sqlx::query(
         "SELECT pg_notify('magnum_capi_clusters', uuid::text) FROM cluster
@@ -791,7 +791,6 @@ async fn a_burst_of_notifications_with_nothing_to_write_costs_few_transactions()
         "{} transactions for 1,000 queued clusters with nothing to write",
         after - before
     );
-    drop(app);
 }
 
 /// A stream of other transactions' commits (one notification each, a millisecond or so apart,
@@ -803,7 +802,7 @@ async fn a_burst_of_notifications_with_nothing_to_write_costs_few_transactions()
 /// stream's length, which a loaded machine stretches.
 #[tokio::test]
 async fn a_stream_of_commits_is_read_in_a_few_passes_not_one_each() {
-    let (app, mut conn) = settled_rows(200).await;
+    let (_app, mut conn) = settled_rows(200).await;
     let uuids: Vec<Uuid> =
         sqlx::query_scalar("SELECT uuid FROM cluster WHERE project_id = 'rows' ORDER BY id")
             .fetch_all(&mut *conn)
@@ -834,7 +833,6 @@ async fn a_stream_of_commits_is_read_in_a_few_passes_not_one_each() {
          commits; bound {bound})",
         after - before
     );
-    drop(app);
 }
 
 /// A CAPI service with one cluster created through it (so its status writer leads), and
