@@ -215,10 +215,19 @@ impl Mgmt {
         Ok(())
     }
 
-    /// Deletes one object (foreground for CAPI, so it cascades); gone already is fine.
+    /// Deletes one object; gone already is fine. Cluster API's kinds are deleted in the
+    /// foreground, so the object stays (deleting) until what it owns is gone and its watchers
+    /// see the cascade. The core kinds (Secrets, ConfigMaps) own nothing and go at once: in the
+    /// foreground the apiserver would keep each until the garbage collector took its
+    /// `foregroundDeletion` finalizer off, seconds on a busy management cluster, with the
+    /// credential still in it and its name not free for the next apply.
     pub async fn delete(&self, r: &ObjectRef) -> Result<(), KubeError> {
         let dp = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Foreground),
+            propagation_policy: Some(if r.api_version == "v1" {
+                PropagationPolicy::Background
+            } else {
+                PropagationPolicy::Foreground
+            }),
             ..DeleteParams::default()
         };
         match self
@@ -482,37 +491,50 @@ mod tests {
         assert_eq!(sent["spec"]["apiServerLoadBalancer"]["provider"], "amphora");
     }
 
-    /// Deletes are foreground (CAPI cascades) and a 404 counts as deleted.
+    /// CAPI's kinds are deleted in the foreground (they cascade), Secrets in the background
+    /// (at once), and a 404 counts as deleted.
     #[tokio::test]
-    async fn delete_is_foreground_and_tolerates_absence() {
-        let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let mgmt = Mgmt::new(kube::Client::new(svc, "default"), "magnum-capi");
-        let server = tokio::spawn(async move {
-            let (req, send) = handle.next_request().await.unwrap();
-            assert_eq!(req.method(), "DELETE");
-            assert_eq!(
-                req.uri().path(),
-                "/apis/cluster.x-k8s.io/v1beta2/namespaces/magnum-p/clusters/k1"
-            );
-            let body = req.into_body().collect_bytes().await.unwrap();
-            let v: Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(v["propagationPolicy"], "Foreground");
-            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "reason": "NotFound", "code": 404, "message": "not found", "metadata": {}});
-            send.send_response(
-                Response::builder()
-                    .status(404)
-                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
-                    .unwrap(),
-            );
-        });
-        let r = ObjectRef {
-            api_version: "cluster.x-k8s.io/v1beta2".into(),
-            kind: "Cluster".into(),
-            namespace: Some("magnum-p".into()),
-            name: "k1".into(),
-        };
-        mgmt.delete(&r).await.unwrap();
-        server.await.unwrap();
+    async fn deletes_cascade_for_capi_only_and_tolerate_absence() {
+        for (api_version, kind, path, policy) in [
+            (
+                "cluster.x-k8s.io/v1beta2",
+                "Cluster",
+                "/apis/cluster.x-k8s.io/v1beta2/namespaces/magnum-p/clusters/k1",
+                "Foreground",
+            ),
+            (
+                "v1",
+                "Secret",
+                "/api/v1/namespaces/magnum-p/secrets/k1",
+                "Background",
+            ),
+        ] {
+            let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let mgmt = Mgmt::new(kube::Client::new(svc, "default"), "magnum-capi");
+            let server = tokio::spawn(async move {
+                let (req, send) = handle.next_request().await.unwrap();
+                assert_eq!(req.method(), "DELETE");
+                assert_eq!(req.uri().path(), path);
+                let body = req.into_body().collect_bytes().await.unwrap();
+                let v: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(v["propagationPolicy"], policy, "{kind}");
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "not found", "metadata": {}});
+                send.send_response(
+                    Response::builder()
+                        .status(404)
+                        .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                        .unwrap(),
+                );
+            });
+            let r = ObjectRef {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                namespace: Some("magnum-p".into()),
+                name: "k1".into(),
+            };
+            mgmt.delete(&r).await.unwrap();
+            server.await.unwrap();
+        }
     }
 }

@@ -455,7 +455,7 @@ pub(crate) async fn wait_for_status(
     let seen = std::sync::Mutex::new(Vec::<String>::new());
     let t0 = std::time::Instant::now();
     let history = || seen.lock().unwrap().join("\n  ");
-    let logs = || controllers_about(s, served, path);
+    let logs = || controllers_about(s, served, path, None);
     // The probe's own deadline is later: the timeout below says more than "timed out".
     let waited = tokio::time::timeout(
         REAL_DEADLINE,
@@ -504,12 +504,20 @@ pub(crate) async fn wait_for_status(
 
 /// The last log lines about cluster `path` (`/v1/clusters/{uuid}`): the service's, and those of
 /// CAPI, KCP and CAPO naming its objects (the shared stack's logs hold every test's clusters).
-pub(crate) fn controllers_about(s: &RealStack, served: &Production, path: &str) -> String {
+pub(crate) fn controllers_about(
+    s: &RealStack,
+    served: &Production,
+    path: &str,
+    adopted_as: Option<&str>,
+) -> String {
     let uuid = path.rsplit('/').next().unwrap_or_default();
-    let name = uuid
-        .parse()
-        .map(magnum_capi::capi::capi_name)
-        .unwrap_or_default();
+    let name = match adopted_as {
+        Some(name) => name.to_string(),
+        None => uuid
+            .parse()
+            .map(magnum_capi::capi::capi_name)
+            .unwrap_or_default(),
+    };
     let last = |text: &str, needle: &str| {
         let about: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
         about[about.len().saturating_sub(12)..].join("\n")

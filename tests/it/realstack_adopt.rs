@@ -495,18 +495,31 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
             .collect();
         assert!(left.is_empty(), "{driver:?}: {kind} left: {left:?}");
     }
-    let secrets: Vec<String> = k
+    // Gone, not deleting: the credential-bearing ones are deleted in the background.
+    let secrets: Vec<Value> = k
         .list("v1", "Secret", "")
         .await
-        .iter()
-        .map(|s| s["metadata"]["name"].as_str().unwrap().to_string())
-        .filter(|n| n.starts_with(&format!("{stack}-")))
+        .into_iter()
+        .filter(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(&format!("{stack}-")))
+        })
+        .map(|s| {
+            let m = &s["metadata"];
+            json!([
+                m["name"],
+                m["deletionTimestamp"],
+                m["finalizers"],
+                m["ownerReferences"]
+            ])
+        })
         .collect();
     // Said with the service's log about the cluster (its clean-up's and any rotation's lines).
     assert!(
         secrets.is_empty(),
-        "{driver:?}: Secrets left: {secrets:?}\n{}",
-        crate::realstack::controllers_about(s, &served, &path)
+        "{driver:?}: Secrets left (name, deleting since, finalizers, owners): {secrets:?}\n{}",
+        crate::realstack::controllers_about(s, &served, &path, Some(stack))
     );
     let capo_name = format!("k8s-clusterapi-cluster-{ns}-{stack}");
     let left = until_within(
