@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::DbResult;
 use super::page::PageQuery;
+use crate::coalesce::Batch;
 use crate::domain::labels::Labels;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
@@ -151,6 +152,48 @@ pub enum NgIdent {
     Name(String),
 }
 
+impl NgIdent {
+    fn names(&self, n: &NodegroupRow) -> bool {
+        match self {
+            NgIdent::Id(i) => n.id == *i,
+            NgIdent::Uuid(u) => n.uuid == *u,
+            NgIdent::Name(name) => n.name == *name,
+        }
+    }
+}
+
+/// The nodegroups of clusters read together by the cluster's uuid: concurrent look-ups waiting
+/// for a statement are read in the next one (at most `in_flight` at once;
+/// `magnum_capi_nodegroups_of_clusters`, in id order, planned once per connection).
+pub fn reads(pool: PgPool, in_flight: usize) -> Batch<Uuid, Vec<NodegroupRow>> {
+    super::batched_groups_by_uuid(
+        pool,
+        in_flight,
+        "SELECT * FROM magnum_capi_nodegroups_of_clusters($1)",
+        |n| n.cluster_id,
+    )
+}
+
+/// [`find`] among the cluster's nodegroups read with the concurrent look-ups of `reads` (alone
+/// when their statement failed): the same rows, from a statement begun after the call.
+pub async fn find_of(
+    reads: &Batch<Uuid, Vec<NodegroupRow>>,
+    pool: &PgPool,
+    cluster: Uuid,
+    project: Option<&str>,
+    ident: &NgIdent,
+) -> DbResult<Vec<NodegroupRow>> {
+    match reads.get(cluster).await {
+        Ok(rows) => Ok(rows
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| project.is_none_or(|p| n.project_id == p) && ident.names(n))
+            .take(2)
+            .collect()),
+        Err(()) => find(pool, cluster, project, ident).await,
+    }
+}
+
 /// Up to two nodegroups of `cluster` matching `ident` (visible to `project`, or to all if `None`).
 pub async fn find(
     pool: &PgPool,
@@ -176,6 +219,42 @@ pub async fn find(
         NgIdent::Name(n) => query.bind(n.clone()),
     };
     Ok(query.fetch_all(pool).await?)
+}
+
+/// [`list`]: in id order (the default, what clients page by) from the cluster's nodegroups read
+/// with the concurrent look-ups of `reads`, which come in id order; in another order, or when
+/// their statement failed, by a statement of its own.
+pub async fn list_of(
+    reads: &Batch<Uuid, Vec<NodegroupRow>>,
+    pool: &PgPool,
+    cluster: Uuid,
+    project: Option<&str>,
+    role: Option<&str>,
+    page: &PageQuery,
+) -> DbResult<Vec<NodegroupRow>> {
+    if page.sort_key == "id"
+        && let Ok(rows) = reads.get(cluster).await
+    {
+        let mut rows = rows.unwrap_or_default();
+        if page.desc {
+            rows.reverse();
+        }
+        let after_marker = |n: &NodegroupRow| match page.marker_id {
+            None => true,
+            Some(m) if page.desc => n.id < m,
+            Some(m) => n.id > m,
+        };
+        return Ok(rows
+            .into_iter()
+            .filter(|n| {
+                project.is_none_or(|p| n.project_id == p)
+                    && role.is_none_or(|r| n.role == r)
+                    && after_marker(n)
+            })
+            .take(usize::try_from(page.limit).unwrap_or(0))
+            .collect());
+    }
+    list(pool, cluster, project, role, page).await
 }
 
 pub async fn list(

@@ -632,7 +632,7 @@ pub async fn find_nodegroup(
     } else {
         NgIdent::Name(ident.to_string())
     };
-    let mut rows = ndb::find(&app.pool, c.uuid, project, &id).await?;
+    let mut rows = ndb::find_of(&app.nodegroups, &app.pool, c.uuid, project, &id).await?;
     match rows.len() {
         0 => Err(DomainError::nodegroup_not_found(ident).into()),
         1 => Ok(rows.remove(0)),

@@ -133,15 +133,22 @@ async fn list(
     let project = ng_project(caller);
     let marker_id = match params.marker {
         Some(m) => Some(
-            ndb::find(&app.pool, c.uuid, project, &NgIdent::Uuid(m))
-                .await?
-                .first()
-                .ok_or_else(|| DomainError::nodegroup_not_found(&m.to_string()))?
-                .id,
+            ndb::find_of(
+                &app.nodegroups,
+                &app.pool,
+                c.uuid,
+                project,
+                &NgIdent::Uuid(m),
+            )
+            .await?
+            .first()
+            .ok_or_else(|| DomainError::nodegroup_not_found(&m.to_string()))?
+            .id,
         ),
         None => None,
     };
-    let rows = ndb::list(
+    let rows = ndb::list_of(
+        &app.nodegroups,
         &app.pool,
         c.uuid,
         project,

@@ -142,26 +142,18 @@ async fn list_filters_by_role() {
     create_ng(&t, &ALICE, &uuid, json!({"name": "extra", "role": "gpu"}))
         .await
         .assert_status(202);
-    let names = |r: &Resp| -> Vec<String> {
-        r.body["nodegroups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["name"].as_str().unwrap().to_string())
-            .collect()
-    };
     let r = t
         .get_v(&ALICE, &format!("{}?role=master", ngs_path(&uuid)), V)
         .await;
-    assert_eq!(names(&r), vec!["default-master"]);
+    assert_eq!(r.names("nodegroups"), vec!["default-master"]);
     let r = t
         .get_v(&ALICE, &format!("{}?role=worker", ngs_path(&uuid)), V)
         .await;
-    assert_eq!(names(&r), vec!["default-worker"]);
+    assert_eq!(r.names("nodegroups"), vec!["default-worker"]);
     let r = t
         .get_v(&ALICE, &format!("{}?role=gpu", ngs_path(&uuid)), V)
         .await;
-    assert_eq!(names(&r), vec!["extra"]);
+    assert_eq!(r.names("nodegroups"), vec!["extra"]);
     let r = t
         .get_v(&ALICE, &format!("{}?bogus=1", ngs_path(&uuid)), V)
         .await;
@@ -194,6 +186,82 @@ async fn list_paginates_with_a_next_link() {
     let r2 = t.get_v(&ALICE, &next, V).await;
     r2.assert_status(200);
     assert_eq!(r2.body["nodegroups"][0]["name"], "default-worker");
+}
+
+/// Paging a cluster's nodegroups one at a time, by the next links, in every order gives the
+/// whole list in that order, and a role filters it (the id order is answered from the cluster's
+/// nodegroups read together; the others by their own statement).
+#[tokio::test]
+async fn pages_of_one_walk_the_whole_list_in_every_order() {
+    let t = app().await;
+    let uuid = ready_cluster(&t, &ALICE).await;
+    for (name, role) in [
+        ("b-extra", "gpu"),
+        ("a-extra", "worker"),
+        ("c-extra", "gpu"),
+    ] {
+        create_ng(&t, &ALICE, &uuid, json!({"name": name, "role": role}))
+            .await
+            .assert_status(202);
+    }
+    let walk = |query: String| {
+        let t = &t;
+        let uuid = uuid.clone();
+        async move {
+            let mut names = Vec::new();
+            let mut path = format!("{}?limit=1&{query}", ngs_path(&uuid));
+            loop {
+                let r = t.get_v(&ALICE, &path, V).await;
+                r.assert_status(200);
+                let page = r.names("nodegroups");
+                assert!(page.len() <= 1, "{path}: {page:?}");
+                let empty = page.is_empty();
+                names.extend(page);
+                match r.body["next"].as_str() {
+                    Some(next) if !empty => {
+                        path = next.replace("http://127.0.0.1:9511", "");
+                    }
+                    _ => return names,
+                }
+            }
+        }
+    };
+    let created = [
+        "default-master",
+        "default-worker",
+        "b-extra",
+        "a-extra",
+        "c-extra",
+    ];
+    let reversed: Vec<&str> = created.iter().rev().copied().collect();
+    assert_eq!(walk("sort_key=id".into()).await, created);
+    assert_eq!(walk("sort_key=id&sort_dir=desc".into()).await, reversed);
+    // A role, in either order (the next link does not carry it, as Magnum's does not).
+    for (query, want) in [
+        ("role=gpu", ["b-extra", "c-extra"]),
+        ("role=gpu&sort_dir=desc", ["c-extra", "b-extra"]),
+    ] {
+        let r = t
+            .get_v(&ALICE, &format!("{}?{query}", ngs_path(&uuid)), V)
+            .await;
+        r.assert_status(200);
+        assert_eq!(r.names("nodegroups"), want, "{query}");
+    }
+    assert_eq!(
+        walk("sort_key=name".into()).await,
+        [
+            "a-extra",
+            "b-extra",
+            "c-extra",
+            "default-master",
+            "default-worker"
+        ]
+    );
+    // Bob sees none of it: the cluster is not his.
+    let r = t
+        .get_v(&BOB, &format!("{}?limit=1", ngs_path(&uuid)), V)
+        .await;
+    assert_magnum_error(&r, 404, &format!("Cluster {uuid} could not be found."));
 }
 
 #[tokio::test]

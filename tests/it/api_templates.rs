@@ -87,12 +87,7 @@ fn assert_links(t: &Value) {
 }
 
 fn names(r: &Resp) -> Vec<String> {
-    r.body["clustertemplates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect()
+    r.names("clustertemplates")
 }
 
 fn uuids(r: &Resp) -> Vec<String> {

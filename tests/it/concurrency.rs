@@ -681,10 +681,10 @@ async fn each_management_clusters_cluster_count_follows_every_write_of_its_clust
     assert_eq!(miscounted().await, "");
 }
 
-/// What a create and a show run in PostgreSQL is planned once per connection: each of these
-/// functions carries `plan_cache_mode = force_generic_plan`. Without it their statements that
-/// take a variable were planned again on every call (their migrations say why), and a later
-/// `CREATE OR REPLACE FUNCTION` without the setting would drop it silently.
+/// What a create, a show and a nodegroup read run in PostgreSQL is planned once per connection:
+/// each of these functions carries `plan_cache_mode = force_generic_plan`. Without it their
+/// statements that take a variable were planned again on every call (their migrations say why),
+/// and a later `CREATE OR REPLACE FUNCTION` without the setting would drop it silently.
 #[tokio::test]
 async fn the_functions_a_create_and_a_show_run_are_planned_once_per_connection() {
     let t = app().await;
@@ -696,6 +696,8 @@ async fn the_functions_a_create_and_a_show_run_are_planned_once_per_connection()
         "magnum_capi_record_creates",
         "magnum_capi_templates_by_uuid",
         "magnum_capi_cluster_heads",
+        "magnum_capi_clusters_by_uuid",
+        "magnum_capi_nodegroups_of_clusters",
     ];
     for f in functions {
         let config: Option<Vec<String>> =
@@ -1199,6 +1201,65 @@ async fn templates_read_together_are_each_callers_own_to_see() {
             r.assert_status(202);
         } else {
             assert_magnum_error(r, 404, &format!("ClusterTemplate {ct} could not be found."));
+        }
+    }
+}
+
+/// Concurrent nodegroup shows and lists of Alice's cluster by Alice, Bob and an admin read the
+/// cluster and its nodegroups in shared statements, and each caller still gets what it would
+/// alone: Alice and the admin the nodegroup (by name, uuid and id) and the list, Bob the
+/// cluster's not-found; a nodegroup name the cluster does not have is the nodegroup's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodegroups_read_together_are_each_callers_own_to_see() {
+    let t = app().await;
+    let ct = t.template(&ALICE, "ngs").await;
+    let c = t.cluster(&ALICE, "ngs", &ct).await;
+    let worker = t
+        .get_v(
+            &ALICE,
+            &format!("/v1/clusters/{c}/nodegroups/default-worker"),
+            "1.9",
+        )
+        .await;
+    worker.assert_status(200);
+    let (uuid, id) = (
+        worker.body["uuid"].as_str().unwrap().to_string(),
+        worker.body["id"].to_string(),
+    );
+    let idents = [
+        "default-worker".to_string(),
+        uuid.clone(),
+        id,
+        "nope".into(),
+    ];
+    let paths: Vec<String> = idents
+        .iter()
+        .map(|i| format!("/v1/clusters/{c}/nodegroups/{i}"))
+        .chain([format!("/v1/clusters/{c}/nodegroups?role=worker")])
+        .collect();
+    let asks: Vec<(&As, &String)> = [&ALICE, &BOB, &ADMIN]
+        .into_iter()
+        .flat_map(|who| paths.iter().map(move |p| (who, p)))
+        .cycle()
+        .take(90)
+        .collect();
+    let answers = join_all(asks.iter().map(|(who, p)| t.get_v(who, p, "1.9"))).await;
+    for ((who, path), r) in asks.iter().zip(&answers) {
+        if who.user == BOB.user {
+            assert_magnum_error(r, 404, &format!("Cluster {c} could not be found."));
+        } else if path.ends_with("/nope") {
+            assert_magnum_error(r, 404, "Nodegroup nope could not be found.");
+        } else if path.contains('?') {
+            r.assert_status(200);
+            assert_eq!(
+                r.names("nodegroups"),
+                ["default-worker"],
+                "{} {path}",
+                who.user
+            );
+        } else {
+            r.assert_status(200);
+            assert_eq!(r.body["uuid"], uuid.as_str(), "{} {path}", who.user);
         }
     }
 }

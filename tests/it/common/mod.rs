@@ -185,6 +185,16 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// The `name` of each item of the list body's `collection` (`clustertemplates`,
+    /// `nodegroups`, …), in order.
+    pub fn names(&self, collection: &str) -> Vec<String> {
+        self.body[collection]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {collection} in {}", self.body))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
