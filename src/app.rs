@@ -11,9 +11,8 @@ use uuid::Uuid;
 use crate::coalesce::Batch;
 use crate::config::Config;
 use crate::db::cluster_views::{self, ViewHead};
-use crate::db::clusters::{self, ClusterRow};
 use crate::db::creates::Recorder;
-use crate::db::nodegroups::{self, NodegroupRow};
+use crate::db::nodegroups::{self, ClusterNodegroups};
 use crate::db::templates;
 use crate::driver::Backend;
 use crate::openstack::Keystone;
@@ -60,11 +59,9 @@ pub struct App {
     pub views: ViewCache,
     /// Concurrent shows read together (`db::cluster_views::shows`).
     pub shows: Batch<Uuid, ViewHead>,
-    /// Concurrent reads of the cluster a nodegroup read names, together
-    /// (`db::clusters::reads`).
-    pub clusters: Batch<Uuid, ClusterRow>,
-    /// Concurrent reads of a cluster's nodegroups, together (`db::nodegroups::reads`).
-    pub nodegroups: Batch<Uuid, Vec<NodegroupRow>>,
+    /// Concurrent nodegroup reads' clusters and their nodegroups, read together
+    /// (`db::nodegroups::reads`).
+    pub nodegroups: Batch<Uuid, ClusterNodegroups>,
     /// Templates by uuid, reused until a template changes, else read together
     /// (`db::templates::ByUuid`).
     pub templates: templates::ByUuid,
@@ -103,11 +100,9 @@ impl App {
             config.database.creates_timeout(),
         );
         let templates = templates::ByUuid::new(pool.clone(), 2);
-        let clusters = clusters::reads(pool.clone(), 2);
         let nodegroups = nodegroups::reads(pool.clone(), 2);
         Arc::new(App {
             shows,
-            clusters,
             nodegroups,
             templates,
             creates,

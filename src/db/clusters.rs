@@ -7,7 +7,6 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
-use crate::coalesce::Batch;
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
 
@@ -125,7 +124,7 @@ impl Scope {
     }
 
     /// Whether a cluster of `project` is in the scope ([`Self::sql`]'s condition).
-    pub(super) fn holds(&self, project: &str) -> bool {
+    pub fn holds(&self, project: &str) -> bool {
         match self {
             Scope::All => true,
             Scope::Project(p) => p == project,
@@ -147,32 +146,6 @@ pub async fn by_uuid<'e>(
         .bind(scope.project())
         .fetch_optional(ex)
         .await?)
-}
-
-/// Cluster reads by uuid read together: concurrent look-ups waiting for a statement are read
-/// in the next one (at most `in_flight` at once; `magnum_capi_clusters_by_uuid`, planned once
-/// per connection).
-pub fn reads(pool: PgPool, in_flight: usize) -> Batch<Uuid, ClusterRow> {
-    super::batched_by_uuid(
-        pool,
-        in_flight,
-        "SELECT * FROM magnum_capi_clusters_by_uuid($1)",
-        |c| c.uuid,
-    )
-}
-
-/// [`by_uuid`] read with the concurrent look-ups of `reads` (alone when their statement
-/// failed). A statement begun after the call: what was committed before it is read.
-pub async fn by_uuid_of(
-    reads: &Batch<Uuid, ClusterRow>,
-    pool: &PgPool,
-    scope: &Scope,
-    uuid: Uuid,
-) -> DbResult<Option<ClusterRow>> {
-    match reads.get(uuid).await {
-        Ok(c) => Ok(c.filter(|c| scope.holds(&c.project_id))),
-        Err(()) => by_uuid(pool, scope, uuid).await,
-    }
 }
 
 /// Up to two visible clusters called `name`.

@@ -236,54 +236,20 @@ pub(crate) fn batched_by_uuid<R>(
 where
     R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Clone + Send + Unpin + 'static,
 {
-    batched(pool, in_flight, sql, move |rows: Vec<R>| {
-        rows.into_iter().map(|r| (uuid_of(&r), r)).collect()
-    })
-}
-
-/// [`batched_by_uuid`] for rows many of which share a uuid (a cluster's nodegroups): each
-/// look-up is answered with all of its uuid's rows in the statement's order (none: `None`).
-pub(crate) fn batched_groups_by_uuid<R>(
-    pool: PgPool,
-    in_flight: usize,
-    sql: &'static str,
-    uuid_of: fn(&R) -> uuid::Uuid,
-) -> crate::coalesce::Batch<uuid::Uuid, Vec<R>>
-where
-    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Clone + Send + Unpin + 'static,
-{
-    batched(pool, in_flight, sql, move |rows: Vec<R>| {
-        let mut groups = std::collections::HashMap::<_, Vec<R>>::new();
-        for r in rows {
-            groups.entry(uuid_of(&r)).or_default().push(r);
-        }
-        groups
-    })
-}
-
-/// The statement of a batch of uuids, its rows folded into each uuid's answer by `fold`.
-fn batched<R, V>(
-    pool: PgPool,
-    in_flight: usize,
-    sql: &'static str,
-    fold: impl Fn(Vec<R>) -> std::collections::HashMap<uuid::Uuid, V> + Send + Sync + 'static,
-) -> crate::coalesce::Batch<uuid::Uuid, V>
-where
-    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin + 'static,
-    V: Clone + Send + 'static,
-{
-    let fold = std::sync::Arc::new(fold);
-    let read: crate::coalesce::BatchRead<uuid::Uuid, V> = std::sync::Arc::new(
+    let read: crate::coalesce::BatchRead<uuid::Uuid, R> = std::sync::Arc::new(
         move |uuids: Vec<uuid::Uuid>| {
             let pool = pool.clone();
-            let fold = fold.clone();
             Box::pin(async move {
                 match sqlx::query_as::<_, R>(sql)
                     .bind(uuids)
                     .fetch_all(&pool)
                     .await
                 {
-                    Ok(rows) => Some(fold(rows)),
+                    Ok(rows) => Some(
+                        rows.into_iter()
+                            .map(|r| (uuid_of(&r), r))
+                            .collect::<std::collections::HashMap<_, _>>(),
+                    ),
                     Err(e) => {
                         tracing::debug!(error = %e, sql, "a batch of reads failed; each reads alone");
                         None

@@ -86,11 +86,10 @@ pub fn template_visibility(caller: &Caller) -> Visibility {
     }
 }
 
-/// A cluster named by uuid or (unique) name within `scope`; by uuid, read with the concurrent
-/// look-ups in one statement begun after the call.
+/// A cluster named by uuid or (unique) name within `scope`.
 pub async fn find_cluster(app: &App, scope: &Scope, ident: &str) -> Result<ClusterRow> {
     if let Some(u) = parse_uuid(ident) {
-        return cdb::by_uuid_of(&app.clusters, &app.pool, scope, u)
+        return cdb::by_uuid(&app.pool, scope, u)
             .await?
             .ok_or_else(|| DomainError::cluster_not_found(ident).into());
     }
