@@ -12,7 +12,6 @@ use crate::coalesce::Batch;
 use crate::config::Config;
 use crate::db::cluster_views::{self, ViewHead};
 use crate::db::creates::Recorder;
-use crate::db::nodegroups::{self, ClusterNodegroups};
 use crate::db::templates;
 use crate::driver::Backend;
 use crate::openstack::Keystone;
@@ -59,9 +58,6 @@ pub struct App {
     pub views: ViewCache,
     /// Concurrent shows read together (`db::cluster_views::shows`).
     pub shows: Batch<Uuid, ViewHead>,
-    /// Concurrent nodegroup reads' clusters and their nodegroups, read together
-    /// (`db::nodegroups::reads`).
-    pub nodegroups: Batch<Uuid, ClusterNodegroups>,
     /// Templates by uuid, reused until a template changes, else read together
     /// (`db::templates::ByUuid`).
     pub templates: templates::ByUuid,
@@ -100,10 +96,8 @@ impl App {
             config.database.creates_timeout(),
         );
         let templates = templates::ByUuid::new(pool.clone(), 2);
-        let nodegroups = nodegroups::reads(pool.clone(), 2);
         Arc::new(App {
             shows,
-            nodegroups,
             templates,
             creates,
             pool,

@@ -124,7 +124,7 @@ impl Scope {
     }
 
     /// Whether a cluster of `project` is in the scope ([`Self::sql`]'s condition).
-    pub fn holds(&self, project: &str) -> bool {
+    pub(super) fn holds(&self, project: &str) -> bool {
         match self {
             Scope::All => true,
             Scope::Project(p) => p == project,

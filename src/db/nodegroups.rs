@@ -1,8 +1,5 @@
 //! `nodegroup` rows: insert, lookups within a cluster, paginated lists, counts and status writes.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgArguments;
@@ -12,9 +9,7 @@ use sqlx::{FromRow, PgExecutor, PgPool, Postgres};
 use uuid::Uuid;
 
 use super::DbResult;
-use super::clusters::ClusterRow;
 use super::page::PageQuery;
-use crate::coalesce::{Batch, BatchRead};
 use crate::domain::labels::Labels;
 
 #[derive(Debug, Clone, FromRow, PartialEq)]
@@ -56,7 +51,7 @@ impl NodegroupRow {
     pub fn from_plan(
         plan: &crate::domain::new_cluster::NodegroupPlan,
         uuid: Uuid,
-        cluster: &ClusterRow,
+        cluster: &super::clusters::ClusterRow,
     ) -> Self {
         let cluster = crate::domain::spec::Cluster::from(cluster.clone());
         crate::domain::spec::Nodegroup::from_plan(plan, uuid, &cluster).into()
@@ -154,128 +149,6 @@ pub enum NgIdent {
     Id(i64),
     Uuid(Uuid),
     Name(String),
-}
-
-impl NgIdent {
-    fn names(&self, n: &NodegroupRow) -> bool {
-        match self {
-            NgIdent::Id(i) => n.id == *i,
-            NgIdent::Uuid(u) => n.uuid == *u,
-            NgIdent::Name(name) => n.name == *name,
-        }
-    }
-}
-
-/// A cluster and its nodegroups (in id order): what a nodegroup read reads.
-#[derive(Debug, Clone)]
-pub struct ClusterNodegroups {
-    pub cluster: ClusterRow,
-    pub nodegroups: Vec<NodegroupRow>,
-}
-
-/// Clusters with their nodegroups read together by the cluster's uuid: concurrent look-ups
-/// waiting for a statement are read in the next pair (at most `in_flight` at once), on one
-/// connection: the clusters, then their nodegroups (`magnum_capi_clusters_by_uuid`,
-/// `magnum_capi_nodegroups_of_clusters`, each planned once per connection). A failed read
-/// answers no one: each caller then reads alone. Each statement sees what was committed before
-/// it began, as two statements of one request would.
-pub fn reads(pool: PgPool, in_flight: usize) -> Batch<Uuid, ClusterNodegroups> {
-    let read: BatchRead<Uuid, ClusterNodegroups> = Arc::new(move |uuids: Vec<Uuid>| {
-        let pool = pool.clone();
-        Box::pin(async move {
-            match read_together(&pool, uuids).await {
-                Ok(found) => Some(found),
-                Err(e) => {
-                    tracing::debug!(error = %e, "a batch of nodegroup reads failed; each reads alone");
-                    None
-                }
-            }
-        })
-    });
-    Batch::new(in_flight, 256, read)
-}
-
-async fn read_together(
-    pool: &PgPool,
-    uuids: Vec<Uuid>,
-) -> DbResult<HashMap<Uuid, ClusterNodegroups>> {
-    let mut conn = pool.acquire().await?;
-    let clusters: Vec<ClusterRow> =
-        sqlx::query_as("SELECT * FROM magnum_capi_clusters_by_uuid($1)")
-            .bind(&uuids)
-            .fetch_all(&mut *conn)
-            .await?;
-    let mut found: HashMap<Uuid, ClusterNodegroups> = clusters
-        .into_iter()
-        .map(|cluster| {
-            let nodegroups = Vec::new();
-            (
-                cluster.uuid,
-                ClusterNodegroups {
-                    cluster,
-                    nodegroups,
-                },
-            )
-        })
-        .collect();
-    if found.is_empty() {
-        return Ok(found);
-    }
-    let present: Vec<Uuid> = found.keys().copied().collect();
-    let rows: Vec<NodegroupRow> =
-        sqlx::query_as("SELECT * FROM magnum_capi_nodegroups_of_clusters($1)")
-            .bind(&present)
-            .fetch_all(&mut *conn)
-            .await?;
-    for n in rows {
-        if let Some(c) = found.get_mut(&n.cluster_id) {
-            c.nodegroups.push(n);
-        }
-    }
-    Ok(found)
-}
-
-/// What [`find`] reads, from `rows` (a cluster's nodegroups in id order).
-pub fn find_in(rows: &[NodegroupRow], project: Option<&str>, ident: &NgIdent) -> Vec<NodegroupRow> {
-    rows.iter()
-        .filter(|n| project.is_none_or(|p| n.project_id == p) && ident.names(n))
-        .take(2)
-        .cloned()
-        .collect()
-}
-
-/// What [`list`] reads in id order (the default, what clients page by), from `rows` (a
-/// cluster's nodegroups in id order); `None` in another order.
-pub fn page_in(
-    rows: &[NodegroupRow],
-    project: Option<&str>,
-    role: Option<&str>,
-    page: &PageQuery,
-) -> Option<Vec<NodegroupRow>> {
-    if page.sort_key != "id" {
-        return None;
-    }
-    let after_marker = |n: &NodegroupRow| match page.marker_id {
-        None => true,
-        Some(m) if page.desc => n.id < m,
-        Some(m) => n.id > m,
-    };
-    let visible = |n: &&NodegroupRow| {
-        project.is_none_or(|p| n.project_id == p)
-            && role.is_none_or(|r| n.role == r)
-            && after_marker(n)
-    };
-    let limit = usize::try_from(page.limit).unwrap_or(0);
-    Some(if page.desc {
-        rows.iter()
-            .rev()
-            .filter(visible)
-            .take(limit)
-            .cloned()
-            .collect()
-    } else {
-        rows.iter().filter(visible).take(limit).cloned().collect()
-    })
 }
 
 /// Up to two nodegroups of `cluster` matching `ident` (visible to `project`, or to all if `None`).

@@ -625,23 +625,14 @@ pub async fn find_nodegroup(
     project: Option<&str>,
     ident: &str,
 ) -> Result<NodegroupRow> {
-    let rows = ndb::find(&app.pool, c.uuid, project, &parse_ident(ident)).await?;
-    one_nodegroup(rows, ident)
-}
-
-/// A nodegroup ident as written: an integer id, a uuid, else a name.
-pub fn parse_ident(ident: &str) -> NgIdent {
-    if let Ok(i) = ident.parse::<i64>() {
+    let id = if let Ok(i) = ident.parse::<i64>() {
         NgIdent::Id(i)
     } else if let Some(u) = parse_uuid(ident) {
         NgIdent::Uuid(u)
     } else {
         NgIdent::Name(ident.to_string())
-    }
-}
-
-/// The one nodegroup `ident` found (`rows`: up to two), or Magnum's not-found or ambiguity.
-pub fn one_nodegroup(mut rows: Vec<NodegroupRow>, ident: &str) -> Result<NodegroupRow> {
+    };
+    let mut rows = ndb::find(&app.pool, c.uuid, project, &id).await?;
     match rows.len() {
         0 => Err(DomainError::nodegroup_not_found(ident).into()),
         1 => Ok(rows.remove(0)),

@@ -5,14 +5,14 @@ use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::clusters::{find_nodegroup, one_nodegroup, parse_ident};
+use super::clusters::find_nodegroup;
 use super::{
     Error, Result, authorize_cluster as authorize, authorize_target, begin_operation,
     cluster_scope, cluster_target, find_cluster, lock_cluster, views,
 };
 use crate::app::App;
 use crate::db::Violation;
-use crate::db::clusters::{ClusterRow, Scope};
+use crate::db::clusters::ClusterRow;
 use crate::db::nodegroups::{self as ndb, NgIdent, NodegroupRow};
 use crate::db::operations::NewOperation;
 use crate::db::templates as tdb;
@@ -20,7 +20,6 @@ use crate::domain::error::DomainError;
 use crate::domain::fields::Body;
 use crate::domain::labels;
 use crate::domain::listing::ListQuery;
-use crate::domain::names::parse_uuid;
 use crate::domain::nodegroup_rules as rules;
 use crate::domain::operation::OperationKind;
 use crate::domain::policy::{self, Caller, Target};
@@ -53,9 +52,9 @@ pub async fn list_json(
     // Debug-quoted strings: no two requests can spell the same key.
     let key = || format!("nodegroups {scope:?} {base:?} {cluster:?} {params:?} {role:?}");
     cluster_view(app, caller, "nodegroup:get_all", key, || async {
-        let (c, nodegroups) = cluster_and_nodegroups(app, &scope, cluster).await?;
+        let c = find_cluster(app, &scope, cluster).await?;
         authorize(caller, "nodegroup:get_all", &c)?;
-        let list = list(app, caller, &c, nodegroups.as_deref(), params, role, base).await?;
+        let list = list(app, caller, &c, params, role, base).await?;
         Ok((serde_json::to_vec(&list)?, c))
     })
     .await
@@ -73,37 +72,15 @@ pub async fn show_json(
     let scope = cluster_scope(caller, true);
     let key = || format!("nodegroup {scope:?} {base:?} {cluster:?} {ident:?}");
     cluster_view(app, caller, "nodegroup:get", key, || async {
-        let (c, nodegroups) = cluster_and_nodegroups(app, &scope, cluster).await?;
+        let c = find_cluster(app, &scope, cluster).await?;
         authorize(caller, "nodegroup:get", &c)?;
-        let project = ng_project(caller);
-        let ng = match nodegroups {
-            Some(rows) => one_nodegroup(ndb::find_in(&rows, project, &parse_ident(ident)), ident)?,
-            None => find_nodegroup(app, &c, project, ident).await?,
-        };
+        let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
         Ok((
             serde_json::to_vec(&views::nodegroup_full(&ng, &c.labels.0, base))?,
             c,
         ))
     })
     .await
-}
-
-/// The cluster `ident` names in `scope` and, when named by uuid, its nodegroups, read with the
-/// concurrent nodegroup reads (`db::nodegroups::reads`); by name, the cluster alone.
-async fn cluster_and_nodegroups(
-    app: &App,
-    scope: &Scope,
-    ident: &str,
-) -> Result<(ClusterRow, Option<Vec<NodegroupRow>>)> {
-    if let Some(u) = parse_uuid(ident)
-        && let Ok(found) = app.nodegroups.get(u).await
-    {
-        return match found.filter(|f| scope.holds(&f.cluster.project_id)) {
-            Some(f) => Ok((f.cluster, Some(f.nodegroups))),
-            None => Err(DomainError::cluster_not_found(ident).into()),
-        };
-    }
-    Ok((find_cluster(app, scope, ident).await?, None))
 }
 
 /// A view of (something of) one cluster: stored under the key `key` makes (only when views are
@@ -145,36 +122,33 @@ where
 }
 
 /// A page of cluster `c`'s nodegroups (short form), optionally by `role`.
-/// `nodegroups`: the cluster's, in id order, when they were read with it.
 async fn list(
     app: &App,
     caller: &Caller,
     c: &ClusterRow,
-    nodegroups: Option<&[NodegroupRow]>,
     params: &ListQuery,
     role: Option<&str>,
     base: &str,
 ) -> Result<views::NodeGroupList> {
     let project = ng_project(caller);
     let marker_id = match params.marker {
-        Some(m) => {
-            let ident = NgIdent::Uuid(m);
-            let found = match nodegroups {
-                Some(rows) => ndb::find_in(rows, project, &ident),
-                None => ndb::find(&app.pool, c.uuid, project, &ident).await?,
-            };
-            let marker = found
+        Some(m) => Some(
+            ndb::find(&app.pool, c.uuid, project, &NgIdent::Uuid(m))
+                .await?
                 .first()
-                .ok_or_else(|| DomainError::nodegroup_not_found(&m.to_string()))?;
-            Some(marker.id)
-        }
+                .ok_or_else(|| DomainError::nodegroup_not_found(&m.to_string()))?
+                .id,
+        ),
         None => None,
     };
-    let page = super::page(params, marker_id);
-    let rows = match nodegroups.and_then(|rows| ndb::page_in(rows, project, role, &page)) {
-        Some(rows) => rows,
-        None => ndb::list(&app.pool, c.uuid, project, role, &page).await?,
-    };
+    let rows = ndb::list(
+        &app.pool,
+        c.uuid,
+        project,
+        role,
+        &super::page(params, marker_id),
+    )
+    .await?;
     let path = format!("clusters/{}/nodegroups", c.uuid);
     let next = params.next_if_full(rows.len(), || {
         rows.last()

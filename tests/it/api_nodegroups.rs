@@ -189,8 +189,7 @@ async fn list_paginates_with_a_next_link() {
 }
 
 /// Paging a cluster's nodegroups one at a time, by the next links, in every order gives the
-/// whole list in that order, and a role filters it (the id order is answered from the cluster's
-/// nodegroups read together; the others by their own statement).
+/// whole list in that order, and a role filters it.
 #[tokio::test]
 async fn pages_of_one_walk_the_whole_list_in_every_order() {
     let t = app().await;
