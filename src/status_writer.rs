@@ -336,9 +336,9 @@ type Rechecks = HashMap<Uuid, DateTime<Utc>>;
 /// `magnum_capi_clusters` notifications (any replica's cluster or operation change, gathered for
 /// `NOTIFIED_GATHER` into one pass), on a change of the management cluster's reachability, at
 /// the next in-progress deadline and when an add-on still in progress would pass its timeout;
-/// `safety` is only the pace of the re-check of in-progress clusters and of the lock's connection when no
-/// event came. A replica without the lock waits for it in PostgreSQL (`pg_advisory_lock`), so it
-/// takes over as soon as the holder's session ends.
+/// `safety` is only the pace of the re-check of in-progress clusters and of the lock's
+/// connection when no event came. A replica without the lock waits for it in PostgreSQL
+/// (`pg_advisory_lock`), so it takes over as soon as the holder's session ends.
 #[expect(
     clippy::too_many_arguments,
     reason = "the writer's whole setup, passed once"

@@ -496,6 +496,7 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
         assert!(left.is_empty(), "{driver:?}: {kind} left: {left:?}");
     }
     // Gone, not deleting: the credential-bearing ones are deleted in the background.
+    let prefix = format!("{stack}-");
     let secrets: Vec<Value> = k
         .list("v1", "Secret", "")
         .await
@@ -503,7 +504,7 @@ async fn adopted_on_the_real_stack(driver: Driver, n: u32, stack_of: fn(&str) ->
         .filter(|s| {
             s["metadata"]["name"]
                 .as_str()
-                .is_some_and(|n| n.starts_with(&format!("{stack}-")))
+                .is_some_and(|n| n.starts_with(&prefix))
         })
         .map(|s| {
             let m = &s["metadata"];
