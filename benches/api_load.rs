@@ -70,6 +70,10 @@
 //!   it runs at `SCHED_IDLE`, `chrt -i`: only on a core nothing else wants, so a request of ours
 //!   waking never waits for it);
 //!
+//! * `BENCH_PG=throwaway` — our PostgreSQL without flushing its commits (`fsync=off`, as
+//!   `serve --dev` runs it); by default it flushes each commit, as a production server and the
+//!   MariaDB under Magnum (its defaults: `innodb_flush_log_at_trx_commit=1`) do.
+//!
 //! The machine is shared: compare ratios to the ceiling, measured in the same minute, rather
 //! than absolute figures across runs.
 
@@ -1167,7 +1171,15 @@ fn main() {
             println!("Keystone's gunicorn at SCHED_IDLE (BENCH_KEYSTONE_IDLE)");
         }
     }
-    let pg = EmbeddedPostgres::start().expect("PostgreSQL");
+    // Like Magnum's MariaDB (which flushes every commit by default) and a production server:
+    // each acknowledged commit on disk.
+    let pg = if std::env::var("BENCH_PG").is_ok_and(|v| v == "throwaway") {
+        println!("PostgreSQL without flushing its commits (BENCH_PG=throwaway)");
+        EmbeddedPostgres::start()
+    } else {
+        EmbeddedPostgres::start_durable()
+    }
+    .expect("PostgreSQL");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -2,7 +2,9 @@
 //!
 //! [`EmbeddedPostgres::start`] runs `initdb` into a fresh temporary directory and then runs
 //! `postgres` directly (not `pg_ctl`) as a child process listening on `127.0.0.1` on a free port,
-//! with durability switched off (`fsync=off` and friends) because the data is thrown away anyway.
+//! with durability switched off (`fsync=off` and friends) because the data is thrown away anyway;
+//! [`EmbeddedPostgres::start_durable`] keeps PostgreSQL's own defaults (every commit flushed), as a
+//! production server runs, for measurements that compare commits with another database's.
 //!
 //! * Binaries are taken from `$MAGNUM_CAPI_PG_BINDIR`, else the highest-numbered
 //!   `/usr/lib/postgresql/*/bin` (Debian layout), else the directory of `initdb` on `PATH`.
@@ -139,8 +141,19 @@ pub struct EmbeddedPostgres {
 }
 
 impl EmbeddedPostgres {
-    /// initdb into a fresh temp dir, start postgres on 127.0.0.1 with a free port, wait until it accepts connections.
+    /// initdb into a fresh temp dir, start postgres on 127.0.0.1 with a free port, wait until it
+    /// accepts connections. Commits are not flushed to disk: the data is thrown away.
     pub fn start() -> Result<Self, DevDbError> {
+        Self::start_with(Durability::Throwaway)
+    }
+
+    /// [`Self::start`] with PostgreSQL's own durability (`fsync`, `synchronous_commit` and
+    /// `full_page_writes` on): each acknowledged commit is on disk, as on a production server.
+    pub fn start_durable() -> Result<Self, DevDbError> {
+        Self::start_with(Durability::Flushed)
+    }
+
+    fn start_with(durability: Durability) -> Result<Self, DevDbError> {
         let bindir = find_bindir()?;
         let run_as = if nix::unistd::geteuid().is_root() {
             let user = User::from_name(PG_SYSTEM_USER)
@@ -183,7 +196,7 @@ impl EmbeddedPostgres {
         let mut attempt = 1;
         loop {
             let port = free_port()?;
-            match launch(&bindir, &root, &data, &sock, &log, port, run_as) {
+            match launch(&bindir, &root, &data, &sock, &log, port, run_as, durability) {
                 Ok(child) => {
                     tracing::info!(
                         port,
@@ -537,6 +550,14 @@ fn looks_like_port_clash(err: &DevDbError) -> bool {
 }
 
 /// Starts `postgres` and waits until it accepts connections. On failure the child is gone.
+/// Whether the server flushes its commits to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    Throwaway,
+    Flushed,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn launch(
     bindir: &Path,
     root: &Path,
@@ -545,6 +566,7 @@ fn launch(
     log: &Path,
     port: u16,
     run_as: Option<RunAs>,
+    durability: Durability,
 ) -> Result<Child, DevDbError> {
     let log_file = File::create(log).map_err(io_err(format!("creating {}", log.display())))?;
     let log_err = log_file
@@ -560,19 +582,18 @@ fn launch(
         .arg(data)
         .args(["-h", "127.0.0.1", "-p", &port_s, "-k"])
         .arg(sock)
-        .args([
+        .args(["-c", "max_connections=300", "-c", "shared_buffers=128MB"]);
+    if durability == Durability::Throwaway {
+        cmd.args([
             "-c",
             "fsync=off",
             "-c",
             "synchronous_commit=off",
             "-c",
             "full_page_writes=off",
-            "-c",
-            "max_connections=300",
-            "-c",
-            "shared_buffers=128MB",
-        ])
-        .current_dir(root)
+        ]);
+    }
+    cmd.current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::from(log_file))
         .stderr(Stdio::from(log_err))
