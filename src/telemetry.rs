@@ -167,7 +167,7 @@ fn describe() {
     describe_histogram!(
         CREATE_STAGE,
         metrics::Unit::Seconds,
-        "Time of each stage of a cluster create's request, by stage (template, lookups, validate, seal, record)."
+        "Time of each stage of a cluster create's request, by stage (template, lookups, validate, seal, record; moved: a try discarded because its template had changed meanwhile, tried again)."
     );
     describe_counter!(
         TOKEN_CACHE,

@@ -198,6 +198,15 @@ impl ViewCache {
         self.template_generation()
     }
 
+    /// Whether template rows read in generation `g` ([`Self::template_generation`], taken
+    /// without checking the position) are as fresh as a read starting now: this replica's
+    /// listener has caught up with the committed position and no template change moved the
+    /// generation since. Lets a create check its template beside its look-ups instead of
+    /// before them.
+    pub async fn template_generation_held(&self, g: u64) -> bool {
+        self.caught_up().await && self.template_generation() == Some(g)
+    }
+
     /// A template was written through this replica: rows read before are not reused (called
     /// before the write is answered, so its client reads it at once).
     pub fn templates_changed(&self) {

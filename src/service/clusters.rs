@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::stored_views::{self, Ask, Form};
 use super::{
     Error, Result, authorize_cluster as authorize, authorize_target, begin_operation, cloud,
-    cluster_scope, cluster_target as target, find_cluster, find_template, lock_cluster,
-    template_visibility, views,
+    cluster_scope, cluster_target as target, find_cluster, find_template, find_template_known,
+    lock_cluster, template_visibility, views,
 };
 use crate::app::App;
 use crate::db::Violation;
@@ -79,11 +79,55 @@ pub async fn create(
     body: &Value,
     request_id: &str,
 ) -> Result<Uuid> {
+    // First with the template as this replica knows it, confirmed beside the look-ups (or
+    // before an error is answered) instead of a round trip before them; when it was not the
+    // committed one (a change through another replica not received yet), again from a fresh read.
+    let started = std::time::Instant::now();
+    let mut unconfirmed = None;
+    match create_once(
+        app,
+        caller,
+        cloud,
+        mv,
+        body,
+        request_id,
+        Some(&mut unconfirmed),
+    )
+    .await
+    {
+        Ok(Some(uuid)) => return Ok(uuid),
+        Ok(None) => {}
+        Err(e) => match unconfirmed {
+            Some(g) if !app.views.template_generation_held(g).await => {}
+            _ => return Err(e),
+        },
+    }
+    next_stage("moved", started);
+    create_once(app, caller, cloud, mv, body, request_id, None)
+        .await?
+        .ok_or(Error::Invariant(
+            "a create reading its template fresh found it moved",
+        ))
+}
+
+/// One try of [`create`]. With `assumed`, the template is the row this replica knows (its
+/// generation, until confirmed, left in `assumed`), and `None` is answered, with nothing
+/// recorded, when the check beside the look-ups finds it was not the committed one; without,
+/// the template is read from PostgreSQL (after that check failed: fresh).
+async fn create_once(
+    app: &App,
+    caller: &Caller,
+    cloud: Option<&UserSession>,
+    mv: Version,
+    body: &Value,
+    request_id: &str,
+    mut assumed: Option<&mut Option<u64>>,
+) -> Result<Option<Uuid>> {
     let stage = std::time::Instant::now();
     let b = schemas::CLUSTER.parse_body(body)?;
     let ct_ident = b.str("cluster_template_id").unwrap_or_default();
     let vis = template_visibility(caller);
-    let ct = match find_template(app, &vis, &ct_ident, true).await {
+    let ct = match find_template_known(app, &vis, &ct_ident, true, assumed.as_deref_mut()).await {
         Ok(ct) => ct,
         Err(Error::Domain(DomainError::NotFound(_))) => return Err(template_gone(mv, &ct_ident)),
         Err(e) => return Err(e),
@@ -180,9 +224,23 @@ pub async fn create(
             .await
             .map(Some)
     };
+    // The assumed template confirmed meanwhile (one position read shared by the creates
+    // waiting for it).
+    let confirmed = async {
+        match assumed.as_deref().copied().flatten() {
+            Some(g) => app.views.template_generation_held(g).await,
+            None => true,
+        }
+    };
     // A look-up's error comes first, as when they ran one after the other.
-    let (looked_up, placed) = tokio::join!(looked_up, placed);
+    let (looked_up, placed, confirmed) = tokio::join!(looked_up, placed, confirmed);
     let stage = next_stage("lookups", stage);
+    if !confirmed {
+        return Ok(None);
+    }
+    if let Some(generation) = assumed {
+        *generation = None;
+    }
     if let Some(resolved) = looked_up? {
         row.resolved = Json(resolved);
     }
@@ -233,7 +291,7 @@ pub async fn create(
         _ => e,
     })?;
     next_stage("record", stage);
-    Ok(uuid)
+    Ok(Some(uuid))
 }
 
 /// Records the time since `started` as create stage `stage`'s; when the next one starts.

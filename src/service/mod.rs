@@ -129,6 +129,33 @@ pub async fn find_template(
     }
 }
 
+/// [`find_template`] by uuid without waiting for the committed position: with `known`, the row
+/// as this replica knows it, and the template generation it is taken in is left in `known`
+/// (before the read, so also when the row is not found); without, or when nothing is reused
+/// now, the row read from PostgreSQL after the call began (fresh; generation `None`). The
+/// caller confirms a generation with `ViewCache::template_generation_held` before it relies on
+/// what it decided from the row. An identifier that is not a uuid is read as [`find_template`]
+/// reads it (from PostgreSQL).
+pub async fn find_template_known(
+    app: &App,
+    vis: &Visibility,
+    ident: &str,
+    allow_int_id: bool,
+    known: Option<&mut Option<u64>>,
+) -> Result<TemplateRow> {
+    let Some(u) = parse_uuid(ident) else {
+        return find_template(app, vis, ident, allow_int_id).await;
+    };
+    let g = known.and_then(|slot| {
+        *slot = app.views.template_generation();
+        *slot
+    });
+    app.templates
+        .get(vis, u, g)
+        .await?
+        .ok_or_else(|| DomainError::template_not_found(ident).into())
+}
+
 /// The database page of a list query whose marker resolved to row `marker_id`.
 pub fn page(q: &ListQuery, marker_id: Option<i64>) -> PageQuery {
     PageQuery {

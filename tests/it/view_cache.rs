@@ -463,6 +463,95 @@ async fn creates_reuse_their_template_until_a_template_changes() {
     assert_magnum_error(&refused, 403, "Not authorized.");
 }
 
+/// Alice's create on `tpl` through `t`, answered.
+async fn create_on(t: &TestApp, name: &str, tpl: &str) -> Resp {
+    t.post(
+        &ALICE,
+        "/v1/clusters",
+        json!({"name": name, "cluster_template_id": tpl}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_create_decides_on_the_template_as_committed_through_another_replica() {
+    let (t, tpl, _c) = setup().await;
+    let other = t.twin(|_| {}).await;
+    let template = |set: &str| format!("UPDATE cluster_template SET {set} WHERE uuid = '{tpl}'");
+    let devicemapper = "docker volume size 2 GB is not valid, expecting minimum value 3GB for \
+                        devicemapper storage driver.";
+    // What `t` knows of the template (received, then read by a create) refuses it early (the
+    // storage driver) and late (hidden from Alice).
+    let before = t.state.views.template_generation();
+    other
+        .write_sql(&template(
+            "hidden = true, docker_storage_driver = 'devicemapper', docker_volume_size = 2",
+        ))
+        .await;
+    templates_moved(&t, before).await;
+    assert_magnum_error(&create_on(&t, "early", &tpl).await, 400, devicemapper);
+    // ...and does not show Alice the admin's own template at all.
+    let private = t.template(&ADMIN, "private").await;
+    assert_magnum_error(
+        &create_on(&t, "unseen", &private).await,
+        404,
+        &format!("ClusterTemplate {private} could not be found."),
+    );
+    // `t` receives nothing more: each create below decides on a row `t` knows that is not
+    // the committed one, and must answer as the committed one says.
+    let stopped = Stopped::new(listener_pid(&t).await);
+    other
+        .write_sql(&template("docker_storage_driver = NULL"))
+        .await;
+    assert_magnum_error(&create_on(&t, "late", &tpl).await, 403, "Not authorized.");
+    other
+        .write_sql(&template(
+            r#"hidden = false, labels = labels || '{"reuse_marker": "committed"}'"#,
+        ))
+        .await;
+    let committed = create_on(&t, "committed", &tpl).await;
+    committed.assert_status(202);
+    let shown = other
+        .get(
+            &ALICE,
+            &format!("/v1/clusters/{}", committed.body["uuid"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(shown.body["labels"]["reuse_marker"], "committed");
+    other
+        .patch(
+            &ADMIN,
+            &format!("/v1/clustertemplates/{private}"),
+            json!([{"op": "replace", "path": "/public", "value": true}]),
+        )
+        .await
+        .assert_status(200);
+    t.cluster(&ALICE, "public", &private).await;
+    // Received again, and read by a create: now a row `t` knows lets Alice create, and the
+    // committed one (hidden through the other replica) does not.
+    let before = t.state.views.template_generation();
+    drop(stopped);
+    templates_moved(&t, before).await;
+    t.cluster(&ALICE, "known", &tpl).await;
+    let _stopped = Stopped::new(listener_pid(&t).await);
+    other
+        .patch(
+            &ADMIN,
+            &format!("/v1/clustertemplates/{tpl}"),
+            json!([{"op": "replace", "path": "/hidden", "value": true}]),
+        )
+        .await
+        .assert_status(200);
+    assert_magnum_error(&create_on(&t, "hidden", &tpl).await, 403, "Not authorized.");
+    let mut names = Resp::names(&other.get(&ALICE, "/v1/clusters").await, "clusters");
+    names.sort();
+    assert_eq!(
+        names,
+        ["committed", "known", "one"],
+        "the refused creates recorded nothing"
+    );
+}
+
 #[tokio::test]
 async fn nothing_stored_before_notifications_were_lost_is_served_after() {
     let (t, _tpl, c) = setup().await;
