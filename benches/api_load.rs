@@ -802,7 +802,10 @@ async fn seed_clusters(
     sqlx::query("ANALYZE").execute(pool).await.expect("analyze");
     // The seeding's pages written out now, not by a checkpoint during the scenarios that follow
     // (PostgreSQL flushes each commit: a checkpoint's writes would slow the commits measured).
-    sqlx::query("CHECKPOINT").execute(pool).await.expect("checkpoint");
+    sqlx::query("CHECKPOINT")
+        .execute(pool)
+        .await
+        .expect("checkpoint");
     let (cl,): (uuid::Uuid,) = sqlx::query_as("SELECT uuid FROM cluster ORDER BY id DESC LIMIT 1")
         .fetch_one(pool)
         .await
