@@ -825,6 +825,35 @@ mod tests {
     }
 
     #[test]
+    fn a_durable_server_flushes_its_commits_and_a_throwaway_one_does_not() {
+        use sqlx::Connection;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let settings = |pg: &EmbeddedPostgres| -> Vec<String> {
+            rt.block_on(async {
+                let mut c = sqlx::PgConnection::connect(&pg.socket_url("postgres"))
+                    .await
+                    .expect("connect");
+                let mut out = Vec::new();
+                for name in ["fsync", "synchronous_commit", "full_page_writes"] {
+                    let v: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
+                        .fetch_one(&mut c)
+                        .await
+                        .expect("show");
+                    out.push(v);
+                }
+                out
+            })
+        };
+        let durable = EmbeddedPostgres::start_durable().expect("start durable");
+        assert_eq!(settings(&durable), ["on", "on", "on"]);
+        let throwaway = EmbeddedPostgres::start().expect("start");
+        assert_eq!(settings(&throwaway), ["off", "off", "off"]);
+    }
+
+    #[test]
     fn two_servers_get_different_ports() {
         let a = EmbeddedPostgres::start().expect("start a");
         let b = EmbeddedPostgres::start().expect("start b");

@@ -446,21 +446,19 @@ async fn creates_reuse_their_template_until_a_template_changes() {
     // ...and a write through this replica at once, with no notification arriving: the admin
     // hides the template (allowed while clusters use it), so Alice may not create on it.
     let _stopped = Stopped::new(listener_pid(&t).await);
+    admin_sets(&t, &tpl, "/hidden").await;
+    assert_magnum_error(&create_on(&t, "five", &tpl).await, 403, "Not authorized.");
+}
+
+/// The admin sets `tpl`'s boolean `field` (a JSON pointer) through `t`.
+async fn admin_sets(t: &TestApp, tpl: &str, field: &str) {
     t.patch(
         &ADMIN,
         &format!("/v1/clustertemplates/{tpl}"),
-        json!([{"op": "replace", "path": "/hidden", "value": true}]),
+        json!([{"op": "replace", "path": field, "value": true}]),
     )
     .await
     .assert_status(200);
-    let refused = t
-        .post(
-            &ALICE,
-            "/v1/clusters",
-            json!({"name": "five", "cluster_template_id": tpl}),
-        )
-        .await;
-    assert_magnum_error(&refused, 403, "Not authorized.");
 }
 
 /// Alice's create on `tpl` through `t`, answered.
@@ -520,14 +518,7 @@ async fn a_create_decides_on_the_template_as_committed_through_another_replica()
         )
         .await;
     assert_eq!(shown.body["labels"]["reuse_marker"], "committed");
-    other
-        .patch(
-            &ADMIN,
-            &format!("/v1/clustertemplates/{private}"),
-            json!([{"op": "replace", "path": "/public", "value": true}]),
-        )
-        .await
-        .assert_status(200);
+    admin_sets(&other, &private, "/public").await;
     t.cluster(&ALICE, "public", &private).await;
     // Received again, and read by a create: now a row `t` knows lets Alice create, and the
     // committed one (hidden through the other replica) does not.
@@ -537,14 +528,7 @@ async fn a_create_decides_on_the_template_as_committed_through_another_replica()
     settle(&t).await;
     t.cluster(&ALICE, "known", &tpl).await;
     let _stopped = Stopped::new(listener_pid(&t).await);
-    other
-        .patch(
-            &ADMIN,
-            &format!("/v1/clustertemplates/{tpl}"),
-            json!([{"op": "replace", "path": "/hidden", "value": true}]),
-        )
-        .await
-        .assert_status(200);
+    admin_sets(&other, &tpl, "/hidden").await;
     assert_magnum_error(&create_on(&t, "hidden", &tpl).await, 403, "Not authorized.");
     let mut names = Resp::names(&other.get(&ALICE, "/v1/clusters").await, "clusters");
     names.sort();
