@@ -83,18 +83,15 @@ pub async fn create(
     // before an error is answered) instead of a round trip before them; when it was not the
     // committed one (a change through another replica not received yet), again from a fresh read.
     let started = std::time::Instant::now();
-    let mut unconfirmed = None;
-    match create_once(
-        app,
+    let asked = Asked {
         caller,
         cloud,
         mv,
         body,
         request_id,
-        Some(&mut unconfirmed),
-    )
-    .await
-    {
+    };
+    let mut unconfirmed = None;
+    match create_once(app, asked, Some(&mut unconfirmed)).await {
         Ok(Some(uuid)) => return Ok(uuid),
         Ok(None) => {}
         Err(e) => match unconfirmed {
@@ -103,11 +100,19 @@ pub async fn create(
         },
     }
     next_stage("moved", started);
-    create_once(app, caller, cloud, mv, body, request_id, None)
-        .await?
-        .ok_or(Error::Invariant(
-            "a create reading its template fresh found it moved",
-        ))
+    create_once(app, asked, None).await?.ok_or(Error::Invariant(
+        "a create reading its template fresh found it moved",
+    ))
+}
+
+/// A create's request as [`create`] was called with it, for each of its tries.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    caller: &'a Caller,
+    cloud: Option<&'a UserSession>,
+    mv: Version,
+    body: &'a Value,
+    request_id: &'a str,
 }
 
 /// One try of [`create`]. With `assumed`, the template is the row this replica knows (its
@@ -116,13 +121,16 @@ pub async fn create(
 /// the template is read from PostgreSQL (after that check failed: fresh).
 async fn create_once(
     app: &App,
-    caller: &Caller,
-    cloud: Option<&UserSession>,
-    mv: Version,
-    body: &Value,
-    request_id: &str,
+    asked: Asked<'_>,
     mut assumed: Option<&mut Option<u64>>,
 ) -> Result<Option<Uuid>> {
+    let Asked {
+        caller,
+        cloud,
+        mv,
+        body,
+        request_id,
+    } = asked;
     let stage = std::time::Instant::now();
     let b = schemas::CLUSTER.parse_body(body)?;
     let ct_ident = b.str("cluster_template_id").unwrap_or_default();
