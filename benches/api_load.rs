@@ -531,28 +531,24 @@ impl Recycler {
                     let mut kept = kept.lock().await;
                     if kept.is_none() {
                         let mut c = pool.acquire().await.expect("a connection for removals");
-                        sqlx::query("SET session_replication_role = replica")
-                            .execute(&mut *c)
-                            .await
-                            .expect("removals as a bulk load");
-                        // The bench's own housekeeping, not a tenant's request: its commits are
-                        // not flushed one by one, so they do not queue at the disk with the
-                        // creates measured (which are).
-                        sqlx::query("SET synchronous_commit = off")
-                            .execute(&mut *c)
-                            .await
-                            .expect("removals not flushed one by one");
-                        // Planned once, by index: `uuid = ANY($1)` was planned again for every
-                        // removal, and `operation`, empty when the bench began and not analysed
-                        // since, was read whole by each (with every removal's dead rows).
-                        for set in [
-                            "SET plan_cache_mode = force_generic_plan",
-                            "SET enable_seqscan = off",
+                        for (set, why) in [
+                            // As a bulk removal would (the struct's doc says what fires).
+                            ("SET session_replication_role = replica", "as a bulk load"),
+                            // The bench's housekeeping, not a tenant's request: its commits are
+                            // not flushed one by one, so they do not queue at the disk with the
+                            // creates measured (which are).
+                            ("SET synchronous_commit = off", "not flushed one by one"),
+                            // Planned once, by index: `uuid = ANY($1)` was planned again for
+                            // every removal, and `operation`, empty when the bench began and not
+                            // analysed since, was read whole by each (with every removal's dead
+                            // rows).
+                            ("SET plan_cache_mode = force_generic_plan", "planned once"),
+                            ("SET enable_seqscan = off", "by index"),
                         ] {
                             sqlx::query(set)
                                 .execute(&mut *c)
                                 .await
-                                .expect("removals planned once, by index");
+                                .unwrap_or_else(|e| panic!("removals {why}: {e}"));
                         }
                         *kept = Some(c);
                     }

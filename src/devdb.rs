@@ -557,7 +557,7 @@ enum Durability {
     Flushed,
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the server's paths, its port, its user and its durability
 fn launch(
     bindir: &Path,
     root: &Path,
