@@ -12,6 +12,7 @@ use crate::coalesce::Batch;
 use crate::config::Config;
 use crate::db::cluster_views::{self, ViewHead};
 use crate::db::creates::Recorder;
+use crate::db::kept::KeptPool;
 use crate::db::templates;
 use crate::driver::Backend;
 use crate::openstack::Keystone;
@@ -44,6 +45,9 @@ impl AuthMode {
 #[derive(Debug)]
 pub struct App {
     pub pool: PgPool,
+    /// Connections of `pool` kept for the API's reads, handed back without sqlx's release
+    /// round trip (`db::kept`).
+    pub reads: KeptPool,
     pub config: Config,
     pub auth: AuthMode,
     /// Wakes the operation worker when a new operation is recorded.
@@ -82,25 +86,30 @@ impl App {
         backend: Arc<dyn Backend>,
     ) -> AppState {
         let sealer = sealer_for(&config);
+        let reads = KeptPool::new(
+            pool.clone(),
+            usize::try_from(config.database.kept_read_connections).unwrap_or(usize::MAX),
+        );
         let views = ViewCache::new(
             config.api.view_cache_mib.saturating_mul(1 << 20),
-            pool.clone(),
+            reads.clone(),
         );
         // Two statements at once: shows are short index reads, and the fewer run at once the
         // more of them each one reads (docs/architecture.md).
-        let shows = cluster_views::shows(pool.clone(), 2);
+        let shows = cluster_views::shows(reads.clone(), 2);
         // One statement at a time (`Recorder` says why).
         let creates = Recorder::new(
             pool.clone(),
             config.quotas.max_clusters_per_project,
             config.database.creates_timeout(),
         );
-        let templates = templates::ByUuid::new(pool.clone(), 2);
+        let templates = templates::ByUuid::new(reads.clone(), 2);
         Arc::new(App {
             shows,
             templates,
             creates,
             pool,
+            reads,
             config,
             auth,
             work_ready: Notify::new(),

@@ -970,7 +970,7 @@ pub struct DatabaseConfig {
     #[schemars(example = &"postgres://magnum:secret@127.0.0.1:5432/magnum")]
     pub url: Option<String>,
     /// Upper bound of pooled connections (each `LISTEN` follower's among them). The one
-    /// connection that records creates comes on top (`db::creates::Recorder`).
+    /// connection that records creates and the `kept_read_connections` come on top.
     pub max_connections: u32,
     /// Connections kept open while idle.
     pub min_connections: u32,
@@ -986,6 +986,11 @@ pub struct DatabaseConfig {
     /// (`db::creates::Recorder`): PostgreSQL's `statement_timeout` there; with half as much
     /// again for the network, a batch without an answer counts its connection lost.
     pub creates_timeout_ms: u64,
+    /// Connections kept open beside the pool for the API's one-statement reads (shows, pages,
+    /// look-ups; `db::kept`): a read on one hands it back without the round trip the pool
+    /// makes for every connection handed back to it. When all are busy a read uses the pool.
+    /// 0: every read uses the pool.
+    pub kept_read_connections: u32,
 }
 
 impl Default for DatabaseConfig {
@@ -998,6 +1003,7 @@ impl Default for DatabaseConfig {
             migrate_on_start: true,
             listen_heartbeat_ms: 2000,
             creates_timeout_ms: 10_000,
+            kept_read_connections: 8,
         }
     }
 }

@@ -535,6 +535,8 @@ pub async fn serve_members_until(
     for t in background {
         let _ = t.await;
     }
+    // The kept connections first: the pool waits for every connection it handed out.
+    state.reads.close();
     state.pool.close().await;
     Ok(())
 }

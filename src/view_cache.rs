@@ -40,6 +40,7 @@ use tokio::sync::watch;
 
 use crate::coalesce::{Batch, Coalesce};
 use crate::db::events::{self, Event};
+use crate::db::kept::KeptPool;
 
 /// The cluster a stored view shows, so a reuse is authorised like the first read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,13 +112,13 @@ impl std::fmt::Debug for ViewCache {
 
 impl ViewCache {
     /// A cache of at most `max_bytes` of keys and bodies (0: views are never reused), reading
-    /// the committed change position from `pool`.
-    pub fn new(max_bytes: u64, pool: PgPool) -> Self {
+    /// the committed change position on `reads`.
+    pub fn new(max_bytes: u64, reads: KeptPool) -> Self {
         Self::with_positions(
             max_bytes,
             Box::new(move || {
-                let pool = pool.clone();
-                Box::pin(async move { events::position(&pool).await })
+                let reads = reads.clone();
+                Box::pin(async move { events::position(&reads).await })
             }),
         )
     }

@@ -2,13 +2,14 @@
 //! version; migrations/20261127100000_stored_cluster_views.sql retires them on every change):
 //! the heads of a page or a show with their stored bodies, and storing bodies built for a version.
 
-use sqlx::{AssertSqlSafe, FromRow, PgPool};
+use sqlx::{AssertSqlSafe, FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::coalesce::Batch;
 
 use super::DbResult;
 use super::clusters::Scope;
+use super::kept::KeptPool;
 use super::page::PageQuery;
 
 /// A cluster of a page (or a show): what a stored view does not carry, and the view.
@@ -37,8 +38,8 @@ const HEAD_SQL: &str = head_sql!();
 /// A page of clusters in `scope`, in the page's order, after the cluster `marker` when there is
 /// one (found in the same statement; none when `scope` does not hold it: see
 /// [`marker_missing`]).
-pub async fn page(
-    pool: &PgPool,
+pub async fn page<'e>(
+    ex: impl PgExecutor<'e>,
     scope: &Scope,
     page: &PageQuery,
     marker: Option<Uuid>,
@@ -53,7 +54,7 @@ pub async fn page(
         .bind(marker)
         .bind(page.desc)
         .bind(page.limit)
-        .fetch_all(pool)
+        .fetch_all(ex)
         .await?);
     }
     let mut sql = format!("{HEAD_SQL}{}", scope.sql(1));
@@ -72,18 +73,26 @@ pub async fn page(
         .persistent(false)
         .bind(scope.project())
         .bind(marker)
-        .fetch_all(pool)
+        .fetch_all(ex)
         .await?)
 }
 
 /// Whether the marker of a [`page`] that came back empty is missing from `scope` (the caller's
 /// 404) rather than the last of the clusters.
-pub async fn marker_missing(pool: &PgPool, scope: &Scope, marker: Uuid) -> DbResult<bool> {
-    Ok(one(pool, scope, marker).await?.is_none())
+pub async fn marker_missing<'e>(
+    ex: impl PgExecutor<'e>,
+    scope: &Scope,
+    marker: Uuid,
+) -> DbResult<bool> {
+    Ok(one(ex, scope, marker).await?.is_none())
 }
 
 /// One visible cluster by uuid.
-pub async fn one(pool: &PgPool, scope: &Scope, uuid: Uuid) -> DbResult<Option<ViewHead>> {
+pub async fn one<'e>(
+    ex: impl PgExecutor<'e>,
+    scope: &Scope,
+    uuid: Uuid,
+) -> DbResult<Option<ViewHead>> {
     // One statement per scope, written once (`Scope::sql`'s conditions): a show, the hottest
     // read, makes no SQL per request.
     let sql = match scope {
@@ -93,17 +102,17 @@ pub async fn one(pool: &PgPool, scope: &Scope, uuid: Uuid) -> DbResult<Option<Vi
     Ok(sqlx::query_as::<_, ViewHead>(sql)
         .bind(scope.project())
         .bind(uuid)
-        .fetch_optional(pool)
+        .fetch_optional(ex)
         .await?)
 }
 
 /// Shows read together: concurrent shows of any clusters, in any scope, waiting for a statement
 /// are read in the next one (`coalesce::Batch`; at most `in_flight` at once, so a flood of shows
 /// leaves the pool's other connections to everything else).
-pub fn shows(pool: PgPool, in_flight: usize) -> Batch<Uuid, ViewHead> {
+pub fn shows(reads: KeptPool, in_flight: usize) -> Batch<Uuid, ViewHead> {
     // The function's statement is planned once per connection (its migration says why).
     super::batched_by_uuid(
-        pool,
+        reads,
         in_flight,
         "SELECT * FROM magnum_capi_cluster_heads($1)",
         |h| h.uuid,
@@ -111,15 +120,15 @@ pub fn shows(pool: PgPool, in_flight: usize) -> Batch<Uuid, ViewHead> {
 }
 
 /// [`one`] read with the concurrent shows of `shows` (alone when their statement failed).
-pub async fn one_of(
+pub async fn one_of<'e>(
     shows: &Batch<Uuid, ViewHead>,
-    pool: &PgPool,
+    ex: impl PgExecutor<'e>,
     scope: &Scope,
     uuid: Uuid,
 ) -> DbResult<Option<ViewHead>> {
     match shows.get(uuid).await {
         Ok(head) => Ok(head.filter(|h| scope.holds(&h.project_id))),
-        Err(()) => one(pool, scope, uuid).await,
+        Err(()) => one(ex, scope, uuid).await,
     }
 }
 

@@ -149,7 +149,11 @@ pub async fn by_uuid<'e>(
 }
 
 /// Up to two visible clusters called `name`.
-pub async fn by_name(pool: &PgPool, scope: &Scope, name: &str) -> DbResult<Vec<ClusterRow>> {
+pub async fn by_name<'e>(
+    ex: impl PgExecutor<'e>,
+    scope: &Scope,
+    name: &str,
+) -> DbResult<Vec<ClusterRow>> {
     let sql = format!(
         "SELECT * FROM cluster t WHERE t.name = $1 AND {} ORDER BY t.id LIMIT 2",
         scope.sql(2)
@@ -157,7 +161,7 @@ pub async fn by_name(pool: &PgPool, scope: &Scope, name: &str) -> DbResult<Vec<C
     Ok(sqlx::query_as::<_, ClusterRow>(AssertSqlSafe(sql))
         .bind(name)
         .bind(scope.project())
-        .fetch_all(pool)
+        .fetch_all(ex)
         .await?)
 }
 
@@ -227,7 +231,10 @@ pub struct ClusterWithNodes {
 
 /// The clusters `uuids` (those still there) with their nodegroups' aggregates and their
 /// templates' labels, in one statement: the rows a cluster's view is built from.
-pub async fn with_nodes_by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<ClusterWithNodes>> {
+pub async fn with_nodes_by_uuids<'e>(
+    ex: impl PgExecutor<'e>,
+    uuids: &[Uuid],
+) -> DbResult<Vec<ClusterWithNodes>> {
     Ok(sqlx::query_as::<_, ClusterWithNodes>(
         "SELECT t.*, g.*,
                 (SELECT ct.labels FROM cluster_template ct WHERE ct.uuid = t.cluster_template_id) AS template_labels,
@@ -244,7 +251,7 @@ pub async fn with_nodes_by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<
           WHERE t.uuid = ANY($1)",
     )
     .bind(uuids)
-    .fetch_all(pool)
+    .fetch_all(ex)
     .await?)
 }
 
@@ -277,10 +284,12 @@ pub async fn exported(pool: &PgPool) -> DbResult<Vec<ExportedCluster>> {
 }
 
 /// Clusters per management cluster (`""`: the unnamed one), for placement by weight.
-pub async fn count_by_management_cluster(pool: &PgPool) -> DbResult<Vec<(String, i64)>> {
+pub async fn count_by_management_cluster<'e>(
+    ex: impl PgExecutor<'e>,
+) -> DbResult<Vec<(String, i64)>> {
     Ok(
         sqlx::query_as("SELECT management_cluster, clusters FROM cluster_management_count")
-            .fetch_all(pool)
+            .fetch_all(ex)
             .await?,
     )
 }

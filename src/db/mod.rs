@@ -25,6 +25,7 @@ pub mod day2;
 pub mod events;
 pub mod imports;
 pub mod janitor;
+pub mod kept;
 pub mod nodegroups;
 pub mod operations;
 pub mod page;
@@ -228,7 +229,7 @@ pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> =
 /// takes the uuids as `$1` (`uuid[]`); `uuid_of` names each row's. A failed statement answers
 /// no one: each caller then reads its own row alone, for its own error.
 pub(crate) fn batched_by_uuid<R>(
-    pool: PgPool,
+    reads: kept::KeptPool,
     in_flight: usize,
     sql: &'static str,
     uuid_of: fn(&R) -> uuid::Uuid,
@@ -238,11 +239,11 @@ where
 {
     let read: crate::coalesce::BatchRead<uuid::Uuid, R> = std::sync::Arc::new(
         move |uuids: Vec<uuid::Uuid>| {
-            let pool = pool.clone();
+            let reads = reads.clone();
             Box::pin(async move {
                 match sqlx::query_as::<_, R>(sql)
                     .bind(uuids)
-                    .fetch_all(&pool)
+                    .fetch_all(&reads)
                     .await
                 {
                     Ok(rows) => Some(
@@ -275,7 +276,7 @@ pub async fn connect(url: &str, cfg: &DatabaseConfig) -> DbResult<PgPool> {
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             Box::pin(async move {
-                if meta.idle_for >= PING_IDLE_AFTER {
+                if meta.idle_for >= kept::PING_IDLE_AFTER {
                     sqlx::Connection::ping(conn).await?;
                 }
                 Ok(true)
@@ -285,9 +286,6 @@ pub async fn connect(url: &str, cfg: &DatabaseConfig) -> DbResult<PgPool> {
         .await?;
     Ok(pool)
 }
-
-/// How long a pooled connection may sit idle before it is checked when taken again.
-const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 
 /// A pool that connects on first use (`magnum-capi check` reports an unreachable database as a
 /// failed check instead of failing to start).

@@ -5,7 +5,7 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 use sqlx::types::Json;
-use sqlx::{FromRow, PgExecutor, PgPool, Postgres};
+use sqlx::{FromRow, PgExecutor, Postgres};
 use uuid::Uuid;
 
 use super::DbResult;
@@ -152,8 +152,8 @@ pub enum NgIdent {
 }
 
 /// Up to two nodegroups of `cluster` matching `ident` (visible to `project`, or to all if `None`).
-pub async fn find(
-    pool: &PgPool,
+pub async fn find<'e>(
+    ex: impl PgExecutor<'e>,
     cluster: Uuid,
     project: Option<&str>,
     ident: &NgIdent,
@@ -175,11 +175,11 @@ pub async fn find(
         NgIdent::Uuid(u) => query.bind(*u),
         NgIdent::Name(n) => query.bind(n.clone()),
     };
-    Ok(query.fetch_all(pool).await?)
+    Ok(query.fetch_all(ex).await?)
 }
 
-pub async fn list(
-    pool: &PgPool,
+pub async fn list<'e>(
+    ex: impl PgExecutor<'e>,
     cluster: Uuid,
     project: Option<&str>,
     role: Option<&str>,
@@ -202,7 +202,7 @@ pub async fn list(
         .bind(role)
         .bind(page.marker_id.unwrap_or(0))
         .bind(page.limit)
-        .fetch_all(pool)
+        .fetch_all(ex)
         .await?)
 }
 

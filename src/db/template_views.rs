@@ -2,7 +2,7 @@
 //! version; migrations/20261127130000_stored_template_views.sql retires them on every change):
 //! the heads of a page with their stored bodies, the rows of those not stored, and storing.
 
-use sqlx::{AssertSqlSafe, FromRow, PgPool};
+use sqlx::{AssertSqlSafe, FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
@@ -27,8 +27,8 @@ pub struct VersionedTemplate {
 /// A page of the templates `vis` sees, in the page's order, after the template `marker` when
 /// there is one (found in the same statement; none when `vis` does not see it: see
 /// [`marker_missing`]).
-pub async fn page(
-    pool: &PgPool,
+pub async fn page<'e>(
+    ex: impl PgExecutor<'e>,
     vis: &Visibility,
     page: &PageQuery,
     marker: Option<Uuid>,
@@ -48,27 +48,32 @@ pub async fn page(
     Ok(sqlx::query_as::<_, TemplateHead>(AssertSqlSafe(sql))
         .bind(vis.project())
         .bind(marker)
-        .fetch_all(pool)
+        .fetch_all(ex)
         .await?)
 }
 
 /// Whether the marker of a [`page`] that came back empty is missing from what `vis` sees (the
 /// caller's 404) rather than the last of the templates.
-pub async fn marker_missing(pool: &PgPool, vis: &Visibility, marker: Uuid) -> DbResult<bool> {
-    Ok(super::templates::by_uuid(pool, vis, marker)
-        .await?
-        .is_none())
+pub async fn marker_missing<'e>(
+    ex: impl PgExecutor<'e>,
+    vis: &Visibility,
+    marker: Uuid,
+) -> DbResult<bool> {
+    Ok(super::templates::by_uuid(ex, vis, marker).await?.is_none())
 }
 
 /// The templates `uuids` (those still there), each with its view's version.
-pub async fn by_uuids(pool: &PgPool, uuids: &[Uuid]) -> DbResult<Vec<VersionedTemplate>> {
+pub async fn by_uuids<'e>(
+    ex: impl PgExecutor<'e>,
+    uuids: &[Uuid],
+) -> DbResult<Vec<VersionedTemplate>> {
     Ok(sqlx::query_as::<_, VersionedTemplate>(
         "SELECT t.*, v.version AS view_version
            FROM cluster_template t LEFT JOIN template_view v ON v.template_uuid = t.uuid
           WHERE t.uuid = ANY($1)",
     )
     .bind(uuids)
-    .fetch_all(pool)
+    .fetch_all(ex)
     .await?)
 }
 

@@ -10,6 +10,7 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::DbResult;
+use super::kept::KeptPool;
 use crate::coalesce::Batch;
 use crate::domain::labels::Labels;
 use crate::domain::resources::Resolved;
@@ -218,7 +219,11 @@ pub async fn update(pool: &PgPool, t: &TemplateRow) -> DbResult<TemplateRow> {
     Ok(bind_settable(q, t).fetch_one(pool).await?)
 }
 
-pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Option<TemplateRow>> {
+pub async fn by_uuid<'e>(
+    ex: impl PgExecutor<'e>,
+    vis: &Visibility,
+    uuid: Uuid,
+) -> DbResult<Option<TemplateRow>> {
     let sql = format!(
         "SELECT * FROM cluster_template t WHERE t.uuid = $1 AND {}",
         vis.sql(2)
@@ -226,7 +231,7 @@ pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Op
     Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
         .bind(uuid)
         .bind(vis.project())
-        .fetch_optional(pool)
+        .fetch_optional(ex)
         .await?)
 }
 
@@ -239,7 +244,7 @@ pub async fn by_uuid(pool: &PgPool, vis: &Visibility, uuid: Uuid) -> DbResult<Op
 pub struct ByUuid {
     batch: Batch<Uuid, TemplateRow>,
     /// For a look-up alone when the batch's statement failed.
-    pool: PgPool,
+    reads: KeptPool,
     /// Rows by uuid with the generation they were read in. Templates are few (one per
     /// offering, not per cluster); past [`ByUuid::MAX_ROWS`] the rows go and are read again.
     reused: std::sync::Mutex<HashMap<Uuid, (u64, TemplateRow)>>,
@@ -248,16 +253,16 @@ pub struct ByUuid {
 impl ByUuid {
     const MAX_ROWS: usize = 4096;
 
-    pub fn new(pool: PgPool, in_flight: usize) -> Self {
+    pub fn new(reads: KeptPool, in_flight: usize) -> Self {
         Self {
             // The function's statement is planned once per connection (its migration says why).
             batch: super::batched_by_uuid(
-                pool.clone(),
+                reads.clone(),
                 in_flight,
                 "SELECT * FROM magnum_capi_templates_by_uuid($1)",
                 |t| t.uuid,
             ),
-            pool,
+            reads,
             reused: std::sync::Mutex::default(),
         }
     }
@@ -279,7 +284,7 @@ impl ByUuid {
         }
         let row = match self.batch.get(uuid).await {
             Ok(t) => t,
-            Err(()) => by_uuid(&self.pool, &Visibility::All, uuid).await?,
+            Err(()) => by_uuid(&self.reads, &Visibility::All, uuid).await?,
         };
         if let (Some(g), Some(t)) = (generation, &row) {
             let mut rows = self.rows();
@@ -296,7 +301,11 @@ impl ByUuid {
     }
 }
 
-pub async fn by_id(pool: &PgPool, vis: &Visibility, id: i64) -> DbResult<Option<TemplateRow>> {
+pub async fn by_id<'e>(
+    ex: impl PgExecutor<'e>,
+    vis: &Visibility,
+    id: i64,
+) -> DbResult<Option<TemplateRow>> {
     let sql = format!(
         "SELECT * FROM cluster_template t WHERE t.id = $1 AND {}",
         vis.sql(2)
@@ -304,12 +313,16 @@ pub async fn by_id(pool: &PgPool, vis: &Visibility, id: i64) -> DbResult<Option<
     Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
         .bind(id)
         .bind(vis.project())
-        .fetch_optional(pool)
+        .fetch_optional(ex)
         .await?)
 }
 
 /// Up to two visible templates called `name` (two are enough to detect ambiguity).
-pub async fn by_name(pool: &PgPool, vis: &Visibility, name: &str) -> DbResult<Vec<TemplateRow>> {
+pub async fn by_name<'e>(
+    ex: impl PgExecutor<'e>,
+    vis: &Visibility,
+    name: &str,
+) -> DbResult<Vec<TemplateRow>> {
     let sql = format!(
         "SELECT * FROM cluster_template t WHERE t.name = $1 AND {} ORDER BY t.id LIMIT 2",
         vis.sql(2)
@@ -317,7 +330,7 @@ pub async fn by_name(pool: &PgPool, vis: &Visibility, name: &str) -> DbResult<Ve
     Ok(sqlx::query_as::<_, TemplateRow>(AssertSqlSafe(sql))
         .bind(name)
         .bind(vis.project())
-        .fetch_all(pool)
+        .fetch_all(ex)
         .await?)
 }
 

@@ -372,7 +372,7 @@ pub async fn get_json(
             Some(u) => u,
             None => find_cluster(app, &scope, ident).await?.uuid,
         };
-        let head = cvdb::one_of(&app.shows, &app.pool, &scope, uuid)
+        let head = cvdb::one_of(&app.shows, &app.reads, &scope, uuid)
             .await?
             .ok_or_else(|| DomainError::cluster_not_found(ident))?;
         let owner = Owner {
@@ -452,11 +452,11 @@ async fn page(
     detail: bool,
     base: &str,
 ) -> Result<Bytes> {
-    let heads = cvdb::page(&app.pool, scope, &super::page(params, None), params.marker).await?;
+    let heads = cvdb::page(&app.reads, scope, &super::page(params, None), params.marker).await?;
     // The marker is looked up apart only when nothing follows it: it may be gone.
     if let Some(m) = params.marker
         && heads.is_empty()
-        && cvdb::marker_missing(&app.pool, scope, m).await?
+        && cvdb::marker_missing(&app.reads, scope, m).await?
     {
         return Err(DomainError::cluster_not_found(&m.to_string()).into());
     }
@@ -698,7 +698,7 @@ pub async fn find_nodegroup(
     } else {
         NgIdent::Name(ident.to_string())
     };
-    let mut rows = ndb::find(&app.pool, c.uuid, project, &id).await?;
+    let mut rows = ndb::find(&app.reads, c.uuid, project, &id).await?;
     match rows.len() {
         0 => Err(DomainError::nodegroup_not_found(ident).into()),
         1 => Ok(rows.remove(0)),

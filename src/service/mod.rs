@@ -89,11 +89,11 @@ pub fn template_visibility(caller: &Caller) -> Visibility {
 /// A cluster named by uuid or (unique) name within `scope`.
 pub async fn find_cluster(app: &App, scope: &Scope, ident: &str) -> Result<ClusterRow> {
     if let Some(u) = parse_uuid(ident) {
-        return cdb::by_uuid(&app.pool, scope, u)
+        return cdb::by_uuid(&app.reads, scope, u)
             .await?
             .ok_or_else(|| DomainError::cluster_not_found(ident).into());
     }
-    let mut rows = cdb::by_name(&app.pool, scope, ident).await?;
+    let mut rows = cdb::by_name(&app.reads, scope, ident).await?;
     match rows.len() {
         0 => Err(DomainError::cluster_not_found(ident).into()),
         1 => Ok(rows.remove(0)),
@@ -110,7 +110,7 @@ pub async fn find_template(
 ) -> Result<TemplateRow> {
     let not_found = || DomainError::template_not_found(ident);
     if allow_int_id && let Ok(id) = ident.parse::<i64>() {
-        return tdb::by_id(&app.pool, vis, id)
+        return tdb::by_id(&app.reads, vis, id)
             .await?
             .ok_or_else(|| not_found().into());
     }
@@ -121,7 +121,7 @@ pub async fn find_template(
             .await?
             .ok_or_else(|| not_found().into());
     }
-    let mut rows = tdb::by_name(&app.pool, vis, ident).await?;
+    let mut rows = tdb::by_name(&app.reads, vis, ident).await?;
     match rows.len() {
         0 => Err(not_found().into()),
         1 => Ok(rows.remove(0)),

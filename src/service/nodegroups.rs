@@ -133,7 +133,7 @@ async fn list(
     let project = ng_project(caller);
     let marker_id = match params.marker {
         Some(m) => Some(
-            ndb::find(&app.pool, c.uuid, project, &NgIdent::Uuid(m))
+            ndb::find(&app.reads, c.uuid, project, &NgIdent::Uuid(m))
                 .await?
                 .first()
                 .ok_or_else(|| DomainError::nodegroup_not_found(&m.to_string()))?
@@ -142,7 +142,7 @@ async fn list(
         None => None,
     };
     let rows = ndb::list(
-        &app.pool,
+        &app.reads,
         c.uuid,
         project,
         role,

@@ -24,7 +24,7 @@ pub async fn place(
     if app.config.driver.kind != DriverKind::Capi || entries.is_empty() {
         return Ok(None);
     }
-    let counts = cdb::count_by_management_cluster(&app.pool).await?;
+    let counts = cdb::count_by_management_cluster(&app.reads).await?;
     let candidates: Vec<Candidate> = entries
         .iter()
         .map(|m| Candidate {

@@ -239,7 +239,7 @@ impl Kind for Clusters {
     }
 
     async fn build_from_rows(app: &App, uuids: &[Uuid]) -> Result<Vec<Built<Option<String>>>> {
-        cdb::with_nodes_by_uuids(&app.pool, uuids)
+        cdb::with_nodes_by_uuids(&app.reads, uuids)
             .await?
             .into_iter()
             .map(|mut row| {
@@ -268,7 +268,7 @@ impl Kind for Templates {
     }
 
     async fn build_from_rows(app: &App, uuids: &[Uuid]) -> Result<Vec<Built<()>>> {
-        tvdb::by_uuids(&app.pool, uuids)
+        tvdb::by_uuids(&app.reads, uuids)
             .await?
             .into_iter()
             .map(|t| Ok((t.row.uuid, (), t.view_version, build_template(t.row)?)))

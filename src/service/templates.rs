@@ -315,10 +315,10 @@ async fn page(
 ) -> Result<bytes::Bytes> {
     // The marker is found in the page's statement; looked up apart only when the page is
     // empty, to tell a marker the caller cannot see (404) from the last template.
-    let heads = tvdb::page(&app.pool, vis, &super::page(params, None), params.marker).await?;
+    let heads = tvdb::page(&app.reads, vis, &super::page(params, None), params.marker).await?;
     if let Some(m) = params.marker
         && heads.is_empty()
-        && tvdb::marker_missing(&app.pool, vis, m).await?
+        && tvdb::marker_missing(&app.reads, vis, m).await?
     {
         return Err(DomainError::template_not_found(&m.to_string()).into());
     }

@@ -48,6 +48,7 @@ mod fakecloud_selftest;
 mod fuzz_openapi;
 mod import_capi_drivers;
 mod import_magnum;
+mod kept_reads;
 mod keystone_auth;
 mod keystone_harness;
 mod layers;

@@ -1,0 +1,181 @@
+//! `db::kept`: the API's reads hand their connection back to a set kept beside the pool,
+//! without the pool's release (and its round trip); a read that does not run to its end closes
+//! its connection, and a read finding the set busy uses the pool.
+use crate::common::wait::until;
+use crate::common::*;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use magnum_capi::db::kept::KeptPool;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+/// A pool on a fresh database that counts the connections handed back to it (its release,
+/// where sqlx also sends its round trip), and another pool to watch the database with.
+async fn counting_pool() -> (PgPool, Arc<AtomicUsize>, PgPool) {
+    let url = fresh_database().await;
+    let released = Arc::new(AtomicUsize::new(0));
+    let count = released.clone();
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .after_release(move |_, _| {
+            let count = count.clone();
+            Box::pin(async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                Ok(true)
+            })
+        })
+        .connect(&url)
+        .await
+        .expect("pool");
+    let watch = PgPool::connect(&url).await.expect("watching pool");
+    (pool, released, watch)
+}
+
+async fn pid(ex: impl sqlx::PgExecutor<'_>) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(ex)
+        .await
+        .expect("pid")
+}
+
+/// Waits until the backend `pid` has ended (its connection was closed), watching with `pool`.
+async fn gone(pool: &PgPool, pid: i32) {
+    until("the backend gone", || async {
+        let there: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)")
+                .bind(pid)
+                .fetch_one(pool)
+                .await
+                .expect("pg_stat_activity");
+        (!there).then_some(())
+    })
+    .await;
+}
+
+fn released_now(released: &AtomicUsize) -> usize {
+    released.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn reads_hand_their_connection_back_to_the_set_not_to_the_pool() {
+    let (pool, released, _) = counting_pool().await;
+    // The count sees the pool's releases.
+    let pooled = pid(&pool).await;
+    until("the pool's release", || async {
+        (released_now(&released) == 1).then_some(())
+    })
+    .await;
+
+    let kept = KeptPool::new(pool.clone(), 2);
+    let first = pid(&kept).await;
+    assert_ne!(first, pooled, "a kept connection is not one of the pool's");
+    for _ in 0..20 {
+        // Both ways a statement runs: one row (fetch_optional) and all rows (fetch_many).
+        assert_eq!(pid(&kept).await, first);
+        let all: Vec<i32> =
+            sqlx::query_scalar("SELECT pg_backend_pid() FROM generate_series(1, 3)")
+                .fetch_all(&kept)
+                .await
+                .expect("rows");
+        assert_eq!(all, vec![first; 3]);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(released_now(&released), 1, "a kept read went to the pool");
+    assert_eq!(
+        (pool.size(), pool.num_idle()),
+        (1, 1),
+        "the pool keeps its own connections"
+    );
+}
+
+#[tokio::test]
+async fn a_read_that_does_not_run_to_its_end_closes_its_connection() {
+    let (pool, released, watch) = counting_pool().await;
+    let kept = KeptPool::new(pool.clone(), 1);
+    let mut last = pid(&kept).await;
+
+    // Its rows left unread: the stream dropped after the first.
+    {
+        let mut rows =
+            sqlx::query_scalar::<_, i32>("SELECT g FROM generate_series(1, 100000) g").fetch(&kept);
+        assert_eq!(rows.try_next().await.expect("a row"), Some(1));
+    }
+    gone(&watch, last).await;
+    let n: i64 = sqlx::query_scalar("SELECT 42::bigint")
+        .fetch_one(&kept)
+        .await
+        .expect("the read after a half-read one");
+    assert_eq!(n, 42);
+    let next = pid(&kept).await;
+    assert_ne!(next, last);
+    last = next;
+
+    // Cancelled while PostgreSQL runs it.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(50),
+        sqlx::query("SELECT pg_sleep(0.5)").execute(&kept),
+    )
+    .await;
+    assert!(cancelled.is_err());
+    gone(&watch, last).await;
+    let next = pid(&kept).await;
+    assert_ne!(next, last);
+    last = next;
+
+    // Refused by PostgreSQL.
+    let refused = sqlx::query_scalar::<_, i32>("SELECT 1 / 0")
+        .fetch_one(&kept)
+        .await;
+    assert!(refused.is_err());
+    gone(&watch, last).await;
+    let next = pid(&kept).await;
+    assert_ne!(next, last);
+    assert_eq!(pid(&kept).await, next, "kept again after a read done");
+
+    assert_eq!(released_now(&released), 0, "none of these were the pool's");
+}
+
+#[tokio::test]
+async fn a_read_finding_every_kept_connection_busy_takes_the_pools_without_waiting() {
+    let (pool, released, _) = counting_pool().await;
+    let kept = KeptPool::new(pool.clone(), 1);
+    let mut held = kept.acquire().await.expect("the kept connection");
+    let other = tokio::time::timeout(Duration::from_secs(5), pid(&kept))
+        .await
+        .expect("not waiting for the busy set");
+    until("the pool's connection back in the pool", || async {
+        (released_now(&released) == 1).then_some(())
+    })
+    .await;
+    let mine = pid(&mut *held).await;
+    assert_ne!(mine, other);
+    held.done();
+    assert_eq!(pid(&kept).await, mine);
+    assert_eq!(released_now(&released), 1);
+}
+
+#[tokio::test]
+async fn a_closed_set_closes_its_connections_and_its_reads_use_the_pool() {
+    let (pool, released, watch) = counting_pool().await;
+    let kept = KeptPool::new(pool.clone(), 2);
+    let (mut a, mut b) = tokio::join!(kept.acquire(), kept.acquire());
+    let (a_pid, b_pid) = (
+        pid(&mut **a.as_mut().expect("one")).await,
+        pid(&mut **b.as_mut().expect("two")).await,
+    );
+    a.expect("one").done();
+    kept.close();
+    // Idle when the set closed, and in use then.
+    gone(&watch, a_pid).await;
+    b.expect("two").done();
+    gone(&watch, b_pid).await;
+    pid(&kept).await;
+    until("the read after closing back in the pool", || async {
+        (released_now(&released) == 1).then_some(())
+    })
+    .await;
+}
