@@ -16,7 +16,11 @@
 //! `[database] max_connections`, and closing the pool never waits for them.
 //!
 //! `&KeptPool` is a [`sqlx::Executor`] like `&PgPool`: a statement given to it runs on a kept
-//! connection.
+//! connection. It is for reads: a statement whose kept connection turns out lost (cut, or its
+//! backend ended: a failover) before any of its rows came runs once more, on a new connection,
+//! and the other idle ones, lost alike, are closed. So a cut costs no read an error once
+//! PostgreSQL answers again, where a pooled connection used within a second of it failed its
+//! statement.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,7 +30,9 @@ use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo};
+use sqlx::postgres::{
+    PgArguments, PgConnectOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo,
+};
 use sqlx::{
     Connection, Describe, Either, Execute, Executor, PgConnection, PgPool, Postgres, SqlStr,
 };
@@ -72,6 +78,18 @@ impl std::fmt::Debug for KeptPool {
 }
 
 impl Inner {
+    /// Whether the set is in use: neither it nor the pool beside it was closed (a closed pool
+    /// stops every read, kept or not).
+    fn open(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && !self.pool.is_closed()
+    }
+
+    /// Closes the idle connections.
+    fn forget_idle(&self) {
+        let idle = std::mem::take(&mut *self.idle());
+        drop(idle);
+    }
+
     /// The idle connections (a panic while they were held left nothing half-done in them).
     fn idle(&self) -> MutexGuard<'_, Vec<Idle>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
@@ -101,6 +119,9 @@ impl Inner {
         }
     }
 }
+
+/// A statement run on a connection: the connection back, and the outcome.
+type Ran<T> = BoxFuture<'static, (KeptConnection, sqlx::Result<T>)>;
 
 /// A connection taken for one read: a kept one (back to the set by [`Self::done`]) or, when the
 /// set was busy, the pool's own.
@@ -138,7 +159,7 @@ impl KeptPool {
     pub async fn acquire(&self) -> sqlx::Result<KeptConnection> {
         let inner = &self.inner;
         if let Ok(permit) = inner.permits.clone().try_acquire_owned()
-            && !inner.closed.load(Ordering::Acquire)
+            && inner.open()
             && let Some((conn, made)) = inner.kept().await
         {
             return Ok(KeptConnection {
@@ -155,27 +176,43 @@ impl KeptPool {
         })
     }
 
-    /// Runs `statement` on a connection for one read, handed back once it ran to its end.
-    async fn once<T>(
-        &self,
-        statement: impl AsyncFnOnce(&mut PgConnection) -> sqlx::Result<T>,
-    ) -> sqlx::Result<T> {
-        let mut conn = self.acquire().await?;
-        let out = statement(&mut conn).await?;
+    /// Runs `statement` on a connection for one read, handed back once it ran to its end; once
+    /// more on another when a kept one turns out lost (module docs).
+    /// (`statement` is given the connection and hands it back with its outcome.)
+    async fn once<T>(&self, statement: impl Fn(KeptConnection) -> Ran<T>) -> sqlx::Result<T> {
+        let (conn, out) = match statement(self.acquire().await?).await {
+            (conn, Err(e)) if conn.is_kept() && lost(&e) => {
+                drop(conn);
+                self.lost_one(&e);
+                statement(self.acquire().await?).await
+            }
+            ran => ran,
+        };
+        let out = out?;
         conn.done();
         Ok(out)
     }
 
+    /// A kept connection was lost: the idle ones, made alike, are closed too.
+    fn lost_one(&self, e: &sqlx::Error) {
+        tracing::debug!(error = %e, "a kept connection was lost; its read runs again");
+        self.inner.forget_idle();
+    }
+
     /// Closes the set for good: its idle connections now, each one in use when its read is
-    /// done; later reads use the pool.
+    /// done; later reads use the pool (as they do once the pool is closed).
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
-        let idle = std::mem::take(&mut *self.inner.idle());
-        drop(idle);
+        self.inner.forget_idle();
     }
 }
 
 impl KeptConnection {
+    /// Whether it is one of the set's (not the pool's).
+    fn is_kept(&self) -> bool {
+        matches!(self.conn, Taken::Kept { .. })
+    }
+
     /// The read ran to its end: a kept connection goes back to the set, ready for the next one
     /// (closed instead once kept for [`KEEP_FOR`]); a pool's goes back to the pool.
     pub fn done(self) {
@@ -185,7 +222,7 @@ impl KeptConnection {
         else {
             return;
         };
-        if inner.closed.load(Ordering::Acquire) || made.elapsed() >= KEEP_FOR {
+        if !inner.open() || made.elapsed() >= KEEP_FOR {
             return;
         }
         inner.idle().push(Idle {
@@ -229,14 +266,38 @@ impl<'k> Executor<'k> for &'_ KeptPool {
     {
         let kept = self.clone();
         Box::pin(async_stream::try_stream! {
-            let mut conn = kept.acquire().await?;
-            {
-                let mut rows = (&mut *conn).fetch_many(query);
-                while let Some(row) = rows.try_next().await? {
-                    yield row;
+            let statement = Statement::of(query)?;
+            let mut again = true;
+            loop {
+                let mut conn = kept.acquire().await?;
+                let retry = again && conn.is_kept();
+                let mut lost_it = None;
+                {
+                    let mut rows = (&mut *conn).fetch_many(statement.clone());
+                    let mut yielded = false;
+                    loop {
+                        match rows.try_next().await {
+                            Ok(Some(row)) => {
+                                yielded = true;
+                                yield row;
+                            }
+                            Ok(None) => break,
+                            Err(e) if retry && !yielded && lost(&e) => {
+                                lost_it = Some(e);
+                                break;
+                            }
+                            Err(e) => Err(e)?,
+                        }
+                    }
                 }
+                let Some(e) = lost_it else {
+                    conn.done();
+                    break;
+                };
+                drop(conn);
+                kept.lost_one(&e);
+                again = false;
             }
-            conn.done();
         })
     }
 
@@ -249,11 +310,20 @@ impl<'k> Executor<'k> for &'_ KeptPool {
     {
         let kept = self.clone();
         Box::pin(async move {
-            kept.once(async move |c| c.fetch_optional(query).await)
-                .await
+            let statement = Statement::of(query)?;
+            kept.once(move |mut c| {
+                let statement = statement.clone();
+                Box::pin(async move {
+                    let out = (&mut *c).fetch_optional(statement).await;
+                    (c, out)
+                })
+            })
+            .await
         })
     }
 
+    /// Prepared (and described) on the pool, as the pool's own `Executor` does: a statement
+    /// prepared on one connection says nothing of the kept one a read then runs on.
     fn prepare_with<'e>(
         self,
         sql: SqlStr,
@@ -262,18 +332,66 @@ impl<'k> Executor<'k> for &'_ KeptPool {
     where
         'k: 'e,
     {
-        let kept = self.clone();
-        Box::pin(async move {
-            kept.once(async move |c| c.prepare_with(sql, parameters).await)
-                .await
-        })
+        let pool = self.inner.pool.clone();
+        Box::pin(async move { pool.prepare_with(sql, parameters).await })
     }
 
     fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<Describe<Postgres>, sqlx::Error>>
     where
         'k: 'e,
     {
-        let kept = self.clone();
-        Box::pin(async move { kept.once(async move |c| c.describe(sql).await).await })
+        let pool = self.inner.pool.clone();
+        Box::pin(async move { pool.describe(sql).await })
+    }
+}
+
+/// Whether `e` says the connection itself is gone (cut, or its backend ended by PostgreSQL:
+/// SQLSTATE classes 08 and 57P), not that PostgreSQL refused the statement.
+fn lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// A statement taken apart so it can run a second time (its arguments kept).
+#[derive(Clone)]
+struct Statement {
+    sql: SqlStr,
+    prepared: Option<PgStatement>,
+    arguments: Option<PgArguments>,
+    persistent: bool,
+}
+
+impl Statement {
+    fn of<'q>(mut query: impl Execute<'q, Postgres>) -> sqlx::Result<Self> {
+        let arguments = query.take_arguments().map_err(sqlx::Error::Encode)?;
+        Ok(Self {
+            prepared: query.statement().cloned(),
+            persistent: query.persistent(),
+            arguments,
+            sql: query.sql(),
+        })
+    }
+}
+
+impl<'q> Execute<'q, Postgres> for Statement {
+    fn sql(self) -> SqlStr {
+        self.sql
+    }
+
+    fn statement(&self) -> Option<&PgStatement> {
+        self.prepared.as_ref()
+    }
+
+    fn take_arguments(&mut self) -> Result<Option<PgArguments>, sqlx::error::BoxDynError> {
+        Ok(self.arguments.take())
+    }
+
+    fn persistent(&self) -> bool {
+        self.persistent
     }
 }

@@ -179,3 +179,56 @@ async fn a_closed_set_closes_its_connections_and_its_reads_use_the_pool() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn closing_the_pool_stops_the_kept_reads_too() {
+    let (pool, _, _) = counting_pool().await;
+    let kept = KeptPool::new(pool.clone(), 2);
+    pid(&kept).await;
+    pool.close().await;
+    let after = sqlx::query("SELECT 1").execute(&kept).await;
+    assert!(matches!(after, Err(sqlx::Error::PoolClosed)), "{after:?}");
+}
+
+/// Ends the backends `pids` (as a failover or a cut does) and waits until they are gone.
+async fn end_backends(watch: &PgPool, pids: &[i32]) {
+    for p in pids {
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(p)
+            .execute(watch)
+            .await
+            .expect("terminate");
+        gone(watch, *p).await;
+    }
+}
+
+#[tokio::test]
+async fn a_read_whose_kept_connection_was_lost_runs_again_on_a_new_one() {
+    let (pool, released, watch) = counting_pool().await;
+    let kept = KeptPool::new(pool.clone(), 2);
+    let (mut a, mut b) = tokio::join!(kept.acquire(), kept.acquire());
+    let ended = [
+        pid(&mut **a.as_mut().expect("one")).await,
+        pid(&mut **b.as_mut().expect("two")).await,
+    ];
+    a.expect("one").done();
+    b.expect("two").done();
+
+    // One row: answered on a new connection; the other idle one, lost alike, is not used.
+    end_backends(&watch, &ended).await;
+    let one = pid(&kept).await;
+    assert!(!ended.contains(&one), "{one} was ended");
+    assert_eq!(pid(&kept).await, one, "the new one is kept");
+
+    // All rows: the same.
+    end_backends(&watch, &[one]).await;
+    let all: Vec<i32> = sqlx::query_scalar("SELECT pg_backend_pid() FROM generate_series(1, 3)")
+        .fetch_all(&kept)
+        .await
+        .expect("rows after the loss");
+    assert!(
+        !all.contains(&one) && all.iter().all(|p| *p == all[0]),
+        "{all:?}"
+    );
+    assert_eq!(released_now(&released), 0, "none of these were the pool's");
+}
