@@ -41,6 +41,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// How long a connection (pooled or kept) may sit idle before it is checked when taken again.
 pub(crate) const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 
+/// How long making a kept connection may take before a read takes the pool's instead (a
+/// connection is made in milliseconds; a server that does not answer should not add much to
+/// the pool's own wait).
+const MAKE_WITHIN: Duration = Duration::from_secs(1);
+
 /// How long one connection is kept before it is closed and another made (the pool's default
 /// `max_lifetime`).
 const KEEP_FOR: Duration = Duration::from_secs(30 * 60);
@@ -104,8 +109,10 @@ impl Inner {
         {
             return Some((i.conn, i.made));
         }
+        // Bounded well below the pool's acquire timeout: a read that cannot have a kept
+        // connection still has the pool's whole wait before its 503.
         let made = tokio::time::timeout(
-            self.pool.options().get_acquire_timeout(),
+            self.pool.options().get_acquire_timeout().min(MAKE_WITHIN),
             PgConnection::connect_with(&self.options),
         )
         .await;
