@@ -45,7 +45,7 @@ impl AuthMode {
 #[derive(Debug)]
 pub struct App {
     pub pool: PgPool,
-    /// Connections of `pool` kept for the API's reads, handed back without sqlx's release
+    /// Connections kept beside `pool` for the API's reads, handed back without sqlx's release
     /// round trip (`db::kept`).
     pub reads: KeptPool,
     pub config: Config,

@@ -535,7 +535,7 @@ pub async fn serve_members_until(
     for t in background {
         let _ = t.await;
     }
-    // The kept connections first: the pool waits for every connection it handed out.
+    // The read connections kept beside the pool, and the pool's.
     state.reads.close();
     state.pool.close().await;
     Ok(())

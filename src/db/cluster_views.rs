@@ -107,8 +107,8 @@ pub async fn one<'e>(
 }
 
 /// Shows read together: concurrent shows of any clusters, in any scope, waiting for a statement
-/// are read in the next one (`coalesce::Batch`; at most `in_flight` at once, so a flood of shows
-/// leaves the pool's other connections to everything else).
+/// are read in the next one (`coalesce::Batch`; at most `in_flight` at once, on `reads`, so a
+/// flood of shows leaves the other connections to everything else).
 pub fn shows(reads: KeptPool, in_flight: usize) -> Batch<Uuid, ViewHead> {
     // The function's statement is planned once per connection (its migration says why).
     super::batched_by_uuid(
