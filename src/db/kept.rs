@@ -30,9 +30,7 @@ use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{
-    PgArguments, PgConnectOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo,
-};
+use sqlx::postgres::{PgArguments, PgQueryResult, PgRow, PgStatement, PgTypeInfo};
 use sqlx::{
     Connection, Describe, Either, Execute, Executor, PgConnection, PgPool, Postgres, SqlStr,
 };
@@ -59,7 +57,6 @@ pub struct KeptPool {
 struct Inner {
     /// Where a read goes when the set is busy, and whose options make the kept connections.
     pool: PgPool,
-    options: PgConnectOptions,
     /// One permit per connection the set may hold (idle or in use).
     permits: Arc<Semaphore>,
     idle: Mutex<Vec<Idle>>,
@@ -113,7 +110,7 @@ impl Inner {
         // connection still has the pool's whole wait before its 503.
         let made = tokio::time::timeout(
             self.pool.options().get_acquire_timeout().min(MAKE_WITHIN),
-            PgConnection::connect_with(&self.options),
+            PgConnection::connect_with(&self.pool.connect_options()),
         )
         .await;
         match made {
@@ -126,9 +123,6 @@ impl Inner {
         }
     }
 }
-
-/// A statement run on a connection: the connection back, and the outcome.
-type Ran<T> = BoxFuture<'static, (KeptConnection, sqlx::Result<T>)>;
 
 /// A connection taken for one read: a kept one (back to the set by [`Self::done`]) or, when the
 /// set was busy, the pool's own.
@@ -152,7 +146,6 @@ impl KeptPool {
     pub fn new(pool: PgPool, size: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
-                options: (*pool.connect_options()).clone(),
                 pool,
                 permits: Arc::new(Semaphore::new(size)),
                 idle: Mutex::default(),
@@ -181,23 +174,6 @@ impl KeptPool {
         Ok(KeptConnection {
             conn: Taken::Pooled(inner.pool.acquire().await?),
         })
-    }
-
-    /// Runs `statement` on a connection for one read, handed back once it ran to its end; once
-    /// more on another when a kept one turns out lost (module docs).
-    /// (`statement` is given the connection and hands it back with its outcome.)
-    async fn once<T>(&self, statement: impl Fn(KeptConnection) -> Ran<T>) -> sqlx::Result<T> {
-        let (conn, out) = match statement(self.acquire().await?).await {
-            (conn, Err(e)) if conn.is_kept() && lost(&e) => {
-                drop(conn);
-                self.lost_one(&e);
-                statement(self.acquire().await?).await
-            }
-            ran => ran,
-        };
-        let out = out?;
-        conn.done();
-        Ok(out)
     }
 
     /// A kept connection was lost: the idle ones, made alike, are closed too.
@@ -315,17 +291,17 @@ impl<'k> Executor<'k> for &'_ KeptPool {
     where
         E: 'q + Execute<'q, Postgres>,
     {
-        let kept = self.clone();
+        // Through `fetch_many`, its one way to run and run again: every row is read, so the
+        // connection goes back to the set (the statements given here return one row).
+        let mut rows = self.fetch_many(query);
         Box::pin(async move {
-            let statement = Statement::of(query)?;
-            kept.once(move |mut c| {
-                let statement = statement.clone();
-                Box::pin(async move {
-                    let out = (&mut *c).fetch_optional(statement).await;
-                    (c, out)
-                })
-            })
-            .await
+            let mut first = None;
+            while let Some(item) = rows.try_next().await? {
+                if let (None, Either::Right(row)) = (&first, item) {
+                    first = Some(row);
+                }
+            }
+            Ok(first)
         })
     }
 
