@@ -29,3 +29,9 @@ pub mod status_writer;
 pub mod telemetry;
 pub mod view_cache;
 pub mod worker;
+
+/// Every binary built on this crate (the service, the tests, the benchmarks) allocates with
+/// mimalloc: per-thread free lists instead of glibc's arenas, whose locks and consolidation
+/// showed in the read paths' profiles (docs/benchmarks.md, stop 59).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
