@@ -10,8 +10,9 @@
 //! connection whose statement ran to its end goes back to the set at once
 //! ([`KeptConnection::done`]); one dropped before that (the request was cancelled, the
 //! statement failed) is closed, as nothing says what is left unread on it. When every kept
-//! connection is busy, or one cannot be made, a read takes one from the pool as before, so no
-//! read waits for the set and none holds one while waiting for another. The kept connections
+//! connection is busy for longer than [`WAIT_FOR_KEPT`] (2 ms), or one cannot be made, a read
+//! takes one from the pool as before: no read waits long for the set, and none holds one while
+//! waiting for another. The kept connections
 //! are not the pool's: the worker, the followers and the writes keep all of
 //! `[database] max_connections`, and closing the pool never waits for them.
 //!
@@ -47,6 +48,12 @@ const MAKE_WITHIN: Duration = Duration::from_secs(1);
 /// How long one connection is kept before it is closed and another made (the pool's default
 /// `max_lifetime`).
 const KEEP_FOR: Duration = Duration::from_secs(30 * 60);
+
+/// How long a read waits for a kept connection when all are busy before it takes the pool's.
+/// Under load one is usually handed back within it, and the pool's costs a round trip more
+/// (docs/benchmarks.md, stop 59: 12–18% more reads built from PostgreSQL than taking the
+/// pool's at once); a slow statement holding every kept connection costs a read 2 ms at most.
+const WAIT_FOR_KEPT: Duration = Duration::from_millis(2);
 
 /// Connections kept beside the pool for one-statement reads (module docs).
 #[derive(Clone)]
@@ -154,11 +161,18 @@ impl KeptPool {
         }
     }
 
-    /// A connection for one read: a kept one when the set has one free (or room to make one),
-    /// else one of the pool's.
+    /// A connection for one read: a kept one when the set has one free (or room to make one)
+    /// now or within [`WAIT_FOR_KEPT`], else one of the pool's.
     pub async fn acquire(&self) -> sqlx::Result<KeptConnection> {
         let inner = &self.inner;
-        if let Ok(permit) = inner.permits.clone().try_acquire_owned()
+        let permit = match inner.permits.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => tokio::time::timeout(WAIT_FOR_KEPT, inner.permits.clone().acquire_owned())
+                .await
+                .ok()
+                .and_then(Result::ok),
+        };
+        if let Some(permit) = permit
             && inner.open()
             && let Some((conn, made)) = inner.kept().await
         {

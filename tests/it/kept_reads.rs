@@ -140,7 +140,7 @@ async fn a_read_that_does_not_run_to_its_end_closes_its_connection() {
 }
 
 #[tokio::test]
-async fn a_read_finding_every_kept_connection_busy_takes_the_pools_without_waiting() {
+async fn a_read_finding_every_kept_connection_busy_takes_the_pools_rather_than_wait_for_one() {
     let (pool, released, _) = counting_pool().await;
     let kept = KeptPool::new(pool.clone(), 1);
     let mut held = kept.acquire().await.expect("the kept connection");
