@@ -165,14 +165,9 @@ impl KeptPool {
     /// now or within [`WAIT_FOR_KEPT`], else one of the pool's.
     pub async fn acquire(&self) -> sqlx::Result<KeptConnection> {
         let inner = &self.inner;
-        let permit = match inner.permits.clone().try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => tokio::time::timeout(WAIT_FOR_KEPT, inner.permits.clone().acquire_owned())
-                .await
-                .ok()
-                .and_then(Result::ok),
-        };
-        if let Some(permit) = permit
+        // A free permit is taken at once: the timeout polls the acquire before its deadline.
+        if let Ok(Ok(permit)) =
+            tokio::time::timeout(WAIT_FOR_KEPT, inner.permits.clone().acquire_owned()).await
             && inner.open()
             && let Some((conn, made)) = inner.kept().await
         {
