@@ -1,6 +1,7 @@
 //! `db::kept`: the API's reads hand their connection back to a set kept beside the pool,
 //! without the pool's release (and its round trip); a read that does not run to its end closes
-//! its connection, and a read finding the set busy uses the pool.
+//! its connection, and a read finding the set busy uses the pool. A replica under load opens no
+//! more connections than the pool's, the set's and the creates' one (docs/operate.md's budget).
 use crate::common::wait::until;
 use crate::common::*;
 
@@ -237,4 +238,131 @@ async fn a_read_whose_kept_connection_was_lost_runs_again_on_a_new_one() {
         "{all:?}"
     );
     assert_eq!(released_now(&released), 0, "none of these were the pool's");
+}
+
+/// A replica as shipped (`serve` with the pool's and the kept set's default sizes, the worker
+/// on) under many more concurrent requests than it has connections opens at most the pool's,
+/// the kept set's and the one that records creates: the 29 docs/operate.md gives, which sizes
+/// PostgreSQL for the chart's replicas during a rolling update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_under_load_opens_no_more_connections_than_its_budget() {
+    use crate::common::served::{Server, WORKER_ON};
+    use reqwest::Method;
+    use std::sync::atomic::{AtomicBool, AtomicI64};
+
+    let d = magnum_capi::config::Config::default().database;
+    let budget = i64::from(d.max_connections + d.kept_read_connections + 1);
+    assert_eq!(budget, 29, "docs/operate.md gives a replica's budget as 29");
+    let url = fresh_database().await;
+    let pooled = d.max_connections.to_string();
+    let server = Arc::new(
+        Server::start(
+            &url,
+            &[
+                WORKER_ON,
+                ("MAGNUM_CAPI__DATABASE__MAX_CONNECTIONS", pooled.as_str()),
+                ("MAGNUM_CAPI__QUOTAS__MAX_CLUSTERS_PER_PROJECT", "100000"),
+            ],
+        )
+        .await,
+    );
+    let template = server.create_template().await;
+    let create = {
+        let (server, template) = (server.clone(), template.clone());
+        move |name: String| {
+            let (server, template) = (server.clone(), template.clone());
+            async move {
+                let body = serde_json::json!({"name": name, "cluster_template_id": template});
+                server.call(Method::POST, "/v1/clusters", Some(body)).await
+            }
+        }
+    };
+    let made = futures::future::join_all((0..40).map(|i| create(format!("c{i}")))).await;
+    let clusters: Vec<String> = made
+        .iter()
+        .map(|(st, c)| {
+            assert_eq!(*st, 202, "{c}");
+            c["uuid"].as_str().expect("uuid").to_string()
+        })
+        .collect();
+
+    // The database's backends other than the watcher's own, sampled throughout.
+    let watch = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("watching connection");
+    let (stop, peak) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicI64::new(0)),
+    );
+    let sampler = tokio::spawn({
+        let (stop, peak) = (stop.clone(), peak.clone());
+        async move {
+            while !stop.load(Ordering::SeqCst) {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .fetch_one(&watch)
+                .await
+                .expect("pg_stat_activity");
+                peak.fetch_max(n, Ordering::SeqCst);
+            }
+        }
+    });
+
+    // 120 clients for 3 s: shows, pages, nodegroups and templates of many clusters, and creates
+    // beside them (the worker and the status writer busy with them).
+    let clients = 120;
+    let end = tokio::time::Instant::now() + Duration::from_secs(3);
+    let answers = futures::future::join_all((0..clients).map(|i| {
+        let (server, clusters, template) = (server.clone(), clusters.clone(), template.clone());
+        let create = create.clone();
+        async move {
+            let mut codes = Vec::new();
+            let mut n = i;
+            while tokio::time::Instant::now() < end {
+                let c = &clusters[n % clusters.len()];
+                let (code, _) = if n % 8 == 0 {
+                    create(format!("load{i}-{n}")).await
+                } else {
+                    let path = match n % 8 {
+                        1 => format!("/v1/clusters/detail?limit=20&marker={c}"),
+                        2 => format!("/v1/clusters/{c}/nodegroups"),
+                        3 => format!("/v1/clustertemplates/{template}"),
+                        4 => format!("/v1/clusters?limit=5&marker={c}"),
+                        _ => format!("/v1/clusters/{c}"),
+                    };
+                    server.call(Method::GET, &path, None).await
+                };
+                codes.push(code);
+                n += clients;
+            }
+            codes
+        }
+    }))
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    sampler.await.expect("sampler");
+    let codes: Vec<u16> = answers.into_iter().flatten().collect();
+    let failed: Vec<&u16> = codes.iter().filter(|c| **c >= 300).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}",
+        failed.len(),
+        codes.len()
+    );
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= budget,
+        "{peak} connections at once, the budget is {budget}"
+    );
+    // The load reached past the kept set and the creates' connection into the pool, so the
+    // bound above held with all three in use.
+    assert!(
+        peak > i64::from(d.kept_read_connections + 1),
+        "only {peak} connections at once: the load did not reach the pool"
+    );
+    eprintln!("peak {peak} of {budget}, {} requests", codes.len());
 }
