@@ -111,9 +111,13 @@ pub enum Scope {
 
 impl Scope {
     pub(super) fn sql(&self, param: usize) -> String {
+        self.sql_on("t", param)
+    }
+    /// [`Self::sql`]'s condition on the cluster called `alias`.
+    pub(super) fn sql_on(&self, alias: &str, param: usize) -> String {
         match self {
             Scope::All => "TRUE".into(),
-            Scope::Project(_) => format!("t.project_id = ${param}"),
+            Scope::Project(_) => format!("{alias}.project_id = ${param}"),
         }
     }
     pub(super) fn project(&self) -> &str {

@@ -3,12 +3,14 @@
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgArguments;
+use sqlx::postgres::PgRow;
 use sqlx::query::QueryAs;
 use sqlx::types::Json;
-use sqlx::{FromRow, PgExecutor, Postgres};
+use sqlx::{FromRow, PgExecutor, Postgres, Row};
 use uuid::Uuid;
 
 use super::DbResult;
+use super::clusters::Scope;
 use super::page::PageQuery;
 use crate::domain::labels::Labels;
 
@@ -158,24 +160,34 @@ pub async fn find<'e>(
     project: Option<&str>,
     ident: &NgIdent,
 ) -> DbResult<Vec<NodegroupRow>> {
+    let query = sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(find_sql(ident)));
+    Ok(bind_ident(query.bind(cluster).bind(project), ident)
+        .fetch_all(ex)
+        .await?)
+}
+
+/// [`find`]'s statement: the cluster `$1`, the project `$2`, the nodegroup's `ident` `$3`.
+fn find_sql(ident: &NgIdent) -> String {
     let cond = match ident {
         NgIdent::Id(_) => "id = $3",
         NgIdent::Uuid(_) => "uuid = $3",
         NgIdent::Name(_) => "name = $3",
     };
-    let sql = format!(
-        "SELECT * FROM nodegroup WHERE cluster_id = $1 AND ($2::text IS NULL OR project_id = $2)
-           AND {cond} ORDER BY id LIMIT 2"
-    );
-    let query = sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(sql))
-        .bind(cluster)
-        .bind(project);
-    let query = match ident {
-        NgIdent::Id(i) => query.bind(*i),
-        NgIdent::Uuid(u) => query.bind(*u),
-        NgIdent::Name(n) => query.bind(n.clone()),
-    };
-    Ok(query.fetch_all(ex).await?)
+    format!(
+        "SELECT * FROM nodegroup t WHERE cluster_id = $1 AND ($2::text IS NULL OR project_id = $2)
+           AND {cond} ORDER BY t.id LIMIT 2"
+    )
+}
+
+fn bind_ident<'q, O>(
+    q: QueryAs<'q, Postgres, O, PgArguments>,
+    ident: &NgIdent,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    match ident {
+        NgIdent::Id(i) => q.bind(*i),
+        NgIdent::Uuid(u) => q.bind(*u),
+        NgIdent::Name(n) => q.bind(n.clone()),
+    }
 }
 
 pub async fn list<'e>(
@@ -185,6 +197,15 @@ pub async fn list<'e>(
     role: Option<&str>,
     page: &PageQuery,
 ) -> DbResult<Vec<NodegroupRow>> {
+    let query = sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(list_sql(page)));
+    Ok(bind_list(query, cluster, project, role, page)
+        .fetch_all(ex)
+        .await?)
+}
+
+/// [`list`]'s statement: the cluster `$1`, the project `$2`, the role `$3`, the marker's id `$4`
+/// (when the page has one), the page's size `$5`.
+fn list_sql(page: &PageQuery) -> String {
     let mut sql = String::from(
         "SELECT * FROM nodegroup t WHERE t.cluster_id = $1 AND ($2::text IS NULL OR t.project_id = $2)
            AND ($3::text IS NULL OR t.role = $3)",
@@ -196,14 +217,119 @@ pub async fn list<'e>(
     sql.push(' ');
     sql.push_str(&page.order_sql());
     sql.push_str(" LIMIT $5");
-    Ok(sqlx::query_as::<_, NodegroupRow>(AssertSqlSafe(sql))
-        .bind(cluster)
+    sql
+}
+
+fn bind_list<'q, O>(
+    q: QueryAs<'q, Postgres, O, PgArguments>,
+    cluster: Uuid,
+    project: Option<&'q str>,
+    role: Option<&'q str>,
+    page: &PageQuery,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    q.bind(cluster)
         .bind(project)
         .bind(role)
         .bind(page.marker_id.unwrap_or(0))
         .bind(page.limit)
-        .fetch_all(ex)
-        .await?)
+}
+
+/// What a nodegroup read needs of its cluster (its owner and labels), read in the same statement
+/// as the nodegroups it picks.
+#[derive(Debug)]
+pub struct OfCluster {
+    pub project_id: String,
+    pub user_id: String,
+    pub labels: Json<Labels>,
+    pub nodegroups: Vec<NodegroupRow>,
+}
+
+/// A nodegroup row read beside its cluster's columns ([`with_cluster`]): none when the
+/// cluster has no nodegroup the read picks.
+struct Picked {
+    project_id: String,
+    user_id: String,
+    labels: Json<Labels>,
+    nodegroup: Option<NodegroupRow>,
+}
+
+impl<'r> FromRow<'r, PgRow> for Picked {
+    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        let some: Option<i64> = row.try_get("id")?;
+        Ok(Picked {
+            project_id: row.try_get("of_project_id")?,
+            user_id: row.try_get("of_user_id")?,
+            labels: row.try_get("of_labels")?,
+            nodegroup: some.map(|_| NodegroupRow::from_row(row)).transpose()?,
+        })
+    }
+}
+
+/// `inner` (a statement of nodegroups of the cluster `$1`, in the order `order`) with that
+/// cluster's owner and labels when `scope` (its project: parameter `scope_param`) holds it.
+fn with_cluster(inner: &str, scope: &Scope, scope_param: usize, order: &str) -> String {
+    format!(
+        "SELECT c.project_id AS of_project_id, c.user_id AS of_user_id, c.labels AS of_labels, t.*
+           FROM cluster c LEFT JOIN ({inner}) t ON TRUE
+          WHERE c.uuid = $1 AND {} {order}",
+        scope.sql_on("c", scope_param)
+    )
+}
+
+/// The rows of a [`with_cluster`] statement: none when the scope does not hold the cluster.
+fn gathered(rows: Vec<Picked>) -> Option<OfCluster> {
+    let mut rows = rows.into_iter();
+    let first = rows.next()?;
+    let nodegroups = first
+        .nodegroup
+        .into_iter()
+        .chain(rows.filter_map(|r| r.nodegroup))
+        .collect();
+    Some(OfCluster {
+        project_id: first.project_id,
+        user_id: first.user_id,
+        labels: first.labels,
+        nodegroups,
+    })
+}
+
+/// [`find`] with its cluster, in `scope`, in one statement (a nodegroup show by the cluster's
+/// uuid): none when `scope` does not hold the cluster.
+pub async fn find_of_cluster<'e>(
+    ex: impl PgExecutor<'e>,
+    scope: &Scope,
+    cluster: Uuid,
+    project: Option<&str>,
+    ident: &NgIdent,
+) -> DbResult<Option<OfCluster>> {
+    let sql = with_cluster(&find_sql(ident), scope, 4, "ORDER BY t.id");
+    let query = bind_ident(
+        sqlx::query_as::<_, Picked>(AssertSqlSafe(sql))
+            .bind(cluster)
+            .bind(project),
+        ident,
+    );
+    Ok(gathered(query.bind(scope.project()).fetch_all(ex).await?))
+}
+
+/// [`list`] with its cluster, in `scope`, in one statement (a page of nodegroups without a
+/// marker, by the cluster's uuid): none when `scope` does not hold the cluster.
+pub async fn list_of_cluster<'e>(
+    ex: impl PgExecutor<'e>,
+    scope: &Scope,
+    cluster: Uuid,
+    project: Option<&str>,
+    role: Option<&str>,
+    page: &PageQuery,
+) -> DbResult<Option<OfCluster>> {
+    let sql = with_cluster(&list_sql(page), scope, 6, &page.order_sql());
+    let query = sqlx::query_as::<_, Picked>(AssertSqlSafe(sql));
+    Ok(gathered(
+        bind_list(query, cluster, project, role, page)
+            .bind(scope.project())
+            .fetch_all(ex)
+            .await?,
+    ))
 }
 
 /// The nodegroup's status as it is now (`""` when it has none); `None` when it is gone.

@@ -691,14 +691,25 @@ pub async fn find_nodegroup(
     project: Option<&str>,
     ident: &str,
 ) -> Result<NodegroupRow> {
-    let id = if let Ok(i) = ident.parse::<i64>() {
+    one_nodegroup(
+        ndb::find(&app.reads, c.uuid, project, &nodegroup_ident(ident)).await?,
+        ident,
+    )
+}
+
+/// How a path names a nodegroup: its integer id, its uuid or its name.
+pub fn nodegroup_ident(ident: &str) -> NgIdent {
+    if let Ok(i) = ident.parse::<i64>() {
         NgIdent::Id(i)
     } else if let Some(u) = parse_uuid(ident) {
         NgIdent::Uuid(u)
     } else {
         NgIdent::Name(ident.to_string())
-    };
-    let mut rows = ndb::find(&app.reads, c.uuid, project, &id).await?;
+    }
+}
+
+/// The one nodegroup of `rows` (those [`ndb::find`] found for `ident`).
+pub fn one_nodegroup(mut rows: Vec<NodegroupRow>, ident: &str) -> Result<NodegroupRow> {
     match rows.len() {
         0 => Err(DomainError::nodegroup_not_found(ident).into()),
         1 => Ok(rows.remove(0)),

@@ -5,10 +5,10 @@ use serde_json::{Value, json};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::clusters::find_nodegroup;
+use super::clusters::{find_nodegroup, nodegroup_ident, one_nodegroup};
 use super::{
     Error, Result, authorize_cluster as authorize, authorize_target, begin_operation,
-    cluster_scope, cluster_target, find_cluster, lock_cluster, views,
+    cluster_scope, cluster_target, find_cluster, lock_cluster, parse_uuid, views,
 };
 use crate::app::App;
 use crate::db::Violation;
@@ -52,10 +52,35 @@ pub async fn list_json(
     // Debug-quoted strings: no two requests can spell the same key.
     let key = || format!("nodegroups {scope:?} {base:?} {cluster:?} {params:?} {role:?}");
     cluster_view(app, caller, "nodegroup:get_all", key, || async {
-        let c = find_cluster(app, &scope, cluster).await?;
-        authorize(caller, "nodegroup:get_all", &c)?;
-        let list = list(app, caller, &c, params, role, base).await?;
-        Ok((serde_json::to_vec(&list)?, c))
+        let rule = "nodegroup:get_all";
+        let project = ng_project(caller);
+        let (uuid, rows, owner) = match (parse_uuid(cluster), params.marker) {
+            // The cluster's owner and its page in one statement.
+            (Some(uuid), None) => {
+                let page = super::page(params, None);
+                let of = ndb::list_of_cluster(&app.reads, &scope, uuid, project, role, &page)
+                    .await?
+                    .ok_or_else(|| DomainError::cluster_not_found(cluster))?;
+                let owner = owner_of(caller, rule, &of)?;
+                (uuid, of.nodegroups, owner)
+            }
+            _ => {
+                let c = find_cluster(app, &scope, cluster).await?;
+                authorize(caller, rule, &c)?;
+                let rows = list(app, &c, project, params, role).await?;
+                (c.uuid, rows, owner(c))
+            }
+        };
+        let path = format!("clusters/{uuid}/nodegroups");
+        let next = params.next_if_full(rows.len(), || {
+            rows.last()
+                .map(|n| params.next_url(base, &path, &n.uuid.to_string()))
+        });
+        let list = views::NodeGroupList {
+            nodegroups: rows.iter().map(views::nodegroup_short).collect(),
+            next,
+        };
+        Ok((serde_json::to_vec(&list)?, owner))
     })
     .await
 }
@@ -72,20 +97,58 @@ pub async fn show_json(
     let scope = cluster_scope(caller, true);
     let key = || format!("nodegroup {scope:?} {base:?} {cluster:?} {ident:?}");
     cluster_view(app, caller, "nodegroup:get", key, || async {
-        let c = find_cluster(app, &scope, cluster).await?;
-        authorize(caller, "nodegroup:get", &c)?;
-        let ng = find_nodegroup(app, &c, ng_project(caller), ident).await?;
-        Ok((
-            serde_json::to_vec(&views::nodegroup_full(&ng, &c.labels.0, base))?,
-            c,
-        ))
+        let rule = "nodegroup:get";
+        let project = ng_project(caller);
+        let (ng, labels, owner) = match parse_uuid(cluster) {
+            // The cluster's owner and labels and the nodegroup in one statement.
+            Some(uuid) => {
+                let named = nodegroup_ident(ident);
+                let of = ndb::find_of_cluster(&app.reads, &scope, uuid, project, &named)
+                    .await?
+                    .ok_or_else(|| DomainError::cluster_not_found(cluster))?;
+                let owner = owner_of(caller, rule, &of)?;
+                (one_nodegroup(of.nodegroups, ident)?, of.labels, owner)
+            }
+            None => {
+                let c = find_cluster(app, &scope, cluster).await?;
+                authorize(caller, rule, &c)?;
+                let ng = find_nodegroup(app, &c, project, ident).await?;
+                (ng, c.labels.clone(), owner(c))
+            }
+        };
+        let view = views::nodegroup_full(&ng, &labels.0, base);
+        Ok((serde_json::to_vec(&view)?, owner))
     })
     .await
 }
 
+fn owner(c: ClusterRow) -> Owner {
+    Owner {
+        project_id: c.project_id,
+        user_id: c.user_id,
+    }
+}
+
+/// The owner of the cluster a nodegroup read found, once `rule` allows the caller that cluster.
+fn owner_of(caller: &Caller, rule: &str, of: &ndb::OfCluster) -> Result<Owner> {
+    authorize_target(
+        caller,
+        rule,
+        Target {
+            project_id: &of.project_id,
+            user_id: &of.user_id,
+        },
+    )?;
+    Ok(Owner {
+        project_id: of.project_id.clone(),
+        user_id: of.user_id.clone(),
+    })
+}
+
 /// A view of (something of) one cluster: stored under the key `key` makes (only when views are
-/// reused), else the one `build` makes with the cluster it read. The cluster's owner travels
-/// with the body, so a reuse is authorised by `rule` like the first read.
+/// reused), else the one `build` makes with the owner of the cluster it read (once allowed to
+/// the caller). The owner travels with the body, so a reuse is authorised by `rule` like the
+/// first read.
 async fn cluster_view<F, Fut>(
     app: &App,
     caller: &Caller,
@@ -95,15 +158,11 @@ async fn cluster_view<F, Fut>(
 ) -> Result<Bytes>
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(Vec<u8>, ClusterRow)>>,
+    Fut: std::future::Future<Output = Result<(Vec<u8>, Owner)>>,
 {
     // Without reuse each request builds its own, as before views were stored.
     let (body, owner) = super::cached_view(app, key, Unreused::Own, || async {
-        let (body, c) = build().await?;
-        let owner = Owner {
-            project_id: c.project_id,
-            user_id: c.user_id,
-        };
+        let (body, owner) = build().await?;
         Ok((Bytes::from(body), Some(owner)))
     })
     .await?;
@@ -121,16 +180,15 @@ where
     Ok(body)
 }
 
-/// A page of cluster `c`'s nodegroups (short form), optionally by `role`.
+/// A page of cluster `c`'s nodegroups visible to `project`, optionally by `role`, after the
+/// page's marker (a nodegroup of `c`).
 async fn list(
     app: &App,
-    caller: &Caller,
     c: &ClusterRow,
+    project: Option<&str>,
     params: &ListQuery,
     role: Option<&str>,
-    base: &str,
-) -> Result<views::NodeGroupList> {
-    let project = ng_project(caller);
+) -> Result<Vec<NodegroupRow>> {
     let marker_id = match params.marker {
         Some(m) => Some(
             ndb::find(&app.reads, c.uuid, project, &NgIdent::Uuid(m))
@@ -141,23 +199,14 @@ async fn list(
         ),
         None => None,
     };
-    let rows = ndb::list(
+    Ok(ndb::list(
         &app.reads,
         c.uuid,
         project,
         role,
         &super::page(params, marker_id),
     )
-    .await?;
-    let path = format!("clusters/{}/nodegroups", c.uuid);
-    let next = params.next_if_full(rows.len(), || {
-        rows.last()
-            .map(|n| params.next_url(base, &path, &n.uuid.to_string()))
-    });
-    Ok(views::NodeGroupList {
-        nodegroups: rows.iter().map(views::nodegroup_short).collect(),
-        next,
-    })
+    .await?)
 }
 
 /// The operation of a nodegroup request on cluster `c`.

@@ -16,6 +16,12 @@ async fn ready_cluster(t: &TestApp, who: &As) -> String {
     uuid
 }
 
+/// Alice's cluster `c` on her template `ct` (not waited for).
+async fn alices_cluster_c(t: &TestApp) -> String {
+    let ct = t.template(&ALICE, "ct").await;
+    t.cluster(&ALICE, "c", &ct).await
+}
+
 fn ngs_path(cluster: &str) -> String {
     format!("/v1/clusters/{cluster}/nodegroups")
 }
@@ -266,8 +272,7 @@ async fn pages_of_one_walk_the_whole_list_in_every_order() {
 #[tokio::test]
 async fn get_by_id_uuid_and_name_returns_the_full_body() {
     let t = app().await;
-    let ct = t.template(&ALICE, "ct").await;
-    let uuid = t.cluster(&ALICE, "c", &ct).await;
+    let uuid = alices_cluster_c(&t).await;
     let by_name = t.get_v(&ALICE, &ng_path(&uuid, "default-worker"), V).await;
     by_name.assert_status(200);
     let b = &by_name.body;
@@ -300,6 +305,60 @@ async fn get_by_id_uuid_and_name_returns_the_full_body() {
     assert_eq!(&by_id.body, b);
     let missing = t.get_v(&ALICE, &ng_path(&uuid, "nope"), V).await;
     assert_magnum_error(&missing, 404, "Nodegroup nope could not be found.");
+}
+
+/// A cluster named by its uuid (its owner, labels and nodegroups read in one statement) and by
+/// its name (the cluster first, then its nodegroups) answers every nodegroup read alike.
+#[tokio::test]
+async fn nodegroup_reads_by_the_clusters_uuid_and_by_its_name_answer_alike() {
+    let t = app().await;
+    let uuid = alices_cluster_c(&t).await;
+    let worker = t.get_v(&ALICE, &ng_path(&uuid, "default-worker"), V).await;
+    let ng = worker.body["uuid"].as_str().unwrap().to_string();
+    let id = worker.body["id"].as_i64().unwrap().to_string();
+    let reads = [
+        ngs_path("{c}"),
+        format!("{}?role=worker", ngs_path("{c}")),
+        format!("{}?role=master", ngs_path("{c}")),
+        format!("{}?role=none", ngs_path("{c}")),
+        format!("{}?limit=1", ngs_path("{c}")),
+        format!("{}?sort_key=name&sort_dir=desc", ngs_path("{c}")),
+        ng_path("{c}", "default-worker"),
+        ng_path("{c}", &ng),
+        ng_path("{c}", &id),
+        ng_path("{c}", "nope"),
+    ];
+    for who in [&ALICE, &ADMIN, &BOB] {
+        for read in &reads {
+            let by_uuid = t.get_v(who, &read.replace("{c}", &uuid), V).await;
+            let by_name = t.get_v(who, &read.replace("{c}", "c"), V).await;
+            let want = match (who.project, read.ends_with("nope")) {
+                ("p-bob", _) | (_, true) => 404,
+                _ => 200,
+            };
+            by_uuid.assert_status(want);
+            by_name.assert_status(want);
+            if want == 200 {
+                assert_eq!(by_uuid.body, by_name.body, "{read} as {}", who.user);
+            }
+        }
+    }
+    let listed = t
+        .get_v(&ALICE, &format!("{}?limit=1", ngs_path(&uuid)), V)
+        .await;
+    assert_eq!(listed.body["nodegroups"].as_array().unwrap().len(), 1);
+    assert!(
+        listed.body["next"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("clusters/{uuid}/nodegroups")),
+        "{}",
+        listed.body
+    );
+    let none = t
+        .get_v(&ALICE, &format!("{}?role=none", ngs_path(&uuid)), V)
+        .await;
+    assert_eq!(none.body["nodegroups"], json!([]));
 }
 
 #[tokio::test]

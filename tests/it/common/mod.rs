@@ -186,13 +186,18 @@ pub struct Resp {
 
 impl Resp {
     /// The `name` of each item of the list body's `collection` (`clustertemplates`,
-    /// `nodegroups`, …), in order.
+    /// `nodegroups`, …), in order; an item without a name fails the test.
     pub fn names(&self, collection: &str) -> Vec<String> {
         self.body[collection]
             .as_array()
             .unwrap_or_else(|| panic!("no {collection} in {}", self.body))
             .iter()
-            .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+            .map(|t| {
+                t["name"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("an item of {collection} without a name: {t}"))
+                    .to_string()
+            })
             .collect()
     }
     pub fn header(&self, name: &str) -> Option<&str> {
