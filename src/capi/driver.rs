@@ -137,7 +137,14 @@ pub struct Capi {
     /// Runs the Keystone-wide chores of `maintenance` (leftover, orphaned and checked
     /// credentials): one management cluster of a replica does, not each.
     pub(super) shared_duties: bool,
+    /// Clusters whose encryption Secret this replica wrote or saw: they encrypt for good (see
+    /// `Capi::etcd_encryption`), so their renders read it no more.
+    pub(super) encrypting: moka::future::Cache<Uuid, ()>,
 }
+
+/// Clusters [`Capi::encrypting`] remembers (16 bytes each); one it forgot reads its Secret once
+/// more.
+const ENCRYPTING_KEPT: u64 = 100_000;
 
 /// What a [`Capi`] is made of (the rest starts empty: its observer, reachability, counters).
 pub struct CapiParts {
@@ -166,6 +173,7 @@ impl Capi {
             name: parts.name,
             reach: Default::default(),
             shared_duties: parts.shared_duties,
+            encrypting: moka::future::Cache::new(ENCRYPTING_KEPT),
         }
     }
 
@@ -597,6 +605,7 @@ impl Capi {
             ..self.inputs(&spec.template, cluster, &ngs, creds, cas.as_ref())
         })?;
         let mut objs = adjust(self.renderer.render(&v)?);
+        let writes_encryption = encryption_secret.is_some();
         if let Some(secret) = encryption_secret {
             // Before the control plane that reads it, after the namespace.
             let at = objs.iter().take_while(|o| o["kind"] == "Namespace").count();
@@ -607,6 +616,9 @@ impl Capi {
             .await?;
         self.ensure_api_security_groups(cluster, &v).await?;
         self.mgmt.apply_all(&objs).await?;
+        if writes_encryption {
+            self.encrypting.insert(cluster.uuid, ()).await;
+        }
         self.prune(&ns, cluster.uuid, &objs).await?;
         Ok(objs)
     }

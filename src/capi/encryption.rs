@@ -141,16 +141,21 @@ impl Capi {
     }
 
     /// Whether the cluster's API servers encrypt Secrets at rest: yes when its Secret exists
-    /// (once on, it stays on), else as `etcd_encryption_enabled` says — defaulting to on for a
-    /// cluster being created (`create`), off for one made before — with the Secret to write,
-    /// with a first key, when it is to be on (applied with the cluster's objects, after its
-    /// namespace).
+    /// (once on, it stays on: known without a read once this replica wrote or saw it), else as
+    /// `etcd_encryption_enabled` says — defaulting to on for a cluster being created (`create`),
+    /// off for one made before — with the Secret to write, with a first key, when it is to be
+    /// on (applied with the cluster's objects, after its namespace).
     pub(super) async fn etcd_encryption(
         &self,
         spec: &ClusterSpec,
         create: bool,
     ) -> Result<(bool, Option<Value>), CapiError> {
+        let uuid = spec.cluster.uuid;
+        if self.encrypting.contains_key(&uuid) {
+            return Ok((true, None));
+        }
         if self.encryption_keys(spec).await?.is_some() {
+            self.encrypting.insert(uuid, ()).await;
             return Ok((true, None));
         }
         let wanted = match spec
