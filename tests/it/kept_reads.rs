@@ -240,10 +240,11 @@ async fn a_read_whose_kept_connection_was_lost_runs_again_on_a_new_one() {
     assert_eq!(released_now(&released), 0, "none of these were the pool's");
 }
 
-/// A replica as shipped (`serve` with the pool's and the kept set's default sizes, the worker
-/// on) under many more concurrent requests than it has connections opens at most the pool's,
-/// the kept set's and the one that records creates: the 29 docs/operate.md gives, which sizes
-/// PostgreSQL for the chart's replicas during a rolling update.
+/// A replica with the shipped defaults (the binary's `serve --dev` on a database of its own,
+/// the pool's and the kept set's default sizes, the worker on) under many more concurrent
+/// requests than it has connections opens at most the pool's, the kept set's and the one that
+/// records creates: the 29 docs/operate.md gives, which sizes PostgreSQL for the chart's
+/// replicas during a rolling update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_under_load_opens_no_more_connections_than_its_budget() {
     use crate::common::served::{Server, WORKER_ON};
