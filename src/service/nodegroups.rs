@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::clusters::{find_nodegroup, nodegroup_ident, one_nodegroup};
 use super::{
-    Error, Result, authorize_cluster as authorize, authorize_target, begin_operation,
-    cluster_scope, cluster_target, find_cluster, lock_cluster, parse_uuid, views,
+    Error, Result, authorize_target, begin_operation, cluster_scope, cluster_target, find_cluster,
+    lock_cluster, parse_uuid, views,
 };
 use crate::app::App;
 use crate::db::Violation;
@@ -61,14 +61,14 @@ pub async fn list_json(
                 let of = ndb::list_of_cluster(&app.reads, &scope, uuid, project, role, &page)
                     .await?
                     .ok_or_else(|| DomainError::cluster_not_found(cluster))?;
-                let owner = owner_of(caller, rule, &of)?;
-                (uuid, of.nodegroups, owner)
+                let (owner, _, nodegroups) = allowed_of(caller, rule, of)?;
+                (uuid, nodegroups, owner)
             }
             _ => {
                 let c = find_cluster(app, &scope, cluster).await?;
-                authorize(caller, rule, &c)?;
+                let owner = allowed(caller, rule, owner_of(&c))?;
                 let rows = list(app, &c, project, params, role).await?;
-                (c.uuid, rows, owner(c))
+                (c.uuid, rows, owner)
             }
         };
         let path = format!("clusters/{uuid}/nodegroups");
@@ -106,14 +106,14 @@ pub async fn show_json(
                 let of = ndb::find_of_cluster(&app.reads, &scope, uuid, project, &named)
                     .await?
                     .ok_or_else(|| DomainError::cluster_not_found(cluster))?;
-                let owner = owner_of(caller, rule, &of)?;
-                (one_nodegroup(of.nodegroups, ident)?, of.labels, owner)
+                let (owner, labels, nodegroups) = allowed_of(caller, rule, of)?;
+                (one_nodegroup(nodegroups, ident)?, labels, owner)
             }
             None => {
                 let c = find_cluster(app, &scope, cluster).await?;
-                authorize(caller, rule, &c)?;
+                let owner = allowed(caller, rule, owner_of(&c))?;
                 let ng = find_nodegroup(app, &c, project, ident).await?;
-                (ng, c.labels.clone(), owner(c))
+                (ng, c.labels, owner)
             }
         };
         let view = views::nodegroup_full(&ng, &labels.0, base);
@@ -122,27 +122,38 @@ pub async fn show_json(
     .await
 }
 
-fn owner(c: ClusterRow) -> Owner {
+fn owner_of(c: &ClusterRow) -> Owner {
     Owner {
-        project_id: c.project_id,
-        user_id: c.user_id,
+        project_id: c.project_id.clone(),
+        user_id: c.user_id.clone(),
     }
 }
 
-/// The owner of the cluster a nodegroup read found, once `rule` allows the caller that cluster.
-fn owner_of(caller: &Caller, rule: &str, of: &ndb::OfCluster) -> Result<Owner> {
+/// The owner, labels and nodegroups a nodegroup read found, once `rule` allows the caller
+/// their cluster.
+fn allowed_of(
+    caller: &Caller,
+    rule: &str,
+    of: ndb::OfCluster,
+) -> Result<(Owner, Json<labels::Labels>, Vec<NodegroupRow>)> {
+    let owner = Owner {
+        project_id: of.project_id,
+        user_id: of.user_id,
+    };
+    Ok((allowed(caller, rule, owner)?, of.labels, of.nodegroups))
+}
+
+/// `owner`, once `rule` allows the caller the cluster it owns.
+fn allowed(caller: &Caller, rule: &str, owner: Owner) -> Result<Owner> {
     authorize_target(
         caller,
         rule,
         Target {
-            project_id: &of.project_id,
-            user_id: &of.user_id,
+            project_id: &owner.project_id,
+            user_id: &owner.user_id,
         },
     )?;
-    Ok(Owner {
-        project_id: of.project_id.clone(),
-        user_id: of.user_id.clone(),
-    })
+    Ok(owner)
 }
 
 /// A view of (something of) one cluster: stored under the key `key` makes (only when views are
@@ -169,14 +180,7 @@ where
     let owner = owner.ok_or(Error::Invariant(
         "a nodegroup view without its cluster's owner",
     ))?;
-    authorize_target(
-        caller,
-        rule,
-        Target {
-            project_id: &owner.project_id,
-            user_id: &owner.user_id,
-        },
-    )?;
+    allowed(caller, rule, owner)?;
     Ok(body)
 }
 
