@@ -258,6 +258,13 @@ pub struct CapiConfig {
     pub kube_vip_image: String,
     /// Minutes an update (resize, upgrade, nodegroup change) may take before `UPDATE_FAILED`.
     pub update_timeout_mins: u64,
+    /// Milliseconds the status writer gathers other transactions' change notifications (an API
+    /// write, the worker, another replica) into one pass after the first of them. Those
+    /// transactions wrote their own statuses: only the writer's re-evaluation waits. At a few
+    /// hundred creates a second, a pass per commit read each one's clusters in four statements,
+    /// as much PostgreSQL time as the creates' own statement (docs/benchmarks.md). A change the
+    /// watchers see is written at once, whatever this is. 0: a pass per wake-up.
+    pub status_gather_ms: u64,
     /// Seconds an add-on (a CAAPH release) may stay installing or upgrading before the cluster's
     /// health counts it as failed (docs/templates-and-labels.md, "Add-on health").
     pub addon_install_timeout_secs: u64,
@@ -497,6 +504,7 @@ impl Default for CapiConfig {
             egress_cidrs: Vec::new(),
             kube_vip_image: "ghcr.io/kube-vip/kube-vip:v1.2.3".into(),
             update_timeout_mins: 60,
+            status_gather_ms: 50,
             addon_install_timeout_secs: 1800,
             openstack_retry_grace_secs: 120,
             delete_timeout_mins: 30,

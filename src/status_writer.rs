@@ -181,6 +181,9 @@ pub struct Timeouts {
     /// When upstream support of each Kubernetes minor ends (`[upgrades]
     /// kubernetes_end_of_life`).
     pub kube_end_of_life: Arc<crate::domain::kube_support::EndOfLife>,
+    /// How long other transactions' notifications are gathered into one pass after the first
+    /// of them (`[capi] status_gather_ms`).
+    pub notified_gather: Duration,
 }
 
 impl Timeouts {
@@ -195,6 +198,7 @@ impl Timeouts {
             // Checked when the configuration was read; a table built in code that is not one
             // checks nothing.
             kube_end_of_life: Arc::new(upgrades.end_of_life().unwrap_or_default()),
+            notified_gather: Duration::from_millis(config.status_gather_ms),
         }
     }
 }
@@ -334,7 +338,7 @@ type Rechecks = HashMap<Uuid, DateTime<Utc>>;
 ///
 /// Nothing runs while nothing happens: the writer wakes on the watchers' changes, on
 /// `magnum_capi_clusters` notifications (any replica's cluster or operation change, gathered for
-/// `NOTIFIED_GATHER` into one pass), on a change of the management cluster's reachability, at
+/// `[capi] status_gather_ms` into one pass), on a change of the management cluster's reachability, at
 /// the next in-progress deadline and when an add-on still in progress would pass its timeout;
 /// `safety` is only the pace of the re-check of in-progress clusters and of the lock's
 /// connection when no event came. A replica without the lock waits for it in PostgreSQL
@@ -402,7 +406,7 @@ pub async fn run_writer(
         }
         // Only other transactions' commits so far: more are gathered for a moment, so a
         // stream of them (every create commits, each batch notifies) is a pass every
-        // [`NOTIFIED_GATHER`], not one per commit.
+        // `notified_gather`, not one per commit.
         if !rescan
             && !w.urgent
             && w.gather_until
@@ -574,8 +578,9 @@ impl Writer {
             Wake::Notified(Ok(Some(n))) => {
                 if let Ok(u) = n.payload().parse::<Uuid>() {
                     self.queue(u);
+                    let gather = self.timeouts.notified_gather;
                     self.gather_until
-                        .get_or_insert_with(|| tokio::time::Instant::now() + NOTIFIED_GATHER);
+                        .get_or_insert_with(|| tokio::time::Instant::now() + gather);
                 }
             }
             // The listening connection dropped (it reconnects on the next call): what was
@@ -762,14 +767,6 @@ impl Writer {
         }
     }
 }
-
-/// How long notifications are gathered into one pass after the first of them. They are other
-/// transactions' commits (an API write, the worker, another replica), whose statuses those
-/// transactions wrote themselves: what the writer adds is its re-evaluation, which can wait a
-/// moment. At a few hundred creates a second, a pass per commit read the states of each one's
-/// clusters in four statements, as much PostgreSQL time as the creates' own statement
-/// (docs/benchmarks.md). A watcher's change is never gathered: it is written at once.
-const NOTIFIED_GATHER: Duration = Duration::from_millis(50);
 
 /// How many notifications that have already arrived a wake-up takes in at most.
 const NOTIFICATIONS_PER_WAKE: usize = 10_000;

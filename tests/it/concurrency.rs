@@ -437,7 +437,6 @@ async fn a_change_is_not_held_behind_a_row_another_transaction_holds() {
 /// held while a Machine of each reports a new address, `theirs` first: ours is written while
 /// theirs is held; when it stays on this management cluster, theirs is written once released.
 async fn a_change_is_written_while_another_clusters_row_is_held(elsewhere: bool) {
-    use magnum_capi::simkube::Resource;
     let app = capi_app_on(None, None, false, |_| {}).await;
     let t = &app.t;
     let ct = template(t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
@@ -462,28 +461,7 @@ async fn a_change_is_written_while_another_clusters_row_is_held(elsewhere: bool)
         .await
         .unwrap();
     // A worker Machine of each reports a new address: theirs first, then ours.
-    let machines = Resource::of("cluster.x-k8s.io/v1beta2", "Machine");
-    let readdress = |c: &str, ip: &str| {
-        let found = app
-            .sim
-            .store()
-            .list(
-                &machines,
-                None,
-                &format!("magnum.openstack.org/cluster-uuid={c},magnum.openstack.org/role=worker"),
-            )
-            .unwrap();
-        let m = found.first().expect("a worker Machine");
-        app.sim
-            .store()
-            .patch_status(
-                &machines,
-                m["metadata"]["namespace"].as_str().unwrap(),
-                m["metadata"]["name"].as_str().unwrap(),
-                &json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}),
-            )
-            .unwrap();
-    };
+    let readdress = |c: &str, ip: &str| readdress_worker(&app, c, ip);
     readdress(&theirs, "198.51.100.1");
     // The writer is woken by theirs alone (it would lock theirs' row before ours changed).
     until("their new address in the watchers' index", || async {
@@ -495,13 +473,7 @@ async fn a_change_is_written_while_another_clusters_row_is_held(elsewhere: bool)
     })
     .await;
     readdress(&ours, "198.51.100.2");
-    let written = |uuid: String, ip: &'static str| async move {
-        let r = t.get(&ALICE, &format!("/v1/clusters/{uuid}")).await;
-        r.body["node_addresses"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|x| x == ip))
-            .then_some(())
-    };
+    let written = |uuid: String, ip: &'static str| address_shown(t, uuid, ip);
     until("our cluster's new address written", || {
         written(ours.clone(), "198.51.100.2")
     })
@@ -513,6 +485,85 @@ async fn a_change_is_written_while_another_clusters_row_is_held(elsewhere: bool)
         })
         .await;
     }
+}
+
+/// The first worker Machine of cluster `c` (its uuid) in `app`'s simulator reports address `ip`.
+fn readdress_worker(app: &CapiApp, c: &str, ip: &str) {
+    use magnum_capi::simkube::Resource;
+    let machines = Resource::of("cluster.x-k8s.io/v1beta2", "Machine");
+    let found = app
+        .sim
+        .store()
+        .list(
+            &machines,
+            None,
+            &format!("magnum.openstack.org/cluster-uuid={c},magnum.openstack.org/role=worker"),
+        )
+        .unwrap();
+    let m = found.first().expect("a worker Machine");
+    app.sim
+        .store()
+        .patch_status(
+            &machines,
+            m["metadata"]["namespace"].as_str().unwrap(),
+            m["metadata"]["name"].as_str().unwrap(),
+            &json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}),
+        )
+        .unwrap();
+}
+
+/// `Some` once cluster `uuid`'s show lists `ip` among its node addresses.
+async fn address_shown(t: &TestApp, uuid: String, ip: &'static str) -> Option<()> {
+    let r = t.get(&ALICE, &format!("/v1/clusters/{uuid}")).await;
+    r.body["node_addresses"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x == ip))
+        .then_some(())
+}
+
+/// A change the watchers see is written at once, even while other transactions' notifications
+/// are being gathered: with the gather an hour long (`[capi] status_gather_ms`) and one just
+/// begun, a worker Machine's new address reaches the cluster long before the status writer's
+/// safety poll (60 s) would have written it. Gathered like a notification, it would wait for
+/// that poll, past this wait's bound.
+#[tokio::test]
+async fn a_watchers_change_is_written_at_once_while_notifications_are_gathered() {
+    let (app, _, ours) = one_created(|cfg| cfg.capi.status_gather_ms = 3_600_000).await;
+    let t = &app.t;
+    // Another transaction's commit is notified (the gather begins), and delivered: this
+    // session hears it as the status writer's listening session does.
+    let mut heard = sqlx::postgres::PgListener::connect_with(&t.state.pool)
+        .await
+        .unwrap();
+    heard.listen("magnum_capi_clusters").await.unwrap();
+    sqlx::query("SELECT pg_notify('magnum_capi_clusters', $1)")
+        .bind(&ours)
+        .execute(&t.state.pool)
+        .await
+        .unwrap();
+    let delivered = async { while heard.recv().await.unwrap().payload() != ours {} };
+    tokio::time::timeout(crate::common::wait::deadline(), delivered)
+        .await
+        .expect("the notification delivered");
+    readdress_worker(&app, &ours, "198.51.100.7");
+    crate::common::wait::until_within(
+        std::time::Duration::from_secs(30),
+        "the new address written while notifications are gathered",
+        || address_shown(t, ours.clone(), "198.51.100.7"),
+    )
+    .await;
+}
+
+/// A CAPI service configured by `tweak` with one cluster, `ours`, created through it (so its
+/// status writer leads): the service, the template's uuid and the cluster's.
+async fn one_created(
+    tweak: impl FnOnce(&mut magnum_capi::config::Config),
+) -> (CapiApp, String, String) {
+    let app = capi_app_on(None, None, false, tweak).await;
+    let ct = template(&app.t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
+    let ours = app.t.cluster(&ALICE, "ours", &ct).await;
+    app.t.wait_cluster(&ALICE, &ours, "CREATE_COMPLETE").await;
+    (app, ct, ours)
 }
 
 /// The projects whose `cluster_project_count` differs from their clusters' `count(*)` (a
@@ -795,7 +846,7 @@ async fn a_burst_of_notifications_with_nothing_to_write_costs_few_transactions()
 
 /// A stream of other transactions' commits (one notification each, a millisecond or so apart,
 /// as creates at a few hundred a second commit): the status writer gathers them for a moment
-/// (`status_writer::NOTIFIED_GATHER`, 50 ms), so they are a pass of a few statements per 50 ms
+/// (`[capi] status_gather_ms`, 50 ms by default), so they are a pass of a few statements per 50 ms
 /// of the stream, not a pass each. 200 commits over at least 200 ms: measured here 249
 /// transactions over the window (the 200 commits, the writer's passes, 8 of background); 1,009
 /// when every commit woke a pass of its own (four statements each). The bound follows the
@@ -841,14 +892,8 @@ async fn a_stream_of_commits_is_read_in_a_few_passes_not_one_each() {
 /// reports at once. The worker's safety poll is production's (tests poll every 50 ms), so the
 /// background is the service's, not a test's pace.
 async fn settled_rows(rows: i64) -> (CapiApp, sqlx::pool::PoolConnection<sqlx::Postgres>) {
-    let app = capi_app_on(None, None, false, |cfg| {
-        cfg.operations.poll_interval_ms = 30_000;
-    })
-    .await;
+    let (app, ct, _) = one_created(|cfg| cfg.operations.poll_interval_ms = 30_000).await;
     let t = &app.t;
-    let ct = template(t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
-    let ours = t.cluster(&ALICE, "ours", &ct).await;
-    t.wait_cluster(&ALICE, &ours, "CREATE_COMPLETE").await;
     let mut conn = t.state.pool.acquire().await.unwrap();
     sqlx::query(
         "INSERT INTO cluster (uuid, project_id, user_id, name, cluster_template_id, status,
