@@ -471,8 +471,21 @@ async fn create_on(t: &TestApp, name: &str, tpl: &str) -> Resp {
     .await
 }
 
+/// How many creates of this process tried again with a fresh template, their own having moved
+/// (`magnum_capi_create_stage_seconds{stage="moved"}`; the recorder is installed by the first
+/// call). Other tests' creates only add to it.
+fn creates_moved() -> u64 {
+    let text = magnum_capi::telemetry::handle()
+        .expect("the metrics recorder")
+        .render();
+    text.lines()
+        .find_map(|l| l.strip_prefix("magnum_capi_create_stage_seconds_count{stage=\"moved\"} "))
+        .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
 #[tokio::test]
 async fn a_create_decides_on_the_template_as_committed_through_another_replica() {
+    let moved = creates_moved();
     let (t, tpl, _c) = setup().await;
     let other = t.twin(|_| {}).await;
     let template = |set: &str| format!("UPDATE cluster_template SET {set} WHERE uuid = '{tpl}'");
@@ -515,6 +528,13 @@ async fn a_create_decides_on_the_template_as_committed_through_another_replica()
     );
     admin_sets(&other, &private, "/public").await;
     t.cluster(&ALICE, "public", &private).await;
+    // The creates that decided on a row `t` knew but was not the committed one were decided
+    // again on a fresh read (four of them here, counted as `moved`).
+    assert!(
+        creates_moved() >= moved + 4,
+        "{} creates tried again with a fresh template, at least 4 expected",
+        creates_moved() - moved
+    );
     // Received again, and read by a create: now a row `t` knows lets Alice create, and the
     // committed one (hidden through the other replica) does not.
     let before = t.state.views.template_generation();
