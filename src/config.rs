@@ -263,7 +263,8 @@ pub struct CapiConfig {
     /// transactions wrote their own statuses: only the writer's re-evaluation waits. At a few
     /// hundred creates a second, a pass per commit read each one's clusters in four statements,
     /// as much PostgreSQL time as the creates' own statement (docs/benchmarks.md). A change the
-    /// watchers see is written at once, whatever this is. 0: a pass per wake-up.
+    /// watchers see is written at once, whatever this is. 0: a pass per wake-up; at most 60000
+    /// (the writer's safety poll: a longer gather would wait for nothing).
     pub status_gather_ms: u64,
     /// Seconds an add-on (a CAAPH release) may stay installing or upgrading before the cluster's
     /// health counts it as failed (docs/templates-and-labels.md, "Add-on health").
@@ -835,6 +836,10 @@ impl CapiConfig {
         Ok(())
     }
 }
+
+/// The status writer's safety poll (one minute), which is also the longest `[capi]
+/// status_gather_ms`.
+pub const STATUS_SAFETY_POLL_MS: u64 = 60_000;
 
 /// Each of `cidrs` must be a CIDR (`egress_cidrs` end up in Octavia's `allowed_cidrs`).
 fn check_egress_cidrs(section: &str, cidrs: &[String]) -> Result<(), ConfigError> {
@@ -1469,6 +1474,11 @@ impl Config {
         if self.api_proxy.key.is_some() {
             self.api_proxy.proxy_key()?;
         }
+        if self.capi.status_gather_ms > STATUS_SAFETY_POLL_MS {
+            return Err(ConfigError::Invalid(format!(
+                "[capi] status_gather_ms must be at most {STATUS_SAFETY_POLL_MS}"
+            )));
+        }
         if self.api_proxy.max_dials == 0 {
             return Err(ConfigError::Invalid(
                 "[api_proxy] max_dials must be >= 1".into(),
@@ -1605,6 +1615,17 @@ mod tests {
         }
         let debug = format!("{with_key:?}");
         assert!(!debug.contains(key), "the key in Debug output");
+    }
+
+    /// The status writer's gather is bounded by its safety poll (an unbounded one would also
+    /// overflow the writer's clock).
+    #[test]
+    fn the_status_gather_is_at_most_a_minute() {
+        let gather = |ms: u64| parsed(&format!("[capi]\nstatus_gather_ms = {ms}\n")).validate();
+        assert!(gather(0).is_ok());
+        assert!(gather(STATUS_SAFETY_POLL_MS).is_ok());
+        let e = gather(STATUS_SAFETY_POLL_MS + 1).unwrap_err().to_string();
+        assert!(e.contains("status_gather_ms must be at most 60000"), "{e}");
     }
 
     /// Run by `.ci/run` as `cargo test --no-default-features --lib production_build`.

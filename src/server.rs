@@ -316,7 +316,7 @@ pub fn capi_runtime_named(
 /// How often the status writer re-checks in-progress clusters and its lock when no event woke
 /// it (it wakes on watch events, cluster-change notifications, reachability changes and
 /// deadlines).
-const SAFETY_POLL: Duration = Duration::from_secs(60);
+const SAFETY_POLL: Duration = Duration::from_millis(crate::config::STATUS_SAFETY_POLL_MS);
 
 /// The pace of the credential maintenance (leftovers, checks due, renewals, abandoned staged
 /// and orphaned credentials), all due on the scale of minutes to days: every 5 minutes, or the

@@ -165,8 +165,8 @@ async fn load_states(
         .collect())
 }
 
-/// The time limits the status writer applies (and the dates upstream support of each
-/// Kubernetes minor ends).
+/// The time limits the status writer applies, how long it gathers notifications, and the
+/// dates upstream support of each Kubernetes minor ends.
 #[derive(Debug, Clone)]
 pub struct Timeouts {
     /// An update, from its last operation's start, before `UPDATE_FAILED` (`[capi]

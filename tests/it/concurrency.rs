@@ -522,13 +522,15 @@ async fn address_shown(t: &TestApp, uuid: String, ip: &'static str) -> Option<()
 }
 
 /// A change the watchers see is written at once, even while other transactions' notifications
-/// are being gathered: with the gather an hour long (`[capi] status_gather_ms`) and one just
-/// begun, a worker Machine's new address reaches the cluster long before the status writer's
-/// safety poll (60 s) would have written it. Gathered like a notification, it would wait for
-/// that poll, past this wait's bound.
+/// are being gathered: with the gather as long as it may be (`[capi] status_gather_ms`, the
+/// status writer's safety poll: 60 s) and one just begun, a worker Machine's new address
+/// reaches the cluster long before. Gathered like a notification, it would wait for the gather
+/// to end, past this wait's bound.
 #[tokio::test]
 async fn a_watchers_change_is_written_at_once_while_notifications_are_gathered() {
-    let (app, _, ours) = one_created(|cfg| cfg.capi.status_gather_ms = 3_600_000).await;
+    let (app, _, ours) =
+        one_created(|cfg| cfg.capi.status_gather_ms = magnum_capi::config::STATUS_SAFETY_POLL_MS)
+            .await;
     let t = &app.t;
     // Another transaction's commit is notified (the gather begins), and delivered: this
     // session hears it as the status writer's listening session does.
