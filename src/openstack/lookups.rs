@@ -194,16 +194,22 @@ impl HasId for Subnet {
     }
 }
 
-/// Neutron filters by one attribute at a time; Magnum matches name or id, so ask both ways and
-/// merge (`fetch(by_id)`).
-async fn by_name_or_id<T, F, Fut>(fetch: F) -> Result<Vec<T>, OpenStackError>
+/// Neutron filters by one attribute at a time; Magnum matches name or id, so ask both ways, side
+/// by side, and merge (`fetch(by_id)`). Neutron makes every id itself, a UUID (its API takes
+/// none on create): an `ident` that is not one can only be a name, and is asked for once.
+async fn by_name_or_id<T, F, Fut>(ident: &str, fetch: F) -> Result<Vec<T>, OpenStackError>
 where
     T: HasId,
     F: Fn(bool) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<T>, OpenStackError>>,
 {
-    let mut found = fetch(false).await?;
-    for row in fetch(true).await? {
+    if uuid::Uuid::parse_str(ident).is_err() {
+        return fetch(false).await;
+    }
+    // The by-name answer's error first, as when they ran one after the other.
+    let (by_name, by_id) = tokio::join!(fetch(false), fetch(true));
+    let mut found = by_name?;
+    for row in by_id? {
         if !found.iter().any(|f| f.id() == row.id()) {
             found.push(row);
         }
@@ -218,7 +224,7 @@ pub async fn networks(
     external: bool,
 ) -> Result<Vec<Network>, OpenStackError> {
     const SVC: &str = "Neutron";
-    by_name_or_id(|by_id| async move {
+    by_name_or_id(ident, |by_id| async move {
         let mut b = network_list::Request::builder();
         if by_id {
             b.id(ident);
@@ -236,7 +242,7 @@ pub async fn networks(
 /// Subnets whose name or id is `ident`.
 pub async fn subnets(s: &UserSession, ident: &str) -> Result<Vec<Subnet>, OpenStackError> {
     const SVC: &str = "Neutron";
-    by_name_or_id(|by_id| async move {
+    by_name_or_id(ident, |by_id| async move {
         let mut b = subnet_list::Request::builder();
         if by_id {
             b.id(ident);
@@ -287,10 +293,15 @@ mod tests {
         use axum::response::IntoResponse;
         let app =
             axum::Router::new().route("/compute/v2.1/flavors/detail", axum::routing::get(list));
+        serving("compute", "/compute/v2.1", app).await
+    }
+
+    /// A session whose catalog has `service_type` at `path` of `app`, served on a port of its own.
+    async fn serving(service_type: &str, path: &str, app: axum::Router) -> UserSession {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/compute/v2.1", listener.local_addr().unwrap());
+        let url = format!("http://{}{path}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        let catalog: Catalog = serde_json::from_value(json!([{"type": "compute", "endpoints": [
+        let catalog: Catalog = serde_json::from_value(json!([{"type": service_type, "endpoints": [
             {"interface": "public", "region_id": "RegionOne", "url": url}]}]))
         .unwrap();
         UserSession::new(
@@ -301,6 +312,62 @@ mod tests {
             None,
             std::time::Duration::from_secs(5),
         )
+    }
+
+    /// A Neutron whose network list answers one network for a `name` filter equal to
+    /// `named` and one `id` filter equal to `by_id`, and nothing otherwise; the query of each
+    /// list asked for, in `asked`.
+    async fn neutron(
+        named: &'static str,
+        by_id: &'static str,
+        asked: Arc<Mutex<Vec<String>>>,
+    ) -> UserSession {
+        use axum::extract::RawQuery;
+        let list = move |RawQuery(q): RawQuery| {
+            let asked = asked.clone();
+            async move {
+                let q = q.unwrap_or_default();
+                asked.lock().unwrap().push(q.clone());
+                let mut nets = Vec::new();
+                if q.contains(&format!("name={named}")) {
+                    nets.push(json!({"id": "11111111-2222-4333-8444-555555555555", "name": named}));
+                }
+                if q.contains(&format!("id={by_id}")) && !q.contains("name=") {
+                    nets.push(json!({"id": by_id, "name": "other"}));
+                }
+                axum::Json(json!({ "networks": nets }))
+            }
+        };
+        let app = axum::Router::new().route("/v2.0/networks", axum::routing::get(list));
+        serving("network", "", app).await
+    }
+
+    #[tokio::test]
+    async fn a_network_named_is_asked_for_once_and_a_uuid_by_name_and_by_id() {
+        const ID: &str = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee";
+        // A name can be no Neutron id: one list, by name.
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let s = neutron("public", ID, asked.clone()).await;
+        let found = networks(&s, "public", true).await.unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].name, "public");
+        let q = asked.lock().unwrap().clone();
+        assert_eq!(q.len(), 1, "{q:?}");
+        assert!(q[0].contains("name=public"), "{q:?}");
+        assert!(q[0].contains("external"), "only external networks: {q:?}");
+        assert!(!q[0].contains("id="), "{q:?}");
+        // A UUID may be an id or a name (Magnum matches either): both asked, the answers merged.
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let s = neutron(ID, ID, asked.clone()).await;
+        let mut ids: Vec<String> = networks(&s, ID, false)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["11111111-2222-4333-8444-555555555555", ID]);
+        assert_eq!(asked.lock().unwrap().len(), 2);
     }
 
     #[tokio::test]
