@@ -316,18 +316,31 @@ mod tests {
 
     /// A Neutron whose network list answers one network for a `name` filter equal to
     /// `named` and one `id` filter equal to `by_id`, and nothing otherwise; the query of each
-    /// list asked for, in `asked`.
+    /// list asked for, in `asked`. A by-name list of a UUID answers only once a by-id list has
+    /// been asked too (500 after two seconds without): the two must be in flight together.
     async fn neutron(
         named: &'static str,
         by_id: &'static str,
         asked: Arc<Mutex<Vec<String>>>,
     ) -> UserSession {
         use axum::extract::RawQuery;
+        use axum::response::IntoResponse;
         let list = move |RawQuery(q): RawQuery| {
             let asked = asked.clone();
             async move {
                 let q = q.unwrap_or_default();
                 asked.lock().unwrap().push(q.clone());
+                let with_id = || asked.lock().unwrap().iter().any(|a| !a.contains("name="));
+                if q.contains("name=") && uuid::Uuid::parse_str(named).is_ok() {
+                    let waited = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+                        while !with_id() {
+                            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                        }
+                    });
+                    if waited.await.is_err() {
+                        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+                    }
+                }
                 let mut nets = Vec::new();
                 if q.contains(&format!("name={named}")) {
                     nets.push(json!({"id": "11111111-2222-4333-8444-555555555555", "name": named}));
@@ -335,7 +348,7 @@ mod tests {
                 if q.contains(&format!("id={by_id}")) && !q.contains("name=") {
                     nets.push(json!({"id": by_id, "name": "other"}));
                 }
-                axum::Json(json!({ "networks": nets }))
+                axum::Json(json!({ "networks": nets })).into_response()
             }
         };
         let app = axum::Router::new().route("/v2.0/networks", axum::routing::get(list));
@@ -356,7 +369,8 @@ mod tests {
         assert!(q[0].contains("name=public"), "{q:?}");
         assert!(q[0].contains("external"), "only external networks: {q:?}");
         assert!(!q[0].contains("id="), "{q:?}");
-        // A UUID may be an id or a name (Magnum matches either): both asked, the answers merged.
+        // A UUID may be an id or a name (Magnum matches either): both asked, side by side (the
+        // fake holds the by-name answer until the by-id list is asked), the answers merged.
         let asked = Arc::new(Mutex::new(Vec::new()));
         let s = neutron(ID, ID, asked.clone()).await;
         let mut ids: Vec<String> = networks(&s, ID, false)
