@@ -66,6 +66,10 @@
 //! * `BENCH_KEYSTONE_NICE=N` — Keystone's gunicorn runs at niceness N (default 10; 0 leaves it):
 //!   in production Keystone runs on other machines, here it shares the two cores with the
 //!   service measured (the worker's application credentials), so it yields them;
+//! * `BENCH_KEYSTONE_CACHE=0` — Keystone without its cache (by default its `[cache]` is on, with
+//!   oslo.cache's in-process dictionary, as production Keystones run it with memcached; off, a
+//!   validation runs ~300 SQL queries and each of the worker's application-credential requests
+//!   costs Keystone ~0.3 s of CPU on the two cores measured);
 //! * `BENCH_KEYSTONE_IDLE=0` — Keystone's gunicorn keeps the normal scheduling policy (by default
 //!   it runs at `SCHED_IDLE`, `chrt -i`: only on a core nothing else wants, so a request of ours
 //!   waking never waits for it);
@@ -1155,7 +1159,23 @@ fn main() {
     let production = std::env::var("BENCH_PATH").map_or(true, |v| v != "dev");
     let with_keystone = production || std::env::var("BENCH_KEYSTONE").is_ok_and(|v| v == "1");
     // Started before the runtime: the harness blocks while Keystone boots.
-    let ks = with_keystone.then(keystone::keystone);
+    // Keystone's own cache on, as production Keystones run (memcached there): without it, every
+    // request of the worker's (its application credentials) costs Keystone ~0.3 s of CPU on the
+    // two cores measured. `BENCH_KEYSTONE_CACHE=0` runs it as the tests do, uncached.
+    let ks_opts = keystone::Options {
+        cache: std::env::var("BENCH_KEYSTONE_CACHE").as_deref() != Ok("0"),
+    };
+    let ks = with_keystone.then(|| keystone::keystone_with(ks_opts));
+    if ks.is_some() {
+        println!(
+            "Keystone's cache {} (BENCH_KEYSTONE_CACHE)",
+            if ks_opts.cache {
+                "on: oslo.cache's in-process dictionary"
+            } else {
+                "off"
+            }
+        );
+    }
     if let Some(pid) = ks.and_then(|k| k.pid()) {
         let nice = std::env::var("BENCH_KEYSTONE_NICE").unwrap_or_else(|_| "10".into());
         // gunicorn leads its own process group (master and workers).

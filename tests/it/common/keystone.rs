@@ -6,7 +6,7 @@
 //!   when its `.complete` marker is missing, under an exclusive lock on `<cache>/venv.lock`, so
 //!   concurrent test binaries install once.
 //! * Keystone side: a temporary directory with `keystone.conf` (PostgreSQL, fernet tokens, no
-//!   cache, bcrypt at the minimum cost so password auth is fast) and fresh fernet/credential key
+//!   cache unless [`Options::cache`] (the benchmark's), bcrypt at the minimum cost so password auth is fast) and fresh fernet/credential key
 //!   repositories, then gunicorn (2 sync workers) on a free loopback port, through a wrapper
 //!   module that empties `sys.argv` (oslo.config would otherwise parse gunicorn's flags and every
 //!   worker would exit with "unrecognized arguments").
@@ -117,11 +117,28 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 
 static SHARED: OnceLock<Keystone> = OnceLock::new();
 
+/// Keystone's configuration beyond the tests' defaults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Keystone's own cache (`[cache] enabled`, oslo.cache's in-process dictionary backend), as
+    /// production Keystones run it (with memcached): each gunicorn worker keeps the roles,
+    /// projects and catalog it looked up, so a validation costs a few queries instead of ~300.
+    /// Off for the tests: the two workers' caches are apart, and a test changing an assignment
+    /// or revoking a token through one worker would get the other's stale answer.
+    pub cache: bool,
+}
+
 /// The Keystone of this test process (started on first call; panics when it cannot start).
 pub fn keystone() -> &'static Keystone {
+    keystone_with(Options::default())
+}
+
+/// The Keystone of this process, started with `opts` by the first call (a later call gets it
+/// as it was started).
+pub fn keystone_with(opts: Options) -> &'static Keystone {
     SHARED.get_or_init(|| {
         // On a plain thread: the caller may be inside a tokio runtime, and seeding builds one.
-        thread::spawn(Keystone::launch)
+        thread::spawn(move || Keystone::launch_with(opts))
             .join()
             .unwrap_or_else(|_| panic!("starting Keystone panicked"))
             .unwrap_or_else(|e| panic!("starting the test Keystone: {e:#}"))
@@ -155,6 +172,11 @@ impl Keystone {
     /// from inside an async runtime thread that must stay responsive (it builds its own runtime
     /// on the calling thread for seeding, so call it from a plain thread).
     pub fn launch() -> Result<Keystone> {
+        Self::launch_with(Options::default())
+    }
+
+    /// [`Keystone::launch`] with `opts`.
+    pub fn launch_with(opts: Options) -> Result<Keystone> {
         let t0 = Instant::now();
         // Keystone's PostgreSQL (initdb + start, ~2 s on the first start in this process) comes up
         // while the venv is looked at.
@@ -174,7 +196,7 @@ impl Keystone {
             .map_err(|_| anyhow!("starting Keystone's PostgreSQL panicked"))??;
         let t_pg = t0.elapsed();
         let db = rt.block_on(Database::create(&admin_url))?;
-        write_config(&dir, &db.sqlalchemy_url())?;
+        write_config(&dir, &db.sqlalchemy_url(), opts)?;
         write_key_repositories(&dir)?;
 
         // A database seeded by an earlier start is restored (no keystone-manage, no seeding);
@@ -1077,8 +1099,14 @@ fn venv_complete(venv: &Path) -> bool {
 // Keystone processes
 // ---------------------------------------------------------------------------------------------
 
-fn write_config(dir: &Path, database: &str) -> Result<()> {
+fn write_config(dir: &Path, database: &str, opts: Options) -> Result<()> {
     let d = dir.display();
+    let cache = if opts.cache {
+        "enabled = true\n\
+         backend = oslo_cache.dict\n"
+    } else {
+        "enabled = false\n"
+    };
     let conf = format!(
         "[DEFAULT]\n\
          use_stderr = true\n\
@@ -1094,7 +1122,7 @@ fn write_config(dir: &Path, database: &str) -> Result<()> {
          [credential]\n\
          key_repository = {d}/credential-keys\n\
          [cache]\n\
-         enabled = false\n\
+         {cache}\
          [identity]\n\
          password_hash_algorithm = bcrypt\n\
          password_hash_rounds = 4\n"
