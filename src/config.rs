@@ -1157,9 +1157,10 @@ impl Default for ServiceConfig {
 pub struct OperationsConfig {
     /// Run the queue worker in this process.
     pub worker_enabled: bool,
-    /// The safety poll: milliseconds an idle worker waits at most. New work wakes every
-    /// replica's workers at once (PostgreSQL `LISTEN/NOTIFY`), and retries or expired leases
-    /// when they come due; this only bounds what a lost notification could delay.
+    /// The safety poll: milliseconds an idle worker waits at most. New work wakes a worker on
+    /// every replica at once (PostgreSQL `LISTEN/NOTIFY`; one that claims it wakes the next),
+    /// and retries or expired leases when they come due; this only bounds what a lost
+    /// notification could delay.
     pub poll_interval_ms: u64,
     /// Seconds a claimed operation stays leased to a replica; a crashed replica's work is retried after it.
     pub lease_secs: i64,

@@ -61,9 +61,11 @@ pub async fn run(
     }
 }
 
-/// Wakes this replica's workers whenever any replica records (or hands back) an operation:
-/// PostgreSQL `LISTEN` on the queue's channel. While the listening connection is down, the
-/// workers fall back to their safety poll.
+/// Wakes one of this replica's workers whenever any replica records (or hands back) an
+/// operation: PostgreSQL `LISTEN` on the queue's channel. A worker that claims one wakes the
+/// next ([`worker_loop`]), so a batch of operations is taken up one worker after another and a
+/// single one wakes one worker, not all of them to find the queue empty. While the listening
+/// connection is down, the workers fall back to their safety poll.
 pub async fn listen(app: AppState, shutdown: watch::Receiver<bool>) {
     crate::db::events::follow(
         &app.pool,
@@ -71,11 +73,11 @@ pub async fn listen(app: AppState, shutdown: watch::Receiver<bool>) {
         "operation queue",
         app.config.database.listen_heartbeat(),
         shutdown,
-        |e| {
-            // On `Listening` too: something may have been recorded while nobody listened.
-            if e != crate::db::events::Event::Lost {
-                app.work_ready.notify_waiters();
-            }
+        |e| match e {
+            // Anything may have been recorded while nobody listened: every worker looks.
+            crate::db::events::Event::Listening { .. } => app.work_ready.notify_waiters(),
+            crate::db::events::Event::Notified(_) => app.work_ready.notify_one(),
+            crate::db::events::Event::Lost => {}
         },
     )
     .await;
@@ -214,6 +216,9 @@ async fn worker_loop(
         }
         match odb::claim(&app.pool, &id, cfg.lease_secs).await {
             Ok(Some(op)) => {
+                // There may be more: the next idle worker looks (one that finds nothing wakes
+                // no other).
+                app.work_ready.notify_one();
                 let span = tracing::info_span!("operation", id = op.id, kind = %op.kind,
                     cluster = %op.cluster_uuid, attempt = op.attempts,
                     request_id = op.request_id.as_deref().unwrap_or(""));

@@ -1044,3 +1044,53 @@ async fn an_idle_service_leaves_postgres_alone_and_statuses_still_land_promptly(
         started.elapsed()
     );
 }
+
+/// Index and table scans of `operation` so far, as this database's statistics count them.
+async fn operation_scans(probe: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0) FROM pg_stat_user_tables
+          WHERE relname = 'operation'",
+    )
+    .fetch_one(probe)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_word_from_the_queue_wakes_one_worker_not_all_of_them() {
+    use sqlx::Connection;
+    // Four idle workers, the safety poll out of the way.
+    let app = capi_app_on(None, None, false, |cfg| {
+        cfg.operations.poll_interval_ms = 30_000;
+        cfg.operations.concurrency = 4;
+    })
+    .await;
+    let t = &app.t;
+    let probe = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&t.url).await.unwrap());
+    until("PostgreSQL to be left alone for 3 s", || async {
+        let mut last = recent_statements(&mut *probe.lock().await, 3.0).await;
+        last.retain(|q| !q.starts_with("SELECT pg_notify($1, '')"));
+        last.is_empty().then_some(())
+    })
+    .await;
+    let mut probe = probe.into_inner();
+    // A backend idle since its last statement reports its counts within PostgreSQL's idle
+    // interval (10 s): waited for out before each reading.
+    let settle = std::time::Duration::from_secs(11);
+    tokio::time::sleep(settle).await;
+    let before = operation_scans(&mut probe).await;
+    // What a replica's record of an operation says to every listener; here with nothing queued.
+    sqlx::query("SELECT pg_notify('magnum_capi_operations', '')")
+        .execute(&mut probe)
+        .await
+        .unwrap();
+    tokio::time::sleep(settle).await;
+    let looked = operation_scans(&mut probe).await - before;
+    // One worker looks: its claim and its reading of the next due time, a few scans. Four
+    // woken at once scan four times as much.
+    println!("scans of `operation` after one word from the queue: {looked}");
+    assert!(
+        (1..=3).contains(&looked),
+        "one worker should have looked at the queue, once: {looked} scans"
+    );
+}
