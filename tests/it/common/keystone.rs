@@ -6,10 +6,11 @@
 //!   when its `.complete` marker is missing, under an exclusive lock on `<cache>/venv.lock`, so
 //!   concurrent test binaries install once.
 //! * Keystone side: a temporary directory with `keystone.conf` (PostgreSQL, fernet tokens, no
-//!   cache unless [`Options::cache`] (the benchmark's), bcrypt at the minimum cost so password auth is fast) and fresh fernet/credential key
-//!   repositories, then gunicorn (2 sync workers) on a free loopback port, through a wrapper
-//!   module that empties `sys.argv` (oslo.config would otherwise parse gunicorn's flags and every
-//!   worker would exit with "unrecognized arguments").
+//!   cache unless [`Options::cache`] asks for it (the benchmark does), bcrypt at the minimum cost
+//!   so password auth is fast) and fresh fernet/credential key repositories, then gunicorn (2
+//!   sync workers) on a free loopback port, through a wrapper module that empties `sys.argv`
+//!   (oslo.config would otherwise parse gunicorn's flags and every worker would exit with
+//!   "unrecognized arguments").
 //! * Database: `keystone_<pid>_<n>` in a private PostgreSQL per test process ([`postgres`],
 //!   [`EmbeddedPostgres`] like the service's tests), over loopback with psycopg2. On sqlite two
 //!   workers writing at once (password auth records the user's last activity) failed requests
