@@ -325,19 +325,21 @@ mod tests {
     ) -> UserSession {
         use axum::extract::RawQuery;
         use axum::response::IntoResponse;
+        // Told once a by-id list is asked (kept as a permit if nobody waits yet).
+        let id_asked = Arc::new(tokio::sync::Notify::new());
         let list = move |RawQuery(q): RawQuery| {
-            let asked = asked.clone();
+            let (asked, id_asked) = (asked.clone(), id_asked.clone());
             async move {
                 let q = q.unwrap_or_default();
                 asked.lock().unwrap().push(q.clone());
-                let with_id = || asked.lock().unwrap().iter().any(|a| !a.contains("name="));
-                if q.contains("name=") && uuid::Uuid::parse_str(named).is_ok() {
-                    let waited = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-                        while !with_id() {
-                            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                        }
-                    });
-                    if waited.await.is_err() {
+                if !q.contains("name=") {
+                    id_asked.notify_one();
+                } else if uuid::Uuid::parse_str(named).is_ok() {
+                    let waited = std::time::Duration::from_secs(2);
+                    if tokio::time::timeout(waited, id_asked.notified())
+                        .await
+                        .is_err()
+                    {
                         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
                     }
                 }

@@ -997,17 +997,29 @@ async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
     );
 }
 
-/// Statements other sessions of this database started in the last `secs` seconds (what they are).
-async fn recent_statements(probe: &mut sqlx::PgConnection, secs: f64) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT left(query, 120) FROM pg_stat_activity
-          WHERE datname = current_database() AND pid <> pg_backend_pid()
-            AND query_start > now() - make_interval(secs => $1)",
+/// Waits until no other session of this database started a statement for `secs` seconds, but
+/// each LISTEN follower's heartbeat (one `pg_notify` per `[database] listen_heartbeat_ms`, how a
+/// dead listener is noticed, by design).
+async fn until_left_alone(probe: &tokio::sync::Mutex<sqlx::PgConnection>, secs: f64) {
+    until(
+        &format!("PostgreSQL to be left alone for {secs} s"),
+        || async {
+            let mut last: Vec<String> = sqlx::query_scalar(
+                "SELECT left(query, 120) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+                AND query_start > now() - make_interval(secs => $1)",
+            )
+            .bind(secs)
+            .fetch_all(&mut *probe.lock().await)
+            .await
+            .unwrap();
+            last.retain(|q| !q.starts_with("SELECT pg_notify($1, '')"));
+            // Shown if the wait times out: what kept it busy.
+            println!("statements in the last {secs} s: {last:?}");
+            last.is_empty().then_some(())
+        },
     )
-    .bind(secs)
-    .fetch_all(probe)
-    .await
-    .unwrap()
+    .await;
 }
 
 #[tokio::test]
@@ -1025,14 +1037,7 @@ async fn an_idle_service_leaves_postgres_alone_and_statuses_still_land_promptly(
     // maintenance or the workers (a loop faster than that would never leave one). The one
     // statement that stays is by design: each LISTEN follower's heartbeat notification (one
     // `pg_notify` per `[database] listen_heartbeat_ms`, how a dead listener is noticed).
-    until("PostgreSQL to be left alone for 6 s", || async {
-        let mut last = recent_statements(&mut *probe.lock().await, 6.0).await;
-        last.retain(|q| !q.starts_with("SELECT pg_notify($1, '')"));
-        // Shown if the wait times out: what kept it busy.
-        println!("statements in the last 6 s: {last:?}");
-        last.is_empty().then_some(())
-    })
-    .await;
+    until_left_alone(&probe, 6.0).await;
     // Events still move statuses at once: a create completes on the simulated management
     // cluster in about a second (the writer's safety poll is a minute).
     let started = std::time::Instant::now();
@@ -1067,25 +1072,19 @@ async fn a_word_from_the_queue_wakes_one_worker_not_all_of_them() {
     .await;
     let t = &app.t;
     let probe = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&t.url).await.unwrap());
-    until("PostgreSQL to be left alone for 3 s", || async {
-        let mut last = recent_statements(&mut *probe.lock().await, 3.0).await;
-        last.retain(|q| !q.starts_with("SELECT pg_notify($1, '')"));
-        last.is_empty().then_some(())
-    })
-    .await;
-    let mut probe = probe.into_inner();
+    until_left_alone(&probe, 3.0).await;
     // A backend idle since its last statement reports its counts within PostgreSQL's idle
     // interval (10 s): waited for out before each reading.
     let settle = std::time::Duration::from_secs(11);
     tokio::time::sleep(settle).await;
-    let before = operation_scans(&mut probe).await;
+    let before = operation_scans(&mut *probe.lock().await).await;
     // What a replica's record of an operation says to every listener; here with nothing queued.
-    sqlx::query("SELECT pg_notify('magnum_capi_operations', '')")
-        .execute(&mut probe)
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(magnum_capi::db::operations::CHANNEL)
+        .execute(&mut *probe.lock().await)
         .await
         .unwrap();
     tokio::time::sleep(settle).await;
-    let probe = tokio::sync::Mutex::new(probe);
     // Counted by now as a rule; on a slow machine the report may come a little later.
     let looked = until("the workers' look at the queue to be counted", || async {
         let looked = operation_scans(&mut *probe.lock().await).await - before;
