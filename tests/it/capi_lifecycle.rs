@@ -5,7 +5,7 @@
 use crate::common;
 
 use crate::common::capi::{capi_app_on, objects, template};
-use crate::common::wait::until;
+use crate::common::wait::{until, until_left_alone};
 use crate::common::*;
 
 use serde_json::{Value, json};
@@ -995,31 +995,6 @@ async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
         "Cluster type (vm, fedora-coreos, kubernetes) is not supported by any loaded cluster \
          driver.",
     );
-}
-
-/// Waits until no other session of this database started a statement for `secs` seconds, but
-/// each LISTEN follower's heartbeat (one `pg_notify` per `[database] listen_heartbeat_ms`, how a
-/// dead listener is noticed, by design).
-async fn until_left_alone(probe: &tokio::sync::Mutex<sqlx::PgConnection>, secs: f64) {
-    until(
-        &format!("PostgreSQL to be left alone for {secs} s"),
-        || async {
-            let mut last: Vec<String> = sqlx::query_scalar(
-                "SELECT left(query, 120) FROM pg_stat_activity
-              WHERE datname = current_database() AND pid <> pg_backend_pid()
-                AND query_start > now() - make_interval(secs => $1)",
-            )
-            .bind(secs)
-            .fetch_all(&mut *probe.lock().await)
-            .await
-            .unwrap();
-            last.retain(|q| !q.starts_with("SELECT pg_notify($1, '')"));
-            // Shown if the wait times out: what kept it busy.
-            println!("statements in the last {secs} s: {last:?}");
-            last.is_empty().then_some(())
-        },
-    )
-    .await;
 }
 
 #[tokio::test]

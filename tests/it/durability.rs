@@ -2,7 +2,7 @@
 //! database, the worker's retry policy, and — the point of the whole design — that an
 //! acknowledged operation survives a crash of the process and runs exactly once.
 use crate::common::served::{Server, WORKER_OFF, WORKER_ON};
-use crate::common::wait::until;
+use crate::common::wait::{until, until_left_alone};
 use crate::common::*;
 
 use std::collections::HashSet;
@@ -631,6 +631,67 @@ async fn worker_abandons_an_operation_whose_lease_was_taken_over() {
     assert_eq!(row.locked_by.as_deref(), Some("other"));
     let r = t.get(&ALICE, &format!("/v1/clusters/{c}")).await;
     assert_eq!(r.body["status"], "CREATE_IN_PROGRESS");
+    let _ = tx.send(true);
+}
+
+/// One word from the queue takes up a whole batch: the worker it wakes claims an operation and
+/// wakes the next idle worker, which does the same (`worker::worker_loop`), so four operations
+/// that became due together run side by side at once, not one per safety poll. (A word wakes
+/// one worker, not all: `capi_lifecycle::a_word_from_the_queue_wakes_one_worker_not_all_of_them`.)
+#[tokio::test]
+async fn one_word_from_the_queue_takes_up_a_batch_worker_after_worker() {
+    use sqlx::Connection;
+    let t = app_with(|c| {
+        c.operations.concurrency = 4;
+        // The safety poll out of the way: only words wake a worker here.
+        c.operations.poll_interval_ms = 600_000;
+    })
+    .await;
+    let ct = t.template(&ALICE, "ct").await;
+    for i in 0..4 {
+        t.cluster(&ALICE, &format!("c{i}"), &ct).await;
+    }
+    // Recorded before any worker runs, and not due: the workers start and find nothing.
+    let pool = &t.state.pool;
+    sqlx::query("UPDATE operation SET not_before = now() + interval '1 hour'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(magnum_capi::worker::run(
+        t.state.clone(),
+        Arc::new(Hang { dropped }),
+        "batch".into(),
+        rx,
+    ));
+    // Every worker has looked at the queue and sleeps.
+    let probe = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&t.url).await.unwrap());
+    until_left_alone(&probe, 2.0).await;
+    sqlx::query("UPDATE operation SET not_before = now()")
+        .execute(pool)
+        .await
+        .unwrap();
+    // What one notification on the queue's channel does in this replica (`worker::listen`).
+    t.state.work_ready.notify_one();
+    let running = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM operation WHERE state = 'running'")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    until("the four operations to run side by side", || async {
+        (running().await == 4).then_some(())
+    })
+    .await;
+    let holders: HashSet<String> =
+        sqlx::query_scalar("SELECT locked_by FROM operation WHERE state = 'running'")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    assert_eq!(holders.len(), 4, "one worker each: {holders:?}");
     let _ = tx.send(true);
 }
 

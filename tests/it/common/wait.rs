@@ -1,6 +1,7 @@
 //! Waiting in tests: one poll loop ([`until`]) with one deadline, and the status wait built on
 //! it ([`status`]), which fails at once when the resource lands in a `*_FAILED` status it was not
-//! waiting for (nor already in). Tests wait through these, never by sleeping.
+//! waiting for (nor already in), and for a quiet database ([`until_left_alone`]). Tests wait
+//! through these, never by sleeping.
 
 use std::future::Future;
 use std::time::Duration;
@@ -90,4 +91,29 @@ where
         }
     })
     .await
+}
+
+/// Waits until no other session of this database started a statement for `secs` seconds, but
+/// each LISTEN follower's heartbeat (one `pg_notify` per `[database] listen_heartbeat_ms`, how a
+/// dead listener is noticed, by design).
+pub async fn until_left_alone(probe: &tokio::sync::Mutex<sqlx::PgConnection>, secs: f64) {
+    until(
+        &format!("PostgreSQL to be left alone for {secs} s"),
+        || async {
+            let mut last: Vec<String> = sqlx::query_scalar(
+                "SELECT left(query, 120) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+                AND query_start > now() - make_interval(secs => $1)",
+            )
+            .bind(secs)
+            .fetch_all(&mut *probe.lock().await)
+            .await
+            .unwrap();
+            last.retain(|q| !q.starts_with("SELECT pg_notify($1, '')"));
+            // Shown if the wait times out: what kept it busy.
+            println!("statements in the last {secs} s: {last:?}");
+            last.is_empty().then_some(())
+        },
+    )
+    .await;
 }
