@@ -999,7 +999,6 @@ async fn a_flatcar_cluster_boots_ignition_and_an_unbootable_distro_is_400() {
 
 #[tokio::test]
 async fn an_idle_service_leaves_postgres_alone_and_statuses_still_land_promptly() {
-    use sqlx::Connection;
     // Production pacing: the worker's safety poll at its default (tests poll every 50 ms).
     let app = capi_app_on(None, None, false, |cfg| {
         cfg.operations.poll_interval_ms = 30_000;
@@ -1007,12 +1006,11 @@ async fn an_idle_service_leaves_postgres_alone_and_statuses_still_land_promptly(
     .await;
     let t = &app.t;
     let ct = template(t, "k", "ubuntu-2404-kube-v1.33.5", "v1.33.5").await;
-    let probe = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&t.url).await.unwrap());
     // Once start-up is over, a quiet stretch of 6 s comes: no statement from the writer, the
     // maintenance or the workers (a loop faster than that would never leave one). The one
     // statement that stays is by design: each LISTEN follower's heartbeat notification (one
     // `pg_notify` per `[database] listen_heartbeat_ms`, how a dead listener is noticed).
-    until_left_alone(&probe, 6.0).await;
+    until_left_alone(&t.url, 6.0).await;
     // Events still move statuses at once: a create completes on the simulated management
     // cluster in about a second (the writer's safety poll is a minute).
     let started = std::time::Instant::now();
@@ -1046,8 +1044,8 @@ async fn a_word_from_the_queue_wakes_one_worker_not_all_of_them() {
     })
     .await;
     let t = &app.t;
+    until_left_alone(&t.url, 3.0).await;
     let probe = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&t.url).await.unwrap());
-    until_left_alone(&probe, 3.0).await;
     // A backend idle since its last statement reports its counts within PostgreSQL's idle
     // interval (10 s): waited for out before each reading.
     let settle = std::time::Duration::from_secs(11);

@@ -640,7 +640,6 @@ async fn worker_abandons_an_operation_whose_lease_was_taken_over() {
 /// one worker, not all: `capi_lifecycle::a_word_from_the_queue_wakes_one_worker_not_all_of_them`.)
 #[tokio::test]
 async fn one_word_from_the_queue_takes_up_a_batch_worker_after_worker() {
-    use sqlx::Connection;
     let t = app_with(|c| {
         c.operations.concurrency = 4;
         // The safety poll out of the way: only words wake a worker here.
@@ -657,41 +656,35 @@ async fn one_word_from_the_queue_takes_up_a_batch_worker_after_worker() {
         .execute(pool)
         .await
         .unwrap();
-    let dropped = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = watch::channel(false);
+    let hang = Hang {
+        dropped: Arc::default(),
+    };
     tokio::spawn(magnum_capi::worker::run(
         t.state.clone(),
-        Arc::new(Hang { dropped }),
+        Arc::new(hang),
         "batch".into(),
         rx,
     ));
     // Every worker has looked at the queue and sleeps.
-    let probe = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&t.url).await.unwrap());
-    until_left_alone(&probe, 2.0).await;
+    until_left_alone(&t.url, 2.0).await;
     sqlx::query("UPDATE operation SET not_before = now()")
         .execute(pool)
         .await
         .unwrap();
     // What one notification on the queue's channel does in this replica (`worker::listen`).
     t.state.work_ready.notify_one();
-    let running = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM operation WHERE state = 'running'")
-            .fetch_one(pool)
-            .await
-            .unwrap()
-    };
-    until("the four operations to run side by side", || async {
-        (running().await == 4).then_some(())
+    let holders = until("the four operations to run side by side", || async {
+        let holders: Vec<String> =
+            sqlx::query_scalar("SELECT locked_by FROM operation WHERE state = 'running'")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        (holders.len() == 4).then_some(holders)
     })
     .await;
-    let holders: HashSet<String> =
-        sqlx::query_scalar("SELECT locked_by FROM operation WHERE state = 'running'")
-            .fetch_all(pool)
-            .await
-            .unwrap()
-            .into_iter()
-            .collect();
-    assert_eq!(holders.len(), 4, "one worker each: {holders:?}");
+    let workers: HashSet<&String> = holders.iter().collect();
+    assert_eq!(workers.len(), 4, "one worker each: {holders:?}");
     let _ = tx.send(true);
 }
 

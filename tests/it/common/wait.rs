@@ -93,10 +93,13 @@ where
     .await
 }
 
-/// Waits until no other session of this database started a statement for `secs` seconds, but
-/// each LISTEN follower's heartbeat (one `pg_notify` per `[database] listen_heartbeat_ms`, how a
-/// dead listener is noticed, by design).
-pub async fn until_left_alone(probe: &tokio::sync::Mutex<sqlx::PgConnection>, secs: f64) {
+/// Waits until no other session of the database at `url` started a statement for `secs`
+/// seconds, but each LISTEN follower's heartbeat (one `pg_notify` per `[database]
+/// listen_heartbeat_ms`, how a dead listener is noticed, by design). It looks through a
+/// connection of its own, closed when it returns.
+pub async fn until_left_alone(url: &str, secs: f64) {
+    use sqlx::Connection;
+    let probe = tokio::sync::Mutex::new(sqlx::PgConnection::connect(url).await.unwrap());
     until(
         &format!("PostgreSQL to be left alone for {secs} s"),
         || async {
